@@ -1,0 +1,111 @@
+//! `--max-unavailable`: how many nodes of the pool may be unavailable at once, as a count
+//! (`3`) or a percentage of the pool (`25%`), like a Deployment's `maxUnavailable`.
+
+use std::{fmt, str::FromStr};
+use thiserror::Error;
+
+/// A budget of unavailable nodes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MaxUnavailable {
+    Count(u32),
+    /// Percent of the pool, 1 to 100.
+    Percent(u32),
+}
+
+/// A `--max-unavailable` value that is not a budget.
+#[derive(Debug, Error, PartialEq, Eq)]
+#[error(
+    "invalid --max-unavailable {value:?}: {why}; use a whole number of nodes of at least 1 \
+     (for example `2`) or a percentage of the pool from 1% to 100% (for example `25%`)"
+)]
+pub struct MaxUnavailableError {
+    value: String,
+    why: &'static str,
+}
+
+impl FromStr for MaxUnavailable {
+    type Err = MaxUnavailableError;
+
+    fn from_str(value: &str) -> Result<Self, Self::Err> {
+        let fail = |why| MaxUnavailableError {
+            value: value.to_owned(),
+            why,
+        };
+        let trimmed = value.trim();
+        let (digits, percent) = match trimmed.strip_suffix('%') {
+            Some(digits) => (digits, true),
+            None => (trimmed, false),
+        };
+        if digits.starts_with('-') {
+            return Err(fail("it is negative"));
+        }
+        if digits.is_empty() || !digits.chars().all(|c| c.is_ascii_digit()) {
+            return Err(fail("it is not a number"));
+        }
+        let number: u32 = digits.parse().map_err(|_| fail("it is too large"))?;
+        match (number, percent) {
+            (0, _) => Err(fail("a budget of 0 would never reboot anything")),
+            (101.., true) => Err(fail("a percentage cannot exceed 100%")),
+            (n, true) => Ok(Self::Percent(n)),
+            (n, false) => Ok(Self::Count(n)),
+        }
+    }
+}
+
+impl fmt::Display for MaxUnavailable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Count(n) => write!(f, "{n}"),
+            Self::Percent(p) => write!(f, "{p}%"),
+        }
+    }
+}
+
+impl MaxUnavailable {
+    /// The number of nodes that may be unavailable in a pool of `pool_size` nodes. A
+    /// percentage rounds down, as a Deployment's does, but never below 1 so that a small pool
+    /// still makes progress.
+    pub fn resolve(self, pool_size: usize) -> usize {
+        match self {
+            Self::Count(n) => n as usize,
+            Self::Percent(p) => (pool_size * p as usize / 100).max(1),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_and_percentages_parse() {
+        assert_eq!("3".parse(), Ok(MaxUnavailable::Count(3)));
+        assert_eq!("25%".parse(), Ok(MaxUnavailable::Percent(25)));
+        assert_eq!("100%".parse(), Ok(MaxUnavailable::Percent(100)));
+    }
+
+    #[test]
+    fn bad_values_name_the_problem_and_the_fix() {
+        for (bad, why) in [
+            ("0", "never reboot"),
+            ("0%", "never reboot"),
+            ("-1", "negative"),
+            ("abc", "not a number"),
+            ("150%", "exceed 100%"),
+            ("", "not a number"),
+            ("99999999999", "too large"),
+        ] {
+            let err = bad.parse::<MaxUnavailable>().unwrap_err().to_string();
+            assert!(err.contains(why), "{bad}: {err}");
+            assert!(err.contains("for example `25%`"), "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn percentages_round_down_but_allow_one() {
+        assert_eq!(MaxUnavailable::Percent(25).resolve(12), 3);
+        assert_eq!(MaxUnavailable::Percent(25).resolve(10), 2);
+        assert_eq!(MaxUnavailable::Percent(10).resolve(3), 1);
+        assert_eq!(MaxUnavailable::Count(3).resolve(1), 3);
+    }
+}

@@ -1,0 +1,162 @@
+//! Annotation keys. Bare by default (`reboot-needed`), as an administrator types them; a
+//! `--annotation-prefix` turns every key into `<prefix>/<key>` for clusters where bare keys
+//! collide. Agent and controller must be started with the same prefix.
+
+use thiserror::Error;
+
+/// Asks for a reboot; written by the administrator, removed only together with `reboot-now`.
+pub const REBOOT_NEEDED: &str = "reboot-needed";
+/// The controller's go-ahead: the node is drained and holds a slot.
+pub const REBOOT_NOW: &str = "reboot-now";
+/// The agent has started the reboot.
+pub const REBOOT_IN_PROGRESS: &str = "reboot-in-progress";
+/// The boot id the node had when the agent started the reboot: the proof that it happened is
+/// a different boot id after it.
+pub const REBOOT_BOOT_ID: &str = "reboot-boot-id";
+/// The agent has proven the reboot (new boot id); the controller finishes and clears it.
+pub const REBOOT_DONE: &str = "reboot-done";
+/// The operator cordoned this node, so the operator (and only it) uncordons it afterwards.
+pub const REBOOT_CORDONED: &str = "reboot-cordoned";
+/// RFC 3339 time at which the last reboot of this node was completed.
+pub const REBOOT_LAST_COMPLETED: &str = "reboot-last-completed";
+
+/// Every key, for documentation and for the admission policy.
+pub const ALL: [&str; 7] = [
+    REBOOT_NEEDED,
+    REBOOT_NOW,
+    REBOOT_IN_PROGRESS,
+    REBOOT_BOOT_ID,
+    REBOOT_DONE,
+    REBOOT_CORDONED,
+    REBOOT_LAST_COMPLETED,
+];
+
+/// A `--annotation-prefix` that is not a DNS subdomain.
+#[derive(Debug, Error, PartialEq, Eq)]
+#[error(
+    "invalid annotation prefix {prefix:?}: {why}; use a DNS subdomain such as \
+     `reboot.example.com` (keys become `reboot.example.com/reboot-needed`) or leave it empty"
+)]
+pub struct PrefixError {
+    prefix: String,
+    why: &'static str,
+}
+
+/// The annotation keys in use, with the configured prefix applied.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AnnotationKeys {
+    pub needed: String,
+    pub now: String,
+    pub in_progress: String,
+    pub boot_id: String,
+    pub done: String,
+    pub cordoned: String,
+    pub last_completed: String,
+}
+
+impl Default for AnnotationKeys {
+    fn default() -> Self {
+        Self::with_valid_prefix("")
+    }
+}
+
+impl AnnotationKeys {
+    /// Keys for `prefix` (empty for bare keys). A trailing `/` is accepted and ignored.
+    pub fn new(prefix: &str) -> Result<Self, PrefixError> {
+        let prefix = prefix.strip_suffix('/').unwrap_or(prefix);
+        validate_prefix(prefix)?;
+        Ok(Self::with_valid_prefix(prefix))
+    }
+
+    fn with_valid_prefix(prefix: &str) -> Self {
+        let key = |name: &str| {
+            if prefix.is_empty() {
+                name.to_owned()
+            } else {
+                format!("{prefix}/{name}")
+            }
+        };
+        Self {
+            needed: key(REBOOT_NEEDED),
+            now: key(REBOOT_NOW),
+            in_progress: key(REBOOT_IN_PROGRESS),
+            boot_id: key(REBOOT_BOOT_ID),
+            done: key(REBOOT_DONE),
+            cordoned: key(REBOOT_CORDONED),
+            last_completed: key(REBOOT_LAST_COMPLETED),
+        }
+    }
+
+    /// Every key in use, in the order of [`ALL`].
+    pub fn all(&self) -> [&str; 7] {
+        [
+            &self.needed,
+            &self.now,
+            &self.in_progress,
+            &self.boot_id,
+            &self.done,
+            &self.cordoned,
+            &self.last_completed,
+        ]
+    }
+}
+
+fn validate_prefix(prefix: &str) -> Result<(), PrefixError> {
+    let fail = |why| {
+        Err(PrefixError {
+            prefix: prefix.to_owned(),
+            why,
+        })
+    };
+    if prefix.is_empty() {
+        return Ok(());
+    }
+    if prefix.len() > 253 {
+        return fail("longer than 253 characters");
+    }
+    for label in prefix.split('.') {
+        let alnum = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit();
+        if label.is_empty() || label.len() > 63 {
+            return fail("every dot-separated part must have 1 to 63 characters");
+        }
+        if !label.chars().all(|c| alnum(c) || c == '-') {
+            return fail("only lowercase letters, digits, '-' and '.' are allowed");
+        }
+        if !label.starts_with(alnum) || !label.ends_with(alnum) {
+            return fail("every part must start and end with a letter or digit");
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bare_keys_are_what_an_administrator_types() {
+        let keys = AnnotationKeys::new("").unwrap();
+        assert_eq!(keys.needed, "reboot-needed");
+        assert_eq!(keys.now, "reboot-now");
+        assert_eq!(keys.in_progress, "reboot-in-progress");
+    }
+
+    #[test]
+    fn prefix_applies_to_every_key() {
+        let keys = AnnotationKeys::new("reboot.example.com/").unwrap();
+        assert!(
+            keys.all()
+                .iter()
+                .all(|k| k.starts_with("reboot.example.com/"))
+        );
+        assert_eq!(keys.needed, "reboot.example.com/reboot-needed");
+    }
+
+    #[test]
+    fn bad_prefixes_are_refused_with_the_fix() {
+        for bad in ["Example.com", "-a.com", "a..b", "a/b", "a_b"] {
+            let err = AnnotationKeys::new(bad).unwrap_err().to_string();
+            assert!(err.contains("DNS subdomain"), "{bad}: {err}");
+        }
+    }
+}

@@ -1,0 +1,13 @@
+//! The node reboot protocol shared by `reboot-agent` and `reboot-controller`: the annotation
+//! keys, the protocol state of a node read from its annotations, the JSON patches that move a
+//! node from one state to the next, and the `--max-unavailable` budget. Pure: no I/O, no client.
+
+pub mod budget;
+pub mod keys;
+pub mod patch;
+pub mod state;
+
+pub use budget::{MaxUnavailable, MaxUnavailableError};
+pub use keys::{AnnotationKeys, PrefixError};
+pub use patch::Transition;
+pub use state::{NodeFacts, Phase, ProtocolState, Readiness, Request};

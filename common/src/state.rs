@@ -1,0 +1,177 @@
+//! The protocol state of a node, read from its annotations, and the few facts about a Node
+//! that every decision needs, as plain data.
+
+use crate::keys::AnnotationKeys;
+use k8s_openapi::api::core::v1::Node;
+use std::collections::BTreeMap;
+
+/// What the administrator asked for with `reboot-needed`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Request {
+    Absent,
+    /// `reboot-needed=true`.
+    Needed,
+    /// Any other value: not a request; the controller says so in a Warning Event.
+    Invalid(String),
+}
+
+/// Where a node is in the reboot protocol, as its annotations say.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Phase {
+    /// No reboot under way (a request may be pending: see [`Request`]).
+    Idle,
+    /// `reboot-now=true`: the controller has told the agent to reboot.
+    RebootNow,
+    /// `reboot-in-progress=true`: the agent has started the reboot from `boot_id`.
+    InProgress { boot_id: Option<String> },
+    /// `reboot-done=true`: the agent has proven the reboot; the controller finishes it.
+    Done,
+}
+
+/// The protocol state of one node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProtocolState {
+    pub request: Request,
+    pub phase: Phase,
+    /// The operator cordoned the node, so it uncordons it when the reboot is over.
+    pub cordoned_by_operator: bool,
+}
+
+impl ProtocolState {
+    /// Reads the state from a node's annotations. When the annotations contradict each other
+    /// (only a hand edit can do that), the most advanced phase wins, so no step is repeated.
+    pub fn from_annotations(keys: &AnnotationKeys, annotations: &BTreeMap<String, String>) -> Self {
+        let is_true = |key: &str| annotations.get(key).is_some_and(|v| v == "true");
+        let request = match annotations.get(&keys.needed).map(String::as_str) {
+            None => Request::Absent,
+            Some("true") => Request::Needed,
+            Some(other) => Request::Invalid(other.to_owned()),
+        };
+        let phase = if is_true(&keys.done) {
+            Phase::Done
+        } else if is_true(&keys.in_progress) {
+            Phase::InProgress {
+                boot_id: annotations.get(&keys.boot_id).cloned(),
+            }
+        } else if is_true(&keys.now) {
+            Phase::RebootNow
+        } else {
+            Phase::Idle
+        };
+        Self {
+            request,
+            phase,
+            cordoned_by_operator: is_true(&keys.cordoned),
+        }
+    }
+
+    /// The node is somewhere between `reboot-now` and the controller's completion.
+    pub fn reboot_under_way(&self) -> bool {
+        self.phase != Phase::Idle
+    }
+}
+
+/// The Node's Ready condition, as the kubelet last reported it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Readiness {
+    Ready,
+    NotReady,
+    Unknown,
+    /// No Ready condition at all (a node that never reported).
+    Missing,
+}
+
+/// The facts about a Node that the protocol needs, copied out of the API object.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeFacts {
+    pub name: String,
+    pub resource_version: Option<String>,
+    pub readiness: Readiness,
+    pub unschedulable: bool,
+    /// Whether `metadata.annotations` exists at all: a JSON Patch `add` of one key needs it.
+    pub has_annotations: bool,
+    pub annotations: BTreeMap<String, String>,
+    /// `status.nodeInfo.bootID`, as the kubelet reports it.
+    pub boot_id: Option<String>,
+}
+
+impl NodeFacts {
+    pub fn from_node(node: &Node) -> Self {
+        let readiness = node
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"))
+            .map_or(Readiness::Missing, |c| match c.status.as_str() {
+                "True" => Readiness::Ready,
+                "False" => Readiness::NotReady,
+                _ => Readiness::Unknown,
+            });
+        Self {
+            name: node.metadata.name.clone().unwrap_or_default(),
+            resource_version: node.metadata.resource_version.clone(),
+            readiness,
+            unschedulable: node
+                .spec
+                .as_ref()
+                .and_then(|s| s.unschedulable)
+                .unwrap_or(false),
+            has_annotations: node.metadata.annotations.is_some(),
+            annotations: node.metadata.annotations.clone().unwrap_or_default(),
+            boot_id: node
+                .status
+                .as_ref()
+                .and_then(|s| s.node_info.as_ref())
+                .map(|i| i.boot_id.clone())
+                .filter(|id| !id.is_empty()),
+        }
+    }
+
+    pub fn protocol(&self, keys: &AnnotationKeys) -> ProtocolState {
+        ProtocolState::from_annotations(keys, &self.annotations)
+    }
+
+    /// Unavailable for reasons of its own: not Ready, or cordoned.
+    pub fn unavailable_by_itself(&self) -> bool {
+        self.readiness != Readiness::Ready || self.unschedulable
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn state(pairs: &[(&str, &str)]) -> ProtocolState {
+        let annotations = pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        ProtocolState::from_annotations(&AnnotationKeys::default(), &annotations)
+    }
+
+    #[test]
+    fn only_true_is_a_request() {
+        assert_eq!(state(&[]).request, Request::Absent);
+        assert_eq!(state(&[("reboot-needed", "true")]).request, Request::Needed);
+        assert_eq!(
+            state(&[("reboot-needed", "banana")]).request,
+            Request::Invalid("banana".into())
+        );
+    }
+
+    #[test]
+    fn phases_follow_the_protocol() {
+        assert_eq!(state(&[("reboot-now", "true")]).phase, Phase::RebootNow);
+        assert_eq!(
+            state(&[("reboot-in-progress", "true"), ("reboot-boot-id", "b1")]).phase,
+            Phase::InProgress {
+                boot_id: Some("b1".into())
+            }
+        );
+        assert_eq!(
+            state(&[("reboot-done", "true"), ("reboot-now", "true")]).phase,
+            Phase::Done
+        );
+        assert!(state(&[("reboot-cordoned", "true")]).cordoned_by_operator);
+    }
+}

@@ -17,7 +17,11 @@ struct Ops {
 }
 
 fn annotation_path(key: &str) -> PointerBuf {
-    PointerBuf::from_tokens([Token::new("metadata"), Token::new("annotations"), Token::new(key)])
+    PointerBuf::from_tokens([
+        Token::new("metadata"),
+        Token::new("annotations"),
+        Token::new(key),
+    ])
 }
 
 fn path(tokens: &[&str]) -> PointerBuf {
@@ -33,7 +37,8 @@ impl Ops {
     }
 
     fn test(mut self, path: PointerBuf, value: Value) -> Self {
-        self.ops.push(PatchOperation::Test(TestOperation { path, value }));
+        self.ops
+            .push(PatchOperation::Test(TestOperation { path, value }));
         self
     }
 
@@ -50,13 +55,17 @@ impl Ops {
     }
 
     fn add(mut self, path: PointerBuf, value: Value) -> Self {
-        self.ops.push(PatchOperation::Add(AddOperation { path, value }));
+        self.ops
+            .push(PatchOperation::Add(AddOperation { path, value }));
         self
     }
 
     fn set_annotation(mut self, key: &str, value: &str) -> Self {
         if !self.annotations_exist {
-            self = self.add(path(&["metadata", "annotations"]), Value::Object(Default::default()));
+            self = self.add(
+                path(&["metadata", "annotations"]),
+                Value::Object(Default::default()),
+            );
             self.annotations_exist = true;
         }
         self.add(annotation_path(key), value.into())
@@ -64,7 +73,8 @@ impl Ops {
 
     fn remove_annotation(mut self, key: &str) -> Self {
         let path = annotation_path(key);
-        self.ops.push(PatchOperation::Remove(RemoveOperation { path }));
+        self.ops
+            .push(PatchOperation::Remove(RemoveOperation { path }));
         self
     }
 
@@ -170,7 +180,10 @@ impl<'a> Transition<'a> {
         if !node.protocol(self.keys).cordoned_by_operator {
             return None;
         }
-        Some(self.uncordon_ops(node, Ops::on(node).test_unchanged(node)).build())
+        Some(
+            self.uncordon_ops(node, Ops::on(node).test_unchanged(node))
+                .build(),
+        )
     }
 }
 
@@ -251,7 +264,10 @@ mod tests {
     fn completion_uncordons_only_what_we_cordoned() {
         let keys = AnnotationKeys::default();
         let t = Transition::new(&keys);
-        let ours = node(&[("reboot-done", "true"), ("reboot-cordoned", "true")], true);
+        let ours = node(
+            &[("reboot-done", "true"), ("reboot-cordoned", "true")],
+            true,
+        );
         let mut obj = json!({"metadata": {"annotations": {"reboot-done": "true",
             "reboot-cordoned": "true"}}, "spec": {"unschedulable": true}});
         apply(&mut obj, &t.complete(&ours, "2026-01-01T00:00:00Z")).unwrap();
@@ -272,7 +288,10 @@ mod tests {
     #[test]
     fn finishing_checks_the_recorded_boot_id() {
         let keys = AnnotationKeys::default();
-        let facts = node(&[("reboot-in-progress", "true"), ("reboot-boot-id", "b1")], false);
+        let facts = node(
+            &[("reboot-in-progress", "true"), ("reboot-boot-id", "b1")],
+            false,
+        );
         let mut obj = json!({"metadata": {"annotations": {"reboot-in-progress": "true",
             "reboot-boot-id": "other"}}});
         let patch = Transition::new(&keys).finish_reboot(&facts, Some("b1"));

@@ -480,13 +480,11 @@ impl Fleet {
         let f = facts(&self.nodes[i]);
         let boot_id = f.boot_id.clone().unwrap();
         match f.protocol(&keys).phase {
-            Phase::RebootNow => {
-                if self.patch(i, &t.begin_reboot(&f, &boot_id)) {
-                    self.set_ready(i, false);
-                    self.boots[i] += 1;
-                    self.nodes[i]["status"]["nodeInfo"]["bootID"] =
-                        format!("n{i}-boot-{}", self.boots[i]).into();
-                }
+            Phase::RebootNow if self.patch(i, &t.begin_reboot(&f, &boot_id)) => {
+                self.set_ready(i, false);
+                self.boots[i] += 1;
+                self.nodes[i]["status"]["nodeInfo"]["bootID"] =
+                    format!("n{i}-boot-{}", self.boots[i]).into();
             }
             Phase::InProgress { boot_id: recorded } if recorded.as_deref() != Some(&boot_id) => {
                 self.set_ready(i, true);

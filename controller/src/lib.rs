@@ -2,5 +2,21 @@
 //! with a compare-and-swap on one ledger object, cordons, drains and promotes requested nodes,
 //! and completes proven reboots.
 
+pub mod api_error;
+pub mod args;
 pub mod decide;
+pub mod events;
 pub mod ledger;
+pub mod ledger_store;
+pub mod memory;
+pub mod nodes;
+pub mod run;
+pub mod shell;
+pub mod shutdown;
+pub mod telemetry;
+
+pub use args::Args;
+pub use run::run;
+
+/// A node whose drain failed waits this long before it may be granted a slot again.
+pub const DRAIN_RETRY_AFTER_MS: u64 = 60_000;

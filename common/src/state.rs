@@ -35,6 +35,8 @@ pub struct ProtocolState {
     pub phase: Phase,
     /// The operator cordoned the node, so it uncordons it when the reboot is over.
     pub cordoned_by_operator: bool,
+    /// RFC 3339 time the last reboot of this node was completed.
+    pub last_completed: Option<String>,
 }
 
 impl ProtocolState {
@@ -62,6 +64,7 @@ impl ProtocolState {
             request,
             phase,
             cordoned_by_operator: is_true(&keys.cordoned),
+            last_completed: annotations.get(&keys.last_completed).cloned(),
         }
     }
 

@@ -4,6 +4,7 @@
 
 use crate::ledger::{Ledger, LedgerChange};
 use common::{NodeFacts, Phase, ProtocolState, Request};
+use k8s_openapi::jiff::Timestamp;
 
 /// Where the drain of a slot-holding node stands, as the shell knows it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -42,6 +43,8 @@ impl NodeView {
 /// Why the operator gives a node back without a reboot.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ReleaseReason {
+    /// The reboot was completed (the node is uncordoned already).
+    Completed,
     /// The administrator removed `reboot-needed` (or `reboot-now` before the agent took it).
     Cancelled,
     /// The drain did not finish in time; the request stays and is retried later.
@@ -71,7 +74,7 @@ pub enum NodeAction {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Decision {
     pub ledger: LedgerChange,
-    /// Why each released slot is released, for Events and metrics (absent: completed).
+    /// Why each released slot is released, for Events and metrics (absent: the node left).
     pub release_reasons: Vec<(String, ReleaseReason)>,
     pub node_actions: Vec<NodeAction>,
     /// Requested nodes that got no slot this round, oldest first.
@@ -116,6 +119,7 @@ impl Round<'_> {
                 let reason = match (&view.state.request, view.drain) {
                     (Request::Needed, DrainState::Failed) => ReleaseReason::DrainFailed,
                     (Request::Needed, _) => return self.advance_granted(view, decision),
+                    _ if self.completed_during_slot(view) => ReleaseReason::Completed,
                     _ => ReleaseReason::Cancelled,
                 };
                 if view.state.cordoned_by_operator {
@@ -128,6 +132,19 @@ impl Round<'_> {
                 }
             }
         }
+    }
+
+    /// Whether the node's last completion is later than the grant of its slot: then the slot
+    /// ends a reboot, not a cancelled request.
+    fn completed_during_slot(&self, view: &NodeView) -> bool {
+        let parse = |t: &str| t.parse::<Timestamp>().ok();
+        let completed = view.state.last_completed.as_deref().and_then(parse);
+        let granted = self
+            .ledger
+            .slots
+            .get(view.name())
+            .and_then(|s| parse(&s.granted_at));
+        matches!((completed, granted), (Some(c), Some(g)) if c >= g)
     }
 
     /// A granted node whose request stands: cordon, drain, promote.

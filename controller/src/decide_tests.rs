@@ -155,6 +155,25 @@ fn a_withdrawn_request_is_uncordoned_then_released() {
 }
 
 #[test]
+fn a_slot_released_after_completion_is_not_a_cancel() {
+    let mut obj = node_json("n", true);
+    annotate(&mut obj, "reboot-last-completed", "2026-01-01T00:00:05Z");
+    let mut ledger = ledger_of(&["n"]);
+    ledger.slots.get_mut("n").unwrap().granted_at = "2026-01-01T00:00:01.5Z".into();
+    let d = decide(&[view(&obj)], &ledger, 1, false);
+    assert_eq!(
+        d.release_reasons,
+        vec![("n".to_owned(), ReleaseReason::Completed)]
+    );
+    ledger.slots.get_mut("n").unwrap().granted_at = "2026-01-01T00:00:06Z".into();
+    let d = decide(&[view(&obj)], &ledger, 1, false);
+    assert_eq!(
+        d.release_reasons,
+        vec![("n".to_owned(), ReleaseReason::Cancelled)]
+    );
+}
+
+#[test]
 fn completion_waits_for_ready() {
     let mut obj = node_json("n", false);
     annotate(&mut obj, "reboot-done", "true");

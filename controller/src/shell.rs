@@ -158,6 +158,7 @@ impl Shell {
                 continue;
             };
             match reason {
+                ReleaseReason::Completed => {}
                 ReleaseReason::Cancelled => {
                     self.events.publish(
                         node,

@@ -1,0 +1,196 @@
+//! A fleet of simulated nodes on one API server.
+
+use crate::{
+    Error,
+    node::{AgentLaunch, NodeCommand, NodeState, SimNode},
+};
+use futures::future::try_join_all;
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::{Api, Client};
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    path::PathBuf,
+    sync::{Arc, atomic::Ordering},
+    time::Duration,
+};
+use tokio::{sync::mpsc, task::JoinHandle};
+
+/// Which kubeconfig each node's agent uses (admin by default; tests of least privilege give
+/// each agent its own ServiceAccount token).
+pub type AgentKubeconfig = Arc<dyn Fn(&str) -> PathBuf + Send + Sync>;
+
+/// How to build a fleet.
+#[derive(Clone)]
+pub struct FleetConfig {
+    pub nodes: usize,
+    /// Nodes are named `<prefix>-1` .. `<prefix>-N`.
+    pub name_prefix: String,
+    pub reboot_duration: Duration,
+    pub agent: AgentLaunch,
+    pub work_dir: PathBuf,
+    /// The admin kubeconfig; also the agents' unless `agent_kubeconfig` says otherwise.
+    pub kubeconfig: PathBuf,
+    pub agent_kubeconfig: Option<AgentKubeconfig>,
+    pub labels: BTreeMap<String, String>,
+}
+
+impl std::fmt::Debug for FleetConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FleetConfig")
+            .field("nodes", &self.nodes)
+            .field("name_prefix", &self.name_prefix)
+            .field("reboot_duration", &self.reboot_duration)
+            .finish_non_exhaustive()
+    }
+}
+
+impl FleetConfig {
+    pub fn new(nodes: usize, agent_bin: PathBuf, work_dir: PathBuf, kubeconfig: PathBuf) -> Self {
+        Self {
+            nodes,
+            name_prefix: "sim".into(),
+            reboot_duration: Duration::from_secs(2),
+            agent: AgentLaunch {
+                bin: agent_bin,
+                args: Vec::new(),
+            },
+            work_dir,
+            kubeconfig,
+            agent_kubeconfig: None,
+            labels: BTreeMap::new(),
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Handle {
+    commands: mpsc::Sender<NodeCommand>,
+    state: Arc<NodeState>,
+    task: JoinHandle<()>,
+}
+
+/// Running simulated nodes; dropping the fleet stops every agent.
+#[derive(Debug)]
+pub struct Fleet {
+    nodes: BTreeMap<String, Handle>,
+    kubelet: JoinHandle<()>,
+}
+
+impl Fleet {
+    /// Registers the nodes (Ready), starts their agents and the kubelet stand-in.
+    pub async fn start(client: Client, config: FleetConfig) -> Result<Fleet, Error> {
+        let names: Vec<String> = (1..=config.nodes)
+            .map(|i| format!("{}-{i}", config.name_prefix))
+            .collect();
+        let sims: Vec<SimNode> = names
+            .iter()
+            .map(|name| SimNode {
+                name: name.clone(),
+                dir: config.work_dir.join(name),
+                nodes: Api::all(client.clone()),
+                leases: Api::<Lease>::namespaced(client.clone(), "kube-node-lease"),
+                agent: config.agent.clone(),
+                kubeconfig: config
+                    .agent_kubeconfig
+                    .as_ref()
+                    .map_or_else(|| config.kubeconfig.clone(), |f| f(name)),
+                reboot_duration: config.reboot_duration,
+                labels: config.labels.clone(),
+                state: Arc::new(NodeState::default()),
+            })
+            .collect();
+        // Registering is a few requests per node: do it concurrently, in bounded batches.
+        for batch in sims.chunks(50) {
+            try_join_all(batch.iter().map(SimNode::register)).await?;
+        }
+        let kubelet = tokio::spawn(crate::kubelet::run(
+            client,
+            Arc::new(names.iter().cloned().collect::<BTreeSet<_>>()),
+        ));
+        let nodes = sims
+            .into_iter()
+            .map(|sim| {
+                let (commands, receiver) = mpsc::channel(8);
+                let state = sim.state.clone();
+                let name = sim.name.clone();
+                let task = tokio::spawn(sim.run(receiver));
+                (
+                    name,
+                    Handle {
+                        commands,
+                        state,
+                        task,
+                    },
+                )
+            })
+            .collect();
+        Ok(Fleet { nodes, kubelet })
+    }
+
+    pub fn names(&self) -> Vec<String> {
+        self.nodes.keys().cloned().collect()
+    }
+
+    fn handle(&self, node: &str) -> &Handle {
+        self.nodes
+            .get(node)
+            .unwrap_or_else(|| panic!("no simulated node {node}"))
+    }
+
+    /// How many simulated reboots the node went through.
+    pub fn reboots(&self, node: &str) -> u32 {
+        self.handle(node).state.reboots.load(Ordering::SeqCst)
+    }
+
+    pub fn total_reboots(&self) -> u32 {
+        self.nodes
+            .values()
+            .map(|h| h.state.reboots.load(Ordering::SeqCst))
+            .sum()
+    }
+
+    /// The node's next reboot request has no effect (a reboot that did not happen).
+    pub fn swallow_next_reboot(&self, node: &str) {
+        self.handle(node)
+            .state
+            .swallow_next_reboot
+            .store(true, Ordering::SeqCst);
+    }
+
+    pub async fn kill_agent(&self, node: &str) {
+        let _ = self
+            .handle(node)
+            .commands
+            .send(NodeCommand::KillAgent)
+            .await;
+    }
+
+    pub async fn set_ready(&self, node: &str, ready: bool) {
+        let _ = self
+            .handle(node)
+            .commands
+            .send(NodeCommand::SetReady(ready))
+            .await;
+    }
+
+    /// Stops every agent and the kubelet stand-in.
+    pub async fn stop(mut self) {
+        for handle in self.nodes.values() {
+            let _ = handle.commands.send(NodeCommand::Stop).await;
+        }
+        for (_, handle) in std::mem::take(&mut self.nodes) {
+            let _ = handle.task.await;
+        }
+        self.kubelet.abort();
+    }
+}
+
+impl Drop for Fleet {
+    fn drop(&mut self) {
+        // Aborting a node's task drops its agent Child, which kills the process.
+        for handle in self.nodes.values() {
+            handle.task.abort();
+        }
+        self.kubelet.abort();
+    }
+}

@@ -1,0 +1,99 @@
+//! The pod duties of a kubelet, for pods bound to simulated nodes: start them (Running and
+//! Ready at once) and finish their deletion (the containers "stop" at once).
+
+use futures::StreamExt;
+use k8s_openapi::{api::core::v1::Pod, jiff::Timestamp};
+use kube::{
+    Api, Client, ResourceExt,
+    api::{DeleteParams, Patch, PatchParams, Preconditions},
+    runtime::{WatchStreamExt, watcher},
+};
+use serde_json::json;
+use std::{collections::BTreeSet, sync::Arc};
+
+/// Runs until the task is aborted.
+pub async fn run(client: Client, nodes: Arc<BTreeSet<String>>) {
+    let stream = watcher(Api::<Pod>::all(client.clone()), watcher::Config::default())
+        .default_backoff()
+        .applied_objects();
+    futures::pin_mut!(stream);
+    while let Some(event) = stream.next().await {
+        let pod = match event {
+            Ok(pod) => pod,
+            Err(error) => {
+                tracing::debug!(%error, "pod watch failed; retrying");
+                continue;
+            }
+        };
+        let on_our_node = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.node_name.as_ref())
+            .is_some_and(|n| nodes.contains(n));
+        if !on_our_node {
+            continue;
+        }
+        let api: Api<Pod> = Api::namespaced(client.clone(), &pod.namespace().unwrap_or_default());
+        let result = if pod.metadata.deletion_timestamp.is_some() {
+            finish_deletion(&api, &pod).await
+        } else if !is_running(&pod) {
+            start(&api, &pod).await
+        } else {
+            Ok(())
+        };
+        if let Err(error) = result {
+            tracing::debug!(pod = %pod.name_any(), %error, "simulated kubelet could not update pod");
+        }
+    }
+}
+
+fn is_running(pod: &Pod) -> bool {
+    pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+}
+
+async fn start(api: &Api<Pod>, pod: &Pod) -> Result<(), kube::Error> {
+    let now = Timestamp::now().to_string();
+    let containers: Vec<_> = pod
+        .spec
+        .as_ref()
+        .map(|s| s.containers.iter().collect())
+        .unwrap_or_default();
+    let statuses: Vec<_> = containers
+        .iter()
+        .map(|c| {
+            json!({"name": c.name, "image": c.image.clone().unwrap_or_default(), "imageID": "",
+            "ready": true, "started": true, "restartCount": 0,
+            "state": {"running": {"startedAt": now}}})
+        })
+        .collect();
+    let condition = |t: &str| json!({"type": t, "status": "True", "lastTransitionTime": now});
+    let patch = json!({"status": {
+        "phase": "Running", "startTime": now,
+        "conditions": [condition("PodScheduled"), condition("Initialized"),
+                       condition("ContainersReady"), condition("Ready")],
+        "containerStatuses": statuses,
+    }});
+    api.patch_status(
+        &pod.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(patch),
+    )
+    .await
+    .map(|_| ())
+}
+
+async fn finish_deletion(api: &Api<Pod>, pod: &Pod) -> Result<(), kube::Error> {
+    let params = DeleteParams {
+        grace_period_seconds: Some(0),
+        preconditions: Some(Preconditions {
+            uid: pod.uid(),
+            resource_version: None,
+        }),
+        ..DeleteParams::default()
+    };
+    match api.delete(&pod.name_any(), &params).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.is_not_found() => Ok(()),
+        Err(e) => Err(e),
+    }
+}

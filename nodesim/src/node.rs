@@ -1,0 +1,272 @@
+//! One simulated node: its Node object and heartbeat, its real `reboot-agent` process (restarted
+//! when it exits, as a kubelet restarts a pod), and its simulated reboots.
+
+use crate::Error;
+use k8s_openapi::{
+    api::{coordination::v1::Lease, core::v1::Node},
+    apimachinery::pkg::apis::meta::v1::MicroTime,
+    jiff::Timestamp,
+};
+use kube::{
+    Api,
+    api::{Patch, PatchParams, PostParams},
+};
+use serde_json::json;
+use std::{
+    collections::BTreeMap,
+    path::PathBuf,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, AtomicU32, Ordering},
+    },
+    time::{Duration, Instant},
+};
+use tokio::{
+    process::{Child, Command},
+    sync::mpsc,
+};
+
+/// How the agents of simulated nodes are started.
+#[derive(Debug, Clone)]
+pub struct AgentLaunch {
+    pub bin: PathBuf,
+    /// Extra flags for every agent (`--annotation-prefix`, `--reboot-timeout`, ...).
+    pub args: Vec<String>,
+}
+
+/// What a test can observe of, and do to, a simulated node while it runs.
+#[derive(Debug, Default)]
+pub struct NodeState {
+    pub reboots: AtomicU32,
+    /// The next reboot request is dropped, as if the reboot command had no effect.
+    pub swallow_next_reboot: AtomicBool,
+    pub agent_starts: AtomicU32,
+}
+
+/// Commands to a running simulated node.
+#[derive(Debug)]
+pub enum NodeCommand {
+    /// SIGKILL the agent (it is restarted a moment later, as a kubelet would).
+    KillAgent,
+    /// The kubelet reports Ready or NotReady (a fault outside the operator).
+    SetReady(bool),
+    Stop,
+}
+
+const HEARTBEAT: Duration = Duration::from_secs(10);
+const POLL: Duration = Duration::from_millis(25);
+const AGENT_RESTART_DELAY: Duration = Duration::from_millis(500);
+
+#[derive(Debug)]
+pub struct SimNode {
+    pub name: String,
+    pub dir: PathBuf,
+    pub nodes: Api<Node>,
+    pub leases: Api<Lease>,
+    pub agent: AgentLaunch,
+    pub kubeconfig: PathBuf,
+    pub reboot_duration: Duration,
+    pub labels: BTreeMap<String, String>,
+    pub state: Arc<NodeState>,
+}
+
+fn new_boot_id(name: &str) -> String {
+    let nanos = Timestamp::now().as_nanosecond();
+    format!("{name}-{nanos:x}")
+}
+
+impl SimNode {
+    fn boot_id_file(&self) -> PathBuf {
+        self.dir.join("boot_id")
+    }
+
+    fn reboot_request_file(&self) -> PathBuf {
+        self.dir.join("reboot-requested")
+    }
+
+    /// Creates the node's files, Node object (Ready) and heartbeat Lease.
+    pub async fn register(&self) -> Result<(), Error> {
+        std::fs::create_dir_all(&self.dir)
+            .map_err(Error::io(format!("create {}", self.dir.display())))?;
+        let boot_id = new_boot_id(&self.name);
+        self.write_boot_id(&boot_id)?;
+        let mut labels = self.labels.clone();
+        labels.insert("kubernetes.io/hostname".into(), self.name.clone());
+        labels.insert("kubernetes.io/os".into(), "linux".into());
+        let node: Node = serde_json::from_value(json!({
+            "metadata": {"name": self.name, "labels": labels},
+            "spec": {},
+        }))
+        .map_err(|e| Error::Setup(e.to_string()))?;
+        match self.nodes.create(&PostParams::default(), &node).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.is_already_exists() => {}
+            Err(e) => return Err(e.into()),
+        }
+        self.report(true, Some(&boot_id)).await?;
+        let lease: Lease = serde_json::from_value(json!({
+            "metadata": {"name": self.name},
+            "spec": {"holderIdentity": self.name, "leaseDurationSeconds": 40},
+        }))
+        .map_err(|e| Error::Setup(e.to_string()))?;
+        match self.leases.create(&PostParams::default(), &lease).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.is_already_exists() => {}
+            Err(e) => return Err(e.into()),
+        }
+        self.heartbeat().await;
+        Ok(())
+    }
+
+    fn write_boot_id(&self, boot_id: &str) -> Result<(), Error> {
+        let path = self.boot_id_file();
+        std::fs::write(&path, format!("{boot_id}\n"))
+            .map_err(Error::io(format!("write {}", path.display())))
+    }
+
+    /// Reports the Ready condition (and a new boot id), as a kubelet does.
+    async fn report(&self, ready: bool, boot_id: Option<&str>) -> Result<(), Error> {
+        let now = Timestamp::now().to_string();
+        let (status, reason) = if ready {
+            ("True", "KubeletReady")
+        } else {
+            ("False", "KubeletNotReady")
+        };
+        let mut patch = json!({"status": {
+            "conditions": [{"type": "Ready", "status": status, "reason": reason,
+                "message": format!("simulated kubelet: {reason}"),
+                "lastHeartbeatTime": now, "lastTransitionTime": now}],
+            "capacity": {"cpu": "4", "memory": "16Gi", "pods": "110"},
+            "allocatable": {"cpu": "4", "memory": "16Gi", "pods": "110"},
+        }});
+        if let Some(boot_id) = boot_id {
+            patch["status"]["nodeInfo"] = json!({"bootID": boot_id, "kubeletVersion": "simulated",
+                "operatingSystem": "linux", "architecture": "amd64"});
+        }
+        self.nodes
+            .patch_status(
+                &self.name,
+                &PatchParams::default(),
+                &Patch::Strategic(patch),
+            )
+            .await?;
+        Ok(())
+    }
+
+    async fn heartbeat(&self) {
+        let patch = json!({"spec": {"renewTime": MicroTime(Timestamp::now())}});
+        if let Err(error) = self
+            .leases
+            .patch(&self.name, &PatchParams::default(), &Patch::Merge(patch))
+            .await
+        {
+            tracing::debug!(node = %self.name, %error, "heartbeat failed");
+        }
+    }
+
+    fn spawn_agent(&self) -> Result<Child, Error> {
+        let log_path = self.dir.join("agent.log");
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log_path)
+            .map_err(Error::io(format!("open {}", log_path.display())))?;
+        let err_log = log.try_clone().map_err(Error::io("dup agent log"))?;
+        let child = Command::new(&self.agent.bin)
+            .arg("--node-name")
+            .arg(&self.name)
+            .arg("--boot-id-file")
+            .arg(self.boot_id_file())
+            .args([
+                "--reboot-method",
+                "command",
+                "--host-mount-namespace",
+                "false",
+            ])
+            .arg("--reboot-command")
+            .arg(format!("touch {}", self.reboot_request_file().display()))
+            .args(&self.agent.args)
+            .env("KUBECONFIG", &self.kubeconfig)
+            .stdout(log)
+            .stderr(err_log)
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(Error::io(format!("start {}", self.agent.bin.display())))?;
+        self.state.agent_starts.fetch_add(1, Ordering::SeqCst);
+        Ok(child)
+    }
+
+    /// The node reboots: power off (the agent dies with it), NotReady while it is down, then
+    /// Ready with a new boot id and a fresh agent.
+    async fn reboot(&self, agent: &mut Option<Child>) -> Result<(), Error> {
+        if let Some(mut child) = agent.take() {
+            let _ = child.kill().await;
+        }
+        tracing::info!(node = %self.name, "simulated reboot: down for {:?}", self.reboot_duration);
+        self.report(false, None).await?;
+        tokio::time::sleep(self.reboot_duration).await;
+        let boot_id = new_boot_id(&self.name);
+        self.write_boot_id(&boot_id)?;
+        self.report(true, Some(&boot_id)).await?;
+        self.state.reboots.fetch_add(1, Ordering::SeqCst);
+        *agent = Some(self.spawn_agent()?);
+        Ok(())
+    }
+
+    /// Runs the node until `Stop` (or the command channel closes).
+    pub async fn run(self, mut commands: mpsc::Receiver<NodeCommand>) {
+        let mut agent = match self.spawn_agent() {
+            Ok(child) => Some(child),
+            Err(error) => {
+                tracing::error!(node = %self.name, %error, "cannot start agent");
+                None
+            }
+        };
+        let mut restart_at: Option<Instant> = None;
+        let mut heartbeat = tokio::time::interval(HEARTBEAT);
+        let mut poll = tokio::time::interval(POLL);
+        loop {
+            tokio::select! {
+                _ = poll.tick() => {}
+                _ = heartbeat.tick() => { self.heartbeat().await; continue; }
+                command = commands.recv() => match command {
+                    Some(NodeCommand::KillAgent) => {
+                        if let Some(child) = agent.as_mut() { let _ = child.start_kill(); }
+                    }
+                    Some(NodeCommand::SetReady(ready)) => {
+                        if let Err(error) = self.report(ready, None).await {
+                            tracing::warn!(node = %self.name, %error, "could not report readiness");
+                        }
+                    }
+                    Some(NodeCommand::Stop) | None => break,
+                },
+            }
+            if std::fs::remove_file(self.reboot_request_file()).is_ok() {
+                if self.state.swallow_next_reboot.swap(false, Ordering::SeqCst) {
+                    tracing::info!(node = %self.name, "reboot request swallowed (simulated failed reboot)");
+                } else if let Err(error) = self.reboot(&mut agent).await {
+                    tracing::error!(node = %self.name, %error, "simulated reboot failed");
+                }
+            }
+            if let Some(child) = agent.as_mut()
+                && let Ok(Some(status)) = child.try_wait()
+            {
+                tracing::info!(node = %self.name, %status, "agent exited; restarting it");
+                agent = None;
+                restart_at = Some(Instant::now() + AGENT_RESTART_DELAY);
+            }
+            if agent.is_none() && restart_at.is_some_and(|t| Instant::now() >= t) {
+                restart_at = None;
+                match self.spawn_agent() {
+                    Ok(child) => agent = Some(child),
+                    Err(error) => {
+                        tracing::error!(node = %self.name, %error, "cannot restart agent")
+                    }
+                }
+            }
+        }
+        if let Some(mut child) = agent {
+            let _ = child.kill().await;
+        }
+    }
+}

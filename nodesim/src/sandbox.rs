@@ -1,0 +1,162 @@
+//! A whole local installation: a real control plane, a fleet of simulated nodes with real
+//! agents, and the real controller. Used by `make sandbox`, the demo, the end-to-end tests and
+//! the benchmark.
+
+use crate::{ControllerProcess, Error, Fleet, FleetConfig, workspace_binary};
+use k8s_openapi::api::core::v1::Namespace;
+use kube::{Api, Client, api::PostParams};
+use std::time::Duration;
+use testenv::{ControlPlane, Options};
+
+/// The namespace of the controller's ledger (and of the manifests' resources).
+pub const OPERATOR_NAMESPACE: &str = "node-reboot-operator";
+
+#[derive(Debug, Clone)]
+pub struct SandboxConfig {
+    pub nodes: usize,
+    pub max_unavailable: String,
+    pub reboot_duration: Duration,
+    pub controller_args: Vec<String>,
+    pub agent_args: Vec<String>,
+    /// Start the controller (tests of two controllers start their own).
+    pub start_controller: bool,
+    pub control_plane: Options,
+}
+
+impl Default for SandboxConfig {
+    fn default() -> Self {
+        Self {
+            nodes: 3,
+            max_unavailable: "1".into(),
+            reboot_duration: Duration::from_secs(2),
+            controller_args: Vec::new(),
+            agent_args: Vec::new(),
+            start_controller: true,
+            control_plane: Options::default(),
+        }
+    }
+}
+
+pub struct Sandbox {
+    pub fleet: Fleet,
+    pub controllers: Vec<ControllerProcess>,
+    pub client: Client,
+    pub config: SandboxConfig,
+    // Last: dropped after the processes that talk to it.
+    pub control_plane: ControlPlane,
+}
+
+impl std::fmt::Debug for Sandbox {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sandbox")
+            .field("dir", &self.control_plane.dir())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Sandbox {
+    pub async fn start(config: SandboxConfig) -> Result<Sandbox, Error> {
+        let agent_bin = workspace_binary("reboot-agent")?;
+        let control_plane = ControlPlane::start(config.control_plane.clone()).await?;
+        let client = control_plane.client().await?;
+        create_namespace(&client, OPERATOR_NAMESPACE).await?;
+        let mut fleet_config = FleetConfig::new(
+            config.nodes,
+            agent_bin,
+            control_plane.dir().join("nodes"),
+            control_plane.kubeconfig_path().to_path_buf(),
+        );
+        fleet_config.reboot_duration = config.reboot_duration;
+        fleet_config.agent.args = config.agent_args.clone();
+        let fleet = Fleet::start(client.clone(), fleet_config).await?;
+        let mut sandbox = Sandbox {
+            fleet,
+            controllers: Vec::new(),
+            client,
+            config,
+            control_plane,
+        };
+        if sandbox.config.start_controller {
+            sandbox.start_controller(&[])?;
+        }
+        Ok(sandbox)
+    }
+
+    /// Starts one more controller (its log is `controller-<n>.log` in the sandbox directory),
+    /// with the sandbox's controller flags plus `extra`.
+    pub fn start_controller(&mut self, extra: &[&str]) -> Result<&mut ControllerProcess, Error> {
+        let mut args = vec![
+            "--max-unavailable".to_owned(),
+            self.config.max_unavailable.clone(),
+        ];
+        args.extend(self.config.controller_args.iter().cloned());
+        args.extend(extra.iter().map(|s| (*s).to_owned()));
+        let log = self
+            .control_plane
+            .dir()
+            .join(format!("controller-{}.log", self.controllers.len() + 1));
+        let process = ControllerProcess::start(
+            workspace_binary("reboot-controller")?,
+            self.control_plane.kubeconfig_path().to_path_buf(),
+            args,
+            log,
+        )?;
+        self.controllers.push(process);
+        let last = self.controllers.len() - 1;
+        Ok(&mut self.controllers[last])
+    }
+
+    /// Stops agents and controllers, then the control plane.
+    pub async fn stop(mut self) {
+        for controller in &mut self.controllers {
+            controller.terminate(Duration::from_secs(5)).await;
+        }
+        self.fleet.stop().await;
+    }
+}
+
+pub async fn create_namespace(client: &Client, name: &str) -> Result<(), Error> {
+    let ns: Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": name}}))
+        .map_err(|e| Error::Setup(e.to_string()))?;
+    match Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &ns)
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.is_already_exists() => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// `make sandbox`: start, print where to look, wait for Ctrl-C or SIGTERM, stop everything.
+pub async fn run_until_signal(config: SandboxConfig) -> anyhow::Result<()> {
+    eprintln!(
+        "sandbox: starting a control plane, {} simulated nodes and the controller (--max-unavailable {}) ...",
+        config.nodes, config.max_unavailable
+    );
+    let sandbox = Sandbox::start(config).await?;
+    let dir = sandbox.control_plane.dir().display().to_string();
+    eprintln!("sandbox: ready. Logs: {dir}/controller-1.log, {dir}/nodes/<node>/agent.log");
+    eprintln!(
+        "sandbox: try  kubectl annotate node sim-1 reboot-needed=true  then  kubectl get nodes -w"
+    );
+    println!(
+        "KUBECONFIG={}",
+        sandbox.control_plane.kubeconfig_path().display()
+    );
+    wait_for_signal().await;
+    eprintln!("sandbox: stopping ...");
+    sandbox.stop().await;
+    Ok(())
+}
+
+async fn wait_for_signal() {
+    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(term) => term,
+        Err(_) => return std::future::pending().await,
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+}

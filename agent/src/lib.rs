@@ -1,1 +1,86 @@
-//! placeholder
+//! reboot-agent: runs on every node (a DaemonSet pod), watches its own Node, and reboots it
+//! when the controller sets `reboot-now`; after the boot it proves the reboot by a new boot id
+//! and reports it done. See DESIGN.md section 5.
+//!
+//! The decision is the pure [`decide`]; the one destructive side effect sits behind the
+//! [`Rebooter`] trait; [`run_with_client`] is the loop that connects them to the API server.
+
+pub mod args;
+pub mod decision;
+pub mod duration;
+pub mod error;
+pub mod events;
+pub mod host_exec;
+pub mod node_agent;
+mod patches;
+pub mod rebooter;
+mod retry;
+pub mod settings;
+mod steps;
+pub mod telemetry;
+pub mod test_hook;
+
+pub use args::{Args, LogFormat, RebootCommand, RebootMethod};
+pub use decision::{AgentAction, decide};
+pub use error::AgentError;
+pub use rebooter::{RebootError, Rebooter, rebooter_for};
+pub use settings::{ConfigError, RebootSettings, Settings};
+
+use std::{future::Future, sync::Arc};
+use tracing::Instrument;
+
+/// [`run`] on a single-threaded runtime (the agent watches one object), as `main` does.
+pub fn run_blocking(args: Args) -> Result<(), AgentError> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(AgentError::Runtime)?;
+    let result = runtime.block_on(run(args));
+    // Do not wait for a reboot command that may still run in a blocking thread.
+    runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+    result
+}
+
+/// Runs the agent as the binary does: validates `args`, connects with the default client
+/// configuration (KUBECONFIG or in-cluster), reboots with the configured method, and stops
+/// gracefully on SIGTERM or Ctrl-C.
+pub async fn run(args: Args) -> Result<(), AgentError> {
+    let settings = Settings::from_args(&args)?;
+    let client = kube::Client::try_default()
+        .await
+        .map_err(AgentError::Client)?;
+    let rebooter = rebooter_for(&settings.reboot);
+    run_with_client(client, settings, rebooter, shutdown_signal()).await
+}
+
+/// Runs the agent of `settings.node_name` with a given client and rebooter until `shutdown`
+/// completes (Ok) or a reboot fails or does not happen in time (Err). For tests and simulators.
+pub async fn run_with_client(
+    client: kube::Client,
+    settings: Settings,
+    rebooter: Arc<dyn Rebooter>,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), AgentError> {
+    let span = tracing::info_span!("reboot_agent", node = %settings.node_name);
+    node_agent::NodeAgent::new(client, settings, rebooter)
+        .run(shutdown)
+        .instrument(span)
+        .await
+}
+
+/// Completes on SIGTERM (the kubelet stopping the pod) or Ctrl-C.
+pub async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    match signal(SignalKind::terminate()) {
+        Ok(mut terminate) => {
+            tokio::select! {
+                _ = terminate.recv() => {}
+                _ = tokio::signal::ctrl_c() => {}
+            }
+        }
+        Err(error) => {
+            tracing::warn!(%error, "cannot listen for SIGTERM; stopping on Ctrl-C only");
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}

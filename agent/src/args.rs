@@ -1,0 +1,202 @@
+//! The command line. Every flag can also be set through the environment variable named next
+//! to it, as a DaemonSet does; values are validated into [`crate::Settings`].
+
+use crate::duration::parse_duration;
+use clap::{ArgAction, Parser, ValueEnum};
+use common::AnnotationKeys;
+use std::{path::PathBuf, time::Duration};
+
+/// How the agent reboots its node (DESIGN.md section 5).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum RebootMethod {
+    /// Run `--reboot-command` in the host's mount namespace; honours logind inhibitors.
+    Command,
+    /// Send SIGRTMIN+5 (systemd's reboot.target) to `--signal-target-pid`.
+    Signal,
+    /// `sync()` then `reboot(RB_AUTOBOOT)`: the last resort.
+    Syscall,
+}
+
+/// Format of the log lines.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+/// A `--reboot-command`: a program and its arguments, split on whitespace, run without a shell.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RebootCommand(Vec<String>);
+
+impl RebootCommand {
+    pub fn argv(&self) -> &[String] {
+        &self.0
+    }
+
+    pub fn program(&self) -> &str {
+        &self.0[0]
+    }
+
+    pub fn args(&self) -> &[String] {
+        &self.0[1..]
+    }
+}
+
+impl std::fmt::Display for RebootCommand {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0.join(" "))
+    }
+}
+
+fn parse_reboot_command(value: &str) -> Result<RebootCommand, String> {
+    let argv: Vec<String> = value.split_whitespace().map(str::to_owned).collect();
+    if argv.is_empty() {
+        return Err(
+            "the reboot command is empty; give a program and its arguments, \
+                    such as `systemctl reboot`"
+                .into(),
+        );
+    }
+    Ok(RebootCommand(argv))
+}
+
+fn parse_annotation_prefix(value: &str) -> Result<AnnotationKeys, String> {
+    AnnotationKeys::new(value).map_err(|e| e.to_string())
+}
+
+fn parse_reboot_timeout(value: &str) -> Result<Duration, String> {
+    parse_duration(value).map_err(|e| e.to_string())
+}
+
+/// reboot-agent: reboots this node when the controller says `reboot-now`, then proves the
+/// reboot by a new boot id.
+#[derive(Debug, Clone, Parser)]
+#[command(name = "reboot-agent", version)]
+pub struct Args {
+    /// Name of the Node this agent runs on (from the downward API, spec.nodeName). Required.
+    #[arg(long, env = "NODE_NAME")]
+    pub node_name: Option<String>,
+
+    /// File holding the current boot id; a reboot is proven when it changes.
+    #[arg(
+        long,
+        env = "BOOT_ID_FILE",
+        default_value = "/proc/sys/kernel/random/boot_id"
+    )]
+    pub boot_id_file: PathBuf,
+
+    /// DNS subdomain put in front of every annotation key (`<prefix>/reboot-now`); empty for
+    /// bare keys. Must match the controller's.
+    #[arg(long = "annotation-prefix", env = "ANNOTATION_PREFIX", default_value = "",
+          value_name = "PREFIX",
+          value_parser = parse_annotation_prefix)]
+    pub annotation_keys: AnnotationKeys,
+
+    /// How to reboot.
+    #[arg(long, env = "REBOOT_METHOD", value_enum, default_value_t = RebootMethod::Command)]
+    pub reboot_method: RebootMethod,
+
+    /// Command for `--reboot-method command`, split on whitespace (no shell).
+    #[arg(long, env = "REBOOT_COMMAND", default_value = "systemctl reboot",
+          value_parser = parse_reboot_command)]
+    pub reboot_command: RebootCommand,
+
+    /// Run the reboot command in the host's mount namespace (that of PID 1). `false` runs it
+    /// in the agent's own, for tests and simulators.
+    #[arg(long, env = "HOST_MOUNT_NAMESPACE", default_value_t = true, action = ArgAction::Set)]
+    pub host_mount_namespace: bool,
+
+    /// Process that `--reboot-method signal` signals: the host's systemd, PID 1 with hostPID.
+    #[arg(long, env = "SIGNAL_TARGET_PID", default_value_t = 1,
+          value_parser = clap::value_parser!(i32).range(1..))]
+    pub signal_target_pid: i32,
+
+    /// How long a triggered reboot may take before the agent reports that it did not happen
+    /// and exits (so that its pod restarts and tries again). Such as `30s`, `10m`.
+    #[arg(long, env = "REBOOT_TIMEOUT", default_value = "10m", value_name = "DURATION",
+          value_parser = parse_reboot_timeout)]
+    pub reboot_timeout: Duration,
+
+    /// Format of the log lines; the level comes from RUST_LOG (default info).
+    #[arg(long, env = "LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+
+    /// FOR TESTS ONLY: trigger the reboot method once, without any API server, and exit.
+    /// Deliberately hidden and without an environment variable, so that no pod spec can turn
+    /// it on by accident.
+    #[arg(long, hide = true)]
+    pub reboot_once_for_test: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(extra: &[&str]) -> Result<Args, clap::Error> {
+        let argv = ["reboot-agent", "--node-name", "n1"].iter().chain(extra);
+        Args::try_parse_from(argv)
+    }
+
+    #[test]
+    fn defaults_are_the_production_ones() {
+        let args = parse(&[]).unwrap();
+        assert_eq!(args.reboot_method, RebootMethod::Command);
+        assert_eq!(args.reboot_command.argv(), ["systemctl", "reboot"]);
+        assert!(args.host_mount_namespace);
+        assert_eq!(args.signal_target_pid, 1);
+        assert_eq!(args.reboot_timeout, Duration::from_secs(600));
+        assert_eq!(args.annotation_keys, AnnotationKeys::default());
+        assert_eq!(
+            args.boot_id_file,
+            PathBuf::from("/proc/sys/kernel/random/boot_id")
+        );
+        assert!(!args.reboot_once_for_test);
+    }
+
+    #[test]
+    fn flags_are_parsed() {
+        let args = parse(&[
+            "--reboot-method=signal",
+            "--host-mount-namespace=false",
+            "--reboot-timeout=1h30m",
+            "--annotation-prefix=reboot.example.com",
+            "--reboot-command",
+            "  /bin/touch   /tmp/x ",
+        ])
+        .unwrap();
+        assert_eq!(args.reboot_method, RebootMethod::Signal);
+        assert!(!args.host_mount_namespace);
+        assert_eq!(args.reboot_timeout, Duration::from_secs(5400));
+        assert_eq!(args.annotation_keys.now, "reboot.example.com/reboot-now");
+        assert_eq!(args.reboot_command.program(), "/bin/touch");
+        assert_eq!(args.reboot_command.args(), ["/tmp/x"]);
+    }
+
+    fn refused(extra: &[&str]) -> String {
+        let err = parse(extra).unwrap_err();
+        assert_eq!(err.exit_code(), 2, "{err}");
+        err.to_string()
+    }
+
+    #[test]
+    fn a_bad_reboot_timeout_is_refused_with_the_fix() {
+        let err = refused(&["--reboot-timeout", "ten minutes"]);
+        assert!(err.contains("--reboot-timeout"), "{err}");
+        assert!(err.contains("such as `30s`, `10m`"), "{err}");
+    }
+
+    #[test]
+    fn a_bad_prefix_is_refused_with_commons_message() {
+        let err = refused(&["--annotation-prefix", "Not_A_Domain"]);
+        assert!(err.contains("--annotation-prefix"), "{err}");
+        assert!(err.contains("use a DNS subdomain"), "{err}");
+    }
+
+    #[test]
+    fn other_bad_values_are_refused() {
+        assert!(refused(&["--reboot-command", "  "]).contains("reboot command is empty"));
+        assert!(refused(&["--reboot-method", "magic"]).contains("syscall"));
+        assert!(refused(&["--signal-target-pid", "0"]).contains("--signal-target-pid"));
+        assert!(refused(&["--host-mount-namespace", "maybe"]).contains("true"));
+    }
+}

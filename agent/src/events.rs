@@ -1,0 +1,94 @@
+//! Kubernetes Events on the agent's Node, so that `kubectl describe node` tells the story.
+//! An Event that cannot be written is logged and otherwise ignored: it never stops a reboot.
+
+use k8s_openapi::api::core::v1::{Node, ObjectReference};
+use kube::{
+    Client, Resource,
+    runtime::events::{Event, EventType, Recorder, Reporter},
+};
+use std::time::Duration;
+
+/// The `reportingController` of the agent's Events.
+pub const REPORTING_COMPONENT: &str = "reboot-agent";
+
+/// An API server that does not answer must not hold up a reboot or a shutdown.
+const PUBLISH_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Why the agent writes an Event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reason {
+    /// The agent is rebooting the node.
+    Rebooting,
+    /// The reboot is proven by a new boot id.
+    Rebooted,
+    /// The reboot had not happened (same boot id); the agent reboots again.
+    RebootRetried,
+    /// A triggered reboot did not happen within `--reboot-timeout`.
+    RebootTimedOut,
+    /// The reboot method itself failed.
+    RebootFailed,
+}
+
+impl Reason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Rebooting => "Rebooting",
+            Self::Rebooted => "Rebooted",
+            Self::RebootRetried => "RebootRetried",
+            Self::RebootTimedOut => "RebootTimedOut",
+            Self::RebootFailed => "RebootFailed",
+        }
+    }
+
+    fn event_type(self) -> EventType {
+        match self {
+            Self::Rebooting | Self::Rebooted => EventType::Normal,
+            Self::RebootRetried | Self::RebootTimedOut | Self::RebootFailed => EventType::Warning,
+        }
+    }
+}
+
+/// Writes Events about one Node.
+#[derive(Clone)]
+pub struct NodeEvents {
+    recorder: Recorder,
+}
+
+impl std::fmt::Debug for NodeEvents {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NodeEvents").finish_non_exhaustive()
+    }
+}
+
+impl NodeEvents {
+    pub fn new(client: Client, node_name: &str) -> Self {
+        let reporter = Reporter {
+            controller: REPORTING_COMPONENT.into(),
+            instance: Some(format!("{REPORTING_COMPONENT}-{node_name}")),
+        };
+        Self {
+            recorder: Recorder::new(client, reporter),
+        }
+    }
+
+    /// Publishes an Event about `node`; failures are logged, never returned.
+    pub async fn publish(&self, node: &Node, reason: Reason, note: String) {
+        let reference: ObjectReference = node.object_ref(&());
+        let event = Event {
+            type_: reason.event_type(),
+            reason: reason.as_str().into(),
+            note: Some(note),
+            action: "Reboot".into(),
+            secondary: None,
+        };
+        let published =
+            tokio::time::timeout(PUBLISH_TIMEOUT, self.recorder.publish(&event, &reference));
+        match published.await {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => {
+                tracing::warn!(reason = reason.as_str(), %error, "could not write the Event")
+            }
+            Err(_) => tracing::warn!(reason = reason.as_str(), "writing the Event timed out"),
+        }
+    }
+}

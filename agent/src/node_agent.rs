@@ -1,0 +1,158 @@
+//! The run loop: watch this agent's own Node and act on each state of it (the steps module).
+//! All state lives on the Node, so the agent can be killed at any point and resumes from what
+//! it reads.
+
+use crate::{
+    error::AgentError, events::NodeEvents, rebooter::Rebooter, retry::Backoff, settings::Settings,
+    steps::Outcome,
+};
+use futures::{StreamExt, stream::BoxStream};
+use k8s_openapi::api::core::v1::Node;
+use kube::{
+    Api, Client,
+    runtime::{WatchStreamExt, watcher},
+};
+use std::{future::Future, sync::Arc};
+use tokio::time::{Instant, sleep_until};
+use tracing::{info, warn};
+
+/// The agent of one node.
+#[derive(Debug)]
+pub struct NodeAgent {
+    pub(crate) nodes: Api<Node>,
+    pub(crate) events: NodeEvents,
+    pub(crate) settings: Settings,
+    pub(crate) rebooter: Arc<dyn Rebooter>,
+}
+
+/// A step that failed, to be tried again from a fresh read of the node.
+#[derive(Debug)]
+struct Retry {
+    at: Instant,
+    /// Used when the node cannot be read again.
+    last_seen: Node,
+}
+
+impl NodeAgent {
+    pub fn new(client: Client, settings: Settings, rebooter: Arc<dyn Rebooter>) -> Self {
+        Self {
+            nodes: Api::all(client.clone()),
+            events: NodeEvents::new(client, &settings.node_name),
+            settings,
+            rebooter,
+        }
+    }
+
+    pub(crate) fn name(&self) -> &str {
+        &self.settings.node_name
+    }
+
+    /// Runs until `shutdown` completes (Ok), or until a reboot failed or did not happen (Err).
+    pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<(), AgentError> {
+        tokio::pin!(shutdown);
+        info!(boot_id = %self.settings.boot_id, "watching the node");
+        let mut watch = self.watch();
+        let mut backoff = Backoff::default();
+        let mut retry: Option<Retry> = None;
+        let mut found_since_init = false;
+        loop {
+            let retry_at = retry.as_ref().map(|r| r.at);
+            let node = tokio::select! {
+                () = &mut shutdown => return self.stopping(),
+                () = sleep_until(retry_at.unwrap_or_else(Instant::now)), if retry_at.is_some() => {
+                    let last_seen = retry.take().map(|r| r.last_seen);
+                    self.reread(last_seen).await
+                }
+                event = watch.next() => {
+                    let event = event.ok_or_else(|| AgentError::WatchEnded(self.name().into()))?;
+                    let node = self.on_watch_event(event, &mut found_since_init);
+                    // Whatever the watch says is newer than the state a retry would act on.
+                    retry = None;
+                    node
+                }
+            };
+            let Some(node) = node else { continue };
+            let handled = tokio::select! {
+                () = &mut shutdown => return self.stopping(),
+                handled = self.handle(node.clone()) => handled,
+            };
+            match handled {
+                Ok(Outcome::Settled) => backoff.reset(),
+                Ok(Outcome::RebootTriggered { deadline }) => {
+                    return self.await_reboot(&node, deadline, shutdown).await;
+                }
+                Err(error) if error.is_fatal() => return Err(error),
+                Err(error) => {
+                    let delay = backoff.next_delay();
+                    warn!(%error, "could not act on the node; trying again in {delay:?}");
+                    let at = Instant::now() + delay;
+                    retry = Some(Retry {
+                        at,
+                        last_seen: node,
+                    });
+                }
+            }
+        }
+    }
+
+    fn watch(&self) -> BoxStream<'static, Result<watcher::Event<Node>, watcher::Error>> {
+        // Only this node: the agent's load on the API server does not grow with the cluster.
+        let selector = format!("metadata.name={}", self.name());
+        let config = watcher::Config::default().fields(&selector);
+        watcher(self.nodes.clone(), config)
+            .default_backoff()
+            .boxed()
+    }
+
+    /// The node to act on, if the event brings one.
+    fn on_watch_event(
+        &self,
+        event: Result<watcher::Event<Node>, watcher::Error>,
+        found_since_init: &mut bool,
+    ) -> Option<Node> {
+        match event {
+            Ok(watcher::Event::InitApply(node) | watcher::Event::Apply(node)) => {
+                *found_since_init = true;
+                return Some(node);
+            }
+            Ok(watcher::Event::Init) => *found_since_init = false,
+            Ok(watcher::Event::InitDone) if !*found_since_init => self.not_found(),
+            Ok(watcher::Event::InitDone) => {}
+            Ok(watcher::Event::Delete(_)) => {
+                warn!(
+                    "node {} was deleted; waiting for it to be registered again",
+                    self.name()
+                );
+            }
+            Err(error) => warn!(%error, "watching the node failed; retrying with backoff"),
+        }
+        None
+    }
+
+    fn not_found(&self) {
+        warn!(
+            "node {} not found; waiting for it to be registered",
+            self.name()
+        );
+    }
+
+    fn stopping(&self) -> Result<(), AgentError> {
+        info!("shutting down");
+        Ok(())
+    }
+
+    /// A fresh copy of the node for a retry; the last one seen when it cannot be read.
+    async fn reread(&self, last_seen: Option<Node>) -> Option<Node> {
+        match self.nodes.get_opt(self.name()).await {
+            Ok(Some(node)) => Some(node),
+            Ok(None) => {
+                self.not_found();
+                None
+            }
+            Err(error) => {
+                warn!(%error, "cannot read the node; retrying with the last state seen");
+                last_seen
+            }
+        }
+    }
+}

@@ -1,0 +1,189 @@
+//! One state of the node, decided and acted upon. A write refused because the node changed
+//! meanwhile (a failed JSON Patch `test`) is never followed by a reboot: the node is read
+//! again and the decision made anew.
+
+use crate::{
+    decision::{AgentAction, decide},
+    error::AgentError,
+    events::{REPORTING_COMPONENT, Reason},
+    node_agent::NodeAgent,
+    patches,
+    rebooter::RebootError,
+};
+use common::{NodeFacts, Transition};
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Patch, PatchParams};
+use std::{future::Future, pin::Pin, sync::Arc};
+use tokio::time::{Instant, sleep_until};
+use tracing::{debug, error, info, warn};
+
+/// Writes refused in a row (the node changed each time) before the agent gives up for now.
+const MAX_REFUSED_WRITES: usize = 5;
+
+/// What became of one state of the node.
+#[derive(Debug)]
+pub(crate) enum Outcome {
+    /// Nothing more to do until the node changes.
+    Settled,
+    /// A reboot was asked for; it must end this process before the deadline.
+    RebootTriggered { deadline: Instant },
+}
+
+/// A step's error: refused because the node changed (decide again), or anything else.
+#[derive(Debug)]
+enum StepError {
+    Refused(String),
+    Other(AgentError),
+}
+
+impl From<AgentError> for StepError {
+    fn from(error: AgentError) -> Self {
+        Self::Other(error)
+    }
+}
+
+impl NodeAgent {
+    pub(crate) async fn handle(&self, mut node: Node) -> Result<Outcome, AgentError> {
+        for _ in 0..MAX_REFUSED_WRITES {
+            let facts = NodeFacts::from_node(&node);
+            let action = decide(&facts.protocol(&self.settings.keys), &self.settings.boot_id);
+            match self.act(&node, &facts, action).await {
+                Ok(outcome) => return Ok(outcome),
+                Err(StepError::Other(error)) => return Err(error),
+                Err(StepError::Refused(why)) => {
+                    info!(%why, "the node changed under the write; reading it again");
+                    let read = self.nodes.get(self.name()).await;
+                    node = read.map_err(|e| self.api_error("read", e))?;
+                }
+            }
+        }
+        Err(AgentError::KeepsChanging {
+            node: self.name().into(),
+            attempts: MAX_REFUSED_WRITES,
+        })
+    }
+
+    async fn act(
+        &self,
+        node: &Node,
+        facts: &NodeFacts,
+        action: AgentAction,
+    ) -> Result<Outcome, StepError> {
+        let boot_id = &self.settings.boot_id;
+        let transition = Transition::new(&self.settings.keys);
+        let (reason, note) = match action {
+            AgentAction::Nothing => {
+                debug!("nothing to do");
+                return Ok(Outcome::Settled);
+            }
+            AgentAction::FinishReboot { recorded_boot_id } => {
+                self.write(transition.finish_reboot(facts, Some(&recorded_boot_id)))
+                    .await?;
+                info!(old_boot_id = %recorded_boot_id, new_boot_id = %boot_id,
+                      "reboot proven by a new boot id; reported done");
+                let note =
+                    format!("Rebooted: boot id changed from {recorded_boot_id} to {boot_id}");
+                self.events.publish(node, Reason::Rebooted, note).await;
+                return Ok(Outcome::Settled);
+            }
+            AgentAction::BeginReboot => {
+                self.write(transition.begin_reboot(facts, boot_id)).await?;
+                info!(%boot_id, "reboot-now: recorded reboot-in-progress; rebooting");
+                (
+                    Reason::Rebooting,
+                    format!("Rebooting from boot id {boot_id}"),
+                )
+            }
+            AgentAction::RebootAgain => {
+                warn!(%boot_id, "reboot-in-progress from this very boot: the reboot did not \
+                                 happen; rebooting again");
+                let note = format!(
+                    "reboot-in-progress was recorded from the current boot id {boot_id}: the \
+                     reboot did not happen; rebooting again"
+                );
+                (Reason::RebootRetried, note)
+            }
+            AgentAction::RecordBootIdAndReboot => {
+                self.write(patches::record_boot_id(&self.settings.keys, boot_id))
+                    .await?;
+                warn!(%boot_id, "reboot-in-progress without a boot id: recorded the current \
+                                 one; rebooting");
+                let note =
+                    format!("reboot-in-progress had no boot id; recorded {boot_id} and rebooting");
+                (Reason::Rebooting, note)
+            }
+        };
+        self.events.publish(node, reason, note).await;
+        Ok(self.trigger(node).await?)
+    }
+
+    async fn write(&self, patch: json_patch::Patch) -> Result<(), StepError> {
+        let params = PatchParams {
+            field_manager: Some(REPORTING_COMPONENT.into()),
+            ..PatchParams::default()
+        };
+        let patch = Patch::Json::<()>(patch);
+        match self.nodes.patch(self.name(), &params, &patch).await {
+            Ok(_) => Ok(()),
+            // 422 for a failed `test` or a vanished key, 409 for a lost race.
+            Err(kube::Error::Api(status)) if status.is_invalid() || status.is_conflict() => Err(
+                StepError::Refused(format!("{} ({})", status.message, status.reason)),
+            ),
+            Err(error) => Err(self.api_error("patch", error).into()),
+        }
+    }
+
+    /// Asks for the reboot in a blocking thread (a reboot command may take a while).
+    async fn trigger(&self, node: &Node) -> Result<Outcome, AgentError> {
+        let deadline = Instant::now() + self.settings.reboot_timeout;
+        let rebooter = Arc::clone(&self.rebooter);
+        let span = tracing::Span::current();
+        let asked = tokio::task::spawn_blocking(move || span.in_scope(|| rebooter.reboot()));
+        let result = match tokio::time::timeout_at(deadline, asked).await {
+            // Still running at the deadline: the wait that follows reports the timeout.
+            Err(_) => Ok(()),
+            Ok(Ok(result)) => result,
+            Ok(Err(join)) => Err(RebootError::Panicked(join.to_string())),
+        };
+        if let Err(source) = result {
+            error!(error = %source, "the reboot method failed");
+            let note = source.to_string();
+            self.events.publish(node, Reason::RebootFailed, note).await;
+            let node = self.name().into();
+            return Err(AgentError::Reboot { node, source });
+        }
+        Ok(Outcome::RebootTriggered { deadline })
+    }
+
+    /// After a reboot was asked for, this process should end (SIGTERM when the node shuts
+    /// down, or the reboot itself). Still alive at the deadline: the reboot did not happen.
+    pub(crate) async fn await_reboot(
+        &self,
+        node: &Node,
+        deadline: Instant,
+        shutdown: Pin<&mut impl Future<Output = ()>>,
+    ) -> Result<(), AgentError> {
+        let timeout = self.settings.reboot_timeout;
+        info!(?timeout, "reboot asked for; waiting for it");
+        tokio::select! {
+            () = shutdown => {
+                info!("shutting down while the node reboots");
+                Ok(())
+            }
+            () = sleep_until(deadline) => {
+                let error = AgentError::RebootTimedOut { node: self.name().into(), timeout };
+                error!(%error, "the reboot did not happen");
+                self.events.publish(node, Reason::RebootTimedOut, error.to_string()).await;
+                Err(error)
+            }
+        }
+    }
+
+    pub(crate) fn api_error(&self, action: &'static str, source: kube::Error) -> AgentError {
+        AgentError::Api {
+            action,
+            node: self.name().into(),
+            source,
+        }
+    }
+}

@@ -1,9 +1,9 @@
 //! The command line. Every flag can also be set through the environment variable named next
 //! to it, as a DaemonSet does; values are validated into [`crate::Settings`].
 
-use crate::duration::parse_duration;
 use clap::{ArgAction, Parser, ValueEnum};
 use common::AnnotationKeys;
+use common::duration::parse_duration;
 use std::{path::PathBuf, time::Duration};
 
 /// How the agent reboots its node (DESIGN.md section 5).

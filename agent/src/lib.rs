@@ -7,12 +7,10 @@
 
 pub mod args;
 pub mod decision;
-pub mod duration;
 pub mod error;
 pub mod events;
 pub mod host_exec;
 pub mod node_agent;
-mod patches;
 pub mod rebooter;
 mod retry;
 pub mod settings;

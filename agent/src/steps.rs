@@ -7,7 +7,6 @@ use crate::{
     error::AgentError,
     events::{REPORTING_COMPONENT, Reason},
     node_agent::NodeAgent,
-    patches,
     rebooter::RebootError,
 };
 use common::{NodeFacts, Transition};
@@ -104,7 +103,7 @@ impl NodeAgent {
                 (Reason::RebootRetried, note)
             }
             AgentAction::RecordBootIdAndReboot => {
-                self.write(patches::record_boot_id(&self.settings.keys, boot_id))
+                self.write(transition.record_boot_id(facts, boot_id))
                     .await?;
                 warn!(%boot_id, "reboot-in-progress without a boot id: recorded the current \
                                  one; rebooting");

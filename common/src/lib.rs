@@ -3,6 +3,7 @@
 //! node from one state to the next, and the `--max-unavailable` budget. Pure: no I/O, no client.
 
 pub mod budget;
+pub mod duration;
 pub mod keys;
 pub mod patch;
 pub mod state;

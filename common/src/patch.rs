@@ -152,6 +152,15 @@ impl<'a> Transition<'a> {
             .build()
     }
 
+    /// Agent, `reboot-in-progress` without a recorded boot id (a hand edit): record the current
+    /// one while the reboot is still in progress, so that the next start can prove or retry it.
+    pub fn record_boot_id(&self, node: &NodeFacts, boot_id: &str) -> Patch {
+        Ops::on(node)
+            .test_annotation(&self.keys.in_progress, "true")
+            .set_annotation(&self.keys.boot_id, boot_id)
+            .build()
+    }
+
     /// Agent, after boot with a boot id other than `recorded_boot_id`: the reboot is proven.
     pub fn finish_reboot(&self, node: &NodeFacts, recorded_boot_id: Option<&str>) -> Patch {
         let mut ops = Ops::on(node).test_annotation(&self.keys.in_progress, "true");
@@ -283,6 +292,22 @@ mod tests {
         apply(&mut obj, &t.complete(&admins, "t")).unwrap();
         assert_eq!(obj["spec"]["unschedulable"], json!(true));
         assert!(t.release(&admins).is_none());
+    }
+
+    #[test]
+    fn records_the_boot_id_only_while_in_progress() {
+        let keys = AnnotationKeys::new("reboot.example.com").unwrap();
+        let facts = node(&[("reboot.example.com/reboot-in-progress", "true")], false);
+        let patch = Transition::new(&keys).record_boot_id(&facts, "b2");
+        let mut obj = json!({"metadata": {"annotations": {
+            "reboot.example.com/reboot-in-progress": "true"}}});
+        apply(&mut obj, &patch).unwrap();
+        assert_eq!(
+            obj["metadata"]["annotations"]["reboot.example.com/reboot-boot-id"],
+            json!("b2")
+        );
+        let mut finished = json!({"metadata": {"annotations": {"other": "x"}}});
+        assert!(apply(&mut finished, &patch).is_err());
     }
 
     #[test]

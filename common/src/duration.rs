@@ -23,6 +23,9 @@ pub fn parse_duration(value: &str) -> Result<Duration, DurationError> {
     if rest.is_empty() {
         return Err(fail("it is empty"));
     }
+    if rest.starts_with('-') {
+        return Err(fail("it is negative"));
+    }
     let mut total = Duration::ZERO;
     while !rest.is_empty() {
         let digits_end = rest
@@ -90,7 +93,7 @@ mod tests {
             ("10", "needs a unit"),
             ("10x", "one of ms, s, m, h"),
             ("m", "whole number"),
-            ("-5s", "whole number"),
+            ("-5s", "negative"),
             ("0s", "longer than zero"),
             ("99999999999999999999s", "too large"),
             ("5000000000h", "too large"),

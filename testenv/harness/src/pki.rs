@@ -1,0 +1,75 @@
+use std::io::Read;
+
+use rcgen::{
+    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
+    KeyUsagePurpose,
+};
+
+use crate::Error;
+
+/// PEM files the components are started with.
+#[derive(Debug)]
+pub(crate) struct Pki {
+    pub ca_cert: String,
+    pub ca_key: String,
+    pub server_cert: String,
+    pub server_key: String,
+    /// Signs service account tokens (ECDSA P-256, PKCS#8).
+    pub service_account_key: String,
+    /// Verifies them: kube-apiserver's `--service-account-key-file` takes only public keys.
+    pub service_account_pub: String,
+}
+
+impl Pki {
+    pub fn generate() -> Result<Pki, Error> {
+        let ca_key = KeyPair::generate()?;
+        let mut ca = CertificateParams::new(Vec::<String>::new())?;
+        ca.distinguished_name.push(DnType::CommonName, "testenv-ca");
+        ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        ca.key_usages = vec![
+            KeyUsagePurpose::KeyCertSign,
+            KeyUsagePurpose::CrlSign,
+            KeyUsagePurpose::DigitalSignature,
+        ];
+        let ca_cert = ca.self_signed(&ca_key)?.pem();
+        let ca_key_pem = ca_key.serialize_pem();
+        let issuer = Issuer::new(ca, ca_key);
+
+        let server_key = KeyPair::generate()?;
+        let mut server = CertificateParams::new(vec![
+            "127.0.0.1".to_owned(),
+            "localhost".to_owned(),
+            "kubernetes".to_owned(),
+            "kubernetes.default.svc".to_owned(),
+        ])?;
+        server
+            .distinguished_name
+            .push(DnType::CommonName, "kube-apiserver");
+        server.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+        server.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+        let server_cert = server.signed_by(&server_key, &issuer)?.pem();
+
+        let service_account = KeyPair::generate()?;
+        Ok(Pki {
+            ca_cert,
+            ca_key: ca_key_pem,
+            server_cert,
+            server_key: server_key.serialize_pem(),
+            service_account_key: service_account.serialize_pem(),
+            service_account_pub: service_account.public_key_pem(),
+        })
+    }
+}
+
+/// A bearer token that is hard to guess: 32 hex digits from the kernel's random source.
+pub(crate) fn random_token() -> Result<String, Error> {
+    let mut bytes = [0u8; 16];
+    fill_random(&mut bytes)?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+pub(crate) fn fill_random(buf: &mut [u8]) -> Result<(), Error> {
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(buf))
+        .map_err(Error::io("read /dev/urandom"))
+}

@@ -165,6 +165,22 @@ impl Fleet {
             .await;
     }
 
+    pub async fn pause_agent(&self, node: &str) {
+        let _ = self
+            .handle(node)
+            .commands
+            .send(NodeCommand::PauseAgent)
+            .await;
+    }
+
+    pub async fn resume_agent(&self, node: &str) {
+        let _ = self
+            .handle(node)
+            .commands
+            .send(NodeCommand::ResumeAgent)
+            .await;
+    }
+
     pub async fn set_ready(&self, node: &str, ready: bool) {
         let _ = self
             .handle(node)

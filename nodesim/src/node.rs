@@ -50,6 +50,9 @@ pub enum NodeCommand {
     KillAgent,
     /// The kubelet reports Ready or NotReady (a fault outside the operator).
     SetReady(bool),
+    /// Stop the agent and keep it stopped (a node whose agent pod is not running).
+    PauseAgent,
+    ResumeAgent,
     Stop,
 }
 
@@ -153,6 +156,17 @@ impl SimNode {
         Ok(())
     }
 
+    /// Reports until the API server takes it, as a kubelet keeps trying while the API server
+    /// is down (a restart, say).
+    async fn report_until_accepted(&self, ready: bool, boot_id: Option<&str>) {
+        let mut delay = Duration::from_millis(100);
+        while let Err(error) = self.report(ready, boot_id).await {
+            tracing::debug!(node = %self.name, %error, "status report failed; retrying");
+            tokio::time::sleep(delay).await;
+            delay = (delay * 2).min(Duration::from_secs(2));
+        }
+    }
+
     async fn heartbeat(&self) {
         let patch = json!({"spec": {"renewTime": MicroTime(Timestamp::now())}});
         if let Err(error) = self
@@ -203,11 +217,11 @@ impl SimNode {
             let _ = child.kill().await;
         }
         tracing::info!(node = %self.name, "simulated reboot: down for {:?}", self.reboot_duration);
-        self.report(false, None).await?;
+        self.report_until_accepted(false, None).await;
         tokio::time::sleep(self.reboot_duration).await;
         let boot_id = new_boot_id(&self.name);
         self.write_boot_id(&boot_id)?;
-        self.report(true, Some(&boot_id)).await?;
+        self.report_until_accepted(true, Some(&boot_id)).await;
         self.state.reboots.fetch_add(1, Ordering::SeqCst);
         *agent = Some(self.spawn_agent()?);
         Ok(())
@@ -223,6 +237,7 @@ impl SimNode {
             }
         };
         let mut restart_at: Option<Instant> = None;
+        let mut paused = false;
         let mut heartbeat = tokio::time::interval(HEARTBEAT);
         let mut poll = tokio::time::interval(POLL);
         loop {
@@ -238,6 +253,14 @@ impl SimNode {
                             tracing::warn!(node = %self.name, %error, "could not report readiness");
                         }
                     }
+                    Some(NodeCommand::PauseAgent) => {
+                        paused = true;
+                        if let Some(mut child) = agent.take() { let _ = child.kill().await; }
+                    }
+                    Some(NodeCommand::ResumeAgent) => {
+                        paused = false;
+                        restart_at = Some(Instant::now());
+                    }
                     Some(NodeCommand::Stop) | None => break,
                 },
             }
@@ -246,6 +269,7 @@ impl SimNode {
                     tracing::info!(node = %self.name, "reboot request swallowed (simulated failed reboot)");
                 } else if let Err(error) = self.reboot(&mut agent).await {
                     tracing::error!(node = %self.name, %error, "simulated reboot failed");
+                    restart_at = Some(Instant::now() + AGENT_RESTART_DELAY);
                 }
             }
             if let Some(child) = agent.as_mut()
@@ -255,7 +279,7 @@ impl SimNode {
                 agent = None;
                 restart_at = Some(Instant::now() + AGENT_RESTART_DELAY);
             }
-            if agent.is_none() && restart_at.is_some_and(|t| Instant::now() >= t) {
+            if agent.is_none() && !paused && restart_at.is_some_and(|t| Instant::now() >= t) {
                 restart_at = None;
                 match self.spawn_agent() {
                     Ok(child) => agent = Some(child),

@@ -1,0 +1,251 @@
+//! Support for end-to-end scenarios: an independent watcher of the budget invariant, waiting
+//! with a deadline, and the real kubectl.
+
+use common::{AnnotationKeys, NodeFacts};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Event, Node};
+use kube::{
+    Api, Client,
+    api::ListParams,
+    runtime::{WatchStreamExt, watcher},
+};
+use std::{
+    collections::BTreeMap,
+    future::Future,
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
+use tokio::task::JoinHandle;
+
+/// Whether a node is unavailable as DESIGN.md invariant 1 counts it, from the Node alone: not
+/// Ready, cordoned, or in the reboot protocol.
+pub fn unavailable(node: &Node, keys: &AnnotationKeys) -> bool {
+    let facts = NodeFacts::from_node(node);
+    facts.unavailable_by_itself() || facts.protocol(keys).reboot_under_way()
+}
+
+#[derive(Debug, Default)]
+struct Seen {
+    unavailable: BTreeMap<String, bool>,
+    max: usize,
+    violation: Option<String>,
+}
+
+/// Watches every Node, independently of the operator, and records the first moment more
+/// than `budget` nodes are unavailable.
+#[derive(Debug)]
+pub struct BudgetWatch {
+    seen: Arc<Mutex<Seen>>,
+    budget: usize,
+    task: JoinHandle<()>,
+}
+
+impl BudgetWatch {
+    pub async fn start(client: Client, budget: usize) -> BudgetWatch {
+        let seen = Arc::new(Mutex::new(Seen::default()));
+        let keys = AnnotationKeys::default();
+        let stream =
+            watcher(Api::<Node>::all(client), watcher::Config::default()).touched_objects();
+        let recorded = seen.clone();
+        let task = tokio::spawn(async move {
+            futures::pin_mut!(stream);
+            while let Some(Ok(node)) = stream.next().await {
+                let name = node.metadata.name.clone().unwrap_or_default();
+                let mut seen = recorded.lock().unwrap_or_else(|e| e.into_inner());
+                seen.unavailable.insert(name, unavailable(&node, &keys));
+                let down: Vec<&String> = seen
+                    .unavailable
+                    .iter()
+                    .filter(|(_, u)| **u)
+                    .map(|(n, _)| n)
+                    .collect();
+                let count = down.len();
+                if count > budget && seen.violation.is_none() {
+                    seen.violation = Some(format!(
+                        "{count} nodes unavailable at once with a budget of {budget}: {down:?}"
+                    ));
+                }
+                seen.max = seen.max.max(count);
+            }
+        });
+        BudgetWatch { seen, budget, task }
+    }
+
+    /// Fails the moment the budget was exceeded.
+    pub fn check(&self) -> Result<(), String> {
+        let seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+        match &seen.violation {
+            Some(v) => Err(format!("budget invariant broken: {v}")),
+            None => Ok(()),
+        }
+    }
+
+    /// The most nodes that were unavailable at once.
+    pub fn max_seen(&self) -> usize {
+        self.seen.lock().unwrap_or_else(|e| e.into_inner()).max
+    }
+
+    pub fn budget(&self) -> usize {
+        self.budget
+    }
+}
+
+impl Drop for BudgetWatch {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Polls `condition` until it is true, failing at once if the budget watch saw a violation,
+/// and after `timeout` with `what` in the message.
+pub async fn wait_until<F, Fut>(
+    what: &str,
+    timeout: Duration,
+    budget: Option<&BudgetWatch>,
+    mut condition: F,
+) where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let start = Instant::now();
+    loop {
+        if let Some(watch) = budget
+            && let Err(violation) = watch.check()
+        {
+            panic!("{violation} (while waiting until {what})");
+        }
+        if condition().await {
+            return;
+        }
+        assert!(
+            start.elapsed() < timeout,
+            "timed out after {timeout:?} waiting until {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Runs the real kubectl against the control plane; panics with its stderr when it fails.
+pub fn kubectl(cp: &testenv::ControlPlane, args: &[&str]) -> String {
+    let output = cp.kubectl().args(args).output().expect("kubectl runs");
+    assert!(
+        output.status.success(),
+        "kubectl {} failed: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+pub async fn node(client: &Client, name: &str) -> Node {
+    Api::<Node>::all(client.clone())
+        .get(name)
+        .await
+        .expect("node exists")
+}
+
+/// The operator's protocol annotations still on a node (bookkeeping of past reboots aside).
+pub fn protocol_annotations(node: &Node) -> Vec<String> {
+    let keys = AnnotationKeys::default();
+    node.metadata
+        .annotations
+        .iter()
+        .flatten()
+        .map(|(k, _)| k.clone())
+        .filter(|k| keys.all().contains(&k.as_str()) && *k != keys.last_completed)
+        .collect()
+}
+
+/// The Events about a node, oldest first, as `(reason, reporting component, message)`.
+pub async fn node_events(client: &Client, node: &str) -> Vec<(String, String, String)> {
+    let params = ListParams::default().fields(&format!("involvedObject.name={node}"));
+    let mut events = Api::<Event>::namespaced(client.clone(), "default")
+        .list(&params)
+        .await
+        .expect("list events")
+        .items;
+    events.sort_by_key(|e| e.event_time.as_ref().map(|t| t.0));
+    events
+        .into_iter()
+        .map(|e| {
+            (
+                e.reason.unwrap_or_default(),
+                e.reporting_component.unwrap_or_default(),
+                e.message.unwrap_or_default(),
+            )
+        })
+        .collect()
+}
+
+/// One observed state of a node: its status boot id and its protocol annotations.
+pub type NodeState = (String, Vec<String>);
+
+/// Every state one node went through.
+#[derive(Debug)]
+pub struct NodeHistory {
+    states: Arc<Mutex<Vec<NodeState>>>,
+    task: JoinHandle<()>,
+}
+
+impl NodeHistory {
+    pub async fn start(client: Client, name: &str) -> NodeHistory {
+        let states = Arc::new(Mutex::new(Vec::new()));
+        let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+        let stream = watcher(Api::<Node>::all(client), config).touched_objects();
+        let recorded = states.clone();
+        let task = tokio::spawn(async move {
+            futures::pin_mut!(stream);
+            while let Some(Ok(node)) = stream.next().await {
+                let boot_id = NodeFacts::from_node(&node).boot_id.unwrap_or_default();
+                let state = (boot_id, protocol_annotations(&node));
+                recorded
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push(state);
+            }
+        });
+        // Let the watch list the node before the scenario changes it.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        NodeHistory { states, task }
+    }
+
+    pub fn states(&self) -> Vec<NodeState> {
+        self.states
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+}
+
+impl Drop for NodeHistory {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Runs the real kubectl with `input` on stdin (for `apply -f -`); panics when it fails.
+pub fn kubectl_stdin(cp: &testenv::ControlPlane, args: &[&str], input: &str) -> String {
+    use std::io::Write;
+    let mut child = cp
+        .kubectl()
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("kubectl runs");
+    child
+        .stdin
+        .take()
+        .expect("stdin is piped")
+        .write_all(input.as_bytes())
+        .expect("kubectl reads stdin");
+    let output = child.wait_with_output().expect("kubectl finishes");
+    assert!(
+        output.status.success(),
+        "kubectl {} failed: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}

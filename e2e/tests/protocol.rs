@@ -1,0 +1,396 @@
+//! The reboot protocol end to end (issue 3): a real API server, real `reboot-agent` processes
+//! on simulated nodes, the real `reboot-controller`, and the real kubectl. Every scenario is
+//! watched by an independent budget watcher that fails the test the moment more nodes are
+//! unavailable than the budget allows.
+
+use e2e::{BudgetWatch, kubectl, node, node_events, protocol_annotations, wait_until};
+use nodesim::sandbox::{Sandbox, SandboxConfig};
+use std::time::Duration;
+use testenv::Options;
+
+const ROLLOUT: Duration = Duration::from_secs(180);
+
+async fn sandbox(nodes: usize, max_unavailable: &str) -> Sandbox {
+    sandbox_with(nodes, max_unavailable, true).await
+}
+
+async fn sandbox_with(nodes: usize, max_unavailable: &str, start_controller: bool) -> Sandbox {
+    let config = SandboxConfig {
+        nodes,
+        max_unavailable: max_unavailable.into(),
+        reboot_duration: Duration::from_secs(1),
+        start_controller,
+        // The protocol needs no pods: skip the scheduler and controller-manager.
+        control_plane: Options {
+            controller_manager: false,
+            scheduler: false,
+            ..Options::default()
+        },
+        ..SandboxConfig::default()
+    };
+    Sandbox::start(config).await.expect("sandbox starts")
+}
+
+/// Every named node rebooted exactly `times` times and is back: Ready, schedulable (unless
+/// `cordoned` says the administrator cordoned it), no protocol annotation left.
+async fn back(sb: &Sandbox, name: &str, times: u32) -> bool {
+    if sb.fleet.reboots(name) != times {
+        return false;
+    }
+    let n = node(&sb.client, name).await;
+    let facts = common::NodeFacts::from_node(&n);
+    facts.readiness == common::Readiness::Ready
+        && !facts.unschedulable
+        && protocol_annotations(&n).is_empty()
+}
+
+async fn all_back(sb: &Sandbox, times: u32) -> bool {
+    for name in sb.fleet.names() {
+        if !back(sb, &name, times).await {
+            return false;
+        }
+    }
+    true
+}
+
+async fn ledger_is_empty(sb: &Sandbox) -> bool {
+    let leases: kube::Api<k8s_openapi::api::coordination::v1::Lease> =
+        kube::Api::namespaced(sb.client.clone(), nodesim::sandbox::OPERATOR_NAMESPACE);
+    let lease = leases
+        .get("node-reboot-operator-slots")
+        .await
+        .expect("ledger exists");
+    let slots = lease.metadata.annotations.unwrap_or_default();
+    slots
+        .get("node-reboot-operator/slots")
+        .is_none_or(|s| s == "{}")
+}
+
+/// A rollout of every node finishes within budget, each node rebooted exactly once.
+async fn rollout(sb: &Sandbox, watch: &BudgetWatch) {
+    kubectl(
+        &sb.control_plane,
+        &["annotate", "nodes", "--all", "reboot-needed=true"],
+    );
+    wait_until(
+        "every node rebooted once and back",
+        ROLLOUT,
+        Some(watch),
+        || all_back(sb, 1),
+    )
+    .await;
+    wait_until(
+        "the ledger is empty",
+        Duration::from_secs(10),
+        Some(watch),
+        || ledger_is_empty(sb),
+    )
+    .await;
+    // Nothing reboots twice: give a second reboot the time to show.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        sb.fleet.total_reboots() as usize,
+        sb.fleet.names().len(),
+        "some node rebooted twice"
+    );
+    watch.check().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn one_node_is_rebooted_and_proven_by_a_new_boot_id() {
+    let sb = sandbox(2, "1").await;
+    let watch = BudgetWatch::start(sb.client.clone(), 1).await;
+    let before = node(&sb.client, "sim-1")
+        .await
+        .status
+        .unwrap()
+        .node_info
+        .unwrap()
+        .boot_id;
+    kubectl(
+        &sb.control_plane,
+        &["annotate", "node", "sim-1", "reboot-needed=true"],
+    );
+    wait_until("sim-1 is rebooted and back", ROLLOUT, Some(&watch), || {
+        back(&sb, "sim-1", 1)
+    })
+    .await;
+    let after = node(&sb.client, "sim-1").await;
+    assert_ne!(
+        after.status.unwrap().node_info.unwrap().boot_id,
+        before,
+        "boot id changed"
+    );
+    assert!(
+        after
+            .metadata
+            .annotations
+            .unwrap()
+            .contains_key("reboot-last-completed")
+    );
+    assert_eq!(
+        sb.fleet.reboots("sim-2"),
+        0,
+        "the other node was left alone"
+    );
+    let reasons: Vec<String> = node_events(&sb.client, "sim-1")
+        .await
+        .into_iter()
+        .map(|e| e.0)
+        .collect();
+    for reason in ["RebootApproved", "Rebooting", "Rebooted"] {
+        assert!(
+            reasons.contains(&reason.to_owned()),
+            "Event {reason} in {reasons:?}"
+        );
+    }
+    sb.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn twenty_nodes_reboot_once_each_never_more_than_three_down() {
+    let sb = sandbox(20, "3").await;
+    let watch = BudgetWatch::start(sb.client.clone(), 3).await;
+    rollout(&sb, &watch).await;
+    assert_eq!(
+        watch.max_seen(),
+        3,
+        "the budget was used, not just respected"
+    );
+    sb.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_percentage_budget_is_a_share_of_the_pool() {
+    let sb = sandbox(12, "25%").await;
+    let watch = BudgetWatch::start(sb.client.clone(), 3).await;
+    rollout(&sb, &watch).await;
+    assert_eq!(watch.max_seen(), 3);
+    sb.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_not_ready_node_does_not_block_its_own_reboot() {
+    let sb = sandbox(3, "1").await;
+    sb.fleet.set_ready("sim-2", false).await;
+    let watch = BudgetWatch::start(sb.client.clone(), 1).await;
+    wait_until(
+        "sim-2 is NotReady",
+        Duration::from_secs(10),
+        None,
+        || async {
+            common::NodeFacts::from_node(&node(&sb.client, "sim-2").await).readiness
+                != common::Readiness::Ready
+        },
+    )
+    .await;
+    kubectl(
+        &sb.control_plane,
+        &["annotate", "node", "sim-2", "reboot-needed=true"],
+    );
+    wait_until("sim-2 is rebooted and Ready", ROLLOUT, Some(&watch), || {
+        back(&sb, "sim-2", 1)
+    })
+    .await;
+    sb.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_administrators_cordon_survives_the_reboot() {
+    let sb = sandbox(2, "1").await;
+    let watch = BudgetWatch::start(sb.client.clone(), 1).await;
+    kubectl(&sb.control_plane, &["cordon", "sim-1"]);
+    kubectl(
+        &sb.control_plane,
+        &["annotate", "node", "sim-1", "reboot-needed=true"],
+    );
+    wait_until("sim-1 is rebooted", ROLLOUT, Some(&watch), || async {
+        sb.fleet.reboots("sim-1") == 1
+            && protocol_annotations(&node(&sb.client, "sim-1").await).is_empty()
+    })
+    .await;
+    let n = node(&sb.client, "sim-1").await;
+    assert_eq!(n.spec.unwrap().unschedulable, Some(true), "still cordoned");
+    sb.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn withdrawing_the_go_ahead_before_the_agent_takes_it_cancels() {
+    let sb = sandbox(2, "1").await;
+    let watch = BudgetWatch::start(sb.client.clone(), 1).await;
+    sb.fleet.pause_agent("sim-1").await;
+    kubectl(
+        &sb.control_plane,
+        &["annotate", "node", "sim-1", "reboot-needed=true"],
+    );
+    wait_until("sim-1 gets reboot-now", ROLLOUT, Some(&watch), || async {
+        let n = node(&sb.client, "sim-1").await;
+        protocol_annotations(&n).contains(&"reboot-now".to_owned())
+    })
+    .await;
+    kubectl(
+        &sb.control_plane,
+        &["annotate", "node", "sim-1", "reboot-now-"],
+    );
+    wait_until(
+        "sim-1 is uncordoned and its slot released",
+        ROLLOUT,
+        Some(&watch),
+        || async { back(&sb, "sim-1", 0).await && ledger_is_empty(&sb).await },
+    )
+    .await;
+    let reasons: Vec<String> = node_events(&sb.client, "sim-1")
+        .await
+        .into_iter()
+        .map(|e| e.0)
+        .collect();
+    assert!(reasons.contains(&"Cancelled".to_owned()), "{reasons:?}");
+    // The other node can use the slot now.
+    kubectl(
+        &sb.control_plane,
+        &["annotate", "node", "sim-2", "reboot-needed=true"],
+    );
+    wait_until("sim-2 is rebooted", ROLLOUT, Some(&watch), || {
+        back(&sb, "sim-2", 1)
+    })
+    .await;
+    sb.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_agent_killed_before_the_reboot_reboots_on_restart() {
+    let sb = sandbox(2, "1").await;
+    let watch = BudgetWatch::start(sb.client.clone(), 1).await;
+    let first_boot = node(&sb.client, "sim-1")
+        .await
+        .status
+        .unwrap()
+        .node_info
+        .unwrap()
+        .boot_id;
+    let history = e2e::NodeHistory::start(sb.client.clone(), "sim-1").await;
+    sb.fleet.swallow_next_reboot("sim-1");
+    kubectl(
+        &sb.control_plane,
+        &["annotate", "node", "sim-1", "reboot-needed=true"],
+    );
+    wait_until("sim-1 is in progress", ROLLOUT, Some(&watch), || async {
+        protocol_annotations(&node(&sb.client, "sim-1").await)
+            .contains(&"reboot-in-progress".to_owned())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        sb.fleet.reboots("sim-1"),
+        0,
+        "the first reboot was swallowed"
+    );
+    sb.fleet.kill_agent("sim-1").await;
+    wait_until("sim-1 is rebooted and back", ROLLOUT, Some(&watch), || {
+        back(&sb, "sim-1", 1)
+    })
+    .await;
+    // Never reported done while the boot id was still the one the reboot started from.
+    for (boot_id, annotations) in history.states() {
+        if annotations.contains(&"reboot-done".to_owned()) {
+            assert_ne!(
+                boot_id, first_boot,
+                "reported rebooted without a new boot id"
+            );
+        }
+    }
+    let reasons: Vec<String> = node_events(&sb.client, "sim-1")
+        .await
+        .into_iter()
+        .map(|e| e.0)
+        .collect();
+    assert!(reasons.contains(&"RebootRetried".to_owned()), "{reasons:?}");
+    sb.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_request_that_is_not_true_is_ignored_with_a_warning() {
+    let sb = sandbox(2, "1").await;
+    kubectl(
+        &sb.control_plane,
+        &["annotate", "node", "sim-1", "reboot-needed=banana"],
+    );
+    wait_until(
+        "a Warning Event about banana",
+        Duration::from_secs(30),
+        None,
+        || async {
+            node_events(&sb.client, "sim-1")
+                .await
+                .iter()
+                .any(|(reason, _, message)| {
+                    reason == "InvalidRequest" && message.contains("banana")
+                })
+        },
+    )
+    .await;
+    let events = kubectl(
+        &sb.control_plane,
+        &[
+            "get",
+            "events",
+            "--field-selector",
+            "involvedObject.name=sim-1,type=Warning",
+        ],
+    );
+    assert!(events.contains("InvalidRequest"), "{events}");
+    assert_eq!(sb.fleet.reboots("sim-1"), 0);
+    assert!(ledger_is_empty(&sb).await);
+    sb.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn two_controllers_at_once_keep_the_budget() {
+    let mut sb = sandbox_with(12, "2", false).await;
+    sb.start_controller(&[]).unwrap();
+    sb.start_controller(&[]).unwrap();
+    let watch = BudgetWatch::start(sb.client.clone(), 2).await;
+    rollout(&sb, &watch).await;
+    sb.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn controller_crashes_and_an_api_server_restart_lose_nothing() {
+    let mut sb = sandbox(20, "3").await;
+    let watch = BudgetWatch::start(sb.client.clone(), 3).await;
+    kubectl(
+        &sb.control_plane,
+        &["annotate", "nodes", "--all", "reboot-needed=true"],
+    );
+    for round in 0..6 {
+        tokio::time::sleep(Duration::from_millis(700 + 300 * round)).await;
+        sb.controllers[0].kill().await;
+        if round == 2 {
+            sb.control_plane
+                .restart_apiserver()
+                .await
+                .expect("API server restarts");
+        }
+        sb.controllers[0]
+            .restart()
+            .await
+            .expect("controller restarts");
+        watch.check().unwrap();
+    }
+    wait_until(
+        "every node rebooted once and back",
+        ROLLOUT,
+        Some(&watch),
+        || all_back(&sb, 1),
+    )
+    .await;
+    wait_until(
+        "the ledger is empty",
+        Duration::from_secs(10),
+        Some(&watch),
+        || ledger_is_empty(&sb),
+    )
+    .await;
+    assert_eq!(sb.fleet.total_reboots(), 20, "every node exactly once");
+    sb.stop().await;
+}

@@ -2,6 +2,7 @@
 
 use clap::{Parser, ValueEnum};
 use common::{AnnotationKeys, MaxUnavailable};
+use std::time::Duration;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {
@@ -41,6 +42,24 @@ pub struct Args {
     )]
     pub ledger_name: String,
 
+    /// Evict the node's pods (Eviction API, so PodDisruptionBudgets hold) before the reboot.
+    /// `--drain=false` reboots without draining.
+    #[arg(long, env = "DRAIN", default_value_t = true, action = clap::ArgAction::Set)]
+    pub drain: bool,
+
+    /// How long a drain may take; then the attempt is abandoned (node uncordoned, slot
+    /// released, request kept) and retried later. Such as `90s`, `15m`.
+    #[arg(long, env = "DRAIN_TIMEOUT", default_value = "15m", allow_hyphen_values = true, value_parser = parse_duration)]
+    pub drain_timeout: Duration,
+
+    /// Grace period given to each evicted pod instead of its own terminationGracePeriodSeconds.
+    #[arg(long, env = "DRAIN_GRACE_PERIOD", allow_hyphen_values = true, value_parser = parse_duration)]
+    pub drain_grace_period: Option<Duration>,
+
+    /// Label selector: evict only matching pods (default: every pod but DaemonSet and mirror pods).
+    #[arg(long, env = "DRAIN_POD_SELECTOR")]
+    pub drain_pod_selector: Option<String>,
+
     /// Log format.
     #[arg(long, env = "LOG_FORMAT", value_enum, default_value = "text")]
     pub log_format: LogFormat,
@@ -50,6 +69,10 @@ fn parse_max_unavailable(value: &str) -> Result<MaxUnavailable, String> {
     value
         .parse()
         .map_err(|e: common::MaxUnavailableError| e.to_string())
+}
+
+fn parse_duration(value: &str) -> Result<Duration, String> {
+    common::duration::parse_duration(value).map_err(|e| e.to_string())
 }
 
 fn parse_prefix(value: &str) -> Result<AnnotationKeys, String> {

@@ -43,11 +43,19 @@ impl Reason {
     }
 }
 
+#[derive(Debug)]
+struct Queued {
+    reference: ObjectReference,
+    reason: Reason,
+    note: String,
+    related: Option<ObjectReference>,
+}
+
 /// Publishes Events in order, from one background task, so that a slow Event never delays a
 /// decision and `kubectl get events` shows the steps in the order they happened.
 #[derive(Debug, Clone)]
 pub struct Events {
-    queue: mpsc::UnboundedSender<(ObjectReference, Reason, String)>,
+    queue: mpsc::UnboundedSender<Queued>,
 }
 
 impl Events {
@@ -57,15 +65,21 @@ impl Events {
             instance,
         };
         let recorder = Recorder::new(client, reporter);
-        let (queue, mut pending) = mpsc::unbounded_channel::<(ObjectReference, Reason, String)>();
+        let (queue, mut pending) = mpsc::unbounded_channel::<Queued>();
         tokio::spawn(async move {
-            while let Some((reference, reason, note)) = pending.recv().await {
+            while let Some(Queued {
+                reference,
+                reason,
+                note,
+                related,
+            }) = pending.recv().await
+            {
                 let event = Event {
                     type_: reason.event_type(),
                     reason: reason.as_str().to_owned(),
                     note: Some(note),
                     action: reason.as_str().to_owned(),
-                    secondary: None,
+                    secondary: related,
                 };
                 if let Err(error) = recorder.publish(&event, &reference).await {
                     let node = reference.name.unwrap_or_default();
@@ -77,7 +91,30 @@ impl Events {
     }
 
     pub fn publish(&self, node: &Node, reason: Reason, note: String) {
+        self.enqueue(node, reason, note, None);
+    }
+
+    /// An Event about the node that concerns another object too (a pod being evicted). The
+    /// recorder folds Events with the same reason and objects into one series, so the related
+    /// object also keeps such Events apart.
+    pub fn publish_related(
+        &self,
+        node: &Node,
+        reason: Reason,
+        note: String,
+        related: ObjectReference,
+    ) {
+        self.enqueue(node, reason, note, Some(related));
+    }
+
+    fn enqueue(&self, node: &Node, reason: Reason, note: String, related: Option<ObjectReference>) {
+        let reference = node.object_ref(&());
         // The receiver lives as long as the runtime; a send fails only during shutdown.
-        let _ = self.queue.send((node.object_ref(&()), reason, note));
+        let _ = self.queue.send(Queued {
+            reference,
+            reason,
+            note,
+            related,
+        });
     }
 }

@@ -5,6 +5,7 @@
 pub mod api_error;
 pub mod args;
 pub mod decide;
+pub mod drain;
 pub mod events;
 pub mod ledger;
 pub mod ledger_store;
@@ -17,6 +18,3 @@ pub mod telemetry;
 
 pub use args::Args;
 pub use run::run;
-
-/// A node whose drain failed waits this long before it may be granted a slot again.
-pub const DRAIN_RETRY_AFTER_MS: u64 = 60_000;

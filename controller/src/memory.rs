@@ -18,6 +18,8 @@ pub struct Memory {
     warned_invalid: HashMap<String, String>,
     pub drains: HashMap<String, DrainState>,
     pub not_before: HashMap<String, u64>,
+    /// Failed drains of each node, for the backoff before the next attempt.
+    pub drain_failures: HashMap<String, u32>,
 }
 
 impl Memory {
@@ -53,6 +55,8 @@ impl Memory {
             .retain(|n, _| present.contains(n.as_str()));
         self.drains.retain(|n, _| present.contains(n.as_str()));
         self.not_before.retain(|n, _| present.contains(n.as_str()));
+        self.drain_failures
+            .retain(|n, _| present.contains(n.as_str()));
         views
     }
 

@@ -1,7 +1,13 @@
 //! Wires the controller together and runs it until SIGTERM or Ctrl-C.
 
 use crate::{
-    args::Args, events::Events, ledger_store::LedgerStore, memory::Memory, nodes, nodes::Overlay,
+    args::Args,
+    drain::{DrainSettings, Drainer, RunningDrains},
+    events::Events,
+    ledger_store::LedgerStore,
+    memory::Memory,
+    nodes,
+    nodes::Overlay,
     shell::Shell,
 };
 use anyhow::Context;
@@ -18,9 +24,14 @@ const RESYNC: Duration = Duration::from_secs(5);
 const RETRY: Duration = Duration::from_secs(1);
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
-    let client = Client::try_default()
+    let mut config = kube::Config::infer()
         .await
         .context("no Kubernetes API server configured (in-cluster config or KUBECONFIG)")?;
+    let client = Client::try_from(config.clone()).context("cannot build the API client")?;
+    // kube retries a 429 up to 15 times over many minutes by default; for an eviction a 429
+    // is the PodDisruptionBudget's answer, which the drain must see and report.
+    config.default_retry = false;
+    let eviction_client = Client::try_from(config).context("cannot build the API client")?;
     check_selector(&client, args.node_selector.as_deref()).await?;
     let changed = Arc::new(Notify::new());
     let store = nodes::spawn_reflector(
@@ -44,17 +55,26 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         .await
         .context("node cache stopped before it synced")?;
     tracing::info!(max_unavailable = %args.max_unavailable, nodes = store.len(), "node cache synced; controller running");
+    let events = Events::new(client.clone(), std::env::var("POD_NAME").ok());
     let mut shell = Shell {
         api: Api::all(client.clone()),
         keys: args.annotation_prefix.clone(),
         max_unavailable: args.max_unavailable,
-        drain_enabled: false,
+        drainer: args.drain.then(|| {
+            let settings = DrainSettings {
+                timeout: args.drain_timeout,
+                grace_period: args.drain_grace_period,
+                pod_selector: args.drain_pod_selector.clone(),
+            };
+            Drainer::new(eviction_client.clone(), settings, events.clone())
+        }),
+        drains: RunningDrains::new(changed.clone()),
         nodes: store,
         overlay: Overlay::default(),
         ledger,
         ledger_store,
         ledger_watch,
-        events: Events::new(client, std::env::var("POD_NAME").ok()),
+        events,
         memory: Memory::default(),
         started: Instant::now(),
         failed: false,

@@ -3,7 +3,8 @@
 
 use crate::{
     api_error::ApiErrorKind,
-    decide::{Decision, NodeAction, ReleaseReason, Round},
+    decide::{Decision, DrainState, NodeAction, ReleaseReason, Round},
+    drain::{DrainOutcome, Drainer, RunningDrains},
     events::{Events, Reason},
     ledger::Ledger,
     ledger_store::{LedgerError, LedgerStore},
@@ -26,7 +27,9 @@ pub struct Shell {
     pub api: Api<Node>,
     pub keys: AnnotationKeys,
     pub max_unavailable: MaxUnavailable,
-    pub drain_enabled: bool,
+    /// `None` with `--drain=false`.
+    pub drainer: Option<Drainer>,
+    pub drains: RunningDrains,
     pub nodes: Store<Node>,
     pub overlay: Overlay,
     pub ledger: Ledger,
@@ -66,13 +69,14 @@ impl Shell {
     pub async fn round(&mut self) -> bool {
         self.failed = false;
         self.catch_up_ledger();
+        self.collect_drain_outcomes();
         let nodes = self.overlay.view(&self.nodes);
         let views = self.memory.views(&nodes, &self.keys, self.now_ms());
         let decision = Round {
             nodes: &views,
             ledger: &self.ledger,
             budget: self.max_unavailable.resolve(views.len()),
-            drain_enabled: self.drain_enabled,
+            drain_enabled: self.drainer.is_some(),
             now: self.now_ms(),
         }
         .decide();
@@ -98,6 +102,53 @@ impl Shell {
             progressed |= self.execute(action, &by_name).await;
         }
         progressed
+    }
+
+    fn start_drain(&mut self, node: &Node) {
+        let Some(drainer) = self.drainer.clone() else {
+            return;
+        };
+        let name = node.metadata.name.clone().unwrap_or_default();
+        tracing::info!(node = %name, "draining");
+        self.events
+            .publish(node, Reason::Draining, "cordoned; evicting its pods".into());
+        self.memory.drains.insert(name.clone(), DrainState::Running);
+        self.drains.start(name, node.clone(), drainer);
+    }
+
+    /// Abandons a drain that no longer matters (request withdrawn, slot released).
+    fn stop_drain(&mut self, name: &str) {
+        self.drains.abort(name);
+        self.memory.drains.remove(name);
+    }
+
+    fn collect_drain_outcomes(&mut self) {
+        while let Some((name, node, outcome)) = self.drains.finished() {
+            if self.memory.drains.get(&name) != Some(&DrainState::Running) {
+                continue;
+            }
+            match outcome {
+                DrainOutcome::Drained { evicted } => {
+                    tracing::info!(node = %name, evicted, "drained");
+                    self.memory.drains.insert(name, DrainState::Drained);
+                }
+                DrainOutcome::TimedOut { blocking } => {
+                    let pods: Vec<String> = blocking
+                        .iter()
+                        .map(|(pod, why)| format!("{pod}: {why}"))
+                        .collect();
+                    tracing::warn!(node = %name, blocking = ?pods, "drain timed out; giving the slot back");
+                    let mut note = format!(
+                        "drain timed out; node uncordoned and slot released, retried later; blocked by {}",
+                        pods.join("; ")
+                    );
+                    note.truncate(1000);
+                    self.events.publish(&node, Reason::DrainBlocked, note);
+                    *self.memory.drain_failures.entry(name.clone()).or_default() += 1;
+                    self.memory.drains.insert(name, DrainState::Failed);
+                }
+            }
+        }
     }
 
     pub fn last_round_failed(&self) -> bool {
@@ -150,7 +201,7 @@ impl Shell {
             tracing::info!(node = %name, slots = self.ledger.slots.len(), "slot granted");
         }
         for name in &decision.ledger.release {
-            self.memory.drains.remove(name);
+            self.stop_drain(name);
             tracing::info!(node = %name, slots = self.ledger.slots.len(), "slot released");
         }
         for (name, reason) in &decision.release_reasons {
@@ -167,7 +218,8 @@ impl Shell {
                     );
                 }
                 ReleaseReason::DrainFailed => {
-                    let retry = self.now_ms() + crate::DRAIN_RETRY_AFTER_MS;
+                    let failures = self.memory.drain_failures.get(name).copied().unwrap_or(1);
+                    let retry = self.now_ms() + drain_retry_delay_ms(failures);
                     self.memory.not_before.insert(name.clone(), retry);
                 }
             }
@@ -201,12 +253,17 @@ impl Shell {
                 self.patch(&name, t.complete(&facts, &Timestamp::now().to_string()))
                     .await
             }
-            NodeAction::Uncordon(..) => match t.release(&facts) {
-                Some(patch) => self.patch(&name, patch).await,
-                None => Written::Skipped,
-            },
+            NodeAction::Uncordon(_, reason) => {
+                if *reason == ReleaseReason::Cancelled {
+                    self.stop_drain(&name);
+                }
+                match t.release(&facts) {
+                    Some(patch) => self.patch(&name, patch).await,
+                    None => Written::Skipped,
+                }
+            }
             NodeAction::StartDrain(_) => {
-                tracing::error!(node = %name, "draining is not available in this build");
+                self.start_drain(&node);
                 Written::Skipped
             }
             NodeAction::WarnInvalidRequest { value, .. } => {
@@ -297,4 +354,12 @@ impl Shell {
             Err(error) => tracing::warn!(node = %name, %error, "could not re-read node"),
         }
     }
+}
+
+/// After the n-th failed drain of a node, wait 30 s x 2^(n-1), at most 15 minutes, so that
+/// other nodes go first and a stuck PodDisruptionBudget is not hammered.
+fn drain_retry_delay_ms(failures: u32) -> u64 {
+    let base: u64 = 30_000;
+    base.saturating_mul(1 << failures.saturating_sub(1).min(5))
+        .min(15 * 60_000)
 }

@@ -1,0 +1,330 @@
+//! Draining a node before its reboot, with `kubectl drain` semantics: every pod on the node is
+//! evicted through the Eviction API (policy/v1), so PodDisruptionBudgets hold; DaemonSet pods
+//! and mirror pods stay; the drain waits until the evicted pods are gone, and gives up after
+//! `--drain-timeout`, naming the pods that blocked it.
+
+use crate::{
+    api_error::ApiErrorKind,
+    events::{Events, Reason},
+};
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::{
+    Api, Client, Resource, ResourceExt,
+    api::{DeleteParams, EvictParams, ListParams},
+};
+use std::{
+    collections::{BTreeMap, HashMap, HashSet},
+    sync::Arc,
+    time::{Duration, Instant},
+};
+use tokio::{
+    sync::{Notify, mpsc},
+    task::JoinHandle,
+};
+
+/// The drain flags.
+#[derive(Debug, Clone)]
+pub struct DrainSettings {
+    pub timeout: Duration,
+    /// Overrides each pod's own termination grace period.
+    pub grace_period: Option<Duration>,
+    /// Only pods matching this label selector are evicted.
+    pub pod_selector: Option<String>,
+}
+
+/// How a drain ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DrainOutcome {
+    Drained {
+        evicted: usize,
+    },
+    /// Timed out; each blocking pod (`namespace/name`) with the reason it is still there.
+    TimedOut {
+        blocking: BTreeMap<String, String>,
+    },
+}
+
+/// What a drain does with one pod.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Disposition {
+    /// Owned by a DaemonSet: it would be recreated on the node at once, and it tolerates the
+    /// cordon anyway.
+    SkipDaemonSet,
+    /// A static pod mirrored from the kubelet: the API cannot remove it.
+    SkipMirror,
+    /// Already finished: it holds nothing.
+    SkipFinished,
+    /// Evict; `unmanaged` pods have no controller and will not come back.
+    Evict { unmanaged: bool },
+}
+
+pub fn disposition(pod: &Pod) -> Disposition {
+    let owners = pod.metadata.owner_references.as_deref().unwrap_or_default();
+    if owners
+        .iter()
+        .any(|o| o.kind == "DaemonSet" && o.controller == Some(true))
+    {
+        return Disposition::SkipDaemonSet;
+    }
+    if pod
+        .annotations()
+        .contains_key("kubernetes.io/config.mirror")
+    {
+        return Disposition::SkipMirror;
+    }
+    let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+    if matches!(phase, Some("Succeeded" | "Failed")) {
+        return Disposition::SkipFinished;
+    }
+    Disposition::Evict {
+        unmanaged: !owners.iter().any(|o| o.controller == Some(true)),
+    }
+}
+
+fn pod_key(pod: &Pod) -> String {
+    format!("{}/{}", pod.namespace().unwrap_or_default(), pod.name_any())
+}
+
+/// Drains one node per call; many calls run at once, one per slot.
+#[derive(Clone)]
+pub struct Drainer {
+    client: Client,
+    settings: DrainSettings,
+    events: Events,
+}
+
+/// Between two passes over the node's pods.
+const PASS_INTERVAL: Duration = Duration::from_millis(500);
+/// Between two evictions of a pod that a PodDisruptionBudget protects (429).
+const BLOCKED_RETRY: Duration = Duration::from_secs(2);
+
+impl std::fmt::Debug for Drainer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Drainer")
+            .field("settings", &self.settings)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drainer {
+    pub fn new(client: Client, settings: DrainSettings, events: Events) -> Self {
+        Self {
+            client,
+            settings,
+            events,
+        }
+    }
+
+    async fn pods_on(&self, node: &str) -> Result<Vec<Pod>, kube::Error> {
+        let mut params = ListParams::default().fields(&format!("spec.nodeName={node}"));
+        if let Some(selector) = &self.settings.pod_selector {
+            params = params.labels(selector);
+        }
+        Ok(Api::<Pod>::all(self.client.clone())
+            .list(&params)
+            .await?
+            .items)
+    }
+
+    fn evict_params(&self) -> EvictParams {
+        // Whole seconds, rounded up: a grace period never shrinks below what was asked.
+        let grace = self.settings.grace_period.map(|g| {
+            u32::try_from(g.as_secs() + u64::from(g.subsec_nanos() > 0)).unwrap_or(u32::MAX)
+        });
+        EvictParams {
+            delete_options: grace.map(|g| DeleteParams {
+                grace_period_seconds: Some(g),
+                ..DeleteParams::default()
+            }),
+            ..EvictParams::default()
+        }
+    }
+
+    /// Evicts until no pod to evict is left on the node, or the timeout passes.
+    pub async fn drain(&self, node: &Node) -> DrainOutcome {
+        let name = node.name_any();
+        let deadline = Instant::now() + self.settings.timeout;
+        let mut blocking: BTreeMap<String, String> = BTreeMap::new();
+        let mut evicted: HashSet<String> = HashSet::new();
+        let mut warned_unmanaged: HashSet<String> = HashSet::new();
+        let mut next_try: BTreeMap<String, Instant> = BTreeMap::new();
+        loop {
+            let pods = match self.pods_on(&name).await {
+                Ok(pods) => pods,
+                Err(error) => {
+                    tracing::warn!(node = %name, %error, "cannot list the node's pods; retrying");
+                    blocking.insert("(pod list)".into(), error.to_string());
+                    Vec::new()
+                }
+            };
+            let to_evict: Vec<(&Pod, bool)> = pods
+                .iter()
+                .filter_map(|p| match disposition(p) {
+                    Disposition::Evict { unmanaged } => Some((p, unmanaged)),
+                    _ => None,
+                })
+                .collect();
+            if to_evict.is_empty() && !blocking.contains_key("(pod list)") {
+                return DrainOutcome::Drained {
+                    evicted: evicted.len(),
+                };
+            }
+            blocking.retain(|k, _| to_evict.iter().any(|(p, _)| &pod_key(p) == k));
+            for (pod, unmanaged) in to_evict {
+                let key = pod_key(pod);
+                if pod.metadata.deletion_timestamp.is_some() {
+                    blocking.insert(key, "evicted; still terminating".into());
+                    continue;
+                }
+                if next_try.get(&key).is_some_and(|t| Instant::now() < *t) {
+                    continue;
+                }
+                if unmanaged && warned_unmanaged.insert(key.clone()) {
+                    let note = format!(
+                        "evicting pod {key}: it has no controller, so it will not come back"
+                    );
+                    self.events
+                        .publish_related(node, Reason::Draining, note, pod.object_ref(&()));
+                }
+                match self.evict(pod).await {
+                    Ok(()) => {
+                        tracing::info!(node = %name, pod = %key, "evicted");
+                        evicted.insert(key.clone());
+                        blocking.insert(key, "evicted; still terminating".into());
+                    }
+                    Err(why) => {
+                        tracing::info!(node = %name, pod = %key, %why, "eviction refused; will retry");
+                        next_try.insert(key.clone(), Instant::now() + BLOCKED_RETRY);
+                        blocking.insert(key, why);
+                    }
+                }
+            }
+            if Instant::now() >= deadline {
+                return DrainOutcome::TimedOut { blocking };
+            }
+            let pause = PASS_INTERVAL.min(deadline.saturating_duration_since(Instant::now()));
+            tokio::time::sleep(pause).await;
+        }
+    }
+
+    /// One eviction; `Err` says why the pod stays for now.
+    async fn evict(&self, pod: &Pod) -> Result<(), String> {
+        let api: Api<Pod> =
+            Api::namespaced(self.client.clone(), &pod.namespace().unwrap_or_default());
+        match api.evict(&pod.name_any(), &self.evict_params()).await {
+            Ok(_) => Ok(()),
+            Err(error) => match (ApiErrorKind::of(&error), &error) {
+                (ApiErrorKind::NotFound, _) => Ok(()),
+                (ApiErrorKind::TooManyRequests, kube::Error::Api(status)) => {
+                    Err(budget_message(status))
+                }
+                (_, kube::Error::Api(status)) if status.code == 500 => Err(format!(
+                    "more than one PodDisruptionBudget selects it, so it cannot be evicted: {}",
+                    status.message
+                )),
+                (_, _) => Err(error.to_string()),
+            },
+        }
+    }
+}
+
+/// The API server names the PodDisruptionBudget in the causes of a 429.
+fn budget_message(status: &kube::core::Status) -> String {
+    let causes: Vec<&str> = status
+        .details
+        .iter()
+        .flat_map(|d| d.causes.iter())
+        .map(|c| c.message.as_str())
+        .filter(|m| !m.is_empty())
+        .collect();
+    if causes.is_empty() {
+        status.message.clone()
+    } else {
+        format!("{} ({})", status.message, causes.join("; "))
+    }
+}
+
+/// Drains under way, one task per node, and their outcomes.
+#[derive(Debug)]
+pub struct RunningDrains {
+    tasks: HashMap<String, JoinHandle<()>>,
+    done_tx: mpsc::UnboundedSender<(String, Node, DrainOutcome)>,
+    done_rx: mpsc::UnboundedReceiver<(String, Node, DrainOutcome)>,
+    /// Woken when a drain ends, so the next decision comes at once.
+    changed: Arc<Notify>,
+}
+
+impl RunningDrains {
+    pub fn new(changed: Arc<Notify>) -> Self {
+        let (done_tx, done_rx) = mpsc::unbounded_channel();
+        Self {
+            tasks: HashMap::new(),
+            done_tx,
+            done_rx,
+            changed,
+        }
+    }
+
+    pub fn start(&mut self, name: String, node: Node, drainer: Drainer) {
+        let done = self.done_tx.clone();
+        let changed = self.changed.clone();
+        let task_name = name.clone();
+        let task = tokio::spawn(async move {
+            let outcome = drainer.drain(&node).await;
+            let _ = done.send((task_name, node, outcome));
+            changed.notify_one();
+        });
+        if let Some(old) = self.tasks.insert(name, task) {
+            old.abort();
+        }
+    }
+
+    pub fn abort(&mut self, name: &str) {
+        if let Some(task) = self.tasks.remove(name) {
+            task.abort();
+        }
+    }
+
+    /// The next finished drain, if any.
+    pub fn finished(&mut self) -> Option<(String, Node, DrainOutcome)> {
+        let done = self.done_rx.try_recv().ok()?;
+        self.tasks.remove(&done.0);
+        Some(done)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn pod(value: serde_json::Value) -> Pod {
+        serde_json::from_value(value).unwrap()
+    }
+
+    #[test]
+    fn daemonset_mirror_and_finished_pods_stay() {
+        let ds = pod(
+            json!({"metadata": {"name": "a", "ownerReferences": [{"apiVersion": "apps/v1",
+            "kind": "DaemonSet", "name": "d", "uid": "u", "controller": true}]}}),
+        );
+        assert_eq!(disposition(&ds), Disposition::SkipDaemonSet);
+        let mirror = pod(
+            json!({"metadata": {"name": "m", "annotations": {"kubernetes.io/config.mirror": "x"}}}),
+        );
+        assert_eq!(disposition(&mirror), Disposition::SkipMirror);
+        let done = pod(json!({"metadata": {"name": "j"}, "status": {"phase": "Succeeded"}}));
+        assert_eq!(disposition(&done), Disposition::SkipFinished);
+    }
+
+    #[test]
+    fn managed_and_bare_pods_are_evicted() {
+        let rs = pod(
+            json!({"metadata": {"name": "a", "ownerReferences": [{"apiVersion": "apps/v1",
+            "kind": "ReplicaSet", "name": "r", "uid": "u", "controller": true}]}}),
+        );
+        assert_eq!(disposition(&rs), Disposition::Evict { unmanaged: false });
+        let bare = pod(json!({"metadata": {"name": "b"}}));
+        assert_eq!(disposition(&bare), Disposition::Evict { unmanaged: true });
+    }
+}

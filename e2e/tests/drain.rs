@@ -1,0 +1,420 @@
+//! Draining before every reboot (issue 4), on a control plane with the scheduler and the
+//! controller-manager, so that Deployments, DaemonSets and PodDisruptionBudgets are real.
+
+use e2e::{
+    BudgetWatch, kubectl, kubectl_stdin, node, node_events, protocol_annotations, wait_until,
+};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use kube::{
+    Api, Client,
+    api::ListParams,
+    runtime::{WatchStreamExt, watcher},
+};
+use nodesim::sandbox::{Sandbox, SandboxConfig};
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+const ROLLOUT: Duration = Duration::from_secs(240);
+
+async fn sandbox(nodes: usize, max_unavailable: &str, controller_args: &[&str]) -> Sandbox {
+    let config = SandboxConfig {
+        nodes,
+        max_unavailable: max_unavailable.into(),
+        reboot_duration: Duration::from_secs(1),
+        controller_args: controller_args.iter().map(|s| (*s).to_owned()).collect(),
+        ..SandboxConfig::default()
+    };
+    Sandbox::start(config).await.expect("sandbox starts")
+}
+
+fn is_ready(pod: &Pod) -> bool {
+    pod.metadata.deletion_timestamp.is_none()
+        && pod
+            .status
+            .iter()
+            .flat_map(|s| s.conditions.iter().flatten())
+            .any(|c| c.type_ == "Ready" && c.status == "True")
+}
+
+async fn ready_pods(client: &Client, selector: &str) -> Vec<Pod> {
+    let pods = Api::<Pod>::namespaced(client.clone(), "default")
+        .list(&ListParams::default().labels(selector))
+        .await
+        .expect("list pods");
+    pods.items.into_iter().filter(is_ready).collect()
+}
+
+/// Watches pods independently of the operator and records the fewest Ready replicas seen
+/// after the first moment all of them were Ready.
+struct ReadyFloor {
+    min_after_full: Arc<Mutex<Option<usize>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl ReadyFloor {
+    fn start(client: Client, selector: &str, full: usize) -> ReadyFloor {
+        let min_after_full = Arc::new(Mutex::new(None));
+        let seen = min_after_full.clone();
+        let config = watcher::Config::default().labels(selector);
+        let stream = watcher(Api::<Pod>::namespaced(client, "default"), config).touched_objects();
+        let task = tokio::spawn(async move {
+            let mut ready: BTreeMap<String, bool> = BTreeMap::new();
+            futures::pin_mut!(stream);
+            while let Some(Ok(pod)) = stream.next().await {
+                ready.insert(pod.metadata.uid.clone().unwrap_or_default(), is_ready(&pod));
+                let count = ready.values().filter(|r| **r).count();
+                let mut min = seen.lock().unwrap();
+                *min = match *min {
+                    None if count >= full => Some(count),
+                    Some(m) => Some(m.min(count)),
+                    None => None,
+                };
+            }
+        });
+        ReadyFloor {
+            min_after_full,
+            task,
+        }
+    }
+
+    fn min(&self) -> Option<usize> {
+        *self.min_after_full.lock().unwrap()
+    }
+}
+
+impl Drop for ReadyFloor {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+const WEB: &str = r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web, namespace: default}
+spec:
+  replicas: 6
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec:
+      topologySpreadConstraints:
+      - {maxSkew: 1, topologyKey: kubernetes.io/hostname, whenUnsatisfiable: ScheduleAnyway, labelSelector: {matchLabels: {app: web}}}
+      containers: [{name: web, image: registry.example/web:1}]
+---
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata: {name: web, namespace: default}
+spec:
+  minAvailable: 5
+  selector: {matchLabels: {app: web}}
+---
+apiVersion: apps/v1
+kind: DaemonSet
+metadata: {name: node-agent, namespace: default}
+spec:
+  selector: {matchLabels: {app: node-agent}}
+  template:
+    metadata: {labels: {app: node-agent}}
+    spec:
+      containers: [{name: agent, image: registry.example/agent:1}]
+"#;
+
+async fn pod_uids(client: &Client, selector: &str) -> BTreeSet<String> {
+    ready_pods(client, selector)
+        .await
+        .into_iter()
+        .filter_map(|p| p.metadata.uid)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_rollout_keeps_the_pod_disruption_budget_and_leaves_daemonset_pods_alone() {
+    let sb = sandbox(4, "2", &[]).await;
+    kubectl_stdin(&sb.control_plane, &["apply", "-f", "-"], WEB);
+    wait_until(
+        "6 web replicas and 4 node-agent pods are Ready",
+        ROLLOUT,
+        None,
+        || async {
+            ready_pods(&sb.client, "app=web").await.len() == 6
+                && ready_pods(&sb.client, "app=node-agent").await.len() == 4
+        },
+    )
+    .await;
+    let floor = ReadyFloor::start(sb.client.clone(), "app=web", 6);
+    let daemon_pods = pod_uids(&sb.client, "app=node-agent").await;
+    let watch = BudgetWatch::start(sb.client.clone(), 2).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    kubectl(
+        &sb.control_plane,
+        &["annotate", "nodes", "--all", "reboot-needed=true"],
+    );
+    wait_until(
+        "every node rebooted once and back",
+        ROLLOUT,
+        Some(&watch),
+        || async {
+            for name in sb.fleet.names() {
+                let n = node(&sb.client, &name).await;
+                if sb.fleet.reboots(&name) != 1 || !protocol_annotations(&n).is_empty() {
+                    return false;
+                }
+            }
+            true
+        },
+    )
+    .await;
+    wait_until(
+        "6 web replicas Ready again",
+        ROLLOUT,
+        Some(&watch),
+        || async { ready_pods(&sb.client, "app=web").await.len() == 6 },
+    )
+    .await;
+    let min = floor.min().expect("the watcher saw 6 Ready replicas");
+    assert!(
+        min >= 5,
+        "only {min} Ready replicas at one point: the PodDisruptionBudget was broken"
+    );
+    assert_eq!(
+        pod_uids(&sb.client, "app=node-agent").await,
+        daemon_pods,
+        "DaemonSet pods were evicted"
+    );
+    let reasons: Vec<String> = node_events(&sb.client, "sim-1")
+        .await
+        .into_iter()
+        .map(|e| e.0)
+        .collect();
+    assert!(reasons.contains(&"Draining".to_owned()), "{reasons:?}");
+    sb.stop().await;
+}
+
+const STUCK: &str = r#"
+apiVersion: v1
+kind: Pod
+metadata: {name: precious, namespace: default, labels: {app: precious}}
+spec:
+  nodeName: sim-1
+  containers: [{name: c, image: registry.example/precious:1}]
+---
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata: {name: never-disrupt, namespace: default}
+spec:
+  minAvailable: 1
+  selector: {matchLabels: {app: precious}}
+"#;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_drain_that_times_out_gives_the_slot_to_another_node() {
+    let sb = sandbox(3, "1", &["--drain-timeout", "6s"]).await;
+    kubectl_stdin(&sb.control_plane, &["apply", "-f", "-"], STUCK);
+    wait_until("the PDB allows no disruption", ROLLOUT, None, || async {
+        let out = kubectl(
+            &sb.control_plane,
+            &[
+                "get",
+                "pdb",
+                "never-disrupt",
+                "-o",
+                "jsonpath={.status.currentHealthy}/{.status.disruptionsAllowed}",
+            ],
+        );
+        out == "1/0"
+    })
+    .await;
+    let watch = BudgetWatch::start(sb.client.clone(), 1).await;
+    kubectl(
+        &sb.control_plane,
+        &["annotate", "node", "sim-1", "reboot-needed=true"],
+    );
+    wait_until("sim-1 is draining", ROLLOUT, Some(&watch), || async {
+        node_events(&sb.client, "sim-1")
+            .await
+            .iter()
+            .any(|e| e.0 == "Draining")
+    })
+    .await;
+    kubectl(
+        &sb.control_plane,
+        &["annotate", "node", "sim-2", "reboot-needed=true"],
+    );
+    wait_until(
+        "the drain of sim-1 is reported blocked",
+        ROLLOUT,
+        Some(&watch),
+        || async {
+            node_events(&sb.client, "sim-1")
+                .await
+                .iter()
+                .any(|(reason, _, message)| {
+                    reason == "DrainBlocked"
+                        && message.contains("default/precious")
+                        && message.contains("never-disrupt")
+                })
+        },
+    )
+    .await;
+    wait_until(
+        "sim-2 is rebooted meanwhile",
+        ROLLOUT,
+        Some(&watch),
+        || async { sb.fleet.reboots("sim-2") == 1 },
+    )
+    .await;
+    let sim1 = node(&sb.client, "sim-1").await;
+    assert_ne!(
+        sim1.spec.as_ref().and_then(|s| s.unschedulable),
+        Some(true),
+        "sim-1 was uncordoned"
+    );
+    assert_eq!(
+        protocol_annotations(&sim1),
+        vec!["reboot-needed".to_owned()],
+        "the request is kept"
+    );
+    assert_eq!(sb.fleet.reboots("sim-1"), 0);
+    let warning = kubectl(
+        &sb.control_plane,
+        &[
+            "get",
+            "events",
+            "--field-selector",
+            "involvedObject.name=sim-1,type=Warning",
+        ],
+    );
+    assert!(warning.contains("DrainBlocked"), "{warning}");
+    sb.stop().await;
+}
+
+const PAIR: &str = r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: pair, namespace: default}
+spec:
+  replicas: 2
+  selector: {matchLabels: {app: pair}}
+  template:
+    metadata: {labels: {app: pair}}
+    spec:
+      nodeSelector: {kubernetes.io/hostname: sim-1}
+      containers: [{name: c, image: registry.example/pair:1}]
+---
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata: {name: pair, namespace: default}
+spec:
+  minAvailable: 2
+  selector: {matchLabels: {app: pair}}
+"#;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_drain_resumes_after_the_controller_is_killed() {
+    let mut sb = sandbox(2, "1", &[]).await;
+    kubectl_stdin(&sb.control_plane, &["apply", "-f", "-"], PAIR);
+    wait_until("2 pair replicas Ready on sim-1", ROLLOUT, None, || async {
+        ready_pods(&sb.client, "app=pair").await.len() == 2
+    })
+    .await;
+    let watch = BudgetWatch::start(sb.client.clone(), 1).await;
+    kubectl(
+        &sb.control_plane,
+        &["annotate", "node", "sim-1", "reboot-needed=true"],
+    );
+    wait_until("sim-1 is draining", ROLLOUT, Some(&watch), || async {
+        node_events(&sb.client, "sim-1")
+            .await
+            .iter()
+            .any(|e| e.0 == "Draining")
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    sb.controllers[0].kill().await;
+    // With the controller down, the budget is relaxed: only a resumed drain can finish now.
+    kubectl(
+        &sb.control_plane,
+        &[
+            "patch",
+            "pdb",
+            "pair",
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"minAvailable":0}}"#,
+        ],
+    );
+    sb.controllers[0]
+        .restart()
+        .await
+        .expect("controller restarts");
+    wait_until(
+        "sim-1 is rebooted after the drain resumed",
+        ROLLOUT,
+        Some(&watch),
+        || async {
+            sb.fleet.reboots("sim-1") == 1
+                && protocol_annotations(&node(&sb.client, "sim-1").await).is_empty()
+        },
+    )
+    .await;
+    let drains = node_events(&sb.client, "sim-1")
+        .await
+        .into_iter()
+        .filter(|e| e.0 == "Draining")
+        .count();
+    assert!(
+        drains >= 2,
+        "the drain was started again after the restart ({drains} Draining Events)"
+    );
+    sb.stop().await;
+}
+
+const BARE: &str = r#"
+apiVersion: v1
+kind: Pod
+metadata: {name: loner, namespace: default}
+spec:
+  nodeName: sim-1
+  containers: [{name: c, image: registry.example/loner:1}]
+"#;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_bare_pod_is_evicted_with_a_warning_that_it_will_not_come_back() {
+    let sb = sandbox(2, "1", &[]).await;
+    kubectl_stdin(&sb.control_plane, &["apply", "-f", "-"], BARE);
+    wait_until("the bare pod runs", ROLLOUT, None, || async {
+        Api::<Pod>::namespaced(sb.client.clone(), "default")
+            .get_opt("loner")
+            .await
+            .ok()
+            .flatten()
+            .is_some_and(|p| is_ready(&p))
+    })
+    .await;
+    kubectl(
+        &sb.control_plane,
+        &["annotate", "node", "sim-1", "reboot-needed=true"],
+    );
+    wait_until("sim-1 is rebooted", ROLLOUT, None, || async {
+        sb.fleet.reboots("sim-1") == 1
+    })
+    .await;
+    let gone = Api::<Pod>::namespaced(sb.client.clone(), "default")
+        .get_opt("loner")
+        .await
+        .unwrap();
+    assert!(gone.is_none(), "the bare pod was evicted");
+    let events = node_events(&sb.client, "sim-1").await;
+    assert!(
+        events
+            .iter()
+            .any(|(_, _, m)| m.contains("default/loner") && m.contains("will not come back")),
+        "{events:?}"
+    );
+    sb.stop().await;
+}

@@ -418,3 +418,74 @@ async fn a_bare_pod_is_evicted_with_a_warning_that_it_will_not_come_back() {
     );
     sb.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn removing_the_request_during_the_drain_cancels_it() {
+    let sb = sandbox(2, "1", &[]).await;
+    kubectl_stdin(&sb.control_plane, &["apply", "-f", "-"], STUCK);
+    wait_until("the PDB allows no disruption", ROLLOUT, None, || async {
+        let out = kubectl(
+            &sb.control_plane,
+            &[
+                "get",
+                "pdb",
+                "never-disrupt",
+                "-o",
+                "jsonpath={.status.disruptionsAllowed}",
+            ],
+        );
+        out == "0"
+    })
+    .await;
+    let watch = BudgetWatch::start(sb.client.clone(), 1).await;
+    kubectl(
+        &sb.control_plane,
+        &["annotate", "node", "sim-1", "reboot-needed=true"],
+    );
+    wait_until(
+        "sim-1 is cordoned and draining",
+        ROLLOUT,
+        Some(&watch),
+        || async {
+            let n = node(&sb.client, "sim-1").await;
+            n.spec.as_ref().and_then(|s| s.unschedulable) == Some(true)
+                && node_events(&sb.client, "sim-1")
+                    .await
+                    .iter()
+                    .any(|e| e.0 == "Draining")
+        },
+    )
+    .await;
+    kubectl(
+        &sb.control_plane,
+        &["annotate", "node", "sim-1", "reboot-needed-"],
+    );
+    wait_until(
+        "sim-1 is uncordoned and its slot released",
+        ROLLOUT,
+        Some(&watch),
+        || async {
+            let n = node(&sb.client, "sim-1").await;
+            n.spec.as_ref().and_then(|s| s.unschedulable) != Some(true)
+                && protocol_annotations(&n).is_empty()
+                && node_events(&sb.client, "sim-1")
+                    .await
+                    .iter()
+                    .any(|e| e.0 == "Cancelled")
+        },
+    )
+    .await;
+    kubectl(
+        &sb.control_plane,
+        &["annotate", "node", "sim-2", "reboot-needed=true"],
+    );
+    wait_until(
+        "sim-2 gets the slot and is rebooted",
+        ROLLOUT,
+        Some(&watch),
+        || async { sb.fleet.reboots("sim-2") == 1 },
+    )
+    .await;
+    assert_eq!(sb.fleet.reboots("sim-1"), 0);
+    sb.stop().await;
+}

@@ -1,0 +1,145 @@
+//! Bad input to the programs: a clear message naming the problem and the fix, exit code 2,
+//! never a panic; a node that does not exist yet is waited for, not an error.
+
+use nodesim::workspace_binary;
+use std::{process::Command, time::Duration};
+use testenv::{ControlPlane, Options};
+
+fn controller(args: &[&str]) -> (i32, String) {
+    let bin = workspace_binary("reboot-controller").expect("reboot-controller is built");
+    let out = Command::new(bin)
+        .args(args)
+        .env_remove("KUBECONFIG")
+        .output()
+        .expect("runs");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn bad_budgets_stop_the_controller_at_start() {
+    for (value, why) in [
+        ("0", "would never reboot anything"),
+        ("-1", "negative"),
+        ("abc", "not a number"),
+        ("150%", "cannot exceed 100%"),
+    ] {
+        let (code, stderr) = controller(&["--max-unavailable", value]);
+        assert_eq!(code, 2, "--max-unavailable {value}: {stderr}");
+        assert!(stderr.contains(why), "--max-unavailable {value}: {stderr}");
+        assert!(
+            stderr.contains("for example `25%`"),
+            "the fix is named: {stderr}"
+        );
+        assert!(!stderr.contains("panicked"), "{stderr}");
+    }
+}
+
+#[test]
+fn bad_drain_durations_stop_the_controller_at_start() {
+    for (flag, value, why) in [
+        (
+            "--drain-timeout",
+            "abc",
+            "every part must start with a whole number",
+        ),
+        ("--drain-timeout", "-5m", "negative"),
+        ("--drain-timeout", "10", "needs a unit"),
+        (
+            "--drain-grace-period",
+            "soon",
+            "every part must start with a whole number",
+        ),
+        ("--drain-grace-period", "-30s", "negative"),
+    ] {
+        let (code, stderr) = controller(&[flag, value]);
+        assert_eq!(code, 2, "{flag} {value}: {stderr}");
+        assert!(
+            stderr.contains(why) && stderr.contains("such as `30s`"),
+            "{flag} {value}: {stderr}"
+        );
+    }
+}
+
+#[test]
+fn a_bad_annotation_prefix_stops_the_controller_at_start() {
+    let (code, stderr) = controller(&["--annotation-prefix", "Not_A_Domain"]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("DNS subdomain"), "{stderr}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_agent_waits_for_a_node_that_does_not_exist_yet() {
+    let cp = ControlPlane::start(Options {
+        controller_manager: false,
+        scheduler: false,
+        ..Options::default()
+    })
+    .await
+    .expect("control plane starts");
+    let dir = tempfile_dir(&cp);
+    let boot_id = dir.join("boot_id");
+    std::fs::write(&boot_id, "b-1\n").unwrap();
+    let log = dir.join("agent.log");
+    let rebooted = dir.join("rebooted");
+    let mut agent = tokio::process::Command::new(workspace_binary("reboot-agent").unwrap())
+        .args(["--node-name", "ghost", "--boot-id-file"])
+        .arg(&boot_id)
+        .args([
+            "--reboot-method",
+            "command",
+            "--host-mount-namespace",
+            "false",
+            "--reboot-command",
+        ])
+        .arg(format!("touch {}", rebooted.display()))
+        .env("KUBECONFIG", cp.kubeconfig_path())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .stdout(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    e2e::wait_until(
+        "the agent says the node is missing",
+        Duration::from_secs(30),
+        None,
+        || async {
+            std::fs::read_to_string(&log)
+                .unwrap_or_default()
+                .contains("ghost not found")
+        },
+    )
+    .await;
+    assert!(
+        agent.try_wait().unwrap().is_none(),
+        "the agent keeps waiting instead of exiting"
+    );
+    // Once the node is registered (already told to reboot), the waiting agent acts on it.
+    let ghost = "apiVersion: v1\nkind: Node\nmetadata: {name: ghost, annotations: {reboot-now: \"true\"}}\n";
+    e2e::kubectl_stdin(&cp, &["create", "-f", "-"], ghost);
+    e2e::wait_until(
+        "the agent reboots the node once it exists",
+        Duration::from_secs(60),
+        None,
+        || async { rebooted.exists() },
+    )
+    .await;
+    let annotations = e2e::node(&cp.client().await.unwrap(), "ghost")
+        .await
+        .metadata
+        .annotations
+        .unwrap();
+    assert_eq!(
+        annotations.get("reboot-boot-id").map(String::as_str),
+        Some("b-1")
+    );
+    agent.kill().await.unwrap();
+}
+
+fn tempfile_dir(cp: &ControlPlane) -> std::path::PathBuf {
+    let dir = cp.dir().join("agent");
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}

@@ -7,6 +7,7 @@
 //! PodDisruptionBudgets behave as in a cluster.
 
 pub mod binaries;
+pub mod budget_watch;
 pub mod fleet;
 pub mod kubelet;
 pub mod node;

@@ -1,0 +1,295 @@
+//! `make demo`: a local control plane, a fleet of simulated nodes with real agents, the real
+//! controller, a workload with a PodDisruptionBudget, a reboot request for every node with
+//! plain kubectl, a live view of the rolling reboot, and a summary.
+
+pub mod view;
+
+use anyhow::Context;
+use clap::Parser;
+use common::{AnnotationKeys, MaxUnavailable};
+use k8s_openapi::api::{apps::v1::Deployment, core::v1::Node};
+use kube::{Api, api::ListParams};
+use nodesim::{
+    budget_watch::BudgetWatch,
+    sandbox::{Sandbox, SandboxConfig},
+};
+use std::{
+    collections::BTreeMap,
+    io::{IsTerminal, Write},
+    time::{Duration, Instant},
+};
+use view::{Frame, Shown};
+
+/// A rolling reboot of a simulated fleet on a real local control plane, shown live.
+#[derive(Debug, Clone, Parser)]
+#[command(name = "demo")]
+pub struct Args {
+    /// Number of simulated nodes.
+    #[arg(long, env = "DEMO_NODES", default_value_t = 12, value_parser = clap::value_parser!(u16).range(1..=500))]
+    pub nodes: u16,
+    /// The controller's --max-unavailable: a number or a percentage of the pool.
+    #[arg(long, env = "DEMO_MAX_UNAVAILABLE", default_value = "3", allow_negative_numbers = true,
+          value_parser = |v: &str| v.parse::<MaxUnavailable>().map_err(|e| e.to_string()))]
+    pub max_unavailable: MaxUnavailable,
+    /// How long a simulated reboot keeps a node down, in seconds.
+    #[arg(long, env = "DEMO_REBOOT_SECONDS", default_value_t = 3.0, value_parser = parse_seconds)]
+    pub reboot_seconds: f64,
+    /// After the summary, leave everything running and wait for Ctrl-C (explore with kubectl).
+    #[arg(long, env = "DEMO_KEEP")]
+    pub keep: bool,
+}
+
+fn parse_seconds(v: &str) -> Result<f64, String> {
+    match v.parse::<f64>() {
+        Ok(s) if s.is_finite() && (0.1..=600.0).contains(&s) => Ok(s),
+        _ => Err(format!(
+            "{v:?} is not a number of seconds from 0.1 to 600 (for example 3 or 1.5)"
+        )),
+    }
+}
+
+/// The numbers the summary reports.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Outcome {
+    pub requested: usize,
+    pub rebooted: usize,
+    pub total: Duration,
+    pub max_unavailable_seen: usize,
+    pub budget: usize,
+    pub ideal: Duration,
+}
+
+impl Outcome {
+    pub fn success(&self) -> bool {
+        self.rebooted == self.requested && self.max_unavailable_seen <= self.budget
+    }
+
+    pub fn render(&self) -> String {
+        let verdict = if self.success() {
+            "OK: every node rebooted, never more than the budget unavailable"
+        } else if self.rebooted < self.requested {
+            "FAILED: not every node was rebooted"
+        } else {
+            "FAILED: more nodes were unavailable at once than the budget allows"
+        };
+        format!(
+            "Summary\n  rebooted:                 {} of {} nodes requested\n  total time:               {:.1} s\n  ideal time:               {:.1} s (ceil(N/K) x T)\n  most unavailable at once: {} (budget {})\n  {verdict}\n",
+            self.rebooted,
+            self.requested,
+            self.total.as_secs_f64(),
+            self.ideal.as_secs_f64(),
+            self.max_unavailable_seen,
+            self.budget
+        )
+    }
+}
+
+fn say(line: &str) {
+    println!("{line}");
+    let _ = std::io::stdout().flush();
+}
+
+/// Runs the demo; `Ok(true)` when every node was rebooted within budget.
+pub async fn run(args: Args) -> anyhow::Result<bool> {
+    let nodes = usize::from(args.nodes);
+    let budget = args.max_unavailable.resolve(nodes);
+    say(&format!(
+        "demo: {nodes} simulated nodes, --max-unavailable {} ({budget} nodes), simulated reboots of {} s",
+        args.max_unavailable, args.reboot_seconds
+    ));
+    say(
+        "demo: starting a real control plane (etcd, kube-apiserver, controller-manager, scheduler), the nodes with one reboot-agent each, and reboot-controller ...",
+    );
+    let config = SandboxConfig {
+        nodes,
+        max_unavailable: args.max_unavailable.to_string(),
+        reboot_duration: Duration::from_secs_f64(args.reboot_seconds),
+        ..SandboxConfig::default()
+    };
+    let sandbox = Sandbox::start(config)
+        .await
+        .context("the sandbox did not start")?;
+    say(&format!(
+        "demo: logs of every component are in {}",
+        sandbox.control_plane.dir().display()
+    ));
+    deploy_workload(&sandbox, nodes).await?;
+    let outcome = roll(&sandbox, budget, args.reboot_seconds).await?;
+    say(&outcome.render());
+    if args.keep {
+        say("demo: everything is still running; explore it with kubectl, for example:");
+        say(&format!(
+            "  export KUBECONFIG={}",
+            sandbox.control_plane.kubeconfig_path().display()
+        ));
+        say("  kubectl get nodes; kubectl get events --field-selector involvedObject.name=sim-1");
+        say("demo: Ctrl-C stops everything.");
+        println!(
+            "KUBECONFIG={}",
+            sandbox.control_plane.kubeconfig_path().display()
+        );
+        std::future::pending::<()>().await;
+    }
+    sandbox.stop().await;
+    Ok(outcome.success())
+}
+
+const WORKLOAD: &str = r#"apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web, namespace: default}
+spec:
+  replicas: REPLICAS
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec:
+      topologySpreadConstraints:
+      - {maxSkew: 1, topologyKey: kubernetes.io/hostname, whenUnsatisfiable: ScheduleAnyway, labelSelector: {matchLabels: {app: web}}}
+      containers: [{name: web, image: registry.example/web:1}]
+---
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata: {name: web, namespace: default}
+spec:
+  maxUnavailable: 1
+  selector: {matchLabels: {app: web}}
+"#;
+
+async fn deploy_workload(sandbox: &Sandbox, replicas: usize) -> anyhow::Result<()> {
+    let manifest = WORKLOAD.replace("REPLICAS", &replicas.to_string());
+    say(&format!(
+        "demo: deploying a workload so the drains have something to do: Deployment web ({replicas} replicas) with a PodDisruptionBudget maxUnavailable 1"
+    ));
+    let mut child = sandbox
+        .control_plane
+        .kubectl()
+        .args(["apply", "-f", "-"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .context("cannot run kubectl")?;
+    child
+        .stdin
+        .take()
+        .context("kubectl stdin")?
+        .write_all(manifest.as_bytes())?;
+    anyhow::ensure!(
+        child.wait()?.success(),
+        "kubectl apply of the workload failed"
+    );
+    let deployments: Api<Deployment> = Api::namespaced(sandbox.client.clone(), "default");
+    let start = Instant::now();
+    loop {
+        let ready = deployments
+            .get("web")
+            .await?
+            .status
+            .and_then(|s| s.ready_replicas)
+            .unwrap_or(0);
+        if usize::try_from(ready).unwrap_or(0) >= replicas {
+            return Ok(());
+        }
+        anyhow::ensure!(
+            start.elapsed() < Duration::from_secs(120),
+            "the workload did not become Ready in 2 minutes"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+async fn request_every_node(sandbox: &Sandbox) -> anyhow::Result<()> {
+    say("demo: requesting a reboot of every node, as an administrator would:");
+    for name in sandbox.fleet.names() {
+        say(&format!(
+            "  $ kubectl annotate node {name} reboot-needed=true"
+        ));
+        let status = sandbox
+            .control_plane
+            .kubectl()
+            .args(["annotate", "node", &name, "reboot-needed=true"])
+            .stdout(std::process::Stdio::null())
+            .status()
+            .context("cannot run kubectl")?;
+        anyhow::ensure!(status.success(), "kubectl annotate node {name} failed");
+    }
+    Ok(())
+}
+
+async fn snapshot(
+    nodes: &Api<Node>,
+    keys: &AnnotationKeys,
+    first_boot: &BTreeMap<String, String>,
+) -> anyhow::Result<BTreeMap<String, Shown>> {
+    let list = nodes.list(&ListParams::default()).await?;
+    Ok(list
+        .items
+        .iter()
+        .map(|n| {
+            let name = n.metadata.name.clone().unwrap_or_default();
+            let state = view::shown(n, keys, first_boot.get(&name));
+            (name, state)
+        })
+        .collect())
+}
+
+async fn roll(sandbox: &Sandbox, budget: usize, reboot_seconds: f64) -> anyhow::Result<Outcome> {
+    let nodes: Api<Node> = Api::all(sandbox.client.clone());
+    let keys = AnnotationKeys::default();
+    let first_boot: BTreeMap<String, String> = nodes
+        .list(&ListParams::default())
+        .await?
+        .items
+        .iter()
+        .filter_map(|n| {
+            Some((
+                n.metadata.name.clone()?,
+                common::NodeFacts::from_node(n).boot_id?,
+            ))
+        })
+        .collect();
+    let watch = BudgetWatch::start(sandbox.client.clone(), budget).await;
+    request_every_node(sandbox).await?;
+    let count = first_boot.len();
+    let ideal = Duration::from_secs_f64(count.div_ceil(budget) as f64 * reboot_seconds);
+    let deadline = Duration::from_secs(120).max(ideal * 20);
+    let start = Instant::now();
+    let terminal = std::io::stdout().is_terminal();
+    let mut shown_lines = 0;
+    let mut last: Option<Frame> = None;
+    loop {
+        let frame = Frame {
+            nodes: snapshot(&nodes, &keys, &first_boot).await?,
+            budget,
+            elapsed: start.elapsed(),
+        };
+        if terminal {
+            let block = frame.render();
+            print!("{}{}", "\x1b[1A\x1b[2K".repeat(shown_lines), block);
+            shown_lines = block.lines().count();
+        } else {
+            let before = last.clone().unwrap_or_else(|| Frame {
+                nodes: BTreeMap::new(),
+                ..frame.clone()
+            });
+            for line in frame.changes_since(&before) {
+                println!("{line}");
+            }
+        }
+        let _ = std::io::stdout().flush();
+        let done = frame.count(Shown::Back) == count;
+        last = Some(frame);
+        if done || start.elapsed() > deadline {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let rebooted = last.map_or(0, |f| f.count(Shown::Back));
+    Ok(Outcome {
+        requested: count,
+        rebooted,
+        total: start.elapsed(),
+        max_unavailable_seen: watch.max_seen(),
+        budget,
+        ideal,
+    })
+}

@@ -94,9 +94,12 @@ pub struct Drainer {
 }
 
 /// Between two passes over the node's pods.
-const PASS_INTERVAL: Duration = Duration::from_millis(500);
-/// Between two evictions of a pod that a PodDisruptionBudget protects (429).
-const BLOCKED_RETRY: Duration = Duration::from_secs(2);
+const PASS_INTERVAL: Duration = Duration::from_millis(200);
+/// Between two evictions of a pod that a PodDisruptionBudget protects (429): short at first,
+/// since the budget frees up as soon as a replacement is Ready, then doubling up to 5 s (as
+/// `kubectl drain` waits) so that a stuck budget is not hammered.
+const BLOCKED_RETRY_FIRST: Duration = Duration::from_millis(200);
+const BLOCKED_RETRY_MAX: Duration = Duration::from_secs(5);
 
 impl std::fmt::Debug for Drainer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -148,6 +151,7 @@ impl Drainer {
         let mut evicted: HashSet<String> = HashSet::new();
         let mut warned_unmanaged: HashSet<String> = HashSet::new();
         let mut next_try: BTreeMap<String, Instant> = BTreeMap::new();
+        let mut refused: BTreeMap<String, u32> = BTreeMap::new();
         loop {
             let pods = match self.pods_on(&name).await {
                 Ok(pods) => pods,
@@ -194,7 +198,12 @@ impl Drainer {
                     }
                     Err(why) => {
                         tracing::info!(node = %name, pod = %key, %why, "eviction refused; will retry");
-                        next_try.insert(key.clone(), Instant::now() + BLOCKED_RETRY);
+                        let refusals = refused.entry(key.clone()).or_insert(0u32);
+                        let wait = BLOCKED_RETRY_FIRST
+                            .saturating_mul(1 << (*refusals).min(5))
+                            .min(BLOCKED_RETRY_MAX);
+                        *refusals += 1;
+                        next_try.insert(key.clone(), Instant::now() + wait);
                         blocking.insert(key, why);
                     }
                 }

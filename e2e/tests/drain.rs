@@ -489,3 +489,94 @@ async fn removing_the_request_during_the_drain_cancels_it() {
     assert_eq!(sb.fleet.reboots("sim-1"), 0);
     sb.stop().await;
 }
+
+const SELECTED: &str = r#"
+apiVersion: v1
+kind: Pod
+metadata: {name: kept, namespace: default, labels: {app: other}}
+spec:
+  nodeName: sim-1
+  containers: [{name: c, image: registry.example/kept:1}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: moved, namespace: default, labels: {app: web}}
+spec:
+  nodeName: sim-1
+  containers: [{name: c, image: registry.example/moved:1}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: double, namespace: default, labels: {app: web, tier: double}}
+spec:
+  nodeName: sim-2
+  containers: [{name: c, image: registry.example/double:1}]
+---
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata: {name: double-a, namespace: default}
+spec:
+  maxUnavailable: 1
+  selector: {matchLabels: {tier: double}}
+---
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata: {name: double-b, namespace: default}
+spec:
+  maxUnavailable: 1
+  selector: {matchLabels: {tier: double}}
+"#;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_pod_selector_limits_the_drain_and_two_budgets_on_one_pod_are_reported() {
+    let sb = sandbox(
+        2,
+        "1",
+        &["--drain-pod-selector", "app=web", "--drain-timeout", "5s"],
+    )
+    .await;
+    kubectl_stdin(&sb.control_plane, &["apply", "-f", "-"], SELECTED);
+    let pods: Api<Pod> = Api::namespaced(sb.client.clone(), "default");
+    wait_until("the three pods run", ROLLOUT, None, || async {
+        ready_pods(&sb.client, "app in (web, other)").await.len() == 3
+    })
+    .await;
+    kubectl(
+        &sb.control_plane,
+        &["annotate", "node", "sim-1", "reboot-needed=true"],
+    );
+    wait_until("sim-1 is rebooted", ROLLOUT, None, || async {
+        sb.fleet.reboots("sim-1") == 1
+    })
+    .await;
+    assert!(
+        pods.get_opt("moved").await.unwrap().is_none(),
+        "the selected pod was evicted"
+    );
+    assert!(
+        pods.get_opt("kept").await.unwrap().is_some(),
+        "the pod outside the selector was left alone"
+    );
+    kubectl(
+        &sb.control_plane,
+        &["annotate", "node", "sim-2", "reboot-needed=true"],
+    );
+    wait_until(
+        "the drain of sim-2 reports the two budgets",
+        ROLLOUT,
+        None,
+        || async {
+            node_events(&sb.client, "sim-2")
+                .await
+                .iter()
+                .any(|(reason, _, message)| {
+                    reason == "DrainBlocked"
+                        && message.contains("default/double")
+                        && message.contains("more than one PodDisruptionBudget")
+                })
+        },
+    )
+    .await;
+    assert_eq!(sb.fleet.reboots("sim-2"), 0);
+    sb.stop().await;
+}

@@ -170,3 +170,45 @@ pub fn kubectl_stdin(cp: &testenv::ControlPlane, args: &[&str], input: &str) -> 
     );
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
+
+/// `kubectl annotate node <node> reboot-needed=true`, as an administrator asks for a reboot.
+pub fn request_reboot(cp: &testenv::ControlPlane, node: &str) {
+    kubectl(cp, &["annotate", "node", node, "reboot-needed=true"]);
+}
+
+/// `kubectl apply -f -` of a manifest.
+pub fn apply(cp: &testenv::ControlPlane, manifest: &str) {
+    kubectl_stdin(cp, &["apply", "-f", "-"], manifest);
+}
+
+/// The reasons of the Events about a node, oldest first.
+pub async fn event_reasons(client: &Client, node: &str) -> Vec<String> {
+    node_events(client, node)
+        .await
+        .into_iter()
+        .map(|(reason, _, _)| reason)
+        .collect()
+}
+
+/// Whether an Event with this reason, whose message contains every one of `words`, is there.
+pub async fn has_event(client: &Client, node: &str, reason: &str, words: &[&str]) -> bool {
+    node_events(client, node)
+        .await
+        .iter()
+        .any(|(r, _, message)| r == reason && words.iter().all(|w| message.contains(w)))
+}
+
+/// Waits (up to four minutes) for an Event like [`has_event`] describes.
+pub async fn wait_for_event(
+    client: &Client,
+    node: &str,
+    reason: &str,
+    words: &[&str],
+    budget: Option<&BudgetWatch>,
+) {
+    let what = format!("a {reason} Event on {node} mentioning {words:?}");
+    wait_until(&what, Duration::from_secs(240), budget, || {
+        has_event(client, node, reason, words)
+    })
+    .await;
+}

@@ -2,7 +2,8 @@
 //! controller-manager, so that Deployments, DaemonSets and PodDisruptionBudgets are real.
 
 use e2e::{
-    BudgetWatch, kubectl, kubectl_stdin, node, node_events, protocol_annotations, wait_until,
+    BudgetWatch, apply, has_event, kubectl, node, node_events, protocol_annotations,
+    request_reboot, wait_for_event, wait_until,
 };
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
@@ -135,7 +136,7 @@ async fn pod_uids(client: &Client, selector: &str) -> BTreeSet<String> {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_rollout_keeps_the_pod_disruption_budget_and_leaves_daemonset_pods_alone() {
     let sb = sandbox(4, "2", &[]).await;
-    kubectl_stdin(&sb.control_plane, &["apply", "-f", "-"], WEB);
+    apply(&sb.control_plane, WEB);
     wait_until(
         "6 web replicas and 4 node-agent pods are Ready",
         ROLLOUT,
@@ -195,6 +196,18 @@ async fn a_rollout_keeps_the_pod_disruption_budget_and_leaves_daemonset_pods_alo
     sb.stop().await;
 }
 
+/// Waits until the controller-manager has computed that `never-disrupt` allows nothing.
+async fn wait_until_the_budget_allows_no_disruption(sb: &Sandbox) {
+    wait_until("the PDB allows no disruption", ROLLOUT, None, || async {
+        let status = "jsonpath={.status.currentHealthy}/{.status.disruptionsAllowed}";
+        kubectl(
+            &sb.control_plane,
+            &["get", "pdb", "never-disrupt", "-o", status],
+        ) == "1/0"
+    })
+    .await;
+}
+
 const STUCK: &str = r#"
 apiVersion: v1
 kind: Pod
@@ -214,51 +227,21 @@ spec:
 #[tokio::test(flavor = "multi_thread")]
 async fn a_drain_that_times_out_gives_the_slot_to_another_node() {
     let sb = sandbox(3, "1", &["--drain-timeout", "6s"]).await;
-    kubectl_stdin(&sb.control_plane, &["apply", "-f", "-"], STUCK);
-    wait_until("the PDB allows no disruption", ROLLOUT, None, || async {
-        let out = kubectl(
-            &sb.control_plane,
-            &[
-                "get",
-                "pdb",
-                "never-disrupt",
-                "-o",
-                "jsonpath={.status.currentHealthy}/{.status.disruptionsAllowed}",
-            ],
-        );
-        out == "1/0"
-    })
-    .await;
+    apply(&sb.control_plane, STUCK);
+    wait_until_the_budget_allows_no_disruption(&sb).await;
     let watch = BudgetWatch::start(sb.client.clone(), 1).await;
-    kubectl(
-        &sb.control_plane,
-        &["annotate", "node", "sim-1", "reboot-needed=true"],
-    );
+    request_reboot(&sb.control_plane, "sim-1");
     wait_until("sim-1 is draining", ROLLOUT, Some(&watch), || async {
-        node_events(&sb.client, "sim-1")
-            .await
-            .iter()
-            .any(|e| e.0 == "Draining")
+        has_event(&sb.client, "sim-1", "Draining", &[]).await
     })
     .await;
-    kubectl(
-        &sb.control_plane,
-        &["annotate", "node", "sim-2", "reboot-needed=true"],
-    );
-    wait_until(
-        "the drain of sim-1 is reported blocked",
-        ROLLOUT,
+    request_reboot(&sb.control_plane, "sim-2");
+    wait_for_event(
+        &sb.client,
+        "sim-1",
+        "DrainBlocked",
+        &["default/precious", "never-disrupt"],
         Some(&watch),
-        || async {
-            node_events(&sb.client, "sim-1")
-                .await
-                .iter()
-                .any(|(reason, _, message)| {
-                    reason == "DrainBlocked"
-                        && message.contains("default/precious")
-                        && message.contains("never-disrupt")
-                })
-        },
     )
     .await;
     wait_until(
@@ -317,21 +300,15 @@ spec:
 #[tokio::test(flavor = "multi_thread")]
 async fn a_drain_resumes_after_the_controller_is_killed() {
     let mut sb = sandbox(2, "1", &[]).await;
-    kubectl_stdin(&sb.control_plane, &["apply", "-f", "-"], PAIR);
+    apply(&sb.control_plane, PAIR);
     wait_until("2 pair replicas Ready on sim-1", ROLLOUT, None, || async {
         ready_pods(&sb.client, "app=pair").await.len() == 2
     })
     .await;
     let watch = BudgetWatch::start(sb.client.clone(), 1).await;
-    kubectl(
-        &sb.control_plane,
-        &["annotate", "node", "sim-1", "reboot-needed=true"],
-    );
+    request_reboot(&sb.control_plane, "sim-1");
     wait_until("sim-1 is draining", ROLLOUT, Some(&watch), || async {
-        node_events(&sb.client, "sim-1")
-            .await
-            .iter()
-            .any(|e| e.0 == "Draining")
+        has_event(&sb.client, "sim-1", "Draining", &[]).await
     })
     .await;
     tokio::time::sleep(Duration::from_secs(2)).await;
@@ -386,7 +363,7 @@ spec:
 #[tokio::test(flavor = "multi_thread")]
 async fn a_bare_pod_is_evicted_with_a_warning_that_it_will_not_come_back() {
     let sb = sandbox(2, "1", &[]).await;
-    kubectl_stdin(&sb.control_plane, &["apply", "-f", "-"], BARE);
+    apply(&sb.control_plane, BARE);
     wait_until("the bare pod runs", ROLLOUT, None, || async {
         Api::<Pod>::namespaced(sb.client.clone(), "default")
             .get_opt("loner")
@@ -396,10 +373,7 @@ async fn a_bare_pod_is_evicted_with_a_warning_that_it_will_not_come_back() {
             .is_some_and(|p| is_ready(&p))
     })
     .await;
-    kubectl(
-        &sb.control_plane,
-        &["annotate", "node", "sim-1", "reboot-needed=true"],
-    );
+    request_reboot(&sb.control_plane, "sim-1");
     wait_until("sim-1 is rebooted", ROLLOUT, None, || async {
         sb.fleet.reboots("sim-1") == 1
     })
@@ -422,26 +396,10 @@ async fn a_bare_pod_is_evicted_with_a_warning_that_it_will_not_come_back() {
 #[tokio::test(flavor = "multi_thread")]
 async fn removing_the_request_during_the_drain_cancels_it() {
     let sb = sandbox(2, "1", &[]).await;
-    kubectl_stdin(&sb.control_plane, &["apply", "-f", "-"], STUCK);
-    wait_until("the PDB allows no disruption", ROLLOUT, None, || async {
-        let out = kubectl(
-            &sb.control_plane,
-            &[
-                "get",
-                "pdb",
-                "never-disrupt",
-                "-o",
-                "jsonpath={.status.disruptionsAllowed}",
-            ],
-        );
-        out == "0"
-    })
-    .await;
+    apply(&sb.control_plane, STUCK);
+    wait_until_the_budget_allows_no_disruption(&sb).await;
     let watch = BudgetWatch::start(sb.client.clone(), 1).await;
-    kubectl(
-        &sb.control_plane,
-        &["annotate", "node", "sim-1", "reboot-needed=true"],
-    );
+    request_reboot(&sb.control_plane, "sim-1");
     wait_until(
         "sim-1 is cordoned and draining",
         ROLLOUT,
@@ -449,10 +407,7 @@ async fn removing_the_request_during_the_drain_cancels_it() {
         || async {
             let n = node(&sb.client, "sim-1").await;
             n.spec.as_ref().and_then(|s| s.unschedulable) == Some(true)
-                && node_events(&sb.client, "sim-1")
-                    .await
-                    .iter()
-                    .any(|e| e.0 == "Draining")
+                && has_event(&sb.client, "sim-1", "Draining", &[]).await
         },
     )
     .await;
@@ -468,17 +423,11 @@ async fn removing_the_request_during_the_drain_cancels_it() {
             let n = node(&sb.client, "sim-1").await;
             n.spec.as_ref().and_then(|s| s.unschedulable) != Some(true)
                 && protocol_annotations(&n).is_empty()
-                && node_events(&sb.client, "sim-1")
-                    .await
-                    .iter()
-                    .any(|e| e.0 == "Cancelled")
+                && has_event(&sb.client, "sim-1", "Cancelled", &[]).await
         },
     )
     .await;
-    kubectl(
-        &sb.control_plane,
-        &["annotate", "node", "sim-2", "reboot-needed=true"],
-    );
+    request_reboot(&sb.control_plane, "sim-2");
     wait_until(
         "sim-2 gets the slot and is rebooted",
         ROLLOUT,
@@ -535,16 +484,13 @@ async fn the_pod_selector_limits_the_drain_and_two_budgets_on_one_pod_are_report
         &["--drain-pod-selector", "app=web", "--drain-timeout", "5s"],
     )
     .await;
-    kubectl_stdin(&sb.control_plane, &["apply", "-f", "-"], SELECTED);
+    apply(&sb.control_plane, SELECTED);
     let pods: Api<Pod> = Api::namespaced(sb.client.clone(), "default");
     wait_until("the three pods run", ROLLOUT, None, || async {
         ready_pods(&sb.client, "app in (web, other)").await.len() == 3
     })
     .await;
-    kubectl(
-        &sb.control_plane,
-        &["annotate", "node", "sim-1", "reboot-needed=true"],
-    );
+    request_reboot(&sb.control_plane, "sim-1");
     wait_until("sim-1 is rebooted", ROLLOUT, None, || async {
         sb.fleet.reboots("sim-1") == 1
     })
@@ -557,24 +503,13 @@ async fn the_pod_selector_limits_the_drain_and_two_budgets_on_one_pod_are_report
         pods.get_opt("kept").await.unwrap().is_some(),
         "the pod outside the selector was left alone"
     );
-    kubectl(
-        &sb.control_plane,
-        &["annotate", "node", "sim-2", "reboot-needed=true"],
-    );
-    wait_until(
-        "the drain of sim-2 reports the two budgets",
-        ROLLOUT,
+    request_reboot(&sb.control_plane, "sim-2");
+    wait_for_event(
+        &sb.client,
+        "sim-2",
+        "DrainBlocked",
+        &["default/double", "more than one PodDisruptionBudget"],
         None,
-        || async {
-            node_events(&sb.client, "sim-2")
-                .await
-                .iter()
-                .any(|(reason, _, message)| {
-                    reason == "DrainBlocked"
-                        && message.contains("default/double")
-                        && message.contains("more than one PodDisruptionBudget")
-                })
-        },
     )
     .await;
     assert_eq!(sb.fleet.reboots("sim-2"), 0);

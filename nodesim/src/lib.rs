@@ -9,6 +9,7 @@
 pub mod binaries;
 pub mod budget_watch;
 pub mod fleet;
+pub mod identities;
 pub mod kubelet;
 pub mod node;
 pub mod operator;

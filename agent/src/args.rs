@@ -4,6 +4,8 @@
 use clap::{ArgAction, Parser, ValueEnum};
 use common::AnnotationKeys;
 use common::duration::parse_duration;
+use observability::BindAddress;
+pub use observability::LogFormat;
 use std::{path::PathBuf, time::Duration};
 
 /// How the agent reboots its node (DESIGN.md section 5).
@@ -15,13 +17,6 @@ pub enum RebootMethod {
     Signal,
     /// `sync()` then `reboot(RB_AUTOBOOT)`: the last resort.
     Syscall,
-}
-
-/// Format of the log lines.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum LogFormat {
-    Text,
-    Json,
 }
 
 /// A `--reboot-command`: a program and its arguments, split on whitespace, run without a shell.
@@ -62,6 +57,10 @@ fn parse_reboot_command(value: &str) -> Result<RebootCommand, String> {
 
 fn parse_annotation_prefix(value: &str) -> Result<AnnotationKeys, String> {
     AnnotationKeys::new(value).map_err(|e| e.to_string())
+}
+
+fn parse_bind_address(value: &str) -> Result<BindAddress, String> {
+    value.parse()
 }
 
 fn parse_reboot_timeout(value: &str) -> Result<Duration, String> {
@@ -117,9 +116,18 @@ pub struct Args {
           value_parser = parse_reboot_timeout)]
     pub reboot_timeout: Duration,
 
-    /// Format of the log lines; the level comes from RUST_LOG (default info).
+    /// Format of the log lines: `text`, or `json` (one object per line). The level comes from
+    /// RUST_LOG (default info).
     #[arg(long, env = "LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
+
+    /// Where to serve /metrics, /healthz and /readyz: IP:PORT, `:PORT` for every interface, or
+    /// `0` for no server. With the host's network, pick a port free on every node. When it
+    /// cannot be bound the agent says so and goes on without it: a busy port must never keep
+    /// a node from finishing its reboot.
+    #[arg(long, env = "METRICS_BIND_ADDRESS", default_value = "0.0.0.0:8081",
+          value_parser = parse_bind_address)]
+    pub metrics_bind_address: BindAddress,
 
     /// FOR TESTS ONLY: trigger the reboot method once, without any API server, and exit.
     /// Deliberately hidden and without an environment variable, so that no pod spec can turn
@@ -151,6 +159,8 @@ mod tests {
             PathBuf::from("/proc/sys/kernel/random/boot_id")
         );
         assert!(!args.reboot_once_for_test);
+        assert_eq!(args.metrics_bind_address.to_string(), "0.0.0.0:8081");
+        assert_eq!(args.log_format, LogFormat::Text);
     }
 
     #[test]
@@ -198,5 +208,6 @@ mod tests {
         assert!(refused(&["--reboot-method", "magic"]).contains("syscall"));
         assert!(refused(&["--signal-target-pid", "0"]).contains("--signal-target-pid"));
         assert!(refused(&["--host-mount-namespace", "maybe"]).contains("true"));
+        assert!(refused(&["--metrics-bind-address", "8081"]).contains("`0.0.0.0:8080`"));
     }
 }

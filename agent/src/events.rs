@@ -1,11 +1,13 @@
 //! Kubernetes Events on the agent's Node, so that `kubectl describe node` tells the story.
 //! An Event that cannot be written is logged and otherwise ignored: it never stops a reboot.
 
+use crate::metrics::Metrics;
 use k8s_openapi::api::core::v1::{Node, ObjectReference};
 use kube::{
     Client, Resource,
     runtime::events::{Event, EventType, Recorder, Reporter},
 };
+use observability::ApiErrorKind;
 use std::time::Duration;
 
 /// The `reportingController` of the agent's Events.
@@ -52,6 +54,7 @@ impl Reason {
 #[derive(Clone)]
 pub struct NodeEvents {
     recorder: Recorder,
+    metrics: Metrics,
 }
 
 impl std::fmt::Debug for NodeEvents {
@@ -61,13 +64,14 @@ impl std::fmt::Debug for NodeEvents {
 }
 
 impl NodeEvents {
-    pub fn new(client: Client, node_name: &str) -> Self {
+    pub fn new(client: Client, node_name: &str, metrics: Metrics) -> Self {
         let reporter = Reporter {
             controller: REPORTING_COMPONENT.into(),
             instance: Some(format!("{REPORTING_COMPONENT}-{node_name}")),
         };
         Self {
             recorder: Recorder::new(client, reporter),
+            metrics,
         }
     }
 
@@ -86,9 +90,13 @@ impl NodeEvents {
         match published.await {
             Ok(Ok(())) => {}
             Ok(Err(error)) => {
+                self.metrics.api_error(ApiErrorKind::of(&error));
                 tracing::warn!(reason = reason.as_str(), %error, "could not write the Event")
             }
-            Err(_) => tracing::warn!(reason = reason.as_str(), "writing the Event timed out"),
+            Err(_) => {
+                self.metrics.api_error(ApiErrorKind::Timeout);
+                tracing::warn!(reason = reason.as_str(), "writing the Event timed out")
+            }
         }
     }
 }

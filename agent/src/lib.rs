@@ -10,17 +10,19 @@ pub mod decision;
 pub mod error;
 pub mod events;
 pub mod host_exec;
+pub mod metrics;
 pub mod node_agent;
 pub mod rebooter;
 mod retry;
 pub mod settings;
 mod steps;
-pub mod telemetry;
 pub mod test_hook;
 
 pub use args::{Args, LogFormat, RebootCommand, RebootMethod};
 pub use decision::{AgentAction, decide};
 pub use error::AgentError;
+pub use metrics::Metrics;
+pub use observability::Health;
 pub use rebooter::{RebootError, Rebooter, rebooter_for};
 pub use settings::{ConfigError, RebootSettings, Settings};
 
@@ -39,16 +41,53 @@ pub fn run_blocking(args: Args) -> Result<(), AgentError> {
     result
 }
 
-/// Runs the agent as the binary does: validates `args`, connects with the default client
-/// configuration (KUBECONFIG or in-cluster), reboots with the configured method, and stops
-/// gracefully on SIGTERM or Ctrl-C.
+/// Runs the agent as the binary does: validates `args`, serves `/metrics`, `/healthz` and
+/// `/readyz`, connects with the default client configuration (KUBECONFIG or in-cluster),
+/// reboots with the configured method, and stops gracefully on SIGTERM or Ctrl-C.
 pub async fn run(args: Args) -> Result<(), AgentError> {
     let settings = Settings::from_args(&args)?;
-    let client = kube::Client::try_default()
-        .await
-        .map_err(AgentError::Client)?;
+    let (metrics, registry) = Metrics::new();
+    let health = Health::new("the watch of this node is not running yet");
+    let span = tracing::info_span!("reboot_agent", node = %settings.node_name);
+    let client = async {
+        if let Some(address) = args.metrics_bind_address.0 {
+            match observability::serve(address, Arc::new(registry), health.clone()).await {
+                Ok(bound) => {
+                    tracing::info!(address = %bound, "serving /metrics, /healthz and /readyz")
+                }
+                Err(error) => tracing::error!(
+                    %error,
+                    "cannot serve /metrics, /healthz and /readyz on {address}; going on without \
+                     them (choose another --metrics-bind-address, env METRICS_BIND_ADDRESS, or 0 \
+                     for none)"
+                ),
+            }
+        }
+        kube::Client::try_default()
+            .await
+            .map_err(AgentError::Client)
+    }
+    .instrument(span)
+    .await?;
     let rebooter = rebooter_for(&settings.reboot);
-    run_with_client(client, settings, rebooter, shutdown_signal()).await
+    let observed = Observed { metrics, health };
+    run_with_client(client, settings, rebooter, observed, shutdown_signal()).await
+}
+
+/// Where the agent reports how it is doing: its metrics and its readiness.
+#[derive(Debug, Clone)]
+pub struct Observed {
+    pub metrics: Metrics,
+    pub health: Health,
+}
+
+impl Default for Observed {
+    fn default() -> Self {
+        Self {
+            metrics: Metrics::new().0,
+            health: Health::new("the watch of this node is not running yet"),
+        }
+    }
 }
 
 /// Runs the agent of `settings.node_name` with a given client and rebooter until `shutdown`
@@ -57,10 +96,11 @@ pub async fn run_with_client(
     client: kube::Client,
     settings: Settings,
     rebooter: Arc<dyn Rebooter>,
+    observed: Observed,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), AgentError> {
     let span = tracing::info_span!("reboot_agent", node = %settings.node_name);
-    node_agent::NodeAgent::new(client, settings, rebooter)
+    node_agent::NodeAgent::new(client, settings, rebooter, observed)
         .run(shutdown)
         .instrument(span)
         .await
@@ -68,17 +108,5 @@ pub async fn run_with_client(
 
 /// Completes on SIGTERM (the kubelet stopping the pod) or Ctrl-C.
 pub async fn shutdown_signal() {
-    use tokio::signal::unix::{SignalKind, signal};
-    match signal(SignalKind::terminate()) {
-        Ok(mut terminate) => {
-            tokio::select! {
-                _ = terminate.recv() => {}
-                _ = tokio::signal::ctrl_c() => {}
-            }
-        }
-        Err(error) => {
-            tracing::warn!(%error, "cannot listen for SIGTERM; stopping on Ctrl-C only");
-            let _ = tokio::signal::ctrl_c().await;
-        }
-    }
+    observability::shutdown::signal().await;
 }

@@ -9,15 +9,16 @@ fn main() -> ExitCode {
         return failed;
     }
     let args = Args::parse();
-    agent::telemetry::init(args.log_format);
+    observability::logs::init(args.log_format);
     if args.reboot_once_for_test {
         return agent::test_hook::reboot_once_for_test(&args);
     }
+    let node = args.node_name.clone().unwrap_or_default();
     match agent::run_blocking(args) {
         Ok(()) => ExitCode::SUCCESS,
         // Every error's message carries its cause and what to do about it.
         Err(error) => {
-            tracing::error!("{error}");
+            tracing::error!(%node, "{error}");
             ExitCode::from(error.exit_code())
         }
     }

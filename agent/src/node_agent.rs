@@ -3,8 +3,8 @@
 //! it reads.
 
 use crate::{
-    error::AgentError, events::NodeEvents, rebooter::Rebooter, retry::Backoff, settings::Settings,
-    steps::Outcome,
+    Observed, error::AgentError, events::NodeEvents, rebooter::Rebooter, retry::Backoff,
+    settings::Settings, steps::Outcome,
 };
 use futures::{StreamExt, stream::BoxStream};
 use k8s_openapi::api::core::v1::Node;
@@ -12,6 +12,7 @@ use kube::{
     Api, Client,
     runtime::{WatchStreamExt, watcher},
 };
+use observability::ApiErrorKind;
 use std::{future::Future, sync::Arc};
 use tokio::time::{Instant, sleep_until};
 use tracing::{info, warn};
@@ -23,6 +24,7 @@ pub struct NodeAgent {
     pub(crate) events: NodeEvents,
     pub(crate) settings: Settings,
     pub(crate) rebooter: Arc<dyn Rebooter>,
+    pub(crate) observed: Observed,
 }
 
 /// A step that failed, to be tried again from a fresh read of the node.
@@ -34,13 +36,25 @@ struct Retry {
 }
 
 impl NodeAgent {
-    pub fn new(client: Client, settings: Settings, rebooter: Arc<dyn Rebooter>) -> Self {
+    pub fn new(
+        client: Client,
+        settings: Settings,
+        rebooter: Arc<dyn Rebooter>,
+        observed: Observed,
+    ) -> Self {
         Self {
             nodes: Api::all(client.clone()),
-            events: NodeEvents::new(client, &settings.node_name),
+            events: NodeEvents::new(client, &settings.node_name, observed.metrics.clone()),
             settings,
             rebooter,
+            observed,
         }
+    }
+
+    /// The watch runs (ready) or does not (not ready until it delivers again).
+    fn watch_running(&self, running: bool) {
+        self.observed.health.set_ready(running);
+        self.observed.metrics.watch_running.set(i64::from(running));
     }
 
     pub(crate) fn name(&self) -> &str {
@@ -113,18 +127,29 @@ impl NodeAgent {
         match event {
             Ok(watcher::Event::InitApply(node) | watcher::Event::Apply(node)) => {
                 *found_since_init = true;
+                self.watch_running(true);
                 return Some(node);
             }
             Ok(watcher::Event::Init) => *found_since_init = false,
-            Ok(watcher::Event::InitDone) if !*found_since_init => self.not_found(),
-            Ok(watcher::Event::InitDone) => {}
+            Ok(watcher::Event::InitDone) => {
+                self.watch_running(true);
+                if !*found_since_init {
+                    self.not_found();
+                }
+            }
             Ok(watcher::Event::Delete(_)) => {
                 warn!(
                     "node {} was deleted; waiting for it to be registered again",
                     self.name()
                 );
             }
-            Err(error) => warn!(%error, "watching the node failed; retrying with backoff"),
+            Err(error) => {
+                self.watch_running(false);
+                self.observed
+                    .metrics
+                    .api_error(ApiErrorKind::of_watcher(&error));
+                warn!(%error, "watching the node failed; retrying with backoff");
+            }
         }
         None
     }
@@ -150,6 +175,7 @@ impl NodeAgent {
                 None
             }
             Err(error) => {
+                self.observed.metrics.api_error(ApiErrorKind::of(&error));
                 warn!(%error, "cannot read the node; retrying with the last state seen");
                 last_seen
             }

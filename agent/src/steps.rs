@@ -12,6 +12,7 @@ use crate::{
 use common::{NodeFacts, Transition};
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Patch, PatchParams};
+use observability::ApiErrorKind;
 use std::{future::Future, pin::Pin, sync::Arc};
 use tokio::time::{Instant, sleep_until};
 use tracing::{debug, error, info, warn};
@@ -78,6 +79,7 @@ impl NodeAgent {
             AgentAction::FinishReboot { recorded_boot_id } => {
                 self.write(transition.finish_reboot(facts, Some(&recorded_boot_id)))
                     .await?;
+                self.observed.metrics.reboots_proven.inc();
                 info!(old_boot_id = %recorded_boot_id, new_boot_id = %boot_id,
                       "reboot proven by a new boot id; reported done");
                 let note =
@@ -94,6 +96,7 @@ impl NodeAgent {
                 )
             }
             AgentAction::RebootAgain => {
+                self.observed.metrics.reboot_retries.inc();
                 warn!(%boot_id, "reboot-in-progress from this very boot: the reboot did not \
                                  happen; rebooting again");
                 let note = format!(
@@ -113,6 +116,7 @@ impl NodeAgent {
             }
         };
         self.events.publish(node, reason, note).await;
+        self.observed.metrics.reboots_started.inc();
         Ok(self.trigger(node).await?)
     }
 
@@ -125,9 +129,15 @@ impl NodeAgent {
         match self.nodes.patch(self.name(), &params, &patch).await {
             Ok(_) => Ok(()),
             // 422 for a failed `test` or a vanished key, 409 for a lost race.
-            Err(kube::Error::Api(status)) if status.is_invalid() || status.is_conflict() => Err(
-                StepError::Refused(format!("{} ({})", status.message, status.reason)),
-            ),
+            Err(kube::Error::Api(status)) if status.is_invalid() || status.is_conflict() => {
+                self.observed
+                    .metrics
+                    .api_error(ApiErrorKind::of_status(&status));
+                Err(StepError::Refused(format!(
+                    "{} ({})",
+                    status.message, status.reason
+                )))
+            }
             Err(error) => Err(self.api_error("patch", error).into()),
         }
     }
@@ -146,6 +156,7 @@ impl NodeAgent {
         };
         if let Err(source) = result {
             error!(error = %source, "the reboot method failed");
+            self.observed.metrics.reboot_failed("method_failed");
             let note = source.to_string();
             self.events.publish(node, Reason::RebootFailed, note).await;
             let node = self.name().into();
@@ -172,6 +183,7 @@ impl NodeAgent {
             () = sleep_until(deadline) => {
                 let error = AgentError::RebootTimedOut { node: self.name().into(), timeout };
                 error!(%error, "the reboot did not happen");
+                self.observed.metrics.reboot_failed("timed_out");
                 self.events.publish(node, Reason::RebootTimedOut, error.to_string()).await;
                 Err(error)
             }
@@ -179,6 +191,7 @@ impl NodeAgent {
     }
 
     pub(crate) fn api_error(&self, action: &'static str, source: kube::Error) -> AgentError {
+        self.observed.metrics.api_error(ApiErrorKind::of(&source));
         AgentError::Api {
             action,
             node: self.name().into(),

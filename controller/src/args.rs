@@ -1,14 +1,11 @@
 //! Command-line flags; every flag is also an environment variable.
 
-use clap::{Parser, ValueEnum};
+use crate::leader::Timing;
+use clap::{CommandFactory, Parser};
 use common::{AnnotationKeys, MaxUnavailable};
+use observability::BindAddress;
+pub use observability::LogFormat;
 use std::time::Duration;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum LogFormat {
-    Text,
-    Json,
-}
 
 /// Reboots the cluster's nodes safely: grants `reboot-needed` nodes a slot while at most
 /// `--max-unavailable` nodes are unavailable, cordons them, tells their agent to reboot, and
@@ -60,9 +57,82 @@ pub struct Args {
     #[arg(long, env = "DRAIN_POD_SELECTOR")]
     pub drain_pod_selector: Option<String>,
 
-    /// Log format.
+    /// Log format: `text`, or `json` (one object per line). The level comes from RUST_LOG
+    /// (default `info`).
     #[arg(long, env = "LOG_FORMAT", value_enum, default_value = "text")]
     pub log_format: LogFormat,
+
+    /// Where to serve /metrics, /healthz and /readyz: IP:PORT, `:PORT` for every interface,
+    /// or `0` for no server.
+    #[arg(long, env = "METRICS_BIND_ADDRESS", default_value = "0.0.0.0:8080", value_parser = parse_bind_address)]
+    pub metrics_bind_address: BindAddress,
+
+    /// Elect one leader among the replicas with a Lease; the others keep their cache warm and
+    /// change nothing. `--leader-elect=false` makes every replica act (the slot ledger still
+    /// keeps the budget).
+    #[arg(long, env = "LEADER_ELECT", default_value_t = true, action = clap::ArgAction::Set)]
+    pub leader_elect: bool,
+
+    /// Name of the leader Lease, in --namespace.
+    #[arg(
+        long,
+        env = "LEADER_ELECTION_LEASE_NAME",
+        default_value = "reboot-controller"
+    )]
+    pub leader_election_lease_name: String,
+
+    /// How long the other replicas wait for a leader that stopped renewing before one of them
+    /// takes over. Such as `15s`.
+    #[arg(long, env = "LEADER_ELECTION_LEASE_DURATION", default_value = "15s", allow_hyphen_values = true, value_parser = parse_duration)]
+    pub leader_election_lease_duration: Duration,
+
+    /// The leader stops acting when it could not renew the Lease for this long; shorter than
+    /// the lease duration.
+    #[arg(long, env = "LEADER_ELECTION_RENEW_DEADLINE", default_value = "10s", allow_hyphen_values = true, value_parser = parse_duration)]
+    pub leader_election_renew_deadline: Duration,
+
+    /// How often the leader renews the Lease and the others check it; shorter than the renew
+    /// deadline.
+    #[arg(long, env = "LEADER_ELECTION_RETRY_PERIOD", default_value = "2s", allow_hyphen_values = true, value_parser = parse_duration)]
+    pub leader_election_retry_period: Duration,
+
+    /// This replica's name in the leader Lease and in its Events (default: `<hostname>_<pid>`).
+    /// In a pod, the pod's name from the downward API.
+    #[arg(long, env = "POD_NAME")]
+    pub leader_election_identity: Option<String>,
+}
+
+impl Args {
+    pub fn leader_timing(&self) -> Timing {
+        Timing {
+            lease_duration: self.leader_election_lease_duration,
+            renew_deadline: self.leader_election_renew_deadline,
+            retry_period: self.leader_election_retry_period,
+        }
+    }
+
+    /// Checks what no single flag's parser can: exits with code 2 and clap's usage message
+    /// when flags contradict each other.
+    pub fn checked(self) -> Self {
+        if let Err(message) = self.leader_timing().check() {
+            Self::command()
+                .error(clap::error::ErrorKind::ArgumentConflict, message)
+                .exit();
+        }
+        self
+    }
+
+    /// This replica's name: `--leader-election-identity` (POD_NAME), else `<hostname>_<pid>`.
+    pub fn identity(&self) -> String {
+        self.leader_election_identity
+            .clone()
+            .filter(|i| !i.trim().is_empty())
+            .unwrap_or_else(crate::leader::default_identity)
+    }
+}
+
+fn parse_bind_address(value: &str) -> Result<BindAddress, String> {
+    value.parse()
 }
 
 fn parse_max_unavailable(value: &str) -> Result<MaxUnavailable, String> {

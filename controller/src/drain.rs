@@ -6,6 +6,8 @@
 use crate::{
     api_error::ApiErrorKind,
     events::{Events, Reason},
+    leader::Leadership,
+    metrics::Metrics,
 };
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::{
@@ -21,6 +23,7 @@ use tokio::{
     sync::{Notify, mpsc},
     task::JoinHandle,
 };
+use tracing::Instrument;
 
 /// The drain flags.
 #[derive(Debug, Clone)]
@@ -91,6 +94,9 @@ pub struct Drainer {
     client: Client,
     settings: DrainSettings,
     events: Events,
+    metrics: Metrics,
+    /// No eviction once this replica no longer leads (the task is aborted soon after).
+    leadership: Leadership,
 }
 
 /// Between two passes over the node's pods.
@@ -110,11 +116,19 @@ impl std::fmt::Debug for Drainer {
 }
 
 impl Drainer {
-    pub fn new(client: Client, settings: DrainSettings, events: Events) -> Self {
+    pub fn new(
+        client: Client,
+        settings: DrainSettings,
+        events: Events,
+        metrics: Metrics,
+        leadership: Leadership,
+    ) -> Self {
         Self {
             client,
             settings,
             events,
+            metrics,
+            leadership,
         }
     }
 
@@ -153,9 +167,14 @@ impl Drainer {
         let mut next_try: BTreeMap<String, Instant> = BTreeMap::new();
         let mut refused: BTreeMap<String, u32> = BTreeMap::new();
         loop {
+            if !self.leadership.is_leading() {
+                tokio::time::sleep(PASS_INTERVAL).await;
+                continue;
+            }
             let pods = match self.pods_on(&name).await {
                 Ok(pods) => pods,
                 Err(error) => {
+                    self.metrics.api_error("pod", ApiErrorKind::of(&error));
                     tracing::warn!(node = %name, %error, "cannot list the node's pods; retrying");
                     blocking.insert("(pod list)".into(), error.to_string());
                     Vec::new()
@@ -175,6 +194,9 @@ impl Drainer {
             }
             blocking.retain(|k, _| to_evict.iter().any(|(p, _)| &pod_key(p) == k));
             for (pod, unmanaged) in to_evict {
+                if !self.leadership.is_leading() {
+                    break;
+                }
                 let key = pod_key(pod);
                 if pod.metadata.deletion_timestamp.is_some() {
                     blocking.insert(key, "evicted; still terminating".into());
@@ -220,19 +242,24 @@ impl Drainer {
     async fn evict(&self, pod: &Pod) -> Result<(), String> {
         let api: Api<Pod> =
             Api::namespaced(self.client.clone(), &pod.namespace().unwrap_or_default());
-        match api.evict(&pod.name_any(), &self.evict_params()).await {
-            Ok(_) => Ok(()),
-            Err(error) => match (ApiErrorKind::of(&error), &error) {
-                (ApiErrorKind::NotFound, _) => Ok(()),
-                (ApiErrorKind::TooManyRequests, kube::Error::Api(status)) => {
-                    Err(budget_message(status))
-                }
-                (_, kube::Error::Api(status)) if status.code == 500 => Err(format!(
-                    "more than one PodDisruptionBudget selects it, so it cannot be evicted: {}",
-                    status.message
-                )),
-                (_, _) => Err(error.to_string()),
-            },
+        let error = match api.evict(&pod.name_any(), &self.evict_params()).await {
+            Ok(_) => return Ok(()),
+            Err(error) => error,
+        };
+        let kind = ApiErrorKind::of(&error);
+        if kind == ApiErrorKind::NotFound {
+            return Ok(());
+        }
+        self.metrics.api_error("eviction", kind);
+        match (kind, &error) {
+            (ApiErrorKind::TooManyRequests, kube::Error::Api(status)) => {
+                Err(budget_message(status))
+            }
+            (_, kube::Error::Api(status)) if status.code == 500 => Err(format!(
+                "more than one PodDisruptionBudget selects it, so it cannot be evicted: {}",
+                status.message
+            )),
+            (_, _) => Err(error.to_string()),
         }
     }
 }
@@ -253,12 +280,17 @@ fn budget_message(status: &kube::core::Status) -> String {
     }
 }
 
-/// Drains under way, one task per node, and their outcomes.
+/// A drain that ended: the node's name, the node as the drain started, how it ended and how
+/// long it took.
+pub type Finished = (String, Node, DrainOutcome, Duration);
+
+/// Drains under way, one task per node, and their outcomes. Dropping it aborts them all (the
+/// controller stopped leading, or stops): a drain resumes from the node's state later.
 #[derive(Debug)]
 pub struct RunningDrains {
     tasks: HashMap<String, JoinHandle<()>>,
-    done_tx: mpsc::UnboundedSender<(String, Node, DrainOutcome)>,
-    done_rx: mpsc::UnboundedReceiver<(String, Node, DrainOutcome)>,
+    done_tx: mpsc::UnboundedSender<Finished>,
+    done_rx: mpsc::UnboundedReceiver<Finished>,
     /// Woken when a drain ends, so the next decision comes at once.
     changed: Arc<Notify>,
 }
@@ -278,11 +310,16 @@ impl RunningDrains {
         let done = self.done_tx.clone();
         let changed = self.changed.clone();
         let task_name = name.clone();
-        let task = tokio::spawn(async move {
-            let outcome = drainer.drain(&node).await;
-            let _ = done.send((task_name, node, outcome));
-            changed.notify_one();
-        });
+        let span = tracing::info_span!("drain", node = %name);
+        let task = tokio::spawn(
+            async move {
+                let started = Instant::now();
+                let outcome = drainer.drain(&node).await;
+                let _ = done.send((task_name, node, outcome, started.elapsed()));
+                changed.notify_one();
+            }
+            .instrument(span),
+        );
         if let Some(old) = self.tasks.insert(name, task) {
             old.abort();
         }
@@ -295,10 +332,21 @@ impl RunningDrains {
     }
 
     /// The next finished drain, if any.
-    pub fn finished(&mut self) -> Option<(String, Node, DrainOutcome)> {
+    pub fn finished(&mut self) -> Option<Finished> {
         let done = self.done_rx.try_recv().ok()?;
         self.tasks.remove(&done.0);
         Some(done)
+    }
+}
+
+impl Drop for RunningDrains {
+    fn drop(&mut self) {
+        for (name, task) in self.tasks.drain() {
+            if !task.is_finished() {
+                tracing::info!(node = %name, "drain stopped; it resumes from the node's state");
+                task.abort();
+            }
+        }
     }
 }
 

@@ -1,12 +1,15 @@
 //! Kubernetes Events on the Node for every step, so that `kubectl describe node` and
 //! `kubectl get events` tell each node's story. A failed Event is logged, never fatal.
 
+use crate::metrics::Metrics;
 use k8s_openapi::api::core::v1::{Node, ObjectReference};
 use kube::{
     Client, Resource,
     runtime::events::{Event, EventType, Recorder, Reporter},
 };
-use tokio::sync::mpsc;
+use observability::ApiErrorKind;
+use std::time::Duration;
+use tokio::sync::{mpsc, oneshot};
 
 pub const REPORTER: &str = "reboot-controller";
 
@@ -51,29 +54,42 @@ struct Queued {
     related: Option<ObjectReference>,
 }
 
+#[derive(Debug)]
+enum Message {
+    Publish(Box<Queued>),
+    /// Answered once every Event queued before it was sent.
+    Flush(oneshot::Sender<()>),
+}
+
 /// Publishes Events in order, from one background task, so that a slow Event never delays a
 /// decision and `kubectl get events` shows the steps in the order they happened.
 #[derive(Debug, Clone)]
 pub struct Events {
-    queue: mpsc::UnboundedSender<Queued>,
+    queue: mpsc::UnboundedSender<Message>,
 }
 
 impl Events {
-    pub fn new(client: Client, instance: Option<String>) -> Self {
+    pub fn new(client: Client, instance: Option<String>, metrics: Metrics) -> Self {
         let reporter = Reporter {
             controller: REPORTER.to_owned(),
             instance,
         };
         let recorder = Recorder::new(client, reporter);
-        let (queue, mut pending) = mpsc::unbounded_channel::<Queued>();
+        let (queue, mut pending) = mpsc::unbounded_channel::<Message>();
         tokio::spawn(async move {
-            while let Some(Queued {
-                reference,
-                reason,
-                note,
-                related,
-            }) = pending.recv().await
-            {
+            while let Some(message) = pending.recv().await {
+                let Queued {
+                    reference,
+                    reason,
+                    note,
+                    related,
+                } = match message {
+                    Message::Publish(queued) => *queued,
+                    Message::Flush(done) => {
+                        let _ = done.send(());
+                        continue;
+                    }
+                };
                 let event = Event {
                     type_: reason.event_type(),
                     reason: reason.as_str().to_owned(),
@@ -82,6 +98,7 @@ impl Events {
                     secondary: related,
                 };
                 if let Err(error) = recorder.publish(&event, &reference).await {
+                    metrics.api_error("event", ApiErrorKind::of(&error));
                     let node = reference.name.unwrap_or_default();
                     tracing::warn!(%node, %error, reason = reason.as_str(), "could not record Event");
                 }
@@ -110,11 +127,19 @@ impl Events {
     fn enqueue(&self, node: &Node, reason: Reason, note: String, related: Option<ObjectReference>) {
         let reference = node.object_ref(&());
         // The receiver lives as long as the runtime; a send fails only during shutdown.
-        let _ = self.queue.send(Queued {
+        let _ = self.queue.send(Message::Publish(Box::new(Queued {
             reference,
             reason,
             note,
             related,
-        });
+        })));
+    }
+
+    /// Waits until the Events queued so far are written, at most `limit` (at shutdown).
+    pub async fn flush(&self, limit: Duration) {
+        let (done, flushed) = oneshot::channel();
+        if self.queue.send(Message::Flush(done)).is_ok() {
+            let _ = tokio::time::timeout(limit, flushed).await;
+        }
     }
 }

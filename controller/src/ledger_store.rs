@@ -5,6 +5,7 @@
 use crate::{
     api_error::ApiErrorKind,
     ledger::{Ledger, Slot},
+    metrics::Metrics,
 };
 use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
@@ -27,6 +28,15 @@ pub enum LedgerError {
     Conflict,
     #[error("slot ledger {0}: {1}")]
     Api(String, #[source] kube::Error),
+}
+
+impl LedgerError {
+    pub fn kind(&self) -> ApiErrorKind {
+        match self {
+            Self::Conflict => ApiErrorKind::Conflict,
+            Self::Api(_, error) => ApiErrorKind::of(error),
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -105,7 +115,11 @@ impl LedgerStore {
     }
 
     /// Publishes every version of the ledger the watch sees.
-    pub fn spawn_watch(&self, on_change: impl Fn() + Send + 'static) -> watch::Receiver<Ledger> {
+    pub fn spawn_watch(
+        &self,
+        metrics: Metrics,
+        on_change: impl Fn() + Send + 'static,
+    ) -> watch::Receiver<Ledger> {
         let (tx, rx) = watch::channel(Ledger::default());
         let config = watcher::Config::default().fields(&format!("metadata.name={}", self.name));
         let stream = watcher(self.api.clone(), config)
@@ -119,7 +133,10 @@ impl LedgerStore {
                         let _ = tx.send(ledger_of(&lease));
                         on_change();
                     }
-                    Err(error) => tracing::warn!(%error, "slot ledger watch failed; retrying"),
+                    Err(error) => {
+                        metrics.api_error("ledger", ApiErrorKind::of_watcher(&error));
+                        tracing::warn!(%error, "slot ledger watch failed; retrying");
+                    }
                 }
             }
         });

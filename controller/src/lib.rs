@@ -7,14 +7,14 @@ pub mod args;
 pub mod decide;
 pub mod drain;
 pub mod events;
+pub mod leader;
 pub mod ledger;
 pub mod ledger_store;
 pub mod memory;
+pub mod metrics;
 pub mod nodes;
 pub mod run;
 pub mod shell;
-pub mod shutdown;
-pub mod telemetry;
 
 pub use args::Args;
 pub use run::run;

@@ -1,15 +1,25 @@
 use clap::Parser;
-use controller::{Args, run, telemetry};
+use controller::{Args, run};
+use std::{process::ExitCode, time::Duration};
 
-#[tokio::main]
-async fn main() -> std::process::ExitCode {
-    let args = Args::parse();
-    telemetry::init(args.log_format);
-    match run(args).await {
-        Ok(()) => std::process::ExitCode::SUCCESS,
+fn main() -> ExitCode {
+    let args = Args::parse().checked();
+    observability::logs::init(args.log_format);
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            tracing::error!("cannot start the async runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(run(args));
+    // Whatever still runs (a request in flight) must not hold up the exit.
+    runtime.shutdown_timeout(Duration::from_millis(500));
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             tracing::error!("{error:#}");
-            std::process::ExitCode::FAILURE
+            ExitCode::FAILURE
         }
     }
 }

@@ -2,6 +2,7 @@
 //! stays small at thousands of nodes, plus an overlay of our own writes so that the next
 //! decision sees them at once instead of waiting for the watch to catch up.
 
+use crate::metrics::Metrics;
 use common::NodeFacts;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeSpec, NodeStatus, NodeSystemInfo};
@@ -9,6 +10,7 @@ use kube::{
     Api, Client,
     runtime::{WatchStreamExt, reflector, reflector::Store, watcher},
 };
+use observability::ApiErrorKind;
 use std::{collections::HashMap, sync::Arc};
 use tokio::sync::Notify;
 
@@ -43,6 +45,7 @@ pub fn spawn_reflector(
     client: Client,
     selector: Option<&str>,
     changed: Arc<Notify>,
+    metrics: Metrics,
 ) -> Store<Node> {
     let (store, writer) = reflector::store();
     let mut config = watcher::Config::default();
@@ -57,6 +60,7 @@ pub fn spawn_reflector(
         futures::pin_mut!(stream);
         while let Some(event) = stream.next().await {
             if let Err(error) = event {
+                metrics.api_error("node", ApiErrorKind::of_watcher(&error));
                 tracing::warn!(%error, "node watch failed; retrying");
             }
             changed.notify_one();

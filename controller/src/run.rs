@@ -1,117 +1,333 @@
 //! Wires the controller together and runs it until SIGTERM or Ctrl-C.
+//!
+//! Every replica serves `/healthz`, `/readyz` and `/metrics` from the start, and keeps its
+//! node cache and its copy of the slot ledger warm. Only the leader acts: when this replica
+//! starts leading it reads the ledger and decides in rounds; when it stops leading (deposed,
+//! or its renewals failed) the rounds stop at once, wherever they are, and its drains are
+//! aborted. Every step of the protocol is one atomic write and resumes from the state in the
+//! API server, so nothing is left half done. On SIGTERM it stops acting, releases the leader
+//! Lease so that another replica takes over at once, and exits within seconds.
 
 use crate::{
+    api_error::ApiErrorKind,
     args::Args,
     drain::{DrainSettings, Drainer, RunningDrains},
     events::Events,
-    ledger_store::LedgerStore,
+    leader::{Election, Elector, Leadership},
+    ledger::Ledger,
+    ledger_store::{LedgerError, LedgerStore},
     memory::Memory,
+    metrics::{Metrics, PoolSummary},
     nodes,
     nodes::Overlay,
     shell::Shell,
 };
-use anyhow::Context;
-use kube::{Api, Client, api::ListParams};
+use anyhow::Context as _;
+use k8s_openapi::api::core::v1::Node;
+use kube::{Api, Client, api::ListParams, runtime::reflector::Store};
+use observability::Health;
 use std::{
+    future::Future,
+    pin::Pin,
     sync::Arc,
     time::{Duration, Instant},
 };
-use tokio::sync::Notify;
+use tokio::sync::{Notify, watch};
 
 /// How often the controller decides even without a change (drain retry times, missed events).
 const RESYNC: Duration = Duration::from_secs(5);
 /// After a round whose writes failed, wait this long before the next one.
 const RETRY: Duration = Duration::from_secs(1);
+/// How often a replica that does not lead refreshes the pool gauges.
+const FOLLOWER_REFRESH: Duration = Duration::from_secs(1);
+/// At shutdown: the most the Lease release and the last Events may take (5 s in all).
+const RELEASE_GRACE: Duration = Duration::from_secs(2);
+const FLUSH_GRACE: Duration = Duration::from_secs(1);
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
-    let mut config = kube::Config::infer()
-        .await
-        .context("no Kubernetes API server configured (in-cluster config or KUBECONFIG)")?;
-    let client = Client::try_from(config.clone()).context("cannot build the API client")?;
-    // kube retries a 429 up to 15 times over many minutes by default; for an eviction a 429
-    // is the PodDisruptionBudget's answer, which the drain must see and report.
-    config.default_retry = false;
-    let eviction_client = Client::try_from(config).context("cannot build the API client")?;
-    check_selector(&client, args.node_selector.as_deref()).await?;
-    let changed = Arc::new(Notify::new());
-    let store = nodes::spawn_reflector(
-        client.clone(),
-        args.node_selector.as_deref(),
-        changed.clone(),
-    );
-    let ledger_store = LedgerStore::new(client.clone(), &args.namespace, &args.ledger_name);
-    let ledger = ledger_store.load().await.with_context(|| {
-        format!(
-            "cannot use the slot ledger Lease {}/{}; does namespace {:?} exist (--namespace)?",
-            args.namespace, args.ledger_name, args.namespace
-        )
-    })?;
-    let ledger_watch = ledger_store.spawn_watch({
-        let changed = changed.clone();
-        move || changed.notify_one()
-    });
-    store
-        .wait_until_ready()
-        .await
-        .context("node cache stopped before it synced")?;
-    tracing::info!(max_unavailable = %args.max_unavailable, nodes = store.len(), "node cache synced; controller running");
-    let events = Events::new(client.clone(), std::env::var("POD_NAME").ok());
-    let mut shell = Shell {
-        api: Api::all(client.clone()),
-        keys: args.annotation_prefix.clone(),
-        max_unavailable: args.max_unavailable,
-        drainer: args.drain.then(|| {
-            let settings = DrainSettings {
-                timeout: args.drain_timeout,
-                grace_period: args.drain_grace_period,
-                pod_selector: args.drain_pod_selector.clone(),
-            };
-            Drainer::new(eviction_client.clone(), settings, events.clone())
-        }),
-        drains: RunningDrains::new(changed.clone()),
-        nodes: store,
-        overlay: Overlay::default(),
-        ledger,
-        ledger_store,
-        ledger_watch,
-        events,
-        memory: Memory::default(),
-        started: Instant::now(),
-        failed: false,
-    };
-    let shutdown = crate::shutdown::signal();
+    let (metrics, registry) = Metrics::new();
+    let health = Health::new("the node cache has not synced yet");
+    if let Some(address) = args.metrics_bind_address.0 {
+        let bound = observability::serve(address, Arc::new(registry), health.clone())
+            .await
+            .with_context(|| {
+                format!(
+                    "cannot serve /metrics, /healthz and /readyz on {address}; choose another \
+                     --metrics-bind-address (env METRICS_BIND_ADDRESS), or 0 for none"
+                )
+            })?;
+        tracing::info!(address = %bound, "serving /metrics, /healthz and /readyz");
+    }
+    let shutdown = observability::shutdown::signal();
     tokio::pin!(shutdown);
-    let mut wait = Duration::ZERO;
-    loop {
-        tokio::select! {
-            () = &mut shutdown => break,
-            () = changed.notified() => {}
-            () = tokio::time::sleep(wait.max(Duration::from_millis(1))) => {}
+    let context = tokio::select! {
+        () = &mut shutdown => {
+            tracing::info!("shutting down before the start was complete");
+            return Ok(());
         }
-        wait = RESYNC;
-        // Each write usually enables the next step (grant -> cordon -> promote): keep going
-        // while rounds make progress, then wait for the next change.
-        for _ in 0..100 {
-            if !shell.round().await {
-                break;
+        context = Context::start(args, metrics, health) => context?,
+    };
+    context.run(shutdown).await
+}
+
+/// What every replica keeps, leading or not.
+struct Context {
+    args: Args,
+    client: Client,
+    /// Without kube's retries of 429s, which are a PodDisruptionBudget's answer to an eviction.
+    eviction_client: Client,
+    store: Store<Node>,
+    changed: Arc<Notify>,
+    ledger_store: LedgerStore,
+    ledger_watch: watch::Receiver<Ledger>,
+    events: Events,
+    metrics: Metrics,
+}
+
+/// Why a replica stopped leading.
+enum Stopped {
+    Shutdown,
+    Lost,
+}
+
+impl Context {
+    /// Connects and fills the node cache; `/readyz` turns ready at the end. Waits (and says
+    /// why) while the API server cannot be reached.
+    async fn start(args: Args, metrics: Metrics, health: Health) -> anyhow::Result<Context> {
+        let mut config = kube::Config::infer()
+            .await
+            .context("no Kubernetes API server configured (in-cluster config or KUBECONFIG)")?;
+        let client = Client::try_from(config.clone()).context("cannot build the API client")?;
+        // kube retries a 429 up to 15 times over many minutes by default; for an eviction a
+        // 429 is the PodDisruptionBudget's answer, which the drain must see and report.
+        config.default_retry = false;
+        let eviction_client = Client::try_from(config).context("cannot build the API client")?;
+        check_selector(&client, args.node_selector.as_deref()).await?;
+        let changed = Arc::new(Notify::new());
+        let store = nodes::spawn_reflector(
+            client.clone(),
+            args.node_selector.as_deref(),
+            changed.clone(),
+            metrics.clone(),
+        );
+        let ledger_store = LedgerStore::new(client.clone(), &args.namespace, &args.ledger_name);
+        let ledger_watch = ledger_store.spawn_watch(metrics.clone(), {
+            let changed = changed.clone();
+            move || changed.notify_one()
+        });
+        let events = Events::new(client.clone(), Some(args.identity()), metrics.clone());
+        let began = Instant::now();
+        store
+            .wait_until_ready()
+            .await
+            .context("node cache stopped before it synced")?;
+        health.set_ready(true);
+        tracing::info!(
+            max_unavailable = %args.max_unavailable,
+            nodes = store.len(),
+            took = ?began.elapsed(),
+            "node cache synced; ready"
+        );
+        Ok(Context {
+            args,
+            client,
+            eviction_client,
+            store,
+            changed,
+            ledger_store,
+            ledger_watch,
+            events,
+            metrics,
+        })
+    }
+
+    /// Follows or leads until `shutdown`, then steps down.
+    async fn run(self, mut shutdown: Pin<&mut impl Future<Output = ()>>) -> anyhow::Result<()> {
+        let (mut leadership, mut election) = self.elect();
+        let result = loop {
+            tokio::select! {
+                () = &mut shutdown => break Ok(()),
+                error = failed(&mut election) => break Err(error),
+                () = self.follow(&mut leadership) => {}
+            }
+            self.metrics.leader.set(1);
+            tracing::info!("leading: acting on the pool");
+            let acting = leadership.clone();
+            let stopped = tokio::select! {
+                () = &mut shutdown => Ok(Stopped::Shutdown),
+                error = failed(&mut election) => Err(error),
+                () = leadership.lost() => Ok(Stopped::Lost),
+                result = self.lead(acting) => result.map(|()| Stopped::Lost),
+            };
+            self.metrics.leader.set(0);
+            match stopped {
+                Ok(Stopped::Shutdown) => break Ok(()),
+                Ok(Stopped::Lost) => {
+                    tracing::warn!("no longer leading: stopped acting; standing by");
+                }
+                Err(error) => break Err(error),
+            }
+        };
+        tracing::info!("shutting down");
+        if let Some(election) = election {
+            election.stop(RELEASE_GRACE).await;
+        }
+        self.events.flush(FLUSH_GRACE).await;
+        result
+    }
+
+    fn elect(&self) -> (Leadership, Option<Election>) {
+        if !self.args.leader_elect {
+            tracing::info!("leader election off (--leader-elect=false): this replica acts");
+            return (Leadership::always(), None);
+        }
+        let elector = Elector::new(
+            self.client.clone(),
+            &self.args.namespace,
+            &self.args.leader_election_lease_name,
+            &self.args.identity(),
+            self.args.leader_timing(),
+            self.metrics.clone(),
+        );
+        let (leadership, election) = elector.spawn();
+        (leadership, Some(election))
+    }
+
+    /// Stands by until this replica leads: the cache stays warm, the pool gauges current.
+    async fn follow(&self, leadership: &mut Leadership) {
+        loop {
+            if leadership.is_leading() {
+                return;
+            }
+            let nodes = self.store.state();
+            let ledger = self.ledger_watch.borrow().clone();
+            let summary = PoolSummary::of(&nodes, &ledger, &self.args.annotation_prefix);
+            let budget = self.args.max_unavailable.resolve(nodes.len());
+            self.metrics.pool(&summary, budget);
+            tokio::select! {
+                () = leadership.acquired() => return,
+                () = tokio::time::sleep(FOLLOWER_REFRESH) => {}
             }
         }
-        if shell.last_round_failed() {
-            wait = RETRY;
+    }
+
+    /// Acts on the pool until dropped (leadership lost, or shutdown); returns only on an
+    /// error that stops the program.
+    async fn lead(&self, leadership: Leadership) -> anyhow::Result<()> {
+        let ledger = self.load_ledger().await?;
+        let args = &self.args;
+        let mut shell = Shell {
+            api: Api::all(self.client.clone()),
+            keys: args.annotation_prefix.clone(),
+            max_unavailable: args.max_unavailable,
+            drainer: args.drain.then(|| {
+                let settings = DrainSettings {
+                    timeout: args.drain_timeout,
+                    grace_period: args.drain_grace_period,
+                    pod_selector: args.drain_pod_selector.clone(),
+                };
+                Drainer::new(
+                    self.eviction_client.clone(),
+                    settings,
+                    self.events.clone(),
+                    self.metrics.clone(),
+                    leadership.clone(),
+                )
+            }),
+            drains: RunningDrains::new(self.changed.clone()),
+            nodes: self.store.clone(),
+            overlay: Overlay::default(),
+            ledger,
+            ledger_store: self.ledger_store.clone(),
+            ledger_watch: self.ledger_watch.clone(),
+            events: self.events.clone(),
+            memory: Memory::default(),
+            started: Instant::now(),
+            failed: false,
+            metrics: self.metrics.clone(),
+            leadership,
+        };
+        let mut wait = Duration::ZERO;
+        loop {
+            tokio::select! {
+                () = self.changed.notified() => {}
+                () = tokio::time::sleep(wait.max(Duration::from_millis(1))) => {}
+            }
+            wait = RESYNC;
+            // Each write usually enables the next step (grant -> cordon -> promote): keep
+            // going while rounds make progress, then wait for the next change.
+            for _ in 0..100 {
+                if !shell.round().await {
+                    break;
+                }
+            }
+            shell.publish_pool();
+            if shell.last_round_failed() {
+                wait = RETRY;
+            }
         }
     }
-    tracing::info!("shutting down");
-    Ok(())
+
+    /// Reads the slot ledger (creating it the first time), waiting while the API server
+    /// cannot be reached; a missing namespace stops the program.
+    async fn load_ledger(&self) -> anyhow::Result<Ledger> {
+        let mut delay = Duration::from_millis(500);
+        loop {
+            match self.ledger_store.load().await {
+                Ok(ledger) => return Ok(ledger),
+                Err(error @ LedgerError::Api(..)) if error.kind() == ApiErrorKind::NotFound => {
+                    let args = &self.args;
+                    return Err(error).with_context(|| {
+                        format!(
+                            "cannot use the slot ledger Lease {}/{}; does namespace {:?} exist \
+                             (--namespace)?",
+                            args.namespace, args.ledger_name, args.namespace
+                        )
+                    });
+                }
+                Err(error) => {
+                    self.metrics.api_error("ledger", error.kind());
+                    tracing::warn!(%error, "cannot read the slot ledger; retrying in {delay:?}");
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(Duration::from_secs(10));
+                }
+            }
+        }
+    }
+}
+
+/// Resolves when the leader election failed for good (never without one).
+async fn failed(election: &mut Option<Election>) -> anyhow::Error {
+    match election {
+        Some(election) => election.failed().await.into(),
+        None => std::future::pending().await,
+    }
 }
 
 /// A selector the API server refuses would make the watch fail forever: refuse it at start.
+/// An API server that cannot be reached yet is waited for.
 async fn check_selector(client: &Client, selector: Option<&str>) -> anyhow::Result<()> {
     let Some(selector) = selector else {
         return Ok(());
     };
-    Api::<k8s_openapi::api::core::v1::Node>::all(client.clone())
-        .list_metadata(&ListParams::default().labels(selector).limit(1))
-        .await
-        .map(|_| ())
-        .with_context(|| format!("invalid --node-selector {selector:?}: the API server refused it"))
+    let nodes = Api::<Node>::all(client.clone());
+    let mut delay = Duration::from_millis(500);
+    loop {
+        match nodes
+            .list_metadata(&ListParams::default().labels(selector).limit(1))
+            .await
+        {
+            Ok(_) => return Ok(()),
+            Err(error @ kube::Error::Api(_)) => {
+                return Err(error).with_context(|| {
+                    format!("invalid --node-selector {selector:?}: the API server refused it")
+                });
+            }
+            Err(error) => {
+                tracing::warn!(%error, "cannot reach the API server to check --node-selector; retrying in {delay:?}");
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(10));
+            }
+        }
+    }
 }

@@ -6,9 +6,11 @@ use crate::{
     decide::{Decision, DrainState, NodeAction, ReleaseReason, Round},
     drain::{DrainOutcome, Drainer, RunningDrains},
     events::{Events, Reason},
+    leader::Leadership,
     ledger::Ledger,
     ledger_store::{LedgerError, LedgerStore},
     memory::Memory,
+    metrics::{Metrics, PoolSummary},
     nodes::Overlay,
 };
 use common::{AnnotationKeys, MaxUnavailable, NodeFacts, Transition};
@@ -40,6 +42,9 @@ pub struct Shell {
     pub started: Instant,
     /// Some write of the last round failed for a reason other than a stale read.
     pub failed: bool,
+    pub metrics: Metrics,
+    /// Nothing is written once this replica no longer leads.
+    pub leadership: Leadership,
 }
 
 /// What happened to one node write.
@@ -68,6 +73,9 @@ impl Shell {
     /// should follow at once (the next step of a node often depends on this one).
     pub async fn round(&mut self) -> bool {
         self.failed = false;
+        if !self.leadership.is_leading() {
+            return false;
+        }
         self.catch_up_ledger();
         self.collect_drain_outcomes();
         let nodes = self.overlay.view(&self.nodes);
@@ -87,11 +95,18 @@ impl Shell {
         self.announce_waiting(&decision, &by_name, views.len());
         let mut progressed = false;
         if !decision.ledger.is_empty() {
+            if !self.leadership.is_leading() {
+                return false;
+            }
             match self.write_ledger(&decision, &by_name).await {
                 Ok(()) => progressed = true,
                 // Another controller moved first: decide again on the ledger as it is now.
-                Err(LedgerError::Conflict) => return self.reload_ledger().await,
+                Err(LedgerError::Conflict) => {
+                    self.metrics.api_error("ledger", ApiErrorKind::Conflict);
+                    return self.reload_ledger().await;
+                }
                 Err(error) => {
+                    self.metrics.api_error("ledger", error.kind());
                     tracing::warn!(%error, "could not write the slot ledger");
                     self.failed = true;
                     return false;
@@ -99,6 +114,9 @@ impl Shell {
             }
         }
         for action in decision.node_actions {
+            if !self.leadership.is_leading() {
+                return false;
+            }
             progressed |= self.execute(action, &by_name).await;
         }
         progressed
@@ -123,13 +141,14 @@ impl Shell {
     }
 
     fn collect_drain_outcomes(&mut self) {
-        while let Some((name, node, outcome)) = self.drains.finished() {
+        while let Some((name, node, outcome, took)) = self.drains.finished() {
             if self.memory.drains.get(&name) != Some(&DrainState::Running) {
                 continue;
             }
             match outcome {
                 DrainOutcome::Drained { evicted } => {
-                    tracing::info!(node = %name, evicted, "drained");
+                    self.metrics.drain_finished("drained", took);
+                    tracing::info!(node = %name, evicted, took = ?took, "drained");
                     self.memory.drains.insert(name, DrainState::Drained);
                 }
                 DrainOutcome::TimedOut { blocking } => {
@@ -137,6 +156,9 @@ impl Shell {
                         .iter()
                         .map(|(pod, why)| format!("{pod}: {why}"))
                         .collect();
+                    self.metrics.drain_finished("timed_out", took);
+                    self.metrics.drain_timeouts.inc();
+                    self.metrics.reboot_failed("drain_timeout");
                     tracing::warn!(node = %name, blocking = ?pods, "drain timed out; giving the slot back");
                     let mut note = format!(
                         "drain timed out; node uncordoned and slot released, retried later; blocked by {}",
@@ -151,6 +173,14 @@ impl Shell {
         }
     }
 
+    /// Publishes the pool gauges as this replica sees the pool now.
+    pub fn publish_pool(&mut self) {
+        let nodes = self.overlay.view(&self.nodes);
+        let summary = PoolSummary::of(&nodes, &self.ledger, &self.keys);
+        let budget = self.max_unavailable.resolve(nodes.len());
+        self.metrics.pool(&summary, budget);
+    }
+
     pub fn last_round_failed(&self) -> bool {
         self.failed
     }
@@ -162,6 +192,7 @@ impl Shell {
                 true
             }
             Err(error) => {
+                self.metrics.api_error("ledger", error.kind());
                 tracing::warn!(%error, "could not read the slot ledger");
                 false
             }
@@ -203,6 +234,10 @@ impl Shell {
         for name in &decision.ledger.release {
             self.stop_drain(name);
             tracing::info!(node = %name, slots = self.ledger.slots.len(), "slot released");
+            if !decision.release_reasons.iter().any(|(n, _)| n == name) {
+                // Its node left the pool (deleted, or no longer selected) while holding it.
+                self.metrics.reboot_failed("node_removed");
+            }
         }
         for (name, reason) in &decision.release_reasons {
             let Some(node) = nodes.get(name.as_str()) else {
@@ -211,6 +246,7 @@ impl Shell {
             match reason {
                 ReleaseReason::Completed => {}
                 ReleaseReason::Cancelled => {
+                    self.metrics.reboots_cancelled.inc();
                     self.events.publish(
                         node,
                         Reason::Cancelled,
@@ -300,6 +336,7 @@ impl Shell {
         let name = node.metadata.name.as_deref().unwrap_or_default();
         match action {
             NodeAction::Promote(_) | NodeAction::CordonAndPromote(_) => {
+                self.metrics.reboots_approved.inc();
                 tracing::info!(node = %name, "reboot-now set: the agent reboots the node");
                 self.events.publish(
                     node,
@@ -314,7 +351,18 @@ impl Shell {
                     .get(name)
                     .map(|s| s.granted_at.clone())
                     .unwrap_or_default();
-                tracing::info!(node = %name, %since, "reboot completed");
+                let took = since.parse::<Timestamp>().ok().map(|granted| {
+                    Timestamp::now()
+                        .duration_since(granted)
+                        .as_secs_f64()
+                        .max(0.0)
+                });
+                self.metrics.reboots_completed.inc();
+                if let Some(took) = took {
+                    self.metrics.reboot_duration.observe(took);
+                }
+                let took_seconds = took.unwrap_or(-1.0);
+                tracing::info!(node = %name, %since, took_seconds, "reboot completed");
                 self.events.publish(
                     node,
                     Reason::Rebooted,
@@ -336,6 +384,7 @@ impl Shell {
             Ok(node) => Written::Ok(Box::new(node)),
             Err(error) => {
                 let kind = ApiErrorKind::of(&error);
+                self.metrics.api_error("node", kind);
                 if kind.is_stale_read() {
                     tracing::debug!(node = %name, %error, "node changed under us; re-reading");
                     Written::Stale
@@ -351,7 +400,10 @@ impl Shell {
         match self.api.get_opt(name).await {
             Ok(Some(node)) => self.overlay.record(node),
             Ok(None) => {}
-            Err(error) => tracing::warn!(node = %name, %error, "could not re-read node"),
+            Err(error) => {
+                self.metrics.api_error("node", ApiErrorKind::of(&error));
+                tracing::warn!(node = %name, %error, "could not re-read node");
+            }
         }
     }
 }

@@ -347,8 +347,10 @@ async fn a_request_that_is_not_true_is_ignored_with_a_warning() {
 #[tokio::test(flavor = "multi_thread")]
 async fn two_controllers_at_once_keep_the_budget() {
     let mut sb = sandbox_with(12, "2", false).await;
-    sb.start_controller(&[]).unwrap();
-    sb.start_controller(&[]).unwrap();
+    // Both act at once: leader election off, only the slot ledger's compare-and-swap keeps
+    // the budget (DESIGN.md invariant 2).
+    sb.start_controller(&["--leader-elect=false"]).unwrap();
+    sb.start_controller(&["--leader-elect=false"]).unwrap();
     let watch = BudgetWatch::start(sb.client.clone(), 2).await;
     rollout(&sb, &watch).await;
     sb.stop().await;

@@ -1,9 +1,21 @@
 //! The real `reboot-controller` as a child process, for tests that kill and restart it.
+//!
+//! Each process serves `/metrics`, `/healthz` and `/readyz` on a loopback port of its own
+//! (chosen here unless the arguments name one), and is named after its log file in the leader
+//! Lease (`POD_NAME=controller-1` for `controller-1.log`): a restarted process keeps its name,
+//! as a restarted container keeps its pod's, so it resumes leading at once.
 
 use crate::Error;
 use nix::{sys::signal, unistd::Pid};
-use std::{path::PathBuf, time::Duration};
+use std::{
+    hash::{BuildHasher, Hasher},
+    net::{Ipv4Addr, SocketAddr, TcpListener},
+    path::PathBuf,
+    time::Duration,
+};
 use tokio::process::{Child, Command};
+
+const METRICS_FLAG: &str = "--metrics-bind-address";
 
 #[derive(Debug)]
 pub struct ControllerProcess {
@@ -12,25 +24,54 @@ pub struct ControllerProcess {
     args: Vec<String>,
     log: PathBuf,
     child: Option<Child>,
+    metrics: Option<SocketAddr>,
 }
 
 impl ControllerProcess {
     /// Starts `reboot-controller <args>` with `KUBECONFIG`, logging (appending) to `log`.
+    /// Without `--metrics-bind-address` in `args`, it gets a free loopback port.
     pub fn start(
         bin: PathBuf,
         kubeconfig: PathBuf,
-        args: Vec<String>,
+        mut args: Vec<String>,
         log: PathBuf,
     ) -> Result<Self, Error> {
+        let metrics = match given_metrics_address(&args) {
+            Some(given) => given,
+            None => {
+                let address = SocketAddr::from((Ipv4Addr::LOCALHOST, free_port()?));
+                args.push(format!("{METRICS_FLAG}={address}"));
+                Some(address)
+            }
+        };
         let mut process = Self {
             bin,
             kubeconfig,
             args,
             log,
             child: None,
+            metrics,
         };
         process.spawn()?;
         Ok(process)
+    }
+
+    /// Where to reach its `/metrics`, `/healthz` and `/readyz` (`None` with
+    /// `--metrics-bind-address=0`).
+    pub fn metrics_address(&self) -> Option<SocketAddr> {
+        self.metrics
+    }
+
+    /// `http://<address>/metrics`, for people.
+    pub fn metrics_url(&self) -> Option<String> {
+        self.metrics.map(|a| format!("http://{a}/metrics"))
+    }
+
+    /// Its name in the leader Lease and in its Events (`POD_NAME`).
+    pub fn identity(&self) -> String {
+        self.log
+            .file_stem()
+            .map_or_else(|| "controller".into(), |s| s.to_string_lossy().into_owned())
     }
 
     fn spawn(&mut self) -> Result<(), Error> {
@@ -43,6 +84,7 @@ impl ControllerProcess {
         let child = Command::new(&self.bin)
             .args(&self.args)
             .env("KUBECONFIG", &self.kubeconfig)
+            .env("POD_NAME", self.identity())
             .env(
                 "RUST_LOG",
                 std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()),
@@ -105,5 +147,85 @@ impl ControllerProcess {
         let text = std::fs::read_to_string(&self.log).unwrap_or_default();
         let all: Vec<&str> = text.lines().collect();
         all[all.len().saturating_sub(lines)..].join("\n")
+    }
+}
+
+/// The address `--metrics-bind-address` names in `args`, made reachable (an unspecified IP is
+/// reached on loopback); `Some(None)` when it turns the server off, `None` when not given.
+fn given_metrics_address(args: &[String]) -> Option<Option<SocketAddr>> {
+    let value = args.iter().enumerate().find_map(|(i, arg)| {
+        if arg == METRICS_FLAG {
+            args.get(i + 1).cloned()
+        } else {
+            arg.strip_prefix(METRICS_FLAG)
+                .and_then(|rest| rest.strip_prefix('='))
+                .map(str::to_owned)
+        }
+    })?;
+    let value = value.trim();
+    if value == "0" {
+        return Some(None);
+    }
+    let address = match value.strip_prefix(':') {
+        Some(port) => port
+            .parse::<u16>()
+            .ok()
+            .map(|p| SocketAddr::from((Ipv4Addr::UNSPECIFIED, p))),
+        None => value.parse::<SocketAddr>().ok(),
+    };
+    Some(address.map(|mut a| {
+        if a.ip().is_unspecified() {
+            a.set_ip(Ipv4Addr::LOCALHOST.into());
+        }
+        a
+    }))
+}
+
+/// A loopback port nothing listens on, below Linux's ephemeral range (32768-60999) so that no
+/// outgoing connection takes it before the controller binds it.
+fn free_port() -> Result<u16, Error> {
+    let mut last = None;
+    for _ in 0..100 {
+        let random = std::collections::hash_map::RandomState::new()
+            .build_hasher()
+            .finish();
+        let port = 20_000 + u16::try_from(random % 12_000).unwrap_or(0);
+        match TcpListener::bind((Ipv4Addr::LOCALHOST, port)) {
+            Ok(_) => return Ok(port),
+            Err(error) => last = Some(error),
+        }
+    }
+    Err(Error::io("find a free port for the controller's metrics")(
+        last.unwrap_or_else(|| std::io::Error::other("no attempt")),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(list: &[&str]) -> Vec<String> {
+        list.iter().map(|s| (*s).to_owned()).collect()
+    }
+
+    #[test]
+    fn a_given_metrics_address_is_kept_and_made_reachable() {
+        assert_eq!(
+            given_metrics_address(&args(&["--max-unavailable", "1"])),
+            None
+        );
+        assert_eq!(
+            given_metrics_address(&args(&["--metrics-bind-address=127.0.0.1:9000"])),
+            Some(Some("127.0.0.1:9000".parse().unwrap()))
+        );
+        assert_eq!(
+            given_metrics_address(&args(&["--metrics-bind-address", ":9001"])),
+            Some(Some("127.0.0.1:9001".parse().unwrap()))
+        );
+        assert_eq!(
+            given_metrics_address(&args(&["--metrics-bind-address=0"])),
+            Some(None)
+        );
+        assert!((20_000..32_000).contains(&free_port().unwrap()));
     }
 }

@@ -68,6 +68,17 @@ impl Sandbox {
         );
         fleet_config.reboot_duration = config.reboot_duration;
         fleet_config.agent.args = config.agent_args.clone();
+        // Many agents on one host: each serves /metrics on a port of its own, named in its log.
+        if !config
+            .agent_args
+            .iter()
+            .any(|a| a.starts_with("--metrics-bind-address"))
+        {
+            fleet_config
+                .agent
+                .args
+                .push("--metrics-bind-address=127.0.0.1:0".into());
+        }
         let fleet = Fleet::start(client.clone(), fleet_config).await?;
         let mut sandbox = Sandbox {
             fleet,
@@ -128,22 +139,46 @@ pub async fn create_namespace(client: &Client, name: &str) -> Result<(), Error> 
     }
 }
 
+/// How many controller replicas `make sandbox` runs, as the Deployment does: one leads.
+pub const SANDBOX_REPLICAS: usize = 2;
+
 /// `make sandbox`: start, print where to look, wait for Ctrl-C or SIGTERM, stop everything.
+/// On stdout: `KUBECONFIG=<path>`, then `CONTROLLER_<n>_METRICS=http://<address>/metrics` for
+/// each controller replica.
 pub async fn run_until_signal(config: SandboxConfig) -> anyhow::Result<()> {
     eprintln!(
-        "sandbox: starting a control plane, {} simulated nodes and the controller (--max-unavailable {}) ...",
+        "sandbox: starting a control plane, {} simulated nodes and {SANDBOX_REPLICAS} controller \
+         replicas (--max-unavailable {}) ...",
         config.nodes, config.max_unavailable
     );
-    let sandbox = Sandbox::start(config).await?;
+    let replicas = SANDBOX_REPLICAS - usize::from(config.start_controller);
+    let mut sandbox = Sandbox::start(config).await?;
+    for _ in 0..replicas {
+        sandbox.start_controller(&[])?;
+    }
     let dir = sandbox.control_plane.dir().display().to_string();
-    eprintln!("sandbox: ready. Logs: {dir}/controller-1.log, {dir}/nodes/<node>/agent.log");
+    eprintln!("sandbox: ready. Logs: {dir}/controller-<n>.log, {dir}/nodes/<node>/agent.log");
     eprintln!(
         "sandbox: try  kubectl annotate node sim-1 reboot-needed=true  then  kubectl get nodes -w"
+    );
+    eprintln!(
+        "sandbox: the leader:  kubectl -n {OPERATOR_NAMESPACE} get lease reboot-controller \
+         -o jsonpath='{{.spec.holderIdentity}}'"
     );
     println!(
         "KUBECONFIG={}",
         sandbox.control_plane.kubeconfig_path().display()
     );
+    for (i, controller) in sandbox.controllers.iter().enumerate() {
+        if let (Some(url), Some(address)) = (controller.metrics_url(), controller.metrics_address())
+        {
+            eprintln!(
+                "sandbox: {}: metrics {url}, health http://{address}/healthz and /readyz",
+                controller.identity()
+            );
+            println!("CONTROLLER_{}_METRICS={url}", i + 1);
+        }
+    }
     wait_for_signal().await;
     eprintln!("sandbox: stopping ...");
     sandbox.stop().await;

@@ -1,0 +1,346 @@
+//! The controller's Prometheus metrics (prefix `node_reboot_`), served as OpenMetrics text on
+//! `/metrics`. One [`Metrics`] value is built at start and handed to the parts that count;
+//! clones share the same series.
+//!
+//! The gauges that describe the pool (nodes by state, slots, budget) are published by every
+//! replica from its own cache; the counters of what the controller did, by the replica that
+//! did it (`node_reboot_leader` says which one leads).
+
+use crate::ledger::Ledger;
+use common::{AnnotationKeys, NodeFacts, Phase, ProtocolState, Request};
+use k8s_openapi::api::core::v1::Node;
+use observability::ApiErrorKind;
+use prometheus_client::{
+    encoding::EncodeLabelSet,
+    metrics::{counter::Counter, family::Family, gauge::Gauge, histogram::Histogram},
+    registry::Registry,
+};
+use std::{sync::Arc, time::Duration};
+
+/// Every protocol state a node can be in, as the `state` label of `node_reboot_nodes`.
+pub const NODE_STATES: [&str; 8] = [
+    "idle",
+    "requested",
+    "invalid_request",
+    "draining",
+    "reboot_now",
+    "rebooting",
+    "rebooted",
+    "releasing",
+];
+
+/// Pure: the protocol state of one node, from its annotations and whether it holds a slot.
+pub fn node_state(state: &ProtocolState, holds_slot: bool) -> &'static str {
+    match (&state.phase, holds_slot, &state.request) {
+        (Phase::Done, _, _) => "rebooted",
+        (Phase::InProgress { .. }, _, _) => "rebooting",
+        (Phase::RebootNow, _, _) => "reboot_now",
+        (Phase::Idle, true, Request::Needed) => "draining",
+        (Phase::Idle, true, _) => "releasing",
+        (Phase::Idle, false, Request::Needed) => "requested",
+        (Phase::Idle, false, Request::Invalid(_)) => "invalid_request",
+        (Phase::Idle, false, Request::Absent) => "idle",
+    }
+}
+
+/// The pool at one moment, as the gauges show it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PoolSummary {
+    /// Count per entry of [`NODE_STATES`].
+    pub by_state: [i64; NODE_STATES.len()],
+    pub nodes: usize,
+    /// Nodes unavailable as the budget counts them (not Ready, cordoned, or holding a slot).
+    pub unavailable: usize,
+    pub slots_in_use: usize,
+}
+
+impl PoolSummary {
+    /// Pure: the summary of `nodes` with the slots of `ledger`.
+    pub fn of(nodes: &[Arc<Node>], ledger: &Ledger, keys: &AnnotationKeys) -> Self {
+        let mut summary = Self {
+            nodes: nodes.len(),
+            slots_in_use: ledger.slots.len(),
+            ..Self::default()
+        };
+        for node in nodes {
+            let facts = NodeFacts::from_node(node);
+            let state = facts.protocol(keys);
+            let holds = ledger.holds(&facts.name);
+            let label = node_state(&state, holds);
+            if let Some(i) = NODE_STATES.iter().position(|s| *s == label) {
+                summary.by_state[i] += 1;
+            }
+            if facts.unavailable_by_itself() || holds || state.reboot_under_way() {
+                summary.unavailable += 1;
+            }
+        }
+        summary
+    }
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StateLabels {
+    pub state: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabels {
+    pub reason: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OutcomeLabels {
+    pub outcome: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ApiErrorLabels {
+    pub resource: String,
+    pub kind: String,
+}
+
+fn duration_histogram() -> Histogram {
+    // From seconds (simulated nodes) to an hour (a slow drain or a big server's firmware).
+    Histogram::new([
+        1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0, 900.0, 1800.0, 3600.0,
+    ])
+}
+
+/// Every series the controller publishes.
+#[derive(Debug, Clone)]
+pub struct Metrics {
+    pub nodes: Family<StateLabels, Gauge>,
+    pub unavailable_nodes: Gauge,
+    pub slots_in_use: Gauge,
+    pub max_unavailable: Gauge,
+    pub reboots_approved: Counter,
+    pub reboots_completed: Counter,
+    pub reboots_cancelled: Counter,
+    pub reboots_failed: Family<ReasonLabels, Counter>,
+    pub reboot_duration: Histogram,
+    pub drain_duration: Family<OutcomeLabels, Histogram>,
+    pub drain_timeouts: Counter,
+    pub api_errors: Family<ApiErrorLabels, Counter>,
+    pub leader: Gauge,
+}
+
+impl Metrics {
+    /// The metrics and the registry that serves them.
+    pub fn new() -> (Self, Registry) {
+        let metrics = Self {
+            nodes: Family::default(),
+            unavailable_nodes: Gauge::default(),
+            slots_in_use: Gauge::default(),
+            max_unavailable: Gauge::default(),
+            reboots_approved: Counter::default(),
+            reboots_completed: Counter::default(),
+            reboots_cancelled: Counter::default(),
+            reboots_failed: Family::default(),
+            reboot_duration: duration_histogram(),
+            drain_duration: Family::new_with_constructor(duration_histogram),
+            drain_timeouts: Counter::default(),
+            api_errors: Family::default(),
+            leader: Gauge::default(),
+        };
+        let mut registry = Registry::with_prefix("node_reboot");
+        let m = metrics.clone();
+        registry.register(
+            "nodes",
+            "Nodes of the pool by reboot protocol state",
+            m.nodes,
+        );
+        registry.register(
+            "unavailable_nodes",
+            "Nodes of the pool unavailable as the budget counts them (not Ready, cordoned, or holding a slot)",
+            m.unavailable_nodes,
+        );
+        registry.register(
+            "slots_in_use",
+            "Reboot slots granted in the slot ledger",
+            m.slots_in_use,
+        );
+        registry.register(
+            "max_unavailable",
+            "The budget: --max-unavailable resolved against the size of the pool",
+            m.max_unavailable,
+        );
+        registry.register(
+            "reboots_approved",
+            "Nodes told to reboot (reboot-now set) by this replica",
+            m.reboots_approved,
+        );
+        registry.register(
+            "reboots_completed",
+            "Reboots proven and completed (node Ready, uncordoned) by this replica",
+            m.reboots_completed,
+        );
+        registry.register(
+            "reboots_cancelled",
+            "Reboots cancelled by the administrator before the agent took them",
+            m.reboots_cancelled,
+        );
+        registry.register(
+            "reboots_failed",
+            "Reboot attempts given up without a reboot, by reason (drain_timeout, node_removed)",
+            m.reboots_failed,
+        );
+        registry.register(
+            "reboot_duration_seconds",
+            "Time from the slot grant to the completed reboot",
+            m.reboot_duration,
+        );
+        registry.register(
+            "drain_duration_seconds",
+            "Time a drain took, by outcome (drained, timed_out)",
+            m.drain_duration,
+        );
+        registry.register(
+            "drain_timeouts",
+            "Drains abandoned after --drain-timeout",
+            m.drain_timeouts,
+        );
+        registry.register(
+            "api_errors",
+            "Failed Kubernetes API requests, by resource and kind of error",
+            m.api_errors,
+        );
+        registry.register(
+            "leader",
+            "1 when this replica leads (acts), 0 when it stands by",
+            m.leader,
+        );
+        // Every state from the start, so that a query for one finds 0 rather than nothing.
+        metrics.pool(&PoolSummary::default(), 0);
+        (metrics, registry)
+    }
+
+    pub fn api_error(&self, resource: &str, kind: ApiErrorKind) {
+        self.api_errors
+            .get_or_create(&ApiErrorLabels {
+                resource: resource.into(),
+                kind: kind.as_str().into(),
+            })
+            .inc();
+    }
+
+    pub fn reboot_failed(&self, reason: &str) {
+        self.reboots_failed
+            .get_or_create(&ReasonLabels {
+                reason: reason.into(),
+            })
+            .inc();
+    }
+
+    pub fn drain_finished(&self, outcome: &str, took: Duration) {
+        self.drain_duration
+            .get_or_create(&OutcomeLabels {
+                outcome: outcome.into(),
+            })
+            .observe(took.as_secs_f64());
+    }
+
+    /// Publishes the pool gauges.
+    pub fn pool(&self, summary: &PoolSummary, budget: usize) {
+        for (state, count) in NODE_STATES.iter().zip(summary.by_state) {
+            self.nodes
+                .get_or_create(&StateLabels {
+                    state: (*state).into(),
+                })
+                .set(count);
+        }
+        let gauge = |v: usize| i64::try_from(v).unwrap_or(i64::MAX);
+        self.unavailable_nodes.set(gauge(summary.unavailable));
+        self.slots_in_use.set(gauge(summary.slots_in_use));
+        self.max_unavailable.set(gauge(budget));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ledger::Slot;
+    use prometheus_client::encoding::text::encode;
+    use serde_json::json;
+
+    fn node(name: &str, ready: bool, annotations: serde_json::Value) -> Arc<Node> {
+        let status = if ready { "True" } else { "False" };
+        Arc::new(
+            serde_json::from_value(json!({
+                "metadata": {"name": name, "annotations": annotations},
+                "status": {"conditions": [{"type": "Ready", "status": status}]},
+            }))
+            .unwrap(),
+        )
+    }
+
+    #[test]
+    fn nodes_are_counted_by_state() {
+        let nodes = vec![
+            node("idle", true, json!({})),
+            node("down", false, json!({})),
+            node("waiting", true, json!({"reboot-needed": "true"})),
+            node("banana", true, json!({"reboot-needed": "banana"})),
+            node("granted", true, json!({"reboot-needed": "true"})),
+            node("now", true, json!({"reboot-now": "true"})),
+            node("going", false, json!({"reboot-in-progress": "true"})),
+            node("back", true, json!({"reboot-done": "true"})),
+            node("cancelled", true, json!({})),
+        ];
+        let slot = || Slot {
+            granted_at: "2026-01-01T00:00:00Z".into(),
+        };
+        let ledger = Ledger {
+            resource_version: Some("1".into()),
+            slots: ["granted", "now", "going", "back", "cancelled"]
+                .into_iter()
+                .map(|n| (n.to_owned(), slot()))
+                .collect(),
+        };
+        let summary = PoolSummary::of(&nodes, &ledger, &AnnotationKeys::default());
+        let count =
+            |state: &str| summary.by_state[NODE_STATES.iter().position(|s| *s == state).unwrap()];
+        assert_eq!(count("idle"), 2);
+        for state in [
+            "requested",
+            "invalid_request",
+            "draining",
+            "reboot_now",
+            "rebooting",
+            "rebooted",
+            "releasing",
+        ] {
+            assert_eq!(count(state), 1, "{state}");
+        }
+        assert_eq!(summary.nodes, 9);
+        assert_eq!(summary.slots_in_use, 5);
+        // down, and the five slot holders.
+        assert_eq!(summary.unavailable, 6);
+    }
+
+    #[test]
+    fn the_metrics_are_encoded_with_the_common_prefix() {
+        let (metrics, registry) = Metrics::new();
+        metrics.reboots_completed.inc();
+        metrics.reboot_duration.observe(42.0);
+        metrics.api_error("node", ApiErrorKind::Conflict);
+        metrics.reboot_failed("drain_timeout");
+        metrics.drain_finished("drained", Duration::from_secs(3));
+        metrics.pool(&PoolSummary::default(), 2);
+        let mut text = String::new();
+        encode(&mut text, &registry).unwrap();
+        for line in [
+            "node_reboot_reboots_completed_total 1",
+            "node_reboot_reboot_duration_seconds_count 1",
+            "node_reboot_reboot_duration_seconds_bucket{le=\"60.0\"} 1",
+            "node_reboot_api_errors_total{resource=\"node\",kind=\"conflict\"} 1",
+            "node_reboot_reboots_failed_total{reason=\"drain_timeout\"} 1",
+            "node_reboot_drain_duration_seconds_count{outcome=\"drained\"} 1",
+            "node_reboot_nodes{state=\"rebooting\"} 0",
+            "node_reboot_max_unavailable 2",
+            "node_reboot_slots_in_use 0",
+            "node_reboot_leader 0",
+        ] {
+            assert!(text.contains(line), "{line} in\n{text}");
+        }
+    }
+}

@@ -1,0 +1,13 @@
+//! What both programs share to be operated: logs (`--log-format text|json`, level from
+//! `RUST_LOG`), the small HTTP server for `/healthz`, `/readyz` and `/metrics`
+//! (`--metrics-bind-address`), the SIGTERM/Ctrl-C shutdown signal, and API errors by kind
+//! (for decisions and for the error metrics).
+
+pub mod api_error;
+pub mod http;
+pub mod logs;
+pub mod shutdown;
+
+pub use api_error::ApiErrorKind;
+pub use http::{BindAddress, Health, serve};
+pub use logs::LogFormat;

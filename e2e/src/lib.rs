@@ -10,6 +10,8 @@ use kube::{
     runtime::{WatchStreamExt, watcher},
 };
 pub use nodesim::budget_watch::{BudgetWatch, unavailable};
+
+pub mod rollout;
 use std::{
     future::Future,
     sync::{Arc, Mutex},
@@ -17,8 +19,37 @@ use std::{
 };
 use tokio::task::JoinHandle;
 
-/// Polls `condition` until it is true, failing at once if the budget watch saw a violation,
-/// and after `timeout` with `what` in the message.
+/// Polls `attempt` until it gives a value, failing at once if the budget watch saw a
+/// violation, and after `timeout` with `what` in the message.
+pub async fn eventually<T, F, Fut>(
+    what: &str,
+    timeout: Duration,
+    budget: Option<&BudgetWatch>,
+    mut attempt: F,
+) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let start = Instant::now();
+    loop {
+        if let Some(watch) = budget
+            && let Err(violation) = watch.check()
+        {
+            panic!("{violation} (while waiting until {what})");
+        }
+        if let Some(value) = attempt().await {
+            return value;
+        }
+        assert!(
+            start.elapsed() < timeout,
+            "timed out after {timeout:?} waiting until {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Polls `condition` until it is true, like [`eventually`].
 pub async fn wait_until<F, Fut>(
     what: &str,
     timeout: Duration,
@@ -28,22 +59,11 @@ pub async fn wait_until<F, Fut>(
     F: FnMut() -> Fut,
     Fut: Future<Output = bool>,
 {
-    let start = Instant::now();
-    loop {
-        if let Some(watch) = budget
-            && let Err(violation) = watch.check()
-        {
-            panic!("{violation} (while waiting until {what})");
-        }
-        if condition().await {
-            return;
-        }
-        assert!(
-            start.elapsed() < timeout,
-            "timed out after {timeout:?} waiting until {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    eventually(what, timeout, budget, || {
+        let ready = condition();
+        async move { ready.await.then_some(()) }
+    })
+    .await;
 }
 
 /// Runs the real kubectl against the control plane; panics with its stderr when it fails.

@@ -4,7 +4,11 @@
 //! addresses. A real API server, real agents on simulated nodes, and an independent
 //! [`BudgetWatch`] on every rollout.
 
-use e2e::{BudgetWatch, apply, kubectl, node, protocol_annotations, request_reboot, wait_until};
+use e2e::{
+    BudgetWatch, apply, eventually, kubectl, request_reboot,
+    rollout::{ROLLOUT, back, rollout_completes},
+    wait_until,
+};
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::{Api, Client};
 use nodesim::{
@@ -26,7 +30,6 @@ use tokio::{
     net::{TcpListener, TcpStream},
 };
 
-const ROLLOUT: Duration = Duration::from_secs(180);
 const LEASE_NAME: &str = "reboot-controller";
 
 fn light_control_plane() -> Options {
@@ -34,36 +37,6 @@ fn light_control_plane() -> Options {
         controller_manager: false,
         scheduler: false,
         ..Options::default()
-    }
-}
-
-/// Polls `attempt` until it gives a value, failing at once if the budget watch saw a
-/// violation, and after `timeout` with `what` in the message.
-async fn eventually<T, F, Fut>(
-    what: &str,
-    timeout: Duration,
-    watch: Option<&BudgetWatch>,
-    mut attempt: F,
-) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let start = Instant::now();
-    loop {
-        if let Some(watch) = watch
-            && let Err(violation) = watch.check()
-        {
-            panic!("{violation} (while waiting until {what})");
-        }
-        if let Some(value) = attempt().await {
-            return value;
-        }
-        assert!(
-            start.elapsed() < timeout,
-            "timed out after {timeout:?} waiting until {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 
@@ -155,63 +128,6 @@ async fn wait_for_the_one_leader(
         || the_one_leader(sb, live),
     )
     .await
-}
-
-/// The node rebooted exactly `times` times and is back: Ready, schedulable, out of the protocol.
-async fn back(sb: &Sandbox, name: &str, times: u32) -> bool {
-    if sb.fleet.reboots(name) != times {
-        return false;
-    }
-    let n = node(&sb.client, name).await;
-    let facts = common::NodeFacts::from_node(&n);
-    facts.readiness == common::Readiness::Ready
-        && !facts.unschedulable
-        && protocol_annotations(&n).is_empty()
-}
-
-async fn all_back(sb: &Sandbox) -> bool {
-    for name in sb.fleet.names() {
-        if !back(sb, &name, 1).await {
-            return false;
-        }
-    }
-    true
-}
-
-async fn ledger_is_empty(sb: &Sandbox) -> bool {
-    let leases: Api<Lease> = Api::namespaced(sb.client.clone(), OPERATOR_NAMESPACE);
-    let Ok(lease) = leases.get("node-reboot-operator-slots").await else {
-        return false;
-    };
-    let annotations = lease.metadata.annotations.unwrap_or_default();
-    annotations
-        .get("node-reboot-operator/slots")
-        .is_none_or(|s| s == "{}")
-}
-
-/// Waits until every node rebooted exactly once and the ledger is empty, within budget.
-async fn rollout_completes(sb: &Sandbox, watch: &BudgetWatch) {
-    wait_until(
-        "every node rebooted once and back",
-        ROLLOUT,
-        Some(watch),
-        || all_back(sb),
-    )
-    .await;
-    wait_until(
-        "the ledger is empty",
-        Duration::from_secs(15),
-        Some(watch),
-        || ledger_is_empty(sb),
-    )
-    .await;
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    assert_eq!(
-        sb.fleet.total_reboots() as usize,
-        sb.fleet.names().len(),
-        "every node exactly once"
-    );
-    watch.check().unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -3,12 +3,14 @@
 //! watched by an independent budget watcher that fails the test the moment more nodes are
 //! unavailable than the budget allows.
 
-use e2e::{BudgetWatch, kubectl, node, node_events, protocol_annotations, wait_until};
+use e2e::{
+    BudgetWatch, kubectl, node, node_events, protocol_annotations,
+    rollout::{ROLLOUT, all_back, back, ledger_is_empty, rollout_completes},
+    wait_until,
+};
 use nodesim::sandbox::{Sandbox, SandboxConfig};
 use std::time::Duration;
 use testenv::Options;
-
-const ROLLOUT: Duration = Duration::from_secs(180);
 
 async fn sandbox(nodes: usize, max_unavailable: &str) -> Sandbox {
     sandbox_with(nodes, max_unavailable, true).await
@@ -31,69 +33,13 @@ async fn sandbox_with(nodes: usize, max_unavailable: &str, start_controller: boo
     Sandbox::start(config).await.expect("sandbox starts")
 }
 
-/// Every named node rebooted exactly `times` times and is back: Ready, schedulable (unless
-/// `cordoned` says the administrator cordoned it), no protocol annotation left.
-async fn back(sb: &Sandbox, name: &str, times: u32) -> bool {
-    if sb.fleet.reboots(name) != times {
-        return false;
-    }
-    let n = node(&sb.client, name).await;
-    let facts = common::NodeFacts::from_node(&n);
-    facts.readiness == common::Readiness::Ready
-        && !facts.unschedulable
-        && protocol_annotations(&n).is_empty()
-}
-
-async fn all_back(sb: &Sandbox, times: u32) -> bool {
-    for name in sb.fleet.names() {
-        if !back(sb, &name, times).await {
-            return false;
-        }
-    }
-    true
-}
-
-async fn ledger_is_empty(sb: &Sandbox) -> bool {
-    let leases: kube::Api<k8s_openapi::api::coordination::v1::Lease> =
-        kube::Api::namespaced(sb.client.clone(), nodesim::sandbox::OPERATOR_NAMESPACE);
-    let lease = leases
-        .get("node-reboot-operator-slots")
-        .await
-        .expect("ledger exists");
-    let slots = lease.metadata.annotations.unwrap_or_default();
-    slots
-        .get("node-reboot-operator/slots")
-        .is_none_or(|s| s == "{}")
-}
-
 /// A rollout of every node finishes within budget, each node rebooted exactly once.
 async fn rollout(sb: &Sandbox, watch: &BudgetWatch) {
     kubectl(
         &sb.control_plane,
         &["annotate", "nodes", "--all", "reboot-needed=true"],
     );
-    wait_until(
-        "every node rebooted once and back",
-        ROLLOUT,
-        Some(watch),
-        || all_back(sb, 1),
-    )
-    .await;
-    wait_until(
-        "the ledger is empty",
-        Duration::from_secs(10),
-        Some(watch),
-        || ledger_is_empty(sb),
-    )
-    .await;
-    // Nothing reboots twice: give a second reboot the time to show.
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    assert_eq!(
-        sb.fleet.total_reboots() as usize,
-        sb.fleet.names().len(),
-        "some node rebooted twice"
-    );
-    watch.check().unwrap();
+    rollout_completes(sb, watch).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]

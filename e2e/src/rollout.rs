@@ -1,0 +1,72 @@
+//! What a finished rollout looks like, checked the way an administrator would: every node
+//! rebooted exactly once and back (Ready, schedulable, no protocol annotation left), the slot
+//! ledger empty, and the budget never exceeded.
+
+use crate::{BudgetWatch, node, protocol_annotations, wait_until};
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::Api;
+use nodesim::sandbox::{OPERATOR_NAMESPACE, Sandbox};
+use std::time::Duration;
+
+/// How long any rollout of the end-to-end scenarios may take before the test fails.
+pub const ROLLOUT: Duration = Duration::from_secs(180);
+
+/// The node rebooted exactly `times` times and is back: Ready, schedulable, out of the protocol.
+pub async fn back(sb: &Sandbox, name: &str, times: u32) -> bool {
+    if sb.fleet.reboots(name) != times {
+        return false;
+    }
+    let n = node(&sb.client, name).await;
+    let facts = common::NodeFacts::from_node(&n);
+    facts.readiness == common::Readiness::Ready
+        && !facts.unschedulable
+        && protocol_annotations(&n).is_empty()
+}
+
+/// Every node of the fleet is [`back`] after `times` reboots.
+pub async fn all_back(sb: &Sandbox, times: u32) -> bool {
+    for name in sb.fleet.names() {
+        if !back(sb, &name, times).await {
+            return false;
+        }
+    }
+    true
+}
+
+/// No node holds a slot in the controller's ledger.
+pub async fn ledger_is_empty(sb: &Sandbox) -> bool {
+    let leases: Api<Lease> = Api::namespaced(sb.client.clone(), OPERATOR_NAMESPACE);
+    let Ok(lease) = leases.get("node-reboot-operator-slots").await else {
+        return false;
+    };
+    let annotations = lease.metadata.annotations.unwrap_or_default();
+    annotations
+        .get("node-reboot-operator/slots")
+        .is_none_or(|s| s == "{}")
+}
+
+/// Waits until every node rebooted exactly once and the ledger is empty, within budget, then
+/// gives a second reboot the time to show, and fails if one came.
+pub async fn rollout_completes(sb: &Sandbox, watch: &BudgetWatch) {
+    wait_until(
+        "every node rebooted once and back",
+        ROLLOUT,
+        Some(watch),
+        || all_back(sb, 1),
+    )
+    .await;
+    wait_until(
+        "the ledger is empty",
+        Duration::from_secs(15),
+        Some(watch),
+        || ledger_is_empty(sb),
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        sb.fleet.total_reboots() as usize,
+        sb.fleet.names().len(),
+        "some node rebooted twice"
+    );
+    watch.check().unwrap();
+}

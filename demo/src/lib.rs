@@ -160,23 +160,10 @@ async fn deploy_workload(sandbox: &Sandbox, replicas: usize) -> anyhow::Result<(
     say(&format!(
         "demo: deploying a workload so the drains have something to do: Deployment web ({replicas} replicas) with a PodDisruptionBudget maxUnavailable 1"
     ));
-    let mut child = sandbox
+    sandbox
         .control_plane
-        .kubectl()
-        .args(["apply", "-f", "-"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .context("cannot run kubectl")?;
-    child
-        .stdin
-        .take()
-        .context("kubectl stdin")?
-        .write_all(manifest.as_bytes())?;
-    anyhow::ensure!(
-        child.wait()?.success(),
-        "kubectl apply of the workload failed"
-    );
+        .apply(&manifest)
+        .context("kubectl apply of the workload failed")?;
     let deployments: Api<Deployment> = Api::namespaced(sandbox.client.clone(), "default");
     let start = Instant::now();
     loop {

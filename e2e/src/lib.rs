@@ -166,29 +166,8 @@ impl Drop for NodeHistory {
 
 /// Runs the real kubectl with `input` on stdin (for `apply -f -`); panics when it fails.
 pub fn kubectl_stdin(cp: &testenv::ControlPlane, args: &[&str], input: &str) -> String {
-    use std::io::Write;
-    let mut child = cp
-        .kubectl()
-        .args(args)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("kubectl runs");
-    child
-        .stdin
-        .take()
-        .expect("stdin is piped")
-        .write_all(input.as_bytes())
-        .expect("kubectl reads stdin");
-    let output = child.wait_with_output().expect("kubectl finishes");
-    assert!(
-        output.status.success(),
-        "kubectl {} failed: {}",
-        args.join(" "),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8_lossy(&output.stdout).into_owned()
+    cp.kubectl_with_input(args, input)
+        .unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// `kubectl annotate node <node> reboot-needed=true`, as an administrator asks for a reboot.
@@ -196,9 +175,9 @@ pub fn request_reboot(cp: &testenv::ControlPlane, node: &str) {
     kubectl(cp, &["annotate", "node", node, "reboot-needed=true"]);
 }
 
-/// `kubectl apply -f -` of a manifest.
+/// `kubectl apply -f -` of a manifest; panics when it fails.
 pub fn apply(cp: &testenv::ControlPlane, manifest: &str) {
-    kubectl_stdin(cp, &["apply", "-f", "-"], manifest);
+    cp.apply(manifest).unwrap_or_else(|e| panic!("{e}"));
 }
 
 /// The reasons of the Events about a node, oldest first.

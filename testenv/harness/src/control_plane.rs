@@ -224,6 +224,43 @@ impl ControlPlane {
         kubectl
     }
 
+    /// Runs the real kubectl with `input` on its stdin (for `apply -f -`); its stdout.
+    pub fn kubectl_with_input(&self, args: &[&str], input: &str) -> Result<String, Error> {
+        use std::io::Write;
+        use std::process::Stdio;
+        let io = |what: &str| {
+            let what = format!("run kubectl {what}");
+            move |source| Error::Io { what, source }
+        };
+        let mut child = self
+            .kubectl()
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(io("start"))?;
+        if let Some(mut stdin) = child.stdin.take() {
+            stdin
+                .write_all(input.as_bytes())
+                .map_err(io("write stdin"))?;
+        }
+        let output = child.wait_with_output().map_err(io("wait"))?;
+        if !output.status.success() {
+            return Err(Error::Kubectl {
+                args: args.join(" "),
+                stderr: String::from_utf8_lossy(&output.stderr).trim().to_owned(),
+            });
+        }
+        Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+    }
+
+    /// `kubectl apply -f -` of a manifest.
+    pub fn apply(&self, manifest: &str) -> Result<(), Error> {
+        self.kubectl_with_input(&["apply", "-f", "-"], manifest)
+            .map(|_| ())
+    }
+
     /// `https://127.0.0.1:<port>`
     pub fn server_url(&self) -> &str {
         &self.server_url

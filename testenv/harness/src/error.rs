@@ -50,6 +50,9 @@ pub enum Error {
         tail: String,
     },
 
+    #[error("kubectl {args} failed: {stderr}")]
+    Kubectl { args: String, stderr: String },
+
     #[error("cannot generate certificates: {0}")]
     Cert(#[from] rcgen::Error),
 

@@ -84,9 +84,16 @@ impl Outcome {
     }
 }
 
+/// Writes to stdout without panicking when the reader went away (`make demo | head`): the
+/// demo goes on, and still stops everything it started at the end.
+fn show(text: &str) {
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(text.as_bytes());
+    let _ = out.flush();
+}
+
 fn say(line: &str) {
-    println!("{line}");
-    let _ = std::io::stdout().flush();
+    show(&format!("{line}\n"));
 }
 
 /// Runs the demo; `Ok(true)` when every node was rebooted within budget.
@@ -124,10 +131,10 @@ pub async fn run(args: Args) -> anyhow::Result<bool> {
         ));
         say("  kubectl get nodes; kubectl get events --field-selector involvedObject.name=sim-1");
         say("demo: Ctrl-C stops everything.");
-        println!(
+        say(&format!(
             "KUBECONFIG={}",
             sandbox.control_plane.kubeconfig_path().display()
-        );
+        ));
         std::future::pending::<()>().await;
     }
     sandbox.stop().await;
@@ -251,7 +258,11 @@ async fn roll(sandbox: &Sandbox, budget: usize, reboot_seconds: f64) -> anyhow::
         };
         if terminal {
             let block = frame.render();
-            print!("{}{}", "\x1b[1A\x1b[2K".repeat(shown_lines), block);
+            show(&format!(
+                "{}{}",
+                "\x1b[1A\x1b[2K".repeat(shown_lines),
+                block
+            ));
             shown_lines = block.lines().count();
         } else {
             let before = last.clone().unwrap_or_else(|| Frame {
@@ -259,10 +270,9 @@ async fn roll(sandbox: &Sandbox, budget: usize, reboot_seconds: f64) -> anyhow::
                 ..frame.clone()
             });
             for line in frame.changes_since(&before) {
-                println!("{line}");
+                say(&line);
             }
         }
-        let _ = std::io::stdout().flush();
         let done = frame.count(Shown::Back) == count;
         last = Some(frame);
         if done || start.elapsed() > deadline {

@@ -68,14 +68,41 @@ fn processes_under(dir: &str) -> Vec<String> {
 }
 
 #[test]
+fn a_reader_that_goes_away_does_not_crash_the_demo() {
+    let mut child = demo()
+        .args([
+            "--nodes",
+            "2",
+            "--max-unavailable",
+            "1",
+            "--reboot-seconds",
+            "1",
+        ])
+        .spawn()
+        .expect("demo runs");
+    let mut stdout = BufReader::new(child.stdout.take().expect("piped"));
+    let mut first = String::new();
+    stdout.read_line(&mut first).unwrap();
+    drop(stdout);
+    let status = child.wait().unwrap();
+    let stderr = std::io::read_to_string(child.stderr.take().unwrap()).unwrap();
+    assert!(
+        status.success(),
+        "the demo finished its run: {status} {stderr}"
+    );
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
+#[test]
 fn ctrl_c_in_the_middle_leaves_nothing_behind() {
     let mut child = demo()
         .args(["--nodes", "3", "--reboot-seconds", "30"])
         .spawn()
         .expect("demo runs");
     let stdout = child.stdout.take().expect("piped");
+    let mut lines = BufReader::new(stdout).lines().map_while(Result::ok);
     let mut dir = None;
-    for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+    for line in lines.by_ref() {
         if let Some(rest) = line.strip_prefix("demo: logs of every component are in ") {
             dir = Some(rest.to_owned());
         }
@@ -83,6 +110,8 @@ fn ctrl_c_in_the_middle_leaves_nothing_behind() {
             break;
         }
     }
+    // Keep reading, as a terminal would, until the demo exits.
+    let reader = std::thread::spawn(move || lines.count());
     let dir = dir.expect("the demo names its directory");
     assert!(
         !processes_under(&dir).is_empty(),
@@ -94,6 +123,7 @@ fn ctrl_c_in_the_middle_leaves_nothing_behind() {
     )
     .unwrap();
     let status = child.wait().unwrap();
+    reader.join().unwrap();
     assert_eq!(status.code(), Some(130), "interrupted");
     let start = Instant::now();
     while !processes_under(&dir).is_empty() && start.elapsed() < Duration::from_secs(10) {

@@ -4,7 +4,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 ARGS ?=
 
-.PHONY: all testenv static bins build test lint cluster sandbox demo manifests
+.PHONY: all testenv static bins build test lint cluster sandbox demo bench manifests
 
 all: build
 
@@ -51,6 +51,11 @@ demo:
 	@testenv/hack/build.sh
 	@$(CARGO) build --locked --workspace --bins
 	@$(CARGO) run --quiet --locked -p demo --bin demo -- $(ARGS)
+
+# The benchmark of DESIGN.md section 7: a table on stdout, target/bench/report.json.
+# ARGS=--quick is the reduced mode that `make test` runs (bench/tests/quick.rs).
+bench: testenv
+	$(CARGO) run --release --locked -p bench -- $(ARGS)
 
 # What `kubectl apply -k manifests/` installs, rendered.
 manifests: testenv

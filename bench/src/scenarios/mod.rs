@@ -1,0 +1,231 @@
+//! The scenarios of issue 8 and what they share: the binaries under test, where logs go, the
+//! control plane with its audit log, and starting a controller on one pool.
+
+pub mod idle;
+pub mod latency;
+pub mod makespan;
+pub mod requests;
+pub mod scale;
+
+use crate::{audit::Audit, nodes::POOL_LABEL, plan::Plan};
+use anyhow::Context as _;
+use k8s_openapi::api::{coordination::v1::Lease, core::v1::Node};
+use kube::{Api, Client};
+use nodesim::{ControllerProcess, sandbox::OPERATOR_NAMESPACE};
+use std::{
+    collections::BTreeMap,
+    path::{Path, PathBuf},
+    time::Duration,
+};
+use testenv::{ControlPlane, Options};
+
+/// What every scenario needs.
+#[derive(Debug, Clone)]
+pub struct Context {
+    pub plan: Plan,
+    pub controller_bin: PathBuf,
+    pub agent_bin: PathBuf,
+    /// Logs and kubeconfigs of this run (`target/bench/logs`).
+    pub logs: PathBuf,
+    pub controller_args: Vec<String>,
+    pub agent_args: Vec<String>,
+    /// `--help` of each binary, to pass newer flags only to binaries that have them.
+    pub controller_help: String,
+    pub agent_help: String,
+}
+
+impl Context {
+    /// Flags for every agent: a metrics server on a free loopback port (as in a cluster, the
+    /// agent serves /metrics; on one machine they cannot all take the default port), then the
+    /// ones given on the command line.
+    pub fn agent_flags(&self) -> Vec<String> {
+        let mut flags = Vec::new();
+        if self.agent_help.contains("--metrics-bind-address") {
+            flags.push("--metrics-bind-address=127.0.0.1:0".to_owned());
+        }
+        flags.extend(self.agent_args.iter().cloned());
+        flags
+    }
+}
+
+/// The `--help` text of a program (empty when it cannot be run).
+pub fn help_of(bin: &Path) -> String {
+    std::process::Command::new(bin)
+        .arg("--help")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default()
+}
+
+/// A control plane for the benchmark: no controller-manager (its node lifecycle controller
+/// would mark agent-less nodes NotReady) and no scheduler (no pods: drain is off), with an
+/// audit log of the benchmark's ServiceAccounts.
+pub struct Cluster {
+    pub admin: Client,
+    pub audit: Audit,
+    pub control_plane: ControlPlane,
+}
+
+impl std::fmt::Debug for Cluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cluster")
+            .field("control_plane", &self.control_plane)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Cluster {
+    pub async fn start(name: &str, logs: &Path) -> anyhow::Result<Self> {
+        let audit = Audit::prepare(&logs.join(format!("{name}-audit")))?;
+        let control_plane = ControlPlane::start(Options {
+            controller_manager: false,
+            scheduler: false,
+            extra_apiserver_args: audit.apiserver_args(),
+            ..Options::default()
+        })
+        .await
+        .with_context(|| format!("start the {name} control plane"))?;
+        let admin = control_plane.client().await?;
+        nodesim::sandbox::create_namespace(&admin, OPERATOR_NAMESPACE).await?;
+        tracing::info!(
+            "{name} control plane ready in {:.1?}",
+            control_plane.startup_time()
+        );
+        Ok(Self {
+            admin,
+            audit,
+            control_plane,
+        })
+    }
+
+    pub fn nodes(&self) -> Api<Node> {
+        Api::all(self.admin.clone())
+    }
+}
+
+/// The ledger Lease of a pool's controller.
+pub fn ledger_name(pool: &str) -> String {
+    format!("bench-{pool}")
+}
+
+/// Starts the controller of `pool` (drain off, its own ledger), talking to the API server
+/// through `kubeconfig`, logging to `<logs>/<pool>-controller.log`.
+pub fn start_controller(
+    ctx: &Context,
+    pool: &str,
+    kubeconfig: &Path,
+    max_unavailable: usize,
+) -> anyhow::Result<ControllerProcess> {
+    let log = ctx.logs.join(format!("{pool}-controller.log"));
+    let _ = std::fs::remove_file(&log);
+    let mut args: Vec<String> = vec![
+        "--max-unavailable".into(),
+        max_unavailable.to_string(),
+        "--drain=false".into(),
+        "--node-selector".into(),
+        format!("{POOL_LABEL}={pool}"),
+        "--namespace".into(),
+        OPERATOR_NAMESPACE.into(),
+        "--ledger-name".into(),
+        ledger_name(pool),
+    ];
+    if ctx.controller_help.contains("--leader-election-lease-name") {
+        // Leader election stays on, as deployed; each pool's controller has a Lease of its own.
+        args.push(format!(
+            "--leader-election-lease-name={}-leader",
+            ledger_name(pool)
+        ));
+    }
+    args.extend(ctx.controller_args.iter().cloned());
+    Ok(ControllerProcess::start(
+        ctx.controller_bin.clone(),
+        kubeconfig.to_path_buf(),
+        args,
+        log,
+    )?)
+}
+
+/// The nodes holding a slot in a pool's ledger (none when the ledger does not exist yet).
+pub async fn slots(
+    admin: &Client,
+    pool: &str,
+) -> anyhow::Result<BTreeMap<String, serde_json::Value>> {
+    let leases: Api<Lease> = Api::namespaced(admin.clone(), OPERATOR_NAMESPACE);
+    let json = leases
+        .get_opt(&ledger_name(pool))
+        .await?
+        .and_then(|l| l.metadata.annotations)
+        .and_then(|mut a| a.remove(crate::promotion::SLOTS_ANNOTATION))
+        .unwrap_or_default();
+    Ok(serde_json::from_str(&json).unwrap_or_default())
+}
+
+/// Waits until the controller of `pool` is acting on it: its log says it leads (or that it
+/// acts without leader election; older builds: that its cache synced) and its ledger exists.
+/// After `within` it goes on with a warning, since the wording of logs may change.
+pub async fn controller_ready(
+    admin: &Client,
+    controller: &mut ControllerProcess,
+    pool: &str,
+    within: Duration,
+) -> anyhow::Result<()> {
+    let leases: Api<Lease> = Api::namespaced(admin.clone(), OPERATOR_NAMESPACE);
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        anyhow::ensure!(
+            controller.is_running(),
+            "the {pool} controller exited: {}",
+            controller.log_tail(20)
+        );
+        let log = std::fs::read_to_string(controller.log_path()).unwrap_or_default();
+        let acting = log.contains("acting on the pool")
+            || log.contains("this replica acts")
+            || (log.contains("synced") && !log.contains("leader election"));
+        if acting && leases.get_opt(&ledger_name(pool)).await?.is_some() {
+            return Ok(());
+        }
+        if tokio::time::Instant::now() > deadline {
+            tracing::warn!(
+                "the {pool} controller did not log that it acts within {within:?}; going on"
+            );
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Whether a node is back from the protocol: no protocol annotation, schedulable.
+pub fn is_clean(node: &Node) -> bool {
+    let keys = common::AnnotationKeys::default();
+    let annotations = node.metadata.annotations.clone().unwrap_or_default();
+    let protocol = [
+        &keys.needed,
+        &keys.now,
+        &keys.in_progress,
+        &keys.done,
+        &keys.cordoned,
+    ];
+    !protocol
+        .iter()
+        .any(|k| annotations.contains_key(k.as_str()))
+        && !node
+            .spec
+            .as_ref()
+            .and_then(|s| s.unschedulable)
+            .unwrap_or(false)
+}
+
+/// The median of some counts.
+pub fn median(values: &[f64]) -> Option<f64> {
+    if values.is_empty() {
+        return None;
+    }
+    let mut v = values.to_vec();
+    v.sort_by(f64::total_cmp);
+    let mid = v.len() / 2;
+    Some(if v.len().is_multiple_of(2) {
+        (v[mid - 1] + v[mid]) / 2.0
+    } else {
+        v[mid]
+    })
+}

@@ -48,7 +48,10 @@ pub fn spawn_reflector(
     metrics: Metrics,
 ) -> Store<Node> {
     let (store, writer) = reflector::store();
-    let mut config = watcher::Config::default();
+    // Pages of 50 full Node objects (each can carry ~14 KB of images and managedFields before
+    // the trim): with kube's default of 500, the allocator keeps the peak of the initial list,
+    // and the controller stays at ~90 MiB with 5,000 nodes instead of ~33 MiB.
+    let mut config = watcher::Config::default().page_size(50);
     if let Some(selector) = selector {
         config = config.labels(selector);
     }

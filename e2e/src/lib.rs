@@ -211,3 +211,25 @@ pub async fn wait_for_event(
     })
     .await;
 }
+
+/// A bare pod `default/precious` on `node` and a PodDisruptionBudget `never-disrupt` that never
+/// lets it be evicted: the drain of that node can only time out.
+pub fn pod_that_blocks_the_drain_of(node: &str) -> String {
+    format!(
+        r#"
+apiVersion: v1
+kind: Pod
+metadata: {{name: precious, namespace: default, labels: {{app: precious}}}}
+spec:
+  nodeName: {node}
+  containers: [{{name: c, image: registry.example/precious:1}}]
+---
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata: {{name: never-disrupt, namespace: default}}
+spec:
+  minAvailable: 1
+  selector: {{matchLabels: {{app: precious}}}}
+"#
+    )
+}

@@ -2,8 +2,8 @@
 //! controller-manager, so that Deployments, DaemonSets and PodDisruptionBudgets are real.
 
 use e2e::{
-    BudgetWatch, apply, has_event, kubectl, node, node_events, protocol_annotations,
-    request_reboot, wait_for_event, wait_until,
+    BudgetWatch, apply, has_event, kubectl, node, node_events, pod_that_blocks_the_drain_of,
+    protocol_annotations, request_reboot, wait_for_event, wait_until,
 };
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
@@ -208,26 +208,10 @@ async fn wait_until_the_budget_allows_no_disruption(sb: &Sandbox) {
     .await;
 }
 
-const STUCK: &str = r#"
-apiVersion: v1
-kind: Pod
-metadata: {name: precious, namespace: default, labels: {app: precious}}
-spec:
-  nodeName: sim-1
-  containers: [{name: c, image: registry.example/precious:1}]
----
-apiVersion: policy/v1
-kind: PodDisruptionBudget
-metadata: {name: never-disrupt, namespace: default}
-spec:
-  minAvailable: 1
-  selector: {matchLabels: {app: precious}}
-"#;
-
 #[tokio::test(flavor = "multi_thread")]
 async fn a_drain_that_times_out_gives_the_slot_to_another_node() {
     let sb = sandbox(3, "1", &["--drain-timeout", "6s"]).await;
-    apply(&sb.control_plane, STUCK);
+    apply(&sb.control_plane, &pod_that_blocks_the_drain_of("sim-1"));
     wait_until_the_budget_allows_no_disruption(&sb).await;
     let watch = BudgetWatch::start(sb.client.clone(), 1).await;
     request_reboot(&sb.control_plane, "sim-1");
@@ -396,7 +380,7 @@ async fn a_bare_pod_is_evicted_with_a_warning_that_it_will_not_come_back() {
 #[tokio::test(flavor = "multi_thread")]
 async fn removing_the_request_during_the_drain_cancels_it() {
     let sb = sandbox(2, "1", &[]).await;
-    apply(&sb.control_plane, STUCK);
+    apply(&sb.control_plane, &pod_that_blocks_the_drain_of("sim-1"));
     wait_until_the_budget_allows_no_disruption(&sb).await;
     let watch = BudgetWatch::start(sb.client.clone(), 1).await;
     request_reboot(&sb.control_plane, "sim-1");

@@ -5,7 +5,7 @@
 //! [`BudgetWatch`] on every rollout.
 
 use e2e::{
-    BudgetWatch, apply, eventually, kubectl, request_reboot,
+    BudgetWatch, apply, eventually, kubectl, pod_that_blocks_the_drain_of, request_reboot,
     rollout::{ROLLOUT, back, rollout_completes},
     wait_until,
 };
@@ -130,22 +130,24 @@ async fn wait_for_the_one_leader(
     .await
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn two_replicas_one_leads_and_hands_over_on_sigterm_at_once_and_on_sigkill_within_the_lease()
-{
-    const LEASE_DURATION: Duration = Duration::from_secs(6);
+/// `nodes` nodes under a budget of 2, two controller replicas electing a leader with these
+/// Lease timings (renewal every 500 ms), every node requested, two already rebooted: the
+/// sandbox, its budget watch and the index of the replica that leads.
+async fn two_replicas_mid_rollout(
+    nodes: usize,
+    lease: &str,
+    renew_deadline: &str,
+) -> (Sandbox, BudgetWatch, usize) {
     let config = SandboxConfig {
-        nodes: 16,
+        nodes,
         max_unavailable: "2".into(),
         reboot_duration: Duration::from_secs(2),
         start_controller: false,
-        controller_args: [
-            "--leader-election-lease-duration=6s",
-            "--leader-election-renew-deadline=4s",
-            "--leader-election-retry-period=500ms",
-        ]
-        .map(String::from)
-        .to_vec(),
+        controller_args: vec![
+            format!("--leader-election-lease-duration={lease}"),
+            format!("--leader-election-renew-deadline={renew_deadline}"),
+            "--leader-election-retry-period=500ms".to_owned(),
+        ],
         control_plane: light_control_plane(),
         ..SandboxConfig::default()
     };
@@ -154,8 +156,6 @@ async fn two_replicas_one_leads_and_hands_over_on_sigterm_at_once_and_on_sigkill
     sb.start_controller(&[]).unwrap();
     let watch = BudgetWatch::start(sb.client.clone(), 2).await;
     let first = wait_for_the_one_leader(&sb, &[0, 1], Some(&watch)).await;
-    let second = 1 - first;
-
     kubectl(
         &sb.control_plane,
         &["annotate", "nodes", "--all", "reboot-needed=true"],
@@ -164,6 +164,15 @@ async fn two_replicas_one_leads_and_hands_over_on_sigterm_at_once_and_on_sigkill
         sb.fleet.total_reboots() >= 2
     })
     .await;
+    (sb, watch, first)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn two_replicas_one_leads_and_hands_over_on_sigterm_at_once_and_on_sigkill_within_the_lease()
+{
+    const LEASE_DURATION: Duration = Duration::from_secs(6);
+    let (mut sb, watch, first) = two_replicas_mid_rollout(16, "6s", "4s").await;
+    let second = 1 - first;
 
     // SIGTERM: the leader stops acting, releases the Lease, exits; the other takes over at
     // once instead of waiting for the Lease to expire.
@@ -264,35 +273,8 @@ fn signal(controller: &ControllerProcess, signal: &str) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_frozen_leader_is_replaced_and_stops_acting_when_it_wakes_up() {
-    let config = SandboxConfig {
-        nodes: 12,
-        max_unavailable: "2".into(),
-        reboot_duration: Duration::from_secs(2),
-        start_controller: false,
-        controller_args: [
-            "--leader-election-lease-duration=4s",
-            "--leader-election-renew-deadline=3s",
-            "--leader-election-retry-period=500ms",
-        ]
-        .map(String::from)
-        .to_vec(),
-        control_plane: light_control_plane(),
-        ..SandboxConfig::default()
-    };
-    let mut sb = sandbox(config).await;
-    sb.start_controller(&[]).unwrap();
-    sb.start_controller(&[]).unwrap();
-    let watch = BudgetWatch::start(sb.client.clone(), 2).await;
-    let first = wait_for_the_one_leader(&sb, &[0, 1], Some(&watch)).await;
+    let (sb, watch, first) = two_replicas_mid_rollout(12, "4s", "3s").await;
     let second = 1 - first;
-    kubectl(
-        &sb.control_plane,
-        &["annotate", "nodes", "--all", "reboot-needed=true"],
-    );
-    wait_until("two nodes rebooted", ROLLOUT, Some(&watch), || async {
-        sb.fleet.total_reboots() >= 2
-    })
-    .await;
     // A leader that stops for a while (a long GC pause, a frozen VM, a partition) cannot
     // renew: the other replica takes over once the Lease expires.
     signal(&sb.controllers[first], "-STOP");
@@ -477,22 +459,6 @@ fn json_lines(path: &Path) -> Vec<Value> {
     lines
 }
 
-const BLOCKED: &str = r#"
-apiVersion: v1
-kind: Pod
-metadata: {name: precious, namespace: default, labels: {app: precious}}
-spec:
-  nodeName: sim-2
-  containers: [{name: c, image: registry.example/precious:1}]
----
-apiVersion: policy/v1
-kind: PodDisruptionBudget
-metadata: {name: never-disrupt, namespace: default}
-spec:
-  minAvailable: 1
-  selector: {matchLabels: {app: precious}}
-"#;
-
 /// The reasons of the operator's Events, in the order `kubectl get events` prints them.
 fn story(kubectl_output: &str) -> Vec<String> {
     const OURS: [&str; 10] = [
@@ -566,7 +532,7 @@ async fn kubectl_tells_each_nodes_story_in_order_and_a_blocked_drain_is_a_warnin
     assert!(!events.contains("Warning"), "{events}");
 
     // A drain that a PodDisruptionBudget blocks: a Warning that says why.
-    apply(&sb.control_plane, BLOCKED);
+    apply(&sb.control_plane, &pod_that_blocks_the_drain_of("sim-2"));
     wait_until("the PDB allows no disruption", ROLLOUT, None, || {
         let status = "jsonpath={.status.currentHealthy}/{.status.disruptionsAllowed}";
         let out = kubectl(

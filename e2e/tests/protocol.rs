@@ -4,9 +4,9 @@
 //! unavailable than the budget allows.
 
 use e2e::{
-    BudgetWatch, kubectl, node, node_events, protocol_annotations,
+    BudgetWatch, event_reasons, kubectl, node, node_events, protocol_annotations, request_reboot,
     rollout::{ROLLOUT, all_back, back, ledger_is_empty, rollout_completes},
-    wait_until,
+    wait_for_event, wait_until,
 };
 use nodesim::sandbox::{Sandbox, SandboxConfig};
 use std::time::Duration;
@@ -53,10 +53,7 @@ async fn one_node_is_rebooted_and_proven_by_a_new_boot_id() {
         .node_info
         .unwrap()
         .boot_id;
-    kubectl(
-        &sb.control_plane,
-        &["annotate", "node", "sim-1", "reboot-needed=true"],
-    );
+    request_reboot(&sb.control_plane, "sim-1");
     wait_until("sim-1 is rebooted and back", ROLLOUT, Some(&watch), || {
         back(&sb, "sim-1", 1)
     })
@@ -79,11 +76,7 @@ async fn one_node_is_rebooted_and_proven_by_a_new_boot_id() {
         0,
         "the other node was left alone"
     );
-    let reasons: Vec<String> = node_events(&sb.client, "sim-1")
-        .await
-        .into_iter()
-        .map(|e| e.0)
-        .collect();
+    let reasons: Vec<String> = event_reasons(&sb.client, "sim-1").await;
     for reason in ["RebootApproved", "Rebooting", "Rebooted"] {
         assert!(
             reasons.contains(&reason.to_owned()),
@@ -130,10 +123,7 @@ async fn a_not_ready_node_does_not_block_its_own_reboot() {
         },
     )
     .await;
-    kubectl(
-        &sb.control_plane,
-        &["annotate", "node", "sim-2", "reboot-needed=true"],
-    );
+    request_reboot(&sb.control_plane, "sim-2");
     wait_until("sim-2 is rebooted and Ready", ROLLOUT, Some(&watch), || {
         back(&sb, "sim-2", 1)
     })
@@ -146,10 +136,7 @@ async fn an_administrators_cordon_survives_the_reboot() {
     let sb = sandbox(2, "1").await;
     let watch = BudgetWatch::start(sb.client.clone(), 1).await;
     kubectl(&sb.control_plane, &["cordon", "sim-1"]);
-    kubectl(
-        &sb.control_plane,
-        &["annotate", "node", "sim-1", "reboot-needed=true"],
-    );
+    request_reboot(&sb.control_plane, "sim-1");
     wait_until("sim-1 is rebooted", ROLLOUT, Some(&watch), || async {
         sb.fleet.reboots("sim-1") == 1
             && protocol_annotations(&node(&sb.client, "sim-1").await).is_empty()
@@ -165,10 +152,7 @@ async fn withdrawing_the_go_ahead_before_the_agent_takes_it_cancels() {
     let sb = sandbox(2, "1").await;
     let watch = BudgetWatch::start(sb.client.clone(), 1).await;
     sb.fleet.pause_agent("sim-1").await;
-    kubectl(
-        &sb.control_plane,
-        &["annotate", "node", "sim-1", "reboot-needed=true"],
-    );
+    request_reboot(&sb.control_plane, "sim-1");
     wait_until("sim-1 gets reboot-now", ROLLOUT, Some(&watch), || async {
         let n = node(&sb.client, "sim-1").await;
         protocol_annotations(&n).contains(&"reboot-now".to_owned())
@@ -185,17 +169,10 @@ async fn withdrawing_the_go_ahead_before_the_agent_takes_it_cancels() {
         || async { back(&sb, "sim-1", 0).await && ledger_is_empty(&sb).await },
     )
     .await;
-    let reasons: Vec<String> = node_events(&sb.client, "sim-1")
-        .await
-        .into_iter()
-        .map(|e| e.0)
-        .collect();
-    assert!(reasons.contains(&"Cancelled".to_owned()), "{reasons:?}");
+    // Events are sent from a queue after the write they describe: wait for it.
+    wait_for_event(&sb.client, "sim-1", "Cancelled", &[], Some(&watch)).await;
     // The other node can use the slot now.
-    kubectl(
-        &sb.control_plane,
-        &["annotate", "node", "sim-2", "reboot-needed=true"],
-    );
+    request_reboot(&sb.control_plane, "sim-2");
     wait_until("sim-2 is rebooted", ROLLOUT, Some(&watch), || {
         back(&sb, "sim-2", 1)
     })
@@ -216,10 +193,7 @@ async fn an_agent_killed_before_the_reboot_reboots_on_restart() {
         .boot_id;
     let history = e2e::NodeHistory::start(sb.client.clone(), "sim-1").await;
     sb.fleet.swallow_next_reboot("sim-1");
-    kubectl(
-        &sb.control_plane,
-        &["annotate", "node", "sim-1", "reboot-needed=true"],
-    );
+    request_reboot(&sb.control_plane, "sim-1");
     wait_until("sim-1 is in progress", ROLLOUT, Some(&watch), || async {
         protocol_annotations(&node(&sb.client, "sim-1").await)
             .contains(&"reboot-in-progress".to_owned())
@@ -245,11 +219,7 @@ async fn an_agent_killed_before_the_reboot_reboots_on_restart() {
             );
         }
     }
-    let reasons: Vec<String> = node_events(&sb.client, "sim-1")
-        .await
-        .into_iter()
-        .map(|e| e.0)
-        .collect();
+    let reasons: Vec<String> = event_reasons(&sb.client, "sim-1").await;
     assert!(reasons.contains(&"RebootRetried".to_owned()), "{reasons:?}");
     sb.stop().await;
 }

@@ -34,7 +34,7 @@ impl AgentAction {
 /// Decides the agent's next step from its node's protocol state and the current boot id.
 pub fn decide(state: &ProtocolState, current_boot_id: &str) -> AgentAction {
     match &state.phase {
-        Phase::Idle | Phase::Done => AgentAction::Nothing,
+        Phase::Idle | Phase::Done { .. } => AgentAction::Nothing,
         Phase::RebootNow => AgentAction::BeginReboot,
         Phase::InProgress { boot_id } => match boot_id.as_deref().map(str::trim) {
             None | Some("") => AgentAction::RecordBootIdAndReboot,
@@ -143,10 +143,12 @@ mod tests {
         let values = ["true", "false", "", "boot-a", CURRENT];
         // Every combination of the protocol's keys with a few values.
         let mut count = 0;
-        for mask in 0..(values.len() + 1).pow(keys.all().len() as u32) {
+        // The grant keys are the controller's and never change what the agent does.
+        let agent_keys = &keys.all()[..common::keys::AGENT_MAY_CHANGE.len()];
+        for mask in 0..(values.len() + 1).pow(agent_keys.len() as u32) {
             let mut rest = mask;
             let mut annotations = std::collections::BTreeMap::new();
-            for key in keys.all() {
+            for key in agent_keys {
                 if let Some(value) = values.get(rest % (values.len() + 1)) {
                     annotations.insert(key.to_owned(), (*value).to_owned());
                 }

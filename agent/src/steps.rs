@@ -77,7 +77,7 @@ impl NodeAgent {
                 return Ok(Outcome::Settled);
             }
             AgentAction::FinishReboot { recorded_boot_id } => {
-                self.write(transition.finish_reboot(facts, Some(&recorded_boot_id)))
+                self.write(transition.finish_reboot(facts, Some(&recorded_boot_id), boot_id))
                     .await?;
                 self.observed.metrics.reboots_proven.inc();
                 info!(old_boot_id = %recorded_boot_id, new_boot_id = %boot_id,

@@ -19,9 +19,30 @@ pub const REBOOT_DONE: &str = "reboot-done";
 pub const REBOOT_CORDONED: &str = "reboot-cordoned";
 /// RFC 3339 time at which the last reboot of this node was completed.
 pub const REBOOT_LAST_COMPLETED: &str = "reboot-last-completed";
+/// The id of the slot grant the node holds: written by the controller only after the ledger's
+/// compare-and-swap granted it, `test`ed by every later write of that grant, removed before
+/// the slot is released. A write of a grant that is no longer the node's fails.
+pub const REBOOT_GRANT: &str = "reboot-grant";
+/// The id of the grant whose reboot was last completed: tells a slot that ended in a reboot
+/// from a cancelled one without comparing clocks.
+pub const REBOOT_LAST_GRANT: &str = "reboot-last-grant";
 
-/// Every key, for documentation and for the admission policy.
-pub const ALL: [&str; 7] = [
+/// Every key, for documentation.
+pub const ALL: [&str; 9] = [
+    REBOOT_NEEDED,
+    REBOOT_NOW,
+    REBOOT_IN_PROGRESS,
+    REBOOT_BOOT_ID,
+    REBOOT_DONE,
+    REBOOT_CORDONED,
+    REBOOT_LAST_COMPLETED,
+    REBOOT_GRANT,
+    REBOOT_LAST_GRANT,
+];
+
+/// The keys the admission policy lets an agent change on its own node: the grant keys are the
+/// controller's alone, so no agent can forge a slot.
+pub const AGENT_MAY_CHANGE: [&str; 7] = [
     REBOOT_NEEDED,
     REBOOT_NOW,
     REBOOT_IN_PROGRESS,
@@ -52,6 +73,8 @@ pub struct AnnotationKeys {
     pub done: String,
     pub cordoned: String,
     pub last_completed: String,
+    pub grant: String,
+    pub last_grant: String,
 }
 
 impl Default for AnnotationKeys {
@@ -84,11 +107,13 @@ impl AnnotationKeys {
             done: key(REBOOT_DONE),
             cordoned: key(REBOOT_CORDONED),
             last_completed: key(REBOOT_LAST_COMPLETED),
+            grant: key(REBOOT_GRANT),
+            last_grant: key(REBOOT_LAST_GRANT),
         }
     }
 
     /// Every key in use, in the order of [`ALL`].
-    pub fn all(&self) -> [&str; 7] {
+    pub fn all(&self) -> [&str; 9] {
         [
             &self.needed,
             &self.now,
@@ -97,7 +122,14 @@ impl AnnotationKeys {
             &self.done,
             &self.cordoned,
             &self.last_completed,
+            &self.grant,
+            &self.last_grant,
         ]
+    }
+
+    /// Keys that stay on a node after its reboot is over: history, not protocol state.
+    pub fn is_bookkeeping(&self, key: &str) -> bool {
+        key == self.last_completed || key == self.last_grant
     }
 }
 

@@ -5,10 +5,11 @@
 pub mod budget;
 pub mod duration;
 pub mod keys;
+pub mod ledger;
 pub mod patch;
 pub mod state;
 
 pub use budget::{MaxUnavailable, MaxUnavailableError};
 pub use keys::{AnnotationKeys, PrefixError};
 pub use patch::Transition;
-pub use state::{NodeFacts, Phase, ProtocolState, Readiness, Request};
+pub use state::{NodeFacts, Phase, ProtocolState, Readiness, Request, unavailable};

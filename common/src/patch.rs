@@ -2,7 +2,10 @@
 //! on, so a concurrent change (an administrator cancelling, another controller, a stale
 //! cache) makes the API server refuse the write instead of the write overwriting the change.
 
-use crate::{keys::AnnotationKeys, state::NodeFacts};
+use crate::{
+    keys::AnnotationKeys,
+    state::{NodeFacts, Phase},
+};
 use json_patch::{
     AddOperation, Patch, PatchOperation, RemoveOperation, TestOperation,
     jsonptr::{PointerBuf, Token},
@@ -100,7 +103,6 @@ impl<'a> Transition<'a> {
 
     fn cordon_ops(&self, node: &NodeFacts, ops: Ops) -> Ops {
         // An administrator's cordon stays theirs: only a node we cordon gets our marker.
-        let ops = ops.test_unchanged(node);
         if node.unschedulable {
             return ops;
         }
@@ -124,21 +126,41 @@ impl<'a> Transition<'a> {
             .set_unschedulable(false)
     }
 
-    /// Controller, slot granted: cordon the node (unless the administrator already did),
-    /// while the request still stands.
-    pub fn cordon(&self, node: &NodeFacts) -> Patch {
-        let ops = Ops::on(node).test_annotation(&self.keys.needed, "true");
+    /// Ops of a write that belongs to `grant`: it fails unless the node still holds it.
+    fn of_grant(&self, node: &NodeFacts, grant: &str) -> Ops {
+        Ops::on(node).test_annotation(&self.keys.grant, grant)
+    }
+
+    /// Controller, right after the ledger's compare-and-swap granted `grant` to the node from
+    /// its version `node_version`: put the grant on the node and cordon it (unless the
+    /// administrator already did), and with `promote` also swap the request for `reboot-now`.
+    /// The write tests that the node is still at `node_version`, so a grant that another
+    /// controller released (after the node changed) can never be claimed.
+    pub fn claim(&self, node: &NodeFacts, grant: &str, node_version: &str, promote: bool) -> Patch {
+        let ops = Ops::on(node)
+            .test(path(&["metadata", "resourceVersion"]), node_version.into())
+            .test_annotation(&self.keys.needed, "true")
+            .set_annotation(&self.keys.grant, grant);
+        let ops = self.cordon_ops(node, ops);
+        if promote {
+            self.promote_ops(ops).build()
+        } else {
+            ops.build()
+        }
+    }
+
+    /// Controller: the node holds `grant` but someone uncordoned it: cordon it again.
+    pub fn recordon(&self, node: &NodeFacts, grant: &str) -> Patch {
+        let ops = self.of_grant(node, grant).test_unchanged(node);
         self.cordon_ops(node, ops).build()
     }
 
-    /// Controller, node drained: `reboot-needed` becomes `reboot-now` in one write.
-    pub fn promote(&self, node: &NodeFacts) -> Patch {
-        self.promote_ops(Ops::on(node)).build()
-    }
-
-    /// Controller, nothing to drain: cordon and promote in one write.
-    pub fn cordon_and_promote(&self, node: &NodeFacts) -> Patch {
-        let ops = self.cordon_ops(node, Ops::on(node));
+    /// Controller, node drained under `grant`: `reboot-needed` becomes `reboot-now` in one
+    /// write, only while the node holds that grant and is cordoned.
+    pub fn promote(&self, node: &NodeFacts, grant: &str) -> Patch {
+        let ops = self
+            .of_grant(node, grant)
+            .test(path(&["spec", "unschedulable"]), true.into());
         self.promote_ops(ops).build()
     }
 
@@ -161,38 +183,67 @@ impl<'a> Transition<'a> {
             .build()
     }
 
-    /// Agent, after boot with a boot id other than `recorded_boot_id`: the reboot is proven.
-    pub fn finish_reboot(&self, node: &NodeFacts, recorded_boot_id: Option<&str>) -> Patch {
+    /// Agent, after boot in `new_boot_id`, other than `recorded_boot_id`: the reboot is
+    /// proven. The new boot id stays, so the controller can wait until the kubelet reports it.
+    pub fn finish_reboot(
+        &self,
+        node: &NodeFacts,
+        recorded_boot_id: Option<&str>,
+        new_boot_id: &str,
+    ) -> Patch {
         let mut ops = Ops::on(node).test_annotation(&self.keys.in_progress, "true");
         if let Some(recorded) = recorded_boot_id {
-            ops = ops
-                .test_annotation(&self.keys.boot_id, recorded)
-                .remove_annotation(&self.keys.boot_id);
+            ops = ops.test_annotation(&self.keys.boot_id, recorded);
         }
         ops.remove_annotation(&self.keys.in_progress)
+            .set_annotation(&self.keys.boot_id, new_boot_id)
             .set_annotation(&self.keys.done, "true")
             .build()
     }
 
-    /// Controller, reboot proven and node Ready: uncordon what we cordoned, record the time.
-    pub fn complete(&self, node: &NodeFacts, completed_at: &str) -> Patch {
-        let ops = Ops::on(node)
-            .test_annotation(&self.keys.done, "true")
+    /// Controller, reboot proven and the kubelet reports the proven boot: uncordon what we
+    /// cordoned, record the time and the grant that ended in this reboot, drop the grant.
+    pub fn complete(&self, node: &NodeFacts, grant: Option<&str>, completed_at: &str) -> Patch {
+        let state = node.protocol(self.keys);
+        let mut ops = Ops::on(node).test_annotation(&self.keys.done, "true");
+        if let Phase::Done {
+            boot_id: Some(proven),
+        } = &state.phase
+        {
+            ops = ops
+                .test_annotation(&self.keys.boot_id, proven)
+                .remove_annotation(&self.keys.boot_id);
+        }
+        ops = ops
             .remove_annotation(&self.keys.done)
             .set_annotation(&self.keys.last_completed, completed_at);
+        if let Some(grant) = grant {
+            ops = ops.set_annotation(&self.keys.last_grant, grant);
+        }
+        if state.grant.is_some() {
+            let held = state.grant.as_deref().unwrap_or_default();
+            ops = ops
+                .test_annotation(&self.keys.grant, held)
+                .remove_annotation(&self.keys.grant);
+        }
         self.uncordon_ops(node, ops).build()
     }
 
-    /// Controller, request withdrawn before `reboot-now` (or a drain abandoned): give the node
-    /// back as it was. `None` when there is nothing to undo.
+    /// Controller, request withdrawn before `reboot-now`, drain given up, or a leftover: give
+    /// the node back as it was, dropping `grant` (the node's, when `None`). `None` when there
+    /// is nothing to undo.
     pub fn release(&self, node: &NodeFacts) -> Option<Patch> {
-        if !node.protocol(self.keys).cordoned_by_operator {
+        let state = node.protocol(self.keys);
+        if !state.cordoned_by_operator && state.grant.is_none() {
             return None;
         }
-        Some(
-            self.uncordon_ops(node, Ops::on(node).test_unchanged(node))
-                .build(),
-        )
+        let mut ops = Ops::on(node).test_unchanged(node);
+        if let Some(grant) = &state.grant {
+            ops = ops
+                .test_annotation(&self.keys.grant, grant)
+                .remove_annotation(&self.keys.grant);
+        }
+        Some(self.uncordon_ops(node, ops).build())
     }
 }
 
@@ -222,33 +273,51 @@ mod tests {
     }
 
     #[test]
-    fn cordon_and_promote_swaps_the_request_for_the_go_ahead() {
+    fn a_claim_with_promotion_swaps_the_request_for_the_go_ahead_and_carries_the_grant() {
         let keys = AnnotationKeys::default();
         let facts = node(&[("reboot-needed", "true")], false);
         let mut obj = json!({"metadata": {"resourceVersion": "42",
             "annotations": {"reboot-needed": "true"}}, "spec": {}});
-        apply(&mut obj, &Transition::new(&keys).cordon_and_promote(&facts)).unwrap();
+        apply(&mut obj, &Transition::new(&keys).claim(&facts, "g1", "42", true)).unwrap();
         assert_eq!(
             obj,
             json!({"metadata": {"resourceVersion": "42", "annotations": {
-                "reboot-now": "true", "reboot-cordoned": "true"}},
+                "reboot-now": "true", "reboot-cordoned": "true", "reboot-grant": "g1"}},
                 "spec": {"unschedulable": true}})
         );
     }
 
     #[test]
-    fn a_withdrawn_request_fails_the_promotion() {
+    fn a_grant_cannot_be_claimed_once_the_node_changed() {
         let keys = AnnotationKeys::default();
-        let facts = node(&[("reboot-needed", "true")], true);
-        let mut obj = json!({"metadata": {"annotations": {"other": "x"}}, "spec": {}});
-        assert!(apply(&mut obj, &Transition::new(&keys).promote(&facts)).is_err());
+        let facts = node(&[("reboot-needed", "true")], false);
+        let mut obj = json!({"metadata": {"resourceVersion": "43",
+            "annotations": {"reboot-needed": "true"}}, "spec": {}});
+        let claim = Transition::new(&keys).claim(&facts, "g1", "42", false);
+        assert!(apply(&mut obj, &claim).is_err());
+    }
+
+    #[test]
+    fn a_withdrawn_request_or_another_grant_fails_the_promotion() {
+        let keys = AnnotationKeys::default();
+        let t = Transition::new(&keys);
+        let facts = node(&[("reboot-needed", "true"), ("reboot-grant", "g1")], true);
+        let mut obj = json!({"metadata": {"annotations": {"other": "x", "reboot-grant": "g1"}},
+            "spec": {"unschedulable": true}});
+        assert!(apply(&mut obj, &t.promote(&facts, "g1")).is_err());
+        let mut obj = json!({"metadata": {"annotations": {"reboot-needed": "true",
+            "reboot-grant": "g2"}}, "spec": {"unschedulable": true}});
+        assert!(apply(&mut obj, &t.promote(&facts, "g1")).is_err());
+        let mut obj = json!({"metadata": {"annotations": {"reboot-needed": "true",
+            "reboot-grant": "g1"}}, "spec": {"unschedulable": false}});
+        assert!(apply(&mut obj, &t.promote(&facts, "g1")).is_err(), "not cordoned");
     }
 
     #[test]
     fn an_administrators_cordon_is_not_marked_as_ours() {
         let keys = AnnotationKeys::default();
         let facts = node(&[("reboot-needed", "true")], true);
-        let patch = Transition::new(&keys).cordon(&facts);
+        let patch = Transition::new(&keys).claim(&facts, "g1", "42", false);
         let text = serde_json::to_string(&patch).unwrap();
         assert!(!text.contains("reboot-cordoned"), "{text}");
         assert!(!text.contains("unschedulable"), "{text}");
@@ -273,23 +342,27 @@ mod tests {
     fn completion_uncordons_only_what_we_cordoned() {
         let keys = AnnotationKeys::default();
         let t = Transition::new(&keys);
-        let ours = node(
-            &[("reboot-done", "true"), ("reboot-cordoned", "true")],
-            true,
-        );
+        let annotations = [
+            ("reboot-done", "true"),
+            ("reboot-boot-id", "b2"),
+            ("reboot-cordoned", "true"),
+            ("reboot-grant", "g1"),
+        ];
+        let ours = node(&annotations, true);
         let mut obj = json!({"metadata": {"annotations": {"reboot-done": "true",
-            "reboot-cordoned": "true"}}, "spec": {"unschedulable": true}});
-        apply(&mut obj, &t.complete(&ours, "2026-01-01T00:00:00Z")).unwrap();
+            "reboot-boot-id": "b2", "reboot-cordoned": "true", "reboot-grant": "g1"}},
+            "spec": {"unschedulable": true}});
+        apply(&mut obj, &t.complete(&ours, Some("g1"), "2026-01-01T00:00:00Z")).unwrap();
         assert_eq!(obj["spec"]["unschedulable"], json!(false));
         assert_eq!(
             obj["metadata"]["annotations"],
-            json!({"reboot-last-completed": "2026-01-01T00:00:00Z"})
+            json!({"reboot-last-completed": "2026-01-01T00:00:00Z", "reboot-last-grant": "g1"})
         );
 
         let admins = node(&[("reboot-done", "true")], true);
         let mut obj = json!({"metadata": {"annotations": {"reboot-done": "true"}},
             "spec": {"unschedulable": true}});
-        apply(&mut obj, &t.complete(&admins, "t")).unwrap();
+        apply(&mut obj, &t.complete(&admins, None, "t")).unwrap();
         assert_eq!(obj["spec"]["unschedulable"], json!(true));
         assert!(t.release(&admins).is_none());
     }
@@ -319,7 +392,27 @@ mod tests {
         );
         let mut obj = json!({"metadata": {"annotations": {"reboot-in-progress": "true",
             "reboot-boot-id": "other"}}});
-        let patch = Transition::new(&keys).finish_reboot(&facts, Some("b1"));
+        let patch = Transition::new(&keys).finish_reboot(&facts, Some("b1"), "b2");
         assert!(apply(&mut obj, &patch).is_err());
+        let mut obj = json!({"metadata": {"annotations": {"reboot-in-progress": "true",
+            "reboot-boot-id": "b1"}}});
+        apply(&mut obj, &patch).unwrap();
+        assert_eq!(
+            obj["metadata"]["annotations"],
+            json!({"reboot-done": "true", "reboot-boot-id": "b2"}),
+            "the proven boot stays for the controller to compare with the kubelet's"
+        );
+    }
+
+    #[test]
+    fn a_release_drops_the_grant_only_if_it_is_still_the_nodes() {
+        let keys = AnnotationKeys::default();
+        let facts = node(&[("reboot-grant", "g1"), ("reboot-cordoned", "true")], true);
+        let patch = Transition::new(&keys).release(&facts).unwrap();
+        let mut obj = json!({"metadata": {"resourceVersion": "42", "annotations": {
+            "reboot-grant": "g1", "reboot-cordoned": "true"}}, "spec": {"unschedulable": true}});
+        apply(&mut obj, &patch).unwrap();
+        assert_eq!(obj["metadata"]["annotations"], json!({}));
+        assert_eq!(obj["spec"]["unschedulable"], json!(false));
     }
 }

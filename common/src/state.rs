@@ -24,8 +24,9 @@ pub enum Phase {
     RebootNow,
     /// `reboot-in-progress=true`: the agent has started the reboot from `boot_id`.
     InProgress { boot_id: Option<String> },
-    /// `reboot-done=true`: the agent has proven the reboot; the controller finishes it.
-    Done,
+    /// `reboot-done=true`: the agent has proven the reboot from `boot_id`, the boot it
+    /// came back in; the controller finishes it once the kubelet reports that same boot.
+    Done { boot_id: Option<String> },
 }
 
 /// The protocol state of one node.
@@ -37,6 +38,10 @@ pub struct ProtocolState {
     pub cordoned_by_operator: bool,
     /// RFC 3339 time the last reboot of this node was completed.
     pub last_completed: Option<String>,
+    /// The slot grant the node holds (`reboot-grant`), written by the controller.
+    pub grant: Option<String>,
+    /// The grant whose reboot was completed last (`reboot-last-grant`).
+    pub last_grant: Option<String>,
 }
 
 impl ProtocolState {
@@ -50,7 +55,9 @@ impl ProtocolState {
             Some(other) => Request::Invalid(other.to_owned()),
         };
         let phase = if is_true(&keys.done) {
-            Phase::Done
+            Phase::Done {
+                boot_id: annotations.get(&keys.boot_id).cloned(),
+            }
         } else if is_true(&keys.in_progress) {
             Phase::InProgress {
                 boot_id: annotations.get(&keys.boot_id).cloned(),
@@ -65,6 +72,8 @@ impl ProtocolState {
             phase,
             cordoned_by_operator: is_true(&keys.cordoned),
             last_completed: annotations.get(&keys.last_completed).cloned(),
+            grant: annotations.get(&keys.grant).cloned(),
+            last_grant: annotations.get(&keys.last_grant).cloned(),
         }
     }
 
@@ -138,6 +147,19 @@ impl NodeFacts {
     pub fn unavailable_by_itself(&self) -> bool {
         self.readiness != Readiness::Ready || self.unschedulable
     }
+
+    /// Whether the kubelet reports the boot the agent proved: the one condition under which a
+    /// reboot is complete (a Ready condition alone can predate the reboot).
+    pub fn kubelet_reports_boot(&self, proven_boot_id: Option<&str>) -> bool {
+        self.readiness == Readiness::Ready
+            && proven_boot_id.is_some_and(|id| self.boot_id.as_deref() == Some(id.trim()))
+    }
+}
+
+/// DESIGN.md invariant 1, the one rule every count of the budget uses: a node is unavailable
+/// when it is not Ready, cordoned, in the reboot protocol, or holding a slot.
+pub fn unavailable(facts: &NodeFacts, state: &ProtocolState, holds_slot: bool) -> bool {
+    facts.unavailable_by_itself() || state.reboot_under_way() || state.grant.is_some() || holds_slot
 }
 
 #[cfg(test)]
@@ -173,7 +195,7 @@ mod tests {
         );
         assert_eq!(
             state(&[("reboot-done", "true"), ("reboot-now", "true")]).phase,
-            Phase::Done
+            Phase::Done { boot_id: None }
         );
         assert!(state(&[("reboot-cordoned", "true")]).cordoned_by_operator);
     }

@@ -1,0 +1,93 @@
+//! The slot ledger's home and format, shared by the controller that writes it and by every
+//! tool that reads it (tests, the benchmark, the demo): one Lease per pool whose annotation
+//! holds `{node: {grant, grantedAt, nodeVersion}}`.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use thiserror::Error;
+
+/// The namespace the manifests install the operator in.
+pub const OPERATOR_NAMESPACE: &str = "node-reboot-operator";
+/// The default name of the ledger Lease (`--ledger-name`).
+pub const LEDGER_NAME: &str = "node-reboot-operator-slots";
+/// The Lease annotation that holds the slots as JSON.
+pub const SLOTS_ANNOTATION: &str = "node-reboot-operator/slots";
+
+/// One granted slot.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Slot {
+    /// Unique id of this grant; the node carries it in `reboot-grant` once claimed.
+    pub grant: String,
+    /// RFC 3339 time of the grant, for durations only: no decision compares clocks.
+    pub granted_at: String,
+    /// The node's resourceVersion the grant was decided on. The claim of the grant tests it,
+    /// so once the node has changed the grant can never be claimed, and an unclaimed grant
+    /// whose node moved past this version can be released safely.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_version: Option<String>,
+}
+
+/// The slots annotation is there but is not a ledger (a hand edit, or another program).
+#[derive(Debug, Error)]
+#[error("the slot ledger annotation {SLOTS_ANNOTATION} is not valid JSON of slots: {0}")]
+pub struct LedgerFormatError(#[from] serde_json::Error);
+
+/// The slots in a ledger Lease's annotations: none when the annotation is absent.
+pub fn slots_of(
+    annotations: Option<&BTreeMap<String, String>>,
+) -> Result<BTreeMap<String, Slot>, LedgerFormatError> {
+    match annotations.and_then(|a| a.get(SLOTS_ANNOTATION)) {
+        None => Ok(BTreeMap::new()),
+        Some(json) => Ok(serde_json::from_str(json)?),
+    }
+}
+
+/// The slots as the annotation's value.
+pub fn slots_json(slots: &BTreeMap<String, Slot>) -> String {
+    serde_json::to_string(slots).unwrap_or_else(|_| "{}".to_owned())
+}
+
+/// Whether two etcd resourceVersions are in this order. They are opaque to clients in
+/// general, but an etcd-backed API server hands out increasing integers; an unparsable pair
+/// is ordered only when they differ, since every use of this has a write's precondition
+/// behind it that catches a wrong guess.
+pub fn version_is_newer(candidate: Option<&str>, than: Option<&str>) -> bool {
+    let parse = |v: Option<&str>| v.and_then(|v| v.parse::<u64>().ok());
+    match (parse(candidate), parse(than)) {
+        (Some(c), Some(t)) => c > t,
+        _ => candidate.is_some() && candidate != than,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_ledger_round_trips_and_garbage_is_an_error() {
+        let slots = BTreeMap::from([(
+            "n1".to_owned(),
+            Slot {
+                grant: "g1".into(),
+                granted_at: "2026-01-01T00:00:00Z".into(),
+                node_version: Some("42".into()),
+            },
+        )]);
+        let annotations = BTreeMap::from([(SLOTS_ANNOTATION.to_owned(), slots_json(&slots))]);
+        assert_eq!(slots_of(Some(&annotations)).unwrap(), slots);
+        assert!(slots_of(None).unwrap().is_empty());
+        let garbage = BTreeMap::from([(SLOTS_ANNOTATION.to_owned(), "{oops".to_owned())]);
+        let error = slots_of(Some(&garbage)).unwrap_err().to_string();
+        assert!(error.contains(SLOTS_ANNOTATION), "{error}");
+    }
+
+    #[test]
+    fn versions_order_as_integers() {
+        assert!(version_is_newer(Some("10"), Some("9")));
+        assert!(!version_is_newer(Some("9"), Some("10")));
+        assert!(!version_is_newer(Some("9"), Some("9")));
+        assert!(version_is_newer(Some("b"), Some("a")));
+        assert!(!version_is_newer(None, Some("a")));
+    }
+}

@@ -1,6 +1,6 @@
 //! Command-line flags; every flag is also an environment variable.
 
-use crate::leader::Timing;
+use crate::{leader::Timing, pool::PoolSelector};
 use clap::{CommandFactory, Parser};
 use common::{AnnotationKeys, MaxUnavailable};
 use observability::BindAddress;
@@ -18,25 +18,23 @@ pub struct Args {
     #[arg(long, env = "MAX_UNAVAILABLE", default_value = "1", allow_negative_numbers = true, value_parser = parse_max_unavailable)]
     pub max_unavailable: MaxUnavailable,
 
-    /// Label selector of the pool of nodes this controller manages (default: all nodes).
-    #[arg(long, env = "NODE_SELECTOR")]
-    pub node_selector: Option<String>,
+    /// Label selector of the pool of nodes this controller manages (default: all nodes),
+    /// such as `pool=a,zone in (z1,z2)`. A node that leaves the pool while it holds a slot
+    /// is still finished by this controller.
+    #[arg(long, env = "NODE_SELECTOR", default_value = "", value_parser = parse_pool)]
+    pub node_selector: PoolSelector,
 
     /// Prefix of every annotation key (`<prefix>/reboot-needed`); must match the agents'.
     #[arg(long, env = "ANNOTATION_PREFIX", default_value = "", value_parser = parse_prefix)]
     pub annotation_prefix: AnnotationKeys,
 
     /// Namespace of the slot ledger (and of the leader Lease).
-    #[arg(long, env = "POD_NAMESPACE", default_value = "node-reboot-operator")]
+    #[arg(long, env = "POD_NAMESPACE", default_value = common::ledger::OPERATOR_NAMESPACE)]
     pub namespace: String,
 
     /// Name of the Lease that records which nodes hold a slot. Controllers of different
     /// pools need different ledgers.
-    #[arg(
-        long,
-        env = "LEDGER_NAME",
-        default_value = "node-reboot-operator-slots"
-    )]
+    #[arg(long, env = "LEDGER_NAME", default_value = common::ledger::LEDGER_NAME)]
     pub ledger_name: String,
 
     /// Evict the node's pods (Eviction API, so PodDisruptionBudgets hold) before the reboot.
@@ -143,6 +141,12 @@ fn parse_max_unavailable(value: &str) -> Result<MaxUnavailable, String> {
 
 fn parse_duration(value: &str) -> Result<Duration, String> {
     common::duration::parse_duration(value).map_err(|e| e.to_string())
+}
+
+fn parse_pool(value: &str) -> Result<PoolSelector, String> {
+    PoolSelector::parse(value).map_err(|why| {
+        format!("{why}; use a label selector such as `pool=a` or `zone in (z1,z2)`")
+    })
 }
 
 fn parse_prefix(value: &str) -> Result<AnnotationKeys, String> {

@@ -1,12 +1,21 @@
-//! The decision core: from the nodes of the pool (as the cache and our own writes show them),
-//! the slot ledger and the budget, decide what to do next. Pure: no I/O, no clock; the shell
-//! feeds it and executes what it returns, and tests drive it directly.
+//! The decision core: from the nodes (as the cache and our own writes show them), the slot
+//! ledger and the budget, decide what to do next. Pure: no I/O, no clock; the shell feeds it
+//! and executes what it returns, and tests drive it directly.
+//!
+//! Fencing (DESIGN.md invariant 2): a slot is granted by a compare-and-swap on the ledger,
+//! recording a grant id and the node's resourceVersion the grant was decided on. The node
+//! then carries the grant id (`reboot-grant`): the claim tests that the node is still at that
+//! version, and every later write of the grant (re-cordon, promote, complete, release) tests
+//! the grant id. A grant leaves the ledger only once no node carries it and none ever can: the
+//! node has moved past the version the grant was decided on. So whatever a replica's copies
+//! say, a write that takes a node further into the protocol succeeds only while the ledger
+//! holds that node's grant.
 
-use crate::ledger::{Ledger, LedgerChange};
-use common::{NodeFacts, Phase, ProtocolState, Request};
-use k8s_openapi::jiff::Timestamp;
+use crate::ledger::{Grant, Ledger, LedgerChange};
+use common::{NodeFacts, Phase, ProtocolState, Request, ledger::version_is_newer};
+use std::collections::{BTreeMap, BTreeSet};
 
-/// Where the drain of a slot-holding node stands, as the shell knows it.
+/// Where the drain of one grant stands, as this replica knows it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum DrainState {
     #[default]
@@ -17,15 +26,19 @@ pub enum DrainState {
     Failed,
 }
 
-/// One node of the pool as the decision core sees it.
+/// One node as the decision core sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NodeView {
     pub facts: NodeFacts,
     pub state: ProtocolState,
+    /// Selected by `--node-selector`. A node outside the pool is acted on only while it holds
+    /// one of this pool's slots.
+    pub in_pool: bool,
     /// When this controller first saw the request (any monotonic unit); oldest goes first.
     pub requested_at: Option<u64>,
     /// A node whose drain failed is not granted again before this time.
     pub not_before: Option<u64>,
+    /// The drain of the grant the node holds in the ledger (`NotStarted` without one).
     pub drain: DrainState,
 }
 
@@ -34,58 +47,99 @@ impl NodeView {
         &self.facts.name
     }
 
-    /// Unavailable in the sense of the budget: not Ready, cordoned, or in the protocol.
-    fn unavailable(&self, holds_slot: bool) -> bool {
-        self.facts.unavailable_by_itself() || holds_slot || self.state.reboot_under_way()
+    fn version(&self) -> Option<&str> {
+        self.facts.resource_version.as_deref()
     }
 }
 
-/// Why the operator gives a node back without a reboot.
+/// Why a slot is given back.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ReleaseReason {
-    /// The reboot was completed (the node is uncordoned already).
+    /// The reboot of this grant was completed.
     Completed,
     /// The administrator removed `reboot-needed` (or `reboot-now` before the agent took it).
     Cancelled,
     /// The drain did not finish in time; the request stays and is retried later.
     DrainFailed,
+    /// The grant could not be claimed (the node changed first); the request waits its turn.
+    Unclaimed,
+    /// The node was deleted.
+    NodeDeleted,
 }
 
-/// A write to one node.
+/// A write to one node (or a read, for `Refetch`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum NodeAction {
-    /// Slot granted, drain enabled: cordon first.
-    Cordon(String),
-    /// Cordoned; evict its pods.
-    StartDrain(String),
+    /// Put the ledger's grant on the node and cordon it; with `promote` (drain off) also
+    /// swap the request for `reboot-now`, all in one write.
+    Claim {
+        node: String,
+        grant: String,
+        node_version: String,
+        promote: bool,
+    },
+    /// The node holds its grant but was uncordoned by someone: cordon it again.
+    Recordon { node: String, grant: String },
+    /// Evict the pods of a claimed node.
+    StartDrain { node: String, grant: String },
     /// Drained (or nothing to drain): `reboot-needed` becomes `reboot-now`.
-    Promote(String),
-    /// Slot granted, drain disabled: cordon and promote in one write.
-    CordonAndPromote(String),
-    /// Reboot proven and node Ready: uncordon what we cordoned, record the time.
-    Complete(String),
-    /// Give back a node we cordoned, without a reboot.
-    Uncordon(String, ReleaseReason),
+    Promote { node: String, grant: String },
+    /// The kubelet reports the proven boot: uncordon what we cordoned, drop the grant.
+    Complete { node: String, grant: String },
+    /// Give a node back without a reboot: drop its grant, uncordon what we cordoned.
+    Release { node: String, reason: ReleaseReason },
+    /// Our copy of the node is older than the ledger's grant, or a slot holder is missing
+    /// from the cache: read it from the API server before deciding about it.
+    Refetch(String),
     /// `reboot-needed` has a value other than `true`.
     WarnInvalidRequest { node: String, value: String },
+}
+
+impl NodeAction {
+    pub fn node(&self) -> &str {
+        match self {
+            Self::Claim { node, .. }
+            | Self::Recordon { node, .. }
+            | Self::StartDrain { node, .. }
+            | Self::Promote { node, .. }
+            | Self::Complete { node, .. }
+            | Self::Release { node, .. }
+            | Self::Refetch(node)
+            | Self::WarnInvalidRequest { node, .. } => node,
+        }
+    }
 }
 
 /// What one round decided.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Decision {
     pub ledger: LedgerChange,
-    /// Why each released slot is released, for Events and metrics (absent: the node left).
+    /// Why each released slot is released, for Events and metrics.
     pub release_reasons: Vec<(String, ReleaseReason)>,
     pub node_actions: Vec<NodeAction>,
-    /// Requested nodes that got no slot this round, oldest first.
+    /// Requested nodes of the pool that got no slot this round, oldest first.
     pub waiting: Vec<String>,
+}
+
+impl Decision {
+    fn release(&mut self, node: &str, reason: ReleaseReason) {
+        self.ledger.release.push(node.to_owned());
+        self.release_reasons.push((node.to_owned(), reason));
+    }
+
+    fn act(&mut self, action: NodeAction) {
+        self.node_actions.push(action);
+    }
 }
 
 /// The inputs of one round.
 #[derive(Debug, Clone, Copy)]
 pub struct Round<'a> {
+    /// Every node the cache has (the pool and any others), by name order or any order.
     pub nodes: &'a [NodeView],
     pub ledger: &'a Ledger,
+    /// Slot holders that a fresh read found deleted.
+    pub deleted: &'a BTreeSet<String>,
     /// `--max-unavailable` resolved against the size of the pool.
     pub budget: usize,
     pub drain_enabled: bool,
@@ -96,138 +150,204 @@ impl Round<'_> {
     pub fn decide(&self) -> Decision {
         let mut decision = Decision::default();
         for view in self.nodes {
-            if self.ledger.holds(view.name()) {
-                self.slot_holder(view, &mut decision);
-            } else {
-                self.outside_the_protocol(view, &mut decision);
+            match self.ledger.slots.get(view.name()) {
+                Some(slot) => self.slot_holder(view, &slot.grant, slot.node_version.as_deref(), &mut decision),
+                None if view.in_pool => self.outside_the_protocol(view, &mut decision),
+                None => {}
             }
         }
-        self.release_departed_nodes(&mut decision);
+        self.missing_slot_holders(&mut decision);
         self.grant_slots(&mut decision);
         decision
     }
 
-    fn slot_holder(&self, view: &NodeView, decision: &mut Decision) {
-        let name = view.name().to_owned();
-        match view.state.phase {
-            Phase::RebootNow | Phase::InProgress { .. } => {}
-            Phase::Done if view.facts.readiness == common::Readiness::Ready => {
-                decision.node_actions.push(NodeAction::Complete(name));
+    fn slot_holder(
+        &self,
+        view: &NodeView,
+        grant: &str,
+        granted_at_version: Option<&str>,
+        decision: &mut Decision,
+    ) {
+        let node = view.name().to_owned();
+        match view.state.grant.as_deref() {
+            // The node is the truth about which grant it holds (another controller re-keyed
+            // the slot, or the ledger was rebuilt): record that one instead.
+            Some(carried) if carried != grant => {
+                decision.ledger.release.push(node.clone());
+                decision.ledger.grant.push(Grant::adopt(&node, carried, view.version()));
             }
-            Phase::Done => {}
-            Phase::Idle => {
-                let reason = match (&view.state.request, view.drain) {
-                    (Request::Needed, DrainState::Failed) => ReleaseReason::DrainFailed,
-                    (Request::Needed, _) => return self.advance_granted(view, decision),
-                    _ if self.completed_during_slot(view) => ReleaseReason::Completed,
-                    _ => ReleaseReason::Cancelled,
-                };
-                if view.state.cordoned_by_operator {
-                    decision
-                        .node_actions
-                        .push(NodeAction::Uncordon(name, reason));
-                } else {
-                    decision.release_reasons.push((name.clone(), reason));
-                    decision.ledger.release.push(name);
-                }
-            }
+            Some(_) => self.claimed(view, grant, decision),
+            None if view.state.reboot_under_way() => self.claimed(view, grant, decision),
+            None => self.unclaimed(view, grant, granted_at_version, decision),
         }
     }
 
-    /// Whether the node's last completion is later than the grant of its slot: then the slot
-    /// ends a reboot, not a cancelled request.
-    fn completed_during_slot(&self, view: &NodeView) -> bool {
-        let parse = |t: &str| t.parse::<Timestamp>().ok();
-        let completed = view.state.last_completed.as_deref().and_then(parse);
-        let granted = self
-            .ledger
-            .slots
-            .get(view.name())
-            .and_then(|s| parse(&s.granted_at));
-        matches!((completed, granted), (Some(c), Some(g)) if c >= g)
+    /// The node carries its grant (or is rebooting without one, from before grants): move
+    /// it on, or give it back.
+    fn claimed(&self, view: &NodeView, grant: &str, decision: &mut Decision) {
+        let node = view.name().to_owned();
+        let grant = grant.to_owned();
+        match &view.state.phase {
+            Phase::RebootNow | Phase::InProgress { .. } => {}
+            Phase::Done { boot_id } => {
+                if view.facts.kubelet_reports_boot(boot_id.as_deref()) {
+                    decision.act(NodeAction::Complete { node, grant });
+                }
+            }
+            Phase::Idle => match (&view.state.request, view.drain) {
+                (Request::Needed, DrainState::Failed) => decision.act(NodeAction::Release {
+                    node,
+                    reason: ReleaseReason::DrainFailed,
+                }),
+                (Request::Needed, drain) => self.advance(view, grant, drain, decision),
+                _ => decision.act(NodeAction::Release {
+                    node,
+                    reason: ReleaseReason::Cancelled,
+                }),
+            },
+        }
     }
 
-    /// A granted node whose request stands: cordon, drain, promote.
-    fn advance_granted(&self, view: &NodeView, decision: &mut Decision) {
-        let name = view.name().to_owned();
-        let action = match (view.facts.unschedulable, self.drain_enabled, view.drain) {
-            (false, false, _) => NodeAction::CordonAndPromote(name),
-            (false, true, _) => NodeAction::Cordon(name),
-            (true, false, _) | (true, true, DrainState::Drained) => NodeAction::Promote(name),
-            (true, true, DrainState::NotStarted) => NodeAction::StartDrain(name),
+    /// A claimed node whose request stands: cordoned, drained, promoted.
+    fn advance(&self, view: &NodeView, grant: String, drain: DrainState, decision: &mut Decision) {
+        let node = view.name().to_owned();
+        let action = match (view.facts.unschedulable, self.drain_enabled, drain) {
+            (false, _, _) => NodeAction::Recordon { node, grant },
+            (true, false, _) | (true, true, DrainState::Drained) => {
+                NodeAction::Promote { node, grant }
+            }
+            (true, true, DrainState::NotStarted) => NodeAction::StartDrain { node, grant },
             (true, true, DrainState::Running | DrainState::Failed) => return,
         };
-        decision.node_actions.push(action);
+        decision.act(action);
+    }
+
+    /// The ledger holds a grant the node does not carry: claim it if the node is still as it
+    /// was when the grant was decided; release it once the node has moved past that version
+    /// (then nobody can ever claim it); read the node again if our copy is older.
+    fn unclaimed(
+        &self,
+        view: &NodeView,
+        grant: &str,
+        granted_at_version: Option<&str>,
+        decision: &mut Decision,
+    ) {
+        let node = view.name().to_owned();
+        if granted_at_version.is_some() && view.version() == granted_at_version {
+            if view.state.request == Request::Needed {
+                decision.act(NodeAction::Claim {
+                    node,
+                    grant: grant.to_owned(),
+                    node_version: granted_at_version.unwrap_or_default().to_owned(),
+                    promote: !self.drain_enabled,
+                });
+            }
+            return;
+        }
+        if !version_is_newer(view.version(), granted_at_version) && granted_at_version.is_some() {
+            decision.act(NodeAction::Refetch(node));
+            return;
+        }
+        if view.state.cordoned_by_operator {
+            // Our cordon without a grant (left by a version before grants): undo it first.
+            let reason = ReleaseReason::Cancelled;
+            decision.act(NodeAction::Release { node, reason });
+            return;
+        }
+        let reason = if view.state.last_grant.as_deref() == Some(grant) {
+            ReleaseReason::Completed
+        } else if view.drain == DrainState::Failed {
+            ReleaseReason::DrainFailed
+        } else if view.state.request == Request::Needed {
+            ReleaseReason::Unclaimed
+        } else {
+            ReleaseReason::Cancelled
+        };
+        decision.release(&node, reason);
     }
 
     fn outside_the_protocol(&self, view: &NodeView, decision: &mut Decision) {
-        let name = view.name().to_owned();
+        let node = view.name().to_owned();
+        if let Some(carried) = &view.state.grant {
+            // The node carries a grant the ledger lacks (the ledger was lost or edited, or
+            // our copy of the node is behind): record it, whatever the budget, so it counts.
+            decision.ledger.grant.push(Grant::adopt(&node, carried, view.version()));
+            return;
+        }
         if view.state.reboot_under_way() {
-            // A reboot under way without a slot (the ledger was lost or edited): record the
-            // slot it already uses, whatever the budget, so that it is counted.
-            decision.ledger.grant.push(name);
+            // A reboot under way without a grant (from before grants, or a hand edit).
+            decision.ledger.grant.push(Grant::new(&node, view.version()));
             return;
         }
         match &view.state.request {
-            Request::Invalid(value) => decision.node_actions.push(NodeAction::WarnInvalidRequest {
-                node: name.clone(),
+            Request::Invalid(value) => decision.act(NodeAction::WarnInvalidRequest {
+                node,
                 value: value.clone(),
             }),
-            Request::Absent if view.state.cordoned_by_operator => decision
-                .node_actions
-                .push(NodeAction::Uncordon(name.clone(), ReleaseReason::Cancelled)),
+            Request::Absent if view.state.cordoned_by_operator => decision.act(NodeAction::Release {
+                node,
+                reason: ReleaseReason::Cancelled,
+            }),
             _ => {}
         }
     }
 
-    /// Slots of nodes that left the pool (deleted, or no longer selected).
-    fn release_departed_nodes(&self, decision: &mut Decision) {
+    /// Slot holders the cache does not have: released once a fresh read found them deleted
+    /// (a node created again gets a new version, so the grant cannot be claimed), read again
+    /// otherwise (our cache may just be behind).
+    fn missing_slot_holders(&self, decision: &mut Decision) {
+        let present: BTreeSet<&str> = self.nodes.iter().map(NodeView::name).collect();
         for name in self.ledger.slots.keys() {
-            if !self.nodes.iter().any(|v| v.name() == name) {
-                decision.ledger.release.push(name.clone());
+            if present.contains(name.as_str()) {
+                continue;
+            }
+            if self.deleted.contains(name) {
+                decision.release(name, ReleaseReason::NodeDeleted);
+            } else {
+                decision.act(NodeAction::Refetch(name.clone()));
             }
         }
     }
 
-    /// Grants slots to waiting requests, oldest first, while the number of OTHER unavailable
-    /// nodes stays below the budget: a node that is already unavailable does not count
-    /// against its own grant.
+    /// Grants slots to waiting requests of the pool, oldest first, while the number of OTHER
+    /// unavailable nodes stays below the budget: a node that is already unavailable does not
+    /// count against its own grant. Slot holders outside the pool count too.
     fn grant_slots(&self, decision: &mut Decision) {
-        // Slots released in this round are free for it: the same write releases and grants.
-        let slots = decision.ledger.apply(&self.ledger.slots, "");
-        let mut unavailable: Vec<bool> = self
-            .nodes
-            .iter()
-            .map(|v| v.unavailable(slots.contains_key(v.name())))
-            .collect();
-        let mut candidates: Vec<usize> = (0..self.nodes.len())
-            .filter(|&i| self.is_candidate(&self.nodes[i]))
-            .collect();
-        candidates.sort_by_key(|&i| {
-            (
-                self.nodes[i].requested_at.unwrap_or(u64::MAX),
-                self.nodes[i].name(),
-            )
-        });
-        let mut in_use = unavailable.iter().filter(|u| **u).count();
-        for i in candidates {
-            let others = in_use - usize::from(unavailable[i]);
-            let name = self.nodes[i].name().to_owned();
+        let slots = decision.ledger.holders_after(&self.ledger.slots);
+        let mut unavailable: BTreeMap<&str, bool> = BTreeMap::new();
+        for view in self.nodes {
+            let holds = slots.contains(view.name());
+            let counts = if view.in_pool {
+                common::unavailable(&view.facts, &view.state, holds)
+            } else {
+                holds
+            };
+            unavailable.insert(view.name(), counts);
+        }
+        let mut in_use = unavailable.values().filter(|u| **u).count()
+            + slots.iter().filter(|s| !unavailable.contains_key(s.as_str())).count();
+        let mut candidates: Vec<&NodeView> =
+            self.nodes.iter().filter(|v| self.is_candidate(v, &slots)).collect();
+        candidates.sort_by_key(|v| (v.requested_at.unwrap_or(u64::MAX), v.name()));
+        for view in candidates {
+            let already = unavailable.get(view.name()).copied().unwrap_or(false);
+            let others = in_use - usize::from(already);
             if others < self.budget {
-                if !unavailable[i] {
-                    unavailable[i] = true;
+                if !already {
                     in_use += 1;
                 }
-                decision.ledger.grant.push(name);
+                decision.ledger.grant.push(Grant::new(view.name(), view.version()));
             } else {
-                decision.waiting.push(name);
+                decision.waiting.push(view.name().to_owned());
             }
         }
     }
 
-    fn is_candidate(&self, view: &NodeView) -> bool {
-        view.state.request == Request::Needed
-            && !self.ledger.holds(view.name())
+    fn is_candidate(&self, view: &NodeView, slots: &BTreeSet<String>) -> bool {
+        view.in_pool
+            && view.state.request == Request::Needed
+            && view.state.grant.is_none()
+            && !slots.contains(view.name())
             && !view.state.reboot_under_way()
             && view.not_before.is_none_or(|t| t <= self.now)
     }
@@ -236,3 +356,7 @@ impl Round<'_> {
 #[cfg(test)]
 #[path = "decide_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "replicas_tests.rs"]
+mod replicas_tests;

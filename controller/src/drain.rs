@@ -9,21 +9,17 @@ use crate::{
     leader::Leadership,
     metrics::Metrics,
 };
+use backon::{BackoffBuilder, ExponentialBackoff, ExponentialBuilder};
+use common::AnnotationKeys;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::{
     Api, Client, Resource, ResourceExt,
     api::{DeleteParams, EvictParams, ListParams},
 };
 use std::{
-    collections::{BTreeMap, HashMap, HashSet},
-    sync::Arc,
+    collections::{BTreeMap, HashSet},
     time::{Duration, Instant},
 };
-use tokio::{
-    sync::{Notify, mpsc},
-    task::JoinHandle,
-};
-use tracing::Instrument;
 
 /// The drain flags.
 #[derive(Debug, Clone)]
@@ -45,6 +41,9 @@ pub enum DrainOutcome {
     TimedOut {
         blocking: BTreeMap<String, String>,
     },
+    /// The node no longer holds the grant this drain was for (cancelled, or released by
+    /// another controller): nothing more is evicted for it.
+    Superseded,
 }
 
 /// What a drain does with one pod.
@@ -92,6 +91,7 @@ fn pod_key(pod: &Pod) -> String {
 #[derive(Clone)]
 pub struct Drainer {
     client: Client,
+    keys: AnnotationKeys,
     settings: DrainSettings,
     events: Events,
     metrics: Metrics,
@@ -104,8 +104,13 @@ const PASS_INTERVAL: Duration = Duration::from_millis(200);
 /// Between two evictions of a pod that a PodDisruptionBudget protects (429): short at first,
 /// since the budget frees up as soon as a replacement is Ready, then doubling up to 5 s (as
 /// `kubectl drain` waits) so that a stuck budget is not hammered.
-const BLOCKED_RETRY_FIRST: Duration = Duration::from_millis(200);
-const BLOCKED_RETRY_MAX: Duration = Duration::from_secs(5);
+fn refused_eviction_backoff() -> ExponentialBackoff {
+    ExponentialBuilder::new()
+        .with_min_delay(Duration::from_millis(200))
+        .with_max_delay(Duration::from_secs(5))
+        .without_max_times()
+        .build()
+}
 
 impl std::fmt::Debug for Drainer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -118,6 +123,7 @@ impl std::fmt::Debug for Drainer {
 impl Drainer {
     pub fn new(
         client: Client,
+        keys: AnnotationKeys,
         settings: DrainSettings,
         events: Events,
         metrics: Metrics,
@@ -125,6 +131,7 @@ impl Drainer {
     ) -> Self {
         Self {
             client,
+            keys,
             settings,
             events,
             metrics,
@@ -157,15 +164,22 @@ impl Drainer {
         }
     }
 
-    /// Evicts until no pod to evict is left on the node, or the timeout passes.
-    pub async fn drain(&self, node: &Node) -> DrainOutcome {
+    /// Whether the node, read now, still carries `grant`: evictions are for that grant only.
+    async fn still_holds(&self, node: &str, grant: &str) -> Result<bool, kube::Error> {
+        let current = Api::<Node>::all(self.client.clone()).get(node).await?;
+        Ok(current.annotations().get(&self.keys.grant).map(String::as_str) == Some(grant))
+    }
+
+    /// Evicts until no pod to evict is left on the node, or the timeout passes, or the node no
+    /// longer holds `grant`.
+    pub async fn drain(&self, node: &Node, grant: &str) -> DrainOutcome {
         let name = node.name_any();
         let deadline = Instant::now() + self.settings.timeout;
         let mut blocking: BTreeMap<String, String> = BTreeMap::new();
         let mut evicted: HashSet<String> = HashSet::new();
         let mut warned_unmanaged: HashSet<String> = HashSet::new();
         let mut next_try: BTreeMap<String, Instant> = BTreeMap::new();
-        let mut refused: BTreeMap<String, u32> = BTreeMap::new();
+        let mut refused: BTreeMap<String, ExponentialBackoff> = BTreeMap::new();
         loop {
             if !self.leadership.is_leading() {
                 tokio::time::sleep(PASS_INTERVAL).await;
@@ -193,6 +207,23 @@ impl Drainer {
                 };
             }
             blocking.retain(|k, _| to_evict.iter().any(|(p, _)| &pod_key(p) == k));
+            let due = to_evict.iter().any(|(p, _)| {
+                p.metadata.deletion_timestamp.is_none()
+                    && next_try.get(&pod_key(p)).is_none_or(|t| Instant::now() >= *t)
+            });
+            // Evictions cannot test the node: read it first, so that a drain whose grant was
+            // released (by us or by another controller) evicts nothing more.
+            if due {
+                match self.still_holds(&name, grant).await {
+                    Ok(true) => {}
+                    Ok(false) => return DrainOutcome::Superseded,
+                    Err(error) => {
+                        self.metrics.api_error("node", ApiErrorKind::of(&error));
+                        tokio::time::sleep(PASS_INTERVAL).await;
+                        continue;
+                    }
+                }
+            }
             for (pod, unmanaged) in to_evict {
                 if !self.leadership.is_leading() {
                     break;
@@ -220,11 +251,11 @@ impl Drainer {
                     }
                     Err(why) => {
                         tracing::info!(node = %name, pod = %key, %why, "eviction refused; will retry");
-                        let refusals = refused.entry(key.clone()).or_insert(0u32);
-                        let wait = BLOCKED_RETRY_FIRST
-                            .saturating_mul(1 << (*refusals).min(5))
-                            .min(BLOCKED_RETRY_MAX);
-                        *refusals += 1;
+                        let wait = refused
+                            .entry(key.clone())
+                            .or_insert_with(refused_eviction_backoff)
+                            .next()
+                            .unwrap_or(Duration::from_secs(5));
                         next_try.insert(key.clone(), Instant::now() + wait);
                         blocking.insert(key, why);
                     }
@@ -277,76 +308,6 @@ fn budget_message(status: &kube::core::Status) -> String {
         status.message.clone()
     } else {
         format!("{} ({})", status.message, causes.join("; "))
-    }
-}
-
-/// A drain that ended: the node's name, the node as the drain started, how it ended and how
-/// long it took.
-pub type Finished = (String, Node, DrainOutcome, Duration);
-
-/// Drains under way, one task per node, and their outcomes. Dropping it aborts them all (the
-/// controller stopped leading, or stops): a drain resumes from the node's state later.
-#[derive(Debug)]
-pub struct RunningDrains {
-    tasks: HashMap<String, JoinHandle<()>>,
-    done_tx: mpsc::UnboundedSender<Finished>,
-    done_rx: mpsc::UnboundedReceiver<Finished>,
-    /// Woken when a drain ends, so the next decision comes at once.
-    changed: Arc<Notify>,
-}
-
-impl RunningDrains {
-    pub fn new(changed: Arc<Notify>) -> Self {
-        let (done_tx, done_rx) = mpsc::unbounded_channel();
-        Self {
-            tasks: HashMap::new(),
-            done_tx,
-            done_rx,
-            changed,
-        }
-    }
-
-    pub fn start(&mut self, name: String, node: Node, drainer: Drainer) {
-        let done = self.done_tx.clone();
-        let changed = self.changed.clone();
-        let task_name = name.clone();
-        let span = tracing::info_span!("drain", node = %name);
-        let task = tokio::spawn(
-            async move {
-                let started = Instant::now();
-                let outcome = drainer.drain(&node).await;
-                let _ = done.send((task_name, node, outcome, started.elapsed()));
-                changed.notify_one();
-            }
-            .instrument(span),
-        );
-        if let Some(old) = self.tasks.insert(name, task) {
-            old.abort();
-        }
-    }
-
-    pub fn abort(&mut self, name: &str) {
-        if let Some(task) = self.tasks.remove(name) {
-            task.abort();
-        }
-    }
-
-    /// The next finished drain, if any.
-    pub fn finished(&mut self) -> Option<Finished> {
-        let done = self.done_rx.try_recv().ok()?;
-        self.tasks.remove(&done.0);
-        Some(done)
-    }
-}
-
-impl Drop for RunningDrains {
-    fn drop(&mut self) {
-        for (name, task) in self.tasks.drain() {
-            if !task.is_finished() {
-                tracing::info!(node = %name, "drain stopped; it resumes from the node's state");
-                task.abort();
-            }
-        }
     }
 }
 

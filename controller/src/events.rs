@@ -23,6 +23,8 @@ pub enum Reason {
     Rebooted,
     Cancelled,
     InvalidRequest,
+    /// The ledger Lease's slots annotation could not be read; rebuilt from the nodes.
+    LedgerDamaged,
 }
 
 impl Reason {
@@ -35,12 +37,13 @@ impl Reason {
             Self::Rebooted => "Rebooted",
             Self::Cancelled => "Cancelled",
             Self::InvalidRequest => "InvalidRequest",
+            Self::LedgerDamaged => "LedgerDamaged",
         }
     }
 
     fn event_type(self) -> EventType {
         match self {
-            Self::DrainBlocked | Self::InvalidRequest => EventType::Warning,
+            Self::DrainBlocked | Self::InvalidRequest | Self::LedgerDamaged => EventType::Warning,
             _ => EventType::Normal,
         }
     }
@@ -122,6 +125,16 @@ impl Events {
         related: ObjectReference,
     ) {
         self.enqueue(node, reason, note, Some(related));
+    }
+
+    /// An Event about any object (the ledger Lease).
+    pub fn publish_about(&self, reference: ObjectReference, reason: Reason, note: String) {
+        let _ = self.queue.send(Message::Publish(Box::new(Queued {
+            reference,
+            reason,
+            note,
+            related: None,
+        })));
     }
 
     fn enqueue(&self, node: &Node, reason: Reason, note: String, related: Option<ObjectReference>) {

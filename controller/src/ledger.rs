@@ -1,18 +1,11 @@
-//! The slot ledger: which nodes hold one of the `max-unavailable` slots. It lives in ONE
-//! coordination object (a Lease), and every change to it is a compare-and-swap on that
-//! object's resourceVersion, so two controllers acting at once (a deposed leader that has not
-//! noticed yet, or two replicas with leader election off) cannot both spend the last slot.
+//! The slot ledger: which nodes hold one of the `max-unavailable` slots, under which grant.
+//! It lives in ONE coordination object (a Lease, see `common::ledger`), and every change to
+//! it is a compare-and-swap on that object's resourceVersion, so two controllers acting at
+//! once (a deposed leader that has not noticed yet, or two replicas with leader election off)
+//! cannot both spend the last slot.
 
-use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
-
-/// One granted slot.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Slot {
-    /// RFC 3339 time of the grant.
-    pub granted_at: String,
-}
+pub use common::ledger::Slot;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// The slots as last read from or written to the API server.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -28,26 +21,51 @@ impl Ledger {
         self.slots.contains_key(node)
     }
 
-    /// Whether `other` is a later version of the same object than `self`. resourceVersions
-    /// are opaque in general but etcd-backed ones are increasing integers; an unparsable one
-    /// is taken as newer, since the compare-and-swap catches a wrong guess anyway.
+    /// The grant id a node holds, if any.
+    pub fn grant_of(&self, node: &str) -> Option<&str> {
+        self.slots.get(node).map(|s| s.grant.as_str())
+    }
+
+    /// Whether `other` is a later version of the same object than `self`.
     pub fn is_older_than(&self, other: &Ledger) -> bool {
-        let parse = |l: &Ledger| {
-            l.resource_version
-                .as_deref()
-                .and_then(|v| v.parse::<u64>().ok())
-        };
-        match (parse(self), parse(other)) {
-            (Some(mine), Some(theirs)) => theirs > mine,
-            _ => self.resource_version != other.resource_version,
+        common::ledger::version_is_newer(
+            other.resource_version.as_deref(),
+            self.resource_version.as_deref(),
+        )
+    }
+}
+
+/// A slot to record: a new grant, or one a node already carries (adopted).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Grant {
+    pub node: String,
+    /// The id the node carries; `None` for a new grant (the shell makes a fresh id).
+    pub adopted: Option<String>,
+    /// The node's resourceVersion the grant is decided on.
+    pub node_version: Option<String>,
+}
+
+impl Grant {
+    pub fn new(node: &str, node_version: Option<&str>) -> Self {
+        Self {
+            node: node.to_owned(),
+            adopted: None,
+            node_version: node_version.map(str::to_owned),
+        }
+    }
+
+    pub fn adopt(node: &str, grant: &str, node_version: Option<&str>) -> Self {
+        Self {
+            adopted: Some(grant.to_owned()),
+            ..Self::new(node, node_version)
         }
     }
 }
 
-/// A change to the ledger decided in one round: grants and releases, applied together.
+/// A change to the ledger decided in one round: releases, then grants, applied together.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct LedgerChange {
-    pub grant: Vec<String>,
+    pub grant: Vec<Grant>,
     pub release: Vec<String>,
 }
 
@@ -56,17 +74,50 @@ impl LedgerChange {
         self.grant.is_empty() && self.release.is_empty()
     }
 
-    /// The slots after this change.
-    pub fn apply(&self, slots: &BTreeMap<String, Slot>, now: &str) -> BTreeMap<String, Slot> {
+    /// The nodes holding a slot after this change.
+    pub fn holders_after(&self, slots: &BTreeMap<String, Slot>) -> BTreeSet<String> {
+        let mut holders: BTreeSet<String> = slots.keys().cloned().collect();
+        for node in &self.release {
+            holders.remove(node);
+        }
+        holders.extend(self.grant.iter().map(|g| g.node.clone()));
+        holders
+    }
+
+    /// The slots after this change; `new_grant_id` names each new grant, `now` is its time.
+    pub fn apply(
+        &self,
+        slots: &BTreeMap<String, Slot>,
+        now: &str,
+        mut new_grant_id: impl FnMut() -> String,
+    ) -> BTreeMap<String, Slot> {
         let mut next = slots.clone();
         for node in &self.release {
             next.remove(node);
         }
-        for node in &self.grant {
-            next.entry(node.clone()).or_insert_with(|| Slot {
+        for grant in &self.grant {
+            next.entry(grant.node.clone()).or_insert_with(|| Slot {
+                grant: grant.adopted.clone().unwrap_or_else(&mut new_grant_id),
                 granted_at: now.to_owned(),
+                node_version: grant.node_version.clone(),
             });
         }
         next
     }
+}
+
+/// A fresh grant id: unique across replicas and restarts without coordination (the process's
+/// randomly keyed hasher, the time and a counter).
+pub fn new_grant_id() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
+    hasher.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    format!("{:016x}", hasher.finish())
 }

@@ -1,25 +1,21 @@
-//! The ledger's home: an annotation on one Lease, read and written with its resourceVersion
+//! The ledger's home: an annotation on one Lease, read, and written with its resourceVersion
 //! as precondition (compare-and-swap), and watched so that slots released by another
-//! controller are seen.
+//! controller are seen. A write changes only the slots annotation: labels and annotations
+//! that others put on the Lease stay.
 
-use crate::{
-    api_error::ApiErrorKind,
-    ledger::{Ledger, Slot},
-    metrics::Metrics,
-};
+use crate::{api_error::ApiErrorKind, ledger::Ledger, metrics::Metrics};
+use common::ledger::{SLOTS_ANNOTATION, Slot, slots_json, slots_of};
 use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::{
-    Api, Client,
-    api::{ObjectMeta, PostParams},
+    Api, Client, Resource,
+    api::{ObjectMeta, Patch, PatchParams, PostParams},
     runtime::{WatchStreamExt, watcher},
 };
+use serde_json::json;
 use std::collections::BTreeMap;
 use thiserror::Error;
 use tokio::sync::watch;
-
-/// The Lease annotation that holds the slots, as a JSON object `{node: {grantedAt}}`.
-pub const SLOTS_ANNOTATION: &str = "node-reboot-operator/slots";
 
 #[derive(Debug, Error)]
 pub enum LedgerError {
@@ -39,24 +35,34 @@ impl LedgerError {
     }
 }
 
+/// A ledger as read, with what was wrong with its annotation, if anything.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ReadLedger {
+    pub ledger: Ledger,
+    /// The slots annotation was there but unreadable: the ledger is empty and must be
+    /// rebuilt from the nodes' protocol state before any new grant.
+    pub damage: Option<String>,
+}
+
+fn read(lease: &Lease) -> ReadLedger {
+    let (slots, damage) = match slots_of(lease.metadata.annotations.as_ref()) {
+        Ok(slots) => (slots, None),
+        Err(error) => (BTreeMap::new(), Some(error.to_string())),
+    };
+    ReadLedger {
+        ledger: Ledger {
+            resource_version: lease.metadata.resource_version.clone(),
+            slots,
+        },
+        damage,
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct LedgerStore {
     api: Api<Lease>,
     name: String,
-}
-
-fn ledger_of(lease: &Lease) -> Ledger {
-    let slots = lease
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(SLOTS_ANNOTATION))
-        .and_then(|json| serde_json::from_str::<BTreeMap<String, Slot>>(json).ok())
-        .unwrap_or_default();
-    Ledger {
-        resource_version: lease.metadata.resource_version.clone(),
-        slots,
-    }
+    namespace: String,
 }
 
 impl LedgerStore {
@@ -64,51 +70,61 @@ impl LedgerStore {
         Self {
             api: Api::namespaced(client, namespace),
             name: name.to_owned(),
+            namespace: namespace.to_owned(),
         }
     }
 
-    fn lease(&self, resource_version: Option<String>, slots: &BTreeMap<String, Slot>) -> Lease {
-        let json = serde_json::to_string(slots).unwrap_or_else(|_| "{}".to_owned());
-        Lease {
-            metadata: ObjectMeta {
-                name: Some(self.name.clone()),
-                resource_version,
-                annotations: Some(BTreeMap::from([(SLOTS_ANNOTATION.to_owned(), json)])),
-                ..ObjectMeta::default()
-            },
-            spec: None,
-        }
+    /// The Lease, for Events about the ledger.
+    pub fn reference(&self) -> k8s_openapi::api::core::v1::ObjectReference {
+        let mut lease = Lease::default();
+        lease.metadata.name = Some(self.name.clone());
+        lease.metadata.namespace = Some(self.namespace.clone());
+        lease.object_ref(&())
     }
 
     /// Reads the ledger, creating an empty one the first time.
-    pub async fn load(&self) -> Result<Ledger, LedgerError> {
+    pub async fn load(&self) -> Result<ReadLedger, LedgerError> {
         let err = |e| LedgerError::Api(self.name.clone(), e);
         if let Some(lease) = self.api.get_opt(&self.name).await.map_err(err)? {
-            return Ok(ledger_of(&lease));
+            return Ok(read(&lease));
         }
-        let empty = self.lease(None, &BTreeMap::new());
+        let empty = Lease {
+            metadata: ObjectMeta {
+                name: Some(self.name.clone()),
+                annotations: Some(BTreeMap::from([(
+                    SLOTS_ANNOTATION.to_owned(),
+                    slots_json(&BTreeMap::new()),
+                )])),
+                ..ObjectMeta::default()
+            },
+            spec: None,
+        };
         match self.api.create(&PostParams::default(), &empty).await {
-            Ok(lease) => Ok(ledger_of(&lease)),
+            Ok(lease) => Ok(read(&lease)),
             Err(e) if ApiErrorKind::of(&e) == ApiErrorKind::AlreadyExists => {
-                Ok(ledger_of(&self.api.get(&self.name).await.map_err(err)?))
+                Ok(read(&self.api.get(&self.name).await.map_err(err)?))
             }
             Err(e) => Err(err(e)),
         }
     }
 
-    /// Replaces the slots if nobody changed the ledger since `current` was read.
+    /// Replaces the slots if nobody changed the Lease since `current` was read. A merge patch
+    /// that carries the resourceVersion is refused with a conflict otherwise.
     pub async fn swap(
         &self,
         current: &Ledger,
         slots: &BTreeMap<String, Slot>,
     ) -> Result<Ledger, LedgerError> {
-        let lease = self.lease(current.resource_version.clone(), slots);
+        let patch = json!({"metadata": {
+            "resourceVersion": current.resource_version,
+            "annotations": {SLOTS_ANNOTATION: slots_json(slots)},
+        }});
         match self
             .api
-            .replace(&self.name, &PostParams::default(), &lease)
+            .patch(&self.name, &PatchParams::default(), &Patch::Merge(&patch))
             .await
         {
-            Ok(written) => Ok(ledger_of(&written)),
+            Ok(written) => Ok(read(&written).ledger),
             Err(e) if ApiErrorKind::of(&e) == ApiErrorKind::Conflict => Err(LedgerError::Conflict),
             Err(e) => Err(LedgerError::Api(self.name.clone(), e)),
         }
@@ -119,8 +135,8 @@ impl LedgerStore {
         &self,
         metrics: Metrics,
         on_change: impl Fn() + Send + 'static,
-    ) -> watch::Receiver<Ledger> {
-        let (tx, rx) = watch::channel(Ledger::default());
+    ) -> watch::Receiver<ReadLedger> {
+        let (tx, rx) = watch::channel(ReadLedger::default());
         let config = watcher::Config::default().fields(&format!("metadata.name={}", self.name));
         let stream = watcher(self.api.clone(), config)
             .default_backoff()
@@ -130,7 +146,7 @@ impl LedgerStore {
             while let Some(event) = stream.next().await {
                 match event {
                     Ok(lease) => {
-                        let _ = tx.send(ledger_of(&lease));
+                        let _ = tx.send(read(&lease));
                         on_change();
                     }
                     Err(error) => {

@@ -6,6 +6,7 @@ pub mod api_error;
 pub mod args;
 pub mod decide;
 pub mod drain;
+pub mod drain_tracker;
 pub mod events;
 pub mod leader;
 pub mod ledger;
@@ -13,6 +14,7 @@ pub mod ledger_store;
 pub mod memory;
 pub mod metrics;
 pub mod nodes;
+pub mod pool;
 pub mod run;
 pub mod shell;
 

@@ -1,9 +1,9 @@
 //! What the controller remembers between rounds that is not in the API server: when it first
-//! saw each request (for the promotion order), which Events it already sent, drain progress
-//! and retry times. Losing all of it on a restart costs nothing but a possibly different
-//! order among waiting requests and a repeated Event.
+//! saw each request (for the promotion order) and which Events it already sent. (Drains and
+//! their retry times belong to the `DrainTracker`.) Losing all of it on a restart costs
+//! nothing but a possibly different order among waiting requests and a repeated Event.
 
-use crate::decide::{DrainState, NodeView};
+use crate::{decide::NodeView, drain_tracker::DrainTracker, ledger::Ledger, nodes::Overlay};
 use common::{AnnotationKeys, NodeFacts, Request};
 use k8s_openapi::api::core::v1::Node;
 use std::{
@@ -16,15 +16,28 @@ pub struct Memory {
     requested_at: HashMap<String, u64>,
     announced_waiting: HashSet<String>,
     warned_invalid: HashMap<String, String>,
-    pub drains: HashMap<String, DrainState>,
-    pub not_before: HashMap<String, u64>,
-    /// Failed drains of each node, for the backoff before the next attempt.
-    pub drain_failures: HashMap<String, u32>,
+}
+
+/// What a round's views are made of besides the nodes.
+#[derive(Debug, Clone, Copy)]
+pub struct ViewInputs<'a> {
+    pub keys: &'a AnnotationKeys,
+    pub ledger: &'a Ledger,
+    pub drains: &'a DrainTracker,
+    pub overlay: &'a Overlay,
+    pub now: u64,
 }
 
 impl Memory {
-    /// The decision core's view of the pool; forgets nodes and requests that are gone.
-    pub fn views(&mut self, nodes: &[Arc<Node>], keys: &AnnotationKeys, now: u64) -> Vec<NodeView> {
+    /// The decision core's view of the nodes; forgets nodes and requests that are gone.
+    pub fn views(&mut self, nodes: &[Arc<Node>], inputs: ViewInputs<'_>) -> Vec<NodeView> {
+        let ViewInputs {
+            keys,
+            ledger,
+            drains,
+            overlay,
+            now,
+        } = inputs;
         let views: Vec<NodeView> = nodes
             .iter()
             .map(|node| {
@@ -43,8 +56,12 @@ impl Memory {
                 }
                 NodeView {
                     requested_at,
-                    not_before: self.not_before.get(&name).copied(),
-                    drain: self.drains.get(&name).copied().unwrap_or_default(),
+                    not_before: drains.not_before(&name),
+                    drain: ledger
+                        .grant_of(&name)
+                        .map(|grant| drains.state(grant))
+                        .unwrap_or_default(),
+                    in_pool: overlay.in_pool(node),
                     facts,
                     state,
                 }
@@ -52,10 +69,6 @@ impl Memory {
             .collect();
         let present: HashSet<&str> = views.iter().map(|v| v.name()).collect();
         self.requested_at
-            .retain(|n, _| present.contains(n.as_str()));
-        self.drains.retain(|n, _| present.contains(n.as_str()));
-        self.not_before.retain(|n, _| present.contains(n.as_str()));
-        self.drain_failures
             .retain(|n, _| present.contains(n.as_str()));
         views
     }

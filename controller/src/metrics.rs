@@ -32,7 +32,7 @@ pub const NODE_STATES: [&str; 8] = [
 /// Pure: the protocol state of one node, from its annotations and whether it holds a slot.
 pub fn node_state(state: &ProtocolState, holds_slot: bool) -> &'static str {
     match (&state.phase, holds_slot, &state.request) {
-        (Phase::Done, _, _) => "rebooted",
+        (Phase::Done { .. }, _, _) => "rebooted",
         (Phase::InProgress { .. }, _, _) => "rebooting",
         (Phase::RebootNow, _, _) => "reboot_now",
         (Phase::Idle, true, Request::Needed) => "draining",
@@ -70,7 +70,7 @@ impl PoolSummary {
             if let Some(i) = NODE_STATES.iter().position(|s| *s == label) {
                 summary.by_state[i] += 1;
             }
-            if facts.unavailable_by_itself() || holds || state.reboot_under_way() {
+            if common::unavailable(&facts, &state, holds) {
                 summary.unavailable += 1;
             }
         }
@@ -122,6 +122,7 @@ pub struct Metrics {
     pub drain_timeouts: Counter,
     pub api_errors: Family<ApiErrorLabels, Counter>,
     pub leader: Gauge,
+    pub ledger_damaged: Counter,
 }
 
 impl Metrics {
@@ -141,6 +142,7 @@ impl Metrics {
             drain_timeouts: Counter::default(),
             api_errors: Family::default(),
             leader: Gauge::default(),
+            ledger_damaged: Counter::default(),
         };
         let mut registry = Registry::with_prefix("node_reboot");
         let m = metrics.clone();
@@ -193,6 +195,11 @@ impl Metrics {
             "drain_duration_seconds",
             "Time a drain took, by outcome (drained, timed_out)",
             m.drain_duration,
+        );
+        registry.register(
+            "ledger_damaged",
+            "Times the slot ledger's annotation could not be read and was rebuilt from the nodes",
+            m.ledger_damaged.clone(),
         );
         registry.register(
             "drain_timeouts",
@@ -287,7 +294,9 @@ mod tests {
             node("cancelled", true, json!({})),
         ];
         let slot = || Slot {
+            grant: "g".into(),
             granted_at: "2026-01-01T00:00:00Z".into(),
+            node_version: None,
         };
         let ledger = Ledger {
             resource_version: Some("1".into()),

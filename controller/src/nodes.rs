@@ -2,8 +2,7 @@
 //! stays small at thousands of nodes, plus an overlay of our own writes so that the next
 //! decision sees them at once instead of waiting for the watch to catch up.
 
-use crate::metrics::Metrics;
-use common::NodeFacts;
+use crate::{metrics::Metrics, pool::PoolSelector};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeSpec, NodeStatus, NodeSystemInfo};
 use kube::{
@@ -11,15 +10,20 @@ use kube::{
     runtime::{WatchStreamExt, reflector, reflector::Store, watcher},
 };
 use observability::ApiErrorKind;
-use std::{collections::HashMap, sync::Arc};
+use std::{
+    collections::{BTreeSet, HashMap},
+    sync::Arc,
+};
 use tokio::sync::Notify;
 
-/// Keeps only what decisions and Events need: name, uid, resourceVersion, annotations,
-/// `spec.unschedulable`, the Ready condition and the boot id.
-pub fn trim(node: &mut Node) {
+/// Keeps only what decisions and Events need: name, uid, resourceVersion, annotations, the
+/// labels the pool selector reads, `spec.unschedulable`, the Ready condition and the boot id.
+pub fn trim(node: &mut Node, pool: &PoolSelector) {
     let meta = &mut node.metadata;
     meta.managed_fields = None;
-    meta.labels = None;
+    if let Some(labels) = meta.labels.as_mut() {
+        labels.retain(|k, _| pool.keys().contains(k));
+    }
     meta.owner_references = None;
     meta.finalizers = None;
     node.spec = Some(NodeSpec {
@@ -40,10 +44,11 @@ pub fn trim(node: &mut Node) {
     });
 }
 
-/// Starts the reflector; `changed` is notified on every event.
+/// Starts the reflector over every Node (pool membership is decided on the labels it keeps);
+/// `changed` is notified on every event.
 pub fn spawn_reflector(
     client: Client,
-    selector: Option<&str>,
+    pool: PoolSelector,
     changed: Arc<Notify>,
     metrics: Metrics,
 ) -> Store<Node> {
@@ -51,13 +56,10 @@ pub fn spawn_reflector(
     // Pages of 50 full Node objects (each can carry ~14 KB of images and managedFields before
     // the trim): with kube's default of 500, the allocator keeps the peak of the initial list,
     // and the controller stays at ~90 MiB with 5,000 nodes instead of ~33 MiB.
-    let mut config = watcher::Config::default().page_size(50);
-    if let Some(selector) = selector {
-        config = config.labels(selector);
-    }
+    let config = watcher::Config::default().page_size(50);
     let stream = watcher(Api::<Node>::all(client), config)
         .default_backoff()
-        .modify(trim)
+        .modify(move |node| trim(node, &pool))
         .reflect(writer);
     tokio::spawn(async move {
         futures::pin_mut!(stream);
@@ -80,47 +82,69 @@ fn resource_version(node: &Node) -> u64 {
         .unwrap_or(0)
 }
 
-/// The cache as decisions see it: the reflector's nodes, each replaced by our own later
-/// write of it where there is one.
+/// The cache as decisions see it: the reflector's nodes, each replaced by a newer copy that
+/// we wrote or read ourselves where there is one, and the nodes a fresh read found deleted.
 #[derive(Debug, Default)]
 pub struct Overlay {
-    written: HashMap<String, Arc<Node>>,
+    pool: PoolSelector,
+    ours: HashMap<String, Arc<Node>>,
+    deleted: BTreeSet<String>,
 }
 
 impl Overlay {
-    pub fn record(&mut self, mut node: Node) {
-        trim(&mut node);
-        let name = node.metadata.name.clone().unwrap_or_default();
-        self.written.insert(name, Arc::new(node));
+    pub fn new(pool: PoolSelector) -> Self {
+        Self {
+            pool,
+            ..Self::default()
+        }
     }
 
-    /// The pool now: cached nodes, with our newer writes in place of older cached copies.
+    /// A copy of a node we just wrote or read.
+    pub fn record(&mut self, mut node: Node) {
+        trim(&mut node, &self.pool);
+        let name = node.metadata.name.clone().unwrap_or_default();
+        self.deleted.remove(&name);
+        self.ours.insert(name, Arc::new(node));
+    }
+
+    /// A fresh read (or write) found the node gone.
+    pub fn record_deleted(&mut self, name: &str) {
+        self.ours.remove(name);
+        self.deleted.insert(name.to_owned());
+    }
+
+    /// Nodes a fresh read found deleted and the cache does not have again.
+    pub fn deleted(&self) -> &BTreeSet<String> {
+        &self.deleted
+    }
+
+    /// Every node now: cached nodes with our newer copies in their place, and our copies of
+    /// nodes the cache does not have yet.
     pub fn view(&mut self, store: &Store<Node>) -> Vec<Arc<Node>> {
         let cached = store.state();
         let mut nodes = Vec::with_capacity(cached.len());
+        let mut ours = std::mem::take(&mut self.ours);
         let mut still_ahead = HashMap::new();
         for node in cached {
             let name = node.metadata.name.as_deref().unwrap_or_default();
-            match self.written.remove(name) {
-                Some(ours) if resource_version(&ours) > resource_version(&node) => {
-                    still_ahead.insert(name.to_owned(), ours.clone());
-                    nodes.push(ours);
+            self.deleted.remove(name);
+            match ours.remove(name) {
+                Some(copy) if resource_version(&copy) > resource_version(&node) => {
+                    still_ahead.insert(name.to_owned(), copy.clone());
+                    nodes.push(copy);
                 }
                 _ => nodes.push(node),
             }
         }
-        self.written = still_ahead;
+        nodes.extend(ours.values().cloned());
+        still_ahead.extend(ours);
+        self.ours = still_ahead;
         nodes
     }
-}
 
-/// The facts of each node, by name.
-pub fn facts_by_name(nodes: &[Arc<Node>]) -> HashMap<String, NodeFacts> {
-    nodes
-        .iter()
-        .map(|n| {
-            let facts = NodeFacts::from_node(n);
-            (facts.name.clone(), facts)
-        })
-        .collect()
+    /// Whether the node belongs to the pool, from the labels its trimmed copy keeps.
+    pub fn in_pool(&self, node: &Node) -> bool {
+        let empty = Default::default();
+        self.pool.matches(node.metadata.labels.as_ref().unwrap_or(&empty))
+    }
 }

@@ -11,16 +11,15 @@
 use crate::{
     api_error::ApiErrorKind,
     args::Args,
-    drain::{DrainSettings, Drainer, RunningDrains},
+    drain::{DrainSettings, Drainer},
+    drain_tracker::DrainTracker,
     events::Events,
     leader::{Election, Elector, Leadership},
-    ledger::Ledger,
-    ledger_store::{LedgerError, LedgerStore},
-    memory::Memory,
+    ledger_store::{LedgerError, LedgerStore, ReadLedger},
     metrics::{Metrics, PoolSummary},
     nodes,
     nodes::Overlay,
-    shell::Shell,
+    shell::{Shell, ShellParts},
 };
 use anyhow::Context as _;
 use k8s_openapi::api::core::v1::Node;
@@ -79,7 +78,7 @@ struct Context {
     store: Store<Node>,
     changed: Arc<Notify>,
     ledger_store: LedgerStore,
-    ledger_watch: watch::Receiver<Ledger>,
+    ledger_watch: watch::Receiver<ReadLedger>,
     events: Events,
     metrics: Metrics,
 }
@@ -102,11 +101,11 @@ impl Context {
         // 429 is the PodDisruptionBudget's answer, which the drain must see and report.
         config.default_retry = false;
         let eviction_client = Client::try_from(config).context("cannot build the API client")?;
-        check_selector(&client, args.node_selector.as_deref()).await?;
+        check_selector(&client, args.node_selector.text()).await?;
         let changed = Arc::new(Notify::new());
         let store = nodes::spawn_reflector(
             client.clone(),
-            args.node_selector.as_deref(),
+            args.node_selector.clone(),
             changed.clone(),
             metrics.clone(),
         );
@@ -199,8 +198,9 @@ impl Context {
             if leadership.is_leading() {
                 return;
             }
-            let nodes = self.store.state();
-            let ledger = self.ledger_watch.borrow().clone();
+            let overlay = Overlay::new(self.args.node_selector.clone());
+            let nodes: Vec<_> = self.store.state().into_iter().filter(|n| overlay.in_pool(n)).collect();
+            let ledger = self.ledger_watch.borrow().ledger.clone();
             let summary = PoolSummary::of(&nodes, &ledger, &self.args.annotation_prefix);
             let budget = self.args.max_unavailable.resolve(nodes.len());
             self.metrics.pool(&summary, budget);
@@ -216,37 +216,35 @@ impl Context {
     async fn lead(&self, leadership: Leadership) -> anyhow::Result<()> {
         let ledger = self.load_ledger().await?;
         let args = &self.args;
-        let mut shell = Shell {
-            api: Api::all(self.client.clone()),
+        let drainer = args.drain.then(|| {
+            let settings = DrainSettings {
+                timeout: args.drain_timeout,
+                grace_period: args.drain_grace_period,
+                pod_selector: args.drain_pod_selector.clone(),
+            };
+            Drainer::new(
+                self.eviction_client.clone(),
+                args.annotation_prefix.clone(),
+                settings,
+                self.events.clone(),
+                self.metrics.clone(),
+                leadership.clone(),
+            )
+        });
+        let mut shell = Shell::new(ShellParts {
+            client: self.client.clone(),
             keys: args.annotation_prefix.clone(),
             max_unavailable: args.max_unavailable,
-            drainer: args.drain.then(|| {
-                let settings = DrainSettings {
-                    timeout: args.drain_timeout,
-                    grace_period: args.drain_grace_period,
-                    pod_selector: args.drain_pod_selector.clone(),
-                };
-                Drainer::new(
-                    self.eviction_client.clone(),
-                    settings,
-                    self.events.clone(),
-                    self.metrics.clone(),
-                    leadership.clone(),
-                )
-            }),
-            drains: RunningDrains::new(self.changed.clone()),
+            drains: DrainTracker::new(drainer, self.changed.clone()),
             nodes: self.store.clone(),
-            overlay: Overlay::default(),
+            overlay: Overlay::new(args.node_selector.clone()),
             ledger,
             ledger_store: self.ledger_store.clone(),
             ledger_watch: self.ledger_watch.clone(),
             events: self.events.clone(),
-            memory: Memory::default(),
-            started: Instant::now(),
-            failed: false,
             metrics: self.metrics.clone(),
             leadership,
-        };
+        });
         let mut wait = Duration::ZERO;
         loop {
             tokio::select! {
@@ -270,7 +268,7 @@ impl Context {
 
     /// Reads the slot ledger (creating it the first time), waiting while the API server
     /// cannot be reached; a missing namespace stops the program.
-    async fn load_ledger(&self) -> anyhow::Result<Ledger> {
+    async fn load_ledger(&self) -> anyhow::Result<ReadLedger> {
         let mut delay = Duration::from_millis(500);
         loop {
             match self.ledger_store.load().await {

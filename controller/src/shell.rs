@@ -3,48 +3,66 @@
 
 use crate::{
     api_error::ApiErrorKind,
-    decide::{Decision, DrainState, NodeAction, ReleaseReason, Round},
-    drain::{DrainOutcome, Drainer, RunningDrains},
+    decide::{Decision, NodeAction, ReleaseReason, Round},
+    drain::DrainOutcome,
+    drain_tracker::{DrainTracker, Finished},
     events::{Events, Reason},
     leader::Leadership,
-    ledger::Ledger,
-    ledger_store::{LedgerError, LedgerStore},
-    memory::Memory,
+    ledger::{Ledger, new_grant_id},
+    ledger_store::{LedgerError, LedgerStore, ReadLedger},
+    memory::{Memory, ViewInputs},
     metrics::{Metrics, PoolSummary},
     nodes::Overlay,
 };
 use common::{AnnotationKeys, MaxUnavailable, NodeFacts, Transition};
 use k8s_openapi::{api::core::v1::Node, jiff::Timestamp};
 use kube::{
-    Api,
+    Api, Client,
     api::{Patch, PatchParams},
     runtime::reflector::Store,
 };
 use std::{collections::HashMap, sync::Arc, time::Instant};
 use tokio::sync::watch;
 
-/// Everything the shell needs, built by `run`.
-#[derive(Debug)]
-pub struct Shell {
-    pub api: Api<Node>,
+/// Where the shell's inputs come from, built by `run`.
+#[allow(missing_debug_implementations)] // kube's Client has no Debug
+pub struct ShellParts {
+    pub client: Client,
     pub keys: AnnotationKeys,
     pub max_unavailable: MaxUnavailable,
-    /// `None` with `--drain=false`.
-    pub drainer: Option<Drainer>,
-    pub drains: RunningDrains,
+    pub drains: DrainTracker,
     pub nodes: Store<Node>,
     pub overlay: Overlay,
-    pub ledger: Ledger,
+    pub ledger: ReadLedger,
     pub ledger_store: LedgerStore,
-    pub ledger_watch: watch::Receiver<Ledger>,
+    pub ledger_watch: watch::Receiver<ReadLedger>,
     pub events: Events,
-    pub memory: Memory,
-    pub started: Instant,
-    /// Some write of the last round failed for a reason other than a stale read.
-    pub failed: bool,
     pub metrics: Metrics,
     /// Nothing is written once this replica no longer leads.
     pub leadership: Leadership,
+}
+
+/// One leading replica's rounds: decide, write, and remember what was written.
+#[derive(Debug)]
+pub struct Shell {
+    api: Api<Node>,
+    keys: AnnotationKeys,
+    max_unavailable: MaxUnavailable,
+    drains: DrainTracker,
+    nodes: Store<Node>,
+    overlay: Overlay,
+    ledger: Ledger,
+    /// Why the ledger as last read could not be used (it is rebuilt before any new grant).
+    ledger_damage: Option<String>,
+    ledger_store: LedgerStore,
+    ledger_watch: watch::Receiver<ReadLedger>,
+    events: Events,
+    memory: Memory,
+    started: Instant,
+    /// Some write of the last round failed for a reason other than a stale read.
+    failed: bool,
+    metrics: Metrics,
+    leadership: Leadership,
 }
 
 /// What happened to one node write.
@@ -52,20 +70,63 @@ enum Written {
     Ok(Box<Node>),
     /// The node changed under us: read it again before the next decision.
     Stale,
+    Deleted,
     Skipped,
     Failed,
 }
 
 impl Shell {
+    pub fn new(parts: ShellParts) -> Self {
+        let mut shell = Self {
+            api: Api::all(parts.client),
+            keys: parts.keys,
+            max_unavailable: parts.max_unavailable,
+            drains: parts.drains,
+            nodes: parts.nodes,
+            overlay: parts.overlay,
+            ledger: Ledger::default(),
+            ledger_damage: None,
+            ledger_store: parts.ledger_store,
+            ledger_watch: parts.ledger_watch,
+            events: parts.events,
+            memory: Memory::default(),
+            started: Instant::now(),
+            failed: false,
+            metrics: parts.metrics,
+            leadership: parts.leadership,
+        };
+        shell.take_ledger(parts.ledger);
+        shell
+    }
+
     fn now_ms(&self) -> u64 {
         u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// Uses a ledger as read; a damaged one is reported (once per version) and rebuilt.
+    fn take_ledger(&mut self, read: ReadLedger) {
+        if let Some(damage) = &read.damage
+            && read.ledger.resource_version != self.ledger.resource_version
+        {
+            self.metrics.ledger_damaged.inc();
+            tracing::warn!(%damage, "the slot ledger is unreadable; rebuilding it from the nodes");
+            let note = format!(
+                "{damage}; rebuilt from the nodes' protocol state (no new slot until it is \
+                 written back). Do not edit this annotation by hand; pause instead"
+            );
+            self.events
+                .publish_about(self.ledger_store.reference(), Reason::LedgerDamaged, note);
+        }
+        self.ledger_damage = read.damage;
+        self.ledger = read.ledger;
     }
 
     /// Takes a newer ledger from the watch (another controller's writes).
     fn catch_up_ledger(&mut self) {
         let watched = self.ledger_watch.borrow_and_update().clone();
-        if watched.resource_version.is_some() && self.ledger.is_older_than(&watched) {
-            self.ledger = watched;
+        if watched.ledger.resource_version.is_some() && self.ledger.is_older_than(&watched.ledger)
+        {
+            self.take_ledger(watched);
         }
     }
 
@@ -79,22 +140,38 @@ impl Shell {
         self.catch_up_ledger();
         self.collect_drain_outcomes();
         let nodes = self.overlay.view(&self.nodes);
-        let views = self.memory.views(&nodes, &self.keys, self.now_ms());
-        let decision = Round {
+        let views = self.memory.views(
+            &nodes,
+            ViewInputs {
+                keys: &self.keys,
+                ledger: &self.ledger,
+                drains: &self.drains,
+                overlay: &self.overlay,
+                now: self.now_ms(),
+            },
+        );
+        let pool = views.iter().filter(|v| v.in_pool).count();
+        let mut decision = Round {
             nodes: &views,
             ledger: &self.ledger,
-            budget: self.max_unavailable.resolve(views.len()),
-            drain_enabled: self.drainer.is_some(),
+            deleted: self.overlay.deleted(),
+            budget: self.max_unavailable.resolve(pool),
+            drain_enabled: self.drains.enabled(),
             now: self.now_ms(),
         }
         .decide();
+        if self.ledger_damage.is_some() {
+            // Rebuild first (adopt what the nodes carry), grant only from the rebuilt ledger.
+            decision.ledger.grant.retain(|g| g.adopted.is_some());
+            decision.waiting.clear();
+        }
         let by_name: HashMap<&str, &Arc<Node>> = nodes
             .iter()
             .map(|n| (n.metadata.name.as_deref().unwrap_or_default(), n))
             .collect();
-        self.announce_waiting(&decision, &by_name, views.len());
+        self.announce_waiting(&decision, &by_name, pool);
         let mut progressed = false;
-        if !decision.ledger.is_empty() {
+        if !decision.ledger.is_empty() || self.ledger_damage.is_some() {
             if !self.leadership.is_leading() {
                 return false;
             }
@@ -122,34 +199,22 @@ impl Shell {
         progressed
     }
 
-    fn start_drain(&mut self, node: &Node) {
-        let Some(drainer) = self.drainer.clone() else {
-            return;
-        };
-        let name = node.metadata.name.clone().unwrap_or_default();
-        tracing::info!(node = %name, "draining");
-        self.events
-            .publish(node, Reason::Draining, "cordoned; evicting its pods".into());
-        self.memory.drains.insert(name.clone(), DrainState::Running);
-        self.drains.start(name, node.clone(), drainer);
-    }
-
-    /// Abandons a drain that no longer matters (request withdrawn, slot released).
-    fn stop_drain(&mut self, name: &str) {
-        self.drains.abort(name);
-        self.memory.drains.remove(name);
-    }
-
     fn collect_drain_outcomes(&mut self) {
-        while let Some((name, node, outcome, took)) = self.drains.finished() {
-            if self.memory.drains.get(&name) != Some(&DrainState::Running) {
-                continue;
-            }
+        for Finished {
+            grant,
+            node,
+            outcome,
+            took,
+        } in self.drains.finished()
+        {
+            let name = node.metadata.name.clone().unwrap_or_default();
             match outcome {
                 DrainOutcome::Drained { evicted } => {
                     self.metrics.drain_finished("drained", took);
-                    tracing::info!(node = %name, evicted, took = ?took, "drained");
-                    self.memory.drains.insert(name, DrainState::Drained);
+                    tracing::info!(node = %name, %grant, evicted, took = ?took, "drained");
+                }
+                DrainOutcome::Superseded => {
+                    tracing::info!(node = %name, %grant, "drain stopped: the node no longer holds its grant");
                 }
                 DrainOutcome::TimedOut { blocking } => {
                     let pods: Vec<String> = blocking
@@ -166,8 +231,6 @@ impl Shell {
                     );
                     note.truncate(1000);
                     self.events.publish(&node, Reason::DrainBlocked, note);
-                    *self.memory.drain_failures.entry(name.clone()).or_default() += 1;
-                    self.memory.drains.insert(name, DrainState::Failed);
                 }
             }
         }
@@ -176,8 +239,9 @@ impl Shell {
     /// Publishes the pool gauges as this replica sees the pool now.
     pub fn publish_pool(&mut self) {
         let nodes = self.overlay.view(&self.nodes);
-        let summary = PoolSummary::of(&nodes, &self.ledger, &self.keys);
-        let budget = self.max_unavailable.resolve(nodes.len());
+        let pool: Vec<Arc<Node>> = nodes.into_iter().filter(|n| self.overlay.in_pool(n)).collect();
+        let summary = PoolSummary::of(&pool, &self.ledger, &self.keys);
+        let budget = self.max_unavailable.resolve(pool.len());
         self.metrics.pool(&summary, budget);
     }
 
@@ -187,8 +251,8 @@ impl Shell {
 
     async fn reload_ledger(&mut self) -> bool {
         match self.ledger_store.load().await {
-            Ok(ledger) => {
-                self.ledger = ledger;
+            Ok(read) => {
+                self.take_ledger(read);
                 true
             }
             Err(error) => {
@@ -226,37 +290,29 @@ impl Shell {
         nodes: &HashMap<&str, &Arc<Node>>,
     ) -> Result<(), LedgerError> {
         let now = Timestamp::now().to_string();
-        let slots = decision.ledger.apply(&self.ledger.slots, &now);
+        let slots = decision.ledger.apply(&self.ledger.slots, &now, new_grant_id);
         self.ledger = self.ledger_store.swap(&self.ledger, &slots).await?;
-        for name in &decision.ledger.grant {
-            tracing::info!(node = %name, slots = self.ledger.slots.len(), "slot granted");
-        }
-        for name in &decision.ledger.release {
-            self.stop_drain(name);
-            tracing::info!(node = %name, slots = self.ledger.slots.len(), "slot released");
-            if !decision.release_reasons.iter().any(|(n, _)| n == name) {
-                // Its node left the pool (deleted, or no longer selected) while holding it.
-                self.metrics.reboot_failed("node_removed");
-            }
+        self.ledger_damage = None;
+        let ledger = &self.ledger;
+        self.drains
+            .retain(|grant| ledger.slots.values().any(|s| s.grant == grant));
+        for grant in &decision.ledger.grant {
+            let id = self.ledger.grant_of(&grant.node).unwrap_or_default();
+            tracing::info!(node = %grant.node, grant = %id, adopted = grant.adopted.is_some(),
+                           slots = self.ledger.slots.len(), "slot granted");
         }
         for (name, reason) in &decision.release_reasons {
-            let Some(node) = nodes.get(name.as_str()) else {
-                continue;
-            };
+            tracing::info!(node = %name, ?reason, slots = self.ledger.slots.len(), "slot released");
             match reason {
-                ReleaseReason::Completed => {}
+                ReleaseReason::Completed | ReleaseReason::Unclaimed => {}
+                ReleaseReason::NodeDeleted => self.metrics.reboot_failed("node_removed"),
+                ReleaseReason::DrainFailed => self.drains.schedule_retry(name, self.now_ms()),
                 ReleaseReason::Cancelled => {
                     self.metrics.reboots_cancelled.inc();
-                    self.events.publish(
-                        node,
-                        Reason::Cancelled,
-                        "reboot-needed was removed: reboot cancelled, slot released".into(),
-                    );
-                }
-                ReleaseReason::DrainFailed => {
-                    let failures = self.memory.drain_failures.get(name).copied().unwrap_or(1);
-                    let retry = self.now_ms() + drain_retry_delay_ms(failures);
-                    self.memory.not_before.insert(name.clone(), retry);
+                    if let Some(node) = nodes.get(name.as_str()) {
+                        let note = "reboot-needed was removed: reboot cancelled, slot released";
+                        self.events.publish(node, Reason::Cancelled, note.into());
+                    }
                 }
             }
         }
@@ -264,15 +320,11 @@ impl Shell {
     }
 
     async fn execute(&mut self, action: NodeAction, nodes: &HashMap<&str, &Arc<Node>>) -> bool {
-        let name = match &action {
-            NodeAction::Cordon(n)
-            | NodeAction::StartDrain(n)
-            | NodeAction::Promote(n)
-            | NodeAction::CordonAndPromote(n)
-            | NodeAction::Complete(n)
-            | NodeAction::Uncordon(n, _) => n.clone(),
-            NodeAction::WarnInvalidRequest { node, .. } => node.clone(),
-        };
+        if let NodeAction::Refetch(name) = &action {
+            let before = nodes.get(name.as_str()).and_then(|n| n.metadata.resource_version.clone());
+            return self.refetch(name).await != before;
+        }
+        let name = action.node().to_owned();
         let Some(node) = nodes.get(name.as_str()).map(|n| (*n).clone()) else {
             return false;
         };
@@ -280,48 +332,50 @@ impl Shell {
         let keys = self.keys.clone();
         let t = Transition::new(&keys);
         let written = match &action {
-            NodeAction::Cordon(_) => self.patch(&name, t.cordon(&facts)).await,
-            NodeAction::Promote(_) => self.patch(&name, t.promote(&facts)).await,
-            NodeAction::CordonAndPromote(_) => {
-                self.patch(&name, t.cordon_and_promote(&facts)).await
-            }
-            NodeAction::Complete(_) => {
-                self.patch(&name, t.complete(&facts, &Timestamp::now().to_string()))
+            NodeAction::Claim {
+                grant,
+                node_version,
+                promote,
+                ..
+            } => {
+                self.patch(&name, t.claim(&facts, grant, node_version, *promote))
                     .await
             }
-            NodeAction::Uncordon(_, reason) => {
-                if *reason == ReleaseReason::Cancelled {
-                    self.stop_drain(&name);
-                }
-                match t.release(&facts) {
-                    Some(patch) => self.patch(&name, patch).await,
-                    None => Written::Skipped,
-                }
+            NodeAction::Recordon { grant, .. } => self.patch(&name, t.recordon(&facts, grant)).await,
+            NodeAction::Promote { grant, .. } => self.patch(&name, t.promote(&facts, grant)).await,
+            NodeAction::Complete { grant, .. } => {
+                let now = Timestamp::now().to_string();
+                self.patch(&name, t.complete(&facts, Some(grant), &now)).await
             }
-            NodeAction::StartDrain(_) => {
-                self.start_drain(&node);
+            NodeAction::Release { .. } => match t.release(&facts) {
+                Some(patch) => self.patch(&name, patch).await,
+                None => Written::Skipped,
+            },
+            NodeAction::StartDrain { grant, .. } => {
+                tracing::info!(node = %name, %grant, "draining");
+                self.events
+                    .publish(&node, Reason::Draining, "cordoned; evicting its pods".into());
+                self.drains.start(&node, grant);
                 Written::Skipped
             }
             NodeAction::WarnInvalidRequest { value, .. } => {
-                if self.memory.first_warning(&name, value) {
-                    tracing::warn!(node = %name, %value, "ignoring reboot-needed: not `true`");
-                    let note = format!(
-                        "{}={value:?} is not a reboot request: only \"true\" is; fix the value or remove the annotation",
-                        keys.needed
-                    );
-                    self.events.publish(&node, Reason::InvalidRequest, note);
-                }
+                self.warn_invalid(&node, &name, value);
                 Written::Skipped
             }
+            NodeAction::Refetch(_) => Written::Skipped,
         };
         match written {
             Written::Ok(updated) => {
-                self.after_write(&action, &node);
+                self.after_write(&action, &updated);
                 self.overlay.record(*updated);
                 true
             }
             Written::Stale => {
                 self.refetch(&name).await;
+                true
+            }
+            Written::Deleted => {
+                self.overlay.record_deleted(&name);
                 true
             }
             Written::Failed => {
@@ -332,10 +386,21 @@ impl Shell {
         }
     }
 
+    fn warn_invalid(&mut self, node: &Node, name: &str, value: &str) {
+        if self.memory.first_warning(name, value) {
+            tracing::warn!(node = %name, %value, "ignoring reboot-needed: not `true`");
+            let note = format!(
+                "{}={value:?} is not a reboot request: only \"true\" is; fix the value or remove the annotation",
+                self.keys.needed
+            );
+            self.events.publish(node, Reason::InvalidRequest, note);
+        }
+    }
+
     fn after_write(&mut self, action: &NodeAction, node: &Node) {
         let name = node.metadata.name.as_deref().unwrap_or_default();
         match action {
-            NodeAction::Promote(_) | NodeAction::CordonAndPromote(_) => {
+            NodeAction::Claim { promote: true, .. } | NodeAction::Promote { .. } => {
                 self.metrics.reboots_approved.inc();
                 tracing::info!(node = %name, "reboot-now set: the agent reboots the node");
                 self.events.publish(
@@ -344,35 +409,50 @@ impl Shell {
                     "slot granted and node drained: reboot-now set".into(),
                 );
             }
-            NodeAction::Complete(_) => {
-                let since = self
-                    .ledger
-                    .slots
-                    .get(name)
-                    .map(|s| s.granted_at.clone())
-                    .unwrap_or_default();
-                let took = since.parse::<Timestamp>().ok().map(|granted| {
-                    Timestamp::now()
-                        .duration_since(granted)
-                        .as_secs_f64()
-                        .max(0.0)
-                });
-                self.metrics.reboots_completed.inc();
-                if let Some(took) = took {
-                    self.metrics.reboot_duration.observe(took);
-                }
-                let took_seconds = took.unwrap_or(-1.0);
-                tracing::info!(node = %name, %since, took_seconds, "reboot completed");
-                self.events.publish(
-                    node,
-                    Reason::Rebooted,
-                    format!("reboot proven by a new boot id; node Ready (slot held since {since})"),
-                );
+            NodeAction::Complete { .. } => self.completed(node, name),
+            NodeAction::Claim { grant, .. } => {
+                tracing::info!(node = %name, %grant, "grant claimed; cordoned");
             }
-            NodeAction::Cordon(_) => tracing::info!(node = %name, "cordoned"),
-            NodeAction::Uncordon(_, reason) => tracing::info!(node = %name, ?reason, "uncordoned"),
+            NodeAction::Recordon { grant, .. } => {
+                // Pods may have landed while it was uncordoned: its drain starts over.
+                self.drains.restart(grant);
+                tracing::info!(node = %name, "cordoned again");
+            }
+            NodeAction::Release { reason, .. } => {
+                tracing::info!(node = %name, ?reason, "grant dropped; uncordoned if ours");
+            }
             _ => {}
         }
+    }
+
+    fn completed(&mut self, node: &Node, name: &str) {
+        self.drains.forget_retries(name);
+        let since = self
+            .ledger
+            .slots
+            .get(name)
+            .map(|s| s.granted_at.clone())
+            .unwrap_or_default();
+        let took = since.parse::<Timestamp>().ok().map(|granted| {
+            Timestamp::now()
+                .duration_since(granted)
+                .as_secs_f64()
+                .max(0.0)
+        });
+        self.metrics.reboots_completed.inc();
+        if let Some(took) = took {
+            self.metrics.reboot_duration.observe(took);
+        }
+        let took_seconds = took.unwrap_or(-1.0);
+        tracing::info!(node = %name, %since, took_seconds, "reboot completed");
+        self.events.publish(
+            node,
+            Reason::Rebooted,
+            format!(
+                "reboot proven by a new boot id, reported by the kubelet; node Ready (slot held \
+                 since {since})"
+            ),
+        );
     }
 
     async fn patch(&self, name: &str, patch: json_patch::Patch) -> Written {
@@ -388,6 +468,8 @@ impl Shell {
                 if kind.is_stale_read() {
                     tracing::debug!(node = %name, %error, "node changed under us; re-reading");
                     Written::Stale
+                } else if kind == ApiErrorKind::NotFound {
+                    Written::Deleted
                 } else {
                     tracing::warn!(node = %name, %error, kind = kind.as_str(), "node write failed");
                     Written::Failed
@@ -396,22 +478,24 @@ impl Shell {
         }
     }
 
-    async fn refetch(&mut self, name: &str) {
+    /// Reads the node again into the overlay; its resourceVersion now (`None`: deleted, or
+    /// the read failed).
+    async fn refetch(&mut self, name: &str) -> Option<String> {
         match self.api.get_opt(name).await {
-            Ok(Some(node)) => self.overlay.record(node),
-            Ok(None) => {}
+            Ok(Some(node)) => {
+                let version = node.metadata.resource_version.clone();
+                self.overlay.record(node);
+                version
+            }
+            Ok(None) => {
+                self.overlay.record_deleted(name);
+                None
+            }
             Err(error) => {
                 self.metrics.api_error("node", ApiErrorKind::of(&error));
                 tracing::warn!(node = %name, %error, "could not re-read node");
+                None
             }
         }
     }
-}
-
-/// After the n-th failed drain of a node, wait 30 s x 2^(n-1), at most 15 minutes, so that
-/// other nodes go first and a stuck PodDisruptionBudget is not hammered.
-fn drain_retry_delay_ms(failures: u32) -> u64 {
-    let base: u64 = 30_000;
-    base.saturating_mul(1 << failures.saturating_sub(1).min(5))
-        .min(15 * 60_000)
 }

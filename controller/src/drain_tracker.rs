@@ -1,0 +1,188 @@
+//! The one owner of every drain this replica runs: a drain belongs to one grant of one slot
+//! (never to a node name, so a node's next grant is always drained again), from its start to
+//! its outcome, and the retry schedule of nodes whose drain failed.
+
+use crate::{
+    decide::DrainState,
+    drain::{DrainOutcome, Drainer},
+};
+use backon::{BackoffBuilder, ExponentialBackoff, ExponentialBuilder};
+use k8s_openapi::api::core::v1::Node;
+use kube::ResourceExt;
+use std::{
+    collections::HashMap,
+    sync::Arc,
+    time::{Duration, Instant},
+};
+use tokio::{
+    sync::{Notify, mpsc},
+    task::JoinHandle,
+};
+use tracing::Instrument;
+
+/// A drain that ended.
+#[derive(Debug)]
+pub struct Finished {
+    pub grant: String,
+    /// The node as the drain started.
+    pub node: Node,
+    pub outcome: DrainOutcome,
+    pub took: Duration,
+}
+
+#[derive(Debug)]
+struct Tracked {
+    state: DrainState,
+    task: Option<JoinHandle<()>>,
+}
+
+/// After a failed drain, a node waits 30 s, then 60 s, ... at most 15 minutes before its next
+/// grant, so that other nodes go first and a stuck PodDisruptionBudget is not hammered.
+fn failed_drain_backoff() -> ExponentialBackoff {
+    ExponentialBuilder::new()
+        .with_min_delay(Duration::from_secs(30))
+        .with_max_delay(Duration::from_secs(15 * 60))
+        .without_max_times()
+        .build()
+}
+
+#[derive(Debug)]
+struct Retry {
+    backoff: ExponentialBackoff,
+    not_before: u64,
+}
+
+/// Drains by grant, and when nodes whose drain failed may be granted again.
+#[derive(Debug)]
+pub struct DrainTracker {
+    drainer: Option<Drainer>,
+    grants: HashMap<String, Tracked>,
+    retries: HashMap<String, Retry>,
+    done_tx: mpsc::UnboundedSender<Finished>,
+    done_rx: mpsc::UnboundedReceiver<Finished>,
+    /// Woken when a drain ends, so the next decision comes at once.
+    changed: Arc<Notify>,
+}
+
+impl DrainTracker {
+    /// `drainer` is `None` with `--drain=false`.
+    pub fn new(drainer: Option<Drainer>, changed: Arc<Notify>) -> Self {
+        let (done_tx, done_rx) = mpsc::unbounded_channel();
+        Self {
+            drainer,
+            grants: HashMap::new(),
+            retries: HashMap::new(),
+            done_tx,
+            done_rx,
+            changed,
+        }
+    }
+
+    pub fn enabled(&self) -> bool {
+        self.drainer.is_some()
+    }
+
+    /// Where the drain of `grant` stands.
+    pub fn state(&self, grant: &str) -> DrainState {
+        self.grants.get(grant).map_or(DrainState::NotStarted, |t| t.state)
+    }
+
+    /// The earliest time (in the shell's clock) the node may be granted again.
+    pub fn not_before(&self, node: &str) -> Option<u64> {
+        self.retries.get(node).map(|r| r.not_before)
+    }
+
+    /// Starts draining `node` for `grant`.
+    pub fn start(&mut self, node: &Node, grant: &str) {
+        let Some(drainer) = self.drainer.clone() else {
+            return;
+        };
+        let done = self.done_tx.clone();
+        let changed = self.changed.clone();
+        let (node, grant_id) = (node.clone(), grant.to_owned());
+        let span = tracing::info_span!("drain", node = %node.name_any(), grant = %grant);
+        let task = tokio::spawn(
+            async move {
+                let started = Instant::now();
+                let outcome = drainer.drain(&node, &grant_id).await;
+                let took = started.elapsed();
+                let _ = done.send(Finished {
+                    grant: grant_id,
+                    node,
+                    outcome,
+                    took,
+                });
+                changed.notify_one();
+            }
+            .instrument(span),
+        );
+        let tracked = Tracked {
+            state: DrainState::Running,
+            task: Some(task),
+        };
+        if let Some(old) = self.grants.insert(grant.to_owned(), tracked) {
+            old.task.inspect(JoinHandle::abort);
+        }
+    }
+
+    /// The drains that ended since the last call; their grants' states are updated.
+    pub fn finished(&mut self) -> Vec<Finished> {
+        let mut ended = Vec::new();
+        while let Ok(done) = self.done_rx.try_recv() {
+            let Some(tracked) = self.grants.get_mut(&done.grant) else {
+                continue;
+            };
+            tracked.task = None;
+            tracked.state = match done.outcome {
+                DrainOutcome::Drained { .. } => DrainState::Drained,
+                DrainOutcome::TimedOut { .. } | DrainOutcome::Superseded => DrainState::Failed,
+            };
+            ended.push(done);
+        }
+        ended
+    }
+
+    /// Forgets the drain of `grant` (the node was uncordoned meanwhile: pods may be back).
+    pub fn restart(&mut self, grant: &str) {
+        if let Some(task) = self.grants.remove(grant).and_then(|t| t.task) {
+            task.abort();
+        }
+    }
+
+    /// Forgets the grants that are no longer in the ledger, stopping their drains.
+    pub fn retain(&mut self, live: impl Fn(&str) -> bool) {
+        self.grants.retain(|grant, tracked| {
+            let keep = live(grant);
+            if !keep && let Some(task) = tracked.task.take() {
+                task.abort();
+            }
+            keep
+        });
+    }
+
+    /// The slot of a failed drain was released: the node waits before its next grant.
+    pub fn schedule_retry(&mut self, node: &str, now: u64) {
+        let retry = self.retries.entry(node.to_owned()).or_insert_with(|| Retry {
+            backoff: failed_drain_backoff(),
+            not_before: now,
+        });
+        let wait = retry.backoff.next().unwrap_or(Duration::from_secs(15 * 60));
+        retry.not_before = now + u64::try_from(wait.as_millis()).unwrap_or(u64::MAX);
+    }
+
+    /// The node's reboot was completed: its next failure starts the schedule over.
+    pub fn forget_retries(&mut self, node: &str) {
+        self.retries.remove(node);
+    }
+}
+
+impl Drop for DrainTracker {
+    fn drop(&mut self) {
+        for (grant, tracked) in self.grants.drain() {
+            if let Some(task) = tracked.task.filter(|t| !t.is_finished()) {
+                tracing::info!(%grant, "drain stopped; it resumes from the node's state");
+                task.abort();
+            }
+        }
+    }
+}

@@ -1,0 +1,162 @@
+//! The pool: the nodes `--node-selector` selects. The node watch covers every Node, so that a
+//! node holding one of this pool's slots is still seen, and finished, after its labels take
+//! it out of the pool; membership is the selector evaluated here on each node's labels.
+
+use kube::core::{Expression, Selector, SelectorExt};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// A parsed `--node-selector` (Kubernetes label selector syntax); empty selects every node.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PoolSelector {
+    text: Option<String>,
+    selector: Selector,
+    keys: BTreeSet<String>,
+}
+
+impl PoolSelector {
+    /// Parses `k=v`, `k==v`, `k!=v`, `k in (a,b)`, `k notin (a,b)`, `k` and `!k`, separated
+    /// by commas.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let mut expressions = Vec::new();
+        for requirement in split_requirements(text)? {
+            expressions.push(parse_requirement(&requirement)?);
+        }
+        let keys = expressions.iter().map(|e| key_of(e).to_owned()).collect();
+        Ok(Self {
+            text: (!text.trim().is_empty()).then(|| text.trim().to_owned()),
+            selector: expressions.into_iter().collect(),
+            keys,
+        })
+    }
+
+    pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+        self.selector.matches(labels)
+    }
+
+    /// The label keys the selector reads: the only labels the node cache keeps.
+    pub fn keys(&self) -> &BTreeSet<String> {
+        &self.keys
+    }
+
+    /// The selector as given, for logs and for the API server's own check.
+    pub fn text(&self) -> Option<&str> {
+        self.text.as_deref()
+    }
+}
+
+fn key_of(expression: &Expression) -> &str {
+    match expression {
+        Expression::In(k, _)
+        | Expression::NotIn(k, _)
+        | Expression::Equal(k, _)
+        | Expression::NotEqual(k, _)
+        | Expression::Exists(k)
+        | Expression::DoesNotExist(k) => k,
+    }
+}
+
+/// Splits at the commas that are not inside a value set's parentheses.
+fn split_requirements(text: &str) -> Result<Vec<String>, String> {
+    let mut parts = Vec::new();
+    let (mut depth, mut current) = (0usize, String::new());
+    for c in text.chars() {
+        match c {
+            '(' => depth += 1,
+            ')' => depth = depth.checked_sub(1).ok_or("a ')' without its '('")?,
+            ',' if depth == 0 => {
+                parts.push(std::mem::take(&mut current));
+                continue;
+            }
+            _ => {}
+        }
+        current.push(c);
+    }
+    if depth != 0 {
+        return Err("a '(' without its ')'".into());
+    }
+    parts.push(current);
+    let parts: Vec<String> = parts.into_iter().map(|p| p.trim().to_owned()).collect();
+    if parts.len() == 1 && parts[0].is_empty() {
+        return Ok(Vec::new());
+    }
+    match parts.iter().any(String::is_empty) {
+        true => Err("an empty requirement between commas".into()),
+        false => Ok(parts),
+    }
+}
+
+fn parse_requirement(text: &str) -> Result<Expression, String> {
+    let key = |k: &str| -> Result<String, String> {
+        let k = k.trim();
+        let valid = !k.is_empty()
+            && k.chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-_./".contains(c));
+        valid.then(|| k.to_owned()).ok_or(format!("{k:?} is not a label key"))
+    };
+    if let Some(rest) = text.strip_prefix('!') {
+        return Ok(Expression::DoesNotExist(key(rest)?));
+    }
+    for (operator, negated) in [("!=", true), ("==", false), ("=", false)] {
+        if let Some((k, v)) = text.split_once(operator) {
+            let (k, v) = (key(k)?, v.trim().to_owned());
+            return Ok(if negated {
+                Expression::NotEqual(k, v)
+            } else {
+                Expression::Equal(k, v)
+            });
+        }
+    }
+    let words: Vec<&str> = text.splitn(2, char::is_whitespace).collect();
+    if let [k, rest] = words.as_slice() {
+        let rest = rest.trim();
+        let (negated, set) = match rest.strip_prefix("notin") {
+            Some(set) => (true, set),
+            None => (false, rest.strip_prefix("in").ok_or(format!("{text:?}: expected `in` or `notin`"))?),
+        };
+        let set = set.trim();
+        let values = set
+            .strip_prefix('(')
+            .and_then(|s| s.strip_suffix(')'))
+            .ok_or(format!("{text:?}: the values go in parentheses, like `zone in (a,b)`"))?;
+        let values: BTreeSet<String> = values.split(',').map(|v| v.trim().to_owned()).collect();
+        let k = key(k)?;
+        return Ok(if negated {
+            Expression::NotIn(k, values)
+        } else {
+            Expression::In(k, values)
+        });
+    }
+    Ok(Expression::Exists(key(text)?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    }
+
+    #[test]
+    fn selects_like_the_api_server() {
+        let pool = PoolSelector::parse("pool=a, zone in (z1,z2), !spot, tier != db, gpu").unwrap();
+        let node = labels(&[("pool", "a"), ("zone", "z2"), ("tier", "web"), ("gpu", "")]);
+        assert!(pool.matches(&node));
+        assert!(!pool.matches(&labels(&[("pool", "a"), ("zone", "z3"), ("gpu", "")])));
+        assert!(!pool.matches(&labels(&[("pool", "b"), ("zone", "z1"), ("gpu", "")])));
+        let keys: Vec<&str> = pool.keys().iter().map(String::as_str).collect();
+        assert_eq!(keys, ["gpu", "pool", "spot", "tier", "zone"]);
+        assert!(PoolSelector::parse("").unwrap().matches(&labels(&[])));
+        assert!(PoolSelector::parse("zone notin (z1)").unwrap().matches(&labels(&[])));
+    }
+
+    #[test]
+    fn malformed_selectors_are_refused_with_the_reason() {
+        for bad in ["pool=a,,x", "zone in z1", "zone in (z1", "a b c", "=x", "zone between (a)"] {
+            assert!(PoolSelector::parse(bad).is_err(), "{bad}");
+        }
+    }
+}

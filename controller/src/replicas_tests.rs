@@ -1,0 +1,527 @@
+//! The property test of the decision core with one to three controller replicas acting at
+//! once (leader election off, or a deposed leader that has not noticed), each with its own
+//! memory, its own possibly stale node cache and ledger copy, in random interleavings against
+//! one model API server: Node objects as JSON changed by the protocol's own patches (with
+//! resourceVersions from one revision counter, so `test` operations and the ledger's
+//! compare-and-swap behave as on a real API server), agents, kubelets that report a new boot
+//! late, a scheduler that puts a workload pod back on every schedulable node, and an
+//! administrator. Properties, checked at every write:
+//! - the operator never holds more nodes (grant carried, or a reboot under way) than the budget;
+//! - no `reboot-now` while a workload pod is on the node (drain on);
+//! - no request lost: `reboot-needed` leaves only with `reboot-now`;
+//! - the administrator's cordon is kept;
+//! - a node is completed only once the kubelet reports the boot the agent proved;
+//! and, once disturbances stop, every request ends in exactly one proven reboot.
+
+use super::tests::{annotate, facts, node_json};
+use super::*;
+use crate::ledger::Ledger;
+use common::{AnnotationKeys, Transition};
+use proptest::prelude::*;
+use serde_json::{Value, json};
+use std::collections::{BTreeMap, BTreeSet};
+
+const NODES: usize = 6;
+
+#[derive(Debug, Clone)]
+enum Step {
+    Round(usize),
+    SyncNode { replica: usize, node: usize },
+    SyncAll(usize),
+    SyncLedger(usize),
+    DrainEnds { replica: usize, node: usize, ok: bool },
+    Agent(usize),
+    Kubelet(usize),
+    Request(usize),
+    Cancel(usize),
+    AdminCordon(usize),
+    AdminTakesCordon(usize),
+    Flap(usize),
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    let r = 0..3usize;
+    let n = 0..NODES;
+    prop_oneof![
+        8 => r.clone().prop_map(Step::Round),
+        4 => (r.clone(), n.clone()).prop_map(|(replica, node)| Step::SyncNode { replica, node }),
+        2 => r.clone().prop_map(Step::SyncAll),
+        2 => r.clone().prop_map(Step::SyncLedger),
+        3 => (r, n.clone(), proptest::bool::weighted(0.85))
+            .prop_map(|(replica, node, ok)| Step::DrainEnds { replica, node, ok }),
+        4 => n.clone().prop_map(Step::Agent),
+        3 => n.clone().prop_map(Step::Kubelet),
+        4 => n.clone().prop_map(Step::Request),
+        1 => n.clone().prop_map(Step::Cancel),
+        1 => n.clone().prop_map(Step::AdminCordon),
+        1 => n.clone().prop_map(Step::AdminTakesCordon),
+        1 => n.prop_map(Step::Flap),
+    ]
+}
+
+/// The model API server: the truth.
+#[derive(Debug)]
+struct Server {
+    nodes: Vec<Value>,
+    ledger: Ledger,
+    revision: u64,
+    /// A workload pod is bound to the node.
+    pods: Vec<bool>,
+    /// The boot each node really runs (the kubelet reports it when it gets to it).
+    boots: Vec<u32>,
+    admin_cordoned: BTreeSet<usize>,
+    budget: usize,
+    drain_enabled: bool,
+    next_grant: u64,
+}
+
+/// One controller replica's own state: what it has seen, and what it remembers.
+#[derive(Debug, Clone, Default)]
+struct Replica {
+    cache: Vec<Value>,
+    ledger: Ledger,
+    deleted: BTreeSet<String>,
+    requested_at: BTreeMap<String, u64>,
+    drains: BTreeMap<String, DrainState>,
+    not_before: BTreeMap<String, u64>,
+}
+
+fn keys() -> AnnotationKeys {
+    AnnotationKeys::default()
+}
+
+fn annotation(obj: &Value, key: &str) -> Option<String> {
+    obj["metadata"]["annotations"][key].as_str().map(str::to_owned)
+}
+
+fn index(name: &str) -> usize {
+    name[1..].parse().unwrap()
+}
+
+impl Server {
+    fn new(budget: usize, drain_enabled: bool, not_ready: &[bool]) -> Self {
+        Self {
+            nodes: (0..NODES).map(|i| node_json(&format!("n{i}"), !not_ready[i])).collect(),
+            ledger: Ledger {
+                resource_version: Some("1".into()),
+                slots: BTreeMap::new(),
+            },
+            revision: 1,
+            pods: vec![true; NODES],
+            boots: vec![0; NODES],
+            admin_cordoned: BTreeSet::new(),
+            budget,
+            drain_enabled,
+            next_grant: 0,
+        }
+    }
+
+    fn bump(&mut self, i: usize) {
+        self.revision += 1;
+        self.nodes[i]["metadata"]["resourceVersion"] = self.revision.to_string().into();
+    }
+
+    /// All of the patch or nothing, as the API server applies a JSON Patch.
+    fn patch(&mut self, i: usize, patch: &json_patch::Patch) -> bool {
+        let mut next = self.nodes[i].clone();
+        if json_patch::patch(&mut next, patch).is_err() {
+            return false;
+        }
+        self.nodes[i] = next;
+        self.bump(i);
+        true
+    }
+
+    fn set_ready(&mut self, i: usize, ready: bool) {
+        self.nodes[i]["status"]["conditions"][0]["status"] =
+            (if ready { "True" } else { "False" }).into();
+    }
+
+    /// The operator's share of unavailability: nodes carrying a grant or rebooting.
+    fn held_by_operator(&self) -> Vec<String> {
+        self.nodes
+            .iter()
+            .map(facts)
+            .filter(|f| {
+                let state = f.protocol(&keys());
+                state.grant.is_some() || state.reboot_under_way()
+            })
+            .map(|f| f.name)
+            .collect()
+    }
+
+    /// A controller's write of node `i`, with the invariants every such write must keep.
+    fn controller_patch(&mut self, i: usize, patch: &json_patch::Patch) -> bool {
+        let before = self.nodes[i].clone();
+        if !self.patch(i, patch) {
+            return false;
+        }
+        let after = &self.nodes[i];
+        let needed = |o: &Value| annotation(o, "reboot-needed").as_deref() == Some("true");
+        let now = |o: &Value| annotation(o, "reboot-now").as_deref() == Some("true");
+        if needed(&before) && !needed(after) {
+            assert!(now(after), "lost request on n{i}");
+        }
+        if now(after) && !now(&before) && self.drain_enabled {
+            assert!(!self.pods[i], "reboot-now on n{i} while a workload pod is bound to it");
+        }
+        let was_done = annotation(&before, "reboot-done").is_some();
+        if was_done && annotation(after, "reboot-done").is_none() {
+            let f = facts(&before);
+            assert!(
+                f.kubelet_reports_boot(annotation(&before, "reboot-boot-id").as_deref())
+                    && facts(after).boot_id == Some(format!("n{i}-boot-{}", self.boots[i])),
+                "n{i} completed before the kubelet reported the proven boot"
+            );
+        }
+        let held = self.held_by_operator();
+        assert!(
+            held.len() <= self.budget,
+            "the operator holds {held:?} with a budget of {}",
+            self.budget
+        );
+        true
+    }
+
+    /// What the disturbances outside the operator leave: the scheduler puts a workload pod
+    /// on every schedulable Ready node; an administrator's cordon stays.
+    fn after_step(&mut self) {
+        for i in 0..NODES {
+            let f = facts(&self.nodes[i]);
+            if !f.unschedulable && f.readiness == common::Readiness::Ready {
+                self.pods[i] = true;
+            }
+        }
+        for &i in &self.admin_cordoned {
+            assert_eq!(self.nodes[i]["spec"]["unschedulable"], json!(true), "stolen cordon on n{i}");
+        }
+    }
+}
+
+impl Replica {
+    fn new(server: &Server) -> Self {
+        Self {
+            cache: server.nodes.clone(),
+            ledger: server.ledger.clone(),
+            ..Self::default()
+        }
+    }
+
+    fn views(&mut self, now: u64) -> Vec<NodeView> {
+        let keys = keys();
+        self.cache
+            .iter()
+            .map(|obj| {
+                let facts = facts(obj);
+                let state = facts.protocol(&keys);
+                let name = facts.name.clone();
+                let requested_at = (state.request == Request::Needed)
+                    .then(|| *self.requested_at.entry(name.clone()).or_insert(now));
+                NodeView {
+                    requested_at,
+                    not_before: self.not_before.get(&name).copied(),
+                    drain: self
+                        .ledger
+                        .grant_of(&name)
+                        .and_then(|g| self.drains.get(g).copied())
+                        .unwrap_or_default(),
+                    in_pool: true,
+                    facts,
+                    state,
+                }
+            })
+            .collect()
+    }
+
+    /// One round of this replica, executed against the server as the shell would.
+    fn round(&mut self, server: &mut Server, now: u64) {
+        let views = self.views(now);
+        let decision = Round {
+            nodes: &views,
+            ledger: &self.ledger,
+            deleted: &self.deleted,
+            budget: server.budget,
+            drain_enabled: server.drain_enabled,
+            now,
+        }
+        .decide();
+        if !decision.ledger.is_empty() {
+            if self.ledger.resource_version != server.ledger.resource_version {
+                // Compare-and-swap refused: re-read and decide again next time.
+                self.ledger = server.ledger.clone();
+                return;
+            }
+            let next_grant = &mut server.next_grant;
+            let slots = decision.ledger.apply(&self.ledger.slots, "t", || {
+                *next_grant += 1;
+                format!("g{next_grant}")
+            });
+            server.revision += 1;
+            server.ledger = Ledger {
+                resource_version: Some(server.revision.to_string()),
+                slots,
+            };
+            self.ledger = server.ledger.clone();
+            let live: BTreeSet<&str> = self.ledger.slots.values().map(|s| s.grant.as_str()).collect();
+            self.drains.retain(|g, _| live.contains(g.as_str()));
+            for (name, reason) in &decision.release_reasons {
+                if *reason == ReleaseReason::DrainFailed {
+                    self.not_before.insert(name.clone(), now + 5);
+                }
+            }
+        }
+        for action in decision.node_actions {
+            self.execute(server, &views, action);
+        }
+    }
+
+    fn execute(&mut self, server: &mut Server, views: &[NodeView], action: NodeAction) {
+        let keys = keys();
+        let t = Transition::new(&keys);
+        let i = index(action.node());
+        let f = &views[i].facts;
+        let patch = match &action {
+            NodeAction::Claim {
+                grant,
+                node_version,
+                promote,
+                ..
+            } => Some(t.claim(f, grant, node_version, *promote)),
+            NodeAction::Recordon { grant, .. } => {
+                // Pods may have landed while it was uncordoned: drain again.
+                self.drains.remove(grant);
+                Some(t.recordon(f, grant))
+            }
+            NodeAction::Promote { grant, .. } => Some(t.promote(f, grant)),
+            NodeAction::Complete { grant, .. } => Some(t.complete(f, Some(grant), "t")),
+            NodeAction::Release { .. } => t.release(f),
+            NodeAction::StartDrain { grant, .. } => {
+                self.drains.insert(grant.clone(), DrainState::Running);
+                None
+            }
+            NodeAction::Refetch(_) | NodeAction::WarnInvalidRequest { .. } => None,
+        };
+        // A write's answer (or a refused write's re-read) is what this replica sees next.
+        let read = match patch {
+            Some(patch) => {
+                server.controller_patch(i, &patch);
+                true
+            }
+            None => matches!(action, NodeAction::Refetch(_)),
+        };
+        if read {
+            self.cache[i] = server.nodes[i].clone();
+        }
+    }
+
+    /// This replica's drain of node `i` ends: it evicts only while the node, read now,
+    /// carries the grant the drain is for (as `Drainer::drain` checks).
+    fn drain_ends(&mut self, server: &mut Server, i: usize, ok: bool) {
+        let name = format!("n{i}");
+        let Some(grant) = self.ledger.grant_of(&name).map(str::to_owned) else {
+            return;
+        };
+        if self.drains.get(&grant) != Some(&DrainState::Running) {
+            return;
+        }
+        let holds = annotation(&server.nodes[i], "reboot-grant").as_deref() == Some(grant.as_str());
+        let state = if ok && holds {
+            server.pods[i] = false;
+            DrainState::Drained
+        } else {
+            DrainState::Failed
+        };
+        self.drains.insert(grant, state);
+    }
+}
+
+struct Model {
+    server: Server,
+    replicas: Vec<Replica>,
+    now: u64,
+}
+
+impl Model {
+    fn new(replicas: usize, budget: usize, drain_enabled: bool, not_ready: &[bool]) -> Self {
+        let server = Server::new(budget, drain_enabled, not_ready);
+        let replicas = (0..replicas).map(|_| Replica::new(&server)).collect();
+        Self {
+            server,
+            replicas,
+            now: 0,
+        }
+    }
+
+    /// The agent of node `i`: on `reboot-now` it records the boot and the machine reboots
+    /// (the kubelet stays Ready: a short reboot never shows NotReady); after boot it proves
+    /// the reboot by the new boot id, possibly before the kubelet has reported that boot.
+    fn agent(&mut self, i: usize) {
+        let keys = keys();
+        let t = Transition::new(&keys);
+        let s = &mut self.server;
+        let f = facts(&s.nodes[i]);
+        let running = format!("n{i}-boot-{}", s.boots[i]);
+        match f.protocol(&keys).phase {
+            Phase::RebootNow if s.patch(i, &t.begin_reboot(&f, &running)) => s.boots[i] += 1,
+            Phase::InProgress { boot_id: recorded } if recorded.as_deref() != Some(&running) => {
+                assert!(s.patch(i, &t.finish_reboot(&f, recorded.as_deref(), &running)));
+            }
+            _ => {}
+        }
+    }
+
+    /// The kubelet of node `i` reports the boot it runs, Ready.
+    fn kubelet(&mut self, i: usize) {
+        let s = &mut self.server;
+        let running = format!("n{i}-boot-{}", s.boots[i]);
+        if s.nodes[i]["status"]["nodeInfo"]["bootID"] != json!(running) {
+            s.nodes[i]["status"]["nodeInfo"]["bootID"] = running.into();
+            s.set_ready(i, true);
+            s.bump(i);
+        }
+    }
+
+    fn apply(&mut self, step: &Step) {
+        self.now += 1;
+        let r = |k: usize| k % self.replicas.len();
+        let s = &mut self.server;
+        match *step {
+            Step::Round(k) => {
+                let k = r(k);
+                self.replicas[k].round(&mut self.server, self.now);
+            }
+            Step::SyncNode { replica, node } => {
+                let k = r(replica);
+                self.replicas[k].cache[node] = s.nodes[node].clone();
+            }
+            Step::SyncAll(k) => {
+                let k = r(k);
+                self.replicas[k].cache = s.nodes.clone();
+                self.replicas[k].ledger = s.ledger.clone();
+            }
+            Step::SyncLedger(k) => {
+                let k = r(k);
+                self.replicas[k].ledger = s.ledger.clone();
+            }
+            Step::DrainEnds { replica, node, ok } => {
+                let k = r(replica);
+                self.replicas[k].drain_ends(&mut self.server, node, ok);
+            }
+            Step::Agent(i) => self.agent(i),
+            Step::Kubelet(i) => self.kubelet(i),
+            Step::Request(i) => {
+                annotate(&mut s.nodes[i], "reboot-needed", "true");
+                s.bump(i);
+            }
+            Step::Cancel(i) => {
+                if let Some(map) = s.nodes[i]["metadata"]["annotations"].as_object_mut() {
+                    map.remove("reboot-needed");
+                }
+                s.bump(i);
+            }
+            Step::AdminCordon(i) => {
+                if s.nodes[i]["spec"]["unschedulable"] != json!(true) {
+                    s.nodes[i]["spec"]["unschedulable"] = true.into();
+                    s.admin_cordoned.insert(i);
+                    s.bump(i);
+                }
+            }
+            Step::AdminTakesCordon(i) => {
+                // The documented way to keep the operator's cordon after the reboot.
+                if let Some(map) = s.nodes[i]["metadata"]["annotations"].as_object_mut()
+                    && map.remove("reboot-cordoned").is_some()
+                {
+                    s.admin_cordoned.insert(i);
+                    s.bump(i);
+                }
+            }
+            Step::Flap(i) => {
+                let f = facts(&s.nodes[i]);
+                if !f.protocol(&keys()).reboot_under_way() {
+                    s.set_ready(i, f.readiness != common::Readiness::Ready);
+                    s.bump(i);
+                }
+            }
+        }
+        self.server.after_step();
+    }
+
+    /// No request, no slot, nothing in the protocol: nothing more can happen.
+    fn quiet(&self) -> bool {
+        self.server.ledger.slots.is_empty()
+            && self.server.nodes.iter().all(|n| {
+                let state = facts(n).protocol(&keys());
+                state.request == Request::Absent
+                    && state.phase == Phase::Idle
+                    && state.grant.is_none()
+                    && !state.cordoned_by_operator
+            })
+    }
+
+    /// Disturbances stop (the administrator lifts their cordons, nodes are Ready, watches
+    /// catch up, drains finish): every standing request must end in exactly one reboot.
+    fn settle(&mut self) {
+        let s = &mut self.server;
+        for i in std::mem::take(&mut s.admin_cordoned) {
+            if annotation(&s.nodes[i], "reboot-cordoned").is_none() {
+                s.nodes[i]["spec"]["unschedulable"] = false.into();
+                s.bump(i);
+            }
+        }
+        for i in 0..NODES {
+            if !facts(&s.nodes[i]).protocol(&keys()).reboot_under_way() {
+                s.set_ready(i, true);
+                s.bump(i);
+            }
+        }
+        let requested: Vec<usize> = (0..NODES)
+            .filter(|&i| annotation(&self.server.nodes[i], "reboot-needed").as_deref() == Some("true"))
+            .collect();
+        let boots_before = self.server.boots.clone();
+        for _ in 0..60 * NODES {
+            self.now += 10;
+            for k in 0..self.replicas.len() {
+                self.apply(&Step::SyncAll(k));
+                self.apply(&Step::Round(k));
+                for i in 0..NODES {
+                    self.apply(&Step::DrainEnds { replica: k, node: i, ok: true });
+                }
+            }
+            for i in 0..NODES {
+                self.agent(i);
+                self.kubelet(i);
+            }
+            if self.quiet() {
+                break;
+            }
+        }
+        for i in requested {
+            assert!(self.server.boots[i] > boots_before[i], "request of n{i} never completed");
+        }
+        assert!(self.server.ledger.slots.is_empty(), "slots left: {:?}", self.server.ledger.slots);
+        for (i, node) in self.server.nodes.iter().enumerate() {
+            let state = facts(node).protocol(&keys());
+            assert_eq!(state.phase, Phase::Idle, "n{i} stuck");
+            assert!(state.grant.is_none() && !state.cordoned_by_operator, "n{i} left in the protocol");
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
+
+    #[test]
+    fn replicas_on_stale_caches_keep_the_budget_the_drain_and_every_request(
+        replicas in 1..=3usize,
+        budget in 1..3usize,
+        drain_enabled in proptest::bool::weighted(0.7),
+        not_ready in proptest::collection::vec(proptest::bool::weighted(0.15), NODES),
+        steps in proptest::collection::vec(step(), 0..200),
+    ) {
+        let mut model = Model::new(replicas, budget, drain_enabled, &not_ready);
+        for s in &steps {
+            model.apply(s);
+        }
+        model.settle();
+    }
+}

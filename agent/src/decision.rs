@@ -150,7 +150,7 @@ mod tests {
             let mut annotations = std::collections::BTreeMap::new();
             for key in agent_keys {
                 if let Some(value) = values.get(rest % (values.len() + 1)) {
-                    annotations.insert(key.to_owned(), (*value).to_owned());
+                    annotations.insert((*key).to_owned(), (*value).to_owned());
                 }
                 rest /= values.len() + 1;
             }

@@ -39,9 +39,6 @@ fn rv(meta: &kube::api::ObjectMeta) -> u64 {
         .unwrap_or(0)
 }
 
-/// The slots annotation of the controller's ledger Lease (see the controller's ledger_store).
-pub const SLOTS_ANNOTATION: &str = "node-reboot-operator/slots";
-
 /// Runs promotion trials on the nodes of one pool.
 pub struct Promotions {
     nodes: Api<Node>,

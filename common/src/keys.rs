@@ -131,6 +131,12 @@ impl AnnotationKeys {
     pub fn is_bookkeeping(&self, key: &str) -> bool {
         key == self.last_completed || key == self.last_grant
     }
+
+    /// Keys that say the node is somewhere in the protocol (a request included): none is
+    /// left on a node that is done.
+    pub fn is_protocol_state(&self, key: &str) -> bool {
+        self.all().contains(&key) && !self.is_bookkeeping(key)
+    }
 }
 
 fn validate_prefix(prefix: &str) -> Result<(), PrefixError> {

@@ -278,7 +278,11 @@ mod tests {
         let facts = node(&[("reboot-needed", "true")], false);
         let mut obj = json!({"metadata": {"resourceVersion": "42",
             "annotations": {"reboot-needed": "true"}}, "spec": {}});
-        apply(&mut obj, &Transition::new(&keys).claim(&facts, "g1", "42", true)).unwrap();
+        apply(
+            &mut obj,
+            &Transition::new(&keys).claim(&facts, "g1", "42", true),
+        )
+        .unwrap();
         assert_eq!(
             obj,
             json!({"metadata": {"resourceVersion": "42", "annotations": {
@@ -310,7 +314,10 @@ mod tests {
         assert!(apply(&mut obj, &t.promote(&facts, "g1")).is_err());
         let mut obj = json!({"metadata": {"annotations": {"reboot-needed": "true",
             "reboot-grant": "g1"}}, "spec": {"unschedulable": false}});
-        assert!(apply(&mut obj, &t.promote(&facts, "g1")).is_err(), "not cordoned");
+        assert!(
+            apply(&mut obj, &t.promote(&facts, "g1")).is_err(),
+            "not cordoned"
+        );
     }
 
     #[test]
@@ -352,7 +359,11 @@ mod tests {
         let mut obj = json!({"metadata": {"annotations": {"reboot-done": "true",
             "reboot-boot-id": "b2", "reboot-cordoned": "true", "reboot-grant": "g1"}},
             "spec": {"unschedulable": true}});
-        apply(&mut obj, &t.complete(&ours, Some("g1"), "2026-01-01T00:00:00Z")).unwrap();
+        apply(
+            &mut obj,
+            &t.complete(&ours, Some("g1"), "2026-01-01T00:00:00Z"),
+        )
+        .unwrap();
         assert_eq!(obj["spec"]["unschedulable"], json!(false));
         assert_eq!(
             obj["metadata"]["annotations"],

@@ -144,9 +144,8 @@ fn parse_duration(value: &str) -> Result<Duration, String> {
 }
 
 fn parse_pool(value: &str) -> Result<PoolSelector, String> {
-    PoolSelector::parse(value).map_err(|why| {
-        format!("{why}; use a label selector such as `pool=a` or `zone in (z1,z2)`")
-    })
+    PoolSelector::parse(value)
+        .map_err(|why| format!("{why}; use a label selector such as `pool=a` or `zone in (z1,z2)`"))
 }
 
 fn parse_prefix(value: &str) -> Result<AnnotationKeys, String> {

@@ -151,7 +151,12 @@ impl Round<'_> {
         let mut decision = Decision::default();
         for view in self.nodes {
             match self.ledger.slots.get(view.name()) {
-                Some(slot) => self.slot_holder(view, &slot.grant, slot.node_version.as_deref(), &mut decision),
+                Some(slot) => self.slot_holder(
+                    view,
+                    &slot.grant,
+                    slot.node_version.as_deref(),
+                    &mut decision,
+                ),
                 None if view.in_pool => self.outside_the_protocol(view, &mut decision),
                 None => {}
             }
@@ -174,7 +179,10 @@ impl Round<'_> {
             // the slot, or the ledger was rebuilt): record that one instead.
             Some(carried) if carried != grant => {
                 decision.ledger.release.push(node.clone());
-                decision.ledger.grant.push(Grant::adopt(&node, carried, view.version()));
+                decision
+                    .ledger
+                    .grant
+                    .push(Grant::adopt(&node, carried, view.version()));
             }
             Some(_) => self.claimed(view, grant, decision),
             None if view.state.reboot_under_way() => self.claimed(view, grant, decision),
@@ -271,12 +279,18 @@ impl Round<'_> {
         if let Some(carried) = &view.state.grant {
             // The node carries a grant the ledger lacks (the ledger was lost or edited, or
             // our copy of the node is behind): record it, whatever the budget, so it counts.
-            decision.ledger.grant.push(Grant::adopt(&node, carried, view.version()));
+            decision
+                .ledger
+                .grant
+                .push(Grant::adopt(&node, carried, view.version()));
             return;
         }
         if view.state.reboot_under_way() {
             // A reboot under way without a grant (from before grants, or a hand edit).
-            decision.ledger.grant.push(Grant::new(&node, view.version()));
+            decision
+                .ledger
+                .grant
+                .push(Grant::new(&node, view.version()));
             return;
         }
         match &view.state.request {
@@ -284,10 +298,12 @@ impl Round<'_> {
                 node,
                 value: value.clone(),
             }),
-            Request::Absent if view.state.cordoned_by_operator => decision.act(NodeAction::Release {
-                node,
-                reason: ReleaseReason::Cancelled,
-            }),
+            Request::Absent if view.state.cordoned_by_operator => {
+                decision.act(NodeAction::Release {
+                    node,
+                    reason: ReleaseReason::Cancelled,
+                })
+            }
             _ => {}
         }
     }
@@ -325,9 +341,15 @@ impl Round<'_> {
             unavailable.insert(view.name(), counts);
         }
         let mut in_use = unavailable.values().filter(|u| **u).count()
-            + slots.iter().filter(|s| !unavailable.contains_key(s.as_str())).count();
-        let mut candidates: Vec<&NodeView> =
-            self.nodes.iter().filter(|v| self.is_candidate(v, &slots)).collect();
+            + slots
+                .iter()
+                .filter(|s| !unavailable.contains_key(s.as_str()))
+                .count();
+        let mut candidates: Vec<&NodeView> = self
+            .nodes
+            .iter()
+            .filter(|v| self.is_candidate(v, &slots))
+            .collect();
         candidates.sort_by_key(|v| (v.requested_at.unwrap_or(u64::MAX), v.name()));
         for view in candidates {
             let already = unavailable.get(view.name()).copied().unwrap_or(false);
@@ -336,7 +358,10 @@ impl Round<'_> {
                 if !already {
                     in_use += 1;
                 }
-                decision.ledger.grant.push(Grant::new(view.name(), view.version()));
+                decision
+                    .ledger
+                    .grant
+                    .push(Grant::new(view.name(), view.version()));
             } else {
                 decision.waiting.push(view.name().to_owned());
             }

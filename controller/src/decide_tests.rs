@@ -138,7 +138,11 @@ fn a_granted_node_is_claimed_drained_and_promoted_under_its_grant() {
         vec![NodeAction::StartDrain { node, grant: g }]
     );
     v.drain = DrainState::Running;
-    assert!(decide(&[v.clone()], &ledger, 1, true).node_actions.is_empty());
+    assert!(
+        decide(&[v.clone()], &ledger, 1, true)
+            .node_actions
+            .is_empty()
+    );
     v.drain = DrainState::Drained;
     let (node, g) = grant();
     assert_eq!(
@@ -154,12 +158,23 @@ fn a_grant_is_claimed_only_from_the_version_it_was_decided_on() {
     obj["metadata"]["resourceVersion"] = "0".into();
     let ledger = ledger_of(&["n"]);
     let d = decide(&[view(&obj)], &ledger, 1, true);
-    assert_eq!(d.node_actions, vec![NodeAction::Refetch("n".into())], "our copy is older");
+    assert_eq!(
+        d.node_actions,
+        vec![NodeAction::Refetch("n".into())],
+        "our copy is older"
+    );
     obj["metadata"]["resourceVersion"] = "5".into();
     let d = decide(&[view(&obj)], &ledger, 1, true);
     assert!(d.node_actions.is_empty());
-    assert_eq!(d.release_reasons, vec![("n".to_owned(), ReleaseReason::Unclaimed)]);
-    assert_eq!(granted(&d), ["n"], "released and granted again in one write");
+    assert_eq!(
+        d.release_reasons,
+        vec![("n".to_owned(), ReleaseReason::Unclaimed)]
+    );
+    assert_eq!(
+        granted(&d),
+        ["n"],
+        "released and granted again in one write"
+    );
 }
 
 #[test]
@@ -185,7 +200,10 @@ fn a_withdrawn_request_drops_the_grant_then_releases_the_slot() {
     obj["metadata"]["resourceVersion"] = "3".into();
     let d = decide(&[view(&obj)], &ledger, 1, true);
     assert_eq!(d.ledger.release, vec!["n".to_owned()]);
-    assert_eq!(d.release_reasons, vec![("n".to_owned(), ReleaseReason::Cancelled)]);
+    assert_eq!(
+        d.release_reasons,
+        vec![("n".to_owned(), ReleaseReason::Cancelled)]
+    );
 }
 
 #[test]
@@ -195,10 +213,16 @@ fn a_slot_released_after_completion_is_not_a_cancel_and_needs_no_clock() {
     annotate(&mut obj, "reboot-last-grant", "g-n");
     let ledger = ledger_of(&["n"]);
     let d = decide(&[view(&obj)], &ledger, 1, false);
-    assert_eq!(d.release_reasons, vec![("n".to_owned(), ReleaseReason::Completed)]);
+    assert_eq!(
+        d.release_reasons,
+        vec![("n".to_owned(), ReleaseReason::Completed)]
+    );
     annotate(&mut obj, "reboot-last-grant", "an-older-grant");
     let d = decide(&[view(&obj)], &ledger, 1, false);
-    assert_eq!(d.release_reasons, vec![("n".to_owned(), ReleaseReason::Cancelled)]);
+    assert_eq!(
+        d.release_reasons,
+        vec![("n".to_owned(), ReleaseReason::Cancelled)]
+    );
 }
 
 #[test]
@@ -213,7 +237,10 @@ fn completion_waits_until_the_kubelet_reports_the_proven_boot() {
         decide(&[view(&obj)], &ledger, 1, false).node_actions
     };
     assert!(done(false, "n-boot-1").is_empty(), "not Ready");
-    assert!(done(true, "n-boot-0").is_empty(), "Ready, but from before the reboot");
+    assert!(
+        done(true, "n-boot-0").is_empty(),
+        "Ready, but from before the reboot"
+    );
     assert_eq!(
         done(true, "n-boot-1"),
         vec![NodeAction::Complete {
@@ -267,7 +294,10 @@ fn a_slot_holder_missing_from_the_cache_is_read_again_and_released_only_once_del
         now: 0,
     }
     .decide();
-    assert_eq!(d.release_reasons, vec![("gone".to_owned(), ReleaseReason::NodeDeleted)]);
+    assert_eq!(
+        d.release_reasons,
+        vec![("gone".to_owned(), ReleaseReason::NodeDeleted)]
+    );
 }
 
 #[test]
@@ -281,7 +311,10 @@ fn a_slot_holder_that_leaves_the_pool_keeps_its_slot_and_counts() {
     annotate(&mut wants, "reboot-needed", "true");
     let d = decide(&[v, view(&wants)], &ledger_of(&["leaving"]), 1, false);
     assert!(d.ledger.release.is_empty());
-    assert!(d.ledger.grant.is_empty(), "the departed holder still uses the budget");
+    assert!(
+        d.ledger.grant.is_empty(),
+        "the departed holder still uses the budget"
+    );
     assert_eq!(d.waiting, vec!["wants".to_owned()]);
 }
 
@@ -312,6 +345,10 @@ fn a_failed_drain_gives_the_slot_back_and_waits_before_retrying() {
     );
     let mut waiting = view(&released);
     waiting.not_before = Some(5);
-    assert!(decide(&[waiting], &Ledger::default(), 1, true).ledger.grant.is_empty());
+    assert!(
+        decide(&[waiting], &Ledger::default(), 1, true)
+            .ledger
+            .grant
+            .is_empty()
+    );
 }
-

@@ -167,7 +167,11 @@ impl Drainer {
     /// Whether the node, read now, still carries `grant`: evictions are for that grant only.
     async fn still_holds(&self, node: &str, grant: &str) -> Result<bool, kube::Error> {
         let current = Api::<Node>::all(self.client.clone()).get(node).await?;
-        Ok(current.annotations().get(&self.keys.grant).map(String::as_str) == Some(grant))
+        Ok(current
+            .annotations()
+            .get(&self.keys.grant)
+            .map(String::as_str)
+            == Some(grant))
     }
 
     /// Evicts until no pod to evict is left on the node, or the timeout passes, or the node no
@@ -209,7 +213,9 @@ impl Drainer {
             blocking.retain(|k, _| to_evict.iter().any(|(p, _)| &pod_key(p) == k));
             let due = to_evict.iter().any(|(p, _)| {
                 p.metadata.deletion_timestamp.is_none()
-                    && next_try.get(&pod_key(p)).is_none_or(|t| Instant::now() >= *t)
+                    && next_try
+                        .get(&pod_key(p))
+                        .is_none_or(|t| Instant::now() >= *t)
             });
             // Evictions cannot test the node: read it first, so that a drain whose grant was
             // released (by us or by another controller) evicts nothing more.

@@ -84,7 +84,9 @@ impl DrainTracker {
 
     /// Where the drain of `grant` stands.
     pub fn state(&self, grant: &str) -> DrainState {
-        self.grants.get(grant).map_or(DrainState::NotStarted, |t| t.state)
+        self.grants
+            .get(grant)
+            .map_or(DrainState::NotStarted, |t| t.state)
     }
 
     /// The earliest time (in the shell's clock) the node may be granted again.
@@ -162,10 +164,13 @@ impl DrainTracker {
 
     /// The slot of a failed drain was released: the node waits before its next grant.
     pub fn schedule_retry(&mut self, node: &str, now: u64) {
-        let retry = self.retries.entry(node.to_owned()).or_insert_with(|| Retry {
-            backoff: failed_drain_backoff(),
-            not_before: now,
-        });
+        let retry = self
+            .retries
+            .entry(node.to_owned())
+            .or_insert_with(|| Retry {
+                backoff: failed_drain_backoff(),
+                not_before: now,
+            });
         let wait = retry.backoff.next().unwrap_or(Duration::from_secs(15 * 60));
         retry.not_before = now + u64::try_from(wait.as_millis()).unwrap_or(u64::MAX);
     }

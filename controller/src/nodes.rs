@@ -145,6 +145,7 @@ impl Overlay {
     /// Whether the node belongs to the pool, from the labels its trimmed copy keeps.
     pub fn in_pool(&self, node: &Node) -> bool {
         let empty = Default::default();
-        self.pool.matches(node.metadata.labels.as_ref().unwrap_or(&empty))
+        self.pool
+            .matches(node.metadata.labels.as_ref().unwrap_or(&empty))
     }
 }

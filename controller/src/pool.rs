@@ -91,7 +91,9 @@ fn parse_requirement(text: &str) -> Result<Expression, String> {
         let valid = !k.is_empty()
             && k.chars()
                 .all(|c| c.is_ascii_alphanumeric() || "-_./".contains(c));
-        valid.then(|| k.to_owned()).ok_or(format!("{k:?} is not a label key"))
+        valid
+            .then(|| k.to_owned())
+            .ok_or(format!("{k:?} is not a label key"))
     };
     if let Some(rest) = text.strip_prefix('!') {
         return Ok(Expression::DoesNotExist(key(rest)?));
@@ -111,13 +113,19 @@ fn parse_requirement(text: &str) -> Result<Expression, String> {
         let rest = rest.trim();
         let (negated, set) = match rest.strip_prefix("notin") {
             Some(set) => (true, set),
-            None => (false, rest.strip_prefix("in").ok_or(format!("{text:?}: expected `in` or `notin`"))?),
+            None => (
+                false,
+                rest.strip_prefix("in")
+                    .ok_or(format!("{text:?}: expected `in` or `notin`"))?,
+            ),
         };
         let set = set.trim();
         let values = set
             .strip_prefix('(')
             .and_then(|s| s.strip_suffix(')'))
-            .ok_or(format!("{text:?}: the values go in parentheses, like `zone in (a,b)`"))?;
+            .ok_or(format!(
+                "{text:?}: the values go in parentheses, like `zone in (a,b)`"
+            ))?;
         let values: BTreeSet<String> = values.split(',').map(|v| v.trim().to_owned()).collect();
         let k = key(k)?;
         return Ok(if negated {
@@ -150,12 +158,23 @@ mod tests {
         let keys: Vec<&str> = pool.keys().iter().map(String::as_str).collect();
         assert_eq!(keys, ["gpu", "pool", "spot", "tier", "zone"]);
         assert!(PoolSelector::parse("").unwrap().matches(&labels(&[])));
-        assert!(PoolSelector::parse("zone notin (z1)").unwrap().matches(&labels(&[])));
+        assert!(
+            PoolSelector::parse("zone notin (z1)")
+                .unwrap()
+                .matches(&labels(&[]))
+        );
     }
 
     #[test]
     fn malformed_selectors_are_refused_with_the_reason() {
-        for bad in ["pool=a,,x", "zone in z1", "zone in (z1", "a b c", "=x", "zone between (a)"] {
+        for bad in [
+            "pool=a,,x",
+            "zone in z1",
+            "zone in (z1",
+            "a b c",
+            "=x",
+            "zone between (a)",
+        ] {
             assert!(PoolSelector::parse(bad).is_err(), "{bad}");
         }
     }

@@ -10,8 +10,9 @@
 //! - no `reboot-now` while a workload pod is on the node (drain on);
 //! - no request lost: `reboot-needed` leaves only with `reboot-now`;
 //! - the administrator's cordon is kept;
-//! - a node is completed only once the kubelet reports the boot the agent proved;
-//! and, once disturbances stop, every request ends in exactly one proven reboot.
+//! - a node is completed only once the kubelet reports the boot the agent proved.
+//!
+//! Once disturbances stop, every request ends in exactly one proven reboot.
 
 use super::tests::{annotate, facts, node_json};
 use super::*;
@@ -26,10 +27,17 @@ const NODES: usize = 6;
 #[derive(Debug, Clone)]
 enum Step {
     Round(usize),
-    SyncNode { replica: usize, node: usize },
+    SyncNode {
+        replica: usize,
+        node: usize,
+    },
     SyncAll(usize),
     SyncLedger(usize),
-    DrainEnds { replica: usize, node: usize, ok: bool },
+    DrainEnds {
+        replica: usize,
+        node: usize,
+        ok: bool,
+    },
     Agent(usize),
     Kubelet(usize),
     Request(usize),
@@ -91,7 +99,9 @@ fn keys() -> AnnotationKeys {
 }
 
 fn annotation(obj: &Value, key: &str) -> Option<String> {
-    obj["metadata"]["annotations"][key].as_str().map(str::to_owned)
+    obj["metadata"]["annotations"][key]
+        .as_str()
+        .map(str::to_owned)
 }
 
 fn index(name: &str) -> usize {
@@ -101,7 +111,9 @@ fn index(name: &str) -> usize {
 impl Server {
     fn new(budget: usize, drain_enabled: bool, not_ready: &[bool]) -> Self {
         Self {
-            nodes: (0..NODES).map(|i| node_json(&format!("n{i}"), !not_ready[i])).collect(),
+            nodes: (0..NODES)
+                .map(|i| node_json(&format!("n{i}"), !not_ready[i]))
+                .collect(),
             ledger: Ledger {
                 resource_version: Some("1".into()),
                 slots: BTreeMap::new(),
@@ -163,7 +175,10 @@ impl Server {
             assert!(now(after), "lost request on n{i}");
         }
         if now(after) && !now(&before) && self.drain_enabled {
-            assert!(!self.pods[i], "reboot-now on n{i} while a workload pod is bound to it");
+            assert!(
+                !self.pods[i],
+                "reboot-now on n{i} while a workload pod is bound to it"
+            );
         }
         let was_done = annotation(&before, "reboot-done").is_some();
         if was_done && annotation(after, "reboot-done").is_none() {
@@ -193,7 +208,11 @@ impl Server {
             }
         }
         for &i in &self.admin_cordoned {
-            assert_eq!(self.nodes[i]["spec"]["unschedulable"], json!(true), "stolen cordon on n{i}");
+            assert_eq!(
+                self.nodes[i]["spec"]["unschedulable"],
+                json!(true),
+                "stolen cordon on n{i}"
+            );
         }
     }
 }
@@ -262,7 +281,12 @@ impl Replica {
                 slots,
             };
             self.ledger = server.ledger.clone();
-            let live: BTreeSet<&str> = self.ledger.slots.values().map(|s| s.grant.as_str()).collect();
+            let live: BTreeSet<&str> = self
+                .ledger
+                .slots
+                .values()
+                .map(|s| s.grant.as_str())
+                .collect();
             self.drains.retain(|g, _| live.contains(g.as_str()));
             for (name, reason) in &decision.release_reasons {
                 if *reason == ReleaseReason::DrainFailed {
@@ -475,7 +499,9 @@ impl Model {
             }
         }
         let requested: Vec<usize> = (0..NODES)
-            .filter(|&i| annotation(&self.server.nodes[i], "reboot-needed").as_deref() == Some("true"))
+            .filter(|&i| {
+                annotation(&self.server.nodes[i], "reboot-needed").as_deref() == Some("true")
+            })
             .collect();
         let boots_before = self.server.boots.clone();
         for _ in 0..60 * NODES {
@@ -484,7 +510,11 @@ impl Model {
                 self.apply(&Step::SyncAll(k));
                 self.apply(&Step::Round(k));
                 for i in 0..NODES {
-                    self.apply(&Step::DrainEnds { replica: k, node: i, ok: true });
+                    self.apply(&Step::DrainEnds {
+                        replica: k,
+                        node: i,
+                        ok: true,
+                    });
                 }
             }
             for i in 0..NODES {
@@ -496,13 +526,23 @@ impl Model {
             }
         }
         for i in requested {
-            assert!(self.server.boots[i] > boots_before[i], "request of n{i} never completed");
+            assert!(
+                self.server.boots[i] > boots_before[i],
+                "request of n{i} never completed"
+            );
         }
-        assert!(self.server.ledger.slots.is_empty(), "slots left: {:?}", self.server.ledger.slots);
+        assert!(
+            self.server.ledger.slots.is_empty(),
+            "slots left: {:?}",
+            self.server.ledger.slots
+        );
         for (i, node) in self.server.nodes.iter().enumerate() {
             let state = facts(node).protocol(&keys());
             assert_eq!(state.phase, Phase::Idle, "n{i} stuck");
-            assert!(state.grant.is_none() && !state.cordoned_by_operator, "n{i} left in the protocol");
+            assert!(
+                state.grant.is_none() && !state.cordoned_by_operator,
+                "n{i} left in the protocol"
+            );
         }
     }
 }

@@ -199,7 +199,12 @@ impl Context {
                 return;
             }
             let overlay = Overlay::new(self.args.node_selector.clone());
-            let nodes: Vec<_> = self.store.state().into_iter().filter(|n| overlay.in_pool(n)).collect();
+            let nodes: Vec<_> = self
+                .store
+                .state()
+                .into_iter()
+                .filter(|n| overlay.in_pool(n))
+                .collect();
             let ledger = self.ledger_watch.borrow().ledger.clone();
             let summary = PoolSummary::of(&nodes, &ledger, &self.args.annotation_prefix);
             let budget = self.args.max_unavailable.resolve(nodes.len());

@@ -124,8 +124,7 @@ impl Shell {
     /// Takes a newer ledger from the watch (another controller's writes).
     fn catch_up_ledger(&mut self) {
         let watched = self.ledger_watch.borrow_and_update().clone();
-        if watched.ledger.resource_version.is_some() && self.ledger.is_older_than(&watched.ledger)
-        {
+        if watched.ledger.resource_version.is_some() && self.ledger.is_older_than(&watched.ledger) {
             self.take_ledger(watched);
         }
     }
@@ -239,7 +238,10 @@ impl Shell {
     /// Publishes the pool gauges as this replica sees the pool now.
     pub fn publish_pool(&mut self) {
         let nodes = self.overlay.view(&self.nodes);
-        let pool: Vec<Arc<Node>> = nodes.into_iter().filter(|n| self.overlay.in_pool(n)).collect();
+        let pool: Vec<Arc<Node>> = nodes
+            .into_iter()
+            .filter(|n| self.overlay.in_pool(n))
+            .collect();
         let summary = PoolSummary::of(&pool, &self.ledger, &self.keys);
         let budget = self.max_unavailable.resolve(pool.len());
         self.metrics.pool(&summary, budget);
@@ -290,7 +292,9 @@ impl Shell {
         nodes: &HashMap<&str, &Arc<Node>>,
     ) -> Result<(), LedgerError> {
         let now = Timestamp::now().to_string();
-        let slots = decision.ledger.apply(&self.ledger.slots, &now, new_grant_id);
+        let slots = decision
+            .ledger
+            .apply(&self.ledger.slots, &now, new_grant_id);
         self.ledger = self.ledger_store.swap(&self.ledger, &slots).await?;
         self.ledger_damage = None;
         let ledger = &self.ledger;
@@ -321,7 +325,9 @@ impl Shell {
 
     async fn execute(&mut self, action: NodeAction, nodes: &HashMap<&str, &Arc<Node>>) -> bool {
         if let NodeAction::Refetch(name) = &action {
-            let before = nodes.get(name.as_str()).and_then(|n| n.metadata.resource_version.clone());
+            let before = nodes
+                .get(name.as_str())
+                .and_then(|n| n.metadata.resource_version.clone());
             return self.refetch(name).await != before;
         }
         let name = action.node().to_owned();
@@ -341,11 +347,14 @@ impl Shell {
                 self.patch(&name, t.claim(&facts, grant, node_version, *promote))
                     .await
             }
-            NodeAction::Recordon { grant, .. } => self.patch(&name, t.recordon(&facts, grant)).await,
+            NodeAction::Recordon { grant, .. } => {
+                self.patch(&name, t.recordon(&facts, grant)).await
+            }
             NodeAction::Promote { grant, .. } => self.patch(&name, t.promote(&facts, grant)).await,
             NodeAction::Complete { grant, .. } => {
                 let now = Timestamp::now().to_string();
-                self.patch(&name, t.complete(&facts, Some(grant), &now)).await
+                self.patch(&name, t.complete(&facts, Some(grant), &now))
+                    .await
             }
             NodeAction::Release { .. } => match t.release(&facts) {
                 Some(patch) => self.patch(&name, patch).await,
@@ -353,8 +362,11 @@ impl Shell {
             },
             NodeAction::StartDrain { grant, .. } => {
                 tracing::info!(node = %name, %grant, "draining");
-                self.events
-                    .publish(&node, Reason::Draining, "cordoned; evicting its pods".into());
+                self.events.publish(
+                    &node,
+                    Reason::Draining,
+                    "cordoned; evicting its pods".into(),
+                );
                 self.drains.start(&node, grant);
                 Written::Skipped
             }

@@ -49,8 +49,11 @@ pub fn shown(node: &Node, keys: &AnnotationKeys, first_boot_id: Option<&String>)
     let state = facts.protocol(keys);
     let rebooted = first_boot_id.is_some_and(|first| facts.boot_id.as_ref() != Some(first));
     match state.phase {
-        Phase::RebootNow | Phase::InProgress { .. } | Phase::Done => Shown::Rebooting,
-        Phase::Idle if state.request == Request::Needed && state.cordoned_by_operator => {
+        Phase::RebootNow | Phase::InProgress { .. } | Phase::Done { .. } => Shown::Rebooting,
+        Phase::Idle
+            if state.request == Request::Needed
+                && (state.grant.is_some() || state.cordoned_by_operator) =>
+        {
             Shown::Draining
         }
         Phase::Idle if state.request == Request::Needed => Shown::Requested,

@@ -93,7 +93,7 @@ pub fn protocol_annotations(node: &Node) -> Vec<String> {
         .iter()
         .flatten()
         .map(|(k, _)| k.clone())
-        .filter(|k| keys.all().contains(&k.as_str()) && *k != keys.last_completed)
+        .filter(|k| keys.is_protocol_state(k))
         .collect()
 }
 

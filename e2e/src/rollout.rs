@@ -3,9 +3,10 @@
 //! ledger empty, and the budget never exceeded.
 
 use crate::{BudgetWatch, node, protocol_annotations, wait_until};
+use common::ledger::{LEDGER_NAME, OPERATOR_NAMESPACE, slots_of};
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::Api;
-use nodesim::sandbox::{OPERATOR_NAMESPACE, Sandbox};
+use nodesim::sandbox::Sandbox;
 use std::time::Duration;
 
 /// How long any rollout of the end-to-end scenarios may take before the test fails.
@@ -35,14 +36,16 @@ pub async fn all_back(sb: &Sandbox, times: u32) -> bool {
 
 /// No node holds a slot in the controller's ledger.
 pub async fn ledger_is_empty(sb: &Sandbox) -> bool {
-    let leases: Api<Lease> = Api::namespaced(sb.client.clone(), OPERATOR_NAMESPACE);
-    let Ok(lease) = leases.get("node-reboot-operator-slots").await else {
+    ledger_is_empty_on(&sb.client).await
+}
+
+/// No node holds a slot in the ledger (false while there is no readable ledger).
+pub async fn ledger_is_empty_on(client: &kube::Client) -> bool {
+    let leases: Api<Lease> = Api::namespaced(client.clone(), OPERATOR_NAMESPACE);
+    let Ok(lease) = leases.get(LEDGER_NAME).await else {
         return false;
     };
-    let annotations = lease.metadata.annotations.unwrap_or_default();
-    annotations
-        .get("node-reboot-operator/slots")
-        .is_none_or(|s| s == "{}")
+    slots_of(lease.metadata.annotations.as_ref()).is_ok_and(|slots| slots.is_empty())
 }
 
 /// Waits until every node rebooted exactly once and the ledger is empty, within budget, then

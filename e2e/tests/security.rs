@@ -217,17 +217,6 @@ async fn back(fleet: &Fleet, client: &Client, name: &str, times: u32) -> bool {
         && protocol_annotations(&n).is_empty()
 }
 
-async fn ledger_is_empty(client: &Client) -> bool {
-    let lease = Api::<Lease>::namespaced(client.clone(), NS)
-        .get("node-reboot-operator-slots")
-        .await
-        .expect("the controller created its ledger");
-    let annotations = lease.metadata.annotations.unwrap_or_default();
-    annotations
-        .get("node-reboot-operator/slots")
-        .is_none_or(|s| s == "{}")
-}
-
 /// The lines of a log that say the API server refused something.
 fn refusals(log: &Path) -> Vec<String> {
     std::fs::read_to_string(log)
@@ -321,7 +310,7 @@ async fn twenty_nodes_reboot_once_each_with_each_program_under_its_own_service_a
         "the ledger is empty",
         Duration::from_secs(10),
         Some(&watch),
-        || ledger_is_empty(&admin),
+        || e2e::rollout::ledger_is_empty_on(&admin),
     )
     .await;
     // Nothing reboots twice: give a second reboot the time to show.

@@ -20,7 +20,7 @@ use tokio::task::JoinHandle;
 /// Ready, cordoned, or in the reboot protocol.
 pub fn unavailable(node: &Node, keys: &AnnotationKeys) -> bool {
     let facts = NodeFacts::from_node(node);
-    facts.unavailable_by_itself() || facts.protocol(keys).reboot_under_way()
+    common::unavailable(&facts, &facts.protocol(keys), false)
 }
 
 #[derive(Debug, Default)]

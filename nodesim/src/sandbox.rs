@@ -9,7 +9,7 @@ use std::time::Duration;
 use testenv::{ControlPlane, Options};
 
 /// The namespace of the controller's ledger (and of the manifests' resources).
-pub const OPERATOR_NAMESPACE: &str = "node-reboot-operator";
+pub use common::ledger::OPERATOR_NAMESPACE;
 
 #[derive(Debug, Clone)]
 pub struct SandboxConfig {

@@ -112,8 +112,7 @@ pub async fn run(ctx: &Context, cluster: &Cluster) -> anyhow::Result<Outcome> {
             let done = is_clean(&node)
                 && facts.readiness == Readiness::Ready
                 && facts.annotations.contains_key(&keys.last_completed);
-            let unavailable =
-                facts.unavailable_by_itself() || facts.protocol(&keys).reboot_under_way();
+            let unavailable = nodesim::budget_watch::unavailable(&node, &keys);
             let was_done = seen.get(&facts.name).is_some_and(|s| s.0);
             seen.insert(facts.name.clone(), (done, unavailable));
             progress_tx.send_modify(|p| {

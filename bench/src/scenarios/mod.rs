@@ -155,7 +155,7 @@ pub async fn slots(
         .get_opt(&ledger_name(pool))
         .await?
         .and_then(|l| l.metadata.annotations)
-        .and_then(|mut a| a.remove(crate::promotion::SLOTS_ANNOTATION))
+        .and_then(|mut a| a.remove(common::ledger::SLOTS_ANNOTATION))
         .unwrap_or_default();
     Ok(serde_json::from_str(&json).unwrap_or_default())
 }
@@ -198,16 +198,7 @@ pub async fn controller_ready(
 pub fn is_clean(node: &Node) -> bool {
     let keys = common::AnnotationKeys::default();
     let annotations = node.metadata.annotations.clone().unwrap_or_default();
-    let protocol = [
-        &keys.needed,
-        &keys.now,
-        &keys.in_progress,
-        &keys.done,
-        &keys.cordoned,
-    ];
-    !protocol
-        .iter()
-        .any(|k| annotations.contains_key(k.as_str()))
+    !annotations.keys().any(|k| keys.is_protocol_state(k))
         && !node
             .spec
             .as_ref()

@@ -1,24 +1,37 @@
-//! Backoff between retries of a failed step: 1 s doubling up to 1 min.
+//! Backoff between retries of a failed step: 1 s doubling up to 1 min (backon's schedule).
 
+use backon::{BackoffBuilder, ExponentialBackoff, ExponentialBuilder};
 use std::time::Duration;
 
 const FIRST: Duration = Duration::from_secs(1);
 const MAX: Duration = Duration::from_secs(60);
 
-#[derive(Debug, Default)]
+fn schedule() -> ExponentialBackoff {
+    ExponentialBuilder::new()
+        .with_min_delay(FIRST)
+        .with_max_delay(MAX)
+        .without_max_times()
+        .build()
+}
+
+#[derive(Debug)]
 pub struct Backoff {
-    failures: u32,
+    delays: ExponentialBackoff,
+}
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Self { delays: schedule() }
+    }
 }
 
 impl Backoff {
     pub fn next_delay(&mut self) -> Duration {
-        let delay = FIRST.saturating_mul(1 << self.failures.min(6)).min(MAX);
-        self.failures = self.failures.saturating_add(1);
-        delay
+        self.delays.next().unwrap_or(MAX)
     }
 
     pub fn reset(&mut self) {
-        self.failures = 0;
+        self.delays = schedule();
     }
 }
 

@@ -274,7 +274,7 @@ impl Context {
     /// Reads the slot ledger (creating it the first time), waiting while the API server
     /// cannot be reached; a missing namespace stops the program.
     async fn load_ledger(&self) -> anyhow::Result<ReadLedger> {
-        let mut delay = Duration::from_millis(500);
+        let mut delays = reconnect_backoff();
         loop {
             match self.ledger_store.load().await {
                 Ok(ledger) => return Ok(ledger),
@@ -290,13 +290,25 @@ impl Context {
                 }
                 Err(error) => {
                     self.metrics.api_error("ledger", error.kind());
+                    let delay = delays.next().unwrap_or(RECONNECT_MAX);
                     tracing::warn!(%error, "cannot read the slot ledger; retrying in {delay:?}");
                     tokio::time::sleep(delay).await;
-                    delay = (delay * 2).min(Duration::from_secs(10));
                 }
             }
         }
     }
+}
+
+const RECONNECT_MAX: Duration = Duration::from_secs(10);
+
+/// While the API server cannot be reached at start: 0.5 s doubling up to 10 s.
+fn reconnect_backoff() -> backon::ExponentialBackoff {
+    use backon::BackoffBuilder;
+    backon::ExponentialBuilder::new()
+        .with_min_delay(Duration::from_millis(500))
+        .with_max_delay(RECONNECT_MAX)
+        .without_max_times()
+        .build()
 }
 
 /// Resolves when the leader election failed for good (never without one).
@@ -314,7 +326,7 @@ async fn check_selector(client: &Client, selector: Option<&str>) -> anyhow::Resu
         return Ok(());
     };
     let nodes = Api::<Node>::all(client.clone());
-    let mut delay = Duration::from_millis(500);
+    let mut delays = reconnect_backoff();
     loop {
         match nodes
             .list_metadata(&ListParams::default().labels(selector).limit(1))
@@ -327,9 +339,9 @@ async fn check_selector(client: &Client, selector: Option<&str>) -> anyhow::Resu
                 });
             }
             Err(error) => {
+                let delay = delays.next().unwrap_or(RECONNECT_MAX);
                 tracing::warn!(%error, "cannot reach the API server to check --node-selector; retrying in {delay:?}");
                 tokio::time::sleep(delay).await;
-                delay = (delay * 2).min(Duration::from_secs(10));
             }
         }
     }

@@ -423,7 +423,7 @@ impl Shell {
             }
             NodeAction::Complete { .. } => self.completed(node, name),
             NodeAction::Claim { grant, .. } => {
-                tracing::info!(node = %name, %grant, "grant claimed; cordoned");
+                tracing::info!(node = %name, %grant, "cordoned");
             }
             NodeAction::Recordon { grant, .. } => {
                 // Pods may have landed while it was uncordoned: its drain starts over.

@@ -312,3 +312,142 @@ async fn controller_crashes_and_an_api_server_restart_lose_nothing() {
     assert_eq!(sb.fleet.total_reboots(), 20, "every node exactly once");
     sb.stop().await;
 }
+
+/// The Events about the slot ledger Lease, as `(reason, message)`.
+async fn ledger_events(client: &kube::Client) -> Vec<(String, String)> {
+    use k8s_openapi::api::core::v1::Event;
+    let params = kube::api::ListParams::default().fields(&format!(
+        "involvedObject.name={}",
+        common::ledger::LEDGER_NAME
+    ));
+    kube::Api::<Event>::namespaced(client.clone(), common::ledger::OPERATOR_NAMESPACE)
+        .list(&params)
+        .await
+        .expect("list events")
+        .items
+        .into_iter()
+        .map(|e| (e.reason.unwrap_or_default(), e.message.unwrap_or_default()))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_damaged_ledger_is_reported_and_rebuilt_and_what_others_put_on_it_stays() {
+    let sb = sandbox(6, "2").await;
+    let watch = BudgetWatch::start(sb.client.clone(), 2).await;
+    let lease = format!("lease/{}", common::ledger::LEDGER_NAME);
+    let ns = common::ledger::OPERATOR_NAMESPACE;
+    wait_until("the controller created its ledger", ROLLOUT, None, || {
+        ledger_is_empty(&sb)
+    })
+    .await;
+    kubectl(
+        &sb.control_plane,
+        &["label", "-n", ns, &lease, "team=infra"],
+    );
+    kubectl(
+        &sb.control_plane,
+        &["annotate", "-n", ns, &lease, "example.com/owner=ops"],
+    );
+    kubectl(
+        &sb.control_plane,
+        &["annotate", "nodes", "--all", "reboot-needed=true"],
+    );
+    wait_until("a node holds a grant", ROLLOUT, Some(&watch), || async {
+        let nodes = kube::Api::<k8s_openapi::api::core::v1::Node>::all(sb.client.clone());
+        let list = nodes.list(&Default::default()).await.expect("list nodes");
+        list.items.iter().any(|n| {
+            n.metadata
+                .annotations
+                .iter()
+                .flatten()
+                .any(|(k, _)| k == "reboot-grant")
+        })
+    })
+    .await;
+    let slots = format!("{}={{oops", common::ledger::SLOTS_ANNOTATION);
+    kubectl(
+        &sb.control_plane,
+        &["annotate", "--overwrite", "-n", ns, &lease, &slots],
+    );
+    wait_until(
+        "a LedgerDamaged Warning on the Lease",
+        ROLLOUT,
+        Some(&watch),
+        || async {
+            ledger_events(&sb.client)
+                .await
+                .iter()
+                .any(|(reason, message)| reason == "LedgerDamaged" && message.contains("rebuilt"))
+        },
+    )
+    .await;
+    rollout_completes(&sb, &watch).await;
+    let kept = kubectl(
+        &sb.control_plane,
+        &[
+            "get",
+            "-n",
+            ns,
+            &lease,
+            "-o",
+            "jsonpath={.metadata.labels.team} {.metadata.annotations.example\\.com/owner}",
+        ],
+    );
+    assert_eq!(
+        kept, "infra ops",
+        "what others put on the ledger Lease stays"
+    );
+    sb.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn taking_over_the_operators_cordon_keeps_the_node_cordoned_after_its_reboot() {
+    let config = SandboxConfig {
+        nodes: 2,
+        max_unavailable: "1".into(),
+        reboot_duration: Duration::from_secs(3),
+        control_plane: Options {
+            controller_manager: false,
+            scheduler: false,
+            ..Options::default()
+        },
+        ..SandboxConfig::default()
+    };
+    let sb = Sandbox::start(config).await.expect("sandbox starts");
+    let watch = BudgetWatch::start(sb.client.clone(), 1).await;
+    request_reboot(&sb.control_plane, "sim-1");
+    wait_until(
+        "sim-1 is rebooting, cordoned by the operator",
+        ROLLOUT,
+        Some(&watch),
+        || async {
+            let n = node(&sb.client, "sim-1").await;
+            let annotations = n.metadata.annotations.unwrap_or_default();
+            annotations.contains_key("reboot-in-progress")
+                && annotations.contains_key("reboot-cordoned")
+        },
+    )
+    .await;
+    // The administrator wants the node to stay cordoned after its reboot.
+    kubectl(
+        &sb.control_plane,
+        &["annotate", "node", "sim-1", "reboot-cordoned-"],
+    );
+    wait_until(
+        "sim-1 is rebooted and out of the protocol",
+        ROLLOUT,
+        Some(&watch),
+        || async {
+            sb.fleet.reboots("sim-1") == 1
+                && protocol_annotations(&node(&sb.client, "sim-1").await).is_empty()
+        },
+    )
+    .await;
+    let n = node(&sb.client, "sim-1").await;
+    assert_eq!(
+        n.spec.unwrap().unschedulable,
+        Some(true),
+        "still cordoned, as taken over"
+    );
+    sb.stop().await;
+}

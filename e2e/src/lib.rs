@@ -2,22 +2,16 @@
 //! with a deadline, and the real kubectl.
 
 use common::{AnnotationKeys, NodeFacts};
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Event, Node};
-use kube::{
-    Api, Client,
-    api::ListParams,
-    runtime::{WatchStreamExt, watcher},
-};
+use kube::{Api, Client, api::ListParams, runtime::watcher};
 pub use nodesim::budget_watch::{BudgetWatch, unavailable};
+use nodesim::observe::{Coverage, Observe, ResumingWatch};
 
 pub mod rollout;
 use std::{
     future::Future,
-    sync::{Arc, Mutex},
     time::{Duration, Instant},
 };
-use tokio::task::JoinHandle;
 
 /// Polls `attempt` until it gives a value, failing at once if the budget watch saw a
 /// violation, and after `timeout` with `what` in the message.
@@ -85,7 +79,10 @@ pub async fn node(client: &Client, name: &str) -> Node {
         .expect("node exists")
 }
 
-/// The operator's protocol annotations still on a node (bookkeeping of past reboots aside).
+
+/// The operator's protocol annotations still on a node. Bookkeeping of past reboots
+/// (`reboot-last-completed`, `reboot-last-grant`) stays on a node and is not protocol state;
+/// `reboot-grant` (a slot held) is.
 pub fn protocol_annotations(node: &Node) -> Vec<String> {
     let keys = AnnotationKeys::default();
     node.metadata
@@ -118,49 +115,110 @@ pub async fn node_events(client: &Client, node: &str) -> Vec<(String, String, St
         .collect()
 }
 
-/// One observed state of a node: its status boot id and its protocol annotations.
-pub type NodeState = (String, Vec<String>);
+/// One observed state of a node, as the API server sent it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeState {
+    /// Its resourceVersion (an etcd revision).
+    pub revision: u64,
+    /// `status.nodeInfo.bootID`, as the kubelet reports it.
+    pub boot_id: String,
+    /// The operator's protocol annotations on it (bookkeeping of past reboots aside).
+    pub annotations: Vec<String>,
+    pub unschedulable: bool,
+    /// `reboot-last-completed`, once a reboot of the node was completed.
+    pub last_completed: Option<String>,
+}
 
-/// Every state one node went through.
+impl NodeState {
+    pub fn of(node: &Node) -> Self {
+        let facts = NodeFacts::from_node(node);
+        let keys = AnnotationKeys::default();
+        Self {
+            revision: nodesim::observe::revision(node),
+            boot_id: facts.boot_id.clone().unwrap_or_default(),
+            annotations: protocol_annotations(node),
+            unschedulable: facts.unschedulable,
+            last_completed: facts.annotations.get(&keys.last_completed).cloned(),
+        }
+    }
+}
+
+impl std::fmt::Display for NodeState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "revision {}: boot {}, {}, reboot-last-completed {}, protocol {:?}",
+            self.revision,
+            self.boot_id,
+            if self.unschedulable {
+                "cordoned"
+            } else {
+                "schedulable"
+            },
+            self.last_completed.as_deref().unwrap_or("-"),
+            self.annotations
+        )
+    }
+}
+
+/// The states of one node, in order.
+#[derive(Debug, Default)]
+struct States(Vec<NodeState>);
+
+impl States {
+    fn push(&mut self, node: &Node) {
+        let state = NodeState::of(node);
+        // A re-list shows again the state last seen when nothing changed.
+        if self.0.last() != Some(&state) {
+            self.0.push(state);
+        }
+    }
+}
+
+impl Observe<Node> for States {
+    fn listed(&mut self, nodes: &[Node]) {
+        nodes.iter().for_each(|n| self.push(n));
+    }
+
+    fn applied(&mut self, node: &Node) {
+        self.push(node);
+    }
+
+    fn deleted(&mut self, _: &Node) {}
+}
+
+/// Every state one node went through, from a watch that resumes after errors.
 #[derive(Debug)]
 pub struct NodeHistory {
-    states: Arc<Mutex<Vec<NodeState>>>,
-    task: JoinHandle<()>,
+    watch: ResumingWatch<States>,
 }
 
 impl NodeHistory {
+    /// Returns once the node's current state is recorded, so the scenario may change it.
     pub async fn start(client: Client, name: &str) -> NodeHistory {
-        let states = Arc::new(Mutex::new(Vec::new()));
         let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
-        let stream = watcher(Api::<Node>::all(client), config).touched_objects();
-        let recorded = states.clone();
-        let task = tokio::spawn(async move {
-            futures::pin_mut!(stream);
-            while let Some(Ok(node)) = stream.next().await {
-                let boot_id = NodeFacts::from_node(&node).boot_id.unwrap_or_default();
-                let state = (boot_id, protocol_annotations(&node));
-                recorded
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .push(state);
-            }
-        });
-        // Let the watch list the node before the scenario changes it.
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        NodeHistory { states, task }
+        let watch = ResumingWatch::start(
+            Api::<Node>::all(client),
+            config,
+            format!("Node {name} (history)"),
+            States::default(),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+        NodeHistory { watch }
     }
 
     pub fn states(&self) -> Vec<NodeState> {
-        self.states
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+        self.watch.with(|s| s.0.clone())
     }
-}
 
-impl Drop for NodeHistory {
-    fn drop(&mut self) {
-        self.task.abort();
+    /// Fails when the history may have gaps: its watch stopped or was blind too long.
+    pub fn check(&self) -> Result<(), String> {
+        self.watch.check()
+    }
+
+    pub fn coverage(&self) -> Coverage {
+        self.watch.coverage()
     }
 }
 

@@ -5,17 +5,14 @@ use e2e::{
     BudgetWatch, apply, has_event, kubectl, node, node_events, pod_that_blocks_the_drain_of,
     protocol_annotations, request_reboot, wait_for_event, wait_until,
 };
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
-use kube::{
-    Api, Client,
-    api::ListParams,
-    runtime::{WatchStreamExt, watcher},
+use kube::{Api, Client, api::ListParams, runtime::watcher};
+use nodesim::{
+    observe::{Observe, ResumingWatch},
+    sandbox::{Sandbox, SandboxConfig},
 };
-use nodesim::sandbox::{Sandbox, SandboxConfig};
 use std::{
     collections::{BTreeMap, BTreeSet},
-    sync::{Arc, Mutex},
     time::Duration,
 };
 
@@ -49,47 +46,76 @@ async fn ready_pods(client: &Client, selector: &str) -> Vec<Pod> {
     pods.items.into_iter().filter(is_ready).collect()
 }
 
-/// Watches pods independently of the operator and records the fewest Ready replicas seen
-/// after the first moment all of them were Ready.
+/// The fewest Ready replicas seen after the first moment all of them were Ready.
+struct Floor {
+    full: usize,
+    ready: BTreeMap<String, bool>,
+    min_after_full: Option<usize>,
+}
+
+impl Floor {
+    fn record(&mut self, pod: &Pod) {
+        self.ready
+            .insert(pod.metadata.uid.clone().unwrap_or_default(), is_ready(pod));
+    }
+
+    fn count(&mut self) {
+        let count = self.ready.values().filter(|r| **r).count();
+        self.min_after_full = match self.min_after_full {
+            None if count >= self.full => Some(count),
+            Some(m) => Some(m.min(count)),
+            None => None,
+        };
+    }
+}
+
+impl Observe<Pod> for Floor {
+    fn listed(&mut self, pods: &[Pod]) {
+        self.ready.clear();
+        pods.iter().for_each(|p| self.record(p));
+        self.count();
+    }
+
+    fn applied(&mut self, pod: &Pod) {
+        self.record(pod);
+        self.count();
+    }
+
+    fn deleted(&mut self, pod: &Pod) {
+        self.ready
+            .remove(pod.metadata.uid.as_deref().unwrap_or_default());
+        self.count();
+    }
+}
+
+/// Watches pods independently of the operator (resuming after errors) and records the fewest
+/// Ready replicas seen after the first moment all of them were Ready.
 struct ReadyFloor {
-    min_after_full: Arc<Mutex<Option<usize>>>,
-    task: tokio::task::JoinHandle<()>,
+    watch: ResumingWatch<Floor>,
 }
 
 impl ReadyFloor {
-    fn start(client: Client, selector: &str, full: usize) -> ReadyFloor {
-        let min_after_full = Arc::new(Mutex::new(None));
-        let seen = min_after_full.clone();
+    async fn start(client: Client, selector: &str, full: usize) -> ReadyFloor {
+        let floor = Floor {
+            full,
+            ready: BTreeMap::new(),
+            min_after_full: None,
+        };
         let config = watcher::Config::default().labels(selector);
-        let stream = watcher(Api::<Pod>::namespaced(client, "default"), config).touched_objects();
-        let task = tokio::spawn(async move {
-            let mut ready: BTreeMap<String, bool> = BTreeMap::new();
-            futures::pin_mut!(stream);
-            while let Some(Ok(pod)) = stream.next().await {
-                ready.insert(pod.metadata.uid.clone().unwrap_or_default(), is_ready(&pod));
-                let count = ready.values().filter(|r| **r).count();
-                let mut min = seen.lock().unwrap();
-                *min = match *min {
-                    None if count >= full => Some(count),
-                    Some(m) => Some(m.min(count)),
-                    None => None,
-                };
-            }
-        });
-        ReadyFloor {
-            min_after_full,
-            task,
-        }
+        let watch = ResumingWatch::start(
+            Api::<Pod>::namespaced(client, "default"),
+            config,
+            format!("pods {selector}"),
+            floor,
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+        ReadyFloor { watch }
     }
 
     fn min(&self) -> Option<usize> {
-        *self.min_after_full.lock().unwrap()
-    }
-}
-
-impl Drop for ReadyFloor {
-    fn drop(&mut self) {
-        self.task.abort();
+        self.watch.check().unwrap();
+        self.watch.with(|f| f.min_after_full)
     }
 }
 
@@ -147,10 +173,9 @@ async fn a_rollout_keeps_the_pod_disruption_budget_and_leaves_daemonset_pods_alo
         },
     )
     .await;
-    let floor = ReadyFloor::start(sb.client.clone(), "app=web", 6);
+    let floor = ReadyFloor::start(sb.client.clone(), "app=web", 6).await;
     let daemon_pods = pod_uids(&sb.client, "app=node-agent").await;
     let watch = BudgetWatch::start(sb.client.clone(), 2).await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
     kubectl(
         &sb.control_plane,
         &["annotate", "nodes", "--all", "reboot-needed=true"],

@@ -211,10 +211,11 @@ async fn an_agent_killed_before_the_reboot_reboots_on_restart() {
     })
     .await;
     // Never reported done while the boot id was still the one the reboot started from.
-    for (boot_id, annotations) in history.states() {
-        if annotations.contains(&"reboot-done".to_owned()) {
+    history.check().unwrap();
+    for state in history.states() {
+        if state.annotations.contains(&"reboot-done".to_owned()) {
             assert_ne!(
-                boot_id, first_boot,
+                state.boot_id, first_boot,
                 "reported rebooted without a new boot id"
             );
         }

@@ -1,96 +1,127 @@
 //! An independent watcher of the budget invariant (DESIGN.md section 3): it counts
 //! unavailable nodes from Node objects alone, without asking the operator, and records the
 //! first moment more than the budget were unavailable. Tests fail on it; the demo and the
-//! benchmark report the most nodes that were ever down at once.
+//! benchmark report the most nodes that were ever down at once. Its watch resumes after
+//! errors (an API server restart) and it fails when it could not observe.
 
+use crate::observe::{Coverage, Observe, ResumingWatch};
 use common::{AnnotationKeys, NodeFacts};
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::Node;
-use kube::{
-    Api, Client,
-    runtime::{WatchStreamExt, watcher},
-};
-use std::{
-    collections::BTreeMap,
-    sync::{Arc, Mutex},
-};
-use tokio::task::JoinHandle;
+use kube::{Api, Client, runtime::watcher};
+use std::collections::BTreeMap;
 
 /// Whether a node is unavailable as DESIGN.md invariant 1 counts it, from the Node alone: not
-/// Ready, cordoned, or in the reboot protocol.
+/// Ready, cordoned, or in the reboot protocol. The one place every observer asks.
 pub fn unavailable(node: &Node, keys: &AnnotationKeys) -> bool {
     let facts = NodeFacts::from_node(node);
     common::unavailable(&facts, &facts.protocol(keys), false)
 }
 
-#[derive(Debug, Default)]
-struct Seen {
+/// The budget as the watch saw it so far.
+#[derive(Debug)]
+struct Tally {
+    keys: AnnotationKeys,
+    budget: usize,
     unavailable: BTreeMap<String, bool>,
     max: usize,
     violation: Option<String>,
+}
+
+impl Tally {
+    fn record(&mut self, node: &Node) {
+        let name = node.metadata.name.clone().unwrap_or_default();
+        self.unavailable.insert(name, unavailable(node, &self.keys));
+    }
+
+    fn count(&mut self) {
+        let down: Vec<&String> = self
+            .unavailable
+            .iter()
+            .filter(|(_, u)| **u)
+            .map(|(n, _)| n)
+            .collect();
+        let count = down.len();
+        if count > self.budget && self.violation.is_none() {
+            self.violation = Some(format!(
+                "{count} nodes unavailable at once with a budget of {}: {down:?}",
+                self.budget
+            ));
+        }
+        self.max = self.max.max(count);
+    }
+}
+
+impl Observe<Node> for Tally {
+    fn listed(&mut self, nodes: &[Node]) {
+        self.unavailable.clear();
+        nodes.iter().for_each(|n| self.record(n));
+        self.count();
+    }
+
+    fn applied(&mut self, node: &Node) {
+        self.record(node);
+        self.count();
+    }
+
+    fn deleted(&mut self, node: &Node) {
+        self.unavailable
+            .remove(node.metadata.name.as_deref().unwrap_or_default());
+        self.count();
+    }
 }
 
 /// Watches every Node, independently of the operator, and records the first moment more
 /// than `budget` nodes are unavailable.
 #[derive(Debug)]
 pub struct BudgetWatch {
-    seen: Arc<Mutex<Seen>>,
+    watch: ResumingWatch<Tally>,
     budget: usize,
-    task: JoinHandle<()>,
 }
 
 impl BudgetWatch {
+    /// Returns once every Node has been listed.
+    ///
+    /// # Panics
+    /// When the Nodes cannot be listed within [`crate::observe::BLIND_LIMIT`]: an observer
+    /// that cannot observe must not let a test pass.
     pub async fn start(client: Client, budget: usize) -> BudgetWatch {
-        let seen = Arc::new(Mutex::new(Seen::default()));
-        let keys = AnnotationKeys::default();
-        let stream =
-            watcher(Api::<Node>::all(client), watcher::Config::default()).touched_objects();
-        let recorded = seen.clone();
-        let task = tokio::spawn(async move {
-            futures::pin_mut!(stream);
-            while let Some(Ok(node)) = stream.next().await {
-                let name = node.metadata.name.clone().unwrap_or_default();
-                let mut seen = recorded.lock().unwrap_or_else(|e| e.into_inner());
-                seen.unavailable.insert(name, unavailable(&node, &keys));
-                let down: Vec<&String> = seen
-                    .unavailable
-                    .iter()
-                    .filter(|(_, u)| **u)
-                    .map(|(n, _)| n)
-                    .collect();
-                let count = down.len();
-                if count > budget && seen.violation.is_none() {
-                    seen.violation = Some(format!(
-                        "{count} nodes unavailable at once with a budget of {budget}: {down:?}"
-                    ));
-                }
-                seen.max = seen.max.max(count);
-            }
-        });
-        BudgetWatch { seen, budget, task }
+        let tally = Tally {
+            keys: AnnotationKeys::default(),
+            budget,
+            unavailable: BTreeMap::new(),
+            max: 0,
+            violation: None,
+        };
+        let watch = ResumingWatch::start(
+            Api::<Node>::all(client),
+            watcher::Config::default(),
+            "every Node (budget watch)",
+            tally,
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+        BudgetWatch { watch, budget }
     }
 
-    /// Fails the moment the budget was exceeded.
+    /// Fails once the budget was exceeded, or when the watch stopped or was blind too long.
     pub fn check(&self) -> Result<(), String> {
-        let seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
-        match &seen.violation {
-            Some(v) => Err(format!("budget invariant broken: {v}")),
-            None => Ok(()),
+        if let Some(v) = self.watch.with(|t| t.violation.clone()) {
+            return Err(format!("budget invariant broken: {v}"));
         }
+        self.watch.check()
     }
 
     /// The most nodes that were unavailable at once.
     pub fn max_seen(&self) -> usize {
-        self.seen.lock().unwrap_or_else(|e| e.into_inner()).max
+        self.watch.with(|t| t.max)
     }
 
     pub fn budget(&self) -> usize {
         self.budget
     }
-}
 
-impl Drop for BudgetWatch {
-    fn drop(&mut self) {
-        self.task.abort();
+    /// What the watch could not see one by one (errors, re-lists, missed changes).
+    pub fn coverage(&self) -> Coverage {
+        self.watch.coverage()
     }
 }

@@ -12,6 +12,7 @@ pub mod fleet;
 pub mod identities;
 pub mod kubelet;
 pub mod node;
+pub mod observe;
 pub mod operator;
 pub mod sandbox;
 

@@ -26,6 +26,10 @@ pub struct FleetConfig {
     /// Nodes are named `<prefix>-1` .. `<prefix>-N`.
     pub name_prefix: String,
     pub reboot_duration: Duration,
+    /// `Some(delay)`: reboots are short, as on a real node: Ready all along, the agent back at
+    /// once, the new boot id in `status.nodeInfo.bootID` only `delay` later (see
+    /// [`SimNode::kubelet_reports_boot_after`]).
+    pub kubelet_reports_boot_after: Option<Duration>,
     pub agent: AgentLaunch,
     pub work_dir: PathBuf,
     /// The admin kubeconfig; also the agents' unless `agent_kubeconfig` says otherwise.
@@ -40,6 +44,10 @@ impl std::fmt::Debug for FleetConfig {
             .field("nodes", &self.nodes)
             .field("name_prefix", &self.name_prefix)
             .field("reboot_duration", &self.reboot_duration)
+            .field(
+                "kubelet_reports_boot_after",
+                &self.kubelet_reports_boot_after,
+            )
             .finish_non_exhaustive()
     }
 }
@@ -50,6 +58,7 @@ impl FleetConfig {
             nodes,
             name_prefix: "sim".into(),
             reboot_duration: Duration::from_secs(2),
+            kubelet_reports_boot_after: None,
             agent: AgentLaunch {
                 bin: agent_bin,
                 args: Vec::new(),
@@ -95,6 +104,7 @@ impl Fleet {
                     .as_ref()
                     .map_or_else(|| config.kubeconfig.clone(), |f| f(name)),
                 reboot_duration: config.reboot_duration,
+                kubelet_reports_boot_after: config.kubelet_reports_boot_after,
                 labels: config.labels.clone(),
                 state: Arc::new(NodeState::default()),
             })

@@ -69,8 +69,21 @@ pub struct SimNode {
     pub agent: AgentLaunch,
     pub kubeconfig: PathBuf,
     pub reboot_duration: Duration,
+    /// `None`: a reboot shows as NotReady for `reboot_duration`, then Ready with the new boot
+    /// id. `Some(delay)`: as a real kubelet shows a short reboot, the node stays Ready all
+    /// along (the node monitor's grace period outlasts it), the agent is back at once with the
+    /// new boot id, and the kubelet reports that boot id in `status.nodeInfo.bootID` only
+    /// `delay` later.
+    pub kubelet_reports_boot_after: Option<Duration>,
     pub labels: BTreeMap<String, String>,
     pub state: Arc<NodeState>,
+}
+
+/// A new boot id the kubelet has not reported yet, and when it will.
+#[derive(Debug)]
+struct BootReport {
+    boot_id: String,
+    due: Instant,
 }
 
 fn new_boot_id(name: &str) -> String {
@@ -210,20 +223,40 @@ impl SimNode {
         Ok(child)
     }
 
-    /// The node reboots: power off (the agent dies with it), NotReady while it is down, then
-    /// Ready with a new boot id and a fresh agent.
-    async fn reboot(&self, agent: &mut Option<Child>) -> Result<(), Error> {
+    /// The node reboots: power off (the agent dies with it), then back with a new boot id and
+    /// a fresh agent; how the kubelet shows it depends on `kubelet_reports_boot_after`. A boot
+    /// id the kubelet reports later is returned, for the run loop to report when due.
+    async fn reboot(&self, agent: &mut Option<Child>) -> Result<Option<BootReport>, Error> {
         if let Some(mut child) = agent.take() {
             let _ = child.kill().await;
         }
+        let boot_id = new_boot_id(&self.name);
+        let report = match self.kubelet_reports_boot_after {
+            None => {
+                self.down_then_ready(&boot_id).await?;
+                None
+            }
+            Some(delay) => {
+                tracing::info!(node = %self.name, "simulated short reboot: Ready all along, boot id reported in {delay:?}");
+                self.write_boot_id(&boot_id)?;
+                Some(BootReport {
+                    boot_id,
+                    due: Instant::now() + delay,
+                })
+            }
+        };
+        self.state.reboots.fetch_add(1, Ordering::SeqCst);
+        *agent = Some(self.spawn_agent()?);
+        Ok(report)
+    }
+
+    /// NotReady while the node is down, then Ready with the new boot id.
+    async fn down_then_ready(&self, boot_id: &str) -> Result<(), Error> {
         tracing::info!(node = %self.name, "simulated reboot: down for {:?}", self.reboot_duration);
         self.report_until_accepted(false, None).await;
         tokio::time::sleep(self.reboot_duration).await;
-        let boot_id = new_boot_id(&self.name);
-        self.write_boot_id(&boot_id)?;
-        self.report_until_accepted(true, Some(&boot_id)).await;
-        self.state.reboots.fetch_add(1, Ordering::SeqCst);
-        *agent = Some(self.spawn_agent()?);
+        self.write_boot_id(boot_id)?;
+        self.report_until_accepted(true, Some(boot_id)).await;
         Ok(())
     }
 
@@ -237,6 +270,7 @@ impl SimNode {
             }
         };
         let mut restart_at: Option<Instant> = None;
+        let mut boot_report: Option<BootReport> = None;
         let mut paused = false;
         let mut heartbeat = tokio::time::interval(HEARTBEAT);
         let mut poll = tokio::time::interval(POLL);
@@ -267,10 +301,20 @@ impl SimNode {
             if std::fs::remove_file(self.reboot_request_file()).is_ok() {
                 if self.state.swallow_next_reboot.swap(false, Ordering::SeqCst) {
                     tracing::info!(node = %self.name, "reboot request swallowed (simulated failed reboot)");
-                } else if let Err(error) = self.reboot(&mut agent).await {
-                    tracing::error!(node = %self.name, %error, "simulated reboot failed");
-                    restart_at = Some(Instant::now() + AGENT_RESTART_DELAY);
+                } else {
+                    match self.reboot(&mut agent).await {
+                        Ok(report) => boot_report = report,
+                        Err(error) => {
+                            tracing::error!(node = %self.name, %error, "simulated reboot failed");
+                            restart_at = Some(Instant::now() + AGENT_RESTART_DELAY);
+                        }
+                    }
                 }
+            }
+            if let Some(report) = boot_report.take_if(|r| Instant::now() >= r.due) {
+                tracing::info!(node = %self.name, boot_id = %report.boot_id, "kubelet reports the new boot");
+                self.report_until_accepted(true, Some(&report.boot_id))
+                    .await;
             }
             if let Some(child) = agent.as_mut()
                 && let Ok(Some(status)) = child.try_wait()

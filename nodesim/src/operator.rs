@@ -113,13 +113,16 @@ impl ControllerProcess {
         }
     }
 
-    /// SIGTERM, then SIGKILL after `grace`; returns whether it exited within the grace.
+    /// SIGTERM (and SIGCONT, should it be frozen), then SIGKILL after `grace`; returns whether
+    /// it exited within the grace.
     pub async fn terminate(&mut self, grace: Duration) -> bool {
         let Some(mut child) = self.child.take() else {
             return true;
         };
         if let Some(pid) = child.id().and_then(|p| i32::try_from(p).ok()) {
             let _ = signal::kill(Pid::from_raw(pid), signal::Signal::SIGTERM);
+            // A frozen process would hold the SIGTERM until thawed.
+            let _ = signal::kill(Pid::from_raw(pid), signal::Signal::SIGCONT);
         }
         match tokio::time::timeout(grace, child.wait()).await {
             Ok(_) => true,
@@ -127,6 +130,23 @@ impl ControllerProcess {
                 let _ = child.kill().await;
                 false
             }
+        }
+    }
+
+    /// SIGSTOP: the process stops mid-step without knowing it (a long GC pause, a frozen VM,
+    /// a throttled container) and, once thawed, goes on with what it believed before.
+    pub fn freeze(&self) {
+        self.signal(signal::Signal::SIGSTOP);
+    }
+
+    /// SIGCONT after [`freeze`](Self::freeze).
+    pub fn thaw(&self) {
+        self.signal(signal::Signal::SIGCONT);
+    }
+
+    fn signal(&self, which: signal::Signal) {
+        if let Some(pid) = self.pid().and_then(|p| i32::try_from(p).ok()) {
+            let _ = signal::kill(Pid::from_raw(pid), which);
         }
     }
 

@@ -5,7 +5,7 @@
 use crate::{ControllerProcess, Error, Fleet, FleetConfig, workspace_binary};
 use k8s_openapi::api::core::v1::Namespace;
 use kube::{Api, Client, api::PostParams};
-use std::time::Duration;
+use std::{collections::BTreeMap, time::Duration};
 use testenv::{ControlPlane, Options};
 
 /// The namespace of the controller's ledger (and of the manifests' resources).
@@ -16,6 +16,10 @@ pub struct SandboxConfig {
     pub nodes: usize,
     pub max_unavailable: String,
     pub reboot_duration: Duration,
+    /// Reboots as a real kubelet shows short ones (see [`FleetConfig`]).
+    pub kubelet_reports_boot_after: Option<Duration>,
+    /// Labels of every simulated node (a pool for `--node-selector`, say).
+    pub node_labels: BTreeMap<String, String>,
     pub controller_args: Vec<String>,
     pub agent_args: Vec<String>,
     /// Start the controller (tests of two controllers start their own).
@@ -29,6 +33,8 @@ impl Default for SandboxConfig {
             nodes: 3,
             max_unavailable: "1".into(),
             reboot_duration: Duration::from_secs(2),
+            kubelet_reports_boot_after: None,
+            node_labels: BTreeMap::new(),
             controller_args: Vec::new(),
             agent_args: Vec::new(),
             start_controller: true,
@@ -67,6 +73,8 @@ impl Sandbox {
             control_plane.kubeconfig_path().to_path_buf(),
         );
         fleet_config.reboot_duration = config.reboot_duration;
+        fleet_config.kubelet_reports_boot_after = config.kubelet_reports_boot_after;
+        fleet_config.labels = config.node_labels.clone();
         fleet_config.agent.args = config.agent_args.clone();
         // Many agents on one host: each serves /metrics on a port of its own, named in its log.
         if !config

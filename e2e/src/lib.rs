@@ -79,7 +79,6 @@ pub async fn node(client: &Client, name: &str) -> Node {
         .expect("node exists")
 }
 
-
 /// The operator's protocol annotations still on a node. Bookkeeping of past reboots
 /// (`reboot-last-completed`, `reboot-last-grant`) stays on a node and is not protocol state;
 /// `reboot-grant` (a slot held) is.

@@ -7,8 +7,10 @@ use kube::{Api, Client, api::ListParams, runtime::watcher};
 pub use nodesim::budget_watch::{BudgetWatch, unavailable};
 use nodesim::observe::{Coverage, Observe, ResumingWatch};
 
+pub mod chaos;
 pub mod rollout;
 use std::{
+    collections::{BTreeMap, BTreeSet},
     future::Future,
     time::{Duration, Instant},
 };
@@ -112,6 +114,36 @@ pub async fn node_events(client: &Client, node: &str) -> Vec<(String, String, St
             )
         })
         .collect()
+}
+
+/// Who reported the controller's steps: for each `reportingInstance` of the Events of
+/// `reasons` (on any node), the reasons it reported.
+pub async fn step_reporters(
+    client: &Client,
+    reasons: &[&str],
+) -> BTreeMap<String, BTreeSet<String>> {
+    let events = Api::<Event>::namespaced(client.clone(), "default")
+        .list(&ListParams::default())
+        .await
+        .expect("list events")
+        .items;
+    let mut reporters: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for event in events {
+        let reason = event.reason.unwrap_or_default();
+        if reasons.contains(&reason.as_str()) {
+            reporters
+                .entry(event.reporting_instance.unwrap_or_default())
+                .or_default()
+                .insert(reason);
+        }
+    }
+    reporters
+}
+
+/// `kubectl label node <node> <label> --overwrite`, as an administrator moves a node between
+/// pools.
+pub fn label_node(cp: &testenv::ControlPlane, node: &str, label: &str) {
+    kubectl(cp, &["label", "node", node, label, "--overwrite"]);
 }
 
 /// One observed state of a node, as the API server sent it.

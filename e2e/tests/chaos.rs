@@ -1,10 +1,419 @@
-//! Safety under concurrency and faults (issue 11), end to end. First, the observers
-//! themselves: an observer that goes blind passes every check.
+//! Safety under concurrency and faults (issue 11), end to end: several controller replicas at
+//! once, nodes leaving and rejoining the pool, kubelets that report a reboot late, an API
+//! server restart. Every scenario is watched by the independent [`Observer`], which checks the
+//! budget and the drain at every event, in etcd order, and accounts for every request at the
+//! end.
 
-use e2e::{BudgetWatch, NodeHistory, node};
+use e2e::{
+    BudgetWatch, NodeHistory, apply, chaos::Observer, kubectl, label_node, node, request_reboot,
+};
+use k8s_openapi::api::core::v1::Pod;
+use kube::{Api, Client, api::ListParams};
 use nodesim::sandbox::{Sandbox, SandboxConfig};
-use std::time::Duration;
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    time::Duration,
+};
 use testenv::Options;
+
+/// How long any phase of these scenarios may take before the test fails.
+const PHASE: Duration = Duration::from_secs(240);
+/// The workload every scenario drains: one Deployment, spread over the nodes, whose
+/// PodDisruptionBudget lets one replica be down at a time.
+const WORKLOAD: (&str, &str) = ("app", "web");
+const POOL_A: &str = "pool=a";
+fn web(replicas: usize) -> String {
+    format!(
+        r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: web, namespace: default}}
+spec:
+  replicas: {replicas}
+  selector: {{matchLabels: {{app: web}}}}
+  template:
+    metadata: {{labels: {{app: web}}}}
+    spec:
+      topologySpreadConstraints:
+      - {{maxSkew: 1, topologyKey: kubernetes.io/hostname, whenUnsatisfiable: ScheduleAnyway, labelSelector: {{matchLabels: {{app: web}}}}}}
+      containers: [{{name: web, image: registry.example/web:1}}]
+---
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata: {{name: web, namespace: default}}
+spec:
+  maxUnavailable: 1
+  selector: {{matchLabels: {{app: web}}}}
+---
+apiVersion: apps/v1
+kind: DaemonSet
+metadata: {{name: node-agent, namespace: default}}
+spec:
+  selector: {{matchLabels: {{app: node-agent}}}}
+  template:
+    metadata: {{labels: {{app: node-agent}}}}
+    spec:
+      containers: [{{name: agent, image: registry.example/agent:1}}]
+"#
+    )
+}
+
+struct Setup {
+    nodes: usize,
+    max_unavailable: &'static str,
+    controller_args: Vec<&'static str>,
+    pool: bool,
+    kubelet_reports_boot_after: Option<Duration>,
+    reboot_duration: Duration,
+}
+
+impl Default for Setup {
+    fn default() -> Self {
+        Self {
+            nodes: 4,
+            max_unavailable: "1",
+            controller_args: Vec::new(),
+            pool: false,
+            kubelet_reports_boot_after: None,
+            reboot_duration: Duration::from_secs(1),
+        }
+    }
+}
+
+/// A sandbox with the scheduler and the controller-manager (so Deployments, DaemonSets and
+/// PodDisruptionBudgets are real) and no controller yet: each scenario starts its own.
+async fn sandbox(setup: Setup) -> Sandbox {
+    let node_labels = if setup.pool {
+        BTreeMap::from([("pool".to_owned(), "a".to_owned())])
+    } else {
+        BTreeMap::new()
+    };
+    let config = SandboxConfig {
+        nodes: setup.nodes,
+        max_unavailable: setup.max_unavailable.into(),
+        reboot_duration: setup.reboot_duration,
+        kubelet_reports_boot_after: setup.kubelet_reports_boot_after,
+        node_labels,
+        controller_args: setup
+            .controller_args
+            .iter()
+            .map(|s| (*s).to_owned())
+            .collect(),
+        start_controller: false,
+        control_plane: Options {
+            // Nodes and Pods are watched straight from etcd, so that a watch resumes from its
+            // last revision after an API server restart instead of listing again: then the
+            // observer sees every change one by one, through the restart too.
+            extra_apiserver_args: vec!["--watch-cache-sizes=nodes#0,pods#0".into()],
+            ..Options::default()
+        },
+        ..SandboxConfig::default()
+    };
+    Sandbox::start(config).await.expect("sandbox starts")
+}
+
+fn is_ready(pod: &Pod) -> bool {
+    pod.metadata.deletion_timestamp.is_none()
+        && pod
+            .status
+            .iter()
+            .flat_map(|s| s.conditions.iter().flatten())
+            .any(|c| c.type_ == "Ready" && c.status == "True")
+}
+
+async fn web_pods(client: &Client) -> Vec<Pod> {
+    Api::<Pod>::namespaced(client.clone(), "default")
+        .list(&ListParams::default().labels("app=web"))
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default()
+}
+
+fn node_of(pod: &Pod) -> Option<String> {
+    pod.spec.as_ref().and_then(|s| s.node_name.clone())
+}
+
+/// The nodes holding a Ready replica of the workload, with how many each.
+async fn web_pods_by_node(client: &Client) -> BTreeMap<String, usize> {
+    let mut by_node = BTreeMap::new();
+    for pod in web_pods(client).await.iter().filter(|p| is_ready(p)) {
+        if let Some(node) = node_of(pod) {
+            *by_node.entry(node).or_insert(0) += 1;
+        }
+    }
+    by_node
+}
+
+/// Deploys the workload (`replicas` replicas) and waits until it is Ready on every node of
+/// `spread_over`.
+async fn deploy_workload(sb: &Sandbox, replicas: usize, spread_over: &[String]) {
+    apply(&sb.control_plane, &web(replicas));
+    wait_for_spread(sb, replicas, spread_over).await;
+}
+
+/// How long to wait for the scheduler's (soft) spreading before nudging it.
+const SPREAD_PATIENCE: Duration = Duration::from_secs(30);
+
+async fn wait_for_spread(sb: &Sandbox, replicas: usize, spread_over: &[String]) {
+    let start = std::time::Instant::now();
+    let mut nudged_at = start;
+    loop {
+        let by_node = web_pods_by_node(&sb.client).await;
+        if by_node.values().sum::<usize>() == replicas
+            && spread_over.iter().all(|n| by_node.contains_key(n))
+        {
+            return;
+        }
+        assert!(
+            start.elapsed() < PHASE,
+            "timed out after {PHASE:?} waiting for {replicas} Ready web replicas on each of \
+             {spread_over:?}; Ready replicas by node: {by_node:?}"
+        );
+        if nudged_at.elapsed() > SPREAD_PATIENCE {
+            eprintln!("the workload is not spread yet ({by_node:?}): moving surplus replicas");
+            move_surplus_replicas(sb).await;
+            nudged_at = std::time::Instant::now();
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Deletes the replicas that keep the workload from covering every node: those not Ready,
+/// and all but one on any node. Spreading is only the scheduler's preference
+/// (`ScheduleAnyway`, so that drains never wait for it); their replacements go where
+/// replicas are missing.
+async fn move_surplus_replicas(sb: &Sandbox) {
+    let mut kept = BTreeSet::new();
+    let mut surplus = Vec::new();
+    for pod in web_pods(&sb.client).await {
+        if pod.metadata.deletion_timestamp.is_some() {
+            continue;
+        }
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        match node_of(&pod) {
+            Some(node) if is_ready(&pod) && kept.insert(node.clone()) => {}
+            _ => surplus.push(name),
+        }
+    }
+    if !surplus.is_empty() {
+        let mut args = vec!["delete", "pod", "--wait=false", "--ignore-not-found"];
+        args.extend(surplus.iter().map(String::as_str));
+        kubectl(&sb.control_plane, &args);
+    }
+}
+
+/// Puts replicas back on every node (after a rollout the last nodes drained hold none), as a
+/// scheduler spreads them when they are all created again.
+async fn respread_workload(sb: &Sandbox, replicas: usize, spread_over: &[String]) {
+    kubectl(
+        &sb.control_plane,
+        &["delete", "pods", "-l", "app=web", "--wait=false"],
+    );
+    wait_for_spread(sb, replicas, spread_over).await;
+}
+
+async fn start_observer(sb: &Sandbox, budget: usize) -> Observer {
+    Observer::start(sb.client.clone(), budget, "default", WORKLOAD).await
+}
+
+fn request_all(sb: &Sandbox) {
+    kubectl(
+        &sb.control_plane,
+        &["annotate", "nodes", "--all", "reboot-needed=true"],
+    );
+}
+
+/// `kubectl annotate node <a> <b> ... reboot-needed=true`.
+fn request(sb: &Sandbox, nodes: &[&str]) {
+    let mut args = vec!["annotate", "node"];
+    args.extend(nodes);
+    args.push("reboot-needed=true");
+    kubectl(&sb.control_plane, &args);
+}
+
+fn others_than<'a>(names: &'a [String], node: &str) -> Vec<&'a str> {
+    names
+        .iter()
+        .map(String::as_str)
+        .filter(|n| *n != node)
+        .collect()
+}
+
+/// Waits until every node of `expected` went through exactly that many reboots and is back.
+async fn wait_for_reboots(observer: &Observer, expected: &BTreeMap<String, u32>, what: &str) {
+    observer
+        .wait_until(what, PHASE, || async {
+            expected
+                .iter()
+                .all(|(node, reboots)| observer.rebooted_and_back(node, *reboots))
+        })
+        .await;
+}
+
+fn each(names: &[String], reboots: u32) -> BTreeMap<String, u32> {
+    names.iter().map(|n| (n.clone(), reboots)).collect()
+}
+
+/// Gives a reboot that should not happen the time to show (nothing asserts how long things
+/// take; this only waits).
+async fn settle() {
+    tokio::time::sleep(Duration::from_secs(3)).await;
+}
+
+// Finding 1: drain progress must belong to one grant, not to a node name.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_nodes_second_reboot_is_drained_again_whichever_replica_acts() {
+    let mut sb = sandbox(Setup {
+        nodes: 4,
+        max_unavailable: "1",
+        ..Setup::default()
+    })
+    .await;
+    let names = sb.fleet.names();
+    let replicas = 2 * names.len();
+    deploy_workload(&sb, replicas, &names).await;
+    let observer = start_observer(&sb, 1).await;
+    for _ in 0..3 {
+        sb.start_controller(&["--leader-elect=false"]).unwrap();
+    }
+    request_all(&sb);
+    wait_for_reboots(
+        &observer,
+        &each(&names, 1),
+        "every node rebooted once and back",
+    )
+    .await;
+    // The nodes drained last hold no replica now: put replicas on every node again, so that
+    // a second reboot without a drain has pods to bypass.
+    respread_workload(&sb, replicas, &names).await;
+    request_all(&sb);
+    wait_for_reboots(
+        &observer,
+        &each(&names, 2),
+        "every node rebooted twice and back",
+    )
+    .await;
+    settle().await;
+    let report = observer.finish(&[]).await;
+    eprintln!("{report}");
+    sb.stop().await;
+}
+
+/// Finding 3: a node that holds a slot and leaves the pool (its `--node-selector` label
+/// flipped) keeps its slot until its reboot is completed, whatever its labels do meanwhile.
+async fn a_slot_holder_leaving_the_pool(max_unavailable: &'static str) {
+    let mut sb = sandbox(Setup {
+        nodes: 4,
+        max_unavailable,
+        controller_args: vec!["--node-selector", POOL_A],
+        pool: true,
+        // Long enough for the controller to act on the departure while the node is down.
+        reboot_duration: Duration::from_secs(6),
+        ..Setup::default()
+    })
+    .await;
+    let names = sb.fleet.names();
+    deploy_workload(&sb, names.len(), &names).await;
+    let observer = start_observer(&sb, 1).await;
+    sb.start_controller(&[]).unwrap();
+    let leaver = "sim-1";
+    request_reboot(&sb.control_plane, leaver);
+    observer
+        .wait_until(&format!("{leaver} is rebooting"), PHASE, || async {
+            let n = node(&sb.client, leaver).await;
+            e2e::protocol_annotations(&n).contains(&"reboot-in-progress".to_owned())
+        })
+        .await;
+    label_node(&sb.control_plane, leaver, "pool=b");
+    request(&sb, &others_than(&names, leaver));
+    observer
+        .wait_until(
+            &format!("{leaver} is rebooted and completed outside the pool"),
+            PHASE,
+            || async { observer.rebooted_and_back(leaver, 1) },
+        )
+        .await;
+    label_node(&sb.control_plane, leaver, POOL_A);
+    wait_for_reboots(
+        &observer,
+        &each(&names, 1),
+        "every node rebooted once and back",
+    )
+    .await;
+    settle().await;
+    let report = observer.finish(&[]).await;
+    assert_eq!(
+        observer.tally(leaver).reboots,
+        1,
+        "{leaver} was rebooted again after rejoining the pool"
+    );
+    eprintln!("{report}");
+    sb.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_slot_holder_leaving_the_pool_keeps_its_slot_until_completed() {
+    a_slot_holder_leaving_the_pool("1").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_slot_holder_leaving_the_pool_counts_against_a_percentage_budget() {
+    // 25% of the 4 nodes of the pool is 1, and still 1 of the 3 left when one departs.
+    a_slot_holder_leaving_the_pool("25%").await;
+}
+
+// Finding 4: completion waits for the kubelet to report the new boot.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_node_is_completed_only_once_the_kubelet_reports_the_new_boot() {
+    let mut sb = sandbox(Setup {
+        nodes: 2,
+        max_unavailable: "1",
+        kubelet_reports_boot_after: Some(Duration::from_secs(5)),
+        ..Setup::default()
+    })
+    .await;
+    let names = sb.fleet.names();
+    deploy_workload(&sb, names.len(), &names).await;
+    let observer = start_observer(&sb, 1).await;
+    let history = NodeHistory::start(sb.client.clone(), "sim-1").await;
+    let first = history.states()[0].clone();
+    sb.start_controller(&[]).unwrap();
+    request_reboot(&sb.control_plane, "sim-1");
+    observer
+        .wait_until("sim-1 is rebooted and back", PHASE, || async {
+            observer.rebooted_and_back("sim-1", 1)
+        })
+        .await;
+    let report = observer.finish(&[]).await;
+    history.check().unwrap();
+    let states = history.states();
+    let cordoned = states
+        .iter()
+        .position(|s| s.unschedulable)
+        .expect("the node was cordoned for its reboot");
+    let completed = states[cordoned..]
+        .iter()
+        .find(|s| !s.unschedulable || s.last_completed != first.last_completed)
+        .expect("the node was completed");
+    assert_ne!(
+        completed.boot_id,
+        first.boot_id,
+        "sim-1 was completed (uncordoned: {}, reboot-last-completed: {:?}) at revision {} while \
+         the kubelet still reported the boot before the reboot ({}): completion must wait for \
+         status.nodeInfo.bootID to show the new boot\nhistory of sim-1:\n  {}",
+        !completed.unschedulable,
+        completed.last_completed,
+        completed.revision,
+        first.boot_id,
+        states
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join("\n  ")
+    );
+    eprintln!("{report}");
+    sb.stop().await;
+}
 
 // The observers themselves: they resume after an API server restart and still catch what
 // happens afterwards.

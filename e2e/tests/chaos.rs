@@ -1,15 +1,17 @@
 //! Safety under concurrency and faults (issue 11), end to end: several controller replicas at
-//! once, nodes leaving and rejoining the pool, kubelets that report a reboot late, an API
-//! server restart. Every scenario is watched by the independent [`Observer`], which checks the
-//! budget and the drain at every event, in etcd order, and accounts for every request at the
-//! end.
+//! once, leader hand-overs, frozen and killed controllers, killed agents, an API server
+//! restart, cancels during drains, an administrator's cordon, nodes leaving and rejoining the
+//! pool, and kubelets that report a reboot late. Every scenario is watched by the independent
+//! [`Observer`], which checks the budget and the drain at every event, in etcd order, and
+//! accounts for every request at the end.
 
 use e2e::{
-    BudgetWatch, NodeHistory, apply, chaos::Observer, kubectl, label_node, node, request_reboot,
+    BudgetWatch, NodeHistory, apply, chaos::Observer, has_event, kubectl, label_node, node,
+    pod_that_blocks_the_drain_of, request_reboot,
 };
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::{coordination::v1::Lease, core::v1::Pod};
 use kube::{Api, Client, api::ListParams};
-use nodesim::sandbox::{Sandbox, SandboxConfig};
+use nodesim::sandbox::{OPERATOR_NAMESPACE, Sandbox, SandboxConfig};
 use std::{
     collections::{BTreeMap, BTreeSet},
     time::Duration,
@@ -22,6 +24,14 @@ const PHASE: Duration = Duration::from_secs(240);
 /// PodDisruptionBudget lets one replica be down at a time.
 const WORKLOAD: (&str, &str) = ("app", "web");
 const POOL_A: &str = "pool=a";
+/// Leader election fast enough for a test: a frozen leader is replaced after 4 s.
+const FAST_LEADER_ELECTION: [&str; 3] = [
+    "--leader-election-lease-duration=4s",
+    "--leader-election-renew-deadline=3s",
+    "--leader-election-retry-period=1s",
+];
+const LEASE: Duration = Duration::from_secs(4);
+
 fn web(replicas: usize) -> String {
     format!(
         r#"
@@ -473,4 +483,256 @@ async fn the_observers_resume_after_an_api_server_restart() {
     history.check().unwrap();
     eprintln!("history of sim-1 after the restart: {}", history.coverage());
     sb.stop().await;
+}
+
+/// The current leader among `controllers`, by the leader Lease.
+async fn leader(sb: &Sandbox) -> Option<usize> {
+    let holder = Api::<Lease>::namespaced(sb.client.clone(), OPERATOR_NAMESPACE)
+        .get_opt("reboot-controller")
+        .await
+        .ok()??
+        .spec?
+        .holder_identity?;
+    sb.controllers.iter().position(|c| c.identity() == holder)
+}
+
+/// What the scenario did to the system, for the figures at the end.
+#[derive(Debug, Default)]
+struct Faults {
+    controllers_killed: u32,
+    controllers_frozen: u32,
+    agents_killed: u32,
+    api_server_restarts: u32,
+}
+
+impl std::fmt::Display for Faults {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "chaos: survived {} controller kills, {} controller freezes longer than the lease, \
+             {} agent kills, {} API server restart(s)",
+            self.controllers_killed,
+            self.controllers_frozen,
+            self.agents_killed,
+            self.api_server_restarts
+        )
+    }
+}
+
+/// Who plays which part in the chaos scenario.
+struct Roles {
+    /// Its request is cancelled during its drain (a pod no budget lets go keeps it draining).
+    cancelled: &'static str,
+    /// An administrator cordons it before its first request.
+    admin_cordoned: &'static str,
+    /// It leaves the pool while it holds a slot, and comes back.
+    leaver: &'static str,
+}
+
+const ROLES: Roles = Roles {
+    cancelled: "sim-3",
+    admin_cordoned: "sim-4",
+    leaver: "sim-7",
+};
+
+#[tokio::test(flavor = "multi_thread")]
+async fn chaos_keeps_the_budget_the_drain_and_every_request() {
+    let mut controller_args = vec!["--node-selector", POOL_A, "--drain-timeout", "60s"];
+    controller_args.extend(FAST_LEADER_ELECTION);
+    let mut sb = sandbox(Setup {
+        nodes: 10,
+        max_unavailable: "2",
+        controller_args,
+        pool: true,
+        ..Setup::default()
+    })
+    .await;
+    let names = sb.fleet.names();
+    deploy_workload(&sb, names.len(), &names).await;
+    apply(
+        &sb.control_plane,
+        &pod_that_blocks_the_drain_of(ROLES.cancelled),
+    );
+    wait_until_the_blocker_allows_no_disruption(&sb).await;
+    let observer = start_observer(&sb, 2).await;
+    let mut faults = Faults::default();
+    replicas_without_leader_election(&mut sb, &observer, &mut faults).await;
+    leaders_killed_and_frozen_and_an_api_server_restart(&mut sb, &observer, &mut faults).await;
+    settle().await;
+    let report = observer.finish(&[]).await;
+    eprintln!("{report}");
+    eprintln!("{faults}");
+    sb.stop().await;
+}
+
+/// Phase 1: three replicas without leader election reboot every node twice, through a cancel
+/// during a drain, an administrator's cordon and killed agents.
+async fn replicas_without_leader_election(
+    sb: &mut Sandbox,
+    observer: &Observer,
+    faults: &mut Faults,
+) {
+    let names = sb.fleet.names();
+    let Roles {
+        cancelled,
+        admin_cordoned,
+        ..
+    } = ROLES;
+    for _ in 0..3 {
+        sb.start_controller(&["--leader-elect=false"]).unwrap();
+    }
+    kubectl(&sb.control_plane, &["cordon", admin_cordoned]);
+    request_all(sb);
+    observer
+        .wait_until(&format!("{cancelled} is draining"), PHASE, || {
+            has_event(&sb.client, cancelled, "Draining", &[])
+        })
+        .await;
+    kubectl(
+        &sb.control_plane,
+        &["annotate", "node", cancelled, "reboot-needed-"],
+    );
+    kubectl(
+        &sb.control_plane,
+        &["delete", "pod", "precious", "--wait=false"],
+    );
+    kubectl(&sb.control_plane, &["delete", "pdb", "never-disrupt"]);
+    kill_agents(sb, faults, &["sim-5", "sim-9"]).await;
+    let mut expected = each(&names, 1);
+    expected.insert(cancelled.to_owned(), 0);
+    expected.remove(admin_cordoned);
+    wait_for_reboots(observer, &expected, "phase 1: every request done once").await;
+    observer
+        .wait_until(
+            &format!("{admin_cordoned} rebooted, its cordon kept"),
+            PHASE,
+            || async {
+                observer.tally(admin_cordoned).reboots == 1
+                    && observer.out_of_protocol(admin_cordoned)
+            },
+        )
+        .await;
+    let still_cordoned = node(&sb.client, admin_cordoned)
+        .await
+        .spec
+        .and_then(|s| s.unschedulable)
+        .unwrap_or(false);
+    if !still_cordoned {
+        observer.fail(&format!(
+            "the administrator's cordon of {admin_cordoned} was lost"
+        ));
+    }
+    kubectl(&sb.control_plane, &["uncordon", admin_cordoned]);
+    respread_workload(sb, names.len(), &names).await;
+    request_all(sb);
+    kill_agents(sb, faults, &["sim-2", "sim-8"]).await;
+    expected = each(&names, 2);
+    expected.insert(cancelled.to_owned(), 1);
+    wait_for_reboots(
+        observer,
+        &expected,
+        "phase 1: every node's second reboot done",
+    )
+    .await;
+}
+
+/// Phase 2: two replicas with leader election reboot every node once more while the leader
+/// is killed, then frozen for longer than its lease, the API server is restarted, agents
+/// are killed, and a node that holds a slot leaves the pool and comes back.
+async fn leaders_killed_and_frozen_and_an_api_server_restart(
+    sb: &mut Sandbox,
+    observer: &Observer,
+    faults: &mut Faults,
+) {
+    let names = sb.fleet.names();
+    let Roles {
+        cancelled, leaver, ..
+    } = ROLES;
+    for controller in &mut sb.controllers {
+        controller.kill().await;
+    }
+    for _ in 0..2 {
+        sb.start_controller(&[]).unwrap();
+    }
+    respread_workload(sb, names.len(), &names).await;
+    request_reboot(&sb.control_plane, leaver);
+    observer
+        .wait_until(&format!("{leaver} holds a slot"), PHASE, || {
+            holds_a_slot(sb, leaver)
+        })
+        .await;
+    label_node(&sb.control_plane, leaver, "pool=b");
+    request(sb, &others_than(&names, leaver));
+    let leading = wait_for_a_leader(sb, observer).await;
+    sb.controllers[leading].kill().await;
+    sb.controllers[leading].restart().await.unwrap();
+    faults.controllers_killed += 1;
+    kill_agents(sb, faults, &["sim-1"]).await;
+    let leading = wait_for_a_leader(sb, observer).await;
+    sb.controllers[leading].freeze();
+    tokio::time::sleep(LEASE * 2).await;
+    sb.controllers[leading].thaw();
+    faults.controllers_frozen += 1;
+    sb.control_plane
+        .restart_apiserver()
+        .await
+        .expect("API server restarts");
+    faults.api_server_restarts += 1;
+    kill_agents(sb, faults, &["sim-6"]).await;
+    observer
+        .wait_until(
+            &format!("{leaver} is rebooted and completed outside the pool"),
+            PHASE,
+            || async { observer.rebooted_and_back(leaver, 3) },
+        )
+        .await;
+    label_node(&sb.control_plane, leaver, POOL_A);
+    let mut expected = each(&names, 3);
+    expected.insert(cancelled.to_owned(), 2);
+    wait_for_reboots(
+        observer,
+        &expected,
+        "phase 2: every node's third reboot done",
+    )
+    .await;
+}
+
+async fn kill_agents(sb: &Sandbox, faults: &mut Faults, nodes: &[&str]) {
+    for name in nodes {
+        sb.fleet.kill_agent(name).await;
+        faults.agents_killed += 1;
+    }
+}
+
+async fn wait_for_a_leader(sb: &Sandbox, observer: &Observer) -> usize {
+    observer
+        .eventually("a controller leads", PHASE, || leader(sb))
+        .await
+}
+
+/// Waits until the controller-manager has computed that `never-disrupt` allows nothing, so
+/// that the drain of its node is blocked from the start.
+async fn wait_until_the_blocker_allows_no_disruption(sb: &Sandbox) {
+    e2e::wait_until("the PDB allows no disruption", PHASE, None, || async {
+        let status = "jsonpath={.status.currentHealthy}/{.status.disruptionsAllowed}";
+        kubectl(
+            &sb.control_plane,
+            &["get", "pdb", "never-disrupt", "-o", status],
+        ) == "1/0"
+    })
+    .await;
+}
+
+/// The node holds a slot: the operator cordoned it, or its reboot is under way.
+async fn holds_a_slot(sb: &Sandbox, name: &str) -> bool {
+    let held = [
+        "reboot-cordoned",
+        "reboot-grant",
+        "reboot-now",
+        "reboot-in-progress",
+        "reboot-done",
+    ];
+    e2e::protocol_annotations(&node(&sb.client, name).await)
+        .iter()
+        .any(|k| held.contains(&k.as_str()))
 }

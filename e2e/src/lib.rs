@@ -116,10 +116,11 @@ pub async fn node_events(client: &Client, node: &str) -> Vec<(String, String, St
         .collect()
 }
 
-/// Who reported the controller's steps: for each `reportingInstance` of the Events of
-/// `reasons` (on any node), the reasons it reported.
+/// Who reported which steps: for each `reportingInstance` of `component` (such as
+/// `reboot-controller`), the reasons of its Events (on any node) among `reasons`.
 pub async fn step_reporters(
     client: &Client,
+    component: &str,
     reasons: &[&str],
 ) -> BTreeMap<String, BTreeSet<String>> {
     let events = Api::<Event>::namespaced(client.clone(), "default")
@@ -130,7 +131,8 @@ pub async fn step_reporters(
     let mut reporters: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for event in events {
         let reason = event.reason.unwrap_or_default();
-        if reasons.contains(&reason.as_str()) {
+        let by_component = event.reporting_component.as_deref() == Some(component);
+        if by_component && reasons.contains(&reason.as_str()) {
             reporters
                 .entry(event.reporting_instance.unwrap_or_default())
                 .or_default()

@@ -6,10 +6,13 @@
 use e2e::{
     BudgetWatch, event_reasons, kubectl, node, node_events, protocol_annotations, request_reboot,
     rollout::{ROLLOUT, all_back, back, ledger_is_empty, rollout_completes},
-    wait_for_event, wait_until,
+    step_reporters, wait_for_event, wait_until,
 };
 use nodesim::sandbox::{Sandbox, SandboxConfig};
-use std::time::Duration;
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    time::Duration,
+};
 use testenv::Options;
 
 async fn sandbox(nodes: usize, max_unavailable: &str) -> Sandbox {
@@ -261,6 +264,24 @@ async fn a_request_that_is_not_true_is_ignored_with_a_warning() {
     sb.stop().await;
 }
 
+/// Who reported which of `steps`, once every one of `identities` did or after 30 s: Events
+/// are sent from a queue after the write they describe.
+async fn steps_reported_by(
+    sb: &Sandbox,
+    steps: &[&str],
+    identities: &[String],
+) -> BTreeMap<String, BTreeSet<String>> {
+    let mut reporters = step_reporters(&sb.client, "reboot-controller", steps).await;
+    for _ in 0..100 {
+        if identities.iter().all(|i| reporters.contains_key(i)) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        reporters = step_reporters(&sb.client, "reboot-controller", steps).await;
+    }
+    reporters
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn two_controllers_at_once_keep_the_budget() {
     let mut sb = sandbox_with(12, "2", false).await;
@@ -270,6 +291,17 @@ async fn two_controllers_at_once_keep_the_budget() {
     sb.start_controller(&["--leader-elect=false"]).unwrap();
     let watch = BudgetWatch::start(sb.client.clone(), 2).await;
     rollout(&sb, &watch).await;
+    // Both really acted: each took some node a step further (its identity reports the Event
+    // of that step), so the budget held against a real race, not against a bystander.
+    let identities: Vec<String> = sb.controllers.iter().map(|c| c.identity()).collect();
+    let steps = ["Draining", "RebootApproved", "Rebooted"];
+    let reporters = steps_reported_by(&sb, &steps, &identities).await;
+    eprintln!("steps of the rollout by controller: {reporters:?}");
+    assert!(
+        identities.iter().all(|i| reporters.contains_key(i)),
+        "both controllers must have acted: steps {steps:?} by {reporters:?}, controllers \
+         {identities:?}"
+    );
     sb.stop().await;
 }
 

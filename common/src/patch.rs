@@ -156,10 +156,12 @@ impl<'a> Transition<'a> {
     }
 
     /// Controller, node drained under `grant`: `reboot-needed` becomes `reboot-now` in one
-    /// write, only while the node holds that grant and is cordoned.
+    /// write, only while the node holds that grant, is cordoned, and is still the version the
+    /// drain ended on (`node`'s): pods cannot have come back since.
     pub fn promote(&self, node: &NodeFacts, grant: &str) -> Patch {
         let ops = self
             .of_grant(node, grant)
+            .test_unchanged(node)
             .test(path(&["spec", "unschedulable"]), true.into());
         self.promote_ops(ops).build()
     }

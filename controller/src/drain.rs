@@ -34,13 +34,14 @@ pub struct DrainSettings {
 /// How a drain ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum DrainOutcome {
+    /// No pod to evict is left; the node, read then, still held the grant at this version.
+    /// The drain stands only while the node stays at it (an uncordon lets pods back).
     Drained {
         evicted: usize,
+        node_version: Option<String>,
     },
     /// Timed out; each blocking pod (`namespace/name`) with the reason it is still there.
-    TimedOut {
-        blocking: BTreeMap<String, String>,
-    },
+    TimedOut { blocking: BTreeMap<String, String> },
     /// The node no longer holds the grant this drain was for (cancelled, or released by
     /// another controller): nothing more is evicted for it.
     Superseded,
@@ -164,14 +165,16 @@ impl Drainer {
         }
     }
 
-    /// Whether the node, read now, still carries `grant`: evictions are for that grant only.
-    async fn still_holds(&self, node: &str, grant: &str) -> Result<bool, kube::Error> {
+    /// The node's version, read now, if it still carries `grant`: evictions are for that
+    /// grant only.
+    async fn still_holds(&self, node: &str, grant: &str) -> Result<Option<String>, kube::Error> {
         let current = Api::<Node>::all(self.client.clone()).get(node).await?;
-        Ok(current
+        let holds = current
             .annotations()
             .get(&self.keys.grant)
             .map(String::as_str)
-            == Some(grant))
+            == Some(grant);
+        Ok(holds.then(|| current.metadata.resource_version.unwrap_or_default()))
     }
 
     /// Evicts until no pod to evict is left on the node, or the timeout passes, or the node no
@@ -206,8 +209,17 @@ impl Drainer {
                 })
                 .collect();
             if to_evict.is_empty() && !blocking.contains_key("(pod list)") {
-                return DrainOutcome::Drained {
-                    evicted: evicted.len(),
+                return match self.still_holds(&name, grant).await {
+                    Ok(Some(version)) => DrainOutcome::Drained {
+                        evicted: evicted.len(),
+                        node_version: Some(version),
+                    },
+                    Ok(None) => DrainOutcome::Superseded,
+                    Err(error) => {
+                        self.metrics.api_error("node", ApiErrorKind::of(&error));
+                        tokio::time::sleep(PASS_INTERVAL).await;
+                        continue;
+                    }
                 };
             }
             blocking.retain(|k, _| to_evict.iter().any(|(p, _)| &pod_key(p) == k));
@@ -221,8 +233,8 @@ impl Drainer {
             // released (by us or by another controller) evicts nothing more.
             if due {
                 match self.still_holds(&name, grant).await {
-                    Ok(true) => {}
-                    Ok(false) => return DrainOutcome::Superseded,
+                    Ok(Some(_)) => {}
+                    Ok(None) => return DrainOutcome::Superseded,
                     Err(error) => {
                         self.metrics.api_error("node", ApiErrorKind::of(&error));
                         tokio::time::sleep(PASS_INTERVAL).await;

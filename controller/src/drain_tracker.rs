@@ -33,6 +33,8 @@ pub struct Finished {
 #[derive(Debug)]
 struct Tracked {
     state: DrainState,
+    /// The node's version when the drain found nothing left to evict.
+    drained_at: Option<String>,
     task: Option<JoinHandle<()>>,
 }
 
@@ -82,11 +84,15 @@ impl DrainTracker {
         self.drainer.is_some()
     }
 
-    /// Where the drain of `grant` stands.
-    pub fn state(&self, grant: &str) -> DrainState {
-        self.grants
-            .get(grant)
-            .map_or(DrainState::NotStarted, |t| t.state)
+    /// Where the drain of `grant` stands for the node as seen at `node_version`. A drain
+    /// counts as done only for the very version it ended on: a node that changed since (it
+    /// may have been uncordoned, and pods may be back) is drained again; a copy older than
+    /// that version waits for the newer one.
+    pub fn state(&self, grant: &str, node_version: Option<&str>) -> DrainState {
+        let Some(tracked) = self.grants.get(grant) else {
+            return DrainState::NotStarted;
+        };
+        drain_state_at(tracked.state, tracked.drained_at.as_deref(), node_version)
     }
 
     /// The earliest time (in the shell's clock) the node may be granted again.
@@ -120,6 +126,7 @@ impl DrainTracker {
         );
         let tracked = Tracked {
             state: DrainState::Running,
+            drained_at: None,
             task: Some(task),
         };
         if let Some(old) = self.grants.insert(grant.to_owned(), tracked) {
@@ -135,8 +142,11 @@ impl DrainTracker {
                 continue;
             };
             tracked.task = None;
-            tracked.state = match done.outcome {
-                DrainOutcome::Drained { .. } => DrainState::Drained,
+            tracked.state = match &done.outcome {
+                DrainOutcome::Drained { node_version, .. } => {
+                    tracked.drained_at.clone_from(node_version);
+                    DrainState::Drained
+                }
                 DrainOutcome::TimedOut { .. } | DrainOutcome::Superseded => DrainState::Failed,
             };
             ended.push(done);
@@ -178,6 +188,22 @@ impl DrainTracker {
     /// The node's reboot was completed: its next failure starts the schedule over.
     pub fn forget_retries(&mut self, node: &str) {
         self.retries.remove(node);
+    }
+}
+
+/// Pure: a drain's state as it applies to the node at `node_version` (see
+/// [`DrainTracker::state`]).
+pub fn drain_state_at(
+    state: DrainState,
+    drained_at: Option<&str>,
+    node_version: Option<&str>,
+) -> DrainState {
+    use common::ledger::version_is_newer;
+    match state {
+        DrainState::Drained if node_version == drained_at => DrainState::Drained,
+        DrainState::Drained if version_is_newer(node_version, drained_at) => DrainState::NotStarted,
+        DrainState::Drained => DrainState::Running,
+        other => other,
     }
 }
 

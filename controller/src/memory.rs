@@ -59,7 +59,7 @@ impl Memory {
                     not_before: drains.not_before(&name),
                     drain: ledger
                         .grant_of(&name)
-                        .map(|grant| drains.state(grant))
+                        .map(|grant| drains.state(grant, facts.resource_version.as_deref()))
                         .unwrap_or_default(),
                     in_pool: overlay.in_pool(node),
                     facts,

@@ -16,7 +16,7 @@
 
 use super::tests::{annotate, facts, node_json};
 use super::*;
-use crate::ledger::Ledger;
+use crate::{drain_tracker::drain_state_at, ledger::Ledger};
 use common::{AnnotationKeys, Transition};
 use proptest::prelude::*;
 use serde_json::{Value, json};
@@ -90,7 +90,8 @@ struct Replica {
     ledger: Ledger,
     deleted: BTreeSet<String>,
     requested_at: BTreeMap<String, u64>,
-    drains: BTreeMap<String, DrainState>,
+    /// By grant: the drain's state and the node version it ended on.
+    drains: BTreeMap<String, (DrainState, Option<String>)>,
     not_before: BTreeMap<String, u64>,
 }
 
@@ -242,7 +243,10 @@ impl Replica {
                     drain: self
                         .ledger
                         .grant_of(&name)
-                        .and_then(|g| self.drains.get(g).copied())
+                        .and_then(|g| self.drains.get(g))
+                        .map(|(state, at)| {
+                            drain_state_at(*state, at.as_deref(), facts.resource_version.as_deref())
+                        })
                         .unwrap_or_default(),
                     in_pool: true,
                     facts,
@@ -320,7 +324,8 @@ impl Replica {
             NodeAction::Complete { grant, .. } => Some(t.complete(f, Some(grant), "t")),
             NodeAction::Release { .. } => t.release(f),
             NodeAction::StartDrain { grant, .. } => {
-                self.drains.insert(grant.clone(), DrainState::Running);
+                self.drains
+                    .insert(grant.clone(), (DrainState::Running, None));
                 None
             }
             NodeAction::Refetch(_) | NodeAction::WarnInvalidRequest { .. } => None,
@@ -345,17 +350,20 @@ impl Replica {
         let Some(grant) = self.ledger.grant_of(&name).map(str::to_owned) else {
             return;
         };
-        if self.drains.get(&grant) != Some(&DrainState::Running) {
+        if self.drains.get(&grant).map(|d| d.0) != Some(DrainState::Running) {
             return;
         }
         let holds = annotation(&server.nodes[i], "reboot-grant").as_deref() == Some(grant.as_str());
-        let state = if ok && holds {
+        let drained = if ok && holds {
             server.pods[i] = false;
-            DrainState::Drained
+            let version = server.nodes[i]["metadata"]["resourceVersion"]
+                .as_str()
+                .map(str::to_owned);
+            (DrainState::Drained, version)
         } else {
-            DrainState::Failed
+            (DrainState::Failed, None)
         };
-        self.drains.insert(grant, state);
+        self.drains.insert(grant, drained);
     }
 }
 

@@ -208,7 +208,7 @@ impl Shell {
         {
             let name = node.metadata.name.clone().unwrap_or_default();
             match outcome {
-                DrainOutcome::Drained { evicted } => {
+                DrainOutcome::Drained { evicted, .. } => {
                     self.metrics.drain_finished("drained", took);
                     tracing::info!(node = %name, %grant, evicted, took = ?took, "drained");
                 }

@@ -556,7 +556,11 @@ impl Model {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
+    // 300 cases by default (about 15 s); `PROPTEST_CASES=5000` for a longer hunt.
+    #![proptest_config(ProptestConfig {
+        cases: std::env::var("PROPTEST_CASES").ok().and_then(|c| c.parse().ok()).unwrap_or(300),
+        ..ProptestConfig::default()
+    })]
 
     #[test]
     fn replicas_on_stale_caches_keep_the_budget_the_drain_and_every_request(

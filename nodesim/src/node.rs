@@ -172,11 +172,15 @@ impl SimNode {
     /// Reports until the API server takes it, as a kubelet keeps trying while the API server
     /// is down (a restart, say).
     async fn report_until_accepted(&self, ready: bool, boot_id: Option<&str>) {
-        let mut delay = Duration::from_millis(100);
+        use backon::{BackoffBuilder, ExponentialBuilder};
+        let mut delays = ExponentialBuilder::new()
+            .with_min_delay(Duration::from_millis(100))
+            .with_max_delay(Duration::from_secs(2))
+            .without_max_times()
+            .build();
         while let Err(error) = self.report(ready, boot_id).await {
             tracing::debug!(node = %self.name, %error, "status report failed; retrying");
-            tokio::time::sleep(delay).await;
-            delay = (delay * 2).min(Duration::from_secs(2));
+            tokio::time::sleep(delays.next().unwrap_or(Duration::from_secs(2))).await;
         }
     }
 

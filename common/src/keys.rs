@@ -27,21 +27,7 @@ pub const REBOOT_GRANT: &str = "reboot-grant";
 /// from a cancelled one without comparing clocks.
 pub const REBOOT_LAST_GRANT: &str = "reboot-last-grant";
 
-/// Every key, for documentation.
-pub const ALL: [&str; 9] = [
-    REBOOT_NEEDED,
-    REBOOT_NOW,
-    REBOOT_IN_PROGRESS,
-    REBOOT_BOOT_ID,
-    REBOOT_DONE,
-    REBOOT_CORDONED,
-    REBOOT_LAST_COMPLETED,
-    REBOOT_GRANT,
-    REBOOT_LAST_GRANT,
-];
-
-/// The keys the admission policy lets an agent change on its own node: the grant keys are the
-/// controller's alone, so no agent can forge a slot.
+/// The keys the admission policy lets an agent change on its own node.
 pub const AGENT_MAY_CHANGE: [&str; 7] = [
     REBOOT_NEEDED,
     REBOOT_NOW,
@@ -51,6 +37,24 @@ pub const AGENT_MAY_CHANGE: [&str; 7] = [
     REBOOT_CORDONED,
     REBOOT_LAST_COMPLETED,
 ];
+
+/// The grant keys: the controller's alone, so no agent can forge a slot.
+pub const CONTROLLER_ONLY: [&str; 2] = [REBOOT_GRANT, REBOOT_LAST_GRANT];
+
+/// Every key, for documentation: the agent's, then the controller's.
+pub const ALL: [&str; 9] = {
+    let mut all = [""; 9];
+    let mut i = 0;
+    while i < all.len() {
+        all[i] = if i < AGENT_MAY_CHANGE.len() {
+            AGENT_MAY_CHANGE[i]
+        } else {
+            CONTROLLER_ONLY[i - AGENT_MAY_CHANGE.len()]
+        };
+        i += 1;
+    }
+    all
+};
 
 /// A `--annotation-prefix` that is not a DNS subdomain.
 #[derive(Debug, Error, PartialEq, Eq)]
@@ -188,6 +192,32 @@ mod tests {
                 .all(|k| k.starts_with("reboot.example.com/"))
         );
         assert_eq!(keys.needed, "reboot.example.com/reboot-needed");
+    }
+
+    #[test]
+    fn the_admission_policy_lets_agents_change_their_keys_and_never_the_grant_keys() {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../manifests/agent-node-policy.yaml"
+        );
+        let policy = std::fs::read_to_string(path).expect("the manifests are there");
+        let listed = policy
+            .split("name: protocolKeys")
+            .nth(1)
+            .and_then(|rest| rest.split(']').next())
+            .expect("the policy has its protocolKeys list");
+        for key in AGENT_MAY_CHANGE {
+            assert!(
+                listed.contains(&format!("'{key}'")),
+                "{key} missing: {listed}"
+            );
+        }
+        for key in CONTROLLER_ONLY {
+            assert!(
+                !listed.contains(&format!("'{key}'")),
+                "{key} must not be there"
+            );
+        }
     }
 
     #[test]

@@ -11,7 +11,7 @@
 //! say, a write that takes a node further into the protocol succeeds only while the ledger
 //! holds that node's grant.
 
-use crate::ledger::{Grant, Ledger, LedgerChange};
+use crate::ledger::{Grant, Ledger, LedgerChange, Slot};
 use common::{NodeFacts, Phase, ProtocolState, Request, ledger::version_is_newer};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -151,12 +151,7 @@ impl Round<'_> {
         let mut decision = Decision::default();
         for view in self.nodes {
             match self.ledger.slots.get(view.name()) {
-                Some(slot) => self.slot_holder(
-                    view,
-                    &slot.grant,
-                    slot.node_version.as_deref(),
-                    &mut decision,
-                ),
+                Some(slot) => self.slot_holder(view, slot, &mut decision),
                 None if view.in_pool => self.outside_the_protocol(view, &mut decision),
                 None => {}
             }
@@ -166,14 +161,9 @@ impl Round<'_> {
         decision
     }
 
-    fn slot_holder(
-        &self,
-        view: &NodeView,
-        grant: &str,
-        granted_at_version: Option<&str>,
-        decision: &mut Decision,
-    ) {
+    fn slot_holder(&self, view: &NodeView, slot: &Slot, decision: &mut Decision) {
         let node = view.name().to_owned();
+        let grant = slot.grant.as_str();
         match view.state.grant.as_deref() {
             // The node is the truth about which grant it holds (another controller re-keyed
             // the slot, or the ledger was rebuilt): record that one instead.
@@ -186,7 +176,7 @@ impl Round<'_> {
             }
             Some(_) => self.claimed(view, grant, decision),
             None if view.state.reboot_under_way() => self.claimed(view, grant, decision),
-            None => self.unclaimed(view, grant, granted_at_version, decision),
+            None => self.unclaimed(view, slot, decision),
         }
     }
 
@@ -233,14 +223,9 @@ impl Round<'_> {
     /// The ledger holds a grant the node does not carry: claim it if the node is still as it
     /// was when the grant was decided; release it once the node has moved past that version
     /// (then nobody can ever claim it); read the node again if our copy is older.
-    fn unclaimed(
-        &self,
-        view: &NodeView,
-        grant: &str,
-        granted_at_version: Option<&str>,
-        decision: &mut Decision,
-    ) {
+    fn unclaimed(&self, view: &NodeView, slot: &Slot, decision: &mut Decision) {
         let node = view.name().to_owned();
+        let (grant, granted_at_version) = (slot.grant.as_str(), slot.node_version.as_deref());
         if granted_at_version.is_some() && view.version() == granted_at_version {
             if view.state.request == Request::Needed {
                 decision.act(NodeAction::Claim {

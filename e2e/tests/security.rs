@@ -522,6 +522,16 @@ async fn an_agent_may_change_only_the_protocol_annotations_of_its_own_node() {
         403,
         "protocol's annotations",
     );
+    // The grant keys are the controller's: an agent cannot forge a slot for its node.
+    for key in common::keys::CONTROLLER_ONLY {
+        let forged = merge(json!({"metadata": {"annotations": {key: "forged"}}}));
+        refused(
+            key,
+            nodes.patch("node-a", &params, &forged).await,
+            403,
+            "protocol's annotations",
+        );
+    }
     for (what, result) in [
         (
             "patching another node",

@@ -324,3 +324,13 @@ spec:
 "#
     )
 }
+
+/// A pod that is Ready and not being deleted: one that serves.
+pub fn pod_is_ready(pod: &k8s_openapi::api::core::v1::Pod) -> bool {
+    pod.metadata.deletion_timestamp.is_none()
+        && pod
+            .status
+            .iter()
+            .flat_map(|s| s.conditions.iter().flatten())
+            .any(|c| c.type_ == "Ready" && c.status == "True")
+}

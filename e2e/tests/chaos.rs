@@ -5,6 +5,7 @@
 //! [`Observer`], which checks the budget and the drain at every event, in etcd order, and
 //! accounts for every request at the end.
 
+use e2e::pod_is_ready;
 use e2e::{
     BudgetWatch, NodeHistory, apply, chaos::Observer, has_event, kubectl, label_node, node,
     pod_that_blocks_the_drain_of, request_reboot,
@@ -122,15 +123,6 @@ async fn sandbox(setup: Setup) -> Sandbox {
     Sandbox::start(config).await.expect("sandbox starts")
 }
 
-fn is_ready(pod: &Pod) -> bool {
-    pod.metadata.deletion_timestamp.is_none()
-        && pod
-            .status
-            .iter()
-            .flat_map(|s| s.conditions.iter().flatten())
-            .any(|c| c.type_ == "Ready" && c.status == "True")
-}
-
 async fn web_pods(client: &Client) -> Vec<Pod> {
     Api::<Pod>::namespaced(client.clone(), "default")
         .list(&ListParams::default().labels("app=web"))
@@ -146,7 +138,7 @@ fn node_of(pod: &Pod) -> Option<String> {
 /// The nodes holding a Ready replica of the workload, with how many each.
 async fn web_pods_by_node(client: &Client) -> BTreeMap<String, usize> {
     let mut by_node = BTreeMap::new();
-    for pod in web_pods(client).await.iter().filter(|p| is_ready(p)) {
+    for pod in web_pods(client).await.iter().filter(|p| pod_is_ready(p)) {
         if let Some(node) = node_of(pod) {
             *by_node.entry(node).or_insert(0) += 1;
         }
@@ -201,7 +193,7 @@ async fn move_surplus_replicas(sb: &Sandbox) {
         }
         let name = pod.metadata.name.clone().unwrap_or_default();
         match node_of(&pod) {
-            Some(node) if is_ready(&pod) && kept.insert(node.clone()) => {}
+            Some(node) if pod_is_ready(&pod) && kept.insert(node.clone()) => {}
             _ => surplus.push(name),
         }
     }

@@ -1,6 +1,7 @@
 //! Draining before every reboot (issue 4), on a control plane with the scheduler and the
 //! controller-manager, so that Deployments, DaemonSets and PodDisruptionBudgets are real.
 
+use e2e::pod_is_ready;
 use e2e::{
     BudgetWatch, apply, has_event, kubectl, node, node_events, pod_that_blocks_the_drain_of,
     protocol_annotations, request_reboot, wait_for_event, wait_until,
@@ -29,21 +30,12 @@ async fn sandbox(nodes: usize, max_unavailable: &str, controller_args: &[&str]) 
     Sandbox::start(config).await.expect("sandbox starts")
 }
 
-fn is_ready(pod: &Pod) -> bool {
-    pod.metadata.deletion_timestamp.is_none()
-        && pod
-            .status
-            .iter()
-            .flat_map(|s| s.conditions.iter().flatten())
-            .any(|c| c.type_ == "Ready" && c.status == "True")
-}
-
 async fn ready_pods(client: &Client, selector: &str) -> Vec<Pod> {
     let pods = Api::<Pod>::namespaced(client.clone(), "default")
         .list(&ListParams::default().labels(selector))
         .await
         .expect("list pods");
-    pods.items.into_iter().filter(is_ready).collect()
+    pods.items.into_iter().filter(pod_is_ready).collect()
 }
 
 /// The fewest Ready replicas seen after the first moment all of them were Ready.
@@ -55,8 +47,10 @@ struct Floor {
 
 impl Floor {
     fn record(&mut self, pod: &Pod) {
-        self.ready
-            .insert(pod.metadata.uid.clone().unwrap_or_default(), is_ready(pod));
+        self.ready.insert(
+            pod.metadata.uid.clone().unwrap_or_default(),
+            pod_is_ready(pod),
+        );
     }
 
     fn count(&mut self) {
@@ -379,7 +373,7 @@ async fn a_bare_pod_is_evicted_with_a_warning_that_it_will_not_come_back() {
             .await
             .ok()
             .flatten()
-            .is_some_and(|p| is_ready(&p))
+            .is_some_and(|p| pod_is_ready(&p))
     })
     .await;
     request_reboot(&sb.control_plane, "sim-1");

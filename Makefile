@@ -4,7 +4,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 ARGS ?=
 
-.PHONY: all testenv static bins build test lint cluster sandbox demo bench manifests
+.PHONY: all testenv static bins build test lint cluster sandbox demo bench manifests vm-tools vm-image vm-e2e
 
 all: build
 
@@ -18,7 +18,7 @@ testenv:
 # release/. --target keeps RUSTFLAGS off build scripts and proc macros.
 STATIC_TARGET ?= $(shell uname -m)-unknown-linux-gnu
 static:
-	RUSTFLAGS='-C target-feature=+crt-static' $(CARGO) build --release --locked --target $(STATIC_TARGET) -p agent -p controller
+	RUSTFLAGS='-C target-feature=+crt-static' $(CARGO) build --release --locked --target $(STATIC_TARGET) -p agent -p controller -p vm-node-reporter
 
 build: static
 	$(CARGO) build --workspace --all-targets --locked
@@ -31,8 +31,26 @@ lint:
 bins:
 	$(CARGO) build --workspace --bins --locked
 
-test: testenv lint static bins
-	$(CARGO) test --workspace --locked --no-fail-fast
+# Every test; the VM tier last, with its progress on the terminal. Both run even when the
+# first fails, and either failing fails the target.
+test: testenv lint static bins vm-image
+	@status=0; \
+	$(CARGO) test --workspace --exclude vmtest --locked --no-fail-fast || status=1; \
+	$(CARGO) test --locked -p vmtest -- --nocapture || status=1; \
+	exit $$status
+
+# The VM tier's host tools (QEMU, debootstrap, socat) from Debian's packages, when missing.
+vm-tools:
+	@vm/image/install-tools.sh
+
+# The guests' Debian base image, built once (about a minute) and cached in .cache/vm-image/.
+vm-image: vm-tools
+	@vm/image/build.sh
+
+# Real reboots: Debian VMs under QEMU with the static agent, the controller on the host
+# (README "Real reboots in virtual machines"). VM_ACCEL=kvm where /dev/kvm works.
+vm-e2e: testenv static bins vm-image
+	$(CARGO) test --locked -p vmtest -- --nocapture
 
 # A control plane in the foreground; prints KUBECONFIG=<path> once ready; Ctrl-C stops it.
 cluster: testenv

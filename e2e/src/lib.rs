@@ -9,6 +9,7 @@ use nodesim::observe::{Coverage, Observe, ResumingWatch};
 
 pub mod chaos;
 pub mod rollout;
+pub mod scrape;
 use std::{
     collections::{BTreeMap, BTreeSet},
     future::Future,
@@ -95,7 +96,7 @@ pub fn protocol_annotations(node: &Node) -> Vec<String> {
         .collect()
 }
 
-/// The Events about a node, oldest first, as `(reason, reporting component, message)`.
+/// The Events about a node, first stored first, as `(reason, reporting component, message)`.
 pub async fn node_events(client: &Client, node: &str) -> Vec<(String, String, String)> {
     let params = ListParams::default().fields(&format!("involvedObject.name={node}"));
     let mut events = Api::<Event>::namespaced(client.clone(), "default")
@@ -103,7 +104,10 @@ pub async fn node_events(client: &Client, node: &str) -> Vec<(String, String, St
         .await
         .expect("list events")
         .items;
-    events.sort_by_key(|e| e.event_time.as_ref().map(|t| t.0));
+    // In the order the API server stored them (etcd revision), not by `eventTime`: each
+    // reporter stamps that with its own clock, and a node's clock may be off by seconds (the
+    // VM tier's guests are).
+    events.sort_by_key(nodesim::observe::revision);
     events
         .into_iter()
         .map(|e| {

@@ -7,6 +7,7 @@
 use e2e::{
     BudgetWatch, apply, eventually, kubectl, pod_that_blocks_the_drain_of, request_reboot,
     rollout::{ROLLOUT, back, rollout_completes},
+    scrape::{get, metric, scrape},
     wait_until,
 };
 use k8s_openapi::api::coordination::v1::Lease;
@@ -26,7 +27,7 @@ use std::{
 };
 use testenv::{ControlPlane, Options};
 use tokio::{
-    io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader},
+    io::{AsyncBufReadExt, BufReader},
     net::{TcpListener, TcpStream},
 };
 
@@ -42,44 +43,6 @@ fn light_control_plane() -> Options {
 
 async fn sandbox(config: SandboxConfig) -> Sandbox {
     Sandbox::start(config).await.expect("sandbox starts")
-}
-
-/// `GET path` on a program's metrics server: the status and the body.
-async fn get(address: SocketAddr, path: &str) -> Option<(u16, String)> {
-    let attempt = async {
-        let mut stream = TcpStream::connect(address).await.ok()?;
-        let request =
-            format!("GET {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n");
-        stream.write_all(request.as_bytes()).await.ok()?;
-        let mut response = String::new();
-        stream.read_to_string(&mut response).await.ok()?;
-        let status = response.split(' ').nth(1)?.parse().ok()?;
-        let body = response.split_once("\r\n\r\n")?.1.to_owned();
-        Some((status, body))
-    };
-    tokio::time::timeout(Duration::from_secs(5), attempt)
-        .await
-        .ok()
-        .flatten()
-}
-
-async fn scrape(address: SocketAddr) -> String {
-    match get(address, "/metrics").await {
-        Some((200, body)) => body,
-        other => panic!("GET http://{address}/metrics: {other:?}"),
-    }
-}
-
-/// The value of one series (`name` or `name{labels}`) in OpenMetrics text.
-fn metric(text: &str, series: &str) -> Option<f64> {
-    text.lines().find_map(|line| {
-        line.strip_prefix(series)?
-            .strip_prefix(' ')?
-            .split(' ')
-            .next()?
-            .parse()
-            .ok()
-    })
 }
 
 fn metrics_address(controller: &ControllerProcess) -> SocketAddr {

@@ -32,3 +32,4 @@ pub use cluster::run_until_signal;
 pub use control_plane::ControlPlane;
 pub use error::Error;
 pub use options::Options;
+pub use pki::GUEST_FORWARD_ADDRESS;

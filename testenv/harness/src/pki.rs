@@ -7,6 +7,10 @@ use rcgen::{
 
 use crate::Error;
 
+/// The address at which the VM test tier's guests reach the API server (a `guestfwd` of
+/// QEMU's user-mode network); the serving certificate names it.
+pub const GUEST_FORWARD_ADDRESS: &str = "10.0.2.100";
+
 /// PEM files the components are started with.
 #[derive(Debug)]
 pub(crate) struct Pki {
@@ -41,6 +45,9 @@ impl Pki {
             "localhost".to_owned(),
             "kubernetes".to_owned(),
             "kubernetes.default.svc".to_owned(),
+            // Where QEMU's user-mode network forwards the API server to the VM test tier's
+            // guests (vm/): a guest verifies this certificate like any client.
+            GUEST_FORWARD_ADDRESS.to_owned(),
         ])?;
         server
             .distinguished_name

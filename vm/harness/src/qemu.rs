@@ -1,0 +1,177 @@
+//! One guest: `qemu-system-x86_64` with a qcow2 overlay on the base image, the seed disk, a
+//! user-mode network that reaches nothing but the API server, and its serial console in a
+//! file that outlives the guest's reboots (the QEMU process stays; the guest resets).
+
+use crate::{Error, image::BaseImage};
+use std::{
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    time::Instant,
+};
+use testenv::GUEST_FORWARD_ADDRESS;
+
+/// The port at which a guest reaches the API server on [`GUEST_FORWARD_ADDRESS`].
+pub const GUEST_API_PORT: u16 = 6443;
+
+/// `tcg` (software emulation, works everywhere) unless `VM_ACCEL` says `kvm`.
+pub fn accelerator() -> String {
+    std::env::var("VM_ACCEL").unwrap_or_else(|_| "tcg".into())
+}
+
+/// How to start one guest.
+#[derive(Debug, Clone)]
+pub struct VmSpec {
+    pub name: String,
+    pub memory_mib: u32,
+    /// The loopback port of the API server on the host.
+    pub api_port: u16,
+    pub seed_disk: PathBuf,
+    /// Where the overlay, the serial log and QEMU's own log go.
+    pub dir: PathBuf,
+}
+
+/// A running guest; dropping it stops QEMU (and with it the forwarding processes).
+#[derive(Debug)]
+pub struct Vm {
+    pub name: String,
+    serial: PathBuf,
+    child: Child,
+    pub started: Instant,
+}
+
+/// The line that vm-node-reporter prints on the console once a boot is reported.
+const REPORTED: &str = "vm-node-reporter: node ";
+
+impl Vm {
+    pub fn boot(image: &BaseImage, spec: &VmSpec) -> Result<Vm, Error> {
+        std::fs::create_dir_all(&spec.dir)
+            .map_err(Error::io(format!("create {}", spec.dir.display())))?;
+        let overlay = spec.dir.join(format!("{}.qcow2", spec.name));
+        let output = Command::new("qemu-img")
+            .args(["create", "-q", "-f", "qcow2", "-F", "qcow2", "-b"])
+            .arg(image.disk())
+            .arg(&overlay)
+            .output()
+            .map_err(Error::io("run qemu-img"))?;
+        if !output.status.success() {
+            return Err(Error::Setup(format!(
+                "qemu-img create {} failed: {}",
+                overlay.display(),
+                String::from_utf8_lossy(&output.stderr).trim()
+            )));
+        }
+        let serial = spec.dir.join(format!("{}.serial.log", spec.name));
+        let qemu_log = spec.dir.join(format!("{}.qemu.log", spec.name));
+        let log = std::fs::File::create(&qemu_log).map_err(Error::io("create the QEMU log"))?;
+        let log_err = log.try_clone().map_err(Error::io("dup the QEMU log"))?;
+        // guestfwd's `cmd:` starts one socat per connection (a plain `tcp:` forward would
+        // serve only the first); restrict=on leaves the guest no other way out.
+        let forward = format!(
+            "user,model=virtio-net-pci,restrict=on,guestfwd=tcp:{GUEST_FORWARD_ADDRESS}:{GUEST_API_PORT}-cmd:socat - TCP:127.0.0.1:{}",
+            spec.api_port
+        );
+        let child = Command::new("qemu-system-x86_64")
+            .args([
+                "-name",
+                &spec.name,
+                "-accel",
+                &accelerator(),
+                "-cpu",
+                "max",
+                "-smp",
+                "1",
+            ])
+            .args(["-m", &spec.memory_mib.to_string()])
+            .args(["-nodefaults", "-no-user-config", "-display", "none"])
+            .arg("-kernel")
+            .arg(image.kernel())
+            .arg("-initrd")
+            .arg(image.initrd())
+            .args([
+                "-append",
+                "root=/dev/vda rw console=ttyS0 net.ifnames=0 panic=-1 mitigations=off",
+            ])
+            .arg("-drive")
+            .arg(format!("file={},if=virtio,format=qcow2", overlay.display()))
+            .arg("-drive")
+            .arg(format!(
+                "file={},if=virtio,format=raw,readonly=on",
+                spec.seed_disk.display()
+            ))
+            .args(["-nic", &forward, "-device", "virtio-rng-pci"])
+            .arg("-serial")
+            .arg(format!("file:{}", serial.display()))
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(log_err)
+            .spawn()
+            .map_err(Error::io("start qemu-system-x86_64"))?;
+        Ok(Vm {
+            name: spec.name.clone(),
+            serial,
+            child,
+            started: Instant::now(),
+        })
+    }
+
+    pub fn serial_log_path(&self) -> &Path {
+        &self.serial
+    }
+
+    /// Everything the guest wrote to its serial console so far.
+    pub fn serial_log(&self) -> String {
+        String::from_utf8_lossy(&std::fs::read(&self.serial).unwrap_or_default()).into_owned()
+    }
+
+    /// The boot ids the guest itself reported on its console, one per boot, in order.
+    pub fn boot_ids(&self) -> Vec<String> {
+        boot_ids_in(&self.serial_log(), &self.name)
+    }
+
+    /// How many times a kernel started, by its banner on the console: evidence of the boots
+    /// that does not depend on anything of ours running in the guest.
+    pub fn kernel_starts(&self) -> usize {
+        self.serial_log().matches("] Linux version ").count()
+    }
+
+    /// Whether QEMU still runs (a guest that powered off or crashed ends it).
+    pub fn is_running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+}
+
+impl Drop for Vm {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The boot ids in a serial log, from vm-node-reporter's line of each boot.
+pub fn boot_ids_in(serial_log: &str, node: &str) -> Vec<String> {
+    let prefix = format!("{REPORTED}{node} Ready with boot id ");
+    let mut ids: Vec<String> = serial_log
+        .lines()
+        .filter_map(|line| line.split_once(&prefix).map(|(_, id)| id.trim().to_owned()))
+        .collect();
+    // A reporter restarted within one boot prints the same id again.
+    ids.dedup();
+    ids
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn boot_ids_are_read_from_the_reporters_lines() {
+        let log = "[  1.0] Linux version\n\
+                   vm-node-reporter: node vm-1 Ready with boot id aaa\r\n\
+                   [  OK  ] Started reboot-agent\n\
+                   vm-node-reporter: node vm-2 Ready with boot id zzz\n\
+                   vm-node-reporter: node vm-1 Ready with boot id bbb\n\
+                   vm-node-reporter: node vm-1 Ready with boot id bbb\n";
+        assert_eq!(boot_ids_in(log, "vm-1"), ["aaa", "bbb"]);
+        assert!(boot_ids_in("", "vm-1").is_empty());
+    }
+}

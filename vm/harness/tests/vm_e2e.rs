@@ -1,0 +1,381 @@
+//! Real reboots of real Linux machines (README "Real reboots in virtual machines"): Debian
+//! guests under QEMU, each running the static `reboot-agent` under systemd with a different
+//! reboot method, the real controller on the host, and proof of every reboot from inside the
+//! guest (its kernel's banner and boot id on its serial console) as well as from an
+//! independent watch of the Nodes.
+//!
+//! One test, in phases, because the guests are expensive: booting them once serves all.
+
+use common::AnnotationKeys;
+use e2e::{BudgetWatch, eventually, kubectl, node_events};
+use k8s_openapi::api::core::v1::Node;
+use kube::{Api, Client};
+use nodesim::{ControllerProcess, identities, workspace_binary};
+use std::{
+    collections::BTreeMap,
+    path::PathBuf,
+    time::{Duration, Instant},
+};
+use testenv::{ControlPlane, Options};
+use vmtest::{
+    fleet::{Guest, VmFleet, reported_boot_id},
+    image::BaseImage,
+    secs,
+};
+
+/// Generous: under software emulation on a loaded 2-core machine a boot takes 15-60 s.
+const BOOT_TIMEOUT: Duration = Duration::from_secs(600);
+const ROUND_TIMEOUT: Duration = Duration::from_secs(900);
+/// The guest whose reboot command does nothing.
+const NO_OP: &str = "vm-noop";
+/// The reasons of the operator's Events, controller's and agent's, of one good reboot.
+const ONE_REBOOT: [&str; 5] = [
+    "Draining",
+    "RebootApproved",
+    "Rebooting",
+    "Rebooted",
+    "Rebooted",
+];
+
+fn guests() -> Vec<Guest> {
+    vec![
+        Guest::new("vm-command", &[("REBOOT_METHOD", "command")]),
+        Guest::new("vm-signal", &[("REBOOT_METHOD", "signal")]),
+        Guest::new("vm-syscall", &[("REBOOT_METHOD", "syscall")]),
+        // A reboot that does not happen: reported after the timeout, retried, never completed.
+        Guest::new(
+            NO_OP,
+            &[
+                ("REBOOT_METHOD", "command"),
+                ("REBOOT_COMMAND", "/bin/true"),
+                ("REBOOT_TIMEOUT", "20s"),
+            ],
+        ),
+    ]
+}
+
+/// `target/vm-e2e/run`: the serial consoles, QEMU's and the controller's logs of the last run.
+fn run_dir() -> PathBuf {
+    let dir = vmtest::repo_root().join("target/vm-e2e/run");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("create the run directory");
+    dir
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn real_vms_reboot_once_each_within_the_budget_and_a_reboot_that_does_not_happen_is_retried()
+{
+    let started = Instant::now();
+    vmtest::require_tools().unwrap_or_else(|e| panic!("{e}"));
+    let image = BaseImage::ensure().unwrap_or_else(|e| panic!("{e}"));
+    let run_dir = run_dir();
+    eprintln!("vm-e2e: logs in {}", run_dir.display());
+    // No controller-manager: its DaemonSet controller would replace the agent pods that stand
+    // for the DaemonSet's pods on these nodes (their tokens are bound to them).
+    let cp = ControlPlane::start(Options {
+        controller_manager: false,
+        scheduler: false,
+        data_dir: Some(run_dir.clone()),
+        ..Options::default()
+    })
+    .await
+    .expect("control plane starts");
+    let admin = cp.client().await.expect("admin client");
+    let mut fleet = VmFleet::start(&cp, &image, &guests(), &run_dir)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    fleet
+        .wait_until_booted(&admin, BOOT_TIMEOUT)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+
+    let controller_kubeconfig = identities::service_account_kubeconfig(
+        &cp,
+        &admin,
+        "node-reboot-operator",
+        "reboot-controller",
+        &run_dir.join("identities/controller.kubeconfig"),
+    )
+    .await
+    .expect("controller identity");
+    let start_controller = |n: u32, budget: &str| {
+        ControllerProcess::start(
+            workspace_binary("reboot-controller").expect("controller built"),
+            controller_kubeconfig.clone(),
+            vec!["--max-unavailable".into(), budget.into()],
+            run_dir.join(format!("controller-{n}.log")),
+        )
+        .expect("controller starts")
+    };
+    let rebooted = ["vm-command", "vm-signal", "vm-syscall"];
+
+    let mut controller = start_controller(1, "1");
+    let first = round(&cp, &admin, &fleet, &rebooted, 1, 1).await;
+    controller.terminate(Duration::from_secs(5)).await;
+
+    let mut controller = start_controller(2, "2");
+    let second = round(&cp, &admin, &fleet, &rebooted, 2, 2).await;
+
+    reboot_that_does_not_happen_is_retried_never_completed(&cp, &admin, &fleet).await;
+    controller.terminate(Duration::from_secs(5)).await;
+
+    eprintln!(
+        "vm-e2e: reboot round trips (reboot-now seen -> new boot on the console -> completed):"
+    );
+    for (round, times) in [(1, first), (2, second)] {
+        for (node, trip) in times {
+            eprintln!("vm-e2e:   round {round} {node}: {trip}");
+        }
+    }
+    eprintln!("vm-e2e: the whole tier took {}", secs(started.elapsed()));
+}
+
+/// Requests `nodes` at once with `--max-unavailable budget` and checks, from a watch of the
+/// Nodes and from each guest's console, that each rebooted exactly once (its `round`-th
+/// reboot), within the budget, and was completed. Returns each node's round trip.
+async fn round(
+    cp: &ControlPlane,
+    client: &Client,
+    fleet: &VmFleet,
+    nodes: &[&str],
+    budget: usize,
+    round: usize,
+) -> BTreeMap<String, String> {
+    let started = Instant::now();
+    eprintln!(
+        "vm-e2e: round {round}: requesting {} with --max-unavailable {budget}",
+        nodes.join(", ")
+    );
+    let watch = BudgetWatch::start(client.clone(), budget).await;
+    let mut annotate = vec!["annotate", "node"];
+    annotate.extend(nodes);
+    annotate.push("reboot-needed=true");
+    kubectl(cp, &annotate);
+
+    let progress = std::sync::Mutex::new(Progress::default());
+    eventually(
+        &format!("round {round}: {} rebooted and completed", nodes.join(", ")),
+        ROUND_TIMEOUT,
+        Some(&watch),
+        || async {
+            let mut done = true;
+            for node in nodes {
+                let vm = fleet.vm(node);
+                let state = phase(client, node, vm.boot_ids().len(), round).await;
+                progress
+                    .lock()
+                    .expect("progress")
+                    .note(node, &state, started.elapsed());
+                done &= state == "completed";
+            }
+            done.then_some(())
+        },
+    )
+    .await;
+    watch
+        .check()
+        .unwrap_or_else(|violation| panic!("{violation}"));
+    assert!(
+        watch.max_seen() <= budget,
+        "{} unavailable at once",
+        watch.max_seen()
+    );
+    assert!(
+        watch.max_seen() >= 1,
+        "the watch never saw a node unavailable: it was blind"
+    );
+
+    let nodes_api: Api<Node> = Api::all(client.clone());
+    for node in nodes {
+        let vm = fleet.vm(node);
+        let boot_ids = vm.boot_ids();
+        assert_eq!(
+            boot_ids.len(),
+            round + 1,
+            "{node} must have booted once and rebooted exactly {round} time(s): boot ids on its \
+             console {boot_ids:?} ({})",
+            vm.serial_log_path().display()
+        );
+        assert_eq!(
+            vm.kernel_starts(),
+            round + 1,
+            "{node}: kernel banners on its console"
+        );
+        assert_eq!(
+            reported_boot_id(&nodes_api, node).await.as_ref(),
+            boot_ids.last(),
+            "{node}: the Node reports the boot id the guest printed"
+        );
+        // Events are written after the step they tell of: the last may still be on its way.
+        let expected = ONE_REBOOT.repeat(round);
+        let mut story = Vec::new();
+        for _ in 0..60 {
+            story = node_events(client, node)
+                .await
+                .into_iter()
+                .map(|(reason, _, _)| reason)
+                .filter(|reason| ONE_REBOOT.contains(&reason.as_str()))
+                .collect();
+            if story == expected {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        assert_eq!(story, expected, "{node}: the Events in order");
+    }
+    eprintln!(
+        "vm-e2e: round {round} done in {}, at most {} unavailable",
+        secs(started.elapsed()),
+        watch.max_seen()
+    );
+    progress.into_inner().expect("progress").round_trips()
+}
+
+/// Where a node is in the protocol, from its annotations, cordon and boots.
+async fn phase(client: &Client, name: &str, boots_seen: usize, round: usize) -> String {
+    let keys = AnnotationKeys::default();
+    let node = e2e::node(client, name).await;
+    let annotations = node.metadata.annotations.clone().unwrap_or_default();
+    let has = |key: &str| annotations.contains_key(key);
+    let cordoned = node
+        .spec
+        .as_ref()
+        .and_then(|s| s.unschedulable)
+        .unwrap_or(false);
+    let in_protocol = [
+        &keys.needed,
+        &keys.now,
+        &keys.in_progress,
+        &keys.done,
+        &keys.grant,
+    ]
+    .iter()
+    .any(|key| has(key));
+    let completed = !in_protocol && !cordoned && has(&keys.last_completed);
+    let phase = if boots_seen > round && completed {
+        "completed"
+    } else if boots_seen > round {
+        // Read from the guest's console, not from the annotations: the first sign of the
+        // new boot.
+        "up again with a new boot id"
+    } else if has(&keys.done) {
+        "rebooted, waiting for completion"
+    } else if has(&keys.in_progress) {
+        "rebooting"
+    } else if has(&keys.now) {
+        "reboot-now"
+    } else if has(&keys.grant) {
+        "granted, draining"
+    } else if has(&keys.needed) {
+        "requested"
+    } else {
+        "idle"
+    };
+    phase.to_owned()
+}
+
+/// Prints each node's phase changes with the time since the round began, and keeps when each
+/// node was told to reboot, came back and was completed.
+#[derive(Default)]
+struct Progress {
+    last: BTreeMap<String, String>,
+    times: BTreeMap<String, BTreeMap<String, Duration>>,
+}
+
+impl Progress {
+    fn note(&mut self, node: &str, phase: &str, at: Duration) {
+        if self.last.get(node).is_some_and(|p| p == phase) {
+            return;
+        }
+        eprintln!("vm-e2e:   {:>7} {node}: {phase}", secs(at));
+        self.last.insert(node.to_owned(), phase.to_owned());
+        self.times
+            .entry(node.to_owned())
+            .or_default()
+            .entry(phase.to_owned())
+            .or_insert(at);
+    }
+
+    fn round_trips(&self) -> BTreeMap<String, String> {
+        self.times
+            .iter()
+            .map(|(node, times)| {
+                let at = |phase: &str| times.get(phase).copied();
+                let told = at("reboot-now").or(at("rebooting")).unwrap_or_default();
+                let back = at("up again with a new boot id")
+                    .or(at("completed"))
+                    .unwrap_or_default();
+                let done = at("completed").unwrap_or_default();
+                (
+                    node.clone(),
+                    format!(
+                        "{} to the new boot, {} to completed",
+                        secs(back.saturating_sub(told)),
+                        secs(done.saturating_sub(told))
+                    ),
+                )
+            })
+            .collect()
+    }
+}
+
+/// The guest whose reboot command exits 0 and does nothing: its agent must report that the
+/// reboot did not happen, exit, be restarted by systemd and try again; the node is never
+/// completed.
+async fn reboot_that_does_not_happen_is_retried_never_completed(
+    cp: &ControlPlane,
+    client: &Client,
+    fleet: &VmFleet,
+) {
+    let started = Instant::now();
+    eprintln!("vm-e2e: requesting {NO_OP}, whose reboot command is /bin/true");
+    kubectl(cp, &["annotate", "node", NO_OP, "reboot-needed=true"]);
+    let timed_out = |events: &[(String, String, String)]| {
+        events
+            .iter()
+            .filter(|(reason, _, _)| reason == "RebootTimedOut")
+            .count()
+    };
+    eventually(
+        "the agent of vm-noop reported twice that its reboot did not happen",
+        ROUND_TIMEOUT,
+        None,
+        || async {
+            let events = node_events(client, NO_OP).await;
+            (timed_out(&events) >= 2).then_some(())
+        },
+    )
+    .await;
+    eprintln!(
+        "vm-e2e:   {NO_OP}: two RebootTimedOut Events after {}",
+        secs(started.elapsed())
+    );
+    let vm = fleet.vm(NO_OP);
+    assert_eq!(vm.boot_ids().len(), 1, "{NO_OP} never rebooted");
+    assert_eq!(vm.kernel_starts(), 1, "{NO_OP}: one kernel banner");
+    let reasons: Vec<String> = node_events(client, NO_OP)
+        .await
+        .into_iter()
+        .map(|(reason, _, _)| reason)
+        .collect();
+    assert!(
+        reasons.iter().any(|r| r == "RebootRetried"),
+        "{NO_OP}: no RebootRetried in {reasons:?}"
+    );
+    let node = e2e::node(client, NO_OP).await;
+    let keys = AnnotationKeys::default();
+    let annotations = node.metadata.annotations.unwrap_or_default();
+    assert!(
+        !annotations.contains_key(&keys.done),
+        "{NO_OP} was reported rebooted"
+    );
+    assert!(
+        !annotations.contains_key(&keys.last_completed),
+        "{NO_OP} was completed"
+    );
+    assert_eq!(
+        node.spec.and_then(|s| s.unschedulable),
+        Some(true),
+        "{NO_OP} stays cordoned"
+    );
+}

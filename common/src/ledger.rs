@@ -13,6 +13,18 @@ pub const LEDGER_NAME: &str = "node-reboot-operator-slots";
 /// The Lease annotation that holds the slots as JSON.
 pub const SLOTS_ANNOTATION: &str = "node-reboot-operator/slots";
 
+/// The Lease annotation that pauses new grants in the pool: `reboot-paused=true`
+/// (`kubectl annotate lease -n node-reboot-operator node-reboot-operator-slots
+/// reboot-paused=true`). Reboots under way finish.
+pub const PAUSED_ANNOTATION: &str = "reboot-paused";
+
+/// Whether a ledger Lease's annotations pause the pool.
+pub fn is_paused(annotations: Option<&BTreeMap<String, String>>) -> bool {
+    annotations
+        .and_then(|a| a.get(PAUSED_ANNOTATION))
+        .is_some_and(|v| v.trim() == "true")
+}
+
 /// One granted slot.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

@@ -1,6 +1,6 @@
 //! Command-line flags; every flag is also an environment variable.
 
-use crate::{leader::Timing, pool::PoolSelector};
+use crate::{leader::Timing, pool::PoolSelector, window::Window};
 use clap::{CommandFactory, Parser};
 use common::{AnnotationKeys, MaxUnavailable};
 use observability::BindAddress;
@@ -54,6 +54,22 @@ pub struct Args {
     /// Label selector: evict only matching pods (default: every pod but DaemonSet and mirror pods).
     #[arg(long, env = "DRAIN_POD_SELECTOR")]
     pub drain_pod_selector: Option<String>,
+
+    /// When new reboots may start, in the window's time zone: `DAYS HH:MM-HH:MM [ZONE]`,
+    /// such as `Mon-Fri 22:00-06:00 Europe/Berlin` (an end before the start ends the next
+    /// day; ZONE is an IANA zone, default UTC). Repeat the flag, or separate windows with `;`
+    /// in REBOOT_WINDOW, for several: their union. Default: always. Reboots already granted
+    /// finish after a window closes (see --finish-after-window).
+    #[arg(long = "reboot-window", env = "REBOOT_WINDOW", value_name = "WINDOW",
+          value_delimiter = ';', value_parser = parse_window)]
+    pub reboot_windows: Vec<Window>,
+
+    /// When a window closes, a node that was granted a slot but not yet told to reboot
+    /// (cordoned, maybe draining) goes on to its reboot (`true`), or is uncordoned and waits
+    /// for the next window with its request kept (`false`). Nodes already told to reboot
+    /// always finish: a node is never left cordoned and drained at a window's end.
+    #[arg(long, env = "FINISH_AFTER_WINDOW", default_value_t = true, action = clap::ArgAction::Set)]
+    pub finish_after_window: bool,
 
     /// Log format: `text`, or `json` (one object per line). The level comes from RUST_LOG
     /// (default `info`).
@@ -146,6 +162,10 @@ fn parse_duration(value: &str) -> Result<Duration, String> {
 fn parse_pool(value: &str) -> Result<PoolSelector, String> {
     PoolSelector::parse(value)
         .map_err(|why| format!("{why}; use a label selector such as `pool=a` or `zone in (z1,z2)`"))
+}
+
+fn parse_window(value: &str) -> Result<Window, String> {
+    value.parse()
 }
 
 fn parse_prefix(value: &str) -> Result<AnnotationKeys, String> {

@@ -65,6 +65,18 @@ pub enum ReleaseReason {
     Unclaimed,
     /// The node was deleted.
     NodeDeleted,
+    /// The maintenance window closed before the node was told to reboot, and
+    /// `--finish-after-window=false`: it waits for the next window, uncordoned.
+    WindowClosed,
+}
+
+/// Why no new slot is granted in the pool now. Reboots under way go on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hold {
+    /// Outside every `--reboot-window`.
+    OutsideWindow,
+    /// An administrator paused the pool (`reboot-paused=true` on the ledger Lease).
+    Paused,
 }
 
 /// A write to one node (or a read, for `Refetch`).
@@ -144,6 +156,11 @@ pub struct Round<'a> {
     pub budget: usize,
     pub drain_enabled: bool,
     pub now: u64,
+    /// No new grant while `Some`.
+    pub hold: Option<Hold>,
+    /// Outside the windows, a node that was granted but not yet told to reboot goes on
+    /// (`true`) or is given back until the next window (`false`).
+    pub finish_after_window: bool,
 }
 
 impl Round<'_> {
@@ -197,6 +214,12 @@ impl Round<'_> {
                     node,
                     reason: ReleaseReason::DrainFailed,
                 }),
+                (Request::Needed, _) if self.window_stops_claims() => {
+                    decision.act(NodeAction::Release {
+                        node,
+                        reason: ReleaseReason::WindowClosed,
+                    })
+                }
                 (Request::Needed, drain) => self.advance(view, grant, drain, decision),
                 _ => decision.act(NodeAction::Release {
                     node,
@@ -227,7 +250,9 @@ impl Round<'_> {
         let node = view.name().to_owned();
         let (grant, granted_at_version) = (slot.grant.as_str(), slot.node_version.as_deref());
         if granted_at_version.is_some() && view.version() == granted_at_version {
-            if view.state.request == Request::Needed {
+            // Outside the window with `--finish-after-window=false` the grant waits, unclaimed
+            // (releasing it here would let a stale replica claim it later).
+            if view.state.request == Request::Needed && !self.window_stops_claims() {
                 decision.act(NodeAction::Claim {
                     node,
                     grant: grant.to_owned(),
@@ -314,6 +339,14 @@ impl Round<'_> {
     /// unavailable nodes stays below the budget: a node that is already unavailable does not
     /// count against its own grant. Slot holders outside the pool count too.
     fn grant_slots(&self, decision: &mut Decision) {
+        if self.hold.is_some() {
+            let slots = decision.ledger.holders_after(&self.ledger.slots);
+            decision.waiting = self
+                .candidates(&slots)
+                .map(|v| v.name().to_owned())
+                .collect();
+            return;
+        }
         let slots = decision.ledger.holders_after(&self.ledger.slots);
         let mut unavailable: BTreeMap<&str, bool> = BTreeMap::new();
         for view in self.nodes {
@@ -330,13 +363,7 @@ impl Round<'_> {
                 .iter()
                 .filter(|s| !unavailable.contains_key(s.as_str()))
                 .count();
-        let mut candidates: Vec<&NodeView> = self
-            .nodes
-            .iter()
-            .filter(|v| self.is_candidate(v, &slots))
-            .collect();
-        candidates.sort_by_key(|v| (v.requested_at.unwrap_or(u64::MAX), v.name()));
-        for view in candidates {
+        for view in self.candidates(&slots) {
             let already = unavailable.get(view.name()).copied().unwrap_or(false);
             let others = in_use - usize::from(already);
             if others < self.budget {
@@ -351,6 +378,21 @@ impl Round<'_> {
                 decision.waiting.push(view.name().to_owned());
             }
         }
+    }
+
+    /// Requested nodes of the pool without a slot, oldest request first.
+    fn candidates(&self, slots: &BTreeSet<String>) -> impl Iterator<Item = &NodeView> {
+        let mut candidates: Vec<&NodeView> = self
+            .nodes
+            .iter()
+            .filter(|v| self.is_candidate(v, slots))
+            .collect();
+        candidates.sort_by_key(|v| (v.requested_at.unwrap_or(u64::MAX), v.name()));
+        candidates.into_iter()
+    }
+
+    fn window_stops_claims(&self) -> bool {
+        self.hold == Some(Hold::OutsideWindow) && !self.finish_after_window
     }
 
     fn is_candidate(&self, view: &NodeView, slots: &BTreeSet<String>) -> bool {

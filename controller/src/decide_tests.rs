@@ -52,10 +52,21 @@ fn ledger_of(names: &[&str]) -> Ledger {
                 ((*n).to_owned(), slot)
             })
             .collect(),
+        paused: false,
     }
 }
 
 fn decide(nodes: &[NodeView], ledger: &Ledger, budget: usize, drain: bool) -> Decision {
+    decide_held(nodes, ledger, (budget, drain), None, true)
+}
+
+fn decide_held(
+    nodes: &[NodeView],
+    ledger: &Ledger,
+    (budget, drain): (usize, bool),
+    hold: Option<Hold>,
+    finish_after_window: bool,
+) -> Decision {
     Round {
         nodes,
         ledger,
@@ -63,6 +74,8 @@ fn decide(nodes: &[NodeView], ledger: &Ledger, budget: usize, drain: bool) -> De
         budget,
         drain_enabled: drain,
         now: 0,
+        hold,
+        finish_after_window,
     }
     .decide()
 }
@@ -292,6 +305,8 @@ fn a_slot_holder_missing_from_the_cache_is_read_again_and_released_only_once_del
         budget: 1,
         drain_enabled: false,
         now: 0,
+        hold: None,
+        finish_after_window: true,
     }
     .decide();
     assert_eq!(
@@ -350,5 +365,75 @@ fn a_failed_drain_gives_the_slot_back_and_waits_before_retrying() {
             .ledger
             .grant
             .is_empty()
+    );
+}
+
+#[test]
+fn a_hold_grants_nothing_and_says_who_waits_but_reboots_under_way_go_on() {
+    let mut wants = node_json("wants", true);
+    annotate(&mut wants, "reboot-needed", "true");
+    let mut going = node_json("going", true);
+    annotate(&mut going, "reboot-needed", "true");
+    claimed(&mut going, "g-going");
+    going["spec"]["unschedulable"] = true.into();
+    let mut ledger = ledger_of(&["going"]);
+    ledger.slots.get_mut("going").unwrap().grant = "g-going".into();
+    let nodes = [view(&wants), view(&going)];
+    for hold in [Hold::Paused, Hold::OutsideWindow] {
+        let d = decide_held(&nodes, &ledger, (2, false), Some(hold), true);
+        assert!(d.ledger.grant.is_empty(), "{hold:?}");
+        assert_eq!(d.waiting, ["wants"], "{hold:?}");
+        let promote = NodeAction::Promote {
+            node: "going".into(),
+            grant: "g-going".into(),
+        };
+        assert_eq!(
+            d.node_actions,
+            [promote],
+            "{hold:?}: the granted node goes on"
+        );
+    }
+    let d = decide_held(&nodes, &ledger, (2, false), None, true);
+    assert_eq!(granted(&d), ["wants"]);
+}
+
+#[test]
+fn without_finish_after_window_a_closed_window_gives_back_what_was_not_told_to_reboot() {
+    let mut going = node_json("going", true);
+    annotate(&mut going, "reboot-needed", "true");
+    claimed(&mut going, "g-going");
+    going["spec"]["unschedulable"] = true.into();
+    let mut ledger = ledger_of(&["going", "granted"]);
+    ledger.slots.get_mut("going").unwrap().grant = "g-going".into();
+    let mut granted_only = node_json("granted", true);
+    annotate(&mut granted_only, "reboot-needed", "true");
+    let mut told = node_json("told", true);
+    annotate(&mut told, "reboot-now", "true");
+    claimed(&mut told, "g-told");
+    told["spec"]["unschedulable"] = true.into();
+    ledger.slots.insert(
+        "told".into(),
+        Slot {
+            grant: "g-told".into(),
+            granted_at: "t".into(),
+            node_version: Some("1".into()),
+        },
+    );
+    let nodes = [view(&going), view(&granted_only), view(&told)];
+    let d = decide_held(&nodes, &ledger, (2, true), Some(Hold::OutsideWindow), false);
+    let release = NodeAction::Release {
+        node: "going".into(),
+        reason: ReleaseReason::WindowClosed,
+    };
+    // `granted` keeps its unclaimed grant for the next window; `told` reboots.
+    assert_eq!(d.node_actions, [release]);
+    assert!(d.ledger.is_empty());
+    let d = decide_held(&nodes, &ledger, (2, true), Some(Hold::OutsideWindow), true);
+    assert!(
+        d.node_actions
+            .iter()
+            .any(|a| matches!(a, NodeAction::Claim { node, .. } if node == "granted")),
+        "with --finish-after-window the grant is claimed: {:?}",
+        d.node_actions
     );
 }

@@ -25,10 +25,14 @@ pub enum Reason {
     InvalidRequest,
     /// The ledger Lease's slots annotation could not be read; rebuilt from the nodes.
     LedgerDamaged,
+    /// A requested node waits for the next maintenance window.
+    OutsideWindow,
+    /// A requested node waits while the pool is paused.
+    Paused,
 }
 
 impl Reason {
-    fn as_str(self) -> &'static str {
+    pub fn as_str(self) -> &'static str {
         match self {
             Self::Requested => "Requested",
             Self::Draining => "Draining",
@@ -38,6 +42,8 @@ impl Reason {
             Self::Cancelled => "Cancelled",
             Self::InvalidRequest => "InvalidRequest",
             Self::LedgerDamaged => "LedgerDamaged",
+            Self::OutsideWindow => "OutsideWindow",
+            Self::Paused => "Paused",
         }
     }
 

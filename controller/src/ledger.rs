@@ -14,6 +14,9 @@ pub struct Ledger {
     /// the next write.
     pub resource_version: Option<String>,
     pub slots: BTreeMap<String, Slot>,
+    /// An administrator paused new grants ([`common::ledger::PAUSED_ANNOTATION`]). Part of
+    /// the ledger object, so a grant decided before the pause fails its compare-and-swap.
+    pub paused: bool,
 }
 
 impl Ledger {

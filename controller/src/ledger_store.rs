@@ -53,6 +53,7 @@ fn read(lease: &Lease) -> ReadLedger {
         ledger: Ledger {
             resource_version: lease.metadata.resource_version.clone(),
             slots,
+            paused: common::ledger::is_paused(lease.metadata.annotations.as_ref()),
         },
         damage,
     }

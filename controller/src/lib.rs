@@ -16,7 +16,9 @@ pub mod metrics;
 pub mod nodes;
 pub mod pool;
 pub mod run;
+pub mod schedule;
 pub mod shell;
+pub mod window;
 
 pub use args::Args;
 pub use run::run;

@@ -14,7 +14,8 @@ use std::{
 #[derive(Debug, Default)]
 pub struct Memory {
     requested_at: HashMap<String, u64>,
-    announced_waiting: HashSet<String>,
+    /// Per waiting node, the reason it was last told it waits.
+    announced_waiting: HashMap<String, &'static str>,
     warned_invalid: HashMap<String, String>,
 }
 
@@ -73,9 +74,10 @@ impl Memory {
         views
     }
 
-    /// True the first time a node is seen waiting for a slot, for its `Requested` Event.
-    pub fn first_wait(&mut self, node: &str) -> bool {
-        self.announced_waiting.insert(node.to_owned())
+    /// True the first time a node is seen waiting for `reason` (a slot, the window, the
+    /// end of a pause), for its Event: once per reason and wait.
+    pub fn first_wait(&mut self, node: &str, reason: &'static str) -> bool {
+        self.announced_waiting.insert(node.to_owned(), reason) != Some(reason)
     }
 
     /// True the first time this invalid value is seen on this node.

@@ -123,6 +123,9 @@ pub struct Metrics {
     pub api_errors: Family<ApiErrorLabels, Counter>,
     pub leader: Gauge,
     pub ledger_damaged: Counter,
+    pub paused: Gauge,
+    pub window_open: Gauge,
+    pub window_next_open: Gauge,
 }
 
 impl Metrics {
@@ -143,6 +146,9 @@ impl Metrics {
             api_errors: Family::default(),
             leader: Gauge::default(),
             ledger_damaged: Counter::default(),
+            paused: Gauge::default(),
+            window_open: Gauge::default(),
+            window_next_open: Gauge::default(),
         };
         let mut registry = Registry::with_prefix("node_reboot");
         let m = metrics.clone();
@@ -215,6 +221,21 @@ impl Metrics {
             "leader",
             "1 when this replica leads (acts), 0 when it stands by",
             m.leader,
+        );
+        registry.register(
+            "paused",
+            "1 while an administrator pauses new grants (reboot-paused=true on the ledger Lease)",
+            m.paused,
+        );
+        registry.register(
+            "window_open",
+            "1 while a --reboot-window is open (always 1 without windows)",
+            m.window_open,
+        );
+        registry.register(
+            "window_next_open_timestamp_seconds",
+            "When the next --reboot-window opens (Unix time); now while one is open",
+            m.window_next_open,
         );
         // Every state from the start, so that a query for one finds 0 rather than nothing.
         metrics.pool(&PoolSummary::default(), 0);
@@ -304,6 +325,7 @@ mod tests {
                 .into_iter()
                 .map(|n| (n.to_owned(), slot()))
                 .collect(),
+            paused: false,
         };
         let summary = PoolSummary::of(&nodes, &ledger, &AnnotationKeys::default());
         let count =

@@ -10,7 +10,9 @@
 //! - no `reboot-now` while a workload pod is on the node (drain on);
 //! - no request lost: `reboot-needed` leaves only with `reboot-now`;
 //! - the administrator's cordon is kept;
-//! - a node is completed only once the kubelet reports the boot the agent proved.
+//! - a node is completed only once the kubelet reports the boot the agent proved;
+//! - no new grant while the pool is paused (on the ledger Lease) or outside the maintenance
+//!   windows, and no claim outside them with `--finish-after-window=false`.
 //!
 //! Once disturbances stop, every request ends in exactly one proven reboot.
 
@@ -45,6 +47,10 @@ enum Step {
     AdminCordon(usize),
     AdminTakesCordon(usize),
     Flap(usize),
+    /// The administrator pauses or resumes the pool (an annotation on the ledger Lease).
+    Pause(bool),
+    /// The maintenance window opens or closes (the clock every replica reads).
+    Window(bool),
 }
 
 fn step() -> impl Strategy<Value = Step> {
@@ -64,6 +70,8 @@ fn step() -> impl Strategy<Value = Step> {
         1 => n.clone().prop_map(Step::AdminCordon),
         1 => n.clone().prop_map(Step::AdminTakesCordon),
         1 => n.prop_map(Step::Flap),
+        1 => proptest::bool::weighted(0.3).prop_map(Step::Pause),
+        1 => proptest::bool::weighted(0.6).prop_map(Step::Window),
     ]
 }
 
@@ -81,6 +89,8 @@ struct Server {
     budget: usize,
     drain_enabled: bool,
     next_grant: u64,
+    window_open: bool,
+    finish_after_window: bool,
 }
 
 /// One controller replica's own state: what it has seen, and what it remembers.
@@ -118,6 +128,7 @@ impl Server {
             ledger: Ledger {
                 resource_version: Some("1".into()),
                 slots: BTreeMap::new(),
+                paused: false,
             },
             revision: 1,
             pods: vec![true; NODES],
@@ -126,6 +137,8 @@ impl Server {
             budget,
             drain_enabled,
             next_grant: 0,
+            window_open: true,
+            finish_after_window: true,
         }
     }
 
@@ -259,6 +272,13 @@ impl Replica {
     /// One round of this replica, executed against the server as the shell would.
     fn round(&mut self, server: &mut Server, now: u64) {
         let views = self.views(now);
+        let hold = if self.ledger.paused {
+            Some(Hold::Paused)
+        } else if !server.window_open {
+            Some(Hold::OutsideWindow)
+        } else {
+            None
+        };
         let decision = Round {
             nodes: &views,
             ledger: &self.ledger,
@@ -266,6 +286,8 @@ impl Replica {
             budget: server.budget,
             drain_enabled: server.drain_enabled,
             now,
+            hold,
+            finish_after_window: server.finish_after_window,
         }
         .decide();
         if !decision.ledger.is_empty() {
@@ -274,6 +296,16 @@ impl Replica {
                 self.ledger = server.ledger.clone();
                 return;
             }
+            let new_grants = decision.ledger.grant.iter().filter(|g| g.adopted.is_none());
+            let new_grants: Vec<&str> = new_grants.map(|g| g.node.as_str()).collect();
+            assert!(
+                !server.ledger.paused || new_grants.is_empty(),
+                "granted {new_grants:?} while paused"
+            );
+            assert!(
+                server.window_open || new_grants.is_empty(),
+                "granted {new_grants:?} outside the window"
+            );
             let next_grant = &mut server.next_grant;
             let slots = decision.ledger.apply(&self.ledger.slots, "t", || {
                 *next_grant += 1;
@@ -283,6 +315,7 @@ impl Replica {
             server.ledger = Ledger {
                 resource_version: Some(server.revision.to_string()),
                 slots,
+                paused: server.ledger.paused,
             };
             self.ledger = server.ledger.clone();
             let live: BTreeSet<&str> = self
@@ -308,6 +341,12 @@ impl Replica {
         let t = Transition::new(&keys);
         let i = index(action.node());
         let f = &views[i].facts;
+        if matches!(action, NodeAction::Claim { .. }) {
+            assert!(
+                server.window_open || server.finish_after_window,
+                "n{i} claimed outside the window with --finish-after-window=false"
+            );
+        }
         let patch = match &action {
             NodeAction::Claim {
                 grant,
@@ -467,6 +506,12 @@ impl Model {
                     s.bump(i);
                 }
             }
+            Step::Pause(paused) => {
+                s.revision += 1;
+                s.ledger.paused = paused;
+                s.ledger.resource_version = Some(s.revision.to_string());
+            }
+            Step::Window(open) => s.window_open = open,
             Step::Flap(i) => {
                 let f = facts(&s.nodes[i]);
                 if !f.protocol(&keys()).reboot_under_way() {
@@ -493,6 +538,8 @@ impl Model {
     /// Disturbances stop (the administrator lifts their cordons, nodes are Ready, watches
     /// catch up, drains finish): every standing request must end in exactly one reboot.
     fn settle(&mut self) {
+        self.apply(&Step::Pause(false));
+        self.apply(&Step::Window(true));
         let s = &mut self.server;
         for i in std::mem::take(&mut s.admin_cordoned) {
             if annotation(&s.nodes[i], "reboot-cordoned").is_none() {
@@ -567,10 +614,12 @@ proptest! {
         replicas in 1..=3usize,
         budget in 1..3usize,
         drain_enabled in proptest::bool::weighted(0.7),
+        finish_after_window in proptest::bool::weighted(0.5),
         not_ready in proptest::collection::vec(proptest::bool::weighted(0.15), NODES),
         steps in proptest::collection::vec(step(), 0..200),
     ) {
         let mut model = Model::new(replicas, budget, drain_enabled, &not_ready);
+        model.server.finish_after_window = finish_after_window;
         for s in &steps {
             model.apply(s);
         }

@@ -19,7 +19,9 @@ use crate::{
     metrics::{Metrics, PoolSummary},
     nodes,
     nodes::Overlay,
+    schedule::Schedule,
     shell::{Shell, ShellParts},
+    window::Windows,
 };
 use anyhow::Context as _;
 use k8s_openapi::api::core::v1::Node;
@@ -247,6 +249,10 @@ impl Context {
             ledger_store: self.ledger_store.clone(),
             ledger_watch: self.ledger_watch.clone(),
             events: self.events.clone(),
+            schedule: Schedule {
+                windows: Windows(args.reboot_windows.clone()),
+                finish_after_window: args.finish_after_window,
+            },
             metrics: self.metrics.clone(),
             leadership,
         });
@@ -267,6 +273,10 @@ impl Context {
             shell.publish_pool();
             if shell.last_round_failed() {
                 wait = RETRY;
+            }
+            // Wake when a closed window opens, not a resync later.
+            if let Some(until_open) = shell.until_window_opens() {
+                wait = wait.min(until_open);
             }
         }
     }

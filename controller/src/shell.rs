@@ -3,7 +3,7 @@
 
 use crate::{
     api_error::ApiErrorKind,
-    decide::{Decision, NodeAction, ReleaseReason, Round},
+    decide::{Decision, Hold, NodeAction, ReleaseReason, Round},
     drain::DrainOutcome,
     drain_tracker::{DrainTracker, Finished},
     events::{Events, Reason},
@@ -13,6 +13,7 @@ use crate::{
     memory::{Memory, ViewInputs},
     metrics::{Metrics, PoolSummary},
     nodes::Overlay,
+    schedule::Schedule,
 };
 use common::{AnnotationKeys, MaxUnavailable, NodeFacts, Transition};
 use k8s_openapi::{api::core::v1::Node, jiff::Timestamp};
@@ -37,6 +38,7 @@ pub struct ShellParts {
     pub ledger_store: LedgerStore,
     pub ledger_watch: watch::Receiver<ReadLedger>,
     pub events: Events,
+    pub schedule: Schedule,
     pub metrics: Metrics,
     /// Nothing is written once this replica no longer leads.
     pub leadership: Leadership,
@@ -57,6 +59,9 @@ pub struct Shell {
     ledger_store: LedgerStore,
     ledger_watch: watch::Receiver<ReadLedger>,
     events: Events,
+    schedule: Schedule,
+    /// Why the last round granted nothing new, to log when that changes.
+    hold: Option<Hold>,
     memory: Memory,
     started: Instant,
     /// Some write of the last round failed for a reason other than a stale read.
@@ -89,6 +94,8 @@ impl Shell {
             ledger_store: parts.ledger_store,
             ledger_watch: parts.ledger_watch,
             events: parts.events,
+            schedule: parts.schedule,
+            hold: None,
             memory: Memory::default(),
             started: Instant::now(),
             failed: false,
@@ -150,6 +157,7 @@ impl Shell {
             },
         );
         let pool = views.iter().filter(|v| v.in_pool).count();
+        let hold = self.hold_now();
         let mut decision = Round {
             nodes: &views,
             ledger: &self.ledger,
@@ -157,6 +165,8 @@ impl Shell {
             budget: self.max_unavailable.resolve(pool),
             drain_enabled: self.drains.enabled(),
             now: self.now_ms(),
+            hold,
+            finish_after_window: self.schedule.finish_after_window,
         }
         .decide();
         if self.ledger_damage.is_some() {
@@ -168,7 +178,7 @@ impl Shell {
             .iter()
             .map(|n| (n.metadata.name.as_deref().unwrap_or_default(), n))
             .collect();
-        self.announce_waiting(&decision, &by_name, pool);
+        self.announce_waiting(&decision, &by_name, pool, hold);
         let mut progressed = false;
         if !decision.ledger.is_empty() || self.ledger_damage.is_some() {
             if !self.leadership.is_leading() {
@@ -265,23 +275,55 @@ impl Shell {
         }
     }
 
+    /// Why no new grant may be made now, if so; logged and published when it changes.
+    fn hold_now(&mut self) -> Option<Hold> {
+        let now = Timestamp::now();
+        let hold = self.schedule.hold(self.ledger.paused, now);
+        if hold != self.hold {
+            match self.schedule.waiting_event(hold, now) {
+                Some((_, why)) => tracing::info!(?hold, "no new reboots: {why}"),
+                None => tracing::info!("new reboots may start (window open, not paused)"),
+            }
+            self.hold = hold;
+        }
+        self.metrics.paused.set(i64::from(self.ledger.paused));
+        self.metrics
+            .window_open
+            .set(i64::from(self.schedule.windows.is_open(now)));
+        let next = self.schedule.windows.next_opening(now).unwrap_or(now);
+        self.metrics.window_next_open.set(next.as_second());
+        hold
+    }
+
+    /// How long until a closed window opens, so that the loop wakes for it.
+    pub fn until_window_opens(&self) -> Option<std::time::Duration> {
+        self.schedule.until_next_opening(Timestamp::now())
+    }
+
     fn announce_waiting(
         &mut self,
         decision: &Decision,
         nodes: &HashMap<&str, &Arc<Node>>,
         pool: usize,
+        hold: Option<Hold>,
     ) {
-        for name in &decision.waiting {
-            if let Some(node) = nodes
-                .get(name.as_str())
-                .filter(|_| self.memory.first_wait(name))
-            {
-                tracing::info!(node = %name, "reboot requested; waiting for a slot");
+        let (reason, note) = self
+            .schedule
+            .waiting_event(hold, Timestamp::now())
+            .unwrap_or_else(|| {
                 let note = format!(
                     "reboot requested; waiting for a slot (max-unavailable {} of {pool} nodes)",
                     self.max_unavailable
                 );
-                self.events.publish(node, Reason::Requested, note);
+                (Reason::Requested, note)
+            });
+        for name in &decision.waiting {
+            if let Some(node) = nodes
+                .get(name.as_str())
+                .filter(|_| self.memory.first_wait(name, reason.as_str()))
+            {
+                tracing::info!(node = %name, "{note}");
+                self.events.publish(node, reason, note.clone());
             }
         }
     }
@@ -308,7 +350,9 @@ impl Shell {
         for (name, reason) in &decision.release_reasons {
             tracing::info!(node = %name, ?reason, slots = self.ledger.slots.len(), "slot released");
             match reason {
-                ReleaseReason::Completed | ReleaseReason::Unclaimed => {}
+                ReleaseReason::Completed
+                | ReleaseReason::Unclaimed
+                | ReleaseReason::WindowClosed => {}
                 ReleaseReason::NodeDeleted => self.metrics.reboot_failed("node_removed"),
                 ReleaseReason::DrainFailed => self.drains.schedule_retry(name, self.now_ms()),
                 ReleaseReason::Cancelled => {

@@ -64,6 +64,27 @@ fn bad_drain_durations_stop_the_controller_at_start() {
 }
 
 #[test]
+fn bad_reboot_windows_stop_the_controller_at_start_showing_the_syntax() {
+    for (value, why) in [
+        ("Feb 30 22:00-23:00", "`Feb` is not a day"),
+        ("Mon 22:00-22:00", "never opens"),
+        (
+            "Mon-Fri 22:00-06:00 Europe/Atlantis",
+            "not a known IANA time zone",
+        ),
+        ("Mon 9pm-5am", "not a time of day"),
+    ] {
+        let (code, stderr) = controller(&["--reboot-window", value]);
+        assert_eq!(code, 2, "--reboot-window {value}: {stderr}");
+        assert!(stderr.contains(why), "--reboot-window {value}: {stderr}");
+        assert!(
+            stderr.contains("`Mon-Fri 22:00-06:00 Europe/Berlin`"),
+            "the accepted syntax is shown: {stderr}"
+        );
+    }
+}
+
+#[test]
 fn a_bad_annotation_prefix_stops_the_controller_at_start() {
     let (code, stderr) = controller(&["--annotation-prefix", "Not_A_Domain"]);
     assert_eq!(code, 2, "{stderr}");

@@ -1,0 +1,95 @@
+//! When new slots may be granted: the maintenance windows (`--reboot-window`) and the
+//! administrator's pause (`reboot-paused=true` on the ledger Lease). Pure: the time and the
+//! pause are arguments; the shell reads them and passes the resulting hold to the core.
+
+use crate::{decide::Hold, events::Reason, window::Windows};
+use k8s_openapi::jiff::Timestamp;
+use std::time::Duration;
+
+#[derive(Debug, Clone, Default)]
+pub struct Schedule {
+    pub windows: Windows,
+    pub finish_after_window: bool,
+}
+
+impl Schedule {
+    /// Why no new grant may be made at `now`, if so. A pause outranks a closed window: it is
+    /// the one an administrator must lift by hand.
+    pub fn hold(&self, paused: bool, now: Timestamp) -> Option<Hold> {
+        if paused {
+            Some(Hold::Paused)
+        } else if !self.windows.is_open(now) {
+            Some(Hold::OutsideWindow)
+        } else {
+            None
+        }
+    }
+
+    /// When the next window opens, if it is closed at `now`.
+    pub fn next_opening(&self, now: Timestamp) -> Option<Timestamp> {
+        self.windows.next_opening(now).filter(|at| *at > now)
+    }
+
+    /// How long until the next window opens, to wake for it rather than poll.
+    pub fn until_next_opening(&self, now: Timestamp) -> Option<Duration> {
+        let at = self.next_opening(now)?;
+        Duration::try_from(at.duration_since(now)).ok()
+    }
+
+    /// The Event a waiting node gets, and its note.
+    pub fn waiting_event(&self, hold: Option<Hold>, now: Timestamp) -> Option<(Reason, String)> {
+        match hold? {
+            Hold::Paused => Some((
+                Reason::Paused,
+                "reboot requested; the pool is paused (reboot-paused=true on the ledger Lease): \
+                 no new reboot starts until an administrator removes it"
+                    .to_owned(),
+            )),
+            Hold::OutsideWindow => {
+                let next = self
+                    .next_opening(now)
+                    .map_or_else(|| "never".to_owned(), |t| t.to_string());
+                Some((
+                    Reason::OutsideWindow,
+                    format!(
+                        "reboot requested; waiting for the next maintenance window ({}), which \
+                         opens at {next}",
+                        self.windows
+                    ),
+                ))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(utc: &str) -> Timestamp {
+        utc.parse().unwrap()
+    }
+
+    #[test]
+    fn a_pause_outranks_a_closed_window_and_no_window_is_always_open() {
+        let schedule = Schedule {
+            windows: crate::window::Windows(vec!["Mon 22:00-23:00".parse().unwrap()]),
+            finish_after_window: true,
+        };
+        let monday_noon = at("2026-11-23T12:00:00Z");
+        assert_eq!(schedule.hold(false, monday_noon), Some(Hold::OutsideWindow));
+        assert_eq!(schedule.hold(true, monday_noon), Some(Hold::Paused));
+        assert_eq!(schedule.hold(false, at("2026-11-23T22:30:00Z")), None);
+        assert_eq!(
+            schedule.until_next_opening(monday_noon),
+            Some(Duration::from_secs(10 * 3600))
+        );
+        let (reason, note) = schedule
+            .waiting_event(Some(Hold::OutsideWindow), monday_noon)
+            .unwrap();
+        assert_eq!(reason, Reason::OutsideWindow);
+        assert!(note.contains("2026-11-23T22:00:00Z"), "{note}");
+        assert_eq!(Schedule::default().hold(false, monday_noon), None);
+        assert_eq!(Schedule::default().until_next_opening(monday_noon), None);
+    }
+}

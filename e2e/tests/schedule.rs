@@ -1,0 +1,272 @@
+//! When reboots happen (issue 13), end to end on the real control plane: a maintenance window
+//! that opens and closes during the test, and an administrator's pause and resume with kubectl.
+
+use common::ledger::{LEDGER_NAME, OPERATOR_NAMESPACE, slots_of};
+use e2e::{
+    BudgetWatch, eventually, kubectl, node_events,
+    rollout::rollout_completes,
+    scrape::{metric, scrape},
+    wait_until,
+};
+use k8s_openapi::{api::coordination::v1::Lease, jiff::Timestamp};
+use kube::{Api, Client};
+use nodesim::sandbox::{Sandbox, SandboxConfig};
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    time::Duration,
+};
+use testenv::Options;
+
+fn light_control_plane() -> Options {
+    Options {
+        controller_manager: false,
+        scheduler: false,
+        ..Options::default()
+    }
+}
+
+async fn ledger_lease(client: &Client) -> Option<Lease> {
+    Api::<Lease>::namespaced(client.clone(), OPERATOR_NAMESPACE)
+        .get_opt(LEDGER_NAME)
+        .await
+        .ok()
+        .flatten()
+}
+
+async fn count_events(client: &Client, node: &str, reason: &str) -> usize {
+    node_events(client, node)
+        .await
+        .iter()
+        .filter(|(r, _, _)| r == reason)
+        .count()
+}
+
+async fn controller_metric(sb: &Sandbox, series: &str) -> Option<f64> {
+    let address = sb.controllers[0]
+        .metrics_address()
+        .expect("metrics address");
+    metric(&scrape(address).await, series)
+}
+
+fn hms(t: Timestamp) -> String {
+    t.strftime("%H:%M:%S").to_string()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn grants_start_when_the_window_opens_and_stop_when_it_closes_leaving_nodes_waiting() {
+    // A window that opens 20 s from now and closes 40 s later, every day (UTC).
+    // Whole seconds: the window's syntax has no fractions.
+    let open = Timestamp::from_second(Timestamp::now().as_second() + 20).expect("a time");
+    let close = open + Duration::from_secs(40);
+    let window = format!("daily {}-{} UTC", hms(open), hms(close));
+    let sb = Sandbox::start(SandboxConfig {
+        nodes: 6,
+        max_unavailable: "1".into(),
+        // Long reboots: not every node fits in the window.
+        reboot_duration: Duration::from_secs(12),
+        controller_args: vec!["--reboot-window".into(), window.clone()],
+        control_plane: light_control_plane(),
+        ..SandboxConfig::default()
+    })
+    .await
+    .expect("sandbox starts");
+    let client = sb.client.clone();
+    let names = sb.fleet.names();
+    let watch = BudgetWatch::start(client.clone(), 1).await;
+    kubectl(
+        &sb.control_plane,
+        &["annotate", "nodes", "--all", "reboot-needed=true"],
+    );
+
+    wait_until(
+        "every node is told it waits for the window",
+        Duration::from_secs(15),
+        Some(&watch),
+        || async {
+            for name in &names {
+                if count_events(&client, name, "OutsideWindow").await == 0 {
+                    return false;
+                }
+            }
+            true
+        },
+    )
+    .await;
+    assert!(
+        Timestamp::now() < open,
+        "the test was too slow to see the window closed"
+    );
+    let next_open = controller_metric(&sb, "node_reboot_window_next_open_timestamp_seconds").await;
+    assert_eq!(next_open, Some(open.as_second() as f64), "{window}");
+    assert_eq!(
+        controller_metric(&sb, "node_reboot_window_open").await,
+        Some(0.0)
+    );
+
+    // Every grant the ledger ever shows, with the time the controller made it.
+    let mut grants: BTreeMap<String, Timestamp> = BTreeMap::new();
+    let settled = close + Duration::from_secs(25);
+    while Timestamp::now() < settled {
+        watch
+            .check()
+            .unwrap_or_else(|violation| panic!("{violation}"));
+        if let Some(lease) = ledger_lease(&client).await {
+            for (node, slot) in slots_of(lease.metadata.annotations.as_ref()).expect("ledger") {
+                let at: Timestamp = slot.granted_at.parse().expect("an RFC 3339 grant time");
+                grants.entry(node).or_insert(at);
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(!grants.is_empty(), "nothing was granted in the window");
+    for (node, at) in &grants {
+        assert!(
+            open <= *at && *at < close,
+            "{node} granted at {at}, outside {window}"
+        );
+    }
+
+    let mut waiting = BTreeSet::new();
+    for name in &names {
+        let node = e2e::node(&client, name).await;
+        let state = e2e::NodeState::of(&node);
+        assert!(
+            !state.unschedulable,
+            "{name} left cordoned after the window: {state}"
+        );
+        if !grants.contains_key(name) {
+            let requested = state.annotations == ["reboot-needed"];
+            assert!(
+                requested,
+                "{name} should wait with its request alone: {state}"
+            );
+            waiting.insert(name.clone());
+        }
+    }
+    assert!(
+        !waiting.is_empty(),
+        "every node fit in the window: the test shows nothing"
+    );
+    // Told before the window (a repeat after it closed folds into the same Event's series).
+    for name in &waiting {
+        assert!(
+            count_events(&client, name, "OutsideWindow").await >= 1,
+            "{name}"
+        );
+    }
+    let tomorrow = (open + Duration::from_secs(24 * 3600)).as_second() as f64;
+    let next_open = controller_metric(&sb, "node_reboot_window_next_open_timestamp_seconds").await;
+    assert_eq!(next_open, Some(tomorrow), "the next opening is tomorrow's");
+    sb.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn kubectl_pauses_new_reboots_the_one_under_way_finishes_and_resume_finishes_the_rest() {
+    let sb = Sandbox::start(SandboxConfig {
+        nodes: 4,
+        max_unavailable: "1".into(),
+        reboot_duration: Duration::from_secs(4),
+        control_plane: light_control_plane(),
+        ..SandboxConfig::default()
+    })
+    .await
+    .expect("sandbox starts");
+    let client = sb.client.clone();
+    let names = sb.fleet.names();
+    let watch = BudgetWatch::start(client.clone(), 1).await;
+    let lease = format!("lease/{LEDGER_NAME}");
+    let pause = |value: &str| {
+        kubectl(
+            &sb.control_plane,
+            &[
+                "annotate",
+                "-n",
+                OPERATOR_NAMESPACE,
+                &lease,
+                value,
+                "--overwrite",
+            ],
+        );
+    };
+
+    kubectl(
+        &sb.control_plane,
+        &["annotate", "node", &names[0], "reboot-needed=true"],
+    );
+    wait_until(
+        "the first node is granted",
+        Duration::from_secs(30),
+        Some(&watch),
+        || async { e2e::NodeState::of(&e2e::node(&client, &names[0]).await).unschedulable },
+    )
+    .await;
+    pause("reboot-paused=true");
+    for name in &names[1..] {
+        kubectl(
+            &sb.control_plane,
+            &["annotate", "node", name, "reboot-needed=true"],
+        );
+    }
+    wait_until(
+        "the others are told the pool is paused",
+        Duration::from_secs(30),
+        Some(&watch),
+        || async {
+            for name in &names[1..] {
+                if count_events(&client, name, "Paused").await == 0 {
+                    return false;
+                }
+            }
+            true
+        },
+    )
+    .await;
+    assert_eq!(
+        controller_metric(&sb, "node_reboot_paused").await,
+        Some(1.0)
+    );
+    // The reboot under way finishes; its slot's release is a write of the ledger, which
+    // must keep the administrator's annotation.
+    wait_until(
+        "the first node finishes during the pause",
+        Duration::from_secs(60),
+        Some(&watch),
+        || async {
+            sb.fleet.reboots(&names[0]) == 1 && e2e::rollout::ledger_is_empty_on(&client).await
+        },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let annotations = ledger_lease(&client)
+        .await
+        .and_then(|l| l.metadata.annotations);
+    assert_eq!(
+        annotations
+            .as_ref()
+            .and_then(|a| a.get("reboot-paused"))
+            .map(String::as_str),
+        Some("true"),
+        "the controller's ledger writes keep the pause"
+    );
+    for name in &names[1..] {
+        assert_eq!(sb.fleet.reboots(name), 0, "{name} rebooted while paused");
+        let state = e2e::NodeState::of(&e2e::node(&client, name).await);
+        assert!(
+            !state.unschedulable,
+            "{name} cordoned while paused: {state}"
+        );
+    }
+
+    pause("reboot-paused-");
+    rollout_completes(&sb, &watch).await;
+    eventually(
+        "the pause metric is 0",
+        Duration::from_secs(10),
+        None,
+        || async {
+            (controller_metric(&sb, "node_reboot_paused").await == Some(0.0)).then_some(())
+        },
+    )
+    .await;
+    sb.stop().await;
+}

@@ -24,6 +24,22 @@ pub struct Args {
     #[arg(long, env = "NODE_SELECTOR", default_value = "", value_parser = parse_pool)]
     pub node_selector: PoolSelector,
 
+    /// How many nodes of each zone may be unavailable at once, on top of --max-unavailable:
+    /// a number or a percentage of the zone's nodes in the pool (rounded down, at least 1).
+    /// Zones are the values of --zone-label; nodes without it form one zone of their own.
+    /// Default: no per-zone limit.
+    #[arg(long, env = "MAX_UNAVAILABLE_PER_ZONE", allow_negative_numbers = true, value_parser = parse_max_unavailable)]
+    pub max_unavailable_per_zone: Option<MaxUnavailable>,
+
+    /// The node label that names a node's zone, for --max-unavailable-per-zone and for
+    /// spreading reboots across zones.
+    #[arg(
+        long,
+        env = "ZONE_LABEL",
+        default_value = "topology.kubernetes.io/zone"
+    )]
+    pub zone_label: String,
+
     /// Prefix of every annotation key (`<prefix>/reboot-needed`); must match the agents'.
     #[arg(long, env = "ANNOTATION_PREFIX", default_value = "", value_parser = parse_prefix)]
     pub annotation_prefix: AnnotationKeys,

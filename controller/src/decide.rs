@@ -11,9 +11,10 @@
 //! say, a write that takes a node further into the protocol succeeds only while the ledger
 //! holds that node's grant.
 
+use crate::budget::Usage;
 use crate::ledger::{Grant, Ledger, LedgerChange, Slot};
 use common::{NodeFacts, Phase, ProtocolState, Request, ledger::version_is_newer};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
 /// Where the drain of one grant stands, as this replica knows it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -40,6 +41,8 @@ pub struct NodeView {
     pub not_before: Option<u64>,
     /// The drain of the grant the node holds in the ledger (`NotStarted` without one).
     pub drain: DrainState,
+    /// The value of its `--zone-label`; `None` without one (such nodes form one zone).
+    pub zone: Option<String>,
 }
 
 impl NodeView {
@@ -154,6 +157,8 @@ pub struct Round<'a> {
     pub deleted: &'a BTreeSet<String>,
     /// `--max-unavailable` resolved against the size of the pool.
     pub budget: usize,
+    /// `--max-unavailable-per-zone`, resolved against each zone's size in the pool.
+    pub zone_budget: Option<common::MaxUnavailable>,
     pub drain_enabled: bool,
     pub now: u64,
     /// No new grant while `Some`.
@@ -163,7 +168,7 @@ pub struct Round<'a> {
     pub finish_after_window: bool,
 }
 
-impl Round<'_> {
+impl<'a> Round<'a> {
     pub fn decide(&self) -> Decision {
         let mut decision = Decision::default();
         for view in self.nodes {
@@ -339,37 +344,16 @@ impl Round<'_> {
     /// unavailable nodes stays below the budget: a node that is already unavailable does not
     /// count against its own grant. Slot holders outside the pool count too.
     fn grant_slots(&self, decision: &mut Decision) {
+        let slots = decision.ledger.holders_after(&self.ledger.slots);
+        let candidates = self.candidates(&slots);
         if self.hold.is_some() {
-            let slots = decision.ledger.holders_after(&self.ledger.slots);
-            decision.waiting = self
-                .candidates(&slots)
-                .map(|v| v.name().to_owned())
-                .collect();
+            decision.waiting = candidates.iter().map(|v| v.name().to_owned()).collect();
             return;
         }
-        let slots = decision.ledger.holders_after(&self.ledger.slots);
-        let mut unavailable: BTreeMap<&str, bool> = BTreeMap::new();
-        for view in self.nodes {
-            let holds = slots.contains(view.name());
-            let counts = if view.in_pool {
-                common::unavailable(&view.facts, &view.state, holds)
-            } else {
-                holds
-            };
-            unavailable.insert(view.name(), counts);
-        }
-        let mut in_use = unavailable.values().filter(|u| **u).count()
-            + slots
-                .iter()
-                .filter(|s| !unavailable.contains_key(s.as_str()))
-                .count();
-        for view in self.candidates(&slots) {
-            let already = unavailable.get(view.name()).copied().unwrap_or(false);
-            let others = in_use - usize::from(already);
-            if others < self.budget {
-                if !already {
-                    in_use += 1;
-                }
+        let mut usage = Usage::count(self.nodes, &slots, self.budget, self.zone_budget);
+        for view in usage.spread(candidates) {
+            if usage.admits(view) {
+                usage.take(view);
                 decision
                     .ledger
                     .grant
@@ -381,14 +365,14 @@ impl Round<'_> {
     }
 
     /// Requested nodes of the pool without a slot, oldest request first.
-    fn candidates(&self, slots: &BTreeSet<String>) -> impl Iterator<Item = &NodeView> {
+    fn candidates(&self, slots: &BTreeSet<String>) -> Vec<&'a NodeView> {
         let mut candidates: Vec<&NodeView> = self
             .nodes
             .iter()
             .filter(|v| self.is_candidate(v, slots))
             .collect();
         candidates.sort_by_key(|v| (v.requested_at.unwrap_or(u64::MAX), v.name()));
-        candidates.into_iter()
+        candidates
     }
 
     fn window_stops_claims(&self) -> bool {

@@ -27,6 +27,7 @@ fn view(obj: &Value) -> NodeView {
         state: facts.protocol(&AnnotationKeys::default()),
         facts,
         in_pool: true,
+        zone: None,
         requested_at: None,
         not_before: None,
         drain: DrainState::NotStarted,
@@ -72,6 +73,7 @@ fn decide_held(
         ledger,
         deleted: &BTreeSet::new(),
         budget,
+        zone_budget: None,
         drain_enabled: drain,
         now: 0,
         hold,
@@ -303,6 +305,7 @@ fn a_slot_holder_missing_from_the_cache_is_read_again_and_released_only_once_del
         ledger: &ledger,
         deleted: &deleted,
         budget: 1,
+        zone_budget: None,
         drain_enabled: false,
         now: 0,
         hold: None,
@@ -435,5 +438,53 @@ fn without_finish_after_window_a_closed_window_gives_back_what_was_not_told_to_r
             .any(|a| matches!(a, NodeAction::Claim { node, .. } if node == "granted")),
         "with --finish-after-window the grant is claimed: {:?}",
         d.node_actions
+    );
+}
+
+#[test]
+fn a_zone_budget_spreads_grants_across_zones_and_counts_a_not_ready_node_in_its_zone() {
+    let requested = |name: &str, zone: &str, at: u64| {
+        let mut obj = node_json(name, true);
+        annotate(&mut obj, "reboot-needed", "true");
+        let mut v = view(&obj);
+        v.zone = Some(zone.into());
+        v.requested_at = Some(at);
+        v
+    };
+    // The two oldest requests are in zone a; zone c has a NotReady node of its own.
+    let mut sick = view(&node_json("c-sick", false));
+    sick.zone = Some("c".into());
+    let nodes = [
+        requested("a1", "a", 1),
+        requested("a2", "a", 2),
+        requested("b1", "b", 3),
+        requested("c1", "c", 4),
+        sick,
+    ];
+    let (ledger, deleted) = (Ledger::default(), BTreeSet::new());
+    let round = |zone_budget| Round {
+        nodes: &nodes,
+        ledger: &ledger,
+        deleted: &deleted,
+        budget: 3,
+        zone_budget,
+        drain_enabled: false,
+        now: 0,
+        hold: None,
+        finish_after_window: true,
+    };
+    let d = round(Some(common::MaxUnavailable::Count(1))).decide();
+    assert_eq!(
+        granted(&d),
+        ["a1", "b1"],
+        "one per zone; zone c is full with c-sick"
+    );
+    assert_eq!(d.waiting, ["a2", "c1"]);
+    // Without a zone budget the order still alternates zones: b1 before a2.
+    let d = round(None).decide();
+    assert_eq!(
+        granted(&d),
+        ["a1", "b1"],
+        "the global budget of 3 holds c-sick too"
     );
 }

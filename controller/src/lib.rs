@@ -4,6 +4,7 @@
 
 pub mod api_error;
 pub mod args;
+pub mod budget;
 pub mod decide;
 pub mod drain;
 pub mod drain_tracker;

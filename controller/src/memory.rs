@@ -63,6 +63,7 @@ impl Memory {
                         .map(|grant| drains.state(grant, facts.resource_version.as_deref()))
                         .unwrap_or_default(),
                     in_pool: overlay.in_pool(node),
+                    zone: overlay.zone_of(node),
                     facts,
                     state,
                 }

@@ -16,13 +16,36 @@ use std::{
 };
 use tokio::sync::Notify;
 
+/// The labels decisions read: those of the pool selector and the zone label.
+#[derive(Debug, Clone, Default)]
+pub struct KeptLabels {
+    keys: BTreeSet<String>,
+    zone: String,
+}
+
+impl KeptLabels {
+    pub fn new(pool: &PoolSelector, zone_label: &str) -> Self {
+        let mut keys = pool.keys().clone();
+        keys.insert(zone_label.to_owned());
+        Self {
+            keys,
+            zone: zone_label.to_owned(),
+        }
+    }
+
+    /// The node's zone: its zone label's value.
+    pub fn zone_of(&self, node: &Node) -> Option<String> {
+        node.metadata.labels.as_ref()?.get(&self.zone).cloned()
+    }
+}
+
 /// Keeps only what decisions and Events need: name, uid, resourceVersion, annotations, the
-/// labels the pool selector reads, `spec.unschedulable`, the Ready condition and the boot id.
-pub fn trim(node: &mut Node, pool: &PoolSelector) {
+/// labels of `kept`, `spec.unschedulable`, the Ready condition and the boot id.
+pub fn trim(node: &mut Node, kept: &KeptLabels) {
     let meta = &mut node.metadata;
     meta.managed_fields = None;
     if let Some(labels) = meta.labels.as_mut() {
-        labels.retain(|k, _| pool.keys().contains(k));
+        labels.retain(|k, _| kept.keys.contains(k));
     }
     meta.owner_references = None;
     meta.finalizers = None;
@@ -48,7 +71,7 @@ pub fn trim(node: &mut Node, pool: &PoolSelector) {
 /// `changed` is notified on every event.
 pub fn spawn_reflector(
     client: Client,
-    pool: PoolSelector,
+    kept: KeptLabels,
     changed: Arc<Notify>,
     metrics: Metrics,
 ) -> Store<Node> {
@@ -59,7 +82,7 @@ pub fn spawn_reflector(
     let config = watcher::Config::default().page_size(50);
     let stream = watcher(Api::<Node>::all(client), config)
         .default_backoff()
-        .modify(move |node| trim(node, &pool))
+        .modify(move |node| trim(node, &kept))
         .reflect(writer);
     tokio::spawn(async move {
         futures::pin_mut!(stream);
@@ -87,21 +110,28 @@ fn resource_version(node: &Node) -> u64 {
 #[derive(Debug, Default)]
 pub struct Overlay {
     pool: PoolSelector,
+    kept: KeptLabels,
     ours: HashMap<String, Arc<Node>>,
     deleted: BTreeSet<String>,
 }
 
 impl Overlay {
-    pub fn new(pool: PoolSelector) -> Self {
+    pub fn new(pool: PoolSelector, zone_label: &str) -> Self {
         Self {
+            kept: KeptLabels::new(&pool, zone_label),
             pool,
             ..Self::default()
         }
     }
 
+    /// The node's zone (`--zone-label`).
+    pub fn zone_of(&self, node: &Node) -> Option<String> {
+        self.kept.zone_of(node)
+    }
+
     /// A copy of a node we just wrote or read.
     pub fn record(&mut self, mut node: Node) {
-        trim(&mut node, &self.pool);
+        trim(&mut node, &self.kept);
         let name = node.metadata.name.clone().unwrap_or_default();
         self.deleted.remove(&name);
         self.ours.insert(name, Arc::new(node));

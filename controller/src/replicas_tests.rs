@@ -11,6 +11,7 @@
 //! - no request lost: `reboot-needed` leaves only with `reboot-now`;
 //! - the administrator's cordon is kept;
 //! - a node is completed only once the kubelet reports the boot the agent proved;
+//! - with a per-zone budget, the operator never holds more nodes of a zone than it;
 //! - no new grant while the pool is paused (on the ledger Lease) or outside the maintenance
 //!   windows, and no claim outside them with `--finish-after-window=false`.
 //!
@@ -91,6 +92,7 @@ struct Server {
     next_grant: u64,
     window_open: bool,
     finish_after_window: bool,
+    zone_budget: Option<usize>,
 }
 
 /// One controller replica's own state: what it has seen, and what it remembers.
@@ -119,6 +121,11 @@ fn index(name: &str) -> usize {
     name[1..].parse().unwrap()
 }
 
+/// Three zones of two, two and one nodes, and one node without a zone label.
+fn zone_of(i: usize) -> Option<String> {
+    (i + 1 < NODES).then(|| format!("z{}", i % 3))
+}
+
 impl Server {
     fn new(budget: usize, drain_enabled: bool, not_ready: &[bool]) -> Self {
         Self {
@@ -139,6 +146,7 @@ impl Server {
             next_grant: 0,
             window_open: true,
             finish_after_window: true,
+            zone_budget: None,
         }
     }
 
@@ -209,6 +217,16 @@ impl Server {
             "the operator holds {held:?} with a budget of {}",
             self.budget
         );
+        if let Some(per_zone) = self.zone_budget {
+            for zone in (0..NODES).map(zone_of) {
+                let in_zone: Vec<&String> =
+                    held.iter().filter(|n| zone_of(index(n)) == zone).collect();
+                assert!(
+                    in_zone.len() <= per_zone,
+                    "the operator holds {in_zone:?} in zone {zone:?} with a zone budget of {per_zone}"
+                );
+            }
+        }
         true
     }
 
@@ -262,6 +280,7 @@ impl Replica {
                         })
                         .unwrap_or_default(),
                     in_pool: true,
+                    zone: zone_of(index(&name)),
                     facts,
                     state,
                 }
@@ -284,6 +303,9 @@ impl Replica {
             ledger: &self.ledger,
             deleted: &self.deleted,
             budget: server.budget,
+            zone_budget: server
+                .zone_budget
+                .map(|n| common::MaxUnavailable::Count(n as u32)),
             drain_enabled: server.drain_enabled,
             now,
             hold,
@@ -615,11 +637,13 @@ proptest! {
         budget in 1..3usize,
         drain_enabled in proptest::bool::weighted(0.7),
         finish_after_window in proptest::bool::weighted(0.5),
+        zone_budget in proptest::option::of(1..2usize),
         not_ready in proptest::collection::vec(proptest::bool::weighted(0.15), NODES),
         steps in proptest::collection::vec(step(), 0..200),
     ) {
         let mut model = Model::new(replicas, budget, drain_enabled, &not_ready);
         model.server.finish_after_window = finish_after_window;
+        model.server.zone_budget = zone_budget;
         for s in &steps {
             model.apply(s);
         }

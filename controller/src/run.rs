@@ -107,7 +107,7 @@ impl Context {
         let changed = Arc::new(Notify::new());
         let store = nodes::spawn_reflector(
             client.clone(),
-            args.node_selector.clone(),
+            nodes::KeptLabels::new(&args.node_selector, &args.zone_label),
             changed.clone(),
             metrics.clone(),
         );
@@ -200,7 +200,7 @@ impl Context {
             if leadership.is_leading() {
                 return;
             }
-            let overlay = Overlay::new(self.args.node_selector.clone());
+            let overlay = Overlay::new(self.args.node_selector.clone(), &self.args.zone_label);
             let nodes: Vec<_> = self
                 .store
                 .state()
@@ -244,7 +244,8 @@ impl Context {
             max_unavailable: args.max_unavailable,
             drains: DrainTracker::new(drainer, self.changed.clone()),
             nodes: self.store.clone(),
-            overlay: Overlay::new(args.node_selector.clone()),
+            overlay: Overlay::new(args.node_selector.clone(), &args.zone_label),
+            zone_budget: args.max_unavailable_per_zone,
             ledger,
             ledger_store: self.ledger_store.clone(),
             ledger_watch: self.ledger_watch.clone(),

@@ -270,3 +270,43 @@ async fn kubectl_pauses_new_reboots_the_one_under_way_finishes_and_resume_finish
     .await;
     sb.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn nine_nodes_in_three_zones_keep_both_the_zone_budget_and_the_global_one() {
+    const ZONE: &str = "topology.kubernetes.io/zone";
+    let sb = Sandbox::start(SandboxConfig {
+        nodes: 9,
+        max_unavailable: "2".into(),
+        reboot_duration: Duration::from_secs(2),
+        controller_args: vec!["--max-unavailable-per-zone".into(), "1".into()],
+        control_plane: light_control_plane(),
+        ..SandboxConfig::default()
+    })
+    .await
+    .expect("sandbox starts");
+    let names = sb.fleet.names();
+    for (i, name) in names.iter().enumerate() {
+        let zone = ["a", "b", "c"][i / 3];
+        e2e::label_node(&sb.control_plane, name, &format!("{ZONE}=zone-{zone}"));
+    }
+    let zones = nodesim::budget_watch::ZoneBudget {
+        label: ZONE.into(),
+        budget: 1,
+    };
+    let watch = BudgetWatch::start_with_zones(sb.client.clone(), 2, Some(zones)).await;
+    kubectl(
+        &sb.control_plane,
+        &["annotate", "nodes", "--all", "reboot-needed=true"],
+    );
+    rollout_completes(&sb, &watch).await;
+    watch
+        .check()
+        .unwrap_or_else(|violation| panic!("{violation}"));
+    assert_eq!(watch.zone_max_seen(), 1, "one node of a zone at a time");
+    assert_eq!(
+        watch.max_seen(),
+        2,
+        "two zones at once: the global budget was used"
+    );
+    sb.stop().await;
+}

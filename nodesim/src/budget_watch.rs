@@ -17,20 +17,60 @@ pub fn unavailable(node: &Node, keys: &AnnotationKeys) -> bool {
     common::unavailable(&facts, &facts.protocol(keys), false)
 }
 
+/// A budget per zone: the zone label and how many of a zone may be unavailable at once.
+#[derive(Debug, Clone)]
+pub struct ZoneBudget {
+    pub label: String,
+    pub budget: usize,
+}
+
 /// The budget as the watch saw it so far.
 #[derive(Debug)]
 struct Tally {
     keys: AnnotationKeys,
     budget: usize,
+    zones: Option<ZoneBudget>,
     unavailable: BTreeMap<String, bool>,
+    zone_of: BTreeMap<String, Option<String>>,
     max: usize,
+    zone_max: usize,
     violation: Option<String>,
 }
 
 impl Tally {
     fn record(&mut self, node: &Node) {
         let name = node.metadata.name.clone().unwrap_or_default();
-        self.unavailable.insert(name, unavailable(node, &self.keys));
+        self.unavailable
+            .insert(name.clone(), unavailable(node, &self.keys));
+        if let Some(zones) = &self.zones {
+            let zone = node
+                .metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(&zones.label));
+            self.zone_of.insert(name, zone.cloned());
+        }
+    }
+
+    /// Nodes without the label form one zone of their own, as the controller counts them.
+    fn count_zones(&mut self) {
+        let Some(zones) = &self.zones else { return };
+        let mut down: BTreeMap<Option<&String>, Vec<&String>> = BTreeMap::new();
+        for (name, _) in self.unavailable.iter().filter(|(_, u)| **u) {
+            let zone = self.zone_of.get(name).and_then(Option::as_ref);
+            down.entry(zone).or_default().push(name);
+        }
+        for (zone, nodes) in &down {
+            if nodes.len() > zones.budget && self.violation.is_none() {
+                self.violation = Some(format!(
+                    "{} nodes of zone {zone:?} unavailable at once with a zone budget of {}: \
+                     {nodes:?}",
+                    nodes.len(),
+                    zones.budget
+                ));
+            }
+            self.zone_max = self.zone_max.max(nodes.len());
+        }
     }
 
     fn count(&mut self) {
@@ -48,6 +88,7 @@ impl Tally {
             ));
         }
         self.max = self.max.max(count);
+        self.count_zones();
     }
 }
 
@@ -85,11 +126,23 @@ impl BudgetWatch {
     /// When the Nodes cannot be listed within [`crate::observe::BLIND_LIMIT`]: an observer
     /// that cannot observe must not let a test pass.
     pub async fn start(client: Client, budget: usize) -> BudgetWatch {
+        Self::start_with_zones(client, budget, None).await
+    }
+
+    /// [`BudgetWatch::start`] that also holds each zone to its own budget.
+    pub async fn start_with_zones(
+        client: Client,
+        budget: usize,
+        zones: Option<ZoneBudget>,
+    ) -> BudgetWatch {
         let tally = Tally {
             keys: AnnotationKeys::default(),
             budget,
+            zones,
             unavailable: BTreeMap::new(),
+            zone_of: BTreeMap::new(),
             max: 0,
+            zone_max: 0,
             violation: None,
         };
         let watch = ResumingWatch::start(
@@ -114,6 +167,11 @@ impl BudgetWatch {
     /// The most nodes that were unavailable at once.
     pub fn max_seen(&self) -> usize {
         self.watch.with(|t| t.max)
+    }
+
+    /// The most nodes of one zone that were unavailable at once (with zones).
+    pub fn zone_max_seen(&self) -> usize {
+        self.watch.with(|t| t.zone_max)
     }
 
     pub fn budget(&self) -> usize {

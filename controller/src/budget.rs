@@ -1,0 +1,114 @@
+//! The budgets a grant must fit in, counted from one rule (`common::unavailable`): the pool's
+//! `--max-unavailable` and, with `--max-unavailable-per-zone`, each zone's. Part of the pure
+//! decision core.
+
+use crate::decide::NodeView;
+use common::MaxUnavailable;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// A zone: the value of the zone label; nodes without it form one zone of their own (`None`).
+pub type Zone<'a> = Option<&'a str>;
+
+/// How many nodes are unavailable, in the pool and per zone, as grants are added in a round.
+#[derive(Debug)]
+pub struct Usage<'a> {
+    unavailable: BTreeMap<&'a str, bool>,
+    in_use: usize,
+    zone_in_use: BTreeMap<Zone<'a>, usize>,
+    zone_size: BTreeMap<Zone<'a>, usize>,
+    /// Slot holders the cache lacks: their zone is unknown, so they count in every zone.
+    unplaced: usize,
+    budget: usize,
+    zone_budget: Option<MaxUnavailable>,
+}
+
+impl<'a> Usage<'a> {
+    /// Counts `nodes` (with the slot holders `slots`) against the budgets. A node outside the
+    /// pool counts only while it holds a slot.
+    pub fn count(
+        nodes: &'a [NodeView],
+        slots: &BTreeSet<String>,
+        budget: usize,
+        zone_budget: Option<MaxUnavailable>,
+    ) -> Self {
+        let mut usage = Usage {
+            unavailable: BTreeMap::new(),
+            in_use: 0,
+            zone_in_use: BTreeMap::new(),
+            zone_size: BTreeMap::new(),
+            unplaced: 0,
+            budget,
+            zone_budget,
+        };
+        for view in nodes {
+            let holds = slots.contains(view.name());
+            let counts = if view.in_pool {
+                *usage.zone_size.entry(view.zone.as_deref()).or_default() += 1;
+                common::unavailable(&view.facts, &view.state, holds)
+            } else {
+                holds
+            };
+            usage.unavailable.insert(view.name(), counts);
+            if counts {
+                usage.in_use += 1;
+                *usage.zone_in_use.entry(view.zone.as_deref()).or_default() += 1;
+            }
+        }
+        usage.unplaced = slots
+            .iter()
+            .filter(|s| !usage.unavailable.contains_key(s.as_str()))
+            .count();
+        usage.in_use += usage.unplaced;
+        usage
+    }
+
+    fn already(&self, view: &NodeView) -> bool {
+        self.unavailable.get(view.name()).copied().unwrap_or(false)
+    }
+
+    /// Unavailable nodes in the zone, the unplaced slot holders included.
+    pub fn in_zone(&self, zone: Zone<'_>) -> usize {
+        self.zone_in_use.get(&zone).copied().unwrap_or(0) + self.unplaced
+    }
+
+    /// Whether granting `view` keeps both budgets: the OTHER unavailable nodes stay below
+    /// each (a node already unavailable does not count against its own grant).
+    pub fn admits(&self, view: &NodeView) -> bool {
+        let already = usize::from(self.already(view));
+        let zone = view.zone.as_deref();
+        let pool_ok = self.in_use - already < self.budget;
+        let zone_ok = self.zone_budget.is_none_or(|per_zone| {
+            let size = self.zone_size.get(&zone).copied().unwrap_or(1);
+            self.in_zone(zone) - already < per_zone.resolve(size)
+        });
+        pool_ok && zone_ok
+    }
+
+    /// Records a grant to `view`.
+    pub fn take(&mut self, view: &'a NodeView) {
+        if !self.already(view) {
+            self.in_use += 1;
+            *self.zone_in_use.entry(view.zone.as_deref()).or_default() += 1;
+            self.unavailable.insert(view.name(), true);
+        }
+    }
+
+    /// `candidates` (oldest first) reordered to alternate between zones, the zones with the
+    /// fewest unavailable nodes first, so that one zone is not drained while others wait.
+    pub fn spread<'v>(&self, candidates: Vec<&'v NodeView>) -> Vec<&'v NodeView> {
+        let mut rank: BTreeMap<Zone<'_>, usize> = BTreeMap::new();
+        let mut keyed: Vec<(usize, usize, &NodeView)> = candidates
+            .into_iter()
+            .enumerate()
+            .map(|(order, view)| {
+                let zone = view.zone.as_deref();
+                let turn = rank.entry(zone).or_default();
+                let key = self.zone_in_use.get(&zone).copied().unwrap_or(0) + *turn;
+                *turn += 1;
+                (key, order, view)
+            })
+            .collect();
+        keyed.sort_by_key(|(key, order, _)| (*key, *order));
+        keyed.into_iter().map(|(_, _, view)| view).collect()
+    }
+}

@@ -71,6 +71,14 @@ pub struct Args {
     #[arg(long, env = "DRAIN_POD_SELECTOR")]
     pub drain_pod_selector: Option<String>,
 
+    /// After a node's reboot is completed, its slot stays taken until the node has been Ready
+    /// this many seconds (as a Deployment's minReadySeconds). A node that goes NotReady
+    /// meanwhile keeps its slot, gets a Warning Event (`NotReadyAfterReboot`), and no new
+    /// reboot starts in the pool until it is Ready again: a bad kernel stops the rollout.
+    /// 0: no soak.
+    #[arg(long, env = "MIN_READY_SECONDS", default_value_t = 0)]
+    pub min_ready_seconds: u64,
+
     /// When new reboots may start, in the window's time zone: `DAYS HH:MM-HH:MM [ZONE]`,
     /// such as `Mon-Fri 22:00-06:00 Europe/Berlin` (an end before the start ends the next
     /// day; ZONE is an IANA zone, default UTC). Repeat the flag, or separate windows with `;`

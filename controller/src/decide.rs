@@ -43,6 +43,10 @@ pub struct NodeView {
     pub drain: DrainState,
     /// The value of its `--zone-label`; `None` without one (such nodes form one zone).
     pub zone: Option<String>,
+    /// Since when (same unit as `now`) this controller has seen the node Ready without a
+    /// break and after its last completed reboot (a short reboot may never show NotReady);
+    /// `None` while it is not Ready.
+    pub ready_since: Option<u64>,
 }
 
 impl NodeView {
@@ -134,6 +138,9 @@ pub struct Decision {
     pub node_actions: Vec<NodeAction>,
     /// Requested nodes of the pool that got no slot this round, oldest first.
     pub waiting: Vec<String>,
+    /// Nodes that went NotReady during their soak (`--min-ready-seconds`): they keep their
+    /// slot, and no new slot is granted while there is one.
+    pub not_ready_after_reboot: Vec<String>,
 }
 
 impl Decision {
@@ -163,9 +170,14 @@ pub struct Round<'a> {
     pub now: u64,
     /// No new grant while `Some`.
     pub hold: Option<Hold>,
+    /// Whether a maintenance window is open (a pause may hold grants in one too).
+    pub window_open: bool,
     /// Outside the windows, a node that was granted but not yet told to reboot goes on
     /// (`true`) or is given back until the next window (`false`).
     pub finish_after_window: bool,
+    /// `--min-ready-seconds` in the unit of `now`: a completed node keeps its slot until it
+    /// has been Ready this long.
+    pub min_ready: u64,
 }
 
 impl<'a> Round<'a> {
@@ -277,7 +289,14 @@ impl<'a> Round<'a> {
             decision.act(NodeAction::Release { node, reason });
             return;
         }
-        let reason = if view.state.last_grant.as_deref() == Some(grant) {
+        let completed = view.state.last_grant.as_deref() == Some(grant);
+        if completed && !self.soaked(view) {
+            if view.facts.readiness != common::Readiness::Ready {
+                decision.not_ready_after_reboot.push(node);
+            }
+            return;
+        }
+        let reason = if completed {
             ReleaseReason::Completed
         } else if view.drain == DrainState::Failed {
             ReleaseReason::DrainFailed
@@ -346,7 +365,7 @@ impl<'a> Round<'a> {
     fn grant_slots(&self, decision: &mut Decision) {
         let slots = decision.ledger.holders_after(&self.ledger.slots);
         let candidates = self.candidates(&slots);
-        if self.hold.is_some() {
+        if self.hold.is_some() || !decision.not_ready_after_reboot.is_empty() {
             decision.waiting = candidates.iter().map(|v| v.name().to_owned()).collect();
             return;
         }
@@ -375,8 +394,16 @@ impl<'a> Round<'a> {
         candidates
     }
 
+    /// Whether a completed node has been Ready for `min_ready` (at once without a soak).
+    fn soaked(&self, view: &NodeView) -> bool {
+        self.min_ready == 0
+            || view
+                .ready_since
+                .is_some_and(|since| self.now >= since.saturating_add(self.min_ready))
+    }
+
     fn window_stops_claims(&self) -> bool {
-        self.hold == Some(Hold::OutsideWindow) && !self.finish_after_window
+        !self.window_open && !self.finish_after_window
     }
 
     fn is_candidate(&self, view: &NodeView, slots: &BTreeSet<String>) -> bool {

@@ -28,6 +28,7 @@ fn view(obj: &Value) -> NodeView {
         facts,
         in_pool: true,
         zone: None,
+        ready_since: Some(0),
         requested_at: None,
         not_before: None,
         drain: DrainState::NotStarted,
@@ -78,6 +79,8 @@ fn decide_held(
         now: 0,
         hold,
         finish_after_window,
+        window_open: hold != Some(Hold::OutsideWindow),
+        min_ready: 0,
     }
     .decide()
 }
@@ -310,6 +313,8 @@ fn a_slot_holder_missing_from_the_cache_is_read_again_and_released_only_once_del
         now: 0,
         hold: None,
         finish_after_window: true,
+        window_open: true,
+        min_ready: 0,
     }
     .decide();
     assert_eq!(
@@ -429,8 +434,25 @@ fn without_finish_after_window_a_closed_window_gives_back_what_was_not_told_to_r
         reason: ReleaseReason::WindowClosed,
     };
     // `granted` keeps its unclaimed grant for the next window; `told` reboots.
-    assert_eq!(d.node_actions, [release]);
+    assert_eq!(d.node_actions, std::slice::from_ref(&release));
     assert!(d.ledger.is_empty());
+    // A pause during a closed window must not undo the window's rule (the property test
+    // found this: the pause used to hide the closed window).
+    let d = Round {
+        nodes: &nodes,
+        ledger: &ledger,
+        deleted: &BTreeSet::new(),
+        budget: 2,
+        zone_budget: None,
+        drain_enabled: true,
+        now: 0,
+        hold: Some(Hold::Paused),
+        window_open: false,
+        finish_after_window: false,
+        min_ready: 0,
+    }
+    .decide();
+    assert_eq!(d.node_actions, [release]);
     let d = decide_held(&nodes, &ledger, (2, true), Some(Hold::OutsideWindow), true);
     assert!(
         d.node_actions
@@ -472,6 +494,8 @@ fn a_zone_budget_spreads_grants_across_zones_and_counts_a_not_ready_node_in_its_
         now: 0,
         hold: None,
         finish_after_window: true,
+        window_open: true,
+        min_ready: 0,
     };
     let d = round(Some(common::MaxUnavailable::Count(1))).decide();
     assert_eq!(
@@ -487,4 +511,55 @@ fn a_zone_budget_spreads_grants_across_zones_and_counts_a_not_ready_node_in_its_
         ["a1", "b1"],
         "the global budget of 3 holds c-sick too"
     );
+}
+
+#[test]
+fn a_completed_node_keeps_its_slot_through_the_soak_and_holds_the_pool_when_not_ready() {
+    // `done` completed grant g-done (it carries reboot-last-grant) and has moved on.
+    let mut done = node_json("done", true);
+    annotate(&mut done, "reboot-last-grant", "g-done");
+    done["metadata"]["resourceVersion"] = "5".into();
+    let mut ledger = ledger_of(&["done"]);
+    ledger.slots.get_mut("done").unwrap().grant = "g-done".into();
+    let mut wants = node_json("wants", true);
+    annotate(&mut wants, "reboot-needed", "true");
+    let (deleted, wants) = (BTreeSet::new(), view(&wants));
+    let decide_at = |done: &NodeView, now: u64| {
+        Round {
+            nodes: &[done.clone(), wants.clone()],
+            ledger: &ledger,
+            deleted: &deleted,
+            budget: 2,
+            zone_budget: None,
+            drain_enabled: false,
+            now,
+            hold: None,
+            finish_after_window: true,
+            window_open: true,
+            min_ready: 30,
+        }
+        .decide()
+    };
+    let mut soaking = view(&done);
+    soaking.ready_since = Some(100);
+    let d = decide_at(&soaking, 120);
+    assert!(
+        d.ledger.release.is_empty(),
+        "Ready for 20 of 30: the slot stays"
+    );
+    assert_eq!(granted(&d), ["wants"], "a Ready soak only takes its slot");
+    let d = decide_at(&soaking, 130);
+    assert_eq!(d.ledger.release, ["done"], "soaked");
+    let mut sick = view(&node_json("done", false));
+    sick.state.last_grant = Some("g-done".into());
+    sick.facts.resource_version = Some("5".into());
+    sick.ready_since = None;
+    let d = decide_at(&sick, 500);
+    assert!(d.ledger.release.is_empty());
+    assert_eq!(d.not_ready_after_reboot, ["done"]);
+    assert!(
+        d.ledger.grant.is_empty(),
+        "no new reboot while it is NotReady"
+    );
+    assert_eq!(d.waiting, ["wants"]);
 }

@@ -29,6 +29,8 @@ pub enum Reason {
     OutsideWindow,
     /// A requested node waits while the pool is paused.
     Paused,
+    /// A node went NotReady within `--min-ready-seconds` of its reboot; the pool holds.
+    NotReadyAfterReboot,
 }
 
 impl Reason {
@@ -44,12 +46,16 @@ impl Reason {
             Self::LedgerDamaged => "LedgerDamaged",
             Self::OutsideWindow => "OutsideWindow",
             Self::Paused => "Paused",
+            Self::NotReadyAfterReboot => "NotReadyAfterReboot",
         }
     }
 
     fn event_type(self) -> EventType {
         match self {
-            Self::DrainBlocked | Self::InvalidRequest | Self::LedgerDamaged => EventType::Warning,
+            Self::DrainBlocked
+            | Self::InvalidRequest
+            | Self::LedgerDamaged
+            | Self::NotReadyAfterReboot => EventType::Warning,
             _ => EventType::Normal,
         }
     }

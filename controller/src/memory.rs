@@ -14,9 +14,14 @@ use std::{
 #[derive(Debug, Default)]
 pub struct Memory {
     requested_at: HashMap<String, u64>,
+    /// When each node was first seen Ready without a break since (for the soak).
+    ready_since: HashMap<String, u64>,
+    /// Per node, the last completed grant (`reboot-last-grant`) and when it was first seen.
+    completed_seen: HashMap<String, (String, u64)>,
     /// Per waiting node, the reason it was last told it waits.
     announced_waiting: HashMap<String, &'static str>,
     warned_invalid: HashMap<String, String>,
+    not_ready_after_reboot: HashSet<String>,
 }
 
 /// What a round's views are made of besides the nodes.
@@ -52,6 +57,7 @@ impl Memory {
                     self.announced_waiting.remove(&name);
                     None
                 };
+                let ready_since = self.ready_since_completion(&name, &facts, &state, now);
                 if !matches!(state.request, Request::Invalid(_)) {
                     self.warned_invalid.remove(&name);
                 }
@@ -64,6 +70,7 @@ impl Memory {
                         .unwrap_or_default(),
                     in_pool: overlay.in_pool(node),
                     zone: overlay.zone_of(node),
+                    ready_since,
                     facts,
                     state,
                 }
@@ -72,7 +79,49 @@ impl Memory {
         let present: HashSet<&str> = views.iter().map(|v| v.name()).collect();
         self.requested_at
             .retain(|n, _| present.contains(n.as_str()));
+        self.ready_since.retain(|n, _| present.contains(n.as_str()));
+        self.completed_seen
+            .retain(|n, _| present.contains(n.as_str()));
         views
+    }
+
+    /// Since when the node has been Ready without a break and after its last completion was
+    /// first seen; `None` while not Ready.
+    fn ready_since_completion(
+        &mut self,
+        name: &str,
+        facts: &NodeFacts,
+        state: &common::ProtocolState,
+        now: u64,
+    ) -> Option<u64> {
+        if facts.readiness != common::Readiness::Ready {
+            self.ready_since.remove(name);
+            return None;
+        }
+        let ready = *self.ready_since.entry(name.to_owned()).or_insert(now);
+        let completed = state.last_grant.as_ref().map(|grant| {
+            let seen = self
+                .completed_seen
+                .entry(name.to_owned())
+                .or_insert_with(|| (grant.clone(), now));
+            if seen.0 != *grant {
+                *seen = (grant.clone(), now);
+            }
+            seen.1
+        });
+        Some(completed.map_or(ready, |at| at.max(ready)))
+    }
+
+    /// Of the nodes NotReady after their reboot now, those that were not in the last round
+    /// (a Warning once per episode).
+    pub fn first_not_ready_after_reboot(&mut self, now: &[String]) -> Vec<String> {
+        let fresh = now
+            .iter()
+            .filter(|n| !self.not_ready_after_reboot.contains(*n))
+            .cloned()
+            .collect();
+        self.not_ready_after_reboot = now.iter().cloned().collect();
+        fresh
     }
 
     /// True the first time a node is seen waiting for `reason` (a slot, the window, the

@@ -126,6 +126,7 @@ pub struct Metrics {
     pub paused: Gauge,
     pub window_open: Gauge,
     pub window_next_open: Gauge,
+    pub not_ready_after_reboot: Gauge,
 }
 
 impl Metrics {
@@ -149,6 +150,7 @@ impl Metrics {
             paused: Gauge::default(),
             window_open: Gauge::default(),
             window_next_open: Gauge::default(),
+            not_ready_after_reboot: Gauge::default(),
         };
         let mut registry = Registry::with_prefix("node_reboot");
         let m = metrics.clone();
@@ -236,6 +238,11 @@ impl Metrics {
             "window_next_open_timestamp_seconds",
             "When the next --reboot-window opens (Unix time); now while one is open",
             m.window_next_open,
+        );
+        registry.register(
+            "not_ready_after_reboot",
+            "Nodes NotReady within --min-ready-seconds of their reboot; no new grant while above 0",
+            m.not_ready_after_reboot,
         );
         // Every state from the start, so that a query for one finds 0 rather than nothing.
         metrics.pool(&PoolSummary::default(), 0);

@@ -11,6 +11,8 @@
 //! - no request lost: `reboot-needed` leaves only with `reboot-now`;
 //! - the administrator's cordon is kept;
 //! - a node is completed only once the kubelet reports the boot the agent proved;
+//! - no new grant while, as the replica sees it, a node that completed its reboot is NotReady
+//!   within its soak (`--min-ready-seconds`);
 //! - with a per-zone budget, the operator never holds more nodes of a zone than it;
 //! - no new grant while the pool is paused (on the ledger Lease) or outside the maintenance
 //!   windows, and no claim outside them with `--finish-after-window=false`.
@@ -93,6 +95,7 @@ struct Server {
     window_open: bool,
     finish_after_window: bool,
     zone_budget: Option<usize>,
+    min_ready: u64,
 }
 
 /// One controller replica's own state: what it has seen, and what it remembers.
@@ -105,6 +108,8 @@ struct Replica {
     /// By grant: the drain's state and the node version it ended on.
     drains: BTreeMap<String, (DrainState, Option<String>)>,
     not_before: BTreeMap<String, u64>,
+    ready_since: BTreeMap<String, u64>,
+    completed_seen: BTreeMap<String, (String, u64)>,
 }
 
 fn keys() -> AnnotationKeys {
@@ -147,6 +152,7 @@ impl Server {
             window_open: true,
             finish_after_window: true,
             zone_budget: None,
+            min_ready: 0,
         }
     }
 
@@ -281,6 +287,23 @@ impl Replica {
                         .unwrap_or_default(),
                     in_pool: true,
                     zone: zone_of(index(&name)),
+                    ready_since: if facts.readiness == common::Readiness::Ready {
+                        let ready = *self.ready_since.entry(name.clone()).or_insert(now);
+                        let completed = state.last_grant.as_ref().map(|g| {
+                            let seen = self
+                                .completed_seen
+                                .entry(name.clone())
+                                .or_insert_with(|| (g.clone(), now));
+                            if seen.0 != *g {
+                                *seen = (g.clone(), now);
+                            }
+                            seen.1
+                        });
+                        Some(completed.map_or(ready, |at| at.max(ready)))
+                    } else {
+                        self.ready_since.remove(&name);
+                        None
+                    },
                     facts,
                     state,
                 }
@@ -310,8 +333,26 @@ impl Replica {
             now,
             hold,
             finish_after_window: server.finish_after_window,
+            window_open: server.window_open,
+            min_ready: server.min_ready,
         }
         .decide();
+        let sick_in_soak: Vec<&str> = views
+            .iter()
+            .filter(|v| {
+                let slot = self.ledger.grant_of(v.name());
+                server.min_ready > 0
+                    && slot.is_some()
+                    && v.state.last_grant.as_deref() == slot
+                    && v.facts.readiness != common::Readiness::Ready
+            })
+            .map(NodeView::name)
+            .collect();
+        let fresh = decision.ledger.grant.iter().filter(|g| g.adopted.is_none());
+        assert!(
+            sick_in_soak.is_empty() || fresh.count() == 0,
+            "granted while {sick_in_soak:?} is NotReady after its reboot"
+        );
         if !decision.ledger.is_empty() {
             if self.ledger.resource_version != server.ledger.resource_version {
                 // Compare-and-swap refused: re-read and decide again next time.
@@ -638,12 +679,14 @@ proptest! {
         drain_enabled in proptest::bool::weighted(0.7),
         finish_after_window in proptest::bool::weighted(0.5),
         zone_budget in proptest::option::of(1..2usize),
+        min_ready in prop_oneof![Just(0u64), Just(25u64)],
         not_ready in proptest::collection::vec(proptest::bool::weighted(0.15), NODES),
         steps in proptest::collection::vec(step(), 0..200),
     ) {
         let mut model = Model::new(replicas, budget, drain_enabled, &not_ready);
         model.server.finish_after_window = finish_after_window;
         model.server.zone_budget = zone_budget;
+        model.server.min_ready = min_ready;
         for s in &steps {
             model.apply(s);
         }

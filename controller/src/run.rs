@@ -253,6 +253,7 @@ impl Context {
             schedule: Schedule {
                 windows: Windows(args.reboot_windows.clone()),
                 finish_after_window: args.finish_after_window,
+                min_ready: Duration::from_secs(args.min_ready_seconds),
             },
             metrics: self.metrics.clone(),
             leadership,

@@ -10,6 +10,8 @@ use std::time::Duration;
 pub struct Schedule {
     pub windows: Windows,
     pub finish_after_window: bool,
+    /// `--min-ready-seconds`: how long a completed node keeps its slot, Ready.
+    pub min_ready: Duration,
 }
 
 impl Schedule {
@@ -75,6 +77,7 @@ mod tests {
         let schedule = Schedule {
             windows: crate::window::Windows(vec!["Mon 22:00-23:00".parse().unwrap()]),
             finish_after_window: true,
+            min_ready: Duration::ZERO,
         };
         let monday_noon = at("2026-11-23T12:00:00Z");
         assert_eq!(schedule.hold(false, monday_noon), Some(Hold::OutsideWindow));

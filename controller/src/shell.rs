@@ -171,6 +171,8 @@ impl Shell {
             now: self.now_ms(),
             hold,
             finish_after_window: self.schedule.finish_after_window,
+            window_open: self.schedule.windows.is_open(Timestamp::now()),
+            min_ready: u64::try_from(self.schedule.min_ready.as_millis()).unwrap_or(u64::MAX),
         }
         .decide();
         if self.ledger_damage.is_some() {
@@ -183,6 +185,7 @@ impl Shell {
             .map(|n| (n.metadata.name.as_deref().unwrap_or_default(), n))
             .collect();
         self.announce_waiting(&decision, &by_name, pool, hold);
+        self.warn_not_ready_after_reboot(&decision, &by_name);
         let mut progressed = false;
         if !decision.ledger.is_empty() || self.ledger_damage.is_some() {
             if !self.leadership.is_leading() {
@@ -302,6 +305,28 @@ impl Shell {
     /// How long until a closed window opens, so that the loop wakes for it.
     pub fn until_window_opens(&self) -> Option<std::time::Duration> {
         self.schedule.until_next_opening(Timestamp::now())
+    }
+
+    /// A node that went NotReady during its soak holds the pool: a Warning once per episode.
+    fn warn_not_ready_after_reboot(
+        &mut self,
+        decision: &Decision,
+        nodes: &HashMap<&str, &Arc<Node>>,
+    ) {
+        let sick = &decision.not_ready_after_reboot;
+        self.metrics.not_ready_after_reboot.set(sick.len() as i64);
+        for name in self.memory.first_not_ready_after_reboot(sick) {
+            tracing::warn!(node = %name, "NotReady after its reboot: no new reboots until it is Ready");
+            if let Some(node) = nodes.get(name.as_str()) {
+                let note = format!(
+                    "NotReady within --min-ready-seconds ({}s) of its reboot: it keeps its slot and \
+                     no new reboot starts in this pool until it is Ready again (or an \
+                     administrator clears it: kubectl annotate node {name} reboot-last-grant-)",
+                    self.schedule.min_ready.as_secs()
+                );
+                self.events.publish(node, Reason::NotReadyAfterReboot, note);
+            }
+        }
     }
 
     fn announce_waiting(

@@ -310,3 +310,89 @@ async fn nine_nodes_in_three_zones_keep_both_the_zone_budget_and_the_global_one(
     );
     sb.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_node_not_ready_soon_after_its_reboot_stops_the_rollout_until_it_is_ready_again() {
+    let sb = Sandbox::start(SandboxConfig {
+        nodes: 3,
+        max_unavailable: "1".into(),
+        reboot_duration: Duration::from_secs(1),
+        controller_args: vec!["--min-ready-seconds".into(), "20".into()],
+        control_plane: light_control_plane(),
+        ..SandboxConfig::default()
+    })
+    .await
+    .expect("sandbox starts");
+    let client = sb.client.clone();
+    let names = sb.fleet.names();
+    let (first, others) = (&names[0], &names[1..]);
+    let watch = BudgetWatch::start(client.clone(), 1).await;
+    kubectl(
+        &sb.control_plane,
+        &["annotate", "node", first, "reboot-needed=true"],
+    );
+    wait_until(
+        "the first node is rebooted and completed",
+        Duration::from_secs(60),
+        Some(&watch),
+        || async {
+            let state = e2e::NodeState::of(&e2e::node(&client, first).await);
+            sb.fleet.reboots(first) == 1 && state.last_completed.is_some() && !state.unschedulable
+        },
+    )
+    .await;
+    assert!(
+        !e2e::rollout::ledger_is_empty_on(&client).await,
+        "the slot stays taken during the soak"
+    );
+    // A bad kernel: the node fails 5 s after its reboot.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    sb.fleet.set_ready(first, false).await;
+    for name in others {
+        kubectl(
+            &sb.control_plane,
+            &["annotate", "node", name, "reboot-needed=true"],
+        );
+    }
+    wait_until(
+        "a Warning says the rollout stopped",
+        Duration::from_secs(30),
+        Some(&watch),
+        || async { count_events(&client, first, "NotReadyAfterReboot").await == 1 },
+    )
+    .await;
+    assert_eq!(
+        controller_metric(&sb, "node_reboot_not_ready_after_reboot").await,
+        Some(1.0)
+    );
+    // Well past the soak: still nothing new, and the first node keeps its slot.
+    tokio::time::sleep(Duration::from_secs(25)).await;
+    watch
+        .check()
+        .unwrap_or_else(|violation| panic!("{violation}"));
+    for name in others {
+        assert_eq!(
+            sb.fleet.reboots(name),
+            0,
+            "{name} rebooted while {first} was NotReady"
+        );
+    }
+    assert!(
+        !e2e::rollout::ledger_is_empty_on(&client).await,
+        "{first} kept its slot"
+    );
+
+    sb.fleet.set_ready(first, true).await;
+    wait_until(
+        "the others are rebooted once Ready again",
+        Duration::from_secs(120),
+        Some(&watch),
+        || async {
+            others.iter().all(|n| sb.fleet.reboots(n) == 1)
+                && e2e::rollout::ledger_is_empty_on(&client).await
+        },
+    )
+    .await;
+    assert_eq!(sb.fleet.reboots(first), 1, "{first} rebooted once");
+    sb.stop().await;
+}

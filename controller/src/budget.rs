@@ -9,6 +9,15 @@ use std::collections::{BTreeMap, BTreeSet};
 /// A zone: the value of the zone label; nodes without it form one zone of their own (`None`).
 pub type Zone<'a> = Option<&'a str>;
 
+/// Whether a request fits the budgets, and which one is full if not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Admission {
+    Granted,
+    PoolFull,
+    /// The pool has room, the node's zone has not.
+    ZoneFull,
+}
+
 /// How many nodes are unavailable, in the pool and per zone, as grants are added in a round.
 #[derive(Debug)]
 pub struct Usage<'a> {
@@ -73,7 +82,7 @@ impl<'a> Usage<'a> {
 
     /// Whether granting `view` keeps both budgets: the OTHER unavailable nodes stay below
     /// each (a node already unavailable does not count against its own grant).
-    pub fn admits(&self, view: &NodeView) -> bool {
+    pub fn admits(&self, view: &NodeView) -> Admission {
         let already = usize::from(self.already(view));
         let zone = view.zone.as_deref();
         let pool_ok = self.in_use - already < self.budget;
@@ -81,7 +90,11 @@ impl<'a> Usage<'a> {
             let size = self.zone_size.get(&zone).copied().unwrap_or(1);
             self.in_zone(zone) - already < per_zone.resolve(size)
         });
-        pool_ok && zone_ok
+        match (pool_ok, zone_ok) {
+            (true, true) => Admission::Granted,
+            (true, false) => Admission::ZoneFull,
+            (false, _) => Admission::PoolFull,
+        }
     }
 
     /// Records a grant to `view`.

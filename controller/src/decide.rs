@@ -11,7 +11,7 @@
 //! say, a write that takes a node further into the protocol succeeds only while the ledger
 //! holds that node's grant.
 
-use crate::budget::Usage;
+use crate::budget::{Admission, Usage};
 use crate::ledger::{Grant, Ledger, LedgerChange, Slot};
 use common::{NodeFacts, Phase, ProtocolState, Request, ledger::version_is_newer};
 use std::collections::BTreeSet;
@@ -138,6 +138,8 @@ pub struct Decision {
     pub node_actions: Vec<NodeAction>,
     /// Requested nodes of the pool that got no slot this round, oldest first.
     pub waiting: Vec<String>,
+    /// Of those, the ones the pool had room for but not their zone.
+    pub zone_full: BTreeSet<String>,
     /// Nodes that went NotReady during their soak (`--min-ready-seconds`): they keep their
     /// slot, and no new slot is granted while there is one.
     pub not_ready_after_reboot: Vec<String>,
@@ -371,14 +373,19 @@ impl<'a> Round<'a> {
         }
         let mut usage = Usage::count(self.nodes, &slots, self.budget, self.zone_budget);
         for view in usage.spread(candidates) {
-            if usage.admits(view) {
-                usage.take(view);
-                decision
-                    .ledger
-                    .grant
-                    .push(Grant::new(view.name(), view.version()));
-            } else {
-                decision.waiting.push(view.name().to_owned());
+            match usage.admits(view) {
+                Admission::Granted => {
+                    usage.take(view);
+                    decision
+                        .ledger
+                        .grant
+                        .push(Grant::new(view.name(), view.version()));
+                }
+                Admission::ZoneFull => {
+                    decision.zone_full.insert(view.name().to_owned());
+                    decision.waiting.push(view.name().to_owned());
+                }
+                Admission::PoolFull => decision.waiting.push(view.name().to_owned()),
             }
         }
     }

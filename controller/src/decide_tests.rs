@@ -488,7 +488,7 @@ fn a_zone_budget_spreads_grants_across_zones_and_counts_a_not_ready_node_in_its_
         nodes: &nodes,
         ledger: &ledger,
         deleted: &deleted,
-        budget: 3,
+        budget: 4,
         zone_budget,
         drain_enabled: false,
         now: 0,
@@ -504,13 +504,15 @@ fn a_zone_budget_spreads_grants_across_zones_and_counts_a_not_ready_node_in_its_
         "one per zone; zone c is full with c-sick"
     );
     assert_eq!(d.waiting, ["a2", "c1"]);
+    assert_eq!(d.zone_full, ["a2".to_owned(), "c1".to_owned()].into());
     // Without a zone budget the order still alternates zones: b1 before a2.
     let d = round(None).decide();
     assert_eq!(
         granted(&d),
-        ["a1", "b1"],
-        "the global budget of 3 holds c-sick too"
+        ["a1", "b1", "a2"],
+        "the budget of 4 counts c-sick too"
     );
+    assert!(d.zone_full.is_empty());
 }
 
 #[test]

@@ -29,6 +29,8 @@ pub enum Reason {
     OutsideWindow,
     /// A requested node waits while the pool is paused.
     Paused,
+    /// A requested node waits for a slot in its zone (`--max-unavailable-per-zone`).
+    ZoneBudgetFull,
     /// A node went NotReady within `--min-ready-seconds` of its reboot; the pool holds.
     NotReadyAfterReboot,
 }
@@ -46,6 +48,7 @@ impl Reason {
             Self::LedgerDamaged => "LedgerDamaged",
             Self::OutsideWindow => "OutsideWindow",
             Self::Paused => "Paused",
+            Self::ZoneBudgetFull => "ZoneBudgetFull",
             Self::NotReadyAfterReboot => "NotReadyAfterReboot",
         }
     }

@@ -347,12 +347,22 @@ impl Shell {
                 (Reason::Requested, note)
             });
         for name in &decision.waiting {
+            let (reason, note) = if decision.zone_full.contains(name) {
+                let note = format!(
+                    "reboot requested; waiting for a slot in its zone \
+                     (max-unavailable-per-zone {})",
+                    self.zone_budget.map(|b| b.to_string()).unwrap_or_default()
+                );
+                (Reason::ZoneBudgetFull, note)
+            } else {
+                (reason, note.clone())
+            };
             if let Some(node) = nodes
                 .get(name.as_str())
                 .filter(|_| self.memory.first_wait(name, reason.as_str()))
             {
                 tracing::info!(node = %name, "{note}");
-                self.events.publish(node, reason, note.clone());
+                self.events.publish(node, reason, note);
             }
         }
     }

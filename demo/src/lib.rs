@@ -6,8 +6,15 @@ pub mod view;
 
 use anyhow::Context;
 use clap::Parser;
-use common::{AnnotationKeys, MaxUnavailable};
-use k8s_openapi::api::{apps::v1::Deployment, core::v1::Node};
+use common::{
+    AnnotationKeys, MaxUnavailable,
+    ledger::{LEDGER_NAME, OPERATOR_NAMESPACE, slots_of},
+};
+use k8s_openapi::api::{
+    apps::v1::Deployment,
+    coordination::v1::Lease,
+    core::v1::{Event, Node},
+};
 use kube::{Api, api::ListParams};
 use nodesim::{
     budget_watch::BudgetWatch,
@@ -34,6 +41,20 @@ pub struct Args {
     /// How long a simulated reboot keeps a node down, in seconds.
     #[arg(long, env = "DEMO_REBOOT_SECONDS", default_value_t = 3.0, value_parser = parse_seconds)]
     pub reboot_seconds: f64,
+    /// Spread the nodes over this many zones (label `topology.kubernetes.io/zone`, values
+    /// zone-a, zone-b, ...); 0 for none.
+    #[arg(long, env = "DEMO_ZONES", default_value_t = 3, value_parser = clap::value_parser!(u8).range(0..=26))]
+    pub zones: u8,
+    /// The controller's --max-unavailable-per-zone (default: none).
+    #[arg(long, env = "DEMO_MAX_UNAVAILABLE_PER_ZONE",
+          value_parser = |v: &str| v.parse::<MaxUnavailable>().map_err(|e| e.to_string()))]
+    pub max_unavailable_per_zone: Option<MaxUnavailable>,
+    /// The controller's --min-ready-seconds: each node soaks this long after its reboot.
+    #[arg(long, env = "DEMO_MIN_READY_SECONDS", default_value_t = 0)]
+    pub min_ready_seconds: u64,
+    /// The controller's --reboot-window, such as `daily 00:00-24:00` (default: always).
+    #[arg(long, env = "DEMO_REBOOT_WINDOW")]
+    pub reboot_window: Option<String>,
     /// After the summary, leave everything running and wait for Ctrl-C (explore with kubectl).
     #[arg(long, env = "DEMO_KEEP")]
     pub keep: bool,
@@ -111,6 +132,7 @@ pub async fn run(args: Args) -> anyhow::Result<bool> {
         nodes,
         max_unavailable: args.max_unavailable.to_string(),
         reboot_duration: Duration::from_secs_f64(args.reboot_seconds),
+        controller_args: controller_args(&args),
         ..SandboxConfig::default()
     };
     let sandbox = Sandbox::start(config)
@@ -120,6 +142,7 @@ pub async fn run(args: Args) -> anyhow::Result<bool> {
         "demo: logs of every component are in {}",
         sandbox.control_plane.dir().display()
     ));
+    label_zones(&sandbox, args.zones)?;
     deploy_workload(&sandbox, nodes).await?;
     let outcome = roll(&sandbox, budget, args.reboot_seconds).await?;
     say(&outcome.render());
@@ -209,21 +232,108 @@ async fn request_every_node(sandbox: &Sandbox) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The controller flags the demo's own flags stand for.
+fn controller_args(args: &Args) -> Vec<String> {
+    let mut flags = Vec::new();
+    if let Some(per_zone) = args.max_unavailable_per_zone {
+        flags.extend(["--max-unavailable-per-zone".into(), per_zone.to_string()]);
+    }
+    if args.min_ready_seconds > 0 {
+        flags.extend([
+            "--min-ready-seconds".into(),
+            args.min_ready_seconds.to_string(),
+        ]);
+    }
+    if let Some(window) = &args.reboot_window {
+        flags.extend(["--reboot-window".into(), window.clone()]);
+    }
+    flags
+}
+
+const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
+
+/// Labels the nodes zone-a, zone-b, ... in turn, as a cloud provider would.
+fn label_zones(sandbox: &Sandbox, zones: u8) -> anyhow::Result<()> {
+    if zones == 0 {
+        return Ok(());
+    }
+    for (i, name) in sandbox.fleet.names().iter().enumerate() {
+        let zone = char::from(b'a' + (i % usize::from(zones)) as u8);
+        let status = sandbox
+            .control_plane
+            .kubectl()
+            .args(["label", "node", name, &format!("{ZONE_LABEL}=zone-{zone}")])
+            .stdout(std::process::Stdio::null())
+            .status()
+            .context("cannot run kubectl")?;
+        anyhow::ensure!(status.success(), "kubectl label node {name} failed");
+    }
+    Ok(())
+}
+
+/// The controller's Events that say why a request waits, as the demo words them.
+const WAITING: [(&str, &str); 5] = [
+    ("Requested", "budget full"),
+    ("ZoneBudgetFull", "zone budget full"),
+    ("OutsideWindow", "outside the window"),
+    ("Paused", "paused"),
+    ("NotReadyAfterReboot", "NotReady after reboot"),
+];
+
+/// Each node's state, and what to show next to its name: its zone, and for a waiting node
+/// the reason from the controller's latest Event about it.
 async fn snapshot(
-    nodes: &Api<Node>,
+    client: &kube::Client,
     keys: &AnnotationKeys,
     first_boot: &BTreeMap<String, String>,
-) -> anyhow::Result<BTreeMap<String, Shown>> {
-    let list = nodes.list(&ListParams::default()).await?;
-    Ok(list
-        .items
-        .iter()
-        .map(|n| {
-            let name = n.metadata.name.clone().unwrap_or_default();
-            let state = view::shown(n, keys, first_boot.get(&name));
-            (name, state)
-        })
-        .collect())
+) -> anyhow::Result<(BTreeMap<String, Shown>, BTreeMap<String, String>)> {
+    let list = Api::<Node>::all(client.clone())
+        .list(&ListParams::default())
+        .await?;
+    let ledger = Api::<Lease>::namespaced(client.clone(), OPERATOR_NAMESPACE)
+        .get_opt(LEDGER_NAME)
+        .await?;
+    let slots = slots_of(
+        ledger
+            .as_ref()
+            .and_then(|l| l.metadata.annotations.as_ref()),
+    )
+    .unwrap_or_default();
+    let mut events = Api::<Event>::namespaced(client.clone(), "default")
+        .list(&ListParams::default())
+        .await?
+        .items;
+    events.sort_by_key(nodesim::observe::revision);
+    let mut why: BTreeMap<String, &str> = BTreeMap::new();
+    for event in &events {
+        let reason = event.reason.as_deref().unwrap_or_default();
+        if let Some((_, words)) = WAITING.iter().find(|(r, _)| *r == reason) {
+            let node = event.involved_object.name.clone().unwrap_or_default();
+            why.insert(node, words);
+        }
+    }
+    let mut states = BTreeMap::new();
+    let mut notes = BTreeMap::new();
+    for node in &list.items {
+        let name = node.metadata.name.clone().unwrap_or_default();
+        let state = view::shown(node, keys, first_boot.get(&name), slots.contains_key(&name));
+        let zone = node
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(ZONE_LABEL));
+        let reason = why.get(&name).filter(|_| state == Shown::Requested);
+        let note: Vec<&str> = zone
+            .map(String::as_str)
+            .into_iter()
+            .chain(reason.copied())
+            .collect();
+        if !note.is_empty() {
+            notes.insert(name.clone(), note.join(", "));
+        }
+        states.insert(name, state);
+    }
+    Ok((states, notes))
 }
 
 async fn roll(sandbox: &Sandbox, budget: usize, reboot_seconds: f64) -> anyhow::Result<Outcome> {
@@ -251,8 +361,10 @@ async fn roll(sandbox: &Sandbox, budget: usize, reboot_seconds: f64) -> anyhow::
     let mut shown_lines = 0;
     let mut last: Option<Frame> = None;
     loop {
+        let (states, notes) = snapshot(&sandbox.client, &keys, &first_boot).await?;
         let frame = Frame {
-            nodes: snapshot(&nodes, &keys, &first_boot).await?,
+            nodes: states,
+            notes,
             budget,
             elapsed: start.elapsed(),
         };

@@ -12,6 +12,8 @@ pub enum Shown {
     Requested,
     Draining,
     Rebooting,
+    /// Rebooted and completed, its slot still held (`--min-ready-seconds`).
+    Soaking,
     Back,
 }
 
@@ -22,6 +24,7 @@ impl Shown {
             Self::Requested => "requested",
             Self::Draining => "draining",
             Self::Rebooting => "rebooting",
+            Self::Soaking => "soaking",
             Self::Back => "back",
         }
     }
@@ -32,19 +35,25 @@ impl Shown {
             Self::Requested => "?",
             Self::Draining => "D",
             Self::Rebooting => "R",
+            Self::Soaking => "S",
             Self::Back => "+",
         }
     }
 
     /// Holds one of the operator's slots.
     pub fn in_slot(self) -> bool {
-        matches!(self, Self::Draining | Self::Rebooting)
+        matches!(self, Self::Draining | Self::Rebooting | Self::Soaking)
     }
 }
 
-/// `rebooted_before`: boot ids at the start; a node is back once its boot id changed and the
-/// protocol is over.
-pub fn shown(node: &Node, keys: &AnnotationKeys, first_boot_id: Option<&String>) -> Shown {
+/// `first_boot_id`: its boot id at the start; a node is back once its boot id changed and the
+/// protocol is over, soaking while the ledger still holds its slot after that.
+pub fn shown(
+    node: &Node,
+    keys: &AnnotationKeys,
+    first_boot_id: Option<&String>,
+    holds_slot: bool,
+) -> Shown {
     let facts = NodeFacts::from_node(node);
     let state = facts.protocol(keys);
     let rebooted = first_boot_id.is_some_and(|first| facts.boot_id.as_ref() != Some(first));
@@ -60,6 +69,7 @@ pub fn shown(node: &Node, keys: &AnnotationKeys, first_boot_id: Option<&String>)
         Phase::Idle if state.cordoned_by_operator || facts.readiness != Readiness::Ready => {
             Shown::Rebooting
         }
+        Phase::Idle if rebooted && holds_slot => Shown::Soaking,
         Phase::Idle if rebooted => Shown::Back,
         Phase::Idle => Shown::Idle,
     }
@@ -69,6 +79,8 @@ pub fn shown(node: &Node, keys: &AnnotationKeys, first_boot_id: Option<&String>)
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Frame {
     pub nodes: BTreeMap<String, Shown>,
+    /// What to show next to a node's name: its zone, why it waits.
+    pub notes: BTreeMap<String, String>,
     pub budget: usize,
     pub elapsed: Duration,
 }
@@ -102,13 +114,17 @@ impl Frame {
             Shown::Requested,
             Shown::Draining,
             Shown::Rebooting,
+            Shown::Soaking,
             Shown::Back,
         ] {
-            let names: Vec<&str> = self
+            let names: Vec<String> = self
                 .nodes
                 .iter()
                 .filter(|(_, s)| **s == state)
-                .map(|(n, _)| n.as_str())
+                .map(|(n, _)| match self.notes.get(n) {
+                    Some(note) => format!("{n}({note})"),
+                    None => n.clone(),
+                })
                 .collect();
             let _ = writeln!(
                 out,
@@ -129,8 +145,13 @@ impl Frame {
             .filter_map(|(name, now)| {
                 let was = before.nodes.get(name).copied().unwrap_or(Shown::Idle);
                 (was != *now).then(|| {
+                    let note = self
+                        .notes
+                        .get(name)
+                        .map(|n| format!(" [{n}]"))
+                        .unwrap_or_default();
                     format!(
-                        "[{:>6.1}s] {name:<8} {:<9} -> {:<9} (slots {}/{})",
+                        "[{:>6.1}s] {name:<8} {:<9} -> {:<9} (slots {}/{}){note}",
                         self.elapsed.as_secs_f64(),
                         was.label(),
                         now.label(),
@@ -150,6 +171,7 @@ mod tests {
     fn frame(states: &[(&str, Shown)]) -> Frame {
         Frame {
             nodes: states.iter().map(|(n, s)| ((*n).to_owned(), *s)).collect(),
+            notes: BTreeMap::new(),
             budget: 2,
             elapsed: Duration::from_millis(1500),
         }
@@ -174,5 +196,19 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("R rebooting    1  sim-1"), "{text}");
+    }
+
+    #[test]
+    fn waiting_nodes_show_their_zone_and_why_they_wait() {
+        let mut f = frame(&[("sim-1", Shown::Requested), ("sim-2", Shown::Soaking)]);
+        f.notes
+            .insert("sim-1".into(), "zone-a, zone budget full".into());
+        let text = f.render();
+        assert!(
+            text.contains("? requested    1  sim-1(zone-a, zone budget full)"),
+            "{text}"
+        );
+        assert!(text.contains("S soaking      1  sim-2"), "{text}");
+        assert!(text.contains("slots in use 1/2"), "{text}");
     }
 }

@@ -23,6 +23,10 @@ fn a_short_demo_reboots_every_node_within_budget() {
             "2",
             "--reboot-seconds",
             "1",
+            "--zones",
+            "2",
+            "--max-unavailable-per-zone",
+            "1",
         ])
         .output()
         .expect("demo runs");
@@ -35,6 +39,10 @@ fn a_short_demo_reboots_every_node_within_budget() {
     assert!(
         stdout.contains("$ kubectl annotate node sim-4 reboot-needed=true"),
         "{stdout}"
+    );
+    assert!(
+        stdout.contains("[zone-a") && stdout.contains("[zone-b"),
+        "each node's zone is shown: {stdout}"
     );
     assert!(
         stdout.contains("rebooted:                 4 of 4 nodes requested"),

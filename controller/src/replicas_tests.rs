@@ -477,7 +477,30 @@ struct Model {
 
 impl Model {
     fn new(replicas: usize, budget: usize, drain_enabled: bool, not_ready: &[bool]) -> Self {
-        let server = Server::new(budget, drain_enabled, not_ready);
+        Self::soaking(replicas, budget, drain_enabled, not_ready, &[])
+    }
+
+    /// A model whose nodes `soaking` have just completed a reboot and still hold its slot
+    /// (at most `budget` of them), so that soaks and the failures during them come early.
+    fn soaking(
+        replicas: usize,
+        budget: usize,
+        drain_enabled: bool,
+        not_ready: &[bool],
+        soaking: &[usize],
+    ) -> Self {
+        let mut server = Server::new(budget, drain_enabled, not_ready);
+        for &i in soaking.iter().take(budget) {
+            let grant = format!("g-soak-{i}");
+            annotate(&mut server.nodes[i], "reboot-last-grant", &grant);
+            server.bump(i);
+            let slot = Slot {
+                grant,
+                granted_at: "t".into(),
+                node_version: Some("1".into()),
+            };
+            server.ledger.slots.insert(format!("n{i}"), slot);
+        }
         let replicas = (0..replicas).map(|_| Replica::new(&server)).collect();
         Self {
             server,
@@ -680,10 +703,11 @@ proptest! {
         finish_after_window in proptest::bool::weighted(0.5),
         zone_budget in proptest::option::of(1..2usize),
         min_ready in prop_oneof![Just(0u64), Just(25u64)],
+        soaking in proptest::collection::vec(0..NODES, 0..3),
         not_ready in proptest::collection::vec(proptest::bool::weighted(0.15), NODES),
         steps in proptest::collection::vec(step(), 0..200),
     ) {
-        let mut model = Model::new(replicas, budget, drain_enabled, &not_ready);
+        let mut model = Model::soaking(replicas, budget, drain_enabled, &not_ready, &soaking);
         model.server.finish_after_window = finish_after_window;
         model.server.zone_budget = zone_budget;
         model.server.min_ready = min_ready;

@@ -43,6 +43,14 @@ impl std::fmt::Display for RebootCommand {
     }
 }
 
+impl std::str::FromStr for RebootCommand {
+    type Err = String;
+
+    fn from_str(value: &str) -> Result<Self, String> {
+        parse_reboot_command(value)
+    }
+}
+
 fn parse_reboot_command(value: &str) -> Result<RebootCommand, String> {
     let argv: Vec<String> = value.split_whitespace().map(str::to_owned).collect();
     if argv.is_empty() {
@@ -115,6 +123,34 @@ pub struct Args {
     #[arg(long, env = "REBOOT_TIMEOUT", default_value = "10m", value_name = "DURATION",
           value_parser = parse_reboot_timeout)]
     pub reboot_timeout: Duration,
+
+    /// Request a reboot of this node when this file exists, such as `/var/run/reboot-required`
+    /// (written by Debian's and Ubuntu's unattended upgrades), read through a read-only
+    /// hostPath mount. Off by default: requests by annotation stay the primary use.
+    #[arg(
+        long,
+        env = "REBOOT_SENTINEL_FILE",
+        value_name = "PATH",
+        conflicts_with = "reboot_sentinel_command"
+    )]
+    pub reboot_sentinel_file: Option<PathBuf>,
+
+    /// Request a reboot of this node when this command exits with
+    /// --reboot-sentinel-exit-code, run like the reboot command (split on whitespace, no
+    /// shell, in the host's mount namespace). For RHEL and Fedora: `needs-restarting -r` with
+    /// exit code 1. Off by default.
+    #[arg(long, env = "REBOOT_SENTINEL_COMMAND", value_name = "COMMAND", value_parser = parse_reboot_command)]
+    pub reboot_sentinel_command: Option<RebootCommand>,
+
+    /// The exit code of --reboot-sentinel-command that means a reboot is needed.
+    #[arg(long, env = "REBOOT_SENTINEL_EXIT_CODE", default_value_t = 0)]
+    pub reboot_sentinel_exit_code: i32,
+
+    /// How often to look at the sentinel, with up to 10 % of jitter so that nodes do not all
+    /// ask at once. Such as `5m`, `30s`.
+    #[arg(long, env = "CHECK_PERIOD", default_value = "5m", value_name = "DURATION",
+          value_parser = parse_reboot_timeout)]
+    pub check_period: Duration,
 
     /// Format of the log lines: `text`, or `json` (one object per line). The level comes from
     /// RUST_LOG (default info).

@@ -29,6 +29,10 @@ pub enum Reason {
     RebootTimedOut,
     /// The reboot method itself failed.
     RebootFailed,
+    /// The node's reboot sentinel asked for a reboot; the agent requested one.
+    RebootRequired,
+    /// The sentinel a reboot was requested for is still there after that reboot.
+    SentinelPersists,
 }
 
 impl Reason {
@@ -39,13 +43,18 @@ impl Reason {
             Self::RebootRetried => "RebootRetried",
             Self::RebootTimedOut => "RebootTimedOut",
             Self::RebootFailed => "RebootFailed",
+            Self::RebootRequired => "RebootRequired",
+            Self::SentinelPersists => "SentinelPersists",
         }
     }
 
     fn event_type(self) -> EventType {
         match self {
-            Self::Rebooting | Self::Rebooted => EventType::Normal,
-            Self::RebootRetried | Self::RebootTimedOut | Self::RebootFailed => EventType::Warning,
+            Self::Rebooting | Self::Rebooted | Self::RebootRequired => EventType::Normal,
+            Self::RebootRetried
+            | Self::RebootTimedOut
+            | Self::RebootFailed
+            | Self::SentinelPersists => EventType::Warning,
         }
     }
 }

@@ -14,6 +14,7 @@ pub mod metrics;
 pub mod node_agent;
 pub mod rebooter;
 mod retry;
+pub mod sentinel;
 pub mod settings;
 mod steps;
 pub mod test_hook;

@@ -28,6 +28,8 @@ pub struct Metrics {
     pub reboot_failures: Family<ReasonLabels, Counter>,
     pub api_errors: Family<KindLabels, Counter>,
     pub watch_running: Gauge,
+    pub reboots_requested: Counter,
+    pub sentinel_persists: Gauge,
 }
 
 impl Metrics {
@@ -65,6 +67,16 @@ impl Metrics {
             "watch_running",
             "1 while the watch of this agent's Node runs, 0 before it started or after it failed",
             m.watch_running,
+        );
+        registry.register(
+            "reboots_requested",
+            "Reboots this agent requested because the node's reboot sentinel said so",
+            m.reboots_requested,
+        );
+        registry.register(
+            "sentinel_persists",
+            "1 while the sentinel a reboot was requested for is still there after that reboot",
+            m.sentinel_persists,
         );
         (metrics, registry)
     }

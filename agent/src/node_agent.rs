@@ -3,19 +3,38 @@
 //! it reads.
 
 use crate::{
-    Observed, error::AgentError, events::NodeEvents, rebooter::Rebooter, retry::Backoff,
-    settings::Settings, steps::Outcome,
+    Observed,
+    error::AgentError,
+    events::{NodeEvents, Reason},
+    rebooter::Rebooter,
+    retry::Backoff,
+    sentinel::SentinelAction,
+    settings::Settings,
+    steps::Outcome,
 };
 use futures::{StreamExt, stream::BoxStream};
 use k8s_openapi::api::core::v1::Node;
 use kube::{
     Api, Client,
+    api::{Patch, PatchParams},
     runtime::{WatchStreamExt, watcher},
 };
 use observability::ApiErrorKind;
 use std::{future::Future, sync::Arc};
 use tokio::time::{Instant, sleep_until};
 use tracing::{info, warn};
+
+/// The first look at the sentinel after the start, unless --check-period is shorter.
+const FIRST_CHECK: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// `period` plus up to 10 % more, so that nodes that started together do not ask together.
+fn jittered(period: std::time::Duration) -> std::time::Duration {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .subsec_nanos();
+    period + period.mul_f64(f64::from(nanos % 1000) / 10_000.0)
+}
 
 /// The agent of one node.
 #[derive(Debug)]
@@ -69,10 +88,27 @@ impl NodeAgent {
         let mut backoff = Backoff::default();
         let mut retry: Option<Retry> = None;
         let mut found_since_init = false;
+        // The sentinel is looked at on the node as last seen, soon after the start, then
+        // every --check-period.
+        let mut last_seen: Option<Node> = None;
+        let mut check_at = self
+            .settings
+            .sentinel
+            .as_ref()
+            .map(|_| Instant::now() + self.settings.check_period.min(FIRST_CHECK));
+        let mut sentinel_reported: Option<String> = None;
         loop {
             let retry_at = retry.as_ref().map(|r| r.at);
+            let check_due = check_at.filter(|_| last_seen.is_some());
             let node = tokio::select! {
                 () = &mut shutdown => return self.stopping(),
+                () = sleep_until(check_due.unwrap_or_else(Instant::now)), if check_due.is_some() => {
+                    check_at = Some(Instant::now() + jittered(self.settings.check_period));
+                    if let Some(node) = &last_seen {
+                        self.check_sentinel(node, &mut sentinel_reported).await;
+                    }
+                    None
+                }
                 () = sleep_until(retry_at.unwrap_or_else(Instant::now)), if retry_at.is_some() => {
                     let last_seen = retry.take().map(|r| r.last_seen);
                     self.reread(last_seen).await
@@ -82,6 +118,9 @@ impl NodeAgent {
                     let node = self.on_watch_event(event, &mut found_since_init);
                     // Whatever the watch says is newer than the state a retry would act on.
                     retry = None;
+                    if node.is_some() {
+                        last_seen.clone_from(&node);
+                    }
                     node
                 }
             };
@@ -178,6 +217,89 @@ impl NodeAgent {
                 self.observed.metrics.api_error(ApiErrorKind::of(&error));
                 warn!(%error, "cannot read the node; retrying with the last state seen");
                 last_seen
+            }
+        }
+    }
+}
+
+impl NodeAgent {
+    /// Looks at the sentinel and requests a reboot, reports a sentinel that survived its
+    /// reboot, or does nothing (DESIGN: no API request while nothing changes).
+    async fn check_sentinel(&self, node: &Node, reported: &mut Option<String>) {
+        let Some(sentinel) = self.settings.sentinel.clone() else {
+            return;
+        };
+        let what = sentinel.describe();
+        let fingerprint = match tokio::task::spawn_blocking(move || sentinel.check()).await {
+            Ok(Ok(fingerprint)) => fingerprint,
+            Ok(Err(why)) => {
+                warn!("cannot look at the reboot sentinel: {why}");
+                return;
+            }
+            Err(_) => return,
+        };
+        let keys = &self.settings.keys;
+        let facts = common::NodeFacts::from_node(node);
+        let opted_out = keys.is_disabled(node.metadata.labels.as_ref());
+        let recorded = facts.annotations.get(&keys.sentinel).map(String::as_str);
+        let action = crate::sentinel::decide_sentinel(
+            &facts.protocol(keys),
+            opted_out,
+            fingerprint.as_deref(),
+            recorded,
+        );
+        let metrics = &self.observed.metrics;
+        match action {
+            SentinelAction::Nothing => {
+                if fingerprint.is_none() {
+                    metrics.sentinel_persists.set(0);
+                    *reported = None;
+                }
+            }
+            SentinelAction::Persists if *reported != fingerprint => {
+                let note = format!(
+                    "{what} is still there after the reboot requested for it: not requesting \
+                     again until it changes (did the update apply? is it on a persistent disk?)"
+                );
+                warn!("{note}");
+                metrics.sentinel_persists.set(1);
+                self.events
+                    .publish(node, Reason::SentinelPersists, note)
+                    .await;
+                reported.clone_from(&fingerprint);
+            }
+            SentinelAction::Persists => {}
+            SentinelAction::Request => {
+                let requested_by = format!("agent: {what}");
+                let patch = common::Transition::new(keys).request(
+                    &facts,
+                    &requested_by,
+                    fingerprint.as_deref().unwrap_or_default(),
+                );
+                let written = self
+                    .nodes
+                    .patch(
+                        self.name(),
+                        &PatchParams::default(),
+                        &Patch::Json::<()>(patch),
+                    )
+                    .await;
+                match written {
+                    Ok(_) => {
+                        info!(%requested_by, "the reboot sentinel asks for a reboot; requested");
+                        metrics.reboots_requested.inc();
+                        let note = format!("{what} asks for a reboot: reboot-needed=true");
+                        self.events
+                            .publish(node, Reason::RebootRequired, note)
+                            .await;
+                    }
+                    // The node changed since it was seen (an administrator's request, say):
+                    // the next check decides on the new state.
+                    Err(error) => {
+                        metrics.api_error(ApiErrorKind::of(&error));
+                        info!(%error, "could not request the reboot; looking again later");
+                    }
+                }
             }
         }
     }

@@ -1,6 +1,7 @@
 //! The validated configuration of a running agent: [`crate::Args`] plus what they point to.
 
 use crate::args::{Args, RebootCommand, RebootMethod};
+use crate::sentinel::Sentinel;
 use common::AnnotationKeys;
 use std::{path::PathBuf, time::Duration};
 use thiserror::Error;
@@ -59,6 +60,9 @@ pub struct Settings {
     pub keys: AnnotationKeys,
     pub reboot_timeout: Duration,
     pub reboot: RebootSettings,
+    /// Where the operating system says a reboot is needed (`None`: on request only).
+    pub sentinel: Option<Sentinel>,
+    pub check_period: Duration,
 }
 
 impl Settings {
@@ -75,8 +79,23 @@ impl Settings {
             keys: args.annotation_keys.clone(),
             reboot_timeout: args.reboot_timeout,
             reboot: RebootSettings::from_args(args),
+            sentinel: sentinel_from_args(args),
+            check_period: args.check_period,
         })
     }
+}
+
+fn sentinel_from_args(args: &Args) -> Option<Sentinel> {
+    if let Some(path) = &args.reboot_sentinel_file {
+        return Some(Sentinel::File(path.clone()));
+    }
+    args.reboot_sentinel_command
+        .clone()
+        .map(|command| Sentinel::Command {
+            command,
+            needed: args.reboot_sentinel_exit_code,
+            host_mount_namespace: args.host_mount_namespace,
+        })
 }
 
 /// Reads a boot id file (one line, such as the kernel's `boot_id`).

@@ -27,8 +27,18 @@ pub const REBOOT_GRANT: &str = "reboot-grant";
 /// from a cancelled one without comparing clocks.
 pub const REBOOT_LAST_GRANT: &str = "reboot-last-grant";
 
+/// Who asked for the last reboot and why, when it was not an administrator: written with
+/// `reboot-needed` by an agent that found its node's reboot sentinel
+/// (`agent: /var/run/reboot-required`).
+pub const REBOOT_REQUESTED_BY: &str = "reboot-requested-by";
+/// The fingerprint of the sentinel an agent requested a reboot for: a sentinel that is still
+/// the same after that reboot is reported, never acted on again.
+pub const REBOOT_SENTINEL: &str = "reboot-sentinel";
+/// A node LABEL: `reboot-disabled=true` opts the node out (no grant, no automatic request).
+pub const REBOOT_DISABLED: &str = "reboot-disabled";
+
 /// The keys the admission policy lets an agent change on its own node.
-pub const AGENT_MAY_CHANGE: [&str; 7] = [
+pub const AGENT_MAY_CHANGE: [&str; 9] = [
     REBOOT_NEEDED,
     REBOOT_NOW,
     REBOOT_IN_PROGRESS,
@@ -36,14 +46,16 @@ pub const AGENT_MAY_CHANGE: [&str; 7] = [
     REBOOT_DONE,
     REBOOT_CORDONED,
     REBOOT_LAST_COMPLETED,
+    REBOOT_REQUESTED_BY,
+    REBOOT_SENTINEL,
 ];
 
 /// The grant keys: the controller's alone, so no agent can forge a slot.
 pub const CONTROLLER_ONLY: [&str; 2] = [REBOOT_GRANT, REBOOT_LAST_GRANT];
 
 /// Every key, for documentation: the agent's, then the controller's.
-pub const ALL: [&str; 9] = {
-    let mut all = [""; 9];
+pub const ALL: [&str; 11] = {
+    let mut all = [""; 11];
     let mut i = 0;
     while i < all.len() {
         all[i] = if i < AGENT_MAY_CHANGE.len() {
@@ -79,6 +91,10 @@ pub struct AnnotationKeys {
     pub last_completed: String,
     pub grant: String,
     pub last_grant: String,
+    pub requested_by: String,
+    pub sentinel: String,
+    /// A label, not an annotation: `reboot-disabled`.
+    pub disabled: String,
 }
 
 impl Default for AnnotationKeys {
@@ -113,11 +129,14 @@ impl AnnotationKeys {
             last_completed: key(REBOOT_LAST_COMPLETED),
             grant: key(REBOOT_GRANT),
             last_grant: key(REBOOT_LAST_GRANT),
+            requested_by: key(REBOOT_REQUESTED_BY),
+            sentinel: key(REBOOT_SENTINEL),
+            disabled: key(REBOOT_DISABLED),
         }
     }
 
-    /// Every key in use, in the order of [`ALL`].
-    pub fn all(&self) -> [&str; 9] {
+    /// Every annotation key in use, in the order of [`ALL`].
+    pub fn all(&self) -> [&str; 11] {
         [
             &self.needed,
             &self.now,
@@ -126,6 +145,8 @@ impl AnnotationKeys {
             &self.done,
             &self.cordoned,
             &self.last_completed,
+            &self.requested_by,
+            &self.sentinel,
             &self.grant,
             &self.last_grant,
         ]
@@ -133,7 +154,20 @@ impl AnnotationKeys {
 
     /// Keys that stay on a node after its reboot is over: history, not protocol state.
     pub fn is_bookkeeping(&self, key: &str) -> bool {
-        key == self.last_completed || key == self.last_grant
+        [
+            &self.last_completed,
+            &self.last_grant,
+            &self.requested_by,
+            &self.sentinel,
+        ]
+        .contains(&&key.to_owned())
+    }
+
+    /// Whether the node's labels opt it out (`reboot-disabled=true`).
+    pub fn is_disabled(&self, labels: Option<&std::collections::BTreeMap<String, String>>) -> bool {
+        labels
+            .and_then(|l| l.get(&self.disabled))
+            .is_some_and(|v| v.trim() == "true")
     }
 
     /// Keys that say the node is somewhere in the protocol (a request included): none is

@@ -176,6 +176,17 @@ impl<'a> Transition<'a> {
             .build()
     }
 
+    /// Agent, its node's reboot sentinel found: requests a reboot, saying who asked and why
+    /// and which sentinel, only if the node is unchanged since it was seen without a request.
+    pub fn request(&self, node: &NodeFacts, requested_by: &str, sentinel: &str) -> Patch {
+        Ops::on(node)
+            .test_unchanged(node)
+            .set_annotation(&self.keys.needed, "true")
+            .set_annotation(&self.keys.requested_by, requested_by)
+            .set_annotation(&self.keys.sentinel, sentinel)
+            .build()
+    }
+
     /// Agent, `reboot-in-progress` without a recorded boot id (a hand edit): record the current
     /// one while the reboot is still in progress, so that the next start can prove or retry it.
     pub fn record_boot_id(&self, node: &NodeFacts, boot_id: &str) -> Patch {

@@ -43,6 +43,8 @@ pub struct NodeView {
     pub drain: DrainState,
     /// The value of its `--zone-label`; `None` without one (such nodes form one zone).
     pub zone: Option<String>,
+    /// Labelled `reboot-disabled=true`: never granted.
+    pub opted_out: bool,
     /// Since when (same unit as `now`) this controller has seen the node Ready without a
     /// break and after its last completed reboot (a short reboot may never show NotReady);
     /// `None` while it is not Ready.
@@ -140,6 +142,8 @@ pub struct Decision {
     pub waiting: Vec<String>,
     /// Of those, the ones the pool had room for but not their zone.
     pub zone_full: BTreeSet<String>,
+    /// Requested nodes of the pool that are opted out (`reboot-disabled=true`).
+    pub opted_out: Vec<String>,
     /// Nodes that went NotReady during their soak (`--min-ready-seconds`): they keep their
     /// slot, and no new slot is granted while there is one.
     pub not_ready_after_reboot: Vec<String>,
@@ -366,6 +370,12 @@ impl<'a> Round<'a> {
     /// count against its own grant. Slot holders outside the pool count too.
     fn grant_slots(&self, decision: &mut Decision) {
         let slots = decision.ledger.holders_after(&self.ledger.slots);
+        decision.opted_out = self
+            .nodes
+            .iter()
+            .filter(|v| v.opted_out && v.in_pool && v.state.request == Request::Needed)
+            .map(|v| v.name().to_owned())
+            .collect();
         let candidates = self.candidates(&slots);
         if self.hold.is_some() || !decision.not_ready_after_reboot.is_empty() {
             decision.waiting = candidates.iter().map(|v| v.name().to_owned()).collect();
@@ -415,6 +425,7 @@ impl<'a> Round<'a> {
 
     fn is_candidate(&self, view: &NodeView, slots: &BTreeSet<String>) -> bool {
         view.in_pool
+            && !view.opted_out
             && view.state.request == Request::Needed
             && view.state.grant.is_none()
             && !slots.contains(view.name())

@@ -28,6 +28,7 @@ fn view(obj: &Value) -> NodeView {
         facts,
         in_pool: true,
         zone: None,
+        opted_out: false,
         ready_since: Some(0),
         requested_at: None,
         not_before: None,

@@ -31,6 +31,8 @@ pub enum Reason {
     Paused,
     /// A requested node waits for a slot in its zone (`--max-unavailable-per-zone`).
     ZoneBudgetFull,
+    /// A requested node is opted out (`reboot-disabled=true`): it is never granted.
+    RebootDisabled,
     /// A node went NotReady within `--min-ready-seconds` of its reboot; the pool holds.
     NotReadyAfterReboot,
 }
@@ -49,6 +51,7 @@ impl Reason {
             Self::OutsideWindow => "OutsideWindow",
             Self::Paused => "Paused",
             Self::ZoneBudgetFull => "ZoneBudgetFull",
+            Self::RebootDisabled => "RebootDisabled",
             Self::NotReadyAfterReboot => "NotReadyAfterReboot",
         }
     }

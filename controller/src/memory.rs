@@ -70,6 +70,7 @@ impl Memory {
                         .unwrap_or_default(),
                     in_pool: overlay.in_pool(node),
                     zone: overlay.zone_of(node),
+                    opted_out: keys.is_disabled(node.metadata.labels.as_ref()),
                     ready_since,
                     facts,
                     state,

@@ -127,6 +127,7 @@ pub struct Metrics {
     pub window_open: Gauge,
     pub window_next_open: Gauge,
     pub not_ready_after_reboot: Gauge,
+    pub opted_out_requests: Gauge,
 }
 
 impl Metrics {
@@ -151,6 +152,7 @@ impl Metrics {
             window_open: Gauge::default(),
             window_next_open: Gauge::default(),
             not_ready_after_reboot: Gauge::default(),
+            opted_out_requests: Gauge::default(),
         };
         let mut registry = Registry::with_prefix("node_reboot");
         let m = metrics.clone();
@@ -243,6 +245,11 @@ impl Metrics {
             "not_ready_after_reboot",
             "Nodes NotReady within --min-ready-seconds of their reboot; no new grant while above 0",
             m.not_ready_after_reboot,
+        );
+        registry.register(
+            "opted_out_requests",
+            "Requested nodes labelled reboot-disabled=true, which are never granted",
+            m.opted_out_requests,
         );
         // Every state from the start, so that a query for one finds 0 rather than nothing.
         metrics.pool(&PoolSummary::default(), 0);

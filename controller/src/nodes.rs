@@ -16,7 +16,8 @@ use std::{
 };
 use tokio::sync::Notify;
 
-/// The labels decisions read: those of the pool selector and the zone label.
+/// The labels decisions read: those of the pool selector, the zone label and the opt-out
+/// label (`reboot-disabled`).
 #[derive(Debug, Clone, Default)]
 pub struct KeptLabels {
     keys: BTreeSet<String>,
@@ -24,9 +25,10 @@ pub struct KeptLabels {
 }
 
 impl KeptLabels {
-    pub fn new(pool: &PoolSelector, zone_label: &str) -> Self {
+    pub fn new(pool: &PoolSelector, zone_label: &str, opt_out_label: &str) -> Self {
         let mut keys = pool.keys().clone();
         keys.insert(zone_label.to_owned());
+        keys.insert(opt_out_label.to_owned());
         Self {
             keys,
             zone: zone_label.to_owned(),
@@ -116,9 +118,9 @@ pub struct Overlay {
 }
 
 impl Overlay {
-    pub fn new(pool: PoolSelector, zone_label: &str) -> Self {
+    pub fn new(pool: PoolSelector, zone_label: &str, opt_out_label: &str) -> Self {
         Self {
-            kept: KeptLabels::new(&pool, zone_label),
+            kept: KeptLabels::new(&pool, zone_label, opt_out_label),
             pool,
             ..Self::default()
         }

@@ -287,6 +287,7 @@ impl Replica {
                         .unwrap_or_default(),
                     in_pool: true,
                     zone: zone_of(index(&name)),
+                    opted_out: false,
                     ready_since: if facts.readiness == common::Readiness::Ready {
                         let ready = *self.ready_since.entry(name.clone()).or_insert(now);
                         let completed = state.last_grant.as_ref().map(|g| {
@@ -476,10 +477,6 @@ struct Model {
 }
 
 impl Model {
-    fn new(replicas: usize, budget: usize, drain_enabled: bool, not_ready: &[bool]) -> Self {
-        Self::soaking(replicas, budget, drain_enabled, not_ready, &[])
-    }
-
     /// A model whose nodes `soaking` have just completed a reboot and still hold its slot
     /// (at most `budget` of them), so that soaks and the failures during them come early.
     fn soaking(

@@ -107,7 +107,11 @@ impl Context {
         let changed = Arc::new(Notify::new());
         let store = nodes::spawn_reflector(
             client.clone(),
-            nodes::KeptLabels::new(&args.node_selector, &args.zone_label),
+            nodes::KeptLabels::new(
+                &args.node_selector,
+                &args.zone_label,
+                &args.annotation_prefix.disabled,
+            ),
             changed.clone(),
             metrics.clone(),
         );
@@ -200,7 +204,11 @@ impl Context {
             if leadership.is_leading() {
                 return;
             }
-            let overlay = Overlay::new(self.args.node_selector.clone(), &self.args.zone_label);
+            let overlay = Overlay::new(
+                self.args.node_selector.clone(),
+                &self.args.zone_label,
+                &self.args.annotation_prefix.disabled,
+            );
             let nodes: Vec<_> = self
                 .store
                 .state()
@@ -244,7 +252,11 @@ impl Context {
             max_unavailable: args.max_unavailable,
             drains: DrainTracker::new(drainer, self.changed.clone()),
             nodes: self.store.clone(),
-            overlay: Overlay::new(args.node_selector.clone(), &args.zone_label),
+            overlay: Overlay::new(
+                args.node_selector.clone(),
+                &args.zone_label,
+                &args.annotation_prefix.disabled,
+            ),
             zone_budget: args.max_unavailable_per_zone,
             ledger,
             ledger_store: self.ledger_store.clone(),

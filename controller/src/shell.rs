@@ -186,6 +186,7 @@ impl Shell {
             .collect();
         self.announce_waiting(&decision, &by_name, pool, hold);
         self.warn_not_ready_after_reboot(&decision, &by_name);
+        self.announce_opted_out(&decision, &by_name);
         let mut progressed = false;
         if !decision.ledger.is_empty() || self.ledger_damage.is_some() {
             if !self.leadership.is_leading() {
@@ -325,6 +326,28 @@ impl Shell {
                     self.schedule.min_ready.as_secs()
                 );
                 self.events.publish(node, Reason::NotReadyAfterReboot, note);
+            }
+        }
+    }
+
+    /// A request on an opted-out node: an Event once per request, and the metric.
+    fn announce_opted_out(&mut self, decision: &Decision, nodes: &HashMap<&str, &Arc<Node>>) {
+        self.metrics
+            .opted_out_requests
+            .set(decision.opted_out.len() as i64);
+        for name in &decision.opted_out {
+            let reason = Reason::RebootDisabled;
+            if let Some(node) = nodes
+                .get(name.as_str())
+                .filter(|_| self.memory.first_wait(name, reason.as_str()))
+            {
+                let note = format!(
+                    "reboot requested, but the node is labelled {}=true: it is never rebooted \
+                     while the label is there",
+                    self.keys.disabled
+                );
+                tracing::info!(node = %name, "{note}");
+                self.events.publish(node, reason, note);
             }
         }
     }

@@ -478,6 +478,14 @@ async fn an_agent_may_change_only_the_protocol_annotations_of_its_own_node() {
         .patch("node-a", &params, &done)
         .await
         .expect("a protocol patch of its own node");
+    // An automatic request (the sentinel): the request keys are the agent's too.
+    let request = merge(json!({"metadata": {"annotations": {
+        "reboot-requested-by": "agent: /var/run/reboot-required",
+        "reboot-sentinel": "file 1.0 0 0"}}}));
+    nodes
+        .patch("node-a", &params, &request)
+        .await
+        .expect("the request keys on its own node");
 
     let protocol = merge(json!({"metadata": {"annotations": {"reboot-in-progress": "true"}}}));
     let result = nodes.patch("node-b", &params, &protocol).await;

@@ -83,6 +83,7 @@ struct Handle {
 pub struct Fleet {
     nodes: BTreeMap<String, Handle>,
     kubelet: JoinHandle<()>,
+    work_dir: PathBuf,
 }
 
 impl Fleet {
@@ -134,7 +135,11 @@ impl Fleet {
                 )
             })
             .collect();
-        Ok(Fleet { nodes, kubelet })
+        Ok(Fleet {
+            nodes,
+            kubelet,
+            work_dir: config.work_dir.clone(),
+        })
     }
 
     pub fn names(&self) -> Vec<String> {
@@ -145,6 +150,12 @@ impl Fleet {
         self.nodes
             .get(node)
             .unwrap_or_else(|| panic!("no simulated node {node}"))
+    }
+
+    /// The node's own directory (`{node_dir}` in agent flags); its `run/` is emptied by a
+    /// reboot.
+    pub fn node_dir(&self, node: &str) -> PathBuf {
+        self.work_dir.join(node)
     }
 
     /// How many simulated reboots the node went through.

@@ -30,7 +30,9 @@ use tokio::{
 #[derive(Debug, Clone)]
 pub struct AgentLaunch {
     pub bin: PathBuf,
-    /// Extra flags for every agent (`--annotation-prefix`, `--reboot-timeout`, ...).
+    /// Extra flags for every agent (`--annotation-prefix`, `--reboot-timeout`, ...);
+    /// `{node_dir}` in them becomes the node's own directory, whose `run/` folder a reboot
+    /// empties, as a tmpfs `/run` (`--reboot-sentinel-file={node_dir}/run/reboot-required`).
     pub args: Vec<String>,
 }
 
@@ -216,7 +218,12 @@ impl SimNode {
             ])
             .arg("--reboot-command")
             .arg(format!("touch {}", self.reboot_request_file().display()))
-            .args(&self.agent.args)
+            .args(
+                self.agent
+                    .args
+                    .iter()
+                    .map(|a| a.replace("{node_dir}", &self.dir.display().to_string())),
+            )
             .env("KUBECONFIG", &self.kubeconfig)
             .stdout(log)
             .stderr(err_log)
@@ -234,6 +241,8 @@ impl SimNode {
         if let Some(mut child) = agent.take() {
             let _ = child.kill().await;
         }
+        // `/run` is a tmpfs: what was in it is gone after a reboot.
+        let _ = std::fs::remove_dir_all(self.dir.join("run"));
         let boot_id = new_boot_id(&self.name);
         let report = match self.kubelet_reports_boot_after {
             None => {

@@ -24,21 +24,26 @@ impl CommandRebooter {
     }
 
     fn process(&self) -> Command {
-        if !self.host_mount_namespace {
-            let mut process = Command::new(self.command.program());
-            process.args(self.command.args());
-            return process;
-        }
-        // setns(CLONE_NEWNS) is refused to a multi-threaded process (the agent runs tokio),
-        // so a fresh, single-threaded copy of the agent enters the namespace and execs there.
-        let mut process = Command::new("/proc/self/exe");
-        process
-            .arg(host_exec::MODE)
-            .arg(HOST_MOUNT_NAMESPACE)
-            .arg("--")
-            .args(self.command.argv());
-        process
+        host_command(&self.command, self.host_mount_namespace)
     }
+}
+
+/// `command`, to run in the host's mount namespace or in the agent's own.
+pub(crate) fn host_command(command: &RebootCommand, host_mount_namespace: bool) -> Command {
+    if !host_mount_namespace {
+        let mut process = Command::new(command.program());
+        process.args(command.args());
+        return process;
+    }
+    // setns(CLONE_NEWNS) is refused to a multi-threaded process (the agent runs tokio),
+    // so a fresh, single-threaded copy of the agent enters the namespace and execs there.
+    let mut process = Command::new("/proc/self/exe");
+    process
+        .arg(host_exec::MODE)
+        .arg(HOST_MOUNT_NAMESPACE)
+        .arg("--")
+        .args(command.argv());
+    process
 }
 
 impl Rebooter for CommandRebooter {

@@ -2,7 +2,7 @@
 //! with a simulated reboot (tests, the node simulator) and the real methods can be tested on
 //! their own.
 
-mod command;
+pub(crate) mod command;
 mod signal;
 mod syscall;
 

@@ -1,0 +1,206 @@
+//! Whether to reboot (issue 14), end to end: the agent requests its node's reboot when the
+//! operating system says so (a sentinel file or command), exactly once; a sentinel that
+//! survives the reboot is reported and not acted on; a node can opt out.
+
+use e2e::{BudgetWatch, eventually, kubectl, node_events, wait_until};
+use nodesim::sandbox::{Sandbox, SandboxConfig};
+use std::{path::PathBuf, time::Duration};
+use testenv::Options;
+
+const WAIT: Duration = Duration::from_secs(60);
+
+async fn sandbox(nodes: usize, sentinel_flag: &str) -> Sandbox {
+    Sandbox::start(SandboxConfig {
+        nodes,
+        max_unavailable: "2".into(),
+        reboot_duration: Duration::from_secs(1),
+        agent_args: vec![sentinel_flag.into(), "--check-period=1s".into()],
+        control_plane: Options {
+            controller_manager: false,
+            scheduler: false,
+            ..Options::default()
+        },
+        ..SandboxConfig::default()
+    })
+    .await
+    .expect("sandbox starts")
+}
+
+/// `<node dir>/run/<name>`: gone after the node's next reboot, as in a tmpfs `/run`.
+fn in_run(sb: &Sandbox, node: &str, name: &str) -> PathBuf {
+    let run = sb.fleet.node_dir(node).join("run");
+    std::fs::create_dir_all(&run).expect("create run/");
+    run.join(name)
+}
+
+async fn reasons(sb: &Sandbox, node: &str) -> Vec<String> {
+    node_events(&sb.client, node)
+        .await
+        .into_iter()
+        .map(|(reason, _, _)| reason)
+        .collect()
+}
+
+async fn annotation(sb: &Sandbox, node: &str, key: &str) -> Option<String> {
+    let node = e2e::node(&sb.client, node).await;
+    node.metadata.annotations?.get(key).cloned()
+}
+
+/// Long enough for several checks of the sentinel (every second) after a reboot.
+async fn several_checks_later(watch: &BudgetWatch) {
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    watch
+        .check()
+        .unwrap_or_else(|violation| panic!("{violation}"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_sentinel_file_gets_its_node_rebooted_once_and_one_that_survives_is_reported() {
+    let sb = sandbox(2, "--reboot-sentinel-file={node_dir}/run/reboot-required").await;
+    let watch = BudgetWatch::start(sb.client.clone(), 2).await;
+    let (gone, stays) = ("sim-1", "sim-2");
+    let content = "*** System restart required ***\n";
+    std::fs::write(in_run(&sb, gone, "reboot-required"), content).unwrap();
+    let persistent = in_run(&sb, stays, "reboot-required");
+    std::fs::write(&persistent, content).unwrap();
+    let modified = std::fs::metadata(&persistent).unwrap().modified().unwrap();
+
+    wait_until(
+        "both nodes request and get a reboot",
+        WAIT,
+        Some(&watch),
+        || async { sb.fleet.reboots(gone) == 1 && sb.fleet.reboots(stays) == 1 },
+    )
+    .await;
+    // sim-2's sentinel is on a persistent disk: the same file, the same time, after the boot.
+    let persistent = in_run(&sb, stays, "reboot-required");
+    std::fs::write(&persistent, content).unwrap();
+    let file = std::fs::File::options()
+        .write(true)
+        .open(&persistent)
+        .unwrap();
+    file.set_modified(modified).unwrap();
+
+    let path = sb.fleet.node_dir(gone).join("run/reboot-required");
+    assert_eq!(
+        annotation(&sb, gone, "reboot-requested-by").await,
+        Some(format!("agent: {}", path.display())),
+        "who asked and why"
+    );
+    eventually(
+        "sim-2's agent reports its sentinel survived",
+        WAIT,
+        Some(&watch),
+        || async {
+            reasons(&sb, stays)
+                .await
+                .iter()
+                .any(|r| r == "SentinelPersists")
+                .then_some(())
+        },
+    )
+    .await;
+    wait_until("both reboots are completed", WAIT, Some(&watch), || async {
+        e2e::rollout::ledger_is_empty_on(&sb.client).await
+    })
+    .await;
+    several_checks_later(&watch).await;
+    for node in [gone, stays] {
+        assert_eq!(
+            sb.fleet.reboots(node),
+            1,
+            "{node} rebooted once, never again"
+        );
+        assert_eq!(annotation(&sb, node, "reboot-needed").await, None, "{node}");
+        let requested = reasons(&sb, node).await;
+        let count = requested.iter().filter(|r| *r == "RebootRequired").count();
+        assert_eq!(count, 1, "{node}: {requested:?}");
+    }
+    assert!(
+        !reasons(&sb, gone)
+            .await
+            .iter()
+            .any(|r| r == "SentinelPersists")
+    );
+    sb.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_sentinel_command_that_exits_0_gets_its_node_rebooted_once() {
+    let sb = sandbox(
+        1,
+        "--reboot-sentinel-command=test -e {node_dir}/run/needs-reboot",
+    )
+    .await;
+    let watch = BudgetWatch::start(sb.client.clone(), 2).await;
+    std::fs::write(in_run(&sb, "sim-1", "needs-reboot"), "").unwrap();
+    wait_until(
+        "the command's answer gets the node rebooted",
+        WAIT,
+        Some(&watch),
+        || async {
+            sb.fleet.reboots("sim-1") == 1 && e2e::rollout::ledger_is_empty_on(&sb.client).await
+        },
+    )
+    .await;
+    let by = annotation(&sb, "sim-1", "reboot-requested-by").await;
+    assert!(
+        by.is_some_and(|b| b.starts_with("agent: `test -e ")),
+        "who asked"
+    );
+    several_checks_later(&watch).await;
+    assert_eq!(
+        sb.fleet.reboots("sim-1"),
+        1,
+        "the command says no after the reboot"
+    );
+    sb.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_opted_out_node_is_never_granted_and_its_agent_never_requests() {
+    let sb = sandbox(2, "--reboot-sentinel-file={node_dir}/run/reboot-required").await;
+    let watch = BudgetWatch::start(sb.client.clone(), 2).await;
+    let (out, other) = ("sim-1", "sim-2");
+    e2e::label_node(&sb.control_plane, out, "reboot-disabled=true");
+    std::fs::write(in_run(&sb, out, "reboot-required"), "").unwrap();
+    several_checks_later(&watch).await;
+    assert_eq!(
+        annotation(&sb, out, "reboot-needed").await,
+        None,
+        "the agent asked"
+    );
+
+    // An administrator's request, whatever the annotations: never granted.
+    kubectl(
+        &sb.control_plane,
+        &["annotate", "node", out, other, "reboot-needed=true"],
+    );
+    wait_until("the other node is rebooted", WAIT, Some(&watch), || async {
+        sb.fleet.reboots(other) == 1 && e2e::rollout::ledger_is_empty_on(&sb.client).await
+    })
+    .await;
+    eventually(
+        "the opted-out node is told why it waits",
+        WAIT,
+        Some(&watch),
+        || async {
+            reasons(&sb, out)
+                .await
+                .iter()
+                .any(|r| r == "RebootDisabled")
+                .then_some(())
+        },
+    )
+    .await;
+    several_checks_later(&watch).await;
+    assert_eq!(sb.fleet.reboots(out), 0, "an opted-out node was rebooted");
+    let state = e2e::NodeState::of(&e2e::node(&sb.client, out).await);
+    assert!(!state.unschedulable, "{state}");
+    assert_eq!(
+        state.annotations,
+        ["reboot-needed"],
+        "only the request: {state}"
+    );
+    sb.stop().await;
+}

@@ -14,14 +14,56 @@ use std::{
 #[derive(Debug, Default)]
 pub struct Memory {
     requested_at: HashMap<String, u64>,
-    /// When each node was first seen Ready without a break since (for the soak).
-    ready_since: HashMap<String, u64>,
-    /// Per node, the last completed grant (`reboot-last-grant`) and when it was first seen.
-    completed_seen: HashMap<String, (String, u64)>,
+    soak: SoakClock,
     /// Per waiting node, the reason it was last told it waits.
     announced_waiting: HashMap<String, &'static str>,
     warned_invalid: HashMap<String, String>,
     not_ready_after_reboot: HashSet<String>,
+}
+
+/// What the soak (`--min-ready-seconds`) is measured from: since when each node has been
+/// Ready without a break, and when its last completion was first seen (a short reboot may
+/// never show NotReady).
+#[derive(Debug, Clone, Default)]
+pub struct SoakClock {
+    ready_since: HashMap<String, u64>,
+    /// Per node, the last completed grant (`reboot-last-grant`) and when it was first seen.
+    completed_seen: HashMap<String, (String, u64)>,
+}
+
+impl SoakClock {
+    /// Since when `node` has been Ready without a break and since its last completion was
+    /// first seen; `None` while it is not Ready.
+    pub fn ready_since(
+        &mut self,
+        node: &str,
+        ready: bool,
+        last_grant: Option<&str>,
+        now: u64,
+    ) -> Option<u64> {
+        if !ready {
+            self.ready_since.remove(node);
+            return None;
+        }
+        let since = *self.ready_since.entry(node.to_owned()).or_insert(now);
+        let completed = last_grant.map(|grant| {
+            let seen = self
+                .completed_seen
+                .entry(node.to_owned())
+                .or_insert_with(|| (grant.to_owned(), now));
+            if seen.0 != grant {
+                *seen = (grant.to_owned(), now);
+            }
+            seen.1
+        });
+        Some(completed.map_or(since, |at| at.max(since)))
+    }
+
+    /// Forgets the nodes `keep` says are gone.
+    pub fn retain(&mut self, keep: impl Fn(&str) -> bool) {
+        self.ready_since.retain(|n, _| keep(n));
+        self.completed_seen.retain(|n, _| keep(n));
+    }
 }
 
 /// What a round's views are made of besides the nodes.
@@ -57,7 +99,12 @@ impl Memory {
                     self.announced_waiting.remove(&name);
                     None
                 };
-                let ready_since = self.ready_since_completion(&name, &facts, &state, now);
+                let ready_since = self.soak.ready_since(
+                    &name,
+                    facts.readiness == common::Readiness::Ready,
+                    state.last_grant.as_deref(),
+                    now,
+                );
                 if !matches!(state.request, Request::Invalid(_)) {
                     self.warned_invalid.remove(&name);
                 }
@@ -80,37 +127,8 @@ impl Memory {
         let present: HashSet<&str> = views.iter().map(|v| v.name()).collect();
         self.requested_at
             .retain(|n, _| present.contains(n.as_str()));
-        self.ready_since.retain(|n, _| present.contains(n.as_str()));
-        self.completed_seen
-            .retain(|n, _| present.contains(n.as_str()));
+        self.soak.retain(|n| present.contains(n));
         views
-    }
-
-    /// Since when the node has been Ready without a break and after its last completion was
-    /// first seen; `None` while not Ready.
-    fn ready_since_completion(
-        &mut self,
-        name: &str,
-        facts: &NodeFacts,
-        state: &common::ProtocolState,
-        now: u64,
-    ) -> Option<u64> {
-        if facts.readiness != common::Readiness::Ready {
-            self.ready_since.remove(name);
-            return None;
-        }
-        let ready = *self.ready_since.entry(name.to_owned()).or_insert(now);
-        let completed = state.last_grant.as_ref().map(|grant| {
-            let seen = self
-                .completed_seen
-                .entry(name.to_owned())
-                .or_insert_with(|| (grant.clone(), now));
-            if seen.0 != *grant {
-                *seen = (grant.clone(), now);
-            }
-            seen.1
-        });
-        Some(completed.map_or(ready, |at| at.max(ready)))
     }
 
     /// Of the nodes NotReady after their reboot now, those that were not in the last round

@@ -108,8 +108,7 @@ struct Replica {
     /// By grant: the drain's state and the node version it ended on.
     drains: BTreeMap<String, (DrainState, Option<String>)>,
     not_before: BTreeMap<String, u64>,
-    ready_since: BTreeMap<String, u64>,
-    completed_seen: BTreeMap<String, (String, u64)>,
+    soak: crate::memory::SoakClock,
 }
 
 fn keys() -> AnnotationKeys {
@@ -288,23 +287,12 @@ impl Replica {
                     in_pool: true,
                     zone: zone_of(index(&name)),
                     opted_out: false,
-                    ready_since: if facts.readiness == common::Readiness::Ready {
-                        let ready = *self.ready_since.entry(name.clone()).or_insert(now);
-                        let completed = state.last_grant.as_ref().map(|g| {
-                            let seen = self
-                                .completed_seen
-                                .entry(name.clone())
-                                .or_insert_with(|| (g.clone(), now));
-                            if seen.0 != *g {
-                                *seen = (g.clone(), now);
-                            }
-                            seen.1
-                        });
-                        Some(completed.map_or(ready, |at| at.max(ready)))
-                    } else {
-                        self.ready_since.remove(&name);
-                        None
-                    },
+                    ready_since: self.soak.ready_since(
+                        &name,
+                        facts.readiness == common::Readiness::Ready,
+                        state.last_grant.as_deref(),
+                        now,
+                    ),
                     facts,
                     state,
                 }

@@ -17,12 +17,28 @@ use std::{
 };
 use testenv::Options;
 
-fn light_control_plane() -> Options {
-    Options {
-        controller_manager: false,
-        scheduler: false,
-        ..Options::default()
-    }
+/// A sandbox without scheduler and controller-manager (no pods here), whose controller gets
+/// `controller_args`.
+async fn sandbox(
+    nodes: usize,
+    max_unavailable: &str,
+    reboot_secs: u64,
+    controller_args: &[&str],
+) -> Sandbox {
+    Sandbox::start(SandboxConfig {
+        nodes,
+        max_unavailable: max_unavailable.into(),
+        reboot_duration: Duration::from_secs(reboot_secs),
+        controller_args: controller_args.iter().map(|a| (*a).to_owned()).collect(),
+        control_plane: Options {
+            controller_manager: false,
+            scheduler: false,
+            ..Options::default()
+        },
+        ..SandboxConfig::default()
+    })
+    .await
+    .expect("sandbox starts")
 }
 
 async fn ledger_lease(client: &Client) -> Option<Lease> {
@@ -59,17 +75,8 @@ async fn grants_start_when_the_window_opens_and_stop_when_it_closes_leaving_node
     let open = Timestamp::from_second(Timestamp::now().as_second() + 20).expect("a time");
     let close = open + Duration::from_secs(40);
     let window = format!("daily {}-{} UTC", hms(open), hms(close));
-    let sb = Sandbox::start(SandboxConfig {
-        nodes: 6,
-        max_unavailable: "1".into(),
-        // Long reboots: not every node fits in the window.
-        reboot_duration: Duration::from_secs(12),
-        controller_args: vec!["--reboot-window".into(), window.clone()],
-        control_plane: light_control_plane(),
-        ..SandboxConfig::default()
-    })
-    .await
-    .expect("sandbox starts");
+    // Long reboots: not every node fits in the window.
+    let sb = sandbox(6, "1", 12, &["--reboot-window", &window]).await;
     let client = sb.client.clone();
     let names = sb.fleet.names();
     let watch = BudgetWatch::start(client.clone(), 1).await;
@@ -162,15 +169,7 @@ async fn grants_start_when_the_window_opens_and_stop_when_it_closes_leaving_node
 
 #[tokio::test(flavor = "multi_thread")]
 async fn kubectl_pauses_new_reboots_the_one_under_way_finishes_and_resume_finishes_the_rest() {
-    let sb = Sandbox::start(SandboxConfig {
-        nodes: 4,
-        max_unavailable: "1".into(),
-        reboot_duration: Duration::from_secs(4),
-        control_plane: light_control_plane(),
-        ..SandboxConfig::default()
-    })
-    .await
-    .expect("sandbox starts");
+    let sb = sandbox(4, "1", 4, &[]).await;
     let client = sb.client.clone();
     let names = sb.fleet.names();
     let watch = BudgetWatch::start(client.clone(), 1).await;
@@ -274,16 +273,7 @@ async fn kubectl_pauses_new_reboots_the_one_under_way_finishes_and_resume_finish
 #[tokio::test(flavor = "multi_thread")]
 async fn nine_nodes_in_three_zones_keep_both_the_zone_budget_and_the_global_one() {
     const ZONE: &str = "topology.kubernetes.io/zone";
-    let sb = Sandbox::start(SandboxConfig {
-        nodes: 9,
-        max_unavailable: "2".into(),
-        reboot_duration: Duration::from_secs(2),
-        controller_args: vec!["--max-unavailable-per-zone".into(), "1".into()],
-        control_plane: light_control_plane(),
-        ..SandboxConfig::default()
-    })
-    .await
-    .expect("sandbox starts");
+    let sb = sandbox(9, "2", 2, &["--max-unavailable-per-zone", "1"]).await;
     let names = sb.fleet.names();
     for (i, name) in names.iter().enumerate() {
         let zone = ["a", "b", "c"][i / 3];
@@ -313,16 +303,7 @@ async fn nine_nodes_in_three_zones_keep_both_the_zone_budget_and_the_global_one(
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_node_not_ready_soon_after_its_reboot_stops_the_rollout_until_it_is_ready_again() {
-    let sb = Sandbox::start(SandboxConfig {
-        nodes: 3,
-        max_unavailable: "1".into(),
-        reboot_duration: Duration::from_secs(1),
-        controller_args: vec!["--min-ready-seconds".into(), "20".into()],
-        control_plane: light_control_plane(),
-        ..SandboxConfig::default()
-    })
-    .await
-    .expect("sandbox starts");
+    let sb = sandbox(3, "1", 1, &["--min-ready-seconds", "20"]).await;
     let client = sb.client.clone();
     let names = sb.fleet.names();
     let (first, others) = (&names[0], &names[1..]);

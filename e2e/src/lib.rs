@@ -338,3 +338,21 @@ pub fn pod_is_ready(pod: &k8s_openapi::api::core::v1::Pod) -> bool {
             .flat_map(|s| s.conditions.iter().flatten())
             .any(|c| c.type_ == "Ready" && c.status == "True")
 }
+
+/// A sandbox on a control plane without scheduler and controller-manager, for scenarios that
+/// need no pods (quicker to start).
+pub async fn sandbox_without_pods(
+    config: nodesim::sandbox::SandboxConfig,
+) -> nodesim::sandbox::Sandbox {
+    let config = nodesim::sandbox::SandboxConfig {
+        control_plane: testenv::Options {
+            controller_manager: false,
+            scheduler: false,
+            ..testenv::Options::default()
+        },
+        ..config
+    };
+    nodesim::sandbox::Sandbox::start(config)
+        .await
+        .expect("sandbox starts")
+}

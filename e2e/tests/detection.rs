@@ -5,25 +5,18 @@
 use e2e::{BudgetWatch, eventually, kubectl, node_events, wait_until};
 use nodesim::sandbox::{Sandbox, SandboxConfig};
 use std::{path::PathBuf, time::Duration};
-use testenv::Options;
 
 const WAIT: Duration = Duration::from_secs(60);
 
 async fn sandbox(nodes: usize, sentinel_flag: &str) -> Sandbox {
-    Sandbox::start(SandboxConfig {
+    e2e::sandbox_without_pods(SandboxConfig {
         nodes,
         max_unavailable: "2".into(),
         reboot_duration: Duration::from_secs(1),
         agent_args: vec![sentinel_flag.into(), "--check-period=1s".into()],
-        control_plane: Options {
-            controller_manager: false,
-            scheduler: false,
-            ..Options::default()
-        },
         ..SandboxConfig::default()
     })
     .await
-    .expect("sandbox starts")
 }
 
 /// `<node dir>/run/<name>`: gone after the node's next reboot, as in a tmpfs `/run`.

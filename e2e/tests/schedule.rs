@@ -15,7 +15,6 @@ use std::{
     collections::{BTreeMap, BTreeSet},
     time::Duration,
 };
-use testenv::Options;
 
 /// A sandbox without scheduler and controller-manager (no pods here), whose controller gets
 /// `controller_args`.
@@ -25,20 +24,14 @@ async fn sandbox(
     reboot_secs: u64,
     controller_args: &[&str],
 ) -> Sandbox {
-    Sandbox::start(SandboxConfig {
+    e2e::sandbox_without_pods(SandboxConfig {
         nodes,
         max_unavailable: max_unavailable.into(),
         reboot_duration: Duration::from_secs(reboot_secs),
         controller_args: controller_args.iter().map(|a| (*a).to_owned()).collect(),
-        control_plane: Options {
-            controller_manager: false,
-            scheduler: false,
-            ..Options::default()
-        },
         ..SandboxConfig::default()
     })
     .await
-    .expect("sandbox starts")
 }
 
 async fn ledger_lease(client: &Client) -> Option<Lease> {

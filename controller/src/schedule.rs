@@ -15,12 +15,12 @@ pub struct Schedule {
 }
 
 impl Schedule {
-    /// Why no new grant may be made at `now`, if so. A pause outranks a closed window: it is
-    /// the one an administrator must lift by hand.
-    pub fn hold(&self, paused: bool, now: Timestamp) -> Option<Hold> {
+    /// Why no new grant may be made, if so. A pause outranks a closed window: it is the one
+    /// an administrator must lift by hand.
+    pub fn hold(paused: bool, window_open: bool) -> Option<Hold> {
         if paused {
             Some(Hold::Paused)
-        } else if !self.windows.is_open(now) {
+        } else if !window_open {
             Some(Hold::OutsideWindow)
         } else {
             None
@@ -80,9 +80,16 @@ mod tests {
             min_ready: Duration::ZERO,
         };
         let monday_noon = at("2026-11-23T12:00:00Z");
-        assert_eq!(schedule.hold(false, monday_noon), Some(Hold::OutsideWindow));
-        assert_eq!(schedule.hold(true, monday_noon), Some(Hold::Paused));
-        assert_eq!(schedule.hold(false, at("2026-11-23T22:30:00Z")), None);
+        let open = |t: Timestamp| schedule.windows.is_open(t);
+        assert_eq!(
+            Schedule::hold(false, open(monday_noon)),
+            Some(Hold::OutsideWindow)
+        );
+        assert_eq!(Schedule::hold(true, open(monday_noon)), Some(Hold::Paused));
+        assert_eq!(
+            Schedule::hold(false, open(at("2026-11-23T22:30:00Z"))),
+            None
+        );
         assert_eq!(
             schedule.until_next_opening(monday_noon),
             Some(Duration::from_secs(10 * 3600))
@@ -92,7 +99,7 @@ mod tests {
             .unwrap();
         assert_eq!(reason, Reason::OutsideWindow);
         assert!(note.contains("2026-11-23T22:00:00Z"), "{note}");
-        assert_eq!(Schedule::default().hold(false, monday_noon), None);
+        assert!(Schedule::default().windows.is_open(monday_noon));
         assert_eq!(Schedule::default().until_next_opening(monday_noon), None);
     }
 }

@@ -160,7 +160,7 @@ impl Shell {
             },
         );
         let pool = views.iter().filter(|v| v.in_pool).count();
-        let hold = self.hold_now();
+        let (hold, window_open) = self.hold_now();
         let mut decision = Round {
             nodes: &views,
             ledger: &self.ledger,
@@ -171,7 +171,7 @@ impl Shell {
             now: self.now_ms(),
             hold,
             finish_after_window: self.schedule.finish_after_window,
-            window_open: self.schedule.windows.is_open(Timestamp::now()),
+            window_open,
             min_ready: u64::try_from(self.schedule.min_ready.as_millis()).unwrap_or(u64::MAX),
         }
         .decide();
@@ -284,9 +284,11 @@ impl Shell {
     }
 
     /// Why no new grant may be made now, if so; logged and published when it changes.
-    fn hold_now(&mut self) -> Option<Hold> {
+    /// Also whether a window is open, computed once for the round.
+    fn hold_now(&mut self) -> (Option<Hold>, bool) {
         let now = Timestamp::now();
-        let hold = self.schedule.hold(self.ledger.paused, now);
+        let window_open = self.schedule.windows.is_open(now);
+        let hold = Schedule::hold(self.ledger.paused, window_open);
         if hold != self.hold {
             match self.schedule.waiting_event(hold, now) {
                 Some((_, why)) => tracing::info!(?hold, "no new reboots: {why}"),
@@ -295,12 +297,10 @@ impl Shell {
             self.hold = hold;
         }
         self.metrics.paused.set(i64::from(self.ledger.paused));
-        self.metrics
-            .window_open
-            .set(i64::from(self.schedule.windows.is_open(now)));
+        self.metrics.window_open.set(i64::from(window_open));
         let next = self.schedule.windows.next_opening(now).unwrap_or(now);
         self.metrics.window_next_open.set(next.as_second());
-        hold
+        (hold, window_open)
     }
 
     /// How long until a closed window opens, so that the loop wakes for it.

@@ -1,6 +1,12 @@
 //! Command-line flags; every flag is also an environment variable.
 
-use crate::{leader::Timing, pool::PoolSelector, window::Window};
+use crate::{
+    alerts::{AlertFilter, FilterMode},
+    blocking_pods::Scope,
+    leader::Timing,
+    pool::PoolSelector,
+    window::Window,
+};
 use clap::{CommandFactory, Parser};
 use common::{AnnotationKeys, MaxUnavailable};
 use observability::BindAddress;
@@ -95,6 +101,9 @@ pub struct Args {
     #[arg(long, env = "FINISH_AFTER_WINDOW", default_value_t = true, action = clap::ArgAction::Set)]
     pub finish_after_window: bool,
 
+    #[command(flatten)]
+    pub gates: GateArgs,
+
     /// Log format: `text`, or `json` (one object per line). The level comes from RUST_LOG
     /// (default `info`).
     #[arg(long, env = "LOG_FORMAT", value_enum, default_value = "text")]
@@ -138,6 +147,76 @@ pub struct Args {
     /// In a pod, the pod's name from the downward API.
     #[arg(long, env = "POD_NAME")]
     pub leader_election_identity: Option<String>,
+}
+
+/// What holds new reboots while the cluster is unhealthy. Reboots under way always finish.
+#[derive(Debug, Clone, clap::Args)]
+#[command(next_help_heading = "Health gates")]
+pub struct GateArgs {
+    /// Label selector of pods that block reboots: no new reboot of a node while a matching pod
+    /// that has not finished (Pending or Running) is on it. Repeat the flag, or separate
+    /// selectors with `;` in BLOCKING_POD_SELECTOR, for several (any of them blocks).
+    #[arg(long = "blocking-pod-selector", env = "BLOCKING_POD_SELECTOR", value_name = "SELECTOR",
+          value_delimiter = ';', value_parser = parse_pod_selector)]
+    pub blocking_pod_selectors: Vec<String>,
+
+    /// `node`: a blocking pod holds the node it runs on. `cluster`: it holds every node of
+    /// the pool, wherever it runs (a backup job, a migration).
+    #[arg(
+        long,
+        env = "BLOCKING_POD_SELECTOR_SCOPE",
+        value_enum,
+        default_value = "node"
+    )]
+    pub blocking_pod_selector_scope: Scope,
+
+    /// Prometheus (or any server of its HTTP API: Thanos, Mimir) to ask for active alerts:
+    /// no new reboot while an alert that counts is active, nor while it cannot be asked.
+    #[arg(long, env = "PROMETHEUS_URL", value_parser = parse_http_url)]
+    pub prometheus_url: Option<String>,
+
+    /// Regex on alert names (`alertname`), applied as --alert-filter-mode says.
+    #[arg(long, env = "ALERT_FILTER", requires = "prometheus_url", value_parser = parse_regex)]
+    pub alert_filter: Option<regex::Regex>,
+
+    /// `exclude`: alerts whose names match --alert-filter do not hold reboots (as kured's
+    /// --alert-filter-regexp). `include`: only they do (as kured's --alert-filter-match-only).
+    #[arg(
+        long,
+        env = "ALERT_FILTER_MODE",
+        value_enum,
+        default_value = "exclude",
+        requires = "alert_filter"
+    )]
+    pub alert_filter_mode: FilterMode,
+
+    /// Only firing alerts hold reboots; without it pending ones (their `for` not yet over) do too.
+    #[arg(long, env = "ALERT_FIRING_ONLY", default_value_t = false, action = clap::ArgAction::Set,
+          requires = "prometheus_url")]
+    pub alert_firing_only: bool,
+
+    /// How long to wait for Prometheus (and Alertmanager); no answer holds the gate closed.
+    #[arg(long, env = "PROMETHEUS_TIMEOUT", default_value = "10s", allow_hyphen_values = true, value_parser = parse_duration)]
+    pub prometheus_timeout: Duration,
+
+    /// How often alerts are checked while requests wait (never while none do).
+    #[arg(long, env = "ALERT_CHECK_PERIOD", default_value = "30s", allow_hyphen_values = true, value_parser = parse_duration)]
+    pub alert_check_period: Duration,
+
+    /// Alertmanager whose active silences mute alerts: a silenced alert does not hold reboots.
+    /// If it cannot be read, every alert counts.
+    #[arg(long, env = "ALERTMANAGER_URL", requires = "prometheus_url", value_parser = parse_http_url)]
+    pub alertmanager_url: Option<String>,
+}
+
+impl GateArgs {
+    pub fn alert_filter(&self) -> AlertFilter {
+        AlertFilter {
+            names: self.alert_filter.clone(),
+            mode: self.alert_filter_mode,
+            firing_only: self.alert_firing_only,
+        }
+    }
 }
 
 impl Args {
@@ -190,6 +269,31 @@ fn parse_pool(value: &str) -> Result<PoolSelector, String> {
 
 fn parse_window(value: &str) -> Result<Window, String> {
     value.parse()
+}
+
+fn parse_pod_selector(value: &str) -> Result<String, String> {
+    match PoolSelector::parse(value) {
+        Ok(_) if value.trim().is_empty() => {
+            Err("empty selector; give a label selector such as `app=backup`".to_owned())
+        }
+        Ok(_) => Ok(value.trim().to_owned()),
+        Err(why) => Err(format!("{why}; use a label selector such as `app=backup`")),
+    }
+}
+
+fn parse_http_url(value: &str) -> Result<String, String> {
+    let hint = "give an http:// or https:// URL such as http://prometheus.monitoring:9090";
+    let uri: http::Uri = value.parse().map_err(|e| format!("{e}; {hint}"))?;
+    match uri.scheme_str() {
+        Some("http" | "https") if uri.host().is_some() => {
+            Ok(value.trim_end_matches('/').to_owned())
+        }
+        _ => Err(format!("not an http(s) URL; {hint}")),
+    }
+}
+
+fn parse_regex(value: &str) -> Result<regex::Regex, String> {
+    regex::Regex::new(value).map_err(|e| format!("not a regular expression: {e}"))
 }
 
 fn parse_prefix(value: &str) -> Result<AnnotationKeys, String> {

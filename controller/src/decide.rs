@@ -86,6 +86,9 @@ pub enum Hold {
     OutsideWindow,
     /// An administrator paused the pool (`reboot-paused=true` on the ledger Lease).
     Paused,
+    /// A health gate is closed: alerts are firing, Prometheus cannot tell, or a blocking pod
+    /// runs somewhere in the cluster.
+    Unhealthy,
 }
 
 /// A write to one node (or a read, for `Refetch`).
@@ -142,6 +145,8 @@ pub struct Decision {
     pub waiting: Vec<String>,
     /// Of those, the ones the pool had room for but not their zone.
     pub zone_full: BTreeSet<String>,
+    /// Of those, the ones a blocking pod on the node holds (`--blocking-pod-selector`).
+    pub blocked: BTreeSet<String>,
     /// Requested nodes of the pool that are opted out (`reboot-disabled=true`).
     pub opted_out: Vec<String>,
     /// Nodes that went NotReady during their soak (`--min-ready-seconds`): they keep their
@@ -176,6 +181,8 @@ pub struct Round<'a> {
     pub now: u64,
     /// No new grant while `Some`.
     pub hold: Option<Hold>,
+    /// Nodes that a blocking pod runs on: none of them gets a new grant.
+    pub blocked: &'a BTreeSet<String>,
     /// Whether a maintenance window is open (a pause may hold grants in one too).
     pub window_open: bool,
     /// Outside the windows, a node that was granted but not yet told to reboot goes on
@@ -383,6 +390,11 @@ impl<'a> Round<'a> {
         }
         let mut usage = Usage::count(self.nodes, &slots, self.budget, self.zone_budget);
         for view in usage.spread(candidates) {
+            if self.blocked.contains(view.name()) {
+                decision.blocked.insert(view.name().to_owned());
+                decision.waiting.push(view.name().to_owned());
+                continue;
+            }
             match usage.admits(view) {
                 Admission::Granted => {
                     usage.take(view);

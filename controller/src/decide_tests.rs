@@ -82,6 +82,7 @@ fn decide_held(
         finish_after_window,
         window_open: hold != Some(Hold::OutsideWindow),
         min_ready: 0,
+        blocked: &BTreeSet::new(),
     }
     .decide()
 }
@@ -316,6 +317,7 @@ fn a_slot_holder_missing_from_the_cache_is_read_again_and_released_only_once_del
         finish_after_window: true,
         window_open: true,
         min_ready: 0,
+        blocked: &BTreeSet::new(),
     }
     .decide();
     assert_eq!(
@@ -388,7 +390,7 @@ fn a_hold_grants_nothing_and_says_who_waits_but_reboots_under_way_go_on() {
     let mut ledger = ledger_of(&["going"]);
     ledger.slots.get_mut("going").unwrap().grant = "g-going".into();
     let nodes = [view(&wants), view(&going)];
-    for hold in [Hold::Paused, Hold::OutsideWindow] {
+    for hold in [Hold::Paused, Hold::OutsideWindow, Hold::Unhealthy] {
         let d = decide_held(&nodes, &ledger, (2, false), Some(hold), true);
         assert!(d.ledger.grant.is_empty(), "{hold:?}");
         assert_eq!(d.waiting, ["wants"], "{hold:?}");
@@ -451,6 +453,7 @@ fn without_finish_after_window_a_closed_window_gives_back_what_was_not_told_to_r
         window_open: false,
         finish_after_window: false,
         min_ready: 0,
+        blocked: &BTreeSet::new(),
     }
     .decide();
     assert_eq!(d.node_actions, [release]);
@@ -484,7 +487,7 @@ fn a_zone_budget_spreads_grants_across_zones_and_counts_a_not_ready_node_in_its_
         requested("c1", "c", 4),
         sick,
     ];
-    let (ledger, deleted) = (Ledger::default(), BTreeSet::new());
+    let (ledger, deleted, blocked) = (Ledger::default(), BTreeSet::new(), BTreeSet::new());
     let round = |zone_budget| Round {
         nodes: &nodes,
         ledger: &ledger,
@@ -497,6 +500,7 @@ fn a_zone_budget_spreads_grants_across_zones_and_counts_a_not_ready_node_in_its_
         finish_after_window: true,
         window_open: true,
         min_ready: 0,
+        blocked: &blocked,
     };
     let d = round(Some(common::MaxUnavailable::Count(1))).decide();
     assert_eq!(
@@ -540,6 +544,7 @@ fn a_completed_node_keeps_its_slot_through_the_soak_and_holds_the_pool_when_not_
             finish_after_window: true,
             window_open: true,
             min_ready: 30,
+            blocked: &BTreeSet::new(),
         }
         .decide()
     };
@@ -565,4 +570,43 @@ fn a_completed_node_keeps_its_slot_through_the_soak_and_holds_the_pool_when_not_
         "no new reboot while it is NotReady"
     );
     assert_eq!(d.waiting, ["wants"]);
+}
+
+#[test]
+fn a_node_with_a_blocking_pod_waits_and_the_others_go_on() {
+    let nodes: Vec<NodeView> = ["busy", "free"]
+        .iter()
+        .enumerate()
+        .map(|(i, n)| {
+            let mut obj = node_json(n, true);
+            annotate(&mut obj, "reboot-needed", "true");
+            let mut v = view(&obj);
+            v.requested_at = Some(i as u64);
+            v
+        })
+        .collect();
+    let (ledger, deleted) = (Ledger::default(), BTreeSet::new());
+    let blocked = BTreeSet::from(["busy".to_owned()]);
+    let d = Round {
+        nodes: &nodes,
+        ledger: &ledger,
+        deleted: &deleted,
+        budget: 1,
+        zone_budget: None,
+        drain_enabled: false,
+        now: 0,
+        hold: None,
+        finish_after_window: true,
+        window_open: true,
+        min_ready: 0,
+        blocked: &blocked,
+    }
+    .decide();
+    assert_eq!(
+        granted(&d),
+        ["free"],
+        "the older request is blocked, not the budget"
+    );
+    assert_eq!(d.waiting, ["busy"]);
+    assert_eq!(d.blocked, blocked);
 }

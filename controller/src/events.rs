@@ -35,6 +35,12 @@ pub enum Reason {
     RebootDisabled,
     /// A node went NotReady within `--min-ready-seconds` of its reboot; the pool holds.
     NotReadyAfterReboot,
+    /// A requested node waits while alerts are active (`--prometheus-url`).
+    AlertsFiring,
+    /// A requested node waits because Prometheus cannot be asked (fail-safe).
+    PrometheusUnreachable,
+    /// A requested node waits while a blocking pod runs (`--blocking-pod-selector`).
+    BlockingPod,
 }
 
 impl Reason {
@@ -53,6 +59,9 @@ impl Reason {
             Self::ZoneBudgetFull => "ZoneBudgetFull",
             Self::RebootDisabled => "RebootDisabled",
             Self::NotReadyAfterReboot => "NotReadyAfterReboot",
+            Self::AlertsFiring => "AlertsFiring",
+            Self::PrometheusUnreachable => "PrometheusUnreachable",
+            Self::BlockingPod => "BlockingPod",
         }
     }
 
@@ -61,7 +70,8 @@ impl Reason {
             Self::DrainBlocked
             | Self::InvalidRequest
             | Self::LedgerDamaged
-            | Self::NotReadyAfterReboot => EventType::Warning,
+            | Self::NotReadyAfterReboot
+            | Self::PrometheusUnreachable => EventType::Warning,
             _ => EventType::Normal,
         }
     }

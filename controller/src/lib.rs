@@ -2,13 +2,17 @@
 //! with a compare-and-swap on one ledger object, cordons, drains and promotes requested nodes,
 //! and completes proven reboots.
 
+pub mod alert_watch;
+pub mod alerts;
 pub mod api_error;
 pub mod args;
+pub mod blocking_pods;
 pub mod budget;
 pub mod decide;
 pub mod drain;
 pub mod drain_tracker;
 pub mod events;
+pub mod gates;
 pub mod leader;
 pub mod ledger;
 pub mod ledger_store;

@@ -84,6 +84,11 @@ pub struct StateLabels {
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct GateLabels {
+    pub gate: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ReasonLabels {
     pub reason: String,
 }
@@ -128,6 +133,8 @@ pub struct Metrics {
     pub window_next_open: Gauge,
     pub not_ready_after_reboot: Gauge,
     pub opted_out_requests: Gauge,
+    pub gates_open: Family<GateLabels, Gauge>,
+    pub blocked_nodes: Gauge,
 }
 
 impl Metrics {
@@ -153,6 +160,8 @@ impl Metrics {
             window_next_open: Gauge::default(),
             not_ready_after_reboot: Gauge::default(),
             opted_out_requests: Gauge::default(),
+            gates_open: Family::default(),
+            blocked_nodes: Gauge::default(),
         };
         let mut registry = Registry::with_prefix("node_reboot");
         let m = metrics.clone();
@@ -251,6 +260,16 @@ impl Metrics {
             "Requested nodes labelled reboot-disabled=true, which are never granted",
             m.opted_out_requests,
         );
+        registry.register(
+            "gate_open",
+            "Health gates configured, by gate (alerts, blocking_pods): 1 open, 0 holding new reboots",
+            m.gates_open,
+        );
+        registry.register(
+            "blocked_nodes",
+            "Nodes that a blocking pod (--blocking-pod-selector) runs on",
+            m.blocked_nodes,
+        );
         // Every state from the start, so that a query for one finds 0 rather than nothing.
         metrics.pool(&PoolSummary::default(), 0);
         (metrics, registry)
@@ -263,6 +282,12 @@ impl Metrics {
                 kind: kind.as_str().into(),
             })
             .inc();
+    }
+
+    pub fn gate_open(&self, gate: &str, open: bool) {
+        self.gates_open
+            .get_or_create(&GateLabels { gate: gate.into() })
+            .set(i64::from(open));
     }
 
     pub fn reboot_failed(&self, reason: &str) {

@@ -15,7 +15,8 @@
 //!   within its soak (`--min-ready-seconds`);
 //! - with a per-zone budget, the operator never holds more nodes of a zone than it;
 //! - no new grant while the pool is paused (on the ledger Lease) or outside the maintenance
-//!   windows, and no claim outside them with `--finish-after-window=false`.
+//!   windows, and no claim outside them with `--finish-after-window=false`;
+//! - no new grant while a health gate is closed, nor to a node a blocking pod runs on.
 //!
 //! Once disturbances stop, every request ends in exactly one proven reboot.
 
@@ -54,6 +55,13 @@ enum Step {
     Pause(bool),
     /// The maintenance window opens or closes (the clock every replica reads).
     Window(bool),
+    /// A health gate closes or opens (an alert fires or resolves).
+    Gate(bool),
+    /// A blocking pod starts or ends on a node.
+    Block {
+        node: usize,
+        running: bool,
+    },
 }
 
 fn step() -> impl Strategy<Value = Step> {
@@ -72,9 +80,12 @@ fn step() -> impl Strategy<Value = Step> {
         1 => n.clone().prop_map(Step::Cancel),
         1 => n.clone().prop_map(Step::AdminCordon),
         1 => n.clone().prop_map(Step::AdminTakesCordon),
-        1 => n.prop_map(Step::Flap),
+        1 => n.clone().prop_map(Step::Flap),
         1 => proptest::bool::weighted(0.3).prop_map(Step::Pause),
         1 => proptest::bool::weighted(0.6).prop_map(Step::Window),
+        1 => proptest::bool::weighted(0.3).prop_map(Step::Gate),
+        1 => (n.clone(), proptest::bool::weighted(0.5))
+            .prop_map(|(node, running)| Step::Block { node, running }),
     ]
 }
 
@@ -96,6 +107,10 @@ struct Server {
     finish_after_window: bool,
     zone_budget: Option<usize>,
     min_ready: u64,
+    /// A pool-wide health gate is closed (alerts firing, Prometheus unreachable).
+    unhealthy: bool,
+    /// Nodes a blocking pod runs on.
+    blocked: BTreeSet<String>,
 }
 
 /// One controller replica's own state: what it has seen, and what it remembers.
@@ -152,6 +167,8 @@ impl Server {
             finish_after_window: true,
             zone_budget: None,
             min_ready: 0,
+            unhealthy: false,
+            blocked: BTreeSet::new(),
         }
     }
 
@@ -307,6 +324,8 @@ impl Replica {
             Some(Hold::Paused)
         } else if !server.window_open {
             Some(Hold::OutsideWindow)
+        } else if server.unhealthy {
+            Some(Hold::Unhealthy)
         } else {
             None
         };
@@ -324,6 +343,7 @@ impl Replica {
             finish_after_window: server.finish_after_window,
             window_open: server.window_open,
             min_ready: server.min_ready,
+            blocked: &server.blocked,
         }
         .decide();
         let sick_in_soak: Vec<&str> = views
@@ -357,6 +377,18 @@ impl Replica {
             assert!(
                 server.window_open || new_grants.is_empty(),
                 "granted {new_grants:?} outside the window"
+            );
+            assert!(
+                !server.unhealthy || new_grants.is_empty(),
+                "granted {new_grants:?} while a health gate was closed"
+            );
+            let blocked: Vec<&&str> = new_grants
+                .iter()
+                .filter(|n| server.blocked.contains(**n))
+                .collect();
+            assert!(
+                blocked.is_empty(),
+                "granted {blocked:?}, which a blocking pod runs on"
             );
             let next_grant = &mut server.next_grant;
             let slots = decision.ledger.apply(&self.ledger.slots, "t", || {
@@ -583,6 +615,15 @@ impl Model {
                 s.ledger.resource_version = Some(s.revision.to_string());
             }
             Step::Window(open) => s.window_open = open,
+            Step::Gate(closed) => s.unhealthy = closed,
+            Step::Block { node, running } => {
+                let name = format!("n{node}");
+                if running {
+                    s.blocked.insert(name);
+                } else {
+                    s.blocked.remove(&name);
+                }
+            }
             Step::Flap(i) => {
                 let f = facts(&s.nodes[i]);
                 if !f.protocol(&keys()).reboot_under_way() {
@@ -611,7 +652,9 @@ impl Model {
     fn settle(&mut self) {
         self.apply(&Step::Pause(false));
         self.apply(&Step::Window(true));
+        self.apply(&Step::Gate(false));
         let s = &mut self.server;
+        s.blocked.clear();
         for i in std::mem::take(&mut s.admin_cordoned) {
             if annotation(&s.nodes[i], "reboot-cordoned").is_none() {
                 s.nodes[i]["spec"]["unschedulable"] = false.into();

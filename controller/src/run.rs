@@ -9,11 +9,14 @@
 //! Lease so that another replica takes over at once, and exits within seconds.
 
 use crate::{
+    alert_watch::{self, AlertSettings},
     api_error::ApiErrorKind,
     args::Args,
+    blocking_pods::BlockingPods,
     drain::{DrainSettings, Drainer},
     drain_tracker::DrainTracker,
     events::Events,
+    gates::{AlertChecks, Gates},
     leader::{Election, Elector, Leadership},
     ledger_store::{LedgerError, LedgerStore, ReadLedger},
     metrics::{Metrics, PoolSummary},
@@ -83,6 +86,8 @@ struct Context {
     ledger_watch: watch::Receiver<ReadLedger>,
     events: Events,
     metrics: Metrics,
+    /// The watches of `--blocking-pod-selector`, kept warm like the node cache.
+    blocking_pods: Option<BlockingPods>,
 }
 
 /// Why a replica stopped leading.
@@ -121,6 +126,11 @@ impl Context {
             move || changed.notify_one()
         });
         let events = Events::new(client.clone(), Some(args.identity()), metrics.clone());
+        let selectors = &args.gates.blocking_pod_selectors;
+        let blocking_pods = (!selectors.is_empty()).then(|| {
+            let scope = args.gates.blocking_pod_selector_scope;
+            BlockingPods::spawn(&client, selectors, scope, &changed, &metrics)
+        });
         let began = Instant::now();
         store
             .wait_until_ready()
@@ -143,6 +153,7 @@ impl Context {
             ledger_watch,
             events,
             metrics,
+            blocking_pods,
         })
     }
 
@@ -267,6 +278,7 @@ impl Context {
                 finish_after_window: args.finish_after_window,
                 min_ready: Duration::from_secs(args.min_ready_seconds),
             },
+            gates: Gates::new(self.blocking_pods.clone(), self.alert_checks()),
             metrics: self.metrics.clone(),
             leadership,
         });
@@ -293,6 +305,27 @@ impl Context {
                 wait = wait.min(until_open);
             }
         }
+    }
+
+    /// The alert checks of this term as leader; they stop when the term's shell is dropped.
+    fn alert_checks(&self) -> Option<AlertChecks> {
+        let gates = &self.args.gates;
+        let prometheus = gates.prometheus_url.clone()?;
+        let settings = AlertSettings {
+            prometheus: prometheus.clone(),
+            alertmanager: gates.alertmanager_url.clone(),
+            filter: gates.alert_filter(),
+            timeout: gates.prometheus_timeout,
+            period: gates.alert_check_period,
+        };
+        let (wanted, wanted_rx) = watch::channel(false);
+        let readings = alert_watch::spawn(settings, wanted_rx, self.changed.clone());
+        Some(AlertChecks {
+            readings,
+            period: gates.alert_check_period,
+            prometheus,
+            wanted,
+        })
     }
 
     /// Reads the slot ledger (creating it the first time), waiting while the API server

@@ -38,9 +38,10 @@ impl Schedule {
         Duration::try_from(at.duration_since(now)).ok()
     }
 
-    /// The Event a waiting node gets, and its note.
+    /// The Event a waiting node gets, and its note (the gates give their own).
     pub fn waiting_event(&self, hold: Option<Hold>, now: Timestamp) -> Option<(Reason, String)> {
         match hold? {
+            Hold::Unhealthy => None,
             Hold::Paused => Some((
                 Reason::Paused,
                 "reboot requested; the pool is paused (reboot-paused=true on the ledger Lease): \

@@ -7,6 +7,7 @@ use crate::{
     drain::DrainOutcome,
     drain_tracker::{DrainTracker, Finished},
     events::{Events, Reason},
+    gates::{GateReading, Gates},
     leader::Leadership,
     ledger::{Ledger, new_grant_id},
     ledger_store::{LedgerError, LedgerStore, ReadLedger},
@@ -40,6 +41,7 @@ pub struct ShellParts {
     pub ledger_watch: watch::Receiver<ReadLedger>,
     pub events: Events,
     pub schedule: Schedule,
+    pub gates: Gates,
     pub metrics: Metrics,
     /// Nothing is written once this replica no longer leads.
     pub leadership: Leadership,
@@ -62,6 +64,7 @@ pub struct Shell {
     ledger_watch: watch::Receiver<ReadLedger>,
     events: Events,
     schedule: Schedule,
+    gates: Gates,
     /// Why the last round granted nothing new, to log when that changes.
     hold: Option<Hold>,
     memory: Memory,
@@ -98,6 +101,7 @@ impl Shell {
             ledger_watch: parts.ledger_watch,
             events: parts.events,
             schedule: parts.schedule,
+            gates: parts.gates,
             hold: None,
             memory: Memory::default(),
             started: Instant::now(),
@@ -160,7 +164,10 @@ impl Shell {
             },
         );
         let pool = views.iter().filter(|v| v.in_pool).count();
-        let (hold, window_open) = self.hold_now();
+        let (scheduled, window_open) = self.hold_now();
+        let gates = self.gates.read(&self.metrics);
+        let hold = scheduled.or(gates.pool.as_ref().map(|_| Hold::Unhealthy));
+        let blocked = gates.blocked_nodes();
         let mut decision = Round {
             nodes: &views,
             ledger: &self.ledger,
@@ -173,8 +180,12 @@ impl Shell {
             finish_after_window: self.schedule.finish_after_window,
             window_open,
             min_ready: u64::try_from(self.schedule.min_ready.as_millis()).unwrap_or(u64::MAX),
+            blocked: &blocked,
         }
         .decide();
+        // Alerts are asked about only while requests wait and nothing else holds them.
+        self.gates
+            .want_checks(scheduled.is_none() && !decision.waiting.is_empty());
         if self.ledger_damage.is_some() {
             // Rebuild first (adopt what the nodes carry), grant only from the rebuilt ledger.
             decision.ledger.grant.retain(|g| g.adopted.is_some());
@@ -184,7 +195,7 @@ impl Shell {
             .iter()
             .map(|n| (n.metadata.name.as_deref().unwrap_or_default(), n))
             .collect();
-        self.announce_waiting(&decision, &by_name, pool, hold);
+        self.announce_waiting(&decision, &by_name, pool, scheduled, &gates);
         self.warn_not_ready_after_reboot(&decision, &by_name);
         self.announce_opted_out(&decision, &by_name);
         let mut progressed = false;
@@ -352,33 +363,43 @@ impl Shell {
         }
     }
 
+    /// An Event on each waiting node, once per reason: why it waits. A check under way
+    /// (the gates have not answered yet) is not worth one.
     fn announce_waiting(
         &mut self,
         decision: &Decision,
         nodes: &HashMap<&str, &Arc<Node>>,
         pool: usize,
-        hold: Option<Hold>,
+        scheduled: Option<Hold>,
+        gates: &GateReading,
     ) {
-        let (reason, note) = self
-            .schedule
-            .waiting_event(hold, Timestamp::now())
-            .unwrap_or_else(|| {
-                let note = format!(
+        let now = Timestamp::now();
+        let pool_event = match (self.schedule.waiting_event(scheduled, now), &gates.pool) {
+            (Some(event), _) => Some(event),
+            (None, Some(hold)) => hold.event.clone(),
+            (None, None) => Some((
+                Reason::Requested,
+                format!(
                     "reboot requested; waiting for a slot (max-unavailable {} of {pool} nodes)",
                     self.max_unavailable
-                );
-                (Reason::Requested, note)
-            });
+                ),
+            )),
+        };
         for name in &decision.waiting {
-            let (reason, note) = if decision.zone_full.contains(name) {
+            let event = if decision.blocked.contains(name) {
+                Some(gates.blocked_event(name))
+            } else if decision.zone_full.contains(name) {
                 let note = format!(
                     "reboot requested; waiting for a slot in its zone \
                      (max-unavailable-per-zone {})",
                     self.zone_budget.map(|b| b.to_string()).unwrap_or_default()
                 );
-                (Reason::ZoneBudgetFull, note)
+                Some((Reason::ZoneBudgetFull, note))
             } else {
-                (reason, note.clone())
+                pool_event.clone()
+            };
+            let Some((reason, note)) = event else {
+                continue;
             };
             if let Some(node) = nodes
                 .get(name.as_str())

@@ -85,6 +85,55 @@ fn bad_reboot_windows_stop_the_controller_at_start_showing_the_syntax() {
 }
 
 #[test]
+fn bad_health_gates_stop_the_controller_at_start() {
+    for (args, why) in [
+        (
+            &["--prometheus-url", "prometheus:9090"][..],
+            "http://prometheus.monitoring:9090",
+        ),
+        (
+            &["--prometheus-url", "ftp://prometheus"][..],
+            "not an http(s) URL",
+        ),
+        (&["--alert-filter", "Watchdog"][..], "--prometheus-url"),
+        (
+            &[
+                "--prometheus-url",
+                "http://p:9090",
+                "--alert-filter",
+                "(Watchdog",
+            ][..],
+            "not a regular expression",
+        ),
+        (
+            &["--alertmanager-url", "http://am:9093"][..],
+            "--prometheus-url",
+        ),
+        (
+            &["--blocking-pod-selector", "app in backup"][..],
+            "such as `app=backup`",
+        ),
+        (
+            &["--blocking-pod-selector-scope", "zone"][..],
+            "node, cluster",
+        ),
+        (
+            &[
+                "--prometheus-url",
+                "http://p:9090",
+                "--prometheus-timeout",
+                "ten",
+            ][..],
+            "such as `30s`",
+        ),
+    ] {
+        let (code, stderr) = controller(args);
+        assert_eq!(code, 2, "{args:?}: {stderr}");
+        assert!(stderr.contains(why), "{args:?}: {stderr}");
+    }
+}
+
+#[test]
 fn a_bad_annotation_prefix_stops_the_controller_at_start() {
     let (code, stderr) = controller(&["--annotation-prefix", "Not_A_Domain"]);
     assert_eq!(code, 2, "{stderr}");

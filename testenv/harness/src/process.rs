@@ -61,8 +61,23 @@ impl Proc {
     }
 
     pub fn restart(&mut self, grace: Duration) -> Result<(), Error> {
-        stop_all(std::slice::from_mut(self), grace);
+        self.stop(grace);
         self.start()
+    }
+
+    /// SIGTERM, then SIGKILL after `grace`; `start` runs it again with the same arguments.
+    pub fn stop(&mut self, grace: Duration) {
+        stop_all(std::slice::from_mut(self), grace);
+    }
+
+    /// Starts it again after `stop`.
+    pub fn start_again(&mut self) -> Result<(), Error> {
+        self.start()
+    }
+
+    /// SIGHUP: Prometheus and Alertmanager read their configuration again.
+    pub fn reload(&self) {
+        self.signal(Signal::SIGHUP);
     }
 
     /// Fails with the log's tail when the process has exited.

@@ -1,0 +1,327 @@
+//! Health gates (issue 14), end to end on the real control plane with a REAL Prometheus and
+//! Alertmanager from `testenv/bin`: a firing alert holds a rollout at the nodes under way,
+//! Prometheus down holds it too, a silence lets it go on, and a blocking pod holds its node.
+
+use common::ledger::{LEDGER_NAME, OPERATOR_NAMESPACE, slots_of};
+use e2e::{
+    BudgetWatch, has_event, kubectl,
+    rollout::{back, ledger_is_empty_on, rollout_completes},
+    scrape::{metric, scrape},
+    wait_until,
+};
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::{Api, Client};
+use nodesim::sandbox::{Sandbox, SandboxConfig};
+use std::{collections::BTreeSet, time::Duration};
+use testenv::{Alertmanager, Prometheus, rules};
+
+const ALERT: &str = "E2EMaintenanceBlocker";
+/// Long enough for several checks (one a second) to have held: nothing may start meanwhile.
+const HELD: Duration = Duration::from_secs(8);
+
+async fn sandbox(nodes: usize, reboot_secs: u64, controller_args: &[&str]) -> Sandbox {
+    e2e::sandbox_without_pods(SandboxConfig {
+        nodes,
+        max_unavailable: "1".into(),
+        reboot_duration: Duration::from_secs(reboot_secs),
+        controller_args: controller_args.iter().map(|a| (*a).to_owned()).collect(),
+        ..SandboxConfig::default()
+    })
+    .await
+}
+
+async fn gate_open(sb: &Sandbox, gate: &str) -> Option<f64> {
+    let address = sb.controllers[0]
+        .metrics_address()
+        .expect("metrics address");
+    let series = format!("node_reboot_gate_open{{gate=\"{gate}\"}}");
+    metric(&scrape(address).await, &series)
+}
+
+async fn wait_gate(sb: &Sandbox, watch: &BudgetWatch, gate: &str, open: bool) {
+    let want = if open { 1.0 } else { 0.0 };
+    wait_until(
+        &format!("the {gate} gate metric is {want}"),
+        Duration::from_secs(60),
+        Some(watch),
+        || async { gate_open(sb, gate).await == Some(want) },
+    )
+    .await;
+}
+
+/// The nodes that hold a slot in the ledger, or rebooted already.
+async fn started(sb: &Sandbox, client: &Client) -> BTreeSet<String> {
+    let leases: Api<Lease> = Api::namespaced(client.clone(), OPERATOR_NAMESPACE);
+    let lease = leases.get(LEDGER_NAME).await.expect("the ledger");
+    let slots = slots_of(lease.metadata.annotations.as_ref()).expect("a readable ledger");
+    let mut names: BTreeSet<String> = slots.into_keys().collect();
+    names.extend(
+        sb.fleet
+            .names()
+            .into_iter()
+            .filter(|n| sb.fleet.reboots(n) > 0),
+    );
+    names
+}
+
+/// Once a gate closed: the nodes under way finish, and for `HELD` after that no other node
+/// is granted, cordoned or rebooted; each of them got a `reason` Event naming `words`.
+/// Returns the nodes that started before the gate closed.
+async fn holds_at_the_nodes_under_way(
+    sb: &Sandbox,
+    watch: &BudgetWatch,
+    reason: &str,
+    words: &[&str],
+) -> BTreeSet<String> {
+    let client = &sb.client;
+    let under_way = started(sb, client).await;
+    wait_until(
+        "the reboots under way finish",
+        Duration::from_secs(90),
+        Some(watch),
+        || async {
+            for name in &under_way {
+                if !back(sb, name, 1).await {
+                    return false;
+                }
+            }
+            ledger_is_empty_on(client).await
+        },
+    )
+    .await;
+    tokio::time::sleep(HELD).await;
+    watch
+        .check()
+        .unwrap_or_else(|violation| panic!("{violation}"));
+    assert_eq!(
+        started(sb, client).await,
+        under_way,
+        "a reboot started while {reason}"
+    );
+    let waiting: Vec<String> = sb
+        .fleet
+        .names()
+        .into_iter()
+        .filter(|n| !under_way.contains(n))
+        .collect();
+    assert!(
+        !waiting.is_empty(),
+        "every node was under way: the test shows nothing"
+    );
+    for name in &waiting {
+        let state = e2e::NodeState::of(&e2e::node(client, name).await);
+        assert!(!state.unschedulable, "{name} cordoned while held: {state}");
+        assert!(
+            has_event(client, name, reason, words).await,
+            "{name} has no {reason} Event naming {words:?}: {:?}",
+            e2e::event_reasons(client, name).await
+        );
+    }
+    under_way
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_firing_alert_holds_the_rollout_at_the_nodes_under_way_and_so_does_prometheus_down() {
+    let mut prometheus = Prometheus::start(&rules(ALERT, false))
+        .await
+        .expect("Prometheus starts (make testenv builds it)");
+    let url = prometheus.url();
+    let sb = sandbox(
+        6,
+        4,
+        &[
+            "--prometheus-url",
+            &url,
+            "--alert-check-period",
+            "1s",
+            "--prometheus-timeout",
+            "2s",
+        ],
+    )
+    .await;
+    let client = sb.client.clone();
+    let watch = BudgetWatch::start(client.clone(), 1).await;
+    kubectl(
+        &sb.control_plane,
+        &["annotate", "nodes", "--all", "reboot-needed=true"],
+    );
+    wait_until(
+        "a first node rebooted while no alert fires",
+        Duration::from_secs(60),
+        Some(&watch),
+        || async { !started(&sb, &client).await.is_empty() },
+    )
+    .await;
+
+    prometheus
+        .set_rules(&rules(ALERT, true))
+        .expect("rules written");
+    wait_gate(&sb, &watch, "alerts", false).await;
+    let alerts = prometheus
+        .active_alerts()
+        .await
+        .expect("Prometheus answers");
+    assert!(
+        alerts.contains(ALERT) && alerts.contains("firing"),
+        "{alerts}"
+    );
+    let before_alert = holds_at_the_nodes_under_way(&sb, &watch, "AlertsFiring", &[ALERT]).await;
+
+    prometheus
+        .set_rules(&rules(ALERT, false))
+        .expect("rules written");
+    wait_until(
+        "the rollout goes on once the alert resolves",
+        Duration::from_secs(60),
+        Some(&watch),
+        || async { started(&sb, &client).await.len() > before_alert.len() },
+    )
+    .await;
+
+    prometheus.stop();
+    wait_gate(&sb, &watch, "alerts", false).await;
+    holds_at_the_nodes_under_way(&sb, &watch, "PrometheusUnreachable", &[&url]).await;
+
+    prometheus
+        .start_again()
+        .await
+        .expect("Prometheus starts again");
+    rollout_completes(&sb, &watch).await;
+    assert_eq!(gate_open(&sb, "alerts").await, Some(1.0));
+    sb.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_alertmanager_silence_lets_the_rollout_go_on_while_the_alert_fires() {
+    let prometheus = Prometheus::start(&rules(ALERT, true))
+        .await
+        .expect("Prometheus starts (make testenv builds it)");
+    let alertmanager = Alertmanager::start()
+        .await
+        .expect("Alertmanager starts (make testenv builds it)");
+    let sb = sandbox(
+        2,
+        2,
+        &[
+            "--prometheus-url",
+            &prometheus.url(),
+            "--alertmanager-url",
+            &alertmanager.url(),
+            "--alert-check-period",
+            "1s",
+        ],
+    )
+    .await;
+    let client = sb.client.clone();
+    let names = sb.fleet.names();
+    let watch = BudgetWatch::start(client.clone(), 1).await;
+    kubectl(
+        &sb.control_plane,
+        &["annotate", "nodes", "--all", "reboot-needed=true"],
+    );
+    wait_until(
+        "both nodes are told the alert holds them",
+        Duration::from_secs(60),
+        Some(&watch),
+        || async {
+            for name in &names {
+                if !has_event(&client, name, "AlertsFiring", &[ALERT]).await {
+                    return false;
+                }
+            }
+            true
+        },
+    )
+    .await;
+    tokio::time::sleep(HELD).await;
+    assert!(
+        started(&sb, &client).await.is_empty(),
+        "a reboot started while the alert fired"
+    );
+
+    alertmanager
+        .silence(ALERT)
+        .await
+        .expect("Alertmanager takes the silence");
+    rollout_completes(&sb, &watch).await;
+    let alerts = prometheus
+        .active_alerts()
+        .await
+        .expect("Prometheus answers");
+    assert!(alerts.contains("firing"), "the alert still fires: {alerts}");
+    sb.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_blocking_pod_holds_its_node_the_others_go_on_and_it_reboots_once_the_pod_finishes() {
+    let sb = sandbox(3, 2, &["--blocking-pod-selector", "app=backup"]).await;
+    let client = sb.client.clone();
+    let names = sb.fleet.names();
+    let busy = &names[0];
+    let watch = BudgetWatch::start(client.clone(), 1).await;
+    // No controller-manager here to create the namespace's default ServiceAccount.
+    e2e::apply(
+        &sb.control_plane,
+        &format!(
+            "apiVersion: v1\nkind: ServiceAccount\nmetadata: {{name: default, namespace: \
+             default}}\n---\napiVersion: v1\nkind: Pod\nmetadata: {{name: backup, namespace: default, labels: \
+             {{app: backup}}}}\nspec:\n  nodeName: {busy}\n  containers: [{{name: c, image: \
+             registry.example/backup:1}}]\n"
+        ),
+    );
+    kubectl(
+        &sb.control_plane,
+        &["annotate", "nodes", "--all", "reboot-needed=true"],
+    );
+    wait_until(
+        "the other nodes reboot",
+        Duration::from_secs(90),
+        Some(&watch),
+        || async {
+            for name in &names[1..] {
+                if !back(&sb, name, 1).await {
+                    return false;
+                }
+            }
+            true
+        },
+    )
+    .await;
+    assert_eq!(
+        sb.fleet.reboots(busy),
+        0,
+        "{busy} rebooted under its blocking pod"
+    );
+    assert!(
+        has_event(&client, busy, "BlockingPod", &["default/backup"]).await,
+        "{:?}",
+        e2e::event_reasons(&client, busy).await
+    );
+    let address = sb.controllers[0]
+        .metrics_address()
+        .expect("metrics address");
+    let text = scrape(address).await;
+    assert_eq!(metric(&text, "node_reboot_blocked_nodes"), Some(1.0));
+    assert_eq!(
+        metric(&text, "node_reboot_gate_open{gate=\"blocking_pods\"}"),
+        Some(1.0),
+        "a pod on one node does not hold the pool"
+    );
+
+    kubectl(
+        &sb.control_plane,
+        &[
+            "patch",
+            "pod",
+            "backup",
+            "-n",
+            "default",
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            r#"{"status":{"phase":"Succeeded"}}"#,
+        ],
+    );
+    rollout_completes(&sb, &watch).await;
+    sb.stop().await;
+}

@@ -272,12 +272,16 @@ fn label_zones(sandbox: &Sandbox, zones: u8) -> anyhow::Result<()> {
 }
 
 /// The controller's Events that say why a request waits, as the demo words them.
-const WAITING: [(&str, &str); 5] = [
+const WAITING: [(&str, &str); 9] = [
     ("Requested", "budget full"),
     ("ZoneBudgetFull", "zone budget full"),
     ("OutsideWindow", "outside the window"),
     ("Paused", "paused"),
     ("NotReadyAfterReboot", "NotReady after reboot"),
+    ("AlertsFiring", "alerts firing"),
+    ("PrometheusUnreachable", "Prometheus unreachable"),
+    ("BlockingPod", "blocking pod"),
+    ("RebootDisabled", "opted out"),
 ];
 
 /// Each node's state, and what to show next to its name: its zone, and for a waiting node

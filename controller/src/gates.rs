@@ -200,3 +200,49 @@ fn anywhere_hold(pods: &[String]) -> PoolHold {
         event: Some((Reason::BlockingPod, note)),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Instant;
+
+    fn gates(gate: AlertGate, at: Option<Instant>) -> Gates {
+        let (_tx, readings) = watch::channel(AlertReading { gate, at });
+        let (wanted, _) = watch::channel(false);
+        let checks = AlertChecks {
+            readings,
+            period: Duration::from_secs(30),
+            prometheus: "http://prometheus:9090".into(),
+            wanted,
+        };
+        Gates::new(None, Some(checks))
+    }
+
+    fn reason(reading: &GateReading) -> Option<Option<Reason>> {
+        let pool = reading.pool.as_ref()?;
+        Some(pool.event.as_ref().map(|(reason, _)| *reason))
+    }
+
+    #[test]
+    fn only_a_fresh_clear_answer_opens_the_alert_gate() {
+        let (metrics, _) = Metrics::new();
+        let now = Some(Instant::now());
+        let clear = gates(AlertGate::Clear, now).read(&metrics);
+        assert_eq!(reason(&clear), None);
+        let firing = gates(AlertGate::Firing(vec!["NodeDown".into()]), now).read(&metrics);
+        assert_eq!(reason(&firing), Some(Some(Reason::AlertsFiring)));
+        let note = &firing.pool.unwrap().event.unwrap().1;
+        assert!(
+            note.contains("NodeDown") && note.contains("http://prometheus:9090"),
+            "{note}"
+        );
+        let down = gates(AlertGate::Unreachable("refused".into()), now).read(&metrics);
+        assert_eq!(reason(&down), Some(Some(Reason::PrometheusUnreachable)));
+        // Not asked yet, or asked too long ago: held, without an Event (a check is coming).
+        let unasked = gates(AlertGate::Unchecked, None).read(&metrics);
+        assert_eq!(reason(&unasked), Some(None));
+        let old = Instant::now().checked_sub(Duration::from_secs(61));
+        let stale = gates(AlertGate::Clear, old).read(&metrics);
+        assert_eq!(reason(&stale), Some(None));
+    }
+}

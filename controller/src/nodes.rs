@@ -70,7 +70,9 @@ pub fn trim(node: &mut Node, kept: &KeptLabels) {
 }
 
 /// Starts the reflector over every Node (pool membership is decided on the labels it keeps);
-/// `changed` is notified on every event.
+/// `changed` is notified when a node's decision facts change, when one is deleted, and when
+/// the watch (re)lists. A status report that changes none of them (a heartbeat, an image
+/// list) starts no round: with thousands of nodes those are most events.
 pub fn spawn_reflector(
     client: Client,
     kept: KeptLabels,
@@ -88,15 +90,68 @@ pub fn spawn_reflector(
         .reflect(writer);
     tokio::spawn(async move {
         futures::pin_mut!(stream);
+        let mut facts = FactPrints::default();
         while let Some(event) = stream.next().await {
-            if let Err(error) = event {
-                metrics.api_error("node", ApiErrorKind::of_watcher(&error));
-                tracing::warn!(%error, "node watch failed; retrying");
+            match event {
+                Ok(event) if !facts.changed(&event) => continue,
+                Ok(_) => {}
+                Err(error) => {
+                    metrics.api_error("node", ApiErrorKind::of_watcher(&error));
+                    tracing::warn!(%error, "node watch failed; retrying");
+                }
             }
             changed.notify_one();
         }
     });
     store
+}
+
+/// Per node, a hash of what decisions read of it, to tell a change of facts from a report
+/// that only moves heartbeat times and the resourceVersion.
+#[derive(Debug, Default)]
+struct FactPrints(HashMap<String, u64>);
+
+impl FactPrints {
+    fn changed(&mut self, event: &watcher::Event<Node>) -> bool {
+        match event {
+            watcher::Event::Apply(node) | watcher::Event::InitApply(node) => {
+                let name = node.metadata.name.clone().unwrap_or_default();
+                let facts = decision_facts(node);
+                self.0.insert(name, facts) != Some(facts)
+            }
+            watcher::Event::Delete(node) => {
+                self.0
+                    .remove(node.metadata.name.as_deref().unwrap_or_default());
+                true
+            }
+            watcher::Event::Init | watcher::Event::InitDone => true,
+        }
+    }
+}
+
+/// What a decision reads of a trimmed node: annotations, kept labels, the cordon, Ready's
+/// status (not its times), the boot id and a pending deletion.
+fn decision_facts(node: &Node) -> u64 {
+    use std::hash::{Hash as _, Hasher as _};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    node.metadata.annotations.hash(&mut hasher);
+    node.metadata.labels.hash(&mut hasher);
+    node.metadata.deletion_timestamp.is_some().hash(&mut hasher);
+    node.spec
+        .as_ref()
+        .and_then(|s| s.unschedulable)
+        .hash(&mut hasher);
+    let status = node.status.as_ref();
+    let ready = status
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"))
+        .map(|c| c.status.as_str());
+    ready.hash(&mut hasher);
+    let boot_id = status
+        .and_then(|s| s.node_info.as_ref())
+        .map(|i| i.boot_id.as_str());
+    boot_id.hash(&mut hasher);
+    hasher.finish()
 }
 
 fn resource_version(node: &Node) -> u64 {
@@ -179,5 +234,68 @@ impl Overlay {
         let empty = Default::default();
         self.pool
             .matches(node.metadata.labels.as_ref().unwrap_or(&empty))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn node(version: &str, heartbeat: &str, ready: &str, annotations: serde_json::Value) -> Node {
+        serde_json::from_value(json!({
+            "metadata": {"name": "n1", "resourceVersion": version, "annotations": annotations},
+            "spec": {},
+            "status": {
+                "conditions": [{"type": "Ready", "status": ready, "lastHeartbeatTime": heartbeat,
+                                "lastTransitionTime": "2026-11-23T10:00:00Z"}],
+                "nodeInfo": {"bootID": "b1", "machineID": "", "systemUUID": "", "kernelVersion": "",
+                             "osImage": "", "containerRuntimeVersion": "", "kubeletVersion": "",
+                             "kubeProxyVersion": "", "operatingSystem": "linux", "architecture": "amd64"}
+            }
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn only_a_change_of_decision_facts_starts_a_round() {
+        let mut prints = FactPrints::default();
+        let apply = |n: Node| watcher::Event::Apply(n);
+        let none = json!({});
+        assert!(prints.changed(&apply(node(
+            "1",
+            "2026-11-23T10:00:00Z",
+            "True",
+            none.clone()
+        ))));
+        assert!(
+            !prints.changed(&apply(node(
+                "2",
+                "2026-11-23T10:05:00Z",
+                "True",
+                none.clone()
+            ))),
+            "a status report with a new heartbeat and version only"
+        );
+        assert!(prints.changed(&apply(node(
+            "3",
+            "2026-11-23T10:05:00Z",
+            "False",
+            none.clone()
+        ))));
+        let requested = json!({"reboot-needed": "true"});
+        assert!(prints.changed(&apply(node(
+            "4",
+            "2026-11-23T10:05:00Z",
+            "False",
+            requested
+        ))));
+        assert!(prints.changed(&watcher::Event::Delete(node(
+            "5",
+            "2026-11-23T10:05:00Z",
+            "False",
+            none
+        ))));
+        assert!(prints.changed(&watcher::Event::InitDone));
     }
 }

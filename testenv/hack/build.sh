@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the local control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler,
-# kubectl), Prometheus, promtool and Alertmanager into testenv/bin/. A binary is rebuilt only when go.mod, go.sum or this script changed
-# since it was built, so a warm `make test` spends no time here.
+# kubectl), Prometheus and Alertmanager into testenv/bin/. A binary is rebuilt only when go.mod,
+# go.sum or this script changed since it was built, so a warm `make test` spends no time here.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -25,7 +25,7 @@ export CGO_ENABLED=0 GOWORK=off GOFLAGS=-mod=mod
 targets=(etcd:./cmd/etcd kube-apiserver:k8s.io/kubernetes/cmd/kube-apiserver
   kube-controller-manager:k8s.io/kubernetes/cmd/kube-controller-manager
   kube-scheduler:k8s.io/kubernetes/cmd/kube-scheduler kubectl:k8s.io/kubernetes/cmd/kubectl)
-# Prometheus (and its promtool) and Alertmanager for the health-gate tests, each built from its
+# Prometheus and Alertmanager for the health-gate tests, each built from its
 # own module: their go.mod, not ours, picks their dependencies. Prometheus builds with
 # `go install pkg@version` (its web UI is left out without the builtinassets tag).
 # Alertmanager's module lacks the UI bundle it embeds (ui/app/dist is built by npm in its
@@ -33,7 +33,6 @@ targets=(etcd:./cmd/etcd kube-apiserver:k8s.io/kubernetes/cmd/kube-apiserver
 prometheus_version=v0.316.0  # Prometheus 3.16
 alertmanager_version=v0.34.1
 tools=(prometheus:github.com/prometheus/prometheus/cmd/prometheus@${prometheus_version}
-  promtool:github.com/prometheus/prometheus/cmd/promtool@${prometheus_version}
   alertmanager:without-ui:github.com/prometheus/alertmanager@${alertmanager_version}:./cmd/alertmanager)
 
 todo=()
@@ -47,7 +46,7 @@ if [ ${#todo[@]} -eq 0 ]; then
   exit 0
 fi
 echo "testenv: building ${#todo[@]} binaries (Kubernetes ${release}, etcd ${etcd_release}, Prometheus ${prometheus_version}, Alertmanager ${alertmanager_version}) into testenv/bin."
-echo "testenv: the first build downloads the modules and compiles for 20-35 minutes on 2 cores; later builds are cached."
+echo "testenv: the first build downloads the modules and compiles for 15-30 minutes on 2 cores; later builds are cached."
 i=0
 for t in "${todo[@]}"; do
   i=$((i + 1)); name=${t%%:*}; target=${t#*:}

@@ -52,9 +52,15 @@ async fn wait_gate(sb: &Sandbox, watch: &BudgetWatch, gate: &str, open: bool) {
 /// The nodes that hold a slot in the ledger, or rebooted already.
 async fn started(sb: &Sandbox, client: &Client) -> BTreeSet<String> {
     let leases: Api<Lease> = Api::namespaced(client.clone(), OPERATOR_NAMESPACE);
-    let lease = leases.get(LEDGER_NAME).await.expect("the ledger");
-    let slots = slots_of(lease.metadata.annotations.as_ref()).expect("a readable ledger");
-    let mut names: BTreeSet<String> = slots.into_keys().collect();
+    // The controller creates the ledger with its first grant: until then no node holds a slot.
+    let lease = leases.get_opt(LEDGER_NAME).await.expect("the ledger can be read");
+    let mut names: BTreeSet<String> = match lease {
+        Some(lease) => slots_of(lease.metadata.annotations.as_ref())
+            .expect("a readable ledger")
+            .into_keys()
+            .collect(),
+        None => BTreeSet::new(),
+    };
     names.extend(
         sb.fleet
             .names()

@@ -77,6 +77,9 @@ pub enum ReleaseReason {
     /// The maintenance window closed before the node was told to reboot, and
     /// `--finish-after-window=false`: it waits for the next window, uncordoned.
     WindowClosed,
+    /// An administrator removed `reboot-last-grant` from a completed node during its soak
+    /// (a node NotReady after its reboot that should not hold the pool any longer).
+    SoakCleared,
 }
 
 /// Why no new slot is granted in the pool now. Reboots under way go on.
@@ -309,8 +312,16 @@ impl<'a> Round<'a> {
             }
             return;
         }
+        // Completion writes `reboot-last-completed` and `reboot-last-grant` together, and only
+        // an administrator removes the latter: that is how a soak is cleared by hand.
+        let soak_cleared = view.state.last_grant.is_none()
+            && view.state.last_completed.is_some()
+            && view.state.request == Request::Absent
+            && self.min_ready > 0;
         let reason = if completed {
             ReleaseReason::Completed
+        } else if soak_cleared {
+            ReleaseReason::SoakCleared
         } else if view.drain == DrainState::Failed {
             ReleaseReason::DrainFailed
         } else if view.state.request == Request::Needed {

@@ -570,6 +570,19 @@ fn a_completed_node_keeps_its_slot_through_the_soak_and_holds_the_pool_when_not_
         "no new reboot while it is NotReady"
     );
     assert_eq!(d.waiting, ["wants"]);
+    // The administrator clears the soak: `kubectl annotate node done reboot-last-grant-`.
+    let mut cleared = sick.clone();
+    cleared.state.last_grant = None;
+    cleared.state.last_completed = Some("2026-11-24T01:00:00Z".into());
+    cleared.facts.resource_version = Some("6".into());
+    let d = decide_at(&cleared, 500);
+    assert_eq!(d.ledger.release, ["done"]);
+    assert_eq!(
+        d.release_reasons,
+        [("done".to_owned(), ReleaseReason::SoakCleared)],
+        "not a cancel: the reboot happened"
+    );
+    assert!(d.not_ready_after_reboot.is_empty());
 }
 
 #[test]

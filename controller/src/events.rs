@@ -35,6 +35,8 @@ pub enum Reason {
     RebootDisabled,
     /// A node went NotReady within `--min-ready-seconds` of its reboot; the pool holds.
     NotReadyAfterReboot,
+    /// An administrator cleared a node's soak (removed `reboot-last-grant`); its slot is free.
+    SoakCleared,
     /// A requested node waits while alerts are active (`--prometheus-url`).
     AlertsFiring,
     /// A requested node waits because Prometheus cannot be asked (fail-safe).
@@ -59,6 +61,7 @@ impl Reason {
             Self::ZoneBudgetFull => "ZoneBudgetFull",
             Self::RebootDisabled => "RebootDisabled",
             Self::NotReadyAfterReboot => "NotReadyAfterReboot",
+            Self::SoakCleared => "SoakCleared",
             Self::AlertsFiring => "AlertsFiring",
             Self::PrometheusUnreachable => "PrometheusUnreachable",
             Self::BlockingPod => "BlockingPod",

@@ -333,8 +333,9 @@ impl Shell {
                 let note = format!(
                     "NotReady within --min-ready-seconds ({}s) of its reboot: it keeps its slot and \
                      no new reboot starts in this pool until it is Ready again (or an \
-                     administrator clears it: kubectl annotate node {name} reboot-last-grant-)",
-                    self.schedule.min_ready.as_secs()
+                     administrator clears it: kubectl annotate node {name} {}-)",
+                    self.schedule.min_ready.as_secs(),
+                    self.keys.last_grant
                 );
                 self.events.publish(node, Reason::NotReadyAfterReboot, note);
             }
@@ -437,6 +438,17 @@ impl Shell {
                 | ReleaseReason::Unclaimed
                 | ReleaseReason::WindowClosed => {}
                 ReleaseReason::NodeDeleted => self.metrics.reboot_failed("node_removed"),
+                ReleaseReason::SoakCleared => {
+                    tracing::warn!(node = %name, "soak cleared by hand: slot released");
+                    if let Some(node) = nodes.get(name.as_str()) {
+                        let note = format!(
+                            "{} was removed during the soak: the soak is cleared by hand and \
+                             the slot released",
+                            self.keys.last_grant
+                        );
+                        self.events.publish(node, Reason::SoakCleared, note);
+                    }
+                }
                 ReleaseReason::DrainFailed => self.drains.schedule_retry(name, self.now_ms()),
                 ReleaseReason::Cancelled => {
                     self.metrics.reboots_cancelled.inc();

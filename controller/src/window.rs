@@ -1,9 +1,12 @@
 //! Maintenance windows (`--reboot-window`): when new slots may be granted. Pure: the time is
 //! always an argument. Days and hours are read in the window's IANA time zone with jiff's
-//! rules, so a window keeps its local hours across daylight saving changes.
+//! rules, so a window keeps its local hours across daylight saving changes. A window is
+//! either weekly (`Mon-Fri 22:00-06:00 Europe/Berlin`) or a cron schedule of openings with a
+//! length (`0 22 * * 1-5 8h Europe/Berlin`), for what a week cannot say (the first Sunday of
+//! a month, quarterly).
 
 use jiff::{
-    Timestamp, ToSpan,
+    SignedDuration, Timestamp, ToSpan,
     civil::{Date, Time, Weekday},
     tz::TimeZone,
 };
@@ -14,7 +17,11 @@ pub const SYNTAX: &str = "a window is `DAYS HH:MM-HH:MM [ZONE]`, such as \
     `Mon-Fri 22:00-06:00 Europe/Berlin` or `daily 01:00-05:00`: DAYS is `daily` or days \
     (Mon Tue Wed Thu Fri Sat Sun) and day ranges joined by commas (`Sat,Sun`, `Mon-Wed,Fri`); \
     an end before the start ends on the next day, 24:00 is midnight at the end of the day, \
-    seconds may be given (`22:00:30`); ZONE is an IANA time zone (default UTC)";
+    seconds may be given (`22:00:30`); or it is `CRON DURATION [ZONE]`, such as \
+    `\"0 22 * * 1-5\" 8h Europe/Berlin` or `0 3 * * Sun#1 4h`: CRON is the five fields of a \
+    crontab (minute hour day-of-month month day-of-week, Sunday is 0 or 7; the quotes are \
+    optional), each match opens the window for DURATION (`8h`, `90m`, `1h30m`); ZONE is an \
+    IANA time zone (default UTC)";
 
 const WEEK: [Weekday; 7] = [
     Weekday::Monday,
@@ -26,15 +33,34 @@ const WEEK: [Weekday; 7] = [
     Weekday::Sunday,
 ];
 
-/// One window: on each of `days`, from `start` to `end` local time in `zone`.
+/// One `--reboot-window`, as the administrator wrote it.
 #[derive(Debug, Clone)]
 pub struct Window {
     text: String,
+    rule: Rule,
+}
+
+#[derive(Debug, Clone)]
+enum Rule {
+    Weekly(Weekly),
+    Cron(CronWindow),
+}
+
+/// On each of `days`, from `start` to `end` local time in `zone`.
+#[derive(Debug, Clone)]
+struct Weekly {
     days: [bool; 7],
     start: Time,
     /// `None` is 24:00, the end of the start day.
     end: Option<Time>,
     zone: TimeZone,
+}
+
+/// Open for `length` from each time `schedule` matches (in the schedule's zone).
+#[derive(Debug, Clone)]
+struct CronWindow {
+    schedule: cronexpr::Crontab,
+    length: SignedDuration,
 }
 
 impl PartialEq for Window {
@@ -53,38 +79,88 @@ impl FromStr for Window {
     type Err = String;
 
     fn from_str(text: &str) -> Result<Window, String> {
-        let refuse = |why: String| Err(format!("invalid window `{text}`: {why}; {SYNTAX}"));
-        let words: Vec<&str> = text.split_whitespace().collect();
-        let (days, hours, zone) = match words.as_slice() {
-            [days, hours] => (*days, *hours, "UTC"),
-            [days, hours, zone] => (*days, *hours, *zone),
-            _ => return refuse("expected two or three words".into()),
-        };
-        let days = match parse_days(days) {
-            Ok(days) => days,
-            Err(why) => return refuse(why),
-        };
-        let Some((start, end)) = hours.split_once('-') else {
-            return refuse(format!("`{hours}` is not a range of hours"));
-        };
-        let (start, end) = match (parse_time(start), parse_end(end)) {
-            (Ok(start), Ok(end)) => (start, end),
-            (Err(why), _) | (_, Err(why)) => return refuse(why),
-        };
-        if end == Some(start) {
-            return refuse("it starts and ends at the same time, so it never opens".into());
+        // Quotes around the cron fields are optional: they survive in values from a
+        // manifest or a script that quoted them for a shell.
+        let unquoted = text.replace('"', " ");
+        let words: Vec<&str> = unquoted.split_whitespace().collect();
+        let rule = match words.len() {
+            2 | 3 => Weekly::parse(&words).map(Rule::Weekly),
+            6 | 7 => CronWindow::parse(&words).map(Rule::Cron),
+            _ => Err(
+                "expected two or three words (days, hours, zone) or six or seven (the \
+                      five cron fields, a duration, a zone)"
+                    .to_owned(),
+            ),
         }
-        let zone = match TimeZone::get(zone) {
-            Ok(zone) => zone,
-            Err(_) => return refuse(format!("`{zone}` is not a known IANA time zone")),
-        };
+        .map_err(|why| format!("invalid window `{text}`: {why}; {SYNTAX}"))?;
         Ok(Window {
             text: words.join(" "),
+            rule,
+        })
+    }
+}
+
+fn zone_named(name: Option<&str>) -> Result<TimeZone, String> {
+    let name = name.unwrap_or("UTC");
+    TimeZone::get(name).map_err(|_| format!("`{name}` is not a known IANA time zone"))
+}
+
+impl Weekly {
+    fn parse(words: &[&str]) -> Result<Weekly, String> {
+        let (days, hours) = (words[0], words[1]);
+        let days = parse_days(days)?;
+        let (start, end) = hours
+            .split_once('-')
+            .ok_or_else(|| format!("`{hours}` is not a range of hours"))?;
+        let (start, end) = (parse_time(start)?, parse_end(end)?);
+        if end == Some(start) {
+            return Err("it starts and ends at the same time, so it never opens".into());
+        }
+        let zone = zone_named(words.get(2).copied())?;
+        Ok(Weekly {
             days,
             start,
             end,
             zone,
         })
+    }
+}
+
+impl CronWindow {
+    fn parse(words: &[&str]) -> Result<CronWindow, String> {
+        let fields = words[..5].join(" ");
+        let length = words[5];
+        let zone = words.get(6).copied().unwrap_or("UTC");
+        zone_named(Some(zone))?;
+        let schedule = cronexpr::parse_crontab(&format!("{fields} {zone}"))
+            .map_err(|e| format!("`{fields}` is not a cron schedule ({e})"))?;
+        let length: SignedDuration = length
+            .parse()
+            .map_err(|_| format!("`{length}` is not a duration (such as 8h, 90m, 1h30m)"))?;
+        if length < SignedDuration::from_mins(1) {
+            return Err(format!(
+                "a window must last a minute or more, not `{length}`"
+            ));
+        }
+        let window = CronWindow { schedule, length };
+        // cronexpr looks four years ahead, so a leap day still opens and `30 2` never does.
+        if window.next_start_after(Timestamp::now()).is_none() {
+            return Err(format!("no date matches `{fields}`, so it never opens"));
+        }
+        Ok(window)
+    }
+
+    /// The first opening strictly after `t`, if any within four years.
+    fn next_start_after(&self, t: Timestamp) -> Option<Timestamp> {
+        self.schedule.find_next(t).ok().map(|z| z.timestamp())
+    }
+
+    /// `now` when open, else its next opening. The first opening after `now - length` is
+    /// the only one that can still be open at `now`.
+    fn next_opening(&self, now: Timestamp) -> Option<Timestamp> {
+        let since = now.checked_sub(self.length).ok()?;
+        let start = self.next_start_after(since)?;
+        Some(start.max(now))
     }
 }
 
@@ -152,7 +228,7 @@ fn parse_end(text: &str) -> Result<Option<Time>, String> {
     parse_time(text).map(Some)
 }
 
-impl Window {
+impl Weekly {
     /// The openings of this window that start from the day before `now` to a week after, as
     /// `[open, close)` instants, in order.
     fn intervals_around(&self, now: Timestamp) -> Vec<(Timestamp, Timestamp)> {
@@ -183,19 +259,27 @@ impl Window {
         (open < close).then_some((open, close))
     }
 
-    pub fn is_open(&self, now: Timestamp) -> bool {
-        self.intervals_around(now)
-            .iter()
-            .any(|(open, close)| *open <= now && now < *close)
-    }
-
     /// `now` when open, else when it next opens (within a week: every window opens weekly).
-    pub fn next_opening(&self, now: Timestamp) -> Option<Timestamp> {
+    fn next_opening(&self, now: Timestamp) -> Option<Timestamp> {
         self.intervals_around(now)
             .into_iter()
             .filter(|(_, close)| now < *close)
             .map(|(open, _)| open.max(now))
             .min()
+    }
+}
+
+impl Window {
+    pub fn is_open(&self, now: Timestamp) -> bool {
+        self.next_opening(now) == Some(now)
+    }
+
+    /// `now` when open, else when it next opens; `None` if not within four years.
+    pub fn next_opening(&self, now: Timestamp) -> Option<Timestamp> {
+        match &self.rule {
+            Rule::Weekly(weekly) => weekly.next_opening(now),
+            Rule::Cron(cron) => cron.next_opening(now),
+        }
     }
 }
 

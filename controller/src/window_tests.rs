@@ -140,3 +140,104 @@ fn bad_windows_are_refused_with_the_syntax() {
         );
     }
 }
+
+#[test]
+fn a_cron_window_opens_at_each_match_for_its_length() {
+    // Quoted as an administrator would in a shell script, or bare.
+    let cron = window("\"0 22 * * 1-5\" 8h Europe/Berlin");
+    assert_eq!(cron.to_string(), "0 22 * * 1-5 8h Europe/Berlin");
+    let weekly = window("Mon-Fri 22:00-06:00 Europe/Berlin");
+    // The same hours as the weekly form through a week without a clock change, every 15 min
+    // from Monday 2026-11-23 00:00 UTC.
+    let start = at("2026-11-23T00:00:00Z");
+    for step in 0..(8 * 24 * 4) {
+        let t = start + SignedDuration::from_mins(15 * step);
+        assert_eq!(cron.is_open(t), weekly.is_open(t), "at {t}");
+        assert_eq!(cron.next_opening(t), weekly.next_opening(t), "at {t}");
+    }
+}
+
+#[test]
+fn cron_day_of_week_reads_as_cron_does_sunday_is_0_and_7() {
+    // 2026-11-29 is a Sunday, 2026-11-30 a Monday.
+    for text in ["0 3 * * 0 1h", "0 3 * * 7 1h", "0 3 * * Sun 1h"] {
+        let w = window(text);
+        assert!(w.is_open(at("2026-11-29T03:30:00Z")), "{text} on Sunday");
+        assert!(!w.is_open(at("2026-11-30T03:30:00Z")), "{text} on Monday");
+    }
+    // The first Sunday of the month: December 2026 begins on a Tuesday.
+    let first_sunday = window("0 3 * * Sun#1 4h");
+    assert_eq!(
+        first_sunday.next_opening(at("2026-11-29T08:00:00Z")),
+        Some(at("2026-12-06T03:00:00Z"))
+    );
+}
+
+#[test]
+fn a_cron_window_lasts_its_length_in_elapsed_time_across_the_clock_changes() {
+    // Berlin falls back on 2026-10-25 (03:00 CEST is 02:00 CET): opened at 22:00 CEST on
+    // the 24th, 8 hours later is 05:00 CET, not 06:00.
+    let berlin = window("0 22 * * * 8h Europe/Berlin");
+    assert!(berlin.is_open(at("2026-10-24T20:00:00Z")), "22:00 CEST");
+    assert!(berlin.is_open(at("2026-10-25T03:59:00Z")), "04:59 CET");
+    assert!(!berlin.is_open(at("2026-10-25T04:00:00Z")), "05:00 CET");
+    // New York springs forward on 2026-03-08: 22:00 EST on the 7th plus 8 hours is 07:00 EDT.
+    let new_york = window("0 22 * * 6 8h America/New_York");
+    assert!(
+        new_york.is_open(at("2026-03-08T03:00:00Z")),
+        "Sat 22:00 EST"
+    );
+    assert!(
+        new_york.is_open(at("2026-03-08T10:59:00Z")),
+        "Sun 06:59 EDT"
+    );
+    assert!(
+        !new_york.is_open(at("2026-03-08T11:00:00Z")),
+        "Sun 07:00 EDT"
+    );
+}
+
+#[test]
+fn a_cron_window_at_a_local_time_the_clock_skips_or_repeats() {
+    // 02:30 does not exist in Berlin on 2026-03-29: no match that night (as the README says;
+    // the weekly form moves such a start past the gap instead).
+    let gap = window("30 2 * * * 1h Europe/Berlin");
+    assert_eq!(
+        gap.next_opening(at("2026-03-28T12:00:00Z")),
+        Some(at("2026-03-30T00:30:00Z")),
+        "02:30 CEST on the 30th"
+    );
+    // 01:30 happens twice in New York on 2026-11-01 (EDT, then EST): both open it.
+    let fold = window("30 1 * * * 30m America/New_York");
+    assert_eq!(
+        fold.next_opening(at("2026-11-01T04:00:00Z")),
+        Some(at("2026-11-01T05:30:00Z"))
+    );
+    assert_eq!(
+        fold.next_opening(at("2026-11-01T06:10:00Z")),
+        Some(at("2026-11-01T06:30:00Z"))
+    );
+}
+
+#[test]
+fn bad_cron_windows_are_refused_with_the_syntax() {
+    for (text, why) in [
+        ("0 22 30 2 * 2h", "never opens"),
+        ("\"0 22 30 Feb *\" 2h Europe/Berlin", "never opens"),
+        ("0 25 * * * 2h", "is not a cron schedule"),
+        ("0 22 * * 1-5 8 Europe/Berlin", "`8` is not a duration"),
+        ("0 22 * * 1-5 0s", "a minute or more"),
+        (
+            "0 22 * * 1-5 8h Mars/Olympus_Mons",
+            "not a known IANA time zone",
+        ),
+        ("0 22 * * 8h", "six or seven"),
+    ] {
+        let error = text.parse::<Window>().expect_err(text);
+        assert!(error.contains(why), "{text}: {error}");
+        assert!(
+            error.contains("\"0 22 * * 1-5\" 8h Europe/Berlin"),
+            "{error}"
+        );
+    }
+}

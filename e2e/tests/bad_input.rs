@@ -73,6 +73,8 @@ fn bad_reboot_windows_stop_the_controller_at_start_showing_the_syntax() {
             "not a known IANA time zone",
         ),
         ("Mon 9pm-5am", "not a time of day"),
+        ("\"0 22 30 2 *\" 2h Europe/Berlin", "never opens"),
+        ("0 22 * * 1-5 8 Europe/Berlin", "`8` is not a duration"),
     ] {
         let (code, stderr) = controller(&["--reboot-window", value]);
         assert_eq!(code, 2, "--reboot-window {value}: {stderr}");

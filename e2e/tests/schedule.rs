@@ -3,7 +3,7 @@
 
 use common::ledger::{LEDGER_NAME, OPERATOR_NAMESPACE, slots_of};
 use e2e::{
-    BudgetWatch, eventually, kubectl, node_events,
+    BudgetWatch, eventually, has_event, kubectl, node_events,
     rollout::rollout_completes,
     scrape::{metric, scrape},
     wait_until,
@@ -295,12 +295,15 @@ async fn nine_nodes_in_three_zones_keep_both_the_zone_budget_and_the_global_one(
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_node_not_ready_soon_after_its_reboot_stops_the_rollout_until_it_is_ready_again() {
-    let sb = sandbox(3, "1", 1, &["--min-ready-seconds", "20"]).await;
+async fn a_node_not_ready_soon_after_its_reboot_stops_the_rollout_until_an_administrator_clears_it()
+{
+    // A budget of 2: the sick node counts as one unavailable node, so it is the soak, not the
+    // budget, that must hold the others.
+    let sb = sandbox(4, "2", 1, &["--min-ready-seconds", "20"]).await;
     let client = sb.client.clone();
     let names = sb.fleet.names();
     let (first, others) = (&names[0], &names[1..]);
-    let watch = BudgetWatch::start(client.clone(), 1).await;
+    let watch = BudgetWatch::start(client.clone(), 2).await;
     kubectl(
         &sb.control_plane,
         &["annotate", "node", first, "reboot-needed=true"],
@@ -335,6 +338,31 @@ async fn a_node_not_ready_soon_after_its_reboot_stops_the_rollout_until_it_is_re
         || async { count_events(&client, first, "NotReadyAfterReboot").await == 1 },
     )
     .await;
+    assert!(
+        has_event(
+            &client,
+            first,
+            "NotReadyAfterReboot",
+            &["reboot-last-grant-"]
+        )
+        .await,
+        "the Warning says how to clear it"
+    );
+    assert!(
+        kubectl(
+            &sb.control_plane,
+            &[
+                "get",
+                "events",
+                "--field-selector",
+                &format!("involvedObject.name={first},type=Warning,reason=NotReadyAfterReboot"),
+                "-o",
+                "name",
+            ],
+        )
+        .contains("event"),
+        "NotReadyAfterReboot is a Warning"
+    );
     assert_eq!(
         controller_metric(&sb, "node_reboot_not_ready_after_reboot").await,
         Some(1.0)
@@ -356,9 +384,13 @@ async fn a_node_not_ready_soon_after_its_reboot_stops_the_rollout_until_it_is_re
         "{first} kept its slot"
     );
 
-    sb.fleet.set_ready(first, true).await;
+    // The administrator decides to go on without it, as the README and the Warning say.
+    kubectl(
+        &sb.control_plane,
+        &["annotate", "node", first, "reboot-last-grant-"],
+    );
     wait_until(
-        "the others are rebooted once Ready again",
+        "the others are rebooted once the soak is cleared, the first still NotReady",
         Duration::from_secs(120),
         Some(&watch),
         || async {
@@ -367,6 +399,13 @@ async fn a_node_not_ready_soon_after_its_reboot_stops_the_rollout_until_it_is_re
         },
     )
     .await;
+    assert_eq!(count_events(&client, first, "SoakCleared").await, 1);
+    assert_eq!(
+        count_events(&client, first, "Cancelled").await,
+        0,
+        "not a cancel"
+    );
     assert_eq!(sb.fleet.reboots(first), 1, "{first} rebooted once");
+    sb.fleet.set_ready(first, true).await;
     sb.stop().await;
 }

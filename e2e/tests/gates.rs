@@ -53,7 +53,10 @@ async fn wait_gate(sb: &Sandbox, watch: &BudgetWatch, gate: &str, open: bool) {
 async fn started(sb: &Sandbox, client: &Client) -> BTreeSet<String> {
     let leases: Api<Lease> = Api::namespaced(client.clone(), OPERATOR_NAMESPACE);
     // The controller creates the ledger with its first grant: until then no node holds a slot.
-    let lease = leases.get_opt(LEDGER_NAME).await.expect("the ledger can be read");
+    let lease = leases
+        .get_opt(LEDGER_NAME)
+        .await
+        .expect("the ledger can be read");
     let mut names: BTreeSet<String> = match lease {
         Some(lease) => slots_of(lease.metadata.annotations.as_ref())
             .expect("a readable ledger")

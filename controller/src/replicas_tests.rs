@@ -105,7 +105,7 @@ struct Server {
     next_grant: u64,
     window_open: bool,
     finish_after_window: bool,
-    zone_budget: Option<usize>,
+    zone_budget: Option<common::MaxUnavailable>,
     min_ready: u64,
     /// A pool-wide health gate is closed (alerts firing, Prometheus unreachable).
     unhealthy: bool,
@@ -141,6 +141,11 @@ fn index(name: &str) -> usize {
 }
 
 /// Three zones of two, two and one nodes, and one node without a zone label.
+/// Labelled `reboot-disabled=true` (the node opt-out) in this copy of the node.
+fn opted_out(obj: &Value) -> bool {
+    obj["metadata"]["labels"]["reboot-disabled"] == json!("true")
+}
+
 fn zone_of(i: usize) -> Option<String> {
     (i + 1 < NODES).then(|| format!("z{}", i % 3))
 }
@@ -239,8 +244,14 @@ impl Server {
             "the operator holds {held:?} with a budget of {}",
             self.budget
         );
-        if let Some(per_zone) = self.zone_budget {
+        let before_grant = annotation(&before, "reboot-grant");
+        if before_grant.is_none() && annotation(after, "reboot-grant").is_some() {
+            assert!(!opted_out(&before), "n{i} claimed a grant while opted out");
+        }
+        if let Some(zone_budget) = self.zone_budget {
             for zone in (0..NODES).map(zone_of) {
+                let zone_size = (0..NODES).filter(|&k| zone_of(k) == zone).count();
+                let per_zone = zone_budget.resolve(zone_size);
                 let in_zone: Vec<&String> =
                     held.iter().filter(|n| zone_of(index(n)) == zone).collect();
                 assert!(
@@ -303,7 +314,7 @@ impl Replica {
                         .unwrap_or_default(),
                     in_pool: true,
                     zone: zone_of(index(&name)),
-                    opted_out: false,
+                    opted_out: opted_out(obj),
                     ready_since: self.soak.ready_since(
                         &name,
                         facts.readiness == common::Readiness::Ready,
@@ -334,9 +345,7 @@ impl Replica {
             ledger: &self.ledger,
             deleted: &self.deleted,
             budget: server.budget,
-            zone_budget: server
-                .zone_budget
-                .map(|n| common::MaxUnavailable::Count(n as u32)),
+            zone_budget: server.zone_budget,
             drain_enabled: server.drain_enabled,
             now,
             hold,
@@ -635,6 +644,19 @@ impl Model {
         self.server.after_step();
     }
 
+    /// The administrator labels node `i` `reboot-disabled=true`, or removes the label.
+    fn toggle_opt_out(&mut self, i: usize) {
+        let s = &mut self.server;
+        if opted_out(&s.nodes[i]) {
+            if let Some(labels) = s.nodes[i]["metadata"]["labels"].as_object_mut() {
+                labels.remove("reboot-disabled");
+            }
+        } else {
+            s.nodes[i]["metadata"]["labels"]["reboot-disabled"] = "true".into();
+        }
+        s.bump(i);
+    }
+
     /// No request, no slot, nothing in the protocol: nothing more can happen.
     fn quiet(&self) -> bool {
         self.server.ledger.slots.is_empty()
@@ -653,6 +675,11 @@ impl Model {
         self.apply(&Step::Pause(false));
         self.apply(&Step::Window(true));
         self.apply(&Step::Gate(false));
+        for i in 0..NODES {
+            if opted_out(&self.server.nodes[i]) {
+                self.toggle_opt_out(i);
+            }
+        }
         let s = &mut self.server;
         s.blocked.clear();
         for i in std::mem::take(&mut s.admin_cordoned) {
@@ -734,12 +761,23 @@ proptest! {
         soaking in proptest::collection::vec(0..NODES, 0..3),
         not_ready in proptest::collection::vec(proptest::bool::weighted(0.15), NODES),
         steps in proptest::collection::vec(step(), 0..200),
+        // Drawn after the steps, so that the seeds kept in proptest-regressions still make
+        // the same steps as when they were found.
+        zone_budget_form in 0..3u8,
+        opt_outs in proptest::collection::vec((0..200usize, 0..NODES), 0..4),
     ) {
         let mut model = Model::soaking(replicas, budget, drain_enabled, &not_ready, &soaking);
         model.server.finish_after_window = finish_after_window;
-        model.server.zone_budget = zone_budget;
+        model.server.zone_budget = zone_budget.map(|n| match zone_budget_form {
+            0 => common::MaxUnavailable::Count(n as u32),
+            1 => common::MaxUnavailable::Percent(50),
+            _ => common::MaxUnavailable::Percent(100),
+        });
         model.server.min_ready = min_ready;
-        for s in &steps {
+        for (k, s) in steps.iter().enumerate() {
+            for &(_, node) in opt_outs.iter().filter(|(at, _)| *at == k) {
+                model.toggle_opt_out(node);
+            }
             model.apply(s);
         }
         model.settle();

@@ -45,12 +45,12 @@ pub struct Args {
     /// zone-a, zone-b, ...); 0 for none.
     #[arg(long, env = "DEMO_ZONES", default_value_t = 3, value_parser = clap::value_parser!(u8).range(0..=26))]
     pub zones: u8,
-    /// The controller's --max-unavailable-per-zone (default: none).
-    #[arg(long, env = "DEMO_MAX_UNAVAILABLE_PER_ZONE",
+    /// The controller's --max-unavailable-per-zone, when there are zones (`100%` lifts it).
+    #[arg(long, env = "DEMO_MAX_UNAVAILABLE_PER_ZONE", default_value = "1",
           value_parser = |v: &str| v.parse::<MaxUnavailable>().map_err(|e| e.to_string()))]
-    pub max_unavailable_per_zone: Option<MaxUnavailable>,
+    pub max_unavailable_per_zone: MaxUnavailable,
     /// The controller's --min-ready-seconds: each node soaks this long after its reboot.
-    #[arg(long, env = "DEMO_MIN_READY_SECONDS", default_value_t = 0)]
+    #[arg(long, env = "DEMO_MIN_READY_SECONDS", default_value_t = 1)]
     pub min_ready_seconds: u64,
     /// The controller's --reboot-window, such as `daily 00:00-24:00` (default: always).
     #[arg(long, env = "DEMO_REBOOT_WINDOW")]
@@ -94,7 +94,7 @@ impl Outcome {
             "FAILED: more nodes were unavailable at once than the budget allows"
         };
         format!(
-            "Summary\n  rebooted:                 {} of {} nodes requested\n  total time:               {:.1} s\n  ideal time:               {:.1} s (ceil(N/K) x T)\n  most unavailable at once: {} (budget {})\n  {verdict}\n",
+            "Summary\n  rebooted:                 {} of {} nodes requested\n  total time:               {:.1} s\n  ideal time:               {:.1} s (ceil(N/K) x (T + soak))\n  most unavailable at once: {} (budget {})\n  {verdict}\n",
             self.rebooted,
             self.requested,
             self.total.as_secs_f64(),
@@ -142,9 +142,18 @@ pub async fn run(args: Args) -> anyhow::Result<bool> {
         "demo: logs of every component are in {}",
         sandbox.control_plane.dir().display()
     ));
+    say(&format!(
+        "demo: kubectl works against it while it runs: export KUBECONFIG={}",
+        sandbox.control_plane.kubeconfig_path().display()
+    ));
     label_zones(&sandbox, args.zones)?;
     deploy_workload(&sandbox, nodes).await?;
-    let outcome = roll(&sandbox, budget, args.reboot_seconds).await?;
+    let outcome = roll(
+        &sandbox,
+        budget,
+        args.reboot_seconds + args.min_ready_seconds as f64,
+    )
+    .await?;
     say(&outcome.render());
     if args.keep {
         say("demo: everything is still running; explore it with kubectl, for example:");
@@ -235,8 +244,11 @@ async fn request_every_node(sandbox: &Sandbox) -> anyhow::Result<()> {
 /// The controller flags the demo's own flags stand for.
 fn controller_args(args: &Args) -> Vec<String> {
     let mut flags = Vec::new();
-    if let Some(per_zone) = args.max_unavailable_per_zone {
-        flags.extend(["--max-unavailable-per-zone".into(), per_zone.to_string()]);
+    if args.zones > 0 {
+        flags.extend([
+            "--max-unavailable-per-zone".into(),
+            args.max_unavailable_per_zone.to_string(),
+        ]);
     }
     if args.min_ready_seconds > 0 {
         flags.extend([
@@ -340,7 +352,8 @@ async fn snapshot(
     Ok((states, notes))
 }
 
-async fn roll(sandbox: &Sandbox, budget: usize, reboot_seconds: f64) -> anyhow::Result<Outcome> {
+/// `turnover` is how long a node keeps its slot: its reboot, then its soak.
+async fn roll(sandbox: &Sandbox, budget: usize, turnover: f64) -> anyhow::Result<Outcome> {
     let nodes: Api<Node> = Api::all(sandbox.client.clone());
     let keys = AnnotationKeys::default();
     let first_boot: BTreeMap<String, String> = nodes
@@ -358,7 +371,7 @@ async fn roll(sandbox: &Sandbox, budget: usize, reboot_seconds: f64) -> anyhow::
     let watch = BudgetWatch::start(sandbox.client.clone(), budget).await;
     request_every_node(sandbox).await?;
     let count = first_boot.len();
-    let ideal = Duration::from_secs_f64(count.div_ceil(budget) as f64 * reboot_seconds);
+    let ideal = Duration::from_secs_f64(count.div_ceil(budget) as f64 * turnover);
     let deadline = Duration::from_secs(120).max(ideal * 20);
     let start = Instant::now();
     let terminal = std::io::stdout().is_terminal();

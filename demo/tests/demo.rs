@@ -25,8 +25,6 @@ fn a_short_demo_reboots_every_node_within_budget() {
             "1",
             "--zones",
             "2",
-            "--max-unavailable-per-zone",
-            "1",
         ])
         .output()
         .expect("demo runs");
@@ -57,9 +55,18 @@ fn a_short_demo_reboots_every_node_within_budget() {
         (1..=2).contains(&most),
         "{most} unavailable at once with a budget of 2"
     );
+    // The defaults: a zone budget of 1 and a soak of 1 s, both shown as they happen.
     assert!(
-        stdout.contains("ideal time:               2.0 s"),
+        stdout.contains("ideal time:               4.0 s"),
         "{stdout}"
+    );
+    assert!(
+        stdout.contains("-> soaking"),
+        "a node soaking after its reboot is shown: {stdout}"
+    );
+    assert!(
+        stdout.contains("zone budget full") || stdout.contains("budget full"),
+        "a waiting node shows why: {stdout}"
     );
 }
 

@@ -114,6 +114,13 @@ pub struct Args {
     #[arg(long, env = "METRICS_BIND_ADDRESS", default_value = "0.0.0.0:8080", value_parser = parse_bind_address)]
     pub metrics_bind_address: BindAddress,
 
+    /// Decide, and log and report in Events (reason `DryRun`) what would be granted,
+    /// cordoned, evicted and promoted, but write nothing to nodes or the slot ledger, and take
+    /// no leader Lease: for a first look at a production cluster, beside or instead of a
+    /// running controller.
+    #[arg(long, env = "DRY_RUN")]
+    pub dry_run: bool,
+
     /// Elect one leader among the replicas with a Lease; the others keep their cache warm and
     /// change nothing. `--leader-elect=false` makes every replica act (the slot ledger still
     /// keeps the budget).

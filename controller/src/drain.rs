@@ -151,6 +151,16 @@ impl Drainer {
             .items)
     }
 
+    /// The pods a drain of `node` would evict now (`--dry-run`), as `namespace/name`.
+    pub async fn would_evict(&self, node: &str) -> Result<Vec<String>, kube::Error> {
+        let pods = self.pods_on(node).await?;
+        Ok(pods
+            .iter()
+            .filter(|pod| matches!(disposition(pod), Disposition::Evict { .. }))
+            .map(pod_key)
+            .collect())
+    }
+
     fn evict_params(&self) -> EvictParams {
         // Whole seconds, rounded up: a grace period never shrinks below what was asked.
         let grace = self.settings.grace_period.map(|g| {

@@ -80,6 +80,10 @@ impl DrainTracker {
         }
     }
 
+    pub fn drainer(&self) -> Option<&Drainer> {
+        self.drainer.as_ref()
+    }
+
     pub fn enabled(&self) -> bool {
         self.drainer.is_some()
     }

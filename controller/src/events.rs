@@ -37,6 +37,8 @@ pub enum Reason {
     NotReadyAfterReboot,
     /// An administrator cleared a node's soak (removed `reboot-last-grant`); its slot is free.
     SoakCleared,
+    /// `--dry-run`: what the controller would do about the node (nothing was written).
+    DryRun,
     /// A requested node waits while alerts are active (`--prometheus-url`).
     AlertsFiring,
     /// A requested node waits because Prometheus cannot be asked (fail-safe).
@@ -62,6 +64,7 @@ impl Reason {
             Self::RebootDisabled => "RebootDisabled",
             Self::NotReadyAfterReboot => "NotReadyAfterReboot",
             Self::SoakCleared => "SoakCleared",
+            Self::DryRun => "DryRun",
             Self::AlertsFiring => "AlertsFiring",
             Self::PrometheusUnreachable => "PrometheusUnreachable",
             Self::BlockingPod => "BlockingPod",

@@ -83,6 +83,18 @@ impl LedgerStore {
         lease.object_ref(&())
     }
 
+    /// Reads the ledger without creating it (`--dry-run`): none yet is an empty one.
+    pub async fn peek(&self) -> Result<ReadLedger, LedgerError> {
+        let err = |e| LedgerError::Api(self.name.clone(), e);
+        Ok(match self.api.get_opt(&self.name).await.map_err(err)? {
+            Some(lease) => read(&lease),
+            None => ReadLedger {
+                ledger: Ledger::default(),
+                damage: None,
+            },
+        })
+    }
+
     /// Reads the ledger, creating an empty one the first time.
     pub async fn load(&self) -> Result<ReadLedger, LedgerError> {
         let err = |e| LedgerError::Api(self.name.clone(), e);

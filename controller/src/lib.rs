@@ -11,6 +11,7 @@ pub mod budget;
 pub mod decide;
 pub mod drain;
 pub mod drain_tracker;
+pub mod dry_run;
 pub mod events;
 pub mod gates;
 pub mod leader;

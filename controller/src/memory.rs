@@ -19,6 +19,8 @@ pub struct Memory {
     announced_waiting: HashMap<String, &'static str>,
     warned_invalid: HashMap<String, String>,
     not_ready_after_reboot: HashSet<String>,
+    /// `--dry-run`: what was said already, per node.
+    said_dry_run: HashSet<(String, String)>,
 }
 
 /// What the soak (`--min-ready-seconds`) is measured from: since when each node has been
@@ -147,6 +149,11 @@ impl Memory {
     /// end of a pause), for its Event: once per reason and wait.
     pub fn first_wait(&mut self, node: &str, reason: &'static str) -> bool {
         self.announced_waiting.insert(node.to_owned(), reason) != Some(reason)
+    }
+
+    /// True the first time `--dry-run` says `what` about `node`.
+    pub fn first_dry_run(&mut self, node: &str, what: &str) -> bool {
+        self.said_dry_run.insert((node.to_owned(), what.to_owned()))
     }
 
     /// True the first time this invalid value is seen on this node.

@@ -193,6 +193,13 @@ impl Context {
     }
 
     fn elect(&self) -> (Leadership, Option<Election>) {
+        if self.args.dry_run {
+            tracing::info!(
+                "dry run (--dry-run): no leader election, nothing written to nodes or the \
+                 ledger; what would be done is logged and reported in DryRun Events"
+            );
+            return (Leadership::always(), None);
+        }
         if !self.args.leader_elect {
             tracing::info!("leader election off (--leader-elect=false): this replica acts");
             return (Leadership::always(), None);
@@ -281,6 +288,7 @@ impl Context {
             gates: Gates::new(self.blocking_pods.clone(), self.alert_checks()),
             metrics: self.metrics.clone(),
             leadership,
+            dry_run: args.dry_run,
         });
         let mut wait = Duration::ZERO;
         loop {
@@ -333,7 +341,12 @@ impl Context {
     async fn load_ledger(&self) -> anyhow::Result<ReadLedger> {
         let mut delays = reconnect_backoff();
         loop {
-            match self.ledger_store.load().await {
+            let read = if self.args.dry_run {
+                self.ledger_store.peek().await
+            } else {
+                self.ledger_store.load().await
+            };
+            match read {
                 Ok(ledger) => return Ok(ledger),
                 Err(error @ LedgerError::Api(..)) if error.kind() == ApiErrorKind::NotFound => {
                     let args = &self.args;

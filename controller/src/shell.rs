@@ -6,6 +6,7 @@ use crate::{
     decide::{Decision, Hold, NodeAction, ReleaseReason, Round},
     drain::DrainOutcome,
     drain_tracker::{DrainTracker, Finished},
+    dry_run,
     events::{Events, Reason},
     gates::{GateReading, Gates},
     leader::Leadership,
@@ -45,6 +46,8 @@ pub struct ShellParts {
     pub metrics: Metrics,
     /// Nothing is written once this replica no longer leads.
     pub leadership: Leadership,
+    /// `--dry-run`: say what would be written instead of writing it.
+    pub dry_run: bool,
 }
 
 /// One leading replica's rounds: decide, write, and remember what was written.
@@ -73,6 +76,7 @@ pub struct Shell {
     failed: bool,
     metrics: Metrics,
     leadership: Leadership,
+    dry_run: bool,
 }
 
 /// What happened to one node write.
@@ -108,6 +112,7 @@ impl Shell {
             failed: false,
             metrics: parts.metrics,
             leadership: parts.leadership,
+            dry_run: parts.dry_run,
         };
         shell.take_ledger(parts.ledger);
         shell
@@ -164,6 +169,7 @@ impl Shell {
             },
         );
         let pool = views.iter().filter(|v| v.in_pool).count();
+        let budget = self.max_unavailable.resolve(pool);
         let (scheduled, window_open) = self.hold_now();
         let gates = self.gates.read(&self.metrics);
         let hold = scheduled.or(gates.pool.as_ref().map(|_| Hold::Unhealthy));
@@ -172,7 +178,7 @@ impl Shell {
             nodes: &views,
             ledger: &self.ledger,
             deleted: self.overlay.deleted(),
-            budget: self.max_unavailable.resolve(pool),
+            budget,
             zone_budget: self.zone_budget,
             drain_enabled: self.drains.enabled(),
             now: self.now_ms(),
@@ -198,6 +204,10 @@ impl Shell {
         self.announce_waiting(&decision, &by_name, pool, scheduled, &gates);
         self.warn_not_ready_after_reboot(&decision, &by_name);
         self.announce_opted_out(&decision, &by_name);
+        if self.dry_run {
+            self.say_dry_run(&decision, &by_name, budget).await;
+            return false;
+        }
         let mut progressed = false;
         if !decision.ledger.is_empty() || self.ledger_damage.is_some() {
             if !self.leadership.is_leading() {
@@ -225,6 +235,33 @@ impl Shell {
             progressed |= self.execute(action, &by_name).await;
         }
         progressed
+    }
+
+    /// `--dry-run`: logs and reports (once each) the writes this round would make.
+    async fn say_dry_run(
+        &mut self,
+        decision: &Decision,
+        nodes: &HashMap<&str, &Arc<Node>>,
+        budget: usize,
+    ) {
+        for step in dry_run::plan(decision, budget, self.drains.enabled()) {
+            if !self.memory.first_dry_run(&step.node, &step.what) {
+                continue;
+            }
+            let mut what = step.what;
+            if let (true, Some(drainer)) = (step.new_grant, self.drains.drainer()) {
+                match drainer.would_evict(&step.node).await {
+                    Ok(pods) if pods.is_empty() => what.push_str("; no pod to evict now"),
+                    Ok(pods) => what.push_str(&format!("; pods to evict now: {}", pods.join(", "))),
+                    Err(error) => what.push_str(&format!("; cannot list its pods: {error}")),
+                }
+            }
+            tracing::info!(node = %step.node, dry_run = true, "dry run: {what}");
+            if let Some(node) = nodes.get(step.node.as_str()) {
+                let note = format!("dry run, nothing was written: {what}");
+                self.events.publish(node, Reason::DryRun, note);
+            }
+        }
     }
 
     fn collect_drain_outcomes(&mut self) {

@@ -1,0 +1,104 @@
+//! `--dry-run` (issue 16), on the real control plane: the controller decides and says what it
+//! would do, in its log and in `DryRun` Events, and writes nothing to any Node or Lease.
+
+use e2e::{BudgetWatch, has_event, kubectl, wait_until};
+use k8s_openapi::api::{coordination::v1::Lease, core::v1::Node};
+use kube::{Api, api::ListParams};
+use nodesim::sandbox::{OPERATOR_NAMESPACE, SandboxConfig};
+use std::{collections::BTreeMap, time::Duration};
+
+/// What an administrator would diff: each node's annotations, labels and spec.
+async fn nodes_as_written(nodes: &Api<Node>) -> BTreeMap<String, String> {
+    nodes
+        .list(&ListParams::default())
+        .await
+        .expect("list nodes")
+        .items
+        .into_iter()
+        .map(|n| {
+            let written = serde_json::json!({
+                "annotations": n.metadata.annotations,
+                "labels": n.metadata.labels,
+                "spec": n.spec,
+            });
+            (n.metadata.name.unwrap_or_default(), written.to_string())
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_dry_run_rollout_changes_no_node_and_no_lease_and_names_the_nodes_it_would_reboot() {
+    let sb = e2e::sandbox_without_pods(SandboxConfig {
+        nodes: 4,
+        max_unavailable: "2".into(),
+        controller_args: vec!["--dry-run".into()],
+        ..SandboxConfig::default()
+    })
+    .await;
+    let client = sb.client.clone();
+    let nodes: Api<Node> = Api::all(client.clone());
+    let leases: Api<Lease> = Api::namespaced(client.clone(), OPERATOR_NAMESPACE);
+    let watch = BudgetWatch::start(client.clone(), 0).await;
+    kubectl(
+        &sb.control_plane,
+        &["annotate", "nodes", "--all", "reboot-needed=true"],
+    );
+    let requested = nodes_as_written(&nodes).await;
+    let log = sb.controllers[0].log_path().clone();
+    let said = || std::fs::read_to_string(&log).unwrap_or_default();
+    wait_until(
+        "the log names the two nodes it would reboot first",
+        Duration::from_secs(60),
+        Some(&watch),
+        || async {
+            let log = said();
+            ["sim-1", "sim-2"].iter().all(|n| {
+                log.lines()
+                    .any(|l| l.contains("dry run: would grant a slot") && l.contains(n))
+            })
+        },
+    )
+    .await;
+    let log = said();
+    assert!(
+        !log.lines()
+            .any(|l| l.contains("would grant") && (l.contains("sim-3") || l.contains("sim-4"))),
+        "a budget of 2 grants two: {log}"
+    );
+    assert!(log.contains("no pod to evict now"), "{log}");
+    for name in ["sim-1", "sim-2"] {
+        assert!(
+            has_event(
+                &client,
+                name,
+                "DryRun",
+                &["nothing was written", "would grant"]
+            )
+            .await,
+            "{name} has a DryRun Event: {:?}",
+            e2e::event_reasons(&client, name).await
+        );
+    }
+    // Give a controller that did write the time to show it, then compare.
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert_eq!(
+        nodes_as_written(&nodes).await,
+        requested,
+        "a dry run changed a node"
+    );
+    let leases = leases
+        .list(&ListParams::default())
+        .await
+        .expect("list leases");
+    let names: Vec<_> = leases
+        .items
+        .iter()
+        .map(|l| l.metadata.name.clone())
+        .collect();
+    assert!(names.is_empty(), "a dry run wrote Leases: {names:?}");
+    watch
+        .check()
+        .unwrap_or_else(|violation| panic!("a dry run made a node unavailable: {violation}"));
+    assert_eq!(sb.fleet.reboots("sim-1"), 0);
+    sb.stop().await;
+}

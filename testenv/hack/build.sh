@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Builds the local control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler,
-# kubectl), Prometheus and Alertmanager into testenv/bin/. A binary is rebuilt only when go.mod,
-# go.sum or this script changed since it was built, so a warm `make test` spends no time here.
+# kubectl), Prometheus, promtool, Alertmanager and helm into testenv/bin/. A binary is rebuilt
+# only when what it is built from changed (go.mod and go.sum for the control plane, the pinned
+# version for the others), so a warm `make test` spends no time here, and pinning a new tool
+# does not rebuild the control plane.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -18,34 +20,46 @@ ldflags="-s -w \
  -X k8s.io/client-go/pkg/version.gitVersion=${release} \
  -X k8s.io/client-go/pkg/version.gitMajor=${major} -X k8s.io/client-go/pkg/version.gitMinor=${minor}"
 
-stamp=$(cat go.mod go.sum hack/build.sh cmd/etcd/main.go | sha256sum | cut -c1-16)
+# What each binary is built from; bump build_format when the way they are built changes.
+build_format=2
+control_plane_stamp=$( (echo "$build_format $ldflags"; cat go.mod go.sum cmd/etcd/main.go) | sha256sum | cut -c1-16)
+stamp_of() { # $1: a target or tool spec
+  case $1 in
+    *@*|without-ui:*) echo "$build_format $1" | sha256sum | cut -c1-16 ;;
+    *) echo "$control_plane_stamp" ;;
+  esac
+}
 mkdir -p bin
 export CGO_ENABLED=0 GOWORK=off GOFLAGS=-mod=mod
 
 targets=(etcd:./cmd/etcd kube-apiserver:k8s.io/kubernetes/cmd/kube-apiserver
   kube-controller-manager:k8s.io/kubernetes/cmd/kube-controller-manager
   kube-scheduler:k8s.io/kubernetes/cmd/kube-scheduler kubectl:k8s.io/kubernetes/cmd/kubectl)
-# Prometheus and Alertmanager for the health-gate tests, each built from its
+# Prometheus, its promtool and Alertmanager for the health-gate and alert tests, and helm for
+# the chart's tests, each built from its
 # own module: their go.mod, not ours, picks their dependencies. Prometheus builds with
 # `go install pkg@version` (its web UI is left out without the builtinassets tag).
 # Alertmanager's module lacks the UI bundle it embeds (ui/app/dist is built by npm in its
 # release process), so it is built from a copy of its module with a placeholder page there.
 prometheus_version=v0.316.0  # Prometheus 3.16
 alertmanager_version=v0.34.1
+helm_version=v4.3.1
 tools=(prometheus:github.com/prometheus/prometheus/cmd/prometheus@${prometheus_version}
-  alertmanager:without-ui:github.com/prometheus/alertmanager@${alertmanager_version}:./cmd/alertmanager)
+  promtool:github.com/prometheus/prometheus/cmd/promtool@${prometheus_version}
+  alertmanager:without-ui:github.com/prometheus/alertmanager@${alertmanager_version}:./cmd/alertmanager
+  helm:helm.sh/helm/v4/cmd/helm@${helm_version})
 
 todo=()
 for t in "${targets[@]}" "${tools[@]}"; do
   name=${t%%:*}
-  if [ -x "bin/$name" ] && [ "$(cat "bin/.$name.stamp" 2>/dev/null)" = "$stamp" ]; then continue; fi
+  if [ -x "bin/$name" ] && [ "$(cat "bin/.$name.stamp" 2>/dev/null)" = "$(stamp_of "${t#*:}")" ]; then continue; fi
   todo+=("$t")
 done
 if [ ${#todo[@]} -eq 0 ]; then
-  echo "testenv: control plane ${release}, Prometheus and Alertmanager are up to date in testenv/bin"
+  echo "testenv: control plane ${release}, Prometheus, promtool, Alertmanager and helm are up to date in testenv/bin"
   exit 0
 fi
-echo "testenv: building ${#todo[@]} binaries (Kubernetes ${release}, etcd ${etcd_release}, Prometheus ${prometheus_version}, Alertmanager ${alertmanager_version}) into testenv/bin."
+echo "testenv: building ${#todo[@]} binaries (Kubernetes ${release}, etcd ${etcd_release}, Prometheus ${prometheus_version}, Alertmanager ${alertmanager_version}, helm ${helm_version}) into testenv/bin."
 echo "testenv: the first build downloads the modules and compiles for 15-30 minutes on 2 cores; later builds are cached."
 i=0
 for t in "${todo[@]}"; do
@@ -78,7 +92,7 @@ for t in "${todo[@]}"; do
       go build -trimpath -ldflags "$ldf" -o "bin/$name.tmp" "$target"
       mv "bin/$name.tmp" "bin/$name" ;;
   esac
-  echo "$stamp" > "bin/.$name.stamp"
+  stamp_of "$target" > "bin/.$name.stamp"
   echo "testenv: [$i/${#todo[@]}] $name built in $((SECONDS - start))s"
 done
 echo "testenv: done; binaries are in testenv/bin"

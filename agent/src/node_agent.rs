@@ -8,7 +8,7 @@ use crate::{
     events::{NodeEvents, Reason},
     rebooter::Rebooter,
     retry::Backoff,
-    sentinel::SentinelAction,
+    sentinel::{SentinelAction, SentinelRecord},
     settings::Settings,
     steps::Outcome,
 };
@@ -104,8 +104,12 @@ impl NodeAgent {
                 () = &mut shutdown => return self.stopping(),
                 () = sleep_until(check_due.unwrap_or_else(Instant::now)), if check_due.is_some() => {
                     check_at = Some(Instant::now() + jittered(self.settings.check_period));
-                    if let Some(node) = &last_seen {
-                        self.check_sentinel(node, &mut sentinel_reported).await;
+                    if let Some(node) = &last_seen
+                        && let Some(written) = self.check_sentinel(node, &mut sentinel_reported).await
+                    {
+                        // The next check decides on what was written, not on the state
+                        // before it, even when the watch has not brought the change yet.
+                        last_seen = Some(written);
                     }
                     None
                 }
@@ -224,83 +228,126 @@ impl NodeAgent {
 
 impl NodeAgent {
     /// Looks at the sentinel and requests a reboot, reports a sentinel that survived its
-    /// reboot, or does nothing (DESIGN: no API request while nothing changes).
-    async fn check_sentinel(&self, node: &Node, reported: &mut Option<String>) {
-        let Some(sentinel) = self.settings.sentinel.clone() else {
-            return;
-        };
+    /// reboot, forgets one that is gone, or does nothing (DESIGN: no API request while nothing
+    /// changes). Returns the node as written, if it wrote.
+    async fn check_sentinel(&self, node: &Node, reported: &mut Option<String>) -> Option<Node> {
+        let sentinel = self.settings.sentinel.clone()?;
         let what = sentinel.describe();
         let fingerprint = match tokio::task::spawn_blocking(move || sentinel.check()).await {
             Ok(Ok(fingerprint)) => fingerprint,
             Ok(Err(why)) => {
                 warn!("cannot look at the reboot sentinel: {why}");
-                return;
+                return None;
             }
-            Err(_) => return,
+            Err(_) => return None,
         };
         let keys = &self.settings.keys;
         let facts = common::NodeFacts::from_node(node);
-        let opted_out = keys.is_disabled(node.metadata.labels.as_ref());
         let recorded = facts.annotations.get(&keys.sentinel).map(String::as_str);
         let action = crate::sentinel::decide_sentinel(
             &facts.protocol(keys),
-            opted_out,
+            keys.is_disabled(node.metadata.labels.as_ref()),
             fingerprint.as_deref(),
             recorded,
+            &self.settings.boot_id,
         );
-        let metrics = &self.observed.metrics;
-        match action {
-            SentinelAction::Nothing => {
-                if fingerprint.is_none() {
-                    metrics.sentinel_persists.set(0);
-                    *reported = None;
-                }
-            }
-            SentinelAction::Persists if *reported != fingerprint => {
-                let note = format!(
-                    "{what} is still there after the reboot requested for it: not requesting \
-                     again until it changes (did the update apply? is it on a persistent disk?)"
-                );
-                warn!("{note}");
-                metrics.sentinel_persists.set(1);
-                self.events
-                    .publish(node, Reason::SentinelPersists, note)
-                    .await;
-                reported.clone_from(&fingerprint);
-            }
-            SentinelAction::Persists => {}
-            SentinelAction::Request => {
-                let requested_by = format!("agent: {what}");
-                let patch = common::Transition::new(keys).request(
-                    &facts,
-                    &requested_by,
-                    fingerprint.as_deref().unwrap_or_default(),
-                );
-                let written = self
-                    .nodes
-                    .patch(
-                        self.name(),
-                        &PatchParams::default(),
-                        &Patch::Json::<()>(patch),
-                    )
-                    .await;
-                match written {
-                    Ok(_) => {
-                        info!(%requested_by, "the reboot sentinel asks for a reboot; requested");
-                        metrics.reboots_requested.inc();
-                        let note = format!("{what} asks for a reboot: reboot-needed=true");
-                        self.events
-                            .publish(node, Reason::RebootRequired, note)
-                            .await;
-                    }
-                    // The node changed since it was seen (an administrator's request, say):
-                    // the next check decides on the new state.
-                    Err(error) => {
-                        metrics.api_error(ApiErrorKind::of(&error));
-                        info!(%error, "could not request the reboot; looking again later");
-                    }
-                }
-            }
+        // Gone or changed: whatever persisted before does not any more.
+        if fingerprint.is_none() || action == SentinelAction::Request {
+            self.observed.metrics.sentinel_persists.set(0);
+            *reported = None;
         }
+        match (action, fingerprint) {
+            (SentinelAction::Persists, Some(fingerprint)) => {
+                self.report_persisting(node, &what, fingerprint, reported)
+                    .await;
+                None
+            }
+            (SentinelAction::Request, Some(fingerprint)) => {
+                self.request_reboot(node, &facts, &what, &fingerprint).await
+            }
+            (SentinelAction::Forget, _) => {
+                self.forget_sentinel(&facts, recorded.unwrap_or_default())
+                    .await
+            }
+            // Nothing; Persists and Request come only with a fingerprint.
+            _ => None,
+        }
+    }
+
+    /// Removes the record of a sentinel that is gone, if it is still `recorded`.
+    async fn forget_sentinel(&self, facts: &common::NodeFacts, recorded: &str) -> Option<Node> {
+        let patch = common::Transition::new(&self.settings.keys).forget_sentinel(facts, recorded);
+        let written = self
+            .write_sentinel_patch(patch, "forget the sentinel")
+            .await?;
+        info!(%recorded, "the reboot sentinel is gone; forgot the one requested for");
+        Some(written)
+    }
+
+    /// A Warning Event and the gauge, once per sentinel (`reported`).
+    async fn report_persisting(
+        &self,
+        node: &Node,
+        what: &str,
+        fingerprint: String,
+        reported: &mut Option<String>,
+    ) {
+        if reported.as_ref() == Some(&fingerprint) {
+            return;
+        }
+        let note = format!(
+            "{what} is still there after the reboot requested for it: not requesting again \
+             until it changes (did the update apply? is it on a persistent disk?)"
+        );
+        warn!("{note}");
+        self.observed.metrics.sentinel_persists.set(1);
+        self.events
+            .publish(node, Reason::SentinelPersists, note)
+            .await;
+        *reported = Some(fingerprint);
+    }
+
+    /// `reboot-needed`, who asked, and the record of this sentinel in this boot, in one patch.
+    async fn request_reboot(
+        &self,
+        node: &Node,
+        facts: &common::NodeFacts,
+        what: &str,
+        fingerprint: &str,
+    ) -> Option<Node> {
+        let requested_by = format!("agent: {what}");
+        let record = SentinelRecord::format(&self.settings.boot_id, fingerprint);
+        let patch =
+            common::Transition::new(&self.settings.keys).request(facts, &requested_by, &record);
+        let written = self
+            .write_sentinel_patch(patch, "request the reboot")
+            .await?;
+        info!(%requested_by, "the reboot sentinel asks for a reboot; requested");
+        self.observed.metrics.reboots_requested.inc();
+        let note = format!("{what} asks for a reboot: reboot-needed=true");
+        self.events
+            .publish(node, Reason::RebootRequired, note)
+            .await;
+        Some(written)
+    }
+
+    /// The node as written; `None` when the write failed. The patches `test` what they depend
+    /// on, so a failure mostly means that the node changed since it was seen (an
+    /// administrator's request, say): the next check decides on the new state.
+    async fn write_sentinel_patch(&self, patch: json_patch::Patch, what: &str) -> Option<Node> {
+        let written = self
+            .nodes
+            .patch(
+                self.name(),
+                &PatchParams::default(),
+                &Patch::Json::<()>(patch),
+            )
+            .await;
+        written
+            .inspect_err(|error| {
+                self.observed.metrics.api_error(ApiErrorKind::of(error));
+                info!(%error, "could not {what}; looking again later");
+            })
+            .ok()
     }
 }

@@ -1,12 +1,16 @@
 //! Whether the node needs a reboot by the operating system's own word: a sentinel file
 //! (`/var/run/reboot-required` on Debian and Ubuntu) or a command (RHEL's
 //! `needs-restarting -r`). The check is cheap (a stat, or one command) and makes no API
-//! request; only a found sentinel on a node without a request leads to one patch.
+//! request while nothing changes: only a found sentinel on a node without a request, or a
+//! record of one that is gone, leads to one patch.
 //!
 //! A sentinel that survives the reboot it asked for (the update did not apply, the file is on
-//! a persistent disk) must not cause a reboot loop: the request records the sentinel's
-//! fingerprint (`reboot-sentinel`), and the same fingerprint after that reboot is reported,
-//! never acted on, until the sentinel changes.
+//! a persistent disk) must not cause a reboot loop: the request records the boot it was made
+//! in and the sentinel's fingerprint (`reboot-sentinel`), and the same fingerprint in a later
+//! boot is reported, never acted on, until the sentinel changes. In the same boot it means
+//! that no reboot happened: an administrator cancelled the request, and that is respected.
+//! Once the sentinel is gone the record is forgotten, so the next need, even identical, is
+//! a new one.
 
 use crate::{args::RebootCommand, rebooter::command::host_command};
 use common::{Phase, ProtocolState, Request};
@@ -30,8 +34,57 @@ pub enum SentinelAction {
     Nothing,
     /// Write `reboot-needed` with who asked and the fingerprint.
     Request,
-    /// The sentinel is still the one a past reboot was requested for.
+    /// The sentinel is still the one a past reboot was requested for, and the node has booted
+    /// since: report it, do not request again.
     Persists,
+    /// The sentinel is gone: remove the record (`reboot-sentinel`), so that it coming back,
+    /// even byte for byte the same, is a new need.
+    Forget,
+}
+
+/// What `reboot-sentinel` says: the sentinel a past automatic request was made for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SentinelRecord<'a> {
+    /// The boot the request was made in; `None` for a record without one (written by an
+    /// agent before boot ids were recorded, or edited by hand).
+    pub boot_id: Option<&'a str>,
+    pub fingerprint: &'a str,
+}
+
+const FILE: &str = "file";
+const COMMAND: &str = "command";
+/// The first word of every fingerprint: tells a record without a boot id from one with it.
+const FINGERPRINT_KINDS: [&str; 2] = [FILE, COMMAND];
+
+impl<'a> SentinelRecord<'a> {
+    /// The annotation's value: `<boot-id> <fingerprint>`.
+    pub fn format(boot_id: &str, fingerprint: &str) -> String {
+        format!("{boot_id} {fingerprint}")
+    }
+
+    /// Reads a value of `reboot-sentinel`. An older agent wrote the bare fingerprint (it starts
+    /// with its kind); that, or a value without a space, is a record of an unknown boot.
+    pub fn parse(value: &'a str) -> Self {
+        let unknown_boot = Self {
+            boot_id: None,
+            fingerprint: value,
+        };
+        match value.split_once(' ') {
+            Some((first, _)) if FINGERPRINT_KINDS.contains(&first) => unknown_boot,
+            Some((boot_id, fingerprint)) => Self {
+                boot_id: Some(boot_id),
+                fingerprint,
+            },
+            None => unknown_boot,
+        }
+    }
+
+    /// Whether the node booted since the record was made. Unknown for a record without a boot
+    /// id: taken as yes, so that an agent upgrade never turns a sentinel that an older agent
+    /// already saw survive its reboot into a new request (no loop; at worst a report).
+    fn booted_since(&self, current_boot_id: &str) -> bool {
+        self.boot_id != Some(current_boot_id)
+    }
 }
 
 impl Sentinel {
@@ -62,7 +115,8 @@ impl Sentinel {
                         .read_to_end(&mut content)
                         .map_err(|e| e.to_string())?;
                     Ok(Some(format!(
-                        "file {}.{:09} {} {:016x}",
+                        "{} {}.{:09} {} {:016x}",
+                        FILE,
                         modified.as_secs(),
                         modified.subsec_nanos(),
                         meta.len(),
@@ -82,7 +136,7 @@ impl Sentinel {
                     .output()
                     .map_err(|e| format!("cannot run {command}: {e}"))?;
                 Ok((output.status.code() == Some(*needed))
-                    .then(|| format!("command {:016x}", fnv1a(&output.stdout))))
+                    .then(|| format!("{} {:016x}", COMMAND, fnv1a(&output.stdout))))
             }
         }
     }
@@ -96,26 +150,43 @@ fn fnv1a(bytes: &[u8]) -> u64 {
 }
 
 /// Pure: what to do about a sentinel found with `fingerprint` (`None`: not found) on a node in
-/// `state`, `recorded` being the fingerprint its last automatic request was made for.
+/// `state`, booted as `boot_id`, `recorded` being the value of `reboot-sentinel` (the sentinel
+/// its last automatic request was made for).
 pub fn decide_sentinel(
     state: &ProtocolState,
     opted_out: bool,
     fingerprint: Option<&str>,
     recorded: Option<&str>,
+    boot_id: &str,
 ) -> SentinelAction {
-    let Some(fingerprint) = fingerprint else {
-        return SentinelAction::Nothing;
-    };
+    // While a request is pending or a reboot under way, the record belongs to it.
     let idle = state.request == Request::Absent
         && state.phase == Phase::Idle
         && state.grant.is_none()
         && !state.reboot_under_way();
-    if opted_out || !idle {
-        SentinelAction::Nothing
-    } else if recorded == Some(fingerprint) {
-        SentinelAction::Persists
-    } else {
-        SentinelAction::Request
+    if !idle {
+        return SentinelAction::Nothing;
+    }
+    let recorded = recorded.map(SentinelRecord::parse);
+    let Some(fingerprint) = fingerprint else {
+        // Forgetting is no request, so an opted-out node forgets too.
+        return if recorded.is_some() {
+            SentinelAction::Forget
+        } else {
+            SentinelAction::Nothing
+        };
+    };
+    match recorded {
+        _ if opted_out => SentinelAction::Nothing,
+        Some(record) if record.fingerprint == fingerprint => {
+            if record.booted_since(boot_id) {
+                SentinelAction::Persists
+            } else {
+                // No reboot since the request: an administrator cancelled it.
+                SentinelAction::Nothing
+            }
+        }
+        _ => SentinelAction::Request,
     }
 }
 
@@ -134,32 +205,138 @@ mod tests {
     }
 
     #[test]
-    fn requests_once_never_during_its_reboot_and_reports_a_sentinel_that_survived() {
+    fn requests_reports_respects_a_cancel_and_forgets() {
         use SentinelAction::*;
         let idle = state(&[]);
-        assert_eq!(decide_sentinel(&idle, false, None, None), Nothing);
-        assert_eq!(decide_sentinel(&idle, false, Some("a"), None), Request);
-        assert_eq!(
-            decide_sentinel(&idle, true, Some("a"), None),
-            Nothing,
-            "opted out"
-        );
+        // (what, opted out, found, recorded, expected), all in boot `b2`.
+        let cases = [
+            (
+                "nothing found, nothing recorded",
+                false,
+                None,
+                None,
+                Nothing,
+            ),
+            ("a need", false, Some("command 1"), None, Request),
+            ("opted out", true, Some("command 1"), None, Nothing),
+            (
+                "another sentinel than the recorded one",
+                false,
+                Some("command 2"),
+                Some("b1 command 1"),
+                Request,
+            ),
+            (
+                "the same one after a reboot",
+                false,
+                Some("command 1"),
+                Some("b1 command 1"),
+                Persists,
+            ),
+            (
+                "the same one in the same boot: the request was cancelled",
+                false,
+                Some("command 1"),
+                Some("b2 command 1"),
+                Nothing,
+            ),
+            (
+                "the same one, recorded by an older agent without a boot id",
+                false,
+                Some("command 1"),
+                Some("command 1"),
+                Persists,
+            ),
+            (
+                "an unreadable record",
+                false,
+                Some("command 1"),
+                Some("banana"),
+                Request,
+            ),
+            ("gone: forget", false, None, Some("b1 command 1"), Forget),
+            (
+                "gone, cancelled in this boot: forget",
+                false,
+                None,
+                Some("b2 command 1"),
+                Forget,
+            ),
+            (
+                "gone, opted out: forget",
+                true,
+                None,
+                Some("b1 file 1"),
+                Forget,
+            ),
+            (
+                "gone, an old record: forget",
+                false,
+                None,
+                Some("file 1"),
+                Forget,
+            ),
+            (
+                "the same one opted out after a reboot",
+                true,
+                Some("command 1"),
+                Some("b1 command 1"),
+                Nothing,
+            ),
+        ];
+        for (what, opted_out, found, recorded, expected) in cases {
+            assert_eq!(
+                decide_sentinel(&idle, opted_out, found, recorded, "b2"),
+                expected,
+                "{what}"
+            );
+        }
+    }
+
+    #[test]
+    fn never_acts_while_a_request_is_pending_or_a_reboot_under_way() {
         for busy in [
             state(&[("reboot-needed", "true")]),
+            state(&[("reboot-needed", "banana")]),
             state(&[("reboot-now", "true")]),
             state(&[("reboot-in-progress", "true"), ("reboot-boot-id", "b")]),
             state(&[("reboot-done", "true")]),
             state(&[("reboot-grant", "g")]),
         ] {
-            assert_eq!(decide_sentinel(&busy, false, Some("a"), None), Nothing);
+            for (found, recorded) in [
+                (Some("command 1"), None),
+                (Some("command 1"), Some("b1 command 1")),
+                (None, Some("b1 command 1")),
+            ] {
+                assert_eq!(
+                    decide_sentinel(&busy, false, found, recorded, "b2"),
+                    SentinelAction::Nothing,
+                    "{busy:?} {found:?} {recorded:?}"
+                );
+            }
         }
-        // After the reboot requested for `a`: the same sentinel persists, a new one requests.
+    }
+
+    #[test]
+    fn a_record_is_read_with_its_boot_and_an_old_one_without() {
+        let record = SentinelRecord::format("b1", "file 1.000000002 3 00000000000000ff");
         assert_eq!(
-            decide_sentinel(&idle, false, Some("a"), Some("a")),
-            Persists
+            SentinelRecord::parse(&record),
+            SentinelRecord {
+                boot_id: Some("b1"),
+                fingerprint: "file 1.000000002 3 00000000000000ff"
+            }
         );
-        assert_eq!(decide_sentinel(&idle, false, Some("b"), Some("a")), Request);
-        assert_eq!(decide_sentinel(&idle, false, None, Some("a")), Nothing);
+        for old in ["command 00000000000000ff", "file 1.000000002 3 ff", "x", ""] {
+            assert_eq!(
+                SentinelRecord::parse(old),
+                SentinelRecord {
+                    boot_id: None,
+                    fingerprint: old
+                },
+                "{old}"
+            );
+        }
     }
 
     #[test]

@@ -31,8 +31,9 @@ pub const REBOOT_LAST_GRANT: &str = "reboot-last-grant";
 /// `reboot-needed` by an agent that found its node's reboot sentinel
 /// (`agent: /var/run/reboot-required`).
 pub const REBOOT_REQUESTED_BY: &str = "reboot-requested-by";
-/// The fingerprint of the sentinel an agent requested a reboot for: a sentinel that is still
-/// the same after that reboot is reported, never acted on again.
+/// `<boot id> <fingerprint>`: the sentinel an agent requested a reboot for, and the boot it
+/// asked in. The same sentinel in a later boot is reported, never acted on again; the record
+/// is removed once the sentinel is gone, so that its return is a new need.
 pub const REBOOT_SENTINEL: &str = "reboot-sentinel";
 /// A node LABEL: `reboot-disabled=true` opts the node out (no grant, no automatic request).
 pub const REBOOT_DISABLED: &str = "reboot-disabled";

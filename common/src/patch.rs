@@ -177,13 +177,24 @@ impl<'a> Transition<'a> {
     }
 
     /// Agent, its node's reboot sentinel found: requests a reboot, saying who asked and why
-    /// and which sentinel, only if the node is unchanged since it was seen without a request.
-    pub fn request(&self, node: &NodeFacts, requested_by: &str, sentinel: &str) -> Patch {
+    /// and recording which sentinel in which boot (`sentinel_record`), only if the node is
+    /// unchanged since it was seen without a request.
+    pub fn request(&self, node: &NodeFacts, requested_by: &str, sentinel_record: &str) -> Patch {
         Ops::on(node)
             .test_unchanged(node)
             .set_annotation(&self.keys.needed, "true")
             .set_annotation(&self.keys.requested_by, requested_by)
-            .set_annotation(&self.keys.sentinel, sentinel)
+            .set_annotation(&self.keys.sentinel, sentinel_record)
+            .build()
+    }
+
+    /// Agent, the sentinel a past request was made for is gone: forget it, so that a sentinel
+    /// that comes back, even the same, is a new need. Holds only while the record is still
+    /// `recorded`; `reboot-requested-by` stays, as the history of the last request.
+    pub fn forget_sentinel(&self, node: &NodeFacts, recorded: &str) -> Patch {
+        Ops::on(node)
+            .test_annotation(&self.keys.sentinel, recorded)
+            .remove_annotation(&self.keys.sentinel)
             .build()
     }
 
@@ -426,6 +437,25 @@ mod tests {
             json!({"reboot-done": "true", "reboot-boot-id": "b2"}),
             "the proven boot stays for the controller to compare with the kubelet's"
         );
+    }
+
+    #[test]
+    fn a_sentinel_record_is_forgotten_only_while_it_is_the_one_seen() {
+        let keys = AnnotationKeys::new("reboot.example.com").unwrap();
+        let key = "reboot.example.com/reboot-sentinel";
+        let facts = node(&[(key, "b1 command 1")], false);
+        let patch = Transition::new(&keys).forget_sentinel(&facts, "b1 command 1");
+        let mut obj = json!({"metadata": {"annotations": {key: "b1 command 1",
+            "reboot.example.com/reboot-requested-by": "agent: `x`"}}});
+        apply(&mut obj, &patch).unwrap();
+        assert_eq!(
+            obj["metadata"]["annotations"],
+            json!({"reboot.example.com/reboot-requested-by": "agent: `x`"})
+        );
+        for changed in [json!({key: "b2 command 2"}), json!({"other": "x"})] {
+            let mut obj = json!({"metadata": {"annotations": changed}});
+            assert!(apply(&mut obj, &patch).is_err(), "{obj}");
+        }
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! Whether to reboot (issue 14), end to end: the agent requests its node's reboot when the
 //! operating system says so (a sentinel file or command), exactly once; a sentinel that
-//! survives the reboot is reported and not acted on; a node can opt out.
+//! survives the reboot is reported and not acted on; once it is gone, the next need (even
+//! the same) is a new one; a node can opt out.
 
 use e2e::{BudgetWatch, eventually, kubectl, node_events, wait_until};
 use nodesim::sandbox::{Sandbox, SandboxConfig};
@@ -146,6 +147,108 @@ async fn a_sentinel_command_that_exits_0_gets_its_node_rebooted_once() {
         sb.fleet.reboots("sim-1"),
         1,
         "the command says no after the reboot"
+    );
+    sb.stop().await;
+}
+
+async fn count(sb: &Sandbox, node: &str, reason: &str) -> usize {
+    reasons(sb, node)
+        .await
+        .iter()
+        .filter(|r| *r == reason)
+        .count()
+}
+
+/// A command whose output never changes (`test -e` prints nothing): after the reboot it asked
+/// for, it still says "needed" (the update did not apply); it is reported, not acted on. Once
+/// it says "not needed", the agent forgets it, and its next "needed", byte for byte the same,
+/// gets the node rebooted again.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_command_that_keeps_its_answer_is_reported_then_requests_again_after_saying_no() {
+    let node = "sim-1";
+    // Outside `run/`: it survives the reboot, as `needs-restarting -r` may keep saying 1.
+    let sb = sandbox(
+        1,
+        "--reboot-sentinel-command=test -e {node_dir}/needs-reboot",
+    )
+    .await;
+    let watch = BudgetWatch::start(sb.client.clone(), 2).await;
+    let needed = sb.fleet.node_dir(node).join("needs-reboot");
+    std::fs::write(&needed, "").unwrap();
+
+    wait_until(
+        "the first reboot is completed",
+        WAIT,
+        Some(&watch),
+        || async {
+            sb.fleet.reboots(node) == 1 && e2e::rollout::ledger_is_empty_on(&sb.client).await
+        },
+    )
+    .await;
+    eventually(
+        "the agent reports that the command still says so after the reboot",
+        WAIT,
+        Some(&watch),
+        || async { (count(&sb, node, "SentinelPersists").await > 0).then_some(()) },
+    )
+    .await;
+    several_checks_later(&watch).await;
+    assert_eq!(
+        sb.fleet.reboots(node),
+        1,
+        "a sentinel that persists rebooted again"
+    );
+    assert_eq!(annotation(&sb, node, "reboot-needed").await, None);
+    assert_eq!(count(&sb, node, "RebootRequired").await, 1);
+    assert_eq!(
+        count(&sb, node, "SentinelPersists").await,
+        1,
+        "reported once"
+    );
+    assert!(
+        annotation(&sb, node, "reboot-sentinel").await.is_some(),
+        "the record of the sentinel stays while it is there"
+    );
+
+    std::fs::remove_file(&needed).unwrap();
+    wait_until(
+        "the agent forgets the sentinel once the command says no",
+        WAIT,
+        Some(&watch),
+        || async { annotation(&sb, node, "reboot-sentinel").await.is_none() },
+    )
+    .await;
+    assert_eq!(sb.fleet.reboots(node), 1);
+
+    // The same answer as the first time: a new need all the same.
+    std::fs::write(&needed, "").unwrap();
+    wait_until(
+        "the second reboot is completed",
+        WAIT,
+        Some(&watch),
+        || async {
+            sb.fleet.reboots(node) == 2 && e2e::rollout::ledger_is_empty_on(&sb.client).await
+        },
+    )
+    .await;
+    eventually(
+        "the agent reports again that the command still says so after the second reboot",
+        WAIT,
+        Some(&watch),
+        || async { (count(&sb, node, "SentinelPersists").await == 2).then_some(()) },
+    )
+    .await;
+    several_checks_later(&watch).await;
+    assert_eq!(
+        sb.fleet.reboots(node),
+        2,
+        "rebooted again after the second need"
+    );
+    assert_eq!(count(&sb, node, "RebootRequired").await, 2);
+    assert_eq!(
+        annotation(&sb, node, "reboot-needed").await,
+        None,
+        "no loop"
     );
     sb.stop().await;
 }

@@ -268,16 +268,7 @@ async fn a_blocking_pod_holds_its_node_the_others_go_on_and_it_reboots_once_the_
     let names = sb.fleet.names();
     let busy = &names[0];
     let watch = BudgetWatch::start(client.clone(), 1).await;
-    // No controller-manager here to create the namespace's default ServiceAccount.
-    e2e::apply(
-        &sb.control_plane,
-        &format!(
-            "apiVersion: v1\nkind: ServiceAccount\nmetadata: {{name: default, namespace: \
-             default}}\n---\napiVersion: v1\nkind: Pod\nmetadata: {{name: backup, namespace: default, labels: \
-             {{app: backup}}}}\nspec:\n  nodeName: {busy}\n  containers: [{{name: c, image: \
-             registry.example/backup:1}}]\n"
-        ),
-    );
+    start_backup_pod(&sb, busy);
     kubectl(
         &sb.control_plane,
         &["annotate", "nodes", "--all", "reboot-needed=true"],
@@ -317,6 +308,27 @@ async fn a_blocking_pod_holds_its_node_the_others_go_on_and_it_reboots_once_the_
         "a pod on one node does not hold the pool"
     );
 
+    finish_backup_pod(&sb);
+    rollout_completes(&sb, &watch).await;
+    sb.stop().await;
+}
+
+/// A pod labelled `app=backup` running on `node`.
+fn start_backup_pod(sb: &Sandbox, node: &str) {
+    // No controller-manager here to create the namespace's default ServiceAccount.
+    e2e::apply(
+        &sb.control_plane,
+        &format!(
+            "apiVersion: v1\nkind: ServiceAccount\nmetadata: {{name: default, namespace: \
+             default}}\n---\napiVersion: v1\nkind: Pod\nmetadata: {{name: backup, namespace: default, labels: \
+             {{app: backup}}}}\nspec:\n  nodeName: {node}\n  containers: [{{name: c, image: \
+             registry.example/backup:1}}]\n"
+        ),
+    );
+}
+
+/// The backup pod's job is done: it has Succeeded, as a kubelet would report.
+fn finish_backup_pod(sb: &Sandbox) {
     kubectl(
         &sb.control_plane,
         &[
@@ -331,6 +343,51 @@ async fn a_blocking_pod_holds_its_node_the_others_go_on_and_it_reboots_once_the_
             r#"{"status":{"phase":"Succeeded"}}"#,
         ],
     );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn with_cluster_scope_a_blocking_pod_anywhere_holds_every_node_until_it_finishes() {
+    let sb = sandbox(
+        3,
+        2,
+        &[
+            "--blocking-pod-selector",
+            "app=backup",
+            "--blocking-pod-selector-scope",
+            "cluster",
+        ],
+    )
+    .await;
+    let client = sb.client.clone();
+    let names = sb.fleet.names();
+    let watch = BudgetWatch::start(client.clone(), 1).await;
+    start_backup_pod(&sb, &names[0]);
+    kubectl(
+        &sb.control_plane,
+        &["annotate", "nodes", "--all", "reboot-needed=true"],
+    );
+    wait_gate(&sb, &watch, "blocking_pods", false).await;
+    for name in &names {
+        e2e::wait_for_event(
+            &client,
+            name,
+            "BlockingPod",
+            &["default/backup"],
+            Some(&watch),
+        )
+        .await;
+    }
+    tokio::time::sleep(HELD).await;
+    watch
+        .check()
+        .unwrap_or_else(|violation| panic!("{violation}"));
+    assert!(
+        started(&sb, &client).await.is_empty(),
+        "a node was granted while a cluster-scoped blocking pod runs"
+    );
+
+    finish_backup_pod(&sb);
     rollout_completes(&sb, &watch).await;
+    assert_eq!(gate_open(&sb, "blocking_pods").await, Some(1.0));
     sb.stop().await;
 }

@@ -2,9 +2,10 @@
 # Builds the base disk image of the VM test tier (README "Real reboots in virtual machines"):
 # Debian bookworm, debootstrap --variant=minbase, systemd as init, the cloud kernel with an
 # initramfs of just the virtio drivers, a static network and the units of vm/image/rootfs.
-# The result is cached in .cache/vm-image/<key>/ where the key hashes this script and
-# vm/image/rootfs, so it is built once; the agent and the reporter are NOT in it: each run
-# gives every VM a seed disk with the current binaries (vm/src/seed.rs).
+# The result is cached in .cache/vm-image/<key>/ where the key hashes this script,
+# vm/image/rootfs and the Debian mirror ($DEBIAN_MIRROR), so it is built once; the agent and the
+# reporter are NOT in it: each run gives every VM a seed disk with the current binaries
+# (vm/harness/src/seed.rs).
 #
 # Output: base.qcow2 (the root file system, ext4 on /dev/vda), vmlinuz and initrd.img (booted
 # directly by QEMU with -kernel, so the image needs no boot loader), and `key`.
@@ -23,7 +24,10 @@ masked=(apt-daily.timer apt-daily-upgrade.timer dpkg-db-backup.timer e2scrub_all
     serial-getty@ttyS0.service getty-static.service systemd-networkd-wait-online.service
     systemd-timesyncd.service systemd-pstore.service remote-fs.target)
 
-key=$( (cat "$0"; cd "$here/rootfs" && find . -type f | LC_ALL=C sort | xargs sha256sum) |
+# Every input of the image: this script, the files copied into it and where the packages come
+# from (another mirror may serve other versions).
+key=$( (cat "$0"; echo "mirror=$mirror"
+    cd "$here/rootfs" && find . -type f | LC_ALL=C sort | xargs sha256sum) |
     sha256sum | cut -c1-16)
 out=$cache/$key
 if [[ -f $out/base.qcow2 ]]; then

@@ -39,7 +39,7 @@ impl Error {
 
 /// The Debian packages of every host tool the tier runs, in one install command.
 pub const INSTALL_HINT: &str =
-    "apt-get install -y qemu-system-x86 qemu-utils debootstrap e2fsprogs socat";
+    "apt-get install -y qemu-system-x86 qemu-utils debootstrap e2fsprogs socat util-linux";
 
 /// Fails, naming the install command, when a host tool of the tier is missing: the tier never
 /// skips itself.
@@ -50,6 +50,8 @@ pub fn require_tools() -> Result<(), Error> {
         "socat",
         "mkfs.ext4",
         "debootstrap",
+        // util-linux's: QEMU runs under `setpriv --pdeathsig KILL` (see `qemu`).
+        "setpriv",
     ]
     .into_iter()
     .filter(|tool| find_on_path(tool).is_none())
@@ -71,6 +73,29 @@ pub fn find_on_path(tool: &str) -> Option<PathBuf> {
         .chain(["/usr/sbin", "/sbin"].map(PathBuf::from))
         .map(|dir| dir.join(tool))
         .find(|candidate| candidate.is_file())
+}
+
+/// Runs `work` unless SIGINT, SIGTERM or SIGHUP comes first; then drops it, which stops
+/// everything it started (the guests' QEMU, the controller, the control plane: each stops in
+/// its `Drop`), and panics, so the test fails and says why.
+///
+/// Without this a signal sent to the test process alone (`kill <pid>`, a CI timeout) ends it
+/// at once, without running any `Drop`: QEMU would still die (its parent death signal), the
+/// control plane's processes would not.
+pub async fn unless_interrupted<T>(work: impl std::future::Future<Output = T>) -> T {
+    use tokio::signal::unix::{SignalKind, signal};
+    let listen = |kind| signal(kind).expect("listen for signals");
+    let mut interrupt = listen(SignalKind::interrupt());
+    let mut terminate = listen(SignalKind::terminate());
+    let mut hangup = listen(SignalKind::hangup());
+    // `work` is moved into `select!`, which drops it before this returns.
+    let name = tokio::select! {
+        done = work => return done,
+        _ = interrupt.recv() => "SIGINT",
+        _ = terminate.recv() => "SIGTERM",
+        _ = hangup.recv() => "SIGHUP",
+    };
+    panic!("interrupted by {name}: stopped the guests' QEMU, the controller and the control plane");
 }
 
 /// The workspace's root directory.

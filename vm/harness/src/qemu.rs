@@ -1,11 +1,17 @@
 //! One guest: `qemu-system-x86_64` with a qcow2 overlay on the base image, the seed disk, a
 //! user-mode network that reaches nothing but the API server, and its serial console in a
 //! file that outlives the guest's reboots (the QEMU process stays; the guest resets).
+//!
+//! QEMU never outlives the test process, however that ends: [`Vm`]'s `Drop` kills it, and it
+//! runs under `setpriv --pdeathsig KILL`, so the kernel kills it when the test process dies
+//! without running any `Drop` (SIGKILL, abort). Its forwarding processes (one `socat` per
+//! connection of the guest) read from and write to QEMU alone: they end when QEMU does.
 
 use crate::{Error, image::BaseImage};
 use std::{
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
+    sync::{Mutex, OnceLock, mpsc},
     time::Instant,
 };
 use testenv::GUEST_FORWARD_ADDRESS;
@@ -70,7 +76,9 @@ impl Vm {
             "user,model=virtio-net-pci,restrict=on,guestfwd=tcp:{GUEST_FORWARD_ADDRESS}:{GUEST_API_PORT}-cmd:socat - TCP:127.0.0.1:{}",
             spec.api_port
         );
-        let child = Command::new("qemu-system-x86_64")
+        let mut qemu = Command::new(crate::find_on_path("setpriv").unwrap_or("setpriv".into()));
+        // The parent death signal is the kernel's: QEMU gets SIGKILL when its parent dies.
+        qemu.args(["--pdeathsig", "KILL", "--", "qemu-system-x86_64"])
             .args([
                 "-name",
                 &spec.name,
@@ -103,9 +111,8 @@ impl Vm {
             .arg(format!("file:{}", serial.display()))
             .stdin(Stdio::null())
             .stdout(log)
-            .stderr(log_err)
-            .spawn()
-            .map_err(Error::io("start qemu-system-x86_64"))?;
+            .stderr(log_err);
+        let child = spawn_for_the_whole_run(qemu).map_err(Error::io("start qemu-system-x86_64"))?;
         Ok(Vm {
             name: spec.name.clone(),
             serial,
@@ -134,6 +141,14 @@ impl Vm {
         self.serial_log().matches("] Linux version ").count()
     }
 
+    /// How many times the kernel restarted the machine, by its last words on the console: a
+    /// reboot under way shows here before the next kernel's banner does.
+    pub fn restarts(&self) -> usize {
+        self.serial_log()
+            .matches("reboot: Restarting system")
+            .count()
+    }
+
     /// Whether QEMU still runs (a guest that powered off or crashed ends it).
     pub fn is_running(&mut self) -> bool {
         matches!(self.child.try_wait(), Ok(None))
@@ -145,6 +160,39 @@ impl Drop for Vm {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// Spawns `command` from a thread that lives as long as the process.
+///
+/// The parent death signal that `setpriv --pdeathsig` asks for fires when the THREAD that
+/// spawned the child ends, not the process: spawned from a runtime's worker or a blocking-pool
+/// thread (which ends after some idle seconds), QEMU would be killed in the middle of the test.
+fn spawn_for_the_whole_run(command: Command) -> std::io::Result<Child> {
+    type Request = (Command, mpsc::Sender<std::io::Result<Child>>);
+    static SPAWNER: OnceLock<Mutex<mpsc::Sender<Request>>> = OnceLock::new();
+    let spawner = SPAWNER.get_or_init(|| {
+        let (requests, incoming) = mpsc::channel::<Request>();
+        // Never joined: it waits for requests until the process exits (the static sender is
+        // never dropped).
+        std::thread::Builder::new()
+            .name("vm-spawner".into())
+            .spawn(move || {
+                for (mut command, reply) in incoming {
+                    let _ = reply.send(command.spawn());
+                }
+            })
+            .expect("start the thread that spawns the guests");
+        Mutex::new(requests)
+    });
+    let (reply, answer) = mpsc::channel();
+    spawner
+        .lock()
+        .map_err(|_| std::io::Error::other("the spawner's lock is poisoned"))?
+        .send((command, reply))
+        .map_err(|_| std::io::Error::other("the spawner thread is gone"))?;
+    answer
+        .recv()
+        .map_err(|_| std::io::Error::other("the spawner thread is gone"))?
 }
 
 /// The boot ids in a serial log, from vm-node-reporter's line of each boot.

@@ -5,6 +5,8 @@
 //! independent watch of the Nodes.
 //!
 //! One test, in phases, because the guests are expensive: booting them once serves all.
+//! A signal to the test process (Ctrl-C, `kill`) stops every QEMU, the controller and the
+//! control plane before it ends ([`vmtest::unless_interrupted`]).
 
 use common::AnnotationKeys;
 use e2e::{BudgetWatch, eventually, kubectl, node_events};
@@ -28,14 +30,23 @@ const BOOT_TIMEOUT: Duration = Duration::from_secs(600);
 const ROUND_TIMEOUT: Duration = Duration::from_secs(900);
 /// The guest whose reboot command does nothing.
 const NO_OP: &str = "vm-noop";
-/// The reasons of the operator's Events, controller's and agent's, of one good reboot.
-const ONE_REBOOT: [&str; 5] = [
-    "Draining",
-    "RebootApproved",
-    "Rebooting",
-    "Rebooted",
-    "Rebooted",
+/// How long the guests are watched after the last round, in which none may boot again.
+const SETTLE: Duration = Duration::from_secs(20);
+const CONTROLLER: &str = "reboot-controller";
+const AGENT: &str = "reboot-agent";
+/// The operator's Events of one good reboot, by reason and reporting component, in order. The
+/// last two tell of the same moment from both sides: the agent's once it has proven the new
+/// boot id and written so, the controller's once it has completed the node, which it does
+/// upon that write; they race to the API server, so their order is not checked.
+const ONE_REBOOT: [(&str, &str); 5] = [
+    ("Draining", CONTROLLER),
+    ("RebootApproved", CONTROLLER),
+    ("Rebooting", AGENT),
+    ("Rebooted", AGENT),
+    ("Rebooted", CONTROLLER),
 ];
+/// How many of [`ONE_REBOOT`]'s last Events may come in either order.
+const RACING: usize = 2;
 
 fn guests() -> Vec<Guest> {
     vec![
@@ -65,6 +76,10 @@ fn run_dir() -> PathBuf {
 #[tokio::test(flavor = "multi_thread")]
 async fn real_vms_reboot_once_each_within_the_budget_and_a_reboot_that_does_not_happen_is_retried()
 {
+    vmtest::unless_interrupted(tier()).await;
+}
+
+async fn tier() {
     let started = Instant::now();
     vmtest::require_tools().unwrap_or_else(|e| panic!("{e}"));
     let image = BaseImage::ensure().unwrap_or_else(|e| panic!("{e}"));
@@ -110,13 +125,18 @@ async fn real_vms_reboot_once_each_within_the_budget_and_a_reboot_that_does_not_
     let rebooted = ["vm-command", "vm-signal", "vm-syscall"];
 
     let mut controller = start_controller(1, "1");
-    let first = round(&cp, &admin, &fleet, &rebooted, 1, 1).await;
+    let (first, _) = round(&cp, &admin, &fleet, &rebooted, 1, 1, None).await;
     controller.terminate(Duration::from_secs(5)).await;
 
+    // vm-noop is requested during round 2, as soon as every node of the round holds or held a
+    // slot, so that it takes the slot the first of them frees and fails beside the last one's
+    // reboot (requested before, it would hold a slot for good and leave round 2 one).
     let mut controller = start_controller(2, "2");
-    let second = round(&cp, &admin, &fleet, &rebooted, 2, 2).await;
-
-    reboot_that_does_not_happen_is_retried_never_completed(&cp, &admin, &fleet).await;
+    let (second, noop_requested) = round(&cp, &admin, &fleet, &rebooted, 2, 2, Some(NO_OP)).await;
+    let last_round_done = Instant::now();
+    let noop_requested = noop_requested.expect("vm-noop requested during round 2");
+    reboot_that_does_not_happen_is_retried_never_completed(&admin, &fleet, noop_requested).await;
+    no_guest_boots_again(&admin, &fleet, &rebooted, 2, last_round_done).await;
     controller.terminate(Duration::from_secs(5)).await;
 
     eprintln!(
@@ -132,7 +152,9 @@ async fn real_vms_reboot_once_each_within_the_budget_and_a_reboot_that_does_not_
 
 /// Requests `nodes` at once with `--max-unavailable budget` and checks, from a watch of the
 /// Nodes and from each guest's console, that each rebooted exactly once (its `round`-th
-/// reboot), within the budget, and was completed. Returns each node's round trip.
+/// reboot), within the budget, and was completed. Requests `then` too once no node of the
+/// round waits for a slot any more. Returns each node's round trip, and when `then` was
+/// requested.
 async fn round(
     cp: &ControlPlane,
     client: &Client,
@@ -140,7 +162,8 @@ async fn round(
     nodes: &[&str],
     budget: usize,
     round: usize,
-) -> BTreeMap<String, String> {
+    then: Option<&str>,
+) -> (BTreeMap<String, String>, Option<Instant>) {
     let started = Instant::now();
     eprintln!(
         "vm-e2e: round {round}: requesting {} with --max-unavailable {budget}",
@@ -153,12 +176,14 @@ async fn round(
     kubectl(cp, &annotate);
 
     let progress = std::sync::Mutex::new(Progress::default());
+    let then_requested = std::sync::Mutex::new(None);
     eventually(
         &format!("round {round}: {} rebooted and completed", nodes.join(", ")),
         ROUND_TIMEOUT,
         Some(&watch),
         || async {
             let mut done = true;
+            let mut waiting = false;
             for node in nodes {
                 let vm = fleet.vm(node);
                 let state = phase(client, node, vm.boot_ids().len(), round).await;
@@ -167,6 +192,19 @@ async fn round(
                     .expect("progress")
                     .note(node, &state, started.elapsed());
                 done &= state == "completed";
+                waiting |= state == "requested";
+            }
+            let mut requested = then_requested.lock().expect("requested");
+            if let Some(then) = then
+                && !waiting
+                && requested.is_none()
+            {
+                eprintln!(
+                    "vm-e2e:   {:>7} no node of round {round} waits for a slot: requesting {then}",
+                    secs(started.elapsed())
+                );
+                kubectl(cp, &["annotate", "node", then, "reboot-needed=true"]);
+                *requested = Some(Instant::now());
             }
             done.then_some(())
         },
@@ -207,28 +245,113 @@ async fn round(
             "{node}: the Node reports the boot id the guest printed"
         );
         // Events are written after the step they tell of: the last may still be on its way.
-        let expected = ONE_REBOOT.repeat(round);
-        let mut story = Vec::new();
+        let mut told = Err(String::new());
         for _ in 0..60 {
-            story = node_events(client, node)
+            let story: Vec<(String, String)> = node_events(client, node)
                 .await
                 .into_iter()
-                .map(|(reason, _, _)| reason)
-                .filter(|reason| ONE_REBOOT.contains(&reason.as_str()))
+                .map(|(reason, component, _)| (reason, component))
+                .filter(|(reason, _)| ONE_REBOOT.iter().any(|(r, _)| r == reason))
                 .collect();
-            if story == expected {
+            told = reboots_told_in_order(&story, round);
+            if told.is_ok() {
                 break;
             }
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
-        assert_eq!(story, expected, "{node}: the Events in order");
+        if let Err(wrong) = told {
+            panic!("{node}: the Events of {round} reboot(s) in order: {wrong}");
+        }
     }
     eprintln!(
         "vm-e2e: round {round} done in {}, at most {} unavailable",
         secs(started.elapsed()),
         watch.max_seen()
     );
-    progress.into_inner().expect("progress").round_trips()
+    (
+        progress.into_inner().expect("progress").round_trips(),
+        then_requested.into_inner().expect("requested"),
+    )
+}
+
+/// Whether `story`, a node's Events of [`ONE_REBOOT`]'s reasons as (reason, reporting
+/// component) in the order the API server stored them, tells of exactly `reboots` reboots, each
+/// in [`ONE_REBOOT`]'s order (the last [`RACING`] in either order).
+fn reboots_told_in_order(story: &[(String, String)], reboots: usize) -> Result<(), String> {
+    let one: Vec<(String, String)> = ONE_REBOOT
+        .iter()
+        .map(|(reason, component)| ((*reason).to_owned(), (*component).to_owned()))
+        .collect();
+    if story.len() != one.len() * reboots {
+        return Err(format!(
+            "{} Events, expected {} ({reboots} x {one:?}): {story:?}",
+            story.len(),
+            one.len() * reboots
+        ));
+    }
+    let ordered = one.len() - RACING;
+    for (index, told) in story.chunks(one.len()).enumerate() {
+        let mut racing = told[ordered..].to_vec();
+        racing.sort();
+        let mut expected_racing = one[ordered..].to_vec();
+        expected_racing.sort();
+        if told[..ordered] != one[..ordered] || racing != expected_racing {
+            return Err(format!(
+                "reboot {} was told as {told:?}, expected {one:?}: all {story:?}",
+                index + 1
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// After the last round, every guest that rebooted keeps its boot for [`SETTLE`] from when the
+/// round was done: a late extra reboot (an agent that reboots again after completion) would
+/// show as one more kernel banner and boot id on its console, or a Node in the protocol again.
+async fn no_guest_boots_again(
+    client: &Client,
+    fleet: &VmFleet,
+    nodes: &[&str],
+    rounds: usize,
+    last_round_done: Instant,
+) {
+    let waited = last_round_done.elapsed();
+    if waited < SETTLE {
+        tokio::time::sleep(SETTLE - waited).await;
+    }
+    let nodes_api: Api<Node> = Api::all(client.clone());
+    let keys = AnnotationKeys::default();
+    for node in nodes {
+        let vm = fleet.vm(node);
+        let boot_ids = vm.boot_ids();
+        assert_eq!(
+            (boot_ids.len(), vm.kernel_starts(), vm.restarts()),
+            (rounds + 1, rounds + 1, rounds),
+            "{node} (boot ids, kernel banners, restarts) within {} after the last round: it \
+             booted again (boot ids {boot_ids:?}; see {})",
+            secs(last_round_done.elapsed()),
+            vm.serial_log_path().display()
+        );
+        assert_eq!(
+            reported_boot_id(&nodes_api, node).await.as_ref(),
+            boot_ids.last(),
+            "{node}: the Node still reports the boot id of the last round"
+        );
+        let annotations = e2e::node(client, node)
+            .await
+            .metadata
+            .annotations
+            .unwrap_or_default();
+        let back = [&keys.needed, &keys.now, &keys.in_progress, &keys.done];
+        assert!(
+            !back.iter().any(|key| annotations.contains_key(*key)),
+            "{node} is in the protocol again after the last round: {annotations:?}"
+        );
+    }
+    eprintln!(
+        "vm-e2e: no guest booted again within {} after the last round",
+        secs(last_round_done.elapsed())
+    );
 }
 
 /// Where a node is in the protocol, from its annotations, cordon and boots.
@@ -319,21 +442,20 @@ impl Progress {
     }
 }
 
-/// The guest whose reboot command exits 0 and does nothing: its agent must report that the
-/// reboot did not happen, exit, be restarted by systemd and try again; the node is never
-/// completed.
+/// The guest whose reboot command exits 0 and does nothing (requested at `requested`): its
+/// agent must report that the reboot did not happen, exit, be restarted by systemd and try
+/// again; the node is never completed.
 async fn reboot_that_does_not_happen_is_retried_never_completed(
-    cp: &ControlPlane,
     client: &Client,
     fleet: &VmFleet,
+    requested: Instant,
 ) {
-    let started = Instant::now();
-    eprintln!("vm-e2e: requesting {NO_OP}, whose reboot command is /bin/true");
-    kubectl(cp, &["annotate", "node", NO_OP, "reboot-needed=true"]);
+    eprintln!("vm-e2e: waiting for {NO_OP}, whose reboot command is /bin/true");
+    let started = requested;
     let timed_out = |events: &[(String, String, String)]| {
         events
             .iter()
-            .filter(|(reason, _, _)| reason == "RebootTimedOut")
+            .filter(|(reason, component, _)| reason == "RebootTimedOut" && component == AGENT)
             .count()
     };
     eventually(
@@ -347,20 +469,26 @@ async fn reboot_that_does_not_happen_is_retried_never_completed(
     )
     .await;
     eprintln!(
-        "vm-e2e:   {NO_OP}: two RebootTimedOut Events after {}",
+        "vm-e2e:   {NO_OP}: two RebootTimedOut Events of its agent {} after its request",
         secs(started.elapsed())
     );
     let vm = fleet.vm(NO_OP);
     assert_eq!(vm.boot_ids().len(), 1, "{NO_OP} never rebooted");
     assert_eq!(vm.kernel_starts(), 1, "{NO_OP}: one kernel banner");
-    let reasons: Vec<String> = node_events(client, NO_OP)
+    assert_eq!(vm.restarts(), 0, "{NO_OP}: the kernel never restarted it");
+    let told: Vec<(String, String)> = node_events(client, NO_OP)
         .await
         .into_iter()
-        .map(|(reason, _, _)| reason)
+        .map(|(reason, component, _)| (reason, component))
         .collect();
     assert!(
-        reasons.iter().any(|r| r == "RebootRetried"),
-        "{NO_OP}: no RebootRetried in {reasons:?}"
+        told.iter()
+            .any(|(reason, component)| reason == "RebootRetried" && component == AGENT),
+        "{NO_OP}: no RebootRetried of its agent in {told:?}"
+    );
+    assert!(
+        !told.iter().any(|(reason, _)| reason == "Rebooted"),
+        "{NO_OP}: a Rebooted Event in {told:?}"
     );
     let node = e2e::node(client, NO_OP).await;
     let keys = AnnotationKeys::default();
@@ -378,4 +506,39 @@ async fn reboot_that_does_not_happen_is_retried_never_completed(
         Some(true),
         "{NO_OP} stays cordoned"
     );
+}
+
+#[test]
+fn the_events_of_a_reboot_are_checked_by_reason_reporter_and_order() {
+    let event = |reason: &str, component: &str| (reason.to_owned(), component.to_owned());
+    let good = [
+        event("Draining", CONTROLLER),
+        event("RebootApproved", CONTROLLER),
+        event("Rebooting", AGENT),
+        event("Rebooted", AGENT),
+        event("Rebooted", CONTROLLER),
+    ];
+    assert_eq!(reboots_told_in_order(&good, 1), Ok(()));
+    assert_eq!(
+        reboots_told_in_order(&[good.clone(), good.clone()].concat(), 2),
+        Ok(())
+    );
+    assert!(
+        reboots_told_in_order(&good, 2).is_err(),
+        "one reboot is not two"
+    );
+    // The two sides of the proof race to the API server.
+    let mut raced = good.clone();
+    raced.swap(3, 4);
+    assert_eq!(reboots_told_in_order(&raced, 1), Ok(()));
+    // The steps before them have one order, and each its reporter.
+    let mut swapped = good.clone();
+    swapped.swap(1, 2);
+    assert!(reboots_told_in_order(&swapped, 1).is_err());
+    let mut wrong_reporter = good.clone();
+    wrong_reporter[2] = event("Rebooting", CONTROLLER);
+    assert!(reboots_told_in_order(&wrong_reporter, 1).is_err());
+    let mut twice_by_agent = good.clone();
+    twice_by_agent[4] = event("Rebooted", AGENT);
+    assert!(reboots_told_in_order(&twice_by_agent, 1).is_err());
 }

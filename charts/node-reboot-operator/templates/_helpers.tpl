@@ -1,0 +1,128 @@
+{{/*
+The flags of each program, in the order of its --help: [value key, flag, the program's default,
+kind]. Kinds: "always" (passed even with the default, as manifests/ passes --max-unavailable),
+"value" (passed as --flag=VALUE when the value differs from the program's default), "list" (one
+--flag=ITEM per item), "switch" (a bare --flag when true). e2e/tests/helm.rs checks that every
+flag of the programs' --help is here and in values.yaml, with the same default.
+*/}}
+{{- define "nro.controllerFlags" -}}
+{{- list
+  (list "maxUnavailable" "max-unavailable" 1 "always")
+  (list "nodeSelector" "node-selector" "" "value")
+  (list "maxUnavailablePerZone" "max-unavailable-per-zone" "" "value")
+  (list "zoneLabel" "zone-label" "topology.kubernetes.io/zone" "value")
+  (list "annotationPrefix" "annotation-prefix" "" "value")
+  (list "namespace" "namespace" "" "value")
+  (list "ledgerName" "ledger-name" "node-reboot-operator-slots" "value")
+  (list "drain" "drain" true "value")
+  (list "drainTimeout" "drain-timeout" "15m" "value")
+  (list "drainGracePeriod" "drain-grace-period" "" "value")
+  (list "drainPodSelector" "drain-pod-selector" "" "value")
+  (list "minReadySeconds" "min-ready-seconds" 0 "value")
+  (list "rebootWindow" "reboot-window" list "list")
+  (list "finishAfterWindow" "finish-after-window" true "value")
+  (list "blockingPodSelector" "blocking-pod-selector" list "list")
+  (list "blockingPodSelectorScope" "blocking-pod-selector-scope" "node" "value")
+  (list "prometheusUrl" "prometheus-url" "" "value")
+  (list "alertFilter" "alert-filter" "" "value")
+  (list "alertFilterMode" "alert-filter-mode" "exclude" "value")
+  (list "alertFiringOnly" "alert-firing-only" false "value")
+  (list "prometheusTimeout" "prometheus-timeout" "10s" "value")
+  (list "alertCheckPeriod" "alert-check-period" "30s" "value")
+  (list "alertmanagerUrl" "alertmanager-url" "" "value")
+  (list "logFormat" "log-format" "text" "value")
+  (list "metricsBindAddress" "metrics-bind-address" "0.0.0.0:8080" "value")
+  (list "dryRun" "dry-run" false "switch")
+  (list "leaderElect" "leader-elect" true "value")
+  (list "leaderElectionLeaseName" "leader-election-lease-name" "reboot-controller" "value")
+  (list "leaderElectionLeaseDuration" "leader-election-lease-duration" "15s" "value")
+  (list "leaderElectionRenewDeadline" "leader-election-renew-deadline" "10s" "value")
+  (list "leaderElectionRetryPeriod" "leader-election-retry-period" "2s" "value")
+  (list "leaderElectionIdentity" "leader-election-identity" "" "value")
+| toJson -}}
+{{- end -}}
+
+{{- define "nro.agentFlags" -}}
+{{- list
+  (list "bootIdFile" "boot-id-file" "/proc/sys/kernel/random/boot_id" "value")
+  (list "annotationPrefix" "annotation-prefix" "" "value")
+  (list "rebootMethod" "reboot-method" "command" "value")
+  (list "rebootCommand" "reboot-command" "systemctl reboot" "value")
+  (list "hostMountNamespace" "host-mount-namespace" true "value")
+  (list "signalTargetPid" "signal-target-pid" 1 "value")
+  (list "rebootTimeout" "reboot-timeout" "10m" "value")
+  (list "rebootSentinelFile" "reboot-sentinel-file" "" "value")
+  (list "rebootSentinelCommand" "reboot-sentinel-command" "" "value")
+  (list "rebootSentinelExitCode" "reboot-sentinel-exit-code" 0 "value")
+  (list "checkPeriod" "check-period" "5m" "value")
+  (list "logFormat" "log-format" "text" "value")
+  (list "metricsBindAddress" "metrics-bind-address" "0.0.0.0:8081" "value")
+| toJson -}}
+{{- end -}}
+
+{{/* A program's arguments, as a JSON list: (list <flag values> <table of nro.*Flags>). */}}
+{{- define "nro.args" -}}
+{{- $values := index . 0 -}}
+{{- $args := list -}}
+{{- range (index . 1 | fromJsonArray) -}}
+  {{- $key := index . 0 -}}
+  {{- $flag := index . 1 -}}
+  {{- $default := index . 2 -}}
+  {{- $kind := index . 3 -}}
+  {{- $value := index $values $key -}}
+  {{- /* Whole numbers from a values file are floats: 1e+06 must be written 1000000. */ -}}
+  {{- if and (kindIs "float64" $value) (eq (float64 (int64 $value)) $value) -}}
+    {{- $value = int64 $value -}}
+  {{- end -}}
+  {{- if kindIs "invalid" $value -}}
+  {{- else if eq $kind "list" -}}
+    {{- range $value -}}
+      {{- $args = append $args (printf "--%s=%v" $flag .) -}}
+    {{- end -}}
+  {{- else if eq $kind "switch" -}}
+    {{- if $value -}}
+      {{- $args = append $args (printf "--%s" $flag) -}}
+    {{- end -}}
+  {{- else if or (eq $kind "always") (ne (toJson $value) (toJson $default)) -}}
+    {{- $args = append $args (printf "--%s=%v" $flag $value) -}}
+  {{- end -}}
+{{- end -}}
+{{- toJson $args -}}
+{{- end -}}
+
+{{/* The port of a --metrics-bind-address (IP:PORT or :PORT); empty for `0` (no server). */}}
+{{- define "nro.port" -}}
+{{- $address := toString . -}}
+{{- if ne $address "0" -}}
+{{- regexFind "[0-9]+$" $address -}}
+{{- end -}}
+{{- end -}}
+
+{{/* An image reference: (list $ <component's image values>). */}}
+{{- define "nro.image" -}}
+{{- $root := index . 0 -}}
+{{- $image := index . 1 -}}
+{{- $repository := $image.repository -}}
+{{- with $root.Values.image.registry -}}
+{{- $repository = printf "%s/%s" (trimSuffix "/" .) $repository -}}
+{{- end -}}
+{{- if $image.digest -}}
+{{- printf "%s@%s" $repository $image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" $repository ($image.tag | default $root.Values.image.tag | default $root.Chart.AppVersion) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The namespace of the slot ledger and the leader Lease. */}}
+{{- define "nro.leaseNamespace" -}}
+{{- .Values.controller.flags.namespace | default .Release.Namespace -}}
+{{- end -}}
+
+{{/* The protocol's annotation keys that the agent may write, with the prefix, as a CEL list. */}}
+{{- define "nro.protocolKeys" -}}
+{{- $keys := list -}}
+{{- range list "reboot-needed" "reboot-now" "reboot-in-progress" "reboot-boot-id" "reboot-done" "reboot-cordoned" "reboot-last-completed" "reboot-requested-by" "reboot-sentinel" -}}
+{{- $keys = append $keys (ternary . (printf "%s/%s" (trimSuffix "/" $.Values.annotationPrefix) .) (empty $.Values.annotationPrefix)) -}}
+{{- end -}}
+{{- printf "['%s']" (join "', '" $keys) -}}
+{{- end -}}

@@ -1,0 +1,545 @@
+//! Installing the operator on the local control plane, and the security checks that every way
+//! of installing it must pass (DESIGN.md section 8): `manifests/` with kubectl
+//! (`e2e/tests/security.rs`) and the Helm chart with helm (`e2e/tests/helm.rs`).
+
+use crate::{kubectl, kubectl_stdin, node, wait_until};
+use k8s_openapi::api::{
+    admissionregistration::v1::ValidatingAdmissionPolicy,
+    apps::v1::{DaemonSet, Deployment},
+    coordination::v1::Lease,
+    core::v1::{Node, Pod, Secret, ServiceAccount},
+};
+use kube::{
+    Api, Client,
+    api::{DeleteParams, EvictParams, ListParams, Patch, PatchParams, PostParams},
+};
+use nodesim::identities;
+use serde_json::json;
+use std::{
+    io::Write as _,
+    path::{Path, PathBuf},
+    process::Stdio,
+    time::Duration,
+};
+use testenv::{ControlPlane, Options};
+
+/// The operator's namespace.
+pub const NS: &str = "node-reboot-operator";
+
+/// Without a controller-manager unless asked: its DaemonSet controller would replace the agent
+/// pods these tests create by hand (they stand for the DaemonSet's pods on simulated nodes).
+pub async fn control_plane(controller_manager: bool) -> ControlPlane {
+    let cp = ControlPlane::start(Options {
+        controller_manager,
+        scheduler: false,
+        ..Options::default()
+    })
+    .await
+    .expect("control plane starts");
+    if !controller_manager {
+        // What the controller-manager would create, and workload pods need.
+        let client = cp.client().await.expect("admin client");
+        let account = object(json!({"metadata": {"name": "default"}}));
+        Api::<ServiceAccount>::default_namespaced(client)
+            .create(&PostParams::default(), &account)
+            .await
+            .expect("ServiceAccount default/default");
+    }
+    cp
+}
+
+pub fn manifests_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../manifests")
+}
+
+pub fn apply_manifests(cp: &ControlPlane) -> String {
+    let dir = manifests_dir().display().to_string();
+    kubectl(cp, &["apply", "-k", &dir, "--server-side"])
+}
+
+/// `charts/node-reboot-operator`.
+pub fn chart_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../charts/node-reboot-operator")
+}
+
+pub fn object<T: k8s_openapi::serde::de::DeserializeOwned>(value: serde_json::Value) -> T {
+    serde_json::from_value(value).expect("a valid object")
+}
+
+/// A pod with the pod template of a workload of the manifests, in `namespace`.
+pub fn pod_from_template(
+    template: &k8s_openapi::api::core::v1::PodTemplateSpec,
+    name: &str,
+    namespace: &str,
+) -> String {
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace,
+                     "labels": template.metadata.as_ref().and_then(|m| m.labels.clone())},
+        "spec": template.spec,
+    })
+    .to_string()
+}
+
+/// `kubectl create --dry-run=server -f -` of `pod`: whether the API server admitted it, and
+/// what it said.
+pub fn server_dry_run(cp: &ControlPlane, pod: &str) -> (bool, String) {
+    let mut child = cp
+        .kubectl()
+        .args(["create", "--dry-run=server", "-f", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("kubectl runs");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(pod.as_bytes())
+        .expect("kubectl reads stdin");
+    let out = child.wait_with_output().expect("kubectl finishes");
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), said)
+}
+
+/// Waits until the API server has type-checked the agent's admission policy (its CEL against
+/// the Node schema; the controller-manager does it), and fails on any warning.
+pub async fn wait_until_the_policy_is_type_checked(client: &Client) {
+    let policies: Api<ValidatingAdmissionPolicy> = Api::all(client.clone());
+    wait_until(
+        "the policy is type-checked",
+        Duration::from_secs(30),
+        None,
+        || async {
+            let policy = policies
+                .get("node-reboot-operator-agent")
+                .await
+                .expect("policy");
+            policy.status.and_then(|s| s.observed_generation) == policy.metadata.generation
+        },
+    )
+    .await;
+    let status = policies
+        .get("node-reboot-operator-agent")
+        .await
+        .expect("policy")
+        .status
+        .expect("status");
+    let warnings = status
+        .type_checking
+        .and_then(|t| t.expression_warnings)
+        .unwrap_or_default();
+    assert!(warnings.is_empty(), "CEL type warnings: {warnings:?}");
+}
+
+/// The controller's pod template, as installed, is admitted by a server dry run in a namespace
+/// that enforces Pod Security "restricted"; the agent's (hostPID, capabilities, root) is not.
+pub async fn check_the_controller_pod_meets_restricted_pod_security(
+    cp: &ControlPlane,
+    client: &Client,
+) {
+    // A namespace that enforces "restricted", with the controller's ServiceAccount in it.
+    let restricted = "restricted-check";
+    kubectl_stdin(
+        cp,
+        &["apply", "-f", "-"],
+        &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": restricted,
+            "labels": {"pod-security.kubernetes.io/enforce": "restricted",
+                       "pod-security.kubernetes.io/enforce-version": "latest"}}})
+        .to_string(),
+    );
+    kubectl(
+        cp,
+        &[
+            "create",
+            "serviceaccount",
+            "reboot-controller",
+            "-n",
+            restricted,
+        ],
+    );
+    kubectl(
+        cp,
+        &["create", "serviceaccount", "reboot-agent", "-n", restricted],
+    );
+
+    let deployment = Api::<Deployment>::namespaced(client.clone(), NS)
+        .get("reboot-controller")
+        .await
+        .expect("the controller's Deployment");
+    let template = deployment.spec.expect("spec").template;
+    let (admitted, said) =
+        server_dry_run(cp, &pod_from_template(&template, "controller", restricted));
+    assert!(
+        admitted,
+        "the controller's pod is refused under restricted: {said}"
+    );
+    assert!(said.contains("server dry run"), "{said}");
+
+    // The check has teeth: the agent's pod (hostPID, capabilities, root) is refused there.
+    let daemonset = Api::<DaemonSet>::namespaced(client.clone(), NS)
+        .get("reboot-agent")
+        .await
+        .expect("the agent's DaemonSet");
+    let template = daemonset.spec.expect("spec").template;
+    let (admitted, said) = server_dry_run(cp, &pod_from_template(&template, "agent", restricted));
+    assert!(
+        !admitted,
+        "the agent's pod was admitted under restricted: {said}"
+    );
+    assert!(
+        said.contains("violates PodSecurity \"restricted:latest\""),
+        "{said}"
+    );
+}
+
+/// The refusal of a request: its HTTP status and a part of its message.
+pub fn refused<T: std::fmt::Debug>(
+    what: &str,
+    result: Result<T, kube::Error>,
+    code: u16,
+    says: &str,
+) {
+    match result {
+        Err(kube::Error::Api(status)) => {
+            assert_eq!(status.code, code, "{what}: {status:?}");
+            assert!(status.message.contains(says), "{what}: {}", status.message);
+        }
+        other => panic!("{what}: expected {code} saying {says:?}, got {other:?}"),
+    }
+}
+
+/// Nodes `node-a` and `node-b` with the operator installed, the agent's pod on each, and
+/// clients: the agent of node-a, an agent token bound to no pod, the controller.
+pub struct Identities {
+    /// Kept alive for the clients.
+    pub control_plane: ControlPlane,
+    pub admin: Client,
+    pub agent_a: Client,
+    pub agent_unbound: Client,
+    pub controller: Client,
+}
+
+impl std::fmt::Debug for Identities {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Identities")
+            .field("control_plane", &self.control_plane.dir())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Identities {
+    /// Starts a control plane and installs the operator into [`NS`] with `install`
+    /// (`manifests/` with kubectl, or the chart with helm).
+    pub async fn start(install: impl FnOnce(&ControlPlane)) -> Identities {
+        let cp = control_plane(false).await;
+        let admin = cp.client().await.expect("admin client");
+        install(&cp);
+        let daemonset = Api::<DaemonSet>::namespaced(admin.clone(), NS)
+            .get("reboot-agent")
+            .await
+            .expect("the agent's DaemonSet");
+        let pods: Api<Pod> = Api::namespaced(admin.clone(), NS);
+        let mut agent_pods = Vec::new();
+        for name in ["node-a", "node-b"] {
+            identities::ensure_node(&admin, name).await.expect("node");
+            let pod = identities::daemonset_pod(&daemonset, name).expect("pod");
+            agent_pods.push(
+                pods.create(&PostParams::default(), &pod)
+                    .await
+                    .expect("agent pod"),
+            );
+        }
+        let token = |pod: Option<&Pod>, sa: &'static str| {
+            let admin = admin.clone();
+            let pod = pod.cloned();
+            async move {
+                identities::request_token(&admin, NS, sa, pod.as_ref())
+                    .await
+                    .expect("token")
+            }
+        };
+        let agent_a = cp
+            .client_for_token(&token(Some(&agent_pods[0]), "reboot-agent").await)
+            .await
+            .expect("client");
+        let agent_unbound = cp
+            .client_for_token(&token(None, "reboot-agent").await)
+            .await
+            .expect("client");
+        let controller = cp
+            .client_for_token(&token(None, "reboot-controller").await)
+            .await
+            .expect("client");
+        // The API server enforces a new policy once its informer has seen it: wait for that.
+        let unbound: Api<Node> = Api::all(agent_unbound.clone());
+        let probe = merge(json!({"metadata": {"annotations": {"reboot-needed": "true"}}}));
+        wait_until(
+            "the admission policy is enforced",
+            Duration::from_secs(30),
+            None,
+            || async {
+                let dry_run = PatchParams::default().dry_run();
+                unbound.patch("node-a", &dry_run, &probe).await.is_err()
+            },
+        )
+        .await;
+        Identities {
+            control_plane: cp,
+            admin,
+            agent_a,
+            agent_unbound,
+            controller,
+        }
+    }
+}
+
+fn merge(patch: serde_json::Value) -> Patch<serde_json::Value> {
+    Patch::Merge(patch)
+}
+
+/// The agent of node-a may make the protocol's writes to node-a, and nothing else: not to
+/// node-b, not its labels, spec or other annotations, not the controller's grant keys; a
+/// token bound to no pod changes nothing.
+pub async fn check_an_agent_may_change_only_the_protocol_annotations_of_its_own_node(
+    ids: &Identities,
+) {
+    let nodes: Api<Node> = Api::all(ids.agent_a.clone());
+    let params = PatchParams::default();
+    let before = node(&ids.admin, "node-a").await;
+    let policy = "ValidatingAdmissionPolicy 'node-reboot-operator-agent'";
+
+    // Allowed: the protocol's own writes, as the agent makes them (a JSON patch with a test).
+    let take: Patch<()> = Patch::Json(
+        serde_json::from_value(json!([
+            {"op": "test", "path": "/metadata/name", "value": "node-a"},
+            {"op": "add", "path": "/metadata/annotations",
+             "value": {"reboot-in-progress": "true", "reboot-boot-id": "boot-1"}},
+        ]))
+        .expect("a JSON patch"),
+    );
+    nodes
+        .patch("node-a", &params, &take)
+        .await
+        .expect("a protocol patch of its own node");
+    let done = merge(
+        json!({"metadata": {"annotations": {"reboot-in-progress": null, "reboot-done": "true"}}}),
+    );
+    nodes
+        .patch("node-a", &params, &done)
+        .await
+        .expect("a protocol patch of its own node");
+    // An automatic request (the sentinel): the request keys are the agent's too.
+    let request = merge(json!({"metadata": {"annotations": {
+        "reboot-requested-by": "agent: /var/run/reboot-required",
+        "reboot-sentinel": "file 1.0 0 0"}}}));
+    nodes
+        .patch("node-a", &params, &request)
+        .await
+        .expect("the request keys on its own node");
+
+    let protocol = merge(json!({"metadata": {"annotations": {"reboot-in-progress": "true"}}}));
+    let result = nodes.patch("node-b", &params, &protocol).await;
+    refused(
+        "patching another node",
+        result,
+        403,
+        "the reboot agent of node node-a may not change node node-b",
+    );
+    let labels = merge(json!({"metadata": {"labels": {"example.com/evil": "true"}}}));
+    refused(
+        "labels",
+        nodes.patch("node-a", &params, &labels).await,
+        403,
+        "labels",
+    );
+    let remove_label = merge(json!({"metadata": {"labels": {"kubernetes.io/os": null}}}));
+    refused(
+        "removing a label",
+        nodes.patch("node-a", &params, &remove_label).await,
+        403,
+        "labels",
+    );
+    let taints = merge(json!({"spec": {"taints": [{"key": "evil", "effect": "NoSchedule"}]}}));
+    refused(
+        "taints",
+        nodes.patch("node-a", &params, &taints).await,
+        403,
+        "spec",
+    );
+    let cordon = merge(json!({"spec": {"unschedulable": true}}));
+    refused(
+        "spec.unschedulable",
+        nodes.patch("node-a", &params, &cordon).await,
+        403,
+        "spec",
+    );
+    let other = merge(json!({"metadata": {"annotations": {"example.com/other": "x"}}}));
+    refused(
+        "another annotation",
+        nodes.patch("node-a", &params, &other).await,
+        403,
+        "protocol's annotations",
+    );
+    // The grant keys are the controller's: an agent cannot forge a slot for its node.
+    for key in common::keys::CONTROLLER_ONLY {
+        let forged = merge(json!({"metadata": {"annotations": {key: "forged"}}}));
+        refused(
+            key,
+            nodes.patch("node-a", &params, &forged).await,
+            403,
+            "protocol's annotations",
+        );
+    }
+    for (what, result) in [
+        (
+            "patching another node",
+            nodes.patch("node-b", &params, &protocol).await,
+        ),
+        ("labels", nodes.patch("node-a", &params, &labels).await),
+    ] {
+        let message = result.expect_err(what).to_string();
+        assert!(
+            message.contains(policy),
+            "{what} refused by the policy: {message}"
+        );
+    }
+
+    // Fail closed: an agent token bound to no pod names no node and changes none.
+    let unbound: Api<Node> = Api::all(ids.agent_unbound.clone());
+    refused(
+        "a token without the node-name claim",
+        unbound.patch("node-a", &params, &protocol).await,
+        403,
+        "no authentication.kubernetes.io/node-name claim",
+    );
+
+    // What the admin sees: only the protocol changed on node-a, nothing on node-b.
+    let a = node(&ids.admin, "node-a").await;
+    let annotations = a.metadata.annotations.clone().unwrap_or_default();
+    assert_eq!(
+        annotations.get("reboot-done").map(String::as_str),
+        Some("true")
+    );
+    assert_eq!(
+        annotations.get("reboot-boot-id").map(String::as_str),
+        Some("boot-1")
+    );
+    assert!(!annotations.contains_key("example.com/other"));
+    assert_eq!(a.spec, before.spec, "taints and unschedulable unchanged");
+    assert_eq!(a.metadata.labels, before.metadata.labels);
+    let b = node(&ids.admin, "node-b").await;
+    assert!(b.metadata.annotations.unwrap_or_default().is_empty());
+}
+
+/// What each program's ServiceAccount must not do (the agent: pods, evictions, Secrets, the
+/// ledger; the controller: Secrets, other Leases, deleting pods) is refused, and what the
+/// controller needs (list pods, evict, cordon) works.
+pub async fn check_what_the_programs_must_not_do_is_refused(ids: &Identities) {
+    let admin_pods: Api<Pod> = Api::default_namespaced(ids.admin.clone());
+    let pod: Pod = object(json!({
+        "metadata": {"name": "work"},
+        "spec": {"nodeName": "node-a", "containers": [{"name": "work", "image": "registry.example/work:1"}]},
+    }));
+    admin_pods
+        .create(&PostParams::default(), &pod)
+        .await
+        .expect("workload pod");
+    let secret: Secret =
+        object(json!({"metadata": {"name": "credentials"}, "stringData": {"password": "hunter2"}}));
+    Api::<Secret>::namespaced(ids.admin.clone(), NS)
+        .create(&PostParams::default(), &secret)
+        .await
+        .expect("secret");
+    let lease: Lease = object(json!({"metadata": {"name": "someone-else"}}));
+    Api::<Lease>::namespaced(ids.admin.clone(), NS)
+        .create(&PostParams::default(), &lease)
+        .await
+        .expect("lease");
+
+    // The agent: no pods, no evictions, no secrets.
+    let agent = ids.agent_a.clone();
+    let pods: Api<Pod> = Api::default_namespaced(agent.clone());
+    let evict = pods.evict("work", &EvictParams::default()).await;
+    refused("the agent evicting a pod", evict, 403, "forbidden");
+    let all_pods = Api::<Pod>::all(agent.clone())
+        .list(&ListParams::default())
+        .await;
+    refused("the agent listing pods", all_pods, 403, "forbidden");
+    let own_pods = Api::<Pod>::namespaced(agent.clone(), NS)
+        .list(&ListParams::default())
+        .await;
+    refused(
+        "the agent listing its namespace's pods",
+        own_pods,
+        403,
+        "forbidden",
+    );
+    let secrets: Api<Secret> = Api::namespaced(agent.clone(), NS);
+    refused(
+        "the agent reading a Secret",
+        secrets.get("credentials").await,
+        403,
+        "forbidden",
+    );
+    let leases: Api<Lease> = Api::namespaced(agent, NS);
+    refused(
+        "the agent reading the ledger",
+        leases.get("someone-else").await,
+        403,
+        "forbidden",
+    );
+
+    // The controller: drains through evictions only, reads no secrets, only its own Leases.
+    let controller = ids.controller.clone();
+    let secrets: Api<Secret> = Api::namespaced(controller.clone(), NS);
+    refused(
+        "the controller reading a Secret",
+        secrets.get("credentials").await,
+        403,
+        "forbidden",
+    );
+    let all_secrets = Api::<Secret>::all(controller.clone())
+        .list(&ListParams::default())
+        .await;
+    refused(
+        "the controller listing Secrets",
+        all_secrets,
+        403,
+        "forbidden",
+    );
+    let leases: Api<Lease> = Api::namespaced(controller.clone(), NS);
+    refused(
+        "the controller reading another Lease",
+        leases.get("someone-else").await,
+        403,
+        "forbidden",
+    );
+    let pods: Api<Pod> = Api::default_namespaced(controller.clone());
+    let delete = pods.delete("work", &DeleteParams::default()).await;
+    refused("the controller deleting a pod", delete, 403, "forbidden");
+    // What it needs does work: list the node's pods and evict them.
+    let on_node = Api::<Pod>::all(controller.clone())
+        .list(&ListParams::default().fields("spec.nodeName=node-a"))
+        .await
+        .expect("the controller lists pods");
+    assert!(
+        on_node
+            .items
+            .iter()
+            .any(|p| p.metadata.name.as_deref() == Some("work"))
+    );
+    pods.evict("work", &EvictParams::default())
+        .await
+        .expect("the controller evicts a pod");
+    let node_patch = merge(json!({"spec": {"unschedulable": true}}));
+    Api::<Node>::all(controller)
+        .patch("node-b", &PatchParams::default(), &node_patch)
+        .await
+        .expect("the controller cordons a node");
+}

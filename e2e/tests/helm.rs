@@ -1,0 +1,818 @@
+//! The Helm chart `charts/node-reboot-operator` (issue 16), with the real helm that
+//! `make testenv` builds into testenv/bin: it lints strictly; with default values it renders
+//! the same objects as `kubectl kustomize manifests/` (one source of truth, checked here);
+//! every flag of both programs is a value with the program's default and reaches the program;
+//! values.schema.json refuses typos and wrong types; it installs, upgrades and uninstalls on
+//! the local control plane; and the objects it installs pass the security checks of
+//! e2e/tests/security.rs.
+
+use e2e::install::{
+    Identities, NS, chart_dir,
+    check_an_agent_may_change_only_the_protocol_annotations_of_its_own_node,
+    check_the_controller_pod_meets_restricted_pod_security,
+    check_what_the_programs_must_not_do_is_refused, control_plane, manifests_dir,
+    wait_until_the_policy_is_type_checked,
+};
+use nodesim::workspace_binary;
+use serde_json::{Value, json};
+use std::{
+    collections::BTreeMap,
+    io::Write as _,
+    path::{Path, PathBuf},
+    process::{Command, Output, Stdio},
+};
+use testenv::ControlPlane;
+
+const RELEASE: &str = "node-reboot-operator";
+
+/// A directory of this test's own, for helm's config, cache and data and for values files.
+fn scratch(test: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("helm-{test}"));
+    std::fs::create_dir_all(&dir).expect("scratch directory");
+    dir
+}
+
+/// The real helm of testenv/bin, with its config, cache and data under `home`; fails, naming
+/// `make testenv`, when it is not built.
+fn helm(home: &Path) -> Command {
+    let bin = ControlPlane::bin("helm").unwrap_or_else(|e| panic!("{e}"));
+    let mut helm = Command::new(bin);
+    for (var, dir) in [
+        ("HELM_CONFIG_HOME", "config"),
+        ("HELM_CACHE_HOME", "cache"),
+        ("HELM_DATA_HOME", "data"),
+    ] {
+        helm.env(var, home.join(dir));
+    }
+    helm.env_remove("HELM_NAMESPACE").env_remove("KUBECONFIG");
+    helm
+}
+
+/// helm against the control plane, as its admin.
+fn helm_on(cp: &ControlPlane) -> Command {
+    let mut helm = helm(&cp.dir().join("helm"));
+    helm.arg(format!("--kubeconfig={}", cp.kubeconfig_path().display()));
+    helm
+}
+
+fn run(mut command: Command, input: Option<&str>) -> Output {
+    command
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = command
+        .spawn()
+        .unwrap_or_else(|e| panic!("{command:?} starts: {e}"));
+    let mut stdin = child.stdin.take().expect("stdin");
+    let input = input.unwrap_or_default().to_owned();
+    let writer = std::thread::spawn(move || stdin.write_all(input.as_bytes()));
+    let output = child.wait_with_output().expect("it finishes");
+    writer.join().expect("writer").expect("it reads its stdin");
+    output
+}
+
+/// Runs `command`; its stdout, or a panic with its stderr.
+fn succeeds(command: Command) -> String {
+    let what = format!("{command:?}");
+    let output = run(command, None);
+    assert!(
+        output.status.success(),
+        "{what} failed: {}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// Runs `command`, which must fail; what it said on stderr.
+fn fails(command: Command) -> String {
+    let what = format!("{command:?}");
+    let output = run(command, None);
+    assert!(
+        !output.status.success(),
+        "{what} succeeded: {}",
+        String::from_utf8_lossy(&output.stdout)
+    );
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+/// `helm template` of the chart into [`NS`] with `args` (`--set ...`, `-f ...`).
+fn template(home: &Path, args: &[&str]) -> String {
+    let mut helm = helm(home);
+    helm.args(["template", RELEASE])
+        .arg(chart_dir())
+        .args(["--namespace", NS])
+        .args(args);
+    succeeds(helm)
+}
+
+/// The objects of a YAML stream as JSON, parsed by the real kubectl without a server
+/// (`kubectl label --local`, which adds an empty `labels` where there is none), keyed by
+/// `Kind apiVersion namespace/name`.
+fn objects(yaml: &str) -> BTreeMap<String, Value> {
+    let mut kubectl = Command::new(ControlPlane::bin("kubectl").unwrap_or_else(|e| panic!("{e}")));
+    kubectl
+        .args(["label", "--local", "-f", "-", "-o", "json", "e2e-none-"])
+        .env("KUBECONFIG", "/dev/null");
+    let output = run(kubectl, Some(yaml));
+    assert!(
+        output.status.success(),
+        "kubectl could not parse the objects: {}\n{yaml}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::Deserializer::from_slice(&output.stdout)
+        .into_iter::<Value>()
+        .map(|object| {
+            let object = object.expect("kubectl writes JSON");
+            let meta = &object["metadata"];
+            let key = format!(
+                "{} {} {}/{}",
+                object["kind"].as_str().unwrap_or_default(),
+                object["apiVersion"].as_str().unwrap_or_default(),
+                meta["namespace"].as_str().unwrap_or_default(),
+                meta["name"].as_str().unwrap_or_default()
+            );
+            (key, object)
+        })
+        .collect()
+}
+
+/// A YAML document that is no Kubernetes object (values.yaml, a rules file) as JSON.
+fn yaml_to_json(yaml: &str) -> Value {
+    let indented: String = yaml.lines().map(|l| format!("  {l}\n")).collect();
+    let wrapped = format!(
+        "apiVersion: e2e.example/v1\nkind: Yaml\nmetadata:\n  name: yaml\nspec:\n{indented}"
+    );
+    let mut parsed = objects(&wrapped);
+    let (_, object) = parsed.pop_first().expect("one object");
+    object["spec"].clone()
+}
+
+/// The chart's default values.
+fn default_values() -> Value {
+    let text = std::fs::read_to_string(chart_dir().join("values.yaml")).expect("values.yaml");
+    yaml_to_json(&text)
+}
+
+/// Where two JSON values differ, as `path: kustomize <a>, helm <b>` lines.
+fn differences(path: &str, a: &Value, b: &Value, out: &mut Vec<String>) {
+    match (a, b) {
+        (Value::Object(a), Value::Object(b)) => {
+            for key in a.keys().chain(b.keys().filter(|k| !a.contains_key(*k))) {
+                let (x, y) = (
+                    a.get(key).unwrap_or(&Value::Null),
+                    b.get(key).unwrap_or(&Value::Null),
+                );
+                differences(&format!("{path}/{key}"), x, y, out);
+            }
+        }
+        (Value::Array(x), Value::Array(y)) if x.len() == y.len() => {
+            for (i, (x, y)) in x.iter().zip(y).enumerate() {
+                differences(&format!("{path}/{i}"), x, y, out);
+            }
+        }
+        _ if a != b => out.push(format!("{path}: kustomize {a}, helm {b}")),
+        _ => {}
+    }
+}
+
+/// What the comparison forgives: kustomize (kyaml) writes a line break before a more-indented
+/// line of a folded (`>-`) scalar as two, which changes nothing in a CEL expression.
+fn normalize(value: &mut Value) {
+    match value {
+        Value::String(s) => {
+            while s.contains("\n\n") {
+                *s = s.replace("\n\n", "\n");
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(normalize),
+        Value::Object(map) => map.values_mut().for_each(normalize),
+        _ => {}
+    }
+}
+
+/// The container args of the one workload called `name` among rendered `objects`.
+fn args_of(objects: &BTreeMap<String, Value>, kind: &str, name: &str) -> Vec<String> {
+    let key = format!("{kind} apps/v1 {NS}/{name}");
+    let object = objects
+        .get(&key)
+        .unwrap_or_else(|| panic!("{key} rendered"));
+    serde_json::from_value(object["spec"]["template"]["spec"]["containers"][0]["args"].clone())
+        .expect("args")
+}
+
+#[test]
+fn the_chart_passes_helm_lint_strict() {
+    let home = scratch("lint");
+    let samples = home.join("samples.json");
+    std::fs::write(&samples, sample_values().to_string()).expect("values file");
+    let samples = samples.display().to_string();
+    for args in [
+        vec![],
+        vec![
+            "--set",
+            "metrics.serviceMonitor.enabled=true,metrics.prometheusRule.enabled=true",
+        ],
+        vec!["-f", &samples],
+    ] {
+        let mut lint = helm(&home);
+        lint.args(["lint", "--strict", "--namespace", NS])
+            .arg(chart_dir())
+            .args(&args);
+        let said = succeeds(lint);
+        assert!(
+            said.contains("1 chart(s) linted, 0 chart(s) failed"),
+            "{said}"
+        );
+    }
+}
+
+#[test]
+fn default_values_render_the_same_objects_as_kubectl_kustomize_manifests() {
+    let home = scratch("parity");
+    let mut helm_objects = objects(&template(&home, &[]));
+    let mut kustomize =
+        Command::new(ControlPlane::bin("kubectl").unwrap_or_else(|e| panic!("{e}")));
+    kustomize.arg("kustomize").arg(manifests_dir());
+    let mut kustomize_objects = objects(&succeeds(kustomize));
+
+    // The one object that differs on purpose: helm uninstall keeps the namespace.
+    let namespace = format!("Namespace v1 /{NS}");
+    let annotations = helm_objects
+        .get_mut(&namespace)
+        .expect("the chart renders the Namespace")["metadata"]
+        .as_object_mut()
+        .expect("metadata")
+        .remove("annotations");
+    assert_eq!(
+        annotations,
+        Some(json!({"helm.sh/resource-policy": "keep"})),
+        "the Namespace's only annotation"
+    );
+
+    helm_objects.values_mut().for_each(normalize);
+    kustomize_objects.values_mut().for_each(normalize);
+    let mut report = Vec::new();
+    for key in kustomize_objects
+        .keys()
+        .filter(|k| !helm_objects.contains_key(*k))
+    {
+        report.push(format!("{key}: only in kustomize"));
+    }
+    for key in helm_objects
+        .keys()
+        .filter(|k| !kustomize_objects.contains_key(*k))
+    {
+        report.push(format!("{key}: only in the chart"));
+    }
+    for (key, ours) in &helm_objects {
+        if let Some(theirs) = kustomize_objects.get(key) {
+            let mut found = Vec::new();
+            differences("", theirs, ours, &mut found);
+            report.extend(found.into_iter().map(|d| format!("{key} {d}")));
+        }
+    }
+    assert!(
+        report.is_empty(),
+        "the chart with default values and manifests/ differ; change both:\n{}",
+        report.join("\n")
+    );
+    assert_eq!(helm_objects.len(), 16, "{:#?}", helm_objects.keys());
+}
+
+/// The flags of a program's `--help`, with their defaults (`None`: no default shown).
+fn flags_of(program: &str) -> Vec<(String, Option<String>)> {
+    let binary = workspace_binary(program).expect("built: cargo build --workspace --bins");
+    let mut help = Command::new(binary);
+    help.arg("--help");
+    let text = succeeds(help);
+    let mut flags: Vec<(String, Option<String>)> = Vec::new();
+    for line in text.lines() {
+        if line.starts_with("      --") || line.starts_with("  -") {
+            let flag = line
+                .split_whitespace()
+                .find_map(|word| word.strip_prefix("--"))
+                .expect("a long flag");
+            flags.push((flag.to_owned(), None));
+        } else if let Some(default) = line
+            .trim()
+            .strip_prefix("[default: ")
+            .and_then(|d| d.strip_suffix(']'))
+            && let Some(last) = flags.last_mut()
+        {
+            last.1 = Some(default.trim_matches('"').to_owned());
+        }
+    }
+    flags.retain(|(flag, _)| flag != "help" && flag != "version");
+    assert!(
+        flags.len() > 10,
+        "flags parsed from {program} --help: {flags:?}"
+    );
+    flags
+}
+
+fn camel_case(flag: &str) -> String {
+    let mut words = flag.split('-');
+    let first = words.next().unwrap_or_default().to_owned();
+    words.fold(first, |mut out, word| {
+        let mut chars = word.chars();
+        out.extend(chars.next().map(|c| c.to_ascii_uppercase()));
+        out.push_str(chars.as_str());
+        out
+    })
+}
+
+/// A value as the flag would be written: what `--help` shows as its default.
+fn as_flag_text(value: &Value) -> Option<String> {
+    match value {
+        Value::String(s) => Some(s.clone()),
+        Value::Bool(b) => Some(b.to_string()),
+        Value::Number(n) => Some(n.to_string()),
+        _ => None,
+    }
+}
+
+/// Values whose default is on purpose not the program's: (program, flag, value, why).
+const NOT_THE_PROGRAMS_DEFAULT: &[(&str, &str, &str, &str)] = &[
+    (
+        "reboot-controller",
+        "log-format",
+        "json",
+        "manifests/ deploys json",
+    ),
+    (
+        "reboot-agent",
+        "log-format",
+        "json",
+        "manifests/ deploys json",
+    ),
+    (
+        "reboot-controller",
+        "namespace",
+        "",
+        "empty: the pod's namespace (POD_NAMESPACE)",
+    ),
+];
+
+#[test]
+fn every_flag_of_both_programs_is_a_value_with_the_programs_default() {
+    let values = default_values();
+    let mut problems = Vec::new();
+    let mut exceptions_used = 0;
+    for (program, section) in [
+        ("reboot-controller", "controller"),
+        ("reboot-agent", "agent"),
+    ] {
+        let flags = flags_of(program);
+        let table = values[section]["flags"].as_object().expect("flags").clone();
+        let mut keys: Vec<String> = Vec::new();
+        for (flag, default) in &flags {
+            let key = camel_case(flag);
+            let value = match flag.as_str() {
+                // From the downward API: one per node, not a value.
+                "node-name" => continue,
+                // One value for both programs and the admission policy.
+                "annotation-prefix" => values["annotationPrefix"].clone(),
+                _ => {
+                    keys.push(key.clone());
+                    match table.get(&key) {
+                        Some(value) => value.clone(),
+                        None => {
+                            problems.push(format!(
+                                "{program} --{flag}: no value {section}.flags.{key}"
+                            ));
+                            continue;
+                        }
+                    }
+                }
+            };
+            let exception = NOT_THE_PROGRAMS_DEFAULT
+                .iter()
+                .find(|(p, f, _, _)| *p == program && f == flag);
+            let expected = match (exception, default) {
+                (Some((_, _, value, _)), _) => {
+                    exceptions_used += 1;
+                    Some(value.to_string())
+                }
+                (None, Some(default)) => Some(default.clone()),
+                // No default: off, none or empty.
+                (None, None) => None,
+            };
+            let ok = match (&expected, as_flag_text(&value)) {
+                (Some(expected), Some(text)) => *expected == text,
+                (None, Some(text)) => text.is_empty() || text == "false",
+                (None, None) => value == json!([]),
+                (Some(_), None) => false,
+            };
+            if !ok {
+                problems.push(format!(
+                    "{program} --{flag}: the value {section}.flags.{key} is {value}, the default {expected:?}"
+                ));
+            }
+        }
+        for key in table.keys().filter(|k| !keys.contains(k)) {
+            problems.push(format!("{section}.flags.{key}: {program} has no such flag"));
+        }
+    }
+    assert!(problems.is_empty(), "{problems:#?}");
+    assert_eq!(exceptions_used, NOT_THE_PROGRAMS_DEFAULT.len());
+}
+
+/// A value other than the default for every flag, as a values file.
+fn sample_values() -> Value {
+    json!({
+        "annotationPrefix": "reboot.example.com",
+        "controller": {"flags": {
+            "maxUnavailable": "25%",
+            "nodeSelector": "pool=a",
+            "maxUnavailablePerZone": 2,
+            "zoneLabel": "example.com/zone",
+            "namespace": "ledgers",
+            "ledgerName": "pool-a-slots",
+            "drain": false,
+            "drainTimeout": "1h30m",
+            "drainGracePeriod": "30s",
+            "drainPodSelector": "drain=yes",
+            "minReadySeconds": 1_000_000,
+            "rebootWindow": ["Mon-Fri 22:00-06:00 Europe/Berlin", "0 2 * * 6 4h"],
+            "finishAfterWindow": false,
+            "blockingPodSelector": ["app=backup", "reboot-blocker=true"],
+            "blockingPodSelectorScope": "cluster",
+            "prometheusUrl": "http://prometheus.monitoring:9090",
+            "alertFilter": "^Watchdog$",
+            "alertFilterMode": "include",
+            "alertFiringOnly": true,
+            "prometheusTimeout": "20s",
+            "alertCheckPeriod": "1m",
+            "alertmanagerUrl": "http://alertmanager.monitoring:9093",
+            "logFormat": "text",
+            "metricsBindAddress": ":9090",
+            "dryRun": true,
+            "leaderElect": false,
+            "leaderElectionLeaseName": "pool-a-leader",
+            "leaderElectionLeaseDuration": "30s",
+            "leaderElectionRenewDeadline": "20s",
+            "leaderElectionRetryPeriod": "5s",
+            "leaderElectionIdentity": "fixed",
+        }},
+        "agent": {"flags": {
+            "bootIdFile": "/host/boot_id",
+            "rebootMethod": "signal",
+            "rebootCommand": "/sbin/reboot now",
+            "hostMountNamespace": false,
+            "signalTargetPid": 2,
+            "rebootTimeout": "20m",
+            "rebootSentinelFile": "/host/var/run/reboot-required",
+            "rebootSentinelCommand": "needs-restarting -r",
+            "rebootSentinelExitCode": 1,
+            "checkPeriod": "1h",
+            "logFormat": "text",
+            "metricsBindAddress": "0.0.0.0:9091",
+        }},
+    })
+}
+
+/// `--flag=VALUE` (or a bare `--flag`, or one per item) for a sample value.
+fn expected_args(flag: &str, value: &Value) -> Vec<String> {
+    match value {
+        Value::Array(items) => items
+            .iter()
+            .map(|i| format!("--{flag}={}", as_flag_text(i).expect("text")))
+            .collect(),
+        Value::Bool(true) if flag == "dry-run" => vec!["--dry-run".to_owned()],
+        _ => vec![format!("--{flag}={}", as_flag_text(value).expect("text"))],
+    }
+}
+
+#[test]
+fn every_flag_value_reaches_its_program() {
+    let home = scratch("flags");
+    let samples = sample_values();
+    let file = home.join("samples.json");
+    std::fs::write(&file, samples.to_string()).expect("values file");
+    let rendered = objects(&template(&home, &["-f", &file.display().to_string()]));
+    for (program, kind, section) in [
+        ("reboot-controller", "Deployment", "controller"),
+        ("reboot-agent", "DaemonSet", "agent"),
+    ] {
+        let args = args_of(&rendered, kind, program);
+        let mut expected = Vec::new();
+        for (flag, default) in flags_of(program) {
+            let value = match flag.as_str() {
+                "node-name" => continue,
+                "annotation-prefix" => &samples["annotationPrefix"],
+                _ => &samples[section]["flags"][camel_case(&flag)],
+            };
+            assert!(!value.is_null(), "a sample for {program} --{flag}");
+            // The program's own default is not passed (`--log-format=text`), except the
+            // budget, which manifests/ too always passes.
+            if flag != "max-unavailable" && default.is_some() && as_flag_text(value) == default {
+                continue;
+            }
+            expected.extend(expected_args(&flag, value));
+        }
+        assert_eq!(args, expected, "{program}'s args, in --help's order");
+    }
+
+    // What follows from the flags: the ports, the agent's capabilities, the Role of the
+    // Leases and the policy's keys.
+    let port = |kind: &str, name: &str| {
+        rendered[&format!("{kind} apps/v1 {NS}/{name}")]["spec"]["template"]["spec"]["containers"]
+            [0]["ports"][0]["containerPort"]
+            .clone()
+    };
+    assert_eq!(port("Deployment", "reboot-controller"), json!(9090));
+    assert_eq!(port("DaemonSet", "reboot-agent"), json!(9091));
+    let agent = &rendered[&format!("DaemonSet apps/v1 {NS}/reboot-agent")];
+    assert_eq!(
+        agent["spec"]["template"]["spec"]["containers"][0]["securityContext"]["capabilities"],
+        json!({"drop": ["ALL"], "add": ["KILL"]}),
+        "the signal method needs KILL only"
+    );
+    let role = &rendered["Role rbac.authorization.k8s.io/v1 ledgers/reboot-controller-leases"];
+    assert_eq!(
+        role["rules"][0]["resourceNames"],
+        json!(["pool-a-slots", "pool-a-leader"])
+    );
+    assert!(
+        rendered.contains_key(
+            "RoleBinding rbac.authorization.k8s.io/v1 ledgers/reboot-controller-leases"
+        )
+    );
+    let policy = &rendered["ValidatingAdmissionPolicy admissionregistration.k8s.io/v1 /node-reboot-operator-agent"];
+    let keys = policy["spec"]["variables"]
+        .as_array()
+        .expect("variables")
+        .iter()
+        .find(|v| v["name"] == "protocolKeys")
+        .expect("protocolKeys")["expression"]
+        .as_str()
+        .expect("CEL")
+        .to_owned();
+    assert!(
+        keys.starts_with("['reboot.example.com/reboot-needed', 'reboot.example.com/reboot-now',"),
+        "{keys}"
+    );
+    assert_eq!(keys.matches("reboot.example.com/").count(), 9, "{keys}");
+
+    // `0`: no server, so no port and no probes that would fail.
+    let off = objects(&template(
+        &home,
+        &["--set", "controller.flags.metricsBindAddress=0"],
+    ));
+    let container = &off[&format!("Deployment apps/v1 {NS}/reboot-controller")]["spec"]["template"]
+        ["spec"]["containers"][0];
+    for field in ["ports", "livenessProbe", "readinessProbe"] {
+        assert!(container[field].is_null(), "{field}: {container}");
+    }
+}
+
+#[test]
+fn the_optional_monitoring_objects_render_when_enabled() {
+    let home = scratch("monitoring");
+    let rendered = objects(&template(
+        &home,
+        &[
+            "--set",
+            "metrics.serviceMonitor.enabled=true,metrics.serviceMonitor.labels.release=kps",
+            "--set",
+            "metrics.prometheusRule.enabled=true",
+        ],
+    ));
+    for name in ["reboot-controller", "reboot-agent"] {
+        let service = &rendered[&format!("Service v1 {NS}/{name}")];
+        assert_eq!(
+            service["spec"]["selector"],
+            json!({"app.kubernetes.io/name": name})
+        );
+        let monitor = &rendered[&format!("ServiceMonitor monitoring.coreos.com/v1 {NS}/{name}")];
+        assert_eq!(monitor["metadata"]["labels"]["release"], "kps");
+        assert_eq!(monitor["spec"]["endpoints"][0]["port"], "metrics");
+    }
+    let rule =
+        &rendered[&format!("PrometheusRule monitoring.coreos.com/v1 {NS}/node-reboot-operator")];
+    let file = std::fs::read_to_string(chart_dir().join("files/prometheus-rules.yaml"))
+        .expect("files/prometheus-rules.yaml");
+    assert_eq!(rule["spec"]["groups"], yaml_to_json(&file)["groups"]);
+}
+
+#[test]
+fn the_charts_alert_rules_are_a_copy_of_monitoring_prometheus_rules() {
+    let copy = chart_dir().join("files/prometheus-rules.yaml");
+    let copy = std::fs::read_to_string(&copy).expect("the chart's copy");
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("../monitoring/prometheus-rules.yaml");
+    match std::fs::read_to_string(&source) {
+        Ok(source) => assert!(
+            copy == source,
+            "charts/node-reboot-operator/files/prometheus-rules.yaml differs from \
+             monitoring/prometheus-rules.yaml: cp monitoring/prometheus-rules.yaml \
+             charts/node-reboot-operator/files/"
+        ),
+        // Until monitoring/ has its rules: a rule file all the same.
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            assert!(
+                yaml_to_json(&copy)["groups"].is_array(),
+                "a rule file: {copy}"
+            )
+        }
+        Err(e) => panic!("{}: {e}", source.display()),
+    }
+}
+
+#[test]
+fn a_typo_or_a_wrong_type_is_refused_by_the_schema_with_a_clear_message() {
+    let home = scratch("schema");
+    for (set, says) in [
+        (
+            "controller.flags.maxUnavailble=2",
+            "at '/controller/flags': additional properties 'maxUnavailble' not allowed",
+        ),
+        ("imag.tag=0.2.0", "additional properties 'imag' not allowed"),
+        (
+            "controller.flags.drain=maybe",
+            "at '/controller/flags/drain': got string, want boolean",
+        ),
+        (
+            "controller.replicas=two",
+            "at '/controller/replicas': got string, want integer",
+        ),
+        (
+            "controller.flags.maxUnavailable=0",
+            "at '/controller/flags/maxUnavailable'",
+        ),
+        (
+            "controller.flags.maxUnavailable=ten",
+            "at '/controller/flags/maxUnavailable'",
+        ),
+        (
+            "controller.flags.maxUnavailable=101%",
+            "at '/controller/flags/maxUnavailable'",
+        ),
+        (
+            "controller.flags.drainTimeout=15 minutes",
+            "at '/controller/flags/drainTimeout'",
+        ),
+        (
+            "agent.flags.rebootMethod=kexec",
+            "at '/agent/flags/rebootMethod'",
+        ),
+        ("annotationPrefix=Not_A_Domain", "at '/annotationPrefix'"),
+    ] {
+        let mut helm = helm(&home);
+        helm.args(["template", RELEASE])
+            .arg(chart_dir())
+            .args(["--namespace", NS, "--set", set]);
+        let said = fails(helm);
+        assert!(
+            said.contains("values don't meet the specifications of the schema"),
+            "{set}: {said}"
+        );
+        assert!(said.contains(says), "{set}: {said}");
+    }
+}
+
+/// `helm install` of the chart into [`NS`], creating it, with `args`.
+fn install_chart(cp: &ControlPlane, args: &[&str]) -> String {
+    let mut helm = helm_on(cp);
+    helm.args(["install", RELEASE])
+        .arg(chart_dir())
+        .args(["--namespace", NS, "--create-namespace"])
+        .args(args);
+    succeeds(helm)
+}
+
+fn kubectl_get(cp: &ControlPlane, args: &[&str], manifest: &str) -> String {
+    cp.kubectl_with_input(args, manifest)
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// `helm list` of every release in any namespace and state (but kept history), as JSON.
+fn releases(cp: &ControlPlane) -> String {
+    let mut list = helm_on(cp);
+    list.args(["list", "--all-namespaces", "-o", "json"]).args([
+        "--deployed",
+        "--failed",
+        "--pending",
+        "--uninstalling",
+    ]);
+    succeeds(list).trim().to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn helm_install_upgrade_and_uninstall_on_the_local_control_plane() {
+    let cp = control_plane(false).await;
+    let manifest = template(&cp.dir().join("helm"), &[]);
+
+    // A bad value fails the install before anything is created.
+    let mut bad = helm_on(&cp);
+    bad.args(["install", RELEASE])
+        .arg(chart_dir())
+        .args(["--namespace", NS, "--create-namespace"])
+        .args(["--set", "controller.flags.maxUnavailable=-1"]);
+    let said = fails(bad);
+    assert!(said.contains("/controller/flags/maxUnavailable"), "{said}");
+    assert_eq!(releases(&cp), "[]");
+    let names = ["get", "-f", "-", "--ignore-not-found", "-o", "name"];
+    assert_eq!(kubectl_get(&cp, &names, &manifest).trim(), "");
+
+    let said = install_chart(&cp, &[]);
+    assert!(said.contains("STATUS: deployed"), "{said}");
+    let listed = releases(&cp);
+    assert!(
+        listed.contains(r#""name":"node-reboot-operator","namespace":"node-reboot-operator""#)
+            && listed.contains(r#""status":"deployed""#),
+        "{listed}"
+    );
+    let installed = kubectl_get(&cp, &names, &manifest);
+    assert_eq!(
+        installed.lines().count(),
+        16,
+        "every object installed: {installed}"
+    );
+    let namespace: Value =
+        serde_json::from_str(&e2e::kubectl(&cp, &["get", "namespace", NS, "-o", "json"]))
+            .expect("JSON");
+    assert_eq!(
+        namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"],
+        "privileged"
+    );
+    let args = |cp: &ControlPlane| {
+        e2e::kubectl(
+            cp,
+            &[
+                "get",
+                "deployment",
+                "reboot-controller",
+                "-n",
+                NS,
+                "-o",
+                "jsonpath={.spec.template.spec.containers[0].args}",
+            ],
+        )
+    };
+    assert_eq!(args(&cp), r#"["--max-unavailable=1","--log-format=json"]"#);
+
+    let mut upgrade = helm_on(&cp);
+    upgrade
+        .args(["upgrade", RELEASE])
+        .arg(chart_dir())
+        .args(["--namespace", NS, "--reuse-values"])
+        .args(["--set", "controller.flags.maxUnavailable=25%"]);
+    let said = succeeds(upgrade);
+    assert!(said.contains("REVISION: 2"), "{said}");
+    assert_eq!(
+        args(&cp),
+        r#"["--max-unavailable=25%","--log-format=json"]"#
+    );
+
+    // A typo in an upgrade is refused too, and changes nothing.
+    let mut typo = helm_on(&cp);
+    typo.args(["upgrade", RELEASE])
+        .arg(chart_dir())
+        .args(["--namespace", NS, "--reuse-values"])
+        .args(["--set", "controller.flags.maxUnavalable=3"]);
+    let said = fails(typo);
+    assert!(
+        said.contains("additional properties 'maxUnavalable' not allowed"),
+        "{said}"
+    );
+    assert_eq!(
+        args(&cp),
+        r#"["--max-unavailable=25%","--log-format=json"]"#
+    );
+
+    let mut uninstall = helm_on(&cp);
+    uninstall.args(["uninstall", RELEASE, "--namespace", NS, "--wait"]);
+    let said = succeeds(uninstall);
+    assert!(
+        said.contains("[Namespace] node-reboot-operator"),
+        "the namespace is kept: {said}"
+    );
+    let left = kubectl_get(&cp, &names, &manifest);
+    assert_eq!(
+        left.trim(),
+        format!("namespace/{NS}"),
+        "every object but the namespace is gone"
+    );
+    assert_eq!(releases(&cp), "[]");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_charts_controller_pod_meets_restricted_pod_security() {
+    // The controller-manager type-checks admission policies.
+    let cp = control_plane(true).await;
+    let client = cp.client().await.expect("admin client");
+    install_chart(&cp, &[]);
+    wait_until_the_policy_is_type_checked(&client).await;
+    check_the_controller_pod_meets_restricted_pod_security(&cp, &client).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn with_the_chart_each_service_account_may_do_only_its_part() {
+    let ids = Identities::start(|cp| {
+        install_chart(cp, &[]);
+    })
+    .await;
+    check_an_agent_may_change_only_the_protocol_annotations_of_its_own_node(&ids).await;
+    check_what_the_programs_must_not_do_is_refused(&ids).await;
+}

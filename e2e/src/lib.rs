@@ -8,6 +8,7 @@ pub use nodesim::budget_watch::{BudgetWatch, unavailable};
 use nodesim::observe::{Coverage, Observe, ResumingWatch};
 
 pub mod chaos;
+pub mod install;
 pub mod promql;
 pub mod rollout;
 pub mod scrape;

@@ -52,6 +52,8 @@ pub struct PoolSummary {
     /// Nodes unavailable as the budget counts them (not Ready, cordoned, or holding a slot).
     pub unavailable: usize,
     pub slots_in_use: usize,
+    /// When the oldest slot still held was granted (Unix seconds); `None` without slots.
+    pub oldest_grant: Option<i64>,
 }
 
 impl PoolSummary {
@@ -60,6 +62,12 @@ impl PoolSummary {
         let mut summary = Self {
             nodes: nodes.len(),
             slots_in_use: ledger.slots.len(),
+            oldest_grant: ledger
+                .slots
+                .values()
+                .filter_map(|slot| slot.granted_at.parse::<k8s_openapi::jiff::Timestamp>().ok())
+                .map(|at| at.as_second())
+                .min(),
             ..Self::default()
         };
         for node in nodes {
@@ -117,6 +125,7 @@ pub struct Metrics {
     pub nodes: Family<StateLabels, Gauge>,
     pub unavailable_nodes: Gauge,
     pub slots_in_use: Gauge,
+    pub oldest_slot_granted: Gauge,
     pub max_unavailable: Gauge,
     pub reboots_approved: Counter,
     pub reboots_completed: Counter,
@@ -144,6 +153,7 @@ impl Metrics {
             nodes: Family::default(),
             unavailable_nodes: Gauge::default(),
             slots_in_use: Gauge::default(),
+            oldest_slot_granted: Gauge::default(),
             max_unavailable: Gauge::default(),
             reboots_approved: Counter::default(),
             reboots_completed: Counter::default(),
@@ -179,6 +189,12 @@ impl Metrics {
             "slots_in_use",
             "Reboot slots granted in the slot ledger",
             m.slots_in_use,
+        );
+        registry.register(
+            "oldest_slot_granted_timestamp_seconds",
+            "When the longest-held reboot slot was granted (Unix time), 0 while no slot is held: \
+             a node stuck in the protocol shows as an old one",
+            m.oldest_slot_granted,
         );
         registry.register(
             "max_unavailable",
@@ -270,8 +286,19 @@ impl Metrics {
             "Nodes that a blocking pod (--blocking-pod-selector) runs on",
             m.blocked_nodes,
         );
-        // Every state from the start, so that a query for one finds 0 rather than nothing.
+        // Every state and every known reason from the start, so that a query for one finds 0
+        // rather than nothing (and `increase()` sees the first failure).
         metrics.pool(&PoolSummary::default(), 0);
+        for reason in ["drain_timeout", "node_removed"] {
+            metrics.reboots_failed.get_or_create(&ReasonLabels {
+                reason: reason.into(),
+            });
+        }
+        for outcome in ["drained", "timed_out"] {
+            metrics.drain_duration.get_or_create(&OutcomeLabels {
+                outcome: outcome.into(),
+            });
+        }
         (metrics, registry)
     }
 
@@ -318,6 +345,8 @@ impl Metrics {
         let gauge = |v: usize| i64::try_from(v).unwrap_or(i64::MAX);
         self.unavailable_nodes.set(gauge(summary.unavailable));
         self.slots_in_use.set(gauge(summary.slots_in_use));
+        self.oldest_slot_granted
+            .set(summary.oldest_grant.unwrap_or_default());
         self.max_unavailable.set(gauge(budget));
     }
 }
@@ -383,6 +412,11 @@ mod tests {
         }
         assert_eq!(summary.nodes, 9);
         assert_eq!(summary.slots_in_use, 5);
+        assert_eq!(
+            summary.oldest_grant,
+            Some(1_767_225_600),
+            "2026-01-01T00:00:00Z"
+        );
         // down, and the five slot holders.
         assert_eq!(summary.unavailable, 6);
     }
@@ -405,6 +439,9 @@ mod tests {
             "node_reboot_api_errors_total{resource=\"node\",kind=\"conflict\"} 1",
             "node_reboot_reboots_failed_total{reason=\"drain_timeout\"} 1",
             "node_reboot_drain_duration_seconds_count{outcome=\"drained\"} 1",
+            "node_reboot_reboots_failed_total{reason=\"node_removed\"} 0",
+            "node_reboot_drain_duration_seconds_count{outcome=\"timed_out\"} 0",
+            "node_reboot_oldest_slot_granted_timestamp_seconds 0",
             "node_reboot_nodes{state=\"rebooting\"} 0",
             "node_reboot_max_unavailable 2",
             "node_reboot_slots_in_use 0",

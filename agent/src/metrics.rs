@@ -78,6 +78,12 @@ impl Metrics {
             "1 while the sentinel a reboot was requested for is still there after that reboot",
             m.sentinel_persists,
         );
+        // Every known reason from the start: a query finds 0, and increase() sees the first.
+        for reason in ["method_failed", "timed_out"] {
+            metrics.reboot_failures.get_or_create(&ReasonLabels {
+                reason: reason.into(),
+            });
+        }
         (metrics, registry)
     }
 

@@ -18,7 +18,7 @@ testenv:
 # release/. --target keeps RUSTFLAGS off build scripts and proc macros.
 STATIC_TARGET ?= $(shell uname -m)-unknown-linux-gnu
 static:
-	RUSTFLAGS='-C target-feature=+crt-static' $(CARGO) build --release --locked --target $(STATIC_TARGET) -p agent -p controller -p vm-node-reporter
+	RUSTFLAGS='-C target-feature=+crt-static' $(CARGO) build --release --locked --target $(STATIC_TARGET) -p agent -p controller -p vm-node-reporter -p kubectl-reboot
 
 build: static
 	$(CARGO) build --workspace --all-targets --locked

@@ -1,0 +1,405 @@
+//! `kubectl reboot` (issue 16), end to end: the real kubectl finds the plugin on PATH, an
+//! administrator's ServiceAccount (the README's `node-reboot-admin` roles) pauses the pool
+//! and requests reboots with it, a read-only ServiceAccount (`node-reboot-viewer`) sees why
+//! the nodes wait, as text and as JSON that agree, and is refused a request with a clear
+//! error; after the resume the rollout completes and the status shows every node idle, with
+//! the reboots' durations for the estimate.
+
+use common::ledger::{LEDGER_NAME, OPERATOR_NAMESPACE};
+use e2e::{BudgetWatch, eventually, kubectl, rollout::rollout_completes, wait_until};
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::Api;
+use nodesim::sandbox::{Sandbox, SandboxConfig};
+use serde_json::Value;
+use std::{
+    collections::BTreeMap,
+    path::PathBuf,
+    process::{Command, Output, Stdio},
+    time::Duration,
+};
+
+/// The real kubectl, with only the plugin's directory on PATH, as one identity.
+struct Kubectl {
+    kubectl: PathBuf,
+    path: PathBuf,
+    kubeconfig: PathBuf,
+}
+
+impl Kubectl {
+    fn command(&self, args: &[&str]) -> Command {
+        let mut command = Command::new(&self.kubectl);
+        // kubectl hands a plugin every argument after its name, and finds the plugin only
+        // when no flag comes first: the kubeconfig goes in the environment.
+        command
+            .args(args)
+            .env("PATH", &self.path)
+            .env("KUBECONFIG", &self.kubeconfig)
+            .env_remove("KUBECTL_REBOOT_METRICS_URL")
+            .env_remove("MAX_UNAVAILABLE");
+        command
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        self.command(args).output().expect("kubectl runs")
+    }
+
+    /// Runs and expects success; stdout.
+    fn ok(&self, args: &[&str]) -> String {
+        let output = self.run(args);
+        assert!(
+            output.status.success(),
+            "kubectl {} failed: {}{}",
+            args.join(" "),
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    }
+
+    fn json(&self, extra: &[&str]) -> Value {
+        let mut args = vec!["reboot", "status", "-o", "json"];
+        args.extend_from_slice(extra);
+        let text = self.ok(&args);
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
+    }
+}
+
+/// The plugin alone in a directory (target/debug also holds `kubectl-reboot.d`, which
+/// `kubectl plugin list` would warn about).
+fn plugin_dir(sb: &Sandbox) -> PathBuf {
+    let built = nodesim::workspace_binary("kubectl-reboot").unwrap_or_else(|e| panic!("{e}"));
+    let dir = sb.control_plane.dir().join("plugins");
+    std::fs::create_dir_all(&dir).expect("plugin dir");
+    std::os::unix::fs::symlink(&built, dir.join("kubectl-reboot")).expect("symlink the plugin");
+    dir
+}
+
+fn rbac_manifest() -> String {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../kubectl-reboot/rbac.yaml");
+    std::fs::read_to_string(path).expect("kubectl-reboot/rbac.yaml")
+}
+
+/// A ServiceAccount `default/<name>` bound to the README's roles `<role>` (the ClusterRole
+/// and the Role in the operator's namespace), and a kubeconfig with a token of it minted by
+/// `kubectl create token`.
+fn service_account(sb: &Sandbox, name: &str, roles: &[&str]) -> PathBuf {
+    let cp = &sb.control_plane;
+    kubectl(cp, &["create", "serviceaccount", "-n", "default", name]);
+    let subject = format!("--serviceaccount=default:{name}");
+    for role in roles {
+        let binding = format!("{name}-{role}");
+        let cluster_role = format!("--clusterrole={role}");
+        kubectl(
+            cp,
+            &[
+                "create",
+                "clusterrolebinding",
+                &binding,
+                &cluster_role,
+                &subject,
+            ],
+        );
+        let role = format!("--role={role}");
+        let ns = OPERATOR_NAMESPACE;
+        kubectl(
+            cp,
+            &["create", "rolebinding", "-n", ns, &binding, &role, &subject],
+        );
+    }
+    let token = kubectl(cp, &["create", "token", "-n", "default", name]);
+    let path = cp.dir().join(format!("sa-{name}.kubeconfig"));
+    cp.write_kubeconfig_for_token(token.trim(), &path)
+        .expect("kubeconfig");
+    path
+}
+
+/// The rows of the text table: node name to its STATE and DETAIL.
+fn rows(text: &str) -> BTreeMap<String, (String, String)> {
+    let mut lines = text.lines().skip_while(|l| !l.starts_with("NODE "));
+    let header = lines.next().expect("a table header");
+    let detail_at = header.find("DETAIL").expect("a DETAIL column");
+    lines
+        .take_while(|l| l.starts_with("sim-"))
+        .map(|line| {
+            let mut words = line.split_whitespace();
+            let name = words.next().unwrap_or_default().to_owned();
+            let state = words.next().unwrap_or_default().to_owned();
+            let detail = line.get(detail_at..).unwrap_or_default().trim().to_owned();
+            (name, (state, detail))
+        })
+        .collect()
+}
+
+fn node_json<'v>(status: &'v Value, name: &str) -> &'v Value {
+    status["nodes"]
+        .as_array()
+        .expect("nodes")
+        .iter()
+        .find(|n| n["name"] == name)
+        .unwrap_or_else(|| panic!("{name} not in {status}"))
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_plugin_on_path_shows_why_nodes_wait_and_drives_a_rollout_with_plain_rbac() {
+    let sb = e2e::sandbox_without_pods(SandboxConfig {
+        nodes: 4,
+        max_unavailable: "1".into(),
+        reboot_duration: Duration::from_secs(3),
+        ..SandboxConfig::default()
+    })
+    .await;
+    let client = sb.client.clone();
+    let names = sb.fleet.names();
+    let watch = BudgetWatch::start(client.clone(), 1).await;
+    let dir = plugin_dir(&sb);
+    let kubectl_bin = testenv::ControlPlane::bin("kubectl").expect("kubectl");
+    let as_identity = |kubeconfig: PathBuf| Kubectl {
+        kubectl: kubectl_bin.clone(),
+        path: dir.clone(),
+        kubeconfig,
+    };
+    let root = as_identity(sb.control_plane.kubeconfig_path().to_path_buf());
+
+    // The real kubectl finds the plugin on PATH.
+    let list = root.ok(&["plugin", "list"]);
+    let found = dir.join("kubectl-reboot");
+    assert!(list.contains(&found.display().to_string()), "{list}");
+    let help = root.ok(&["reboot", "--help"]);
+    for command in ["status", "request", "cancel", "pause", "resume"] {
+        assert!(help.contains(command), "{help}");
+    }
+
+    // The README's roles, and one identity of each kind.
+    sb.control_plane
+        .apply(&rbac_manifest())
+        .expect("apply rbac.yaml");
+    let viewer = as_identity(service_account(&sb, "viewer", &["node-reboot-viewer"]));
+    let admin = as_identity(service_account(
+        &sb,
+        "admin",
+        &["node-reboot-viewer", "node-reboot-admin"],
+    ));
+
+    // Pausing a ledger that does not exist creates nothing and says why (as the cluster
+    // admin: the roles name only the default ledger).
+    let missing = root.run(&["reboot", "pause", "--ledger-name", "no-such-ledger"]);
+    assert!(!missing.status.success());
+    assert!(
+        stderr(&missing).contains("no-such-ledger does not exist yet"),
+        "{}",
+        stderr(&missing)
+    );
+    let leases: Api<Lease> = Api::namespaced(client.clone(), OPERATOR_NAMESPACE);
+    assert!(leases.get_opt("no-such-ledger").await.unwrap().is_none());
+    wait_until(
+        "the controller created its ledger",
+        Duration::from_secs(30),
+        Some(&watch),
+        || async { leases.get_opt(LEDGER_NAME).await.ok().flatten().is_some() },
+    )
+    .await;
+
+    // Paused, then every node requested with the plugin; one request cancelled and made again.
+    let paused = admin.ok(&["reboot", "pause"]);
+    assert!(paused.starts_with("paused"), "{paused}");
+    // The read-only user may not request, and is told why.
+    let refused = viewer.run(&["reboot", "request", &names[0]]);
+    assert!(!refused.status.success(), "a viewer requested a reboot");
+    let why = stderr(&refused);
+    println!("kubectl reboot request, as the viewer:\n{why}");
+    for words in [
+        "forbidden",
+        "cannot patch",
+        "node-reboot-admin",
+        "kubectl reboot request",
+    ] {
+        assert!(why.contains(words), "{words:?} missing: {why}");
+    }
+    let n0 = e2e::node(&client, &names[0]).await;
+    assert!(e2e::protocol_annotations(&n0).is_empty(), "{n0:?}");
+    let mut request = vec!["reboot", "request"];
+    request.extend(names.iter().map(String::as_str));
+    admin.ok(&request);
+    let cancelled = admin.ok(&["reboot", "cancel", &names[3]]);
+    assert!(cancelled.contains("reboot cancelled"), "{cancelled}");
+    let n3 = e2e::node(&client, &names[3]).await;
+    assert!(e2e::protocol_annotations(&n3).is_empty(), "{n3:?}");
+    assert_eq!(
+        node_json(&viewer.json(&[]), &names[3])["state"],
+        "idle",
+        "cancelled"
+    );
+    admin.ok(&["reboot", "request", &names[3]]);
+
+    // The read-only user sees every node waiting because the pool is paused, once the
+    // controller has said so in each node's Events.
+    let metrics_url = sb.controllers[0].metrics_url().expect("metrics");
+    let status = eventually(
+        "every node waits, paused, with the controller's Event",
+        Duration::from_secs(30),
+        Some(&watch),
+        || async {
+            let status = viewer.json(&["--metrics-url", &metrics_url]);
+            let all = names.iter().all(|n| {
+                let node = node_json(&status, n);
+                node["state"] == "waiting"
+                    && node["reason"] == "paused"
+                    && node["event"]["reason"] == "Paused"
+            });
+            all.then_some(status)
+        },
+    )
+    .await;
+    assert_eq!(status["kind"], "RebootStatus");
+    assert_eq!(status["pool"]["paused"], true);
+    assert_eq!(status["pool"]["nodes"], 4);
+    assert_eq!(status["budget"]["source"], "metrics");
+    assert_eq!(status["budget"]["maxUnavailable"], 1);
+    assert_eq!(status["budget"]["slotsInUse"], 0);
+    assert_eq!(status["estimate"]["remaining"], 4);
+    assert_eq!(status["estimate"]["heldBy"], "paused");
+    assert_eq!(status["warnings"], Value::Array(vec![]), "{status}");
+
+    // The text says the same as the JSON.
+    let text = viewer.ok(&["reboot", "status", "--metrics-url", &metrics_url]);
+    println!("kubectl reboot status (paused):\n{text}");
+    assert!(text.contains(", PAUSED"), "{text}");
+    assert!(
+        text.contains("max-unavailable from the controller's metrics"),
+        "{text}"
+    );
+    let json = viewer.json(&["--metrics-url", &metrics_url]);
+    let table = rows(&text);
+    assert_eq!(table.len(), names.len(), "{text}");
+    for (name, (state, detail)) in &table {
+        let node = node_json(&json, name);
+        assert_eq!(node["state"], state.as_str(), "{name}: {text}");
+        assert_eq!(node["detail"], detail.as_str(), "{name}: {text}");
+        assert!(detail.starts_with("paused: "), "{name}: {detail}");
+    }
+
+    // The read-only user may look but not cancel or resume.
+    let refused = viewer.run(&["reboot", "cancel", &names[0]]);
+    assert!(!refused.status.success(), "a viewer cancelled a request");
+    assert!(
+        stderr(&refused).contains("forbidden"),
+        "{}",
+        stderr(&refused)
+    );
+    let refused = viewer.run(&["reboot", "resume"]);
+    assert!(!refused.status.success(), "a viewer resumed the pool");
+    assert!(
+        stderr(&refused).contains("forbidden"),
+        "{}",
+        stderr(&refused)
+    );
+
+    // Resumed: the rollout completes within the budget; on the way the plugin shows nodes
+    // rebooting and never more unavailable than the budget.
+    let resumed = admin.ok(&["reboot", "resume"]);
+    assert!(resumed.starts_with("resumed"), "{resumed}");
+    let mut seen = BTreeMap::<String, usize>::new();
+    let mut sample = None;
+    let mut sample_estimated = false;
+    wait_until(
+        "every node rebooted, as the plugin sees it",
+        e2e::rollout::ROLLOUT,
+        Some(&watch),
+        || {
+            let status = viewer.json(&["--max-unavailable", "1"]);
+            assert!(
+                status["budget"]["unavailable"].as_u64() <= Some(1),
+                "{status}"
+            );
+            for node in status["nodes"].as_array().into_iter().flatten() {
+                let state = node["state"].as_str().unwrap_or_default().to_owned();
+                *seen.entry(state).or_default() += 1;
+            }
+            // For people: a moment with a reboot under way, and an estimate once one is known.
+            let rebooting = status["nodes"]
+                .as_array()
+                .is_some_and(|n| n.iter().any(|n| n["state"] == "rebooting"));
+            let estimated = !status["estimate"]["doneInSeconds"].is_null();
+            if rebooting && (sample.is_none() || (estimated && !sample_estimated)) {
+                sample = Some(viewer.ok(&["reboot", "status", "--max-unavailable", "1"]));
+                sample_estimated = estimated;
+            }
+            let done = status["estimate"]["remaining"] == 0;
+            async move { done }
+        },
+    )
+    .await;
+    if let Some(sample) = &sample {
+        println!("kubectl reboot status (rollout):\n{sample}");
+    }
+    assert!(seen.contains_key("rebooting"), "{seen:?}");
+    rollout_completes(&sb, &watch).await;
+
+    let text = viewer.ok(&["reboot", "status", "--max-unavailable", "1"]);
+    println!("kubectl reboot status (done):\n{text}");
+    for (name, (state, detail)) in rows(&text) {
+        assert_eq!(state, "idle", "{name}: {text}");
+        assert!(detail.starts_with("last reboot "), "{name}: {detail}");
+    }
+    let json = viewer.json(&["--max-unavailable", "1"]);
+    assert_eq!(json["pool"]["paused"], false);
+    assert_eq!(json["budget"]["slotsInUse"], 0);
+    assert_eq!(json["estimate"]["summary"], "nothing to reboot");
+    assert_eq!(json["estimate"]["basis"], "events", "{json}");
+    assert_eq!(json["estimate"]["samples"], 4, "{json}");
+    let typical = json["estimate"]["rebootSeconds"]
+        .as_f64()
+        .expect("a median");
+    assert!((1.0..60.0).contains(&typical), "{typical}");
+
+    // --watch refreshes (plain repeated blocks without a terminal) until Ctrl-C, exit 0.
+    let mut watching = viewer
+        .command(&["reboot", "status", "--watch", "--interval", "500ms"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start --watch");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let interrupt = Command::new("kill")
+        .args(["-INT", &watching.id().to_string()])
+        .status()
+        .expect("kill -INT");
+    assert!(interrupt.success());
+    let finished = tokio::task::spawn_blocking(move || {
+        let start = std::time::Instant::now();
+        loop {
+            if let Some(status) = watching.try_wait().expect("wait") {
+                return Some((status, watching));
+            }
+            if start.elapsed() > Duration::from_secs(10) {
+                let _ = watching.kill();
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    })
+    .await
+    .expect("join");
+    let (exit, watching) = finished.expect("--watch stops on Ctrl-C");
+    let output = watching.wait_with_output().expect("output");
+    assert!(
+        exit.success(),
+        "--watch exit: {exit:?}, {}",
+        stderr(&output)
+    );
+    let frames = String::from_utf8_lossy(&output.stdout)
+        .matches("Pool:")
+        .count();
+    assert!(frames >= 2, "{frames} frames in 3 s at 500ms");
+    assert!(
+        !String::from_utf8_lossy(&output.stdout).contains('\x1b'),
+        "no ANSI on a pipe"
+    );
+
+    watch.check().unwrap();
+    sb.stop().await;
+}

@@ -1,0 +1,438 @@
+//! `request`, `cancel`, `pause`, `resume`: what the README tells an administrator to do by
+//! hand, done so that a concurrent change fails the write instead of being overwritten.
+//! Deciding the patch is pure; the I/O reads the object, writes, and on a failed `test`
+//! (the object changed meanwhile) reads it again and decides again.
+
+use crate::error::{Error, is_not_found, is_stale};
+use common::{AnnotationKeys, NodeFacts, Phase, Request, ledger::PAUSED_ANNOTATION};
+use json_patch::{
+    AddOperation, Patch, PatchOperation, RemoveOperation, TestOperation,
+    jsonptr::{PointerBuf, Token},
+};
+use k8s_openapi::api::{coordination::v1::Lease, core::v1::Node};
+use kube::{
+    Api, Client,
+    api::{Patch as KubePatch, PatchParams},
+};
+use serde_json::{Value, json};
+
+/// How often a write is decided again after the object changed under it.
+const ATTEMPTS: usize = 5;
+
+/// What `request` does to one node.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RequestPlan {
+    /// `reboot-needed=true` is there already.
+    Already,
+    /// Write this; say `note` (something the administrator should know), if any.
+    Write { patch: Patch, note: Option<String> },
+}
+
+/// What `cancel` does to one node.
+#[derive(Debug, Clone, PartialEq)]
+pub enum CancelPlan {
+    /// No request and no go-ahead: nothing to withdraw.
+    Nothing,
+    /// The agent has taken the go-ahead: the reboot is under way and finishes.
+    TooLate(String),
+    /// Write this; `what` says what it withdraws.
+    Write { patch: Patch, what: String },
+}
+
+fn annotation(key: &str) -> PointerBuf {
+    PointerBuf::from_tokens([
+        Token::new("metadata"),
+        Token::new("annotations"),
+        Token::new(key),
+    ])
+}
+
+fn test(path: PointerBuf, value: Value) -> PatchOperation {
+    PatchOperation::Test(TestOperation { path, value })
+}
+
+fn add(path: PointerBuf, value: Value) -> PatchOperation {
+    PatchOperation::Add(AddOperation { path, value })
+}
+
+fn remove(path: PointerBuf) -> PatchOperation {
+    PatchOperation::Remove(RemoveOperation { path })
+}
+
+/// `kubectl annotate node X reboot-needed=true`, decided on `node` as read: a value other
+/// than `true` (not a request) is replaced only while it is still that value; a node without
+/// annotations gets them only while it is unchanged.
+pub fn request(keys: &AnnotationKeys, node: &NodeFacts) -> RequestPlan {
+    let state = node.protocol(keys);
+    let needed = || add(annotation(&keys.needed), "true".into());
+    let mut notes = Vec::new();
+    let ops = match &state.request {
+        Request::Needed => return RequestPlan::Already,
+        Request::Invalid(value) => {
+            notes.push(format!("replaced the invalid {}={value:?}", keys.needed));
+            vec![
+                test(annotation(&keys.needed), value.as_str().into()),
+                needed(),
+            ]
+        }
+        Request::Absent if node.has_annotations => vec![needed()],
+        Request::Absent => {
+            let version =
+                PointerBuf::from_tokens([Token::new("metadata"), Token::new("resourceVersion")]);
+            let annotations =
+                PointerBuf::from_tokens([Token::new("metadata"), Token::new("annotations")]);
+            let rv = node.resource_version.clone().unwrap_or_default();
+            vec![
+                test(version, rv.into()),
+                add(annotations, json!({ &keys.needed: "true" })),
+            ]
+        }
+    };
+    if state.reboot_under_way() {
+        notes.push("a reboot is under way: this asks for one more after it".to_owned());
+    }
+    RequestPlan::Write {
+        patch: Patch(ops),
+        note: (!notes.is_empty()).then(|| notes.join("; ")),
+    }
+}
+
+/// The README's cancel: remove `reboot-needed` before the node gets `reboot-now`, or remove
+/// `reboot-now` before the agent takes it. Each removal `test`s the value it removes, so a
+/// go-ahead the agent took meanwhile (it swaps `reboot-now` for `reboot-in-progress` in one
+/// write) fails the cancel instead of being half undone.
+pub fn cancel(keys: &AnnotationKeys, node: &NodeFacts) -> CancelPlan {
+    let state = node.protocol(keys);
+    if let Phase::InProgress { .. } | Phase::Done { .. } = state.phase {
+        return CancelPlan::TooLate(format!(
+            "the agent has started the reboot ({}): it cannot be cancelled, and finishes on its \
+             own",
+            if matches!(state.phase, Phase::Done { .. }) {
+                &keys.done
+            } else {
+                &keys.in_progress
+            }
+        ));
+    }
+    let mut ops = Vec::new();
+    let mut what = Vec::new();
+    if let Some(value) = node.annotations.get(&keys.needed) {
+        ops.push(test(annotation(&keys.needed), value.as_str().into()));
+        ops.push(remove(annotation(&keys.needed)));
+        what.push(format!("removed {}", keys.needed));
+    }
+    if state.phase == Phase::RebootNow {
+        ops.push(test(annotation(&keys.now), "true".into()));
+        ops.push(remove(annotation(&keys.now)));
+        what.push(format!("removed {} before the agent took it", keys.now));
+    }
+    if ops.is_empty() {
+        return CancelPlan::Nothing;
+    }
+    CancelPlan::Write {
+        patch: Patch(ops),
+        what: what.join(", "),
+    }
+}
+
+const NODE_NEEDS: &str = "get and patch on nodes (the node-reboot-admin role)";
+
+async fn read_node(api: &Api<Node>, name: &str, command: &'static str) -> Result<Node, Error> {
+    match api.get_opt(name).await {
+        Ok(Some(node)) => Ok(node),
+        Ok(None) => Err(Error::NodeNotFound(name.to_owned())),
+        Err(e) => Err(Error::api(
+            format!("cannot read node {name}"),
+            command,
+            NODE_NEEDS,
+        )(e)),
+    }
+}
+
+async fn write_node(
+    api: &Api<Node>,
+    name: &str,
+    patch: Patch,
+    command: &'static str,
+) -> Result<bool, Error> {
+    match api
+        .patch(name, &PatchParams::default(), &KubePatch::Json::<()>(patch))
+        .await
+    {
+        Ok(_) => Ok(true),
+        Err(e) if is_stale(&e) => Ok(false),
+        Err(e) if is_not_found(&e) => Err(Error::NodeNotFound(name.to_owned())),
+        Err(e) => Err(Error::api(
+            format!("cannot change node {name}"),
+            command,
+            NODE_NEEDS,
+        )(e)),
+    }
+}
+
+/// Requests a reboot of one node; what was done, for the administrator.
+pub async fn request_node(
+    client: &Client,
+    keys: &AnnotationKeys,
+    name: &str,
+) -> Result<String, Error> {
+    let api: Api<Node> = Api::all(client.clone());
+    for _ in 0..ATTEMPTS {
+        let node = read_node(&api, name, "request").await?;
+        let opted_out = keys.is_disabled(node.metadata.labels.as_ref()).then(|| {
+            format!(
+                "; note: labelled {}=true, it is never rebooted while the label is there",
+                keys.disabled
+            )
+        });
+        let (patch, note) = match request(keys, &NodeFacts::from_node(&node)) {
+            RequestPlan::Already => {
+                return Ok(format!(
+                    "node/{name} already requested ({}=true)",
+                    keys.needed
+                ));
+            }
+            RequestPlan::Write { patch, note } => (patch, note),
+        };
+        if write_node(&api, name, patch, "request").await? {
+            let note = note.map(|n| format!("; {n}")).unwrap_or_default();
+            return Ok(format!(
+                "node/{name} reboot requested ({}=true){note}{}",
+                keys.needed,
+                opted_out.unwrap_or_default()
+            ));
+        }
+    }
+    Err(changing(name))
+}
+
+/// Cancels one node's request; what was done, for the administrator.
+pub async fn cancel_node(
+    client: &Client,
+    keys: &AnnotationKeys,
+    name: &str,
+) -> Result<String, Error> {
+    let api: Api<Node> = Api::all(client.clone());
+    for _ in 0..ATTEMPTS {
+        let node = NodeFacts::from_node(&read_node(&api, name, "cancel").await?);
+        let (patch, what) = match cancel(keys, &node) {
+            CancelPlan::Nothing => return Ok(format!("node/{name} has no request to cancel")),
+            CancelPlan::TooLate(why) => return Err(Error::TooLate(format!("node/{name}: {why}"))),
+            CancelPlan::Write { patch, what } => (patch, what),
+        };
+        if write_node(&api, name, patch, "cancel").await? {
+            let slot = if node.protocol(keys).grant.is_some() {
+                "; the controller gives its slot back and uncordons it if it cordoned it"
+            } else {
+                ""
+            };
+            return Ok(format!("node/{name} reboot cancelled ({what}){slot}"));
+        }
+    }
+    Err(changing(name))
+}
+
+fn changing(name: &str) -> Error {
+    Error::TooLate(format!(
+        "node/{name} kept changing while it was being written ({ATTEMPTS} attempts); try again"
+    ))
+}
+
+const LEASE_NEEDS: &str = "get and patch on the ledger Lease (the node-reboot-admin role)";
+
+/// Sets (`Some`) or removes (`None`) `reboot-paused` on the ledger Lease, creating nothing:
+/// a Lease that does not exist is an error.
+pub async fn set_paused(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    pause: bool,
+) -> Result<String, Error> {
+    let command = if pause { "pause" } else { "resume" };
+    let api: Api<Lease> = Api::namespaced(client.clone(), namespace);
+    let what = format!("the ledger Lease {namespace}/{name}");
+    let lease = api
+        .get_opt(name)
+        .await
+        .map_err(Error::api(
+            format!("cannot read {what}"),
+            command,
+            LEASE_NEEDS,
+        ))?
+        .ok_or_else(|| Error::NoLedger {
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+        })?;
+    let annotations = lease.metadata.annotations.as_ref();
+    let present = annotations.is_some_and(|a| a.contains_key(PAUSED_ANNOTATION));
+    let paused = common::ledger::is_paused(annotations);
+    if pause && paused {
+        return Ok(format!(
+            "already paused ({PAUSED_ANNOTATION}=true on {what})"
+        ));
+    }
+    if !pause && !present {
+        return Ok(format!("not paused (no {PAUSED_ANNOTATION} on {what})"));
+    }
+    // A merge patch of the one annotation, as `kubectl annotate` writes it: the controller's
+    // compare-and-swap of the slots fails on this change, so a grant decided before the pause
+    // is not made.
+    let value = if pause { json!("true") } else { Value::Null };
+    let patch = json!({"metadata": {"annotations": {PAUSED_ANNOTATION: value}}});
+    match api
+        .patch(name, &PatchParams::default(), &KubePatch::Merge(&patch))
+        .await
+    {
+        Ok(_) if pause => Ok(format!(
+            "paused: no new reboot starts in this pool ({PAUSED_ANNOTATION}=true on {what}); \
+             reboots under way finish. `kubectl reboot resume` resumes"
+        )),
+        Ok(_) => Ok(format!("resumed ({PAUSED_ANNOTATION} removed from {what})")),
+        Err(e) if is_not_found(&e) => Err(Error::NoLedger {
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+        }),
+        Err(e) => Err(Error::api(
+            format!("cannot change {what}"),
+            command,
+            LEASE_NEEDS,
+        )(e)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use common::Readiness;
+
+    fn node(annotations: &[(&str, &str)]) -> NodeFacts {
+        NodeFacts {
+            name: "n1".into(),
+            resource_version: Some("42".into()),
+            readiness: Readiness::Ready,
+            unschedulable: false,
+            has_annotations: !annotations.is_empty(),
+            annotations: annotations
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
+            boot_id: None,
+        }
+    }
+
+    fn apply(object: &mut Value, patch: &Patch) -> Result<(), json_patch::PatchError> {
+        json_patch::patch(object, patch)
+    }
+
+    #[test]
+    fn a_request_adds_reboot_needed_and_keeps_other_annotations() {
+        let keys = AnnotationKeys::default();
+        let RequestPlan::Write { patch, note } = request(&keys, &node(&[("x", "y")])) else {
+            panic!("a write")
+        };
+        assert_eq!(note, None);
+        let mut obj = json!({"metadata": {"resourceVersion": "43", "annotations": {"x": "y"}}});
+        apply(&mut obj, &patch).unwrap();
+        assert_eq!(
+            obj["metadata"]["annotations"],
+            json!({"x": "y", "reboot-needed": "true"})
+        );
+        assert_eq!(
+            request(&keys, &node(&[("reboot-needed", "true")])),
+            RequestPlan::Already
+        );
+    }
+
+    #[test]
+    fn a_node_without_annotations_gets_them_only_while_unchanged() {
+        let keys = AnnotationKeys::new("reboot.example.com").unwrap();
+        let RequestPlan::Write { patch, .. } = request(&keys, &node(&[])) else {
+            panic!("a write")
+        };
+        let mut obj = json!({"metadata": {"resourceVersion": "42"}});
+        apply(&mut obj, &patch).unwrap();
+        assert_eq!(
+            obj["metadata"]["annotations"],
+            json!({"reboot.example.com/reboot-needed": "true"})
+        );
+        let mut changed = json!({"metadata": {"resourceVersion": "43", "annotations": {"a": "b"}}});
+        assert!(
+            apply(&mut changed, &patch).is_err(),
+            "would replace the new annotations"
+        );
+    }
+
+    #[test]
+    fn an_invalid_value_is_replaced_only_while_it_is_still_there() {
+        let keys = AnnotationKeys::default();
+        let RequestPlan::Write { patch, note } = request(&keys, &node(&[("reboot-needed", "yes")]))
+        else {
+            panic!("a write")
+        };
+        assert!(note.unwrap().contains("invalid"));
+        let mut obj = json!({"metadata": {"annotations": {"reboot-needed": "yes"}}});
+        apply(&mut obj, &patch).unwrap();
+        assert_eq!(
+            obj["metadata"]["annotations"]["reboot-needed"],
+            json!("true")
+        );
+        let mut obj = json!({"metadata": {"annotations": {"reboot-needed": "no"}}});
+        assert!(apply(&mut obj, &patch).is_err());
+    }
+
+    #[test]
+    fn a_request_during_a_reboot_says_it_asks_for_another() {
+        let keys = AnnotationKeys::default();
+        let plan = request(&keys, &node(&[("reboot-in-progress", "true")]));
+        let RequestPlan::Write { note, .. } = plan else {
+            panic!("a write")
+        };
+        assert!(note.unwrap().contains("one more after it"));
+    }
+
+    #[test]
+    fn cancel_removes_the_request_and_a_go_ahead_not_yet_taken() {
+        let keys = AnnotationKeys::default();
+        let waiting = node(&[("reboot-needed", "true"), ("reboot-grant", "g1")]);
+        let CancelPlan::Write { patch, what } = cancel(&keys, &waiting) else {
+            panic!("a write")
+        };
+        assert_eq!(what, "removed reboot-needed");
+        let mut obj = json!({"metadata": {"annotations": {"reboot-needed": "true",
+            "reboot-grant": "g1"}}});
+        apply(&mut obj, &patch).unwrap();
+        assert_eq!(
+            obj["metadata"]["annotations"],
+            json!({"reboot-grant": "g1"})
+        );
+
+        let told = node(&[("reboot-now", "true"), ("reboot-grant", "g1")]);
+        let CancelPlan::Write { patch, what } = cancel(&keys, &told) else {
+            panic!("a write")
+        };
+        assert!(
+            what.contains("reboot-now before the agent took it"),
+            "{what}"
+        );
+        let mut obj = json!({"metadata": {"annotations": {"reboot-now": "true"}}});
+        apply(&mut obj, &patch).unwrap();
+        assert_eq!(obj["metadata"]["annotations"], json!({}));
+        // The agent took it meanwhile: the cancel fails instead of half undoing the reboot.
+        let mut taken = json!({"metadata": {"annotations": {"reboot-in-progress": "true",
+            "reboot-boot-id": "b1"}}});
+        assert!(apply(&mut taken, &patch).is_err());
+    }
+
+    #[test]
+    fn a_reboot_under_way_cannot_be_cancelled_and_nothing_is_nothing() {
+        let keys = AnnotationKeys::default();
+        let rebooting = node(&[("reboot-in-progress", "true")]);
+        assert!(
+            matches!(cancel(&keys, &rebooting), CancelPlan::TooLate(why) if why.contains("reboot-in-progress"))
+        );
+        assert_eq!(
+            cancel(&keys, &node(&[("reboot-last-completed", "t")])),
+            CancelPlan::Nothing
+        );
+    }
+}

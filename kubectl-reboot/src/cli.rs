@@ -1,0 +1,177 @@
+//! Command-line flags; every flag is also an environment variable. The flags that the
+//! controller has too (`--annotation-prefix`, `--namespace`, `--ledger-name`,
+//! `--node-selector`, `--max-unavailable`, `--drain-pod-selector`) take the same values and the
+//! same variables, so one settings file serves both.
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use common::{AnnotationKeys, MaxUnavailable};
+use std::time::Duration;
+
+/// The node-reboot-operator from kubectl: what every node of the pool is doing and why
+/// (`status`), and the administrator's requests (`request`, `cancel`, `pause`, `resume`).
+/// It reads only what the operator already writes: the nodes' annotations, the slot ledger
+/// Lease, the Events, and the controller's metrics if reachable.
+#[derive(Debug, Parser)]
+#[command(name = "kubectl-reboot", bin_name = "kubectl reboot", version)]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: Global,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Where the operator is, and how to reach the cluster.
+#[derive(Debug, Clone, Args)]
+pub struct Global {
+    /// The kubeconfig file(s) to use (`:`-separated, as kubectl); default: kubectl's.
+    #[arg(long, global = true, env = "KUBECONFIG")]
+    pub kubeconfig: Option<String>,
+
+    /// The kubeconfig context to use; default: the current one.
+    #[arg(long, global = true, env = "KUBECTL_REBOOT_CONTEXT")]
+    pub context: Option<String>,
+
+    /// Prefix of every annotation key (`<prefix>/reboot-needed`): the controller's.
+    #[arg(long, global = true, env = "ANNOTATION_PREFIX", default_value = "", value_parser = parse_prefix)]
+    pub annotation_prefix: AnnotationKeys,
+
+    /// Namespace of the slot ledger: the controller's `--namespace`.
+    #[arg(short = 'n', long, global = true, env = "POD_NAMESPACE", default_value = common::ledger::OPERATOR_NAMESPACE)]
+    pub namespace: String,
+
+    /// Name of the slot ledger Lease: the controller's `--ledger-name` (one per pool).
+    #[arg(long, global = true, env = "LEDGER_NAME", default_value = common::ledger::LEDGER_NAME)]
+    pub ledger_name: String,
+}
+
+#[derive(Debug, Clone, Subcommand)]
+pub enum Command {
+    /// Every node of the pool with its state (idle, requested, waiting and why, draining,
+    /// rebooting, soaking), the slots in use against the budget, and when the queue should
+    /// be done. Needs only read access (the `node-reboot-viewer` roles).
+    Status(StatusArgs),
+    /// Asks for a reboot of each node (`reboot-needed=true`): it happens when the budget,
+    /// the windows and the gates allow.
+    Request(NodesArgs),
+    /// Withdraws each node's request: removes `reboot-needed`, and `reboot-now` if the agent
+    /// has not taken it yet. A reboot the agent has started cannot be cancelled.
+    Cancel(NodesArgs),
+    /// Pauses the pool: no new reboot starts (`reboot-paused=true` on the ledger Lease);
+    /// reboots under way finish.
+    Pause,
+    /// Resumes the pool (removes `reboot-paused` from the ledger Lease).
+    Resume,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct NodesArgs {
+    /// The nodes.
+    #[arg(required = true, value_name = "NODE")]
+    pub nodes: Vec<String>,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct StatusArgs {
+    /// Label selector of the pool: the controller's `--node-selector` (default: all nodes).
+    #[arg(long, env = "NODE_SELECTOR", default_value = "")]
+    pub node_selector: String,
+
+    /// The controller's `/metrics` URL (such as `http://127.0.0.1:8080/metrics` after
+    /// `kubectl -n node-reboot-operator port-forward deploy/reboot-controller 8080`): the
+    /// budget as the controller resolved it. Without it, or when it cannot be read, the budget
+    /// is `--max-unavailable` resolved here.
+    #[arg(long, env = "KUBECTL_REBOOT_METRICS_URL", value_parser = parse_http_url)]
+    pub metrics_url: Option<String>,
+
+    /// The controller's `--max-unavailable` (a number or a percentage of the pool), for the
+    /// budget when the metrics cannot be read.
+    #[arg(long, env = "MAX_UNAVAILABLE", value_parser = parse_max_unavailable)]
+    pub max_unavailable: Option<MaxUnavailable>,
+
+    /// The controller's `--drain-pod-selector`: only matching pods are counted as left to
+    /// evict on a draining node.
+    #[arg(long, env = "DRAIN_POD_SELECTOR")]
+    pub drain_pod_selector: Option<String>,
+
+    /// `text` for people, `json` for scripts (one document; with `--watch`, one per line).
+    #[arg(short = 'o', long, env = "KUBECTL_REBOOT_OUTPUT", value_enum, default_value_t = Output::Text)]
+    pub output: Output,
+
+    /// Refresh every `--interval` until Ctrl-C (in place on a terminal).
+    #[arg(short = 'w', long, env = "KUBECTL_REBOOT_WATCH")]
+    pub watch: bool,
+
+    /// How often `--watch` refreshes, such as `2s`.
+    #[arg(long, env = "KUBECTL_REBOOT_INTERVAL", default_value = "2s", value_parser = parse_duration)]
+    pub interval: Duration,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Output {
+    Text,
+    Json,
+}
+
+fn parse_prefix(value: &str) -> Result<AnnotationKeys, String> {
+    AnnotationKeys::new(value).map_err(|e| e.to_string())
+}
+
+fn parse_max_unavailable(value: &str) -> Result<MaxUnavailable, String> {
+    value
+        .parse()
+        .map_err(|e: common::MaxUnavailableError| e.to_string())
+}
+
+fn parse_duration(value: &str) -> Result<Duration, String> {
+    match common::duration::parse_duration(value) {
+        Ok(d) if d.is_zero() => Err("the interval must be longer than 0".to_owned()),
+        Ok(d) => Ok(d),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+fn parse_http_url(value: &str) -> Result<String, String> {
+    let hint = "give an http:// or https:// URL such as http://127.0.0.1:8080/metrics";
+    let uri: hyper::Uri = value.parse().map_err(|e| format!("{e}; {hint}"))?;
+    match uri.scheme_str() {
+        Some("http" | "https") if uri.host().is_some() => Ok(value.to_owned()),
+        _ => Err(format!("not an http(s) URL; {hint}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(std::iter::once("kubectl-reboot").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn the_flags_parse_and_default_to_the_controllers_defaults() {
+        let cli = parse(&["status", "-o", "json", "--max-unavailable", "25%"]).unwrap();
+        assert_eq!(cli.global.namespace, "node-reboot-operator");
+        assert_eq!(cli.global.ledger_name, "node-reboot-operator-slots");
+        let Command::Status(status) = cli.command else {
+            panic!("status")
+        };
+        assert_eq!(status.output, Output::Json);
+        assert_eq!(status.max_unavailable, Some(MaxUnavailable::Percent(25)));
+        let cli = parse(&["request", "a", "b", "--annotation-prefix", "x.example.com"]).unwrap();
+        assert_eq!(
+            cli.global.annotation_prefix.needed,
+            "x.example.com/reboot-needed"
+        );
+        assert!(matches!(cli.command, Command::Request(n) if n.nodes == ["a", "b"]));
+    }
+
+    #[test]
+    fn bad_values_are_refused_with_the_fix() {
+        assert!(parse(&["cancel"]).is_err(), "a node is required");
+        let err = parse(&["status", "--metrics-url", "localhost:8080"]).unwrap_err();
+        assert!(err.to_string().contains("http://"), "{err}");
+        let err = parse(&["status", "--annotation-prefix", "A_B"]).unwrap_err();
+        assert!(err.to_string().contains("DNS subdomain"), "{err}");
+        assert!(parse(&["status", "--interval", "0s"]).is_err());
+    }
+}

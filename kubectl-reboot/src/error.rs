@@ -1,0 +1,80 @@
+//! The plugin's errors: each one says what failed and what to do about it.
+
+use thiserror::Error;
+
+#[derive(Debug, Error)]
+pub enum Error {
+    #[error("cannot set up the connection to the cluster: {0}")]
+    Config(String),
+
+    /// The API server refused for lack of permission.
+    #[error(
+        "forbidden: {what}: {message}\n`kubectl reboot {command}` needs {needs}; see the \
+         README's \"kubectl reboot\" section for the node-reboot-viewer and node-reboot-admin \
+         roles"
+    )]
+    Forbidden {
+        what: String,
+        message: String,
+        command: &'static str,
+        needs: &'static str,
+    },
+
+    #[error(
+        "the ledger Lease {namespace}/{name} does not exist yet: the controller creates it when \
+         it starts. Is the controller running, with --namespace {namespace} and --ledger-name \
+         {name}? (give the same flags here)"
+    )]
+    NoLedger { namespace: String, name: String },
+
+    /// The write cannot be made (a reboot under way cannot be cancelled).
+    #[error("{0}")]
+    TooLate(String),
+
+    #[error("node {0} not found")]
+    NodeNotFound(String),
+
+    #[error("{what}: {source}")]
+    Api {
+        what: String,
+        #[source]
+        source: kube::Error,
+    },
+
+    #[error("cannot read the controller's metrics: {0}")]
+    Metrics(String),
+
+    /// Some of the nodes could not be changed; each was reported.
+    #[error("{failed} of {total} nodes could not be changed (see above)")]
+    SomeFailed { failed: usize, total: usize },
+}
+
+impl Error {
+    /// Classifies an API error of `what`, for `command` (which needs `needs`).
+    pub fn api(
+        what: impl Into<String>,
+        command: &'static str,
+        needs: &'static str,
+    ) -> impl FnOnce(kube::Error) -> Error {
+        let what = what.into();
+        move |source| match &source {
+            kube::Error::Api(status) if status.is_forbidden() => Error::Forbidden {
+                what,
+                message: status.message.clone(),
+                command,
+                needs,
+            },
+            _ => Error::Api { what, source },
+        }
+    }
+}
+
+/// Whether the API server refused a JSON Patch because one of its `test`s failed, or the
+/// write because the object changed: read again and decide again.
+pub fn is_stale(error: &kube::Error) -> bool {
+    matches!(error, kube::Error::Api(s) if s.is_invalid() || s.is_conflict())
+}
+
+pub fn is_not_found(error: &kube::Error) -> bool {
+    matches!(error, kube::Error::Api(s) if s.is_not_found())
+}

@@ -1,0 +1,196 @@
+//! `kubectl reboot`: the node-reboot-operator from kubectl. `status` shows every node of the
+//! pool with its state and why it waits, the slots against the budget and when the queue
+//! should be done; `request`, `cancel`, `pause` and `resume` do what the README tells an
+//! administrator to do by hand. It reads only what the operator already writes.
+//!
+//! The classification and the estimate are pure functions ([`status`], [`estimate`]) over
+//! what [`read`] gathers; [`actions`] decides its patches purely and writes them.
+
+pub mod actions;
+pub mod cli;
+pub mod error;
+pub mod estimate;
+pub mod metrics;
+pub mod read;
+pub mod render;
+pub mod status;
+
+pub use cli::Cli;
+pub use error::Error;
+
+use cli::{Command, Global, Output, StatusArgs};
+use k8s_openapi::jiff::Timestamp;
+use kube::{
+    Client, Config,
+    config::{KubeConfigOptions, Kubeconfig},
+};
+use std::io::{IsTerminal, Write};
+
+/// Runs one command.
+pub async fn run(cli: Cli) -> Result<(), Error> {
+    let client = client(&cli.global).await?;
+    let global = &cli.global;
+    let keys = &global.annotation_prefix;
+    match &cli.command {
+        Command::Status(args) => status(&client, global, args).await,
+        Command::Request(nodes) => {
+            each(&nodes.nodes, async |name| {
+                actions::request_node(&client, keys, name).await
+            })
+            .await
+        }
+        Command::Cancel(nodes) => {
+            each(&nodes.nodes, async |name| {
+                actions::cancel_node(&client, keys, name).await
+            })
+            .await
+        }
+        Command::Pause | Command::Resume => {
+            let pause = matches!(cli.command, Command::Pause);
+            let done =
+                actions::set_paused(&client, &global.namespace, &global.ledger_name, pause).await?;
+            say(&done);
+            Ok(())
+        }
+    }
+}
+
+/// A client as kubectl would make it: `--kubeconfig` (or `KUBECONFIG`, a `:`-separated
+/// list), `--context`, else the usual places (`~/.kube/config`, in-cluster).
+async fn client(global: &Global) -> Result<Client, Error> {
+    let fail = |e: &dyn std::fmt::Display| Error::Config(e.to_string());
+    let options = KubeConfigOptions {
+        context: global.context.clone(),
+        ..KubeConfigOptions::default()
+    };
+    let config = match global.kubeconfig.as_deref().filter(|k| !k.is_empty()) {
+        Some(paths) => {
+            let mut merged: Option<Kubeconfig> = None;
+            for path in std::env::split_paths(paths).filter(|p| !p.as_os_str().is_empty()) {
+                let next = Kubeconfig::read_from(&path).map_err(|e| fail(&e))?;
+                merged = Some(match merged {
+                    None => next,
+                    Some(m) => m.merge(next).map_err(|e| fail(&e))?,
+                });
+            }
+            let merged = merged.ok_or_else(|| Error::Config("empty --kubeconfig".into()))?;
+            Config::from_custom_kubeconfig(merged, &options)
+                .await
+                .map_err(|e| fail(&e))?
+        }
+        None if global.context.is_some() => Config::from_kubeconfig(&options)
+            .await
+            .map_err(|e| fail(&e))?,
+        None => Config::infer().await.map_err(|e| fail(&e))?,
+    };
+    Client::try_from(config).map_err(|e| fail(&e))
+}
+
+/// Does `action` to every node in turn, saying what was done; fails if any failed.
+async fn each(
+    nodes: &[String],
+    action: impl AsyncFn(&str) -> Result<String, Error>,
+) -> Result<(), Error> {
+    if let [one] = nodes {
+        say(&action(one).await?);
+        return Ok(());
+    }
+    let mut failed = 0;
+    for name in nodes {
+        match action(name).await {
+            Ok(done) => say(&done),
+            Err(error) => {
+                failed += 1;
+                eprintln!("error: {error}");
+            }
+        }
+    }
+    if failed == 0 {
+        Ok(())
+    } else {
+        Err(Error::SomeFailed {
+            failed,
+            total: nodes.len(),
+        })
+    }
+}
+
+fn say(line: &str) {
+    let _ = writeln!(std::io::stdout().lock(), "{line}");
+}
+
+/// One status, read now.
+async fn snapshot(client: &Client, global: &Global, args: &StatusArgs) -> Result<String, Error> {
+    let input = read::pool(client, global, args).await?;
+    let status = status::status(&input, &global.annotation_prefix, Timestamp::now());
+    Ok(match args.output {
+        Output::Text => render::text(&status),
+        Output::Json => render::json(&status, args.watch),
+    })
+}
+
+/// `status`, once or (`--watch`) until Ctrl-C, which exits 0.
+async fn status(client: &Client, global: &Global, args: &StatusArgs) -> Result<(), Error> {
+    if !args.watch {
+        let out = snapshot(client, global, args).await?;
+        let _ = write!(std::io::stdout().lock(), "{}", with_newline(out));
+        return Ok(());
+    }
+    let in_place = std::io::stdout().is_terminal() && args.output == Output::Text;
+    let interrupted = tokio::signal::ctrl_c();
+    tokio::pin!(interrupted);
+    loop {
+        let frame = tokio::select! {
+            _ = &mut interrupted => return Ok(()),
+            frame = snapshot(client, global, args) => frame,
+        };
+        let frame = match (frame, args.output) {
+            (Ok(frame), _) => frame,
+            (Err(error), Output::Json) => {
+                serde_json::json!({"error": error.to_string()}).to_string()
+            }
+            (Err(error), Output::Text) => format!("error: {error}\n"),
+        };
+        let mut stdout = std::io::stdout().lock();
+        let written = if in_place {
+            // Home, clear the screen, then the frame: refreshed in place.
+            write!(stdout, "\x1b[H\x1b[2J{}", with_newline(frame))
+        } else if args.output == Output::Json {
+            write!(stdout, "{}", with_newline(frame))
+        } else {
+            writeln!(stdout, "{}", with_newline(frame))
+        };
+        // A closed pipe (`| head`) ends the watch quietly.
+        if written.and_then(|()| stdout.flush()).is_err() {
+            return Ok(());
+        }
+        drop(stdout);
+        tokio::select! {
+            _ = &mut interrupted => return Ok(()),
+            () = tokio::time::sleep(args.interval) => {}
+        }
+    }
+}
+
+fn with_newline(mut text: String) -> String {
+    if !text.ends_with('\n') {
+        text.push('\n');
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    /// The README shows the roles of `rbac.yaml` as they are, so that what people copy is
+    /// what the end-to-end test applies.
+    #[test]
+    fn the_readme_shows_the_rbac_that_the_tests_apply() {
+        let dir = env!("CARGO_MANIFEST_DIR");
+        let rbac = std::fs::read_to_string(format!("{dir}/rbac.yaml")).expect("rbac.yaml");
+        let readme = std::fs::read_to_string(format!("{dir}/../README.md")).expect("README.md");
+        assert!(
+            readme.contains(&format!("```yaml\n{rbac}```")),
+            "README.md must show kubectl-reboot/rbac.yaml verbatim in a yaml block"
+        );
+    }
+}

@@ -1,0 +1,728 @@
+//! What `kubectl reboot status` shows, computed from plain data: the nodes (their facts,
+//! labels, the Events about them, the pods left on a draining one), the slot ledger and the
+//! budget. Pure: no client, no clock (the time is an argument). The JSON shape of [`Status`]
+//! is the stable output of `-o json` (documented in the README).
+
+use crate::estimate::{self, Estimate};
+use common::{
+    AnnotationKeys, NodeFacts, Phase, Readiness, Request, ledger::Slot, state::ProtocolState,
+};
+use k8s_openapi::jiff::Timestamp;
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+/// The `reportingController` of the controller's Events.
+pub const CONTROLLER: &str = "reboot-controller";
+/// The `reportingController` of the agents' Events.
+pub const AGENT: &str = "reboot-agent";
+/// Events may be stamped by another clock (an agent's node): this much earlier than the
+/// ledger's grant time still counts as of that grant.
+const SKEW_SECONDS: i64 = 5;
+
+/// One Event about a node, as the operator wrote it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeEvent {
+    pub reason: String,
+    /// `reboot-controller` or `reboot-agent`.
+    pub component: String,
+    pub message: String,
+    /// When it was last observed (the series' last time when the Event repeated).
+    pub time: Timestamp,
+}
+
+/// One node as read from the API server.
+#[derive(Debug, Clone)]
+pub struct NodeInput {
+    pub facts: NodeFacts,
+    pub labels: BTreeMap<String, String>,
+    /// Selected by `--node-selector` (a node outside the pool shows only while it holds a slot).
+    pub in_pool: bool,
+    pub events: Vec<NodeEvent>,
+    /// The pods a drain still has to evict (`namespace/name`), read for draining nodes only.
+    pub pods_left: Option<Vec<String>>,
+}
+
+/// The slot ledger Lease as read.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LedgerInput {
+    /// `namespace/name`.
+    pub name: String,
+    /// Its resourceVersion.
+    pub version: Option<String>,
+    pub found: bool,
+    pub slots: BTreeMap<String, Slot>,
+    pub paused: bool,
+    /// Why its slots annotation could not be read.
+    pub damage: Option<String>,
+}
+
+/// What is known of the budget besides the ledger.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct BudgetInput {
+    /// Read from the controller's metrics.
+    pub metrics: Option<crate::metrics::Reading>,
+    /// Where the metrics were looked for, and why they could not be read, if so.
+    pub metrics_url: Option<String>,
+    pub metrics_error: Option<String>,
+    /// `--max-unavailable` given to the plugin.
+    pub flag: Option<common::MaxUnavailable>,
+}
+
+/// Everything a status is computed from.
+#[derive(Debug, Clone)]
+pub struct PoolInput {
+    pub selector: String,
+    pub nodes: Vec<NodeInput>,
+    pub ledger: LedgerInput,
+    pub budget: BudgetInput,
+    /// Things that could not be read (Events, pods): the status is less complete.
+    pub warnings: Vec<String>,
+}
+
+/// Where a node is, from the administrator's point of view.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum State {
+    /// No request, nothing under way.
+    Idle,
+    /// `reboot-needed=true`; the controller has not said yet why it waits.
+    Requested,
+    /// `reboot-needed=true`, waiting for the reason given.
+    Waiting,
+    /// `reboot-needed` has a value other than `true`: not a request.
+    Invalid,
+    /// A slot is granted in the ledger; the node does not carry it yet.
+    Granted,
+    /// Holds a slot; cordoned, its pods being evicted.
+    Draining,
+    /// Told to reboot, rebooting, or rebooted and waiting to be Ready (see `step`).
+    Rebooting,
+    /// Reboot completed; the slot is still held until the node has been Ready for
+    /// `--min-ready-seconds`.
+    Soaking,
+    /// The slot is being given back (the request was cancelled, or a drain gave up).
+    Releasing,
+}
+
+impl State {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Idle => "idle",
+            Self::Requested => "requested",
+            Self::Waiting => "waiting",
+            Self::Invalid => "invalid",
+            Self::Granted => "granted",
+            Self::Draining => "draining",
+            Self::Rebooting => "rebooting",
+            Self::Soaking => "soaking",
+            Self::Releasing => "releasing",
+        }
+    }
+
+    /// Still to be rebooted: counts in the queue.
+    fn queued(self) -> bool {
+        matches!(
+            self,
+            Self::Requested | Self::Waiting | Self::Granted | Self::Draining | Self::Rebooting
+        )
+    }
+}
+
+/// Where a rebooting node is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Step {
+    /// `reboot-now`: the agent was told to reboot.
+    RebootNow,
+    /// `reboot-in-progress`: the agent asked the node to reboot.
+    InProgress,
+    /// `reboot-done`: the agent proved the reboot; the controller completes it once the
+    /// kubelet reports the new boot and Ready.
+    Proven,
+}
+
+/// Why a requested node waits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum WaitReason {
+    /// Every slot of `--max-unavailable` is taken (Event `Requested`).
+    BudgetFull,
+    /// Its zone's `--max-unavailable-per-zone` is taken (`ZoneBudgetFull`).
+    ZoneBudgetFull,
+    /// Outside every `--reboot-window` (`OutsideWindow`).
+    OutsideWindow,
+    /// `reboot-paused=true` on the ledger Lease (`Paused`).
+    Paused,
+    /// Prometheus reports alerts that count (`AlertsFiring`).
+    AlertsFiring,
+    /// Prometheus cannot be asked (`PrometheusUnreachable`).
+    PrometheusUnreachable,
+    /// A `--blocking-pod-selector` pod runs on it or in the cluster (`BlockingPod`).
+    BlockingPod,
+    /// Labelled `reboot-disabled=true`: never rebooted (`RebootDisabled`).
+    OptedOut,
+    /// A node of the pool is NotReady within `--min-ready-seconds` of its reboot
+    /// (`NotReadyAfterReboot` on that node).
+    NotReadyAfterReboot,
+    /// Its last drain timed out; tried again later (`DrainBlocked`).
+    DrainTimedOut,
+}
+
+impl WaitReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::BudgetFull => "budget full",
+            Self::ZoneBudgetFull => "zone budget full",
+            Self::OutsideWindow => "outside window",
+            Self::Paused => "paused",
+            Self::AlertsFiring => "gate closed: alerts firing",
+            Self::PrometheusUnreachable => "gate closed: Prometheus unreachable",
+            Self::BlockingPod => "gate closed: blocking pod",
+            Self::OptedOut => "opted out",
+            Self::NotReadyAfterReboot => "a node is NotReady after its reboot",
+            Self::DrainTimedOut => "drain timed out, retried later",
+        }
+    }
+
+    /// The reason of one of the controller's Events, if it says why a request waits.
+    pub fn of_event(reason: &str) -> Option<Self> {
+        Some(match reason {
+            "Requested" => Self::BudgetFull,
+            "ZoneBudgetFull" => Self::ZoneBudgetFull,
+            "OutsideWindow" => Self::OutsideWindow,
+            "Paused" => Self::Paused,
+            "AlertsFiring" => Self::AlertsFiring,
+            "PrometheusUnreachable" => Self::PrometheusUnreachable,
+            "BlockingPod" => Self::BlockingPod,
+            "RebootDisabled" => Self::OptedOut,
+            "DrainBlocked" => Self::DrainTimedOut,
+            _ => return None,
+        })
+    }
+
+    /// Holds the whole pool, not just one node.
+    fn holds_pool(self) -> bool {
+        matches!(
+            self,
+            Self::OutsideWindow
+                | Self::Paused
+                | Self::AlertsFiring
+                | Self::PrometheusUnreachable
+                | Self::NotReadyAfterReboot
+        )
+    }
+}
+
+/// An Event, as shown.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EventRef {
+    pub reason: String,
+    pub message: String,
+    pub time: String,
+}
+
+/// One node in the status.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeStatus {
+    pub name: String,
+    pub state: State,
+    /// Why it waits (state `waiting`).
+    pub reason: Option<WaitReason>,
+    /// Where the reboot is (state `rebooting`).
+    pub step: Option<Step>,
+    /// One line for people.
+    pub detail: String,
+    /// Since when it is in this state (RFC 3339), when known.
+    pub since: Option<String>,
+    /// How long it has been in this state, in seconds, when known.
+    pub seconds: Option<i64>,
+    /// The Event the reason comes from.
+    pub event: Option<EventRef>,
+    /// The pods a drain still has to evict (`namespace/name`); draining nodes only.
+    pub pods_left: Option<Vec<String>>,
+    /// The Ready condition: `True`, `False`, `Unknown` or `Missing`.
+    pub ready: &'static str,
+    pub cordoned: bool,
+    /// Holds a slot in the ledger; `grantedAt` says since when.
+    pub holds_slot: bool,
+    pub granted_at: Option<String>,
+    /// Counts against the budget (not Ready, cordoned, in the protocol, or holding a slot).
+    pub unavailable: bool,
+    pub opted_out: bool,
+    /// Selected by `--node-selector`; a node outside holds a slot of this pool.
+    pub in_pool: bool,
+    pub last_completed: Option<String>,
+}
+
+/// Where the budget figure comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum BudgetSource {
+    /// `node_reboot_max_unavailable` from the controller's `/metrics`.
+    Metrics,
+    /// `--max-unavailable` given to the plugin, resolved against the pool.
+    Flag,
+    Unknown,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Budget {
+    /// Nodes that may be unavailable at once; `null` when unknown.
+    pub max_unavailable: Option<usize>,
+    pub source: BudgetSource,
+    /// Where it comes from, in words (the URL, the flag, or what to give).
+    pub source_detail: String,
+    /// Slots granted in the ledger.
+    pub slots_in_use: usize,
+    /// Nodes unavailable as the budget counts them.
+    pub unavailable: usize,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Pool {
+    /// `--node-selector`; empty: every node.
+    pub selector: String,
+    pub nodes: usize,
+    /// The ledger Lease, `namespace/name`, and whether it exists.
+    pub ledger: String,
+    pub ledger_found: bool,
+    pub paused: bool,
+}
+
+/// The whole status: the `-o json` document.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Status {
+    pub kind: &'static str,
+    pub api_version: &'static str,
+    /// When it was read (RFC 3339).
+    pub time: String,
+    pub pool: Pool,
+    pub budget: Budget,
+    pub estimate: Estimate,
+    pub nodes: Vec<NodeStatus>,
+    /// What could not be read, and so may be missing.
+    pub warnings: Vec<String>,
+}
+
+pub const KIND: &str = "RebootStatus";
+pub const API_VERSION: &str = "kubectl-reboot.node-reboot-operator/v1";
+
+/// The status of the pool at `now`.
+pub fn status(input: &PoolInput, keys: &AnnotationKeys, now: Timestamp) -> Status {
+    let pool_size = input.nodes.iter().filter(|n| n.in_pool).count();
+    let sick = not_ready_after_reboot(input, keys);
+    let budget = budget(input, keys, pool_size);
+    let budget_full = budget
+        .max_unavailable
+        .is_some_and(|max| budget.unavailable >= max);
+    let context = Context {
+        keys,
+        ledger: &input.ledger,
+        sick: sick.first().map(String::as_str),
+        budget_full,
+        now,
+    };
+    let mut nodes: Vec<NodeStatus> = input.nodes.iter().map(|n| context.node(n)).collect();
+    nodes.sort_by(|a, b| a.name.cmp(&b.name));
+    let remaining = nodes
+        .iter()
+        .filter(|n| n.state.queued() && n.reason != Some(WaitReason::OptedOut))
+        .count();
+    let held_by = held_by(&input.ledger, &nodes, !sick.is_empty());
+    let estimate = estimate::estimate(
+        remaining,
+        budget.max_unavailable,
+        &estimate::durations(&input.nodes, keys),
+        input.budget.metrics.as_ref(),
+        held_by,
+        now,
+    );
+    let mut warnings = input.warnings.clone();
+    if !input.ledger.found {
+        warnings.push(format!(
+            "the ledger Lease {} does not exist: is the controller running, with this \
+             --namespace and --ledger-name?",
+            input.ledger.name
+        ));
+    }
+    if let Some(damage) = &input.ledger.damage {
+        warnings.push(format!("the ledger is damaged: {damage}"));
+    }
+    if let (Some(url), Some(error)) = (&input.budget.metrics_url, &input.budget.metrics_error) {
+        warnings.push(format!(
+            "cannot read the controller's metrics at {url}: {error}"
+        ));
+    }
+    Status {
+        kind: KIND,
+        api_version: API_VERSION,
+        time: now.to_string(),
+        pool: Pool {
+            selector: input.selector.clone(),
+            nodes: pool_size,
+            ledger: input.ledger.name.clone(),
+            ledger_found: input.ledger.found,
+            paused: input.ledger.paused,
+        },
+        budget,
+        estimate,
+        nodes,
+        warnings,
+    }
+}
+
+/// What holds the whole pool, if anything: the pause, a node NotReady after its reboot, or a
+/// pool-wide reason every waiting node gives while nothing is under way.
+fn held_by(ledger: &LedgerInput, nodes: &[NodeStatus], sick: bool) -> Option<WaitReason> {
+    if ledger.paused {
+        return Some(WaitReason::Paused);
+    }
+    if sick {
+        return Some(WaitReason::NotReadyAfterReboot);
+    }
+    let under_way = nodes.iter().any(|n| {
+        matches!(
+            n.state,
+            State::Granted | State::Draining | State::Rebooting | State::Soaking
+        )
+    });
+    let mut reasons = nodes
+        .iter()
+        .filter(|n| matches!(n.state, State::Waiting | State::Requested))
+        .map(|n| n.reason);
+    let first = reasons.next()??;
+    (!under_way && first.holds_pool() && reasons.all(|r| r == Some(first))).then_some(first)
+}
+
+/// The soaking nodes that are not Ready: they hold the pool.
+fn not_ready_after_reboot(input: &PoolInput, keys: &AnnotationKeys) -> Vec<String> {
+    input
+        .nodes
+        .iter()
+        .filter(|n| {
+            let state = n.facts.protocol(keys);
+            soaking(&state, input.ledger.slots.get(&n.facts.name))
+                && n.facts.readiness != Readiness::Ready
+        })
+        .map(|n| n.facts.name.clone())
+        .collect()
+}
+
+/// Completed, and the ledger still holds the slot of that very grant.
+fn soaking(state: &ProtocolState, slot: Option<&Slot>) -> bool {
+    state.phase == Phase::Idle
+        && state.grant.is_none()
+        && slot.is_some_and(|s| state.last_grant.as_deref() == Some(s.grant.as_str()))
+}
+
+fn budget(input: &PoolInput, keys: &AnnotationKeys, pool_size: usize) -> Budget {
+    let unavailable = input
+        .nodes
+        .iter()
+        .filter(|n| {
+            let state = n.facts.protocol(keys);
+            let holds = input.ledger.slots.contains_key(&n.facts.name);
+            common::unavailable(&n.facts, &state, holds)
+        })
+        .count();
+    let from_metrics = input
+        .budget
+        .metrics
+        .as_ref()
+        .and_then(|m| m.max_unavailable);
+    let (max_unavailable, source, source_detail) = match (from_metrics, input.budget.flag) {
+        (Some(max), _) => (
+            Some(max),
+            BudgetSource::Metrics,
+            format!(
+                "the controller's metrics at {}",
+                input.budget.metrics_url.as_deref().unwrap_or_default()
+            ),
+        ),
+        (None, Some(flag)) => (
+            Some(flag.resolve(pool_size)),
+            BudgetSource::Flag,
+            format!("--max-unavailable {flag} given here, for a pool of {pool_size}"),
+        ),
+        (None, None) => (
+            None,
+            BudgetSource::Unknown,
+            "unknown: give --metrics-url (the controller's /metrics) or --max-unavailable"
+                .to_owned(),
+        ),
+    };
+    Budget {
+        max_unavailable,
+        source,
+        source_detail,
+        slots_in_use: input.ledger.slots.len(),
+        unavailable,
+    }
+}
+
+/// What every node's classification needs besides the node.
+struct Context<'a> {
+    keys: &'a AnnotationKeys,
+    ledger: &'a LedgerInput,
+    /// A soaking node that is not Ready: the pool holds for it.
+    sick: Option<&'a str>,
+    budget_full: bool,
+    now: Timestamp,
+}
+
+/// The latest Event of `component` with one of `reasons`, not older than `after`.
+fn latest<'e>(
+    events: &'e [NodeEvent],
+    component: &str,
+    reasons: &[&str],
+    after: Option<Timestamp>,
+) -> Option<&'e NodeEvent> {
+    let floor = after.map(|t| t.as_second() - SKEW_SECONDS);
+    events
+        .iter()
+        .filter(|e| e.component == component && reasons.contains(&e.reason.as_str()))
+        .filter(|e| floor.is_none_or(|f| e.time.as_second() >= f))
+        .max_by_key(|e| e.time)
+}
+
+fn event_ref(e: &NodeEvent) -> EventRef {
+    EventRef {
+        reason: e.reason.clone(),
+        message: e.message.clone(),
+        time: e.time.to_string(),
+    }
+}
+
+/// A controller's waiting note without the words every one of them starts with.
+fn short_note(message: &str) -> &str {
+    let message = message.trim();
+    message
+        .strip_prefix("reboot requested; ")
+        .or_else(|| message.strip_prefix("reboot requested, "))
+        .unwrap_or(message)
+}
+
+impl Context<'_> {
+    fn node(&self, node: &NodeInput) -> NodeStatus {
+        let facts = &node.facts;
+        let state = facts.protocol(self.keys);
+        let slot = self.ledger.slots.get(&facts.name);
+        let granted_at = slot.and_then(|s| s.granted_at.parse::<Timestamp>().ok());
+        let opted_out = self.keys.is_disabled(Some(&node.labels));
+        let mut status = NodeStatus {
+            name: facts.name.clone(),
+            state: State::Idle,
+            reason: None,
+            step: None,
+            detail: String::new(),
+            since: None,
+            seconds: None,
+            event: None,
+            pods_left: None,
+            ready: match facts.readiness {
+                Readiness::Ready => "True",
+                Readiness::NotReady => "False",
+                Readiness::Unknown => "Unknown",
+                Readiness::Missing => "Missing",
+            },
+            cordoned: facts.unschedulable,
+            holds_slot: slot.is_some(),
+            granted_at: slot.map(|s| s.granted_at.clone()),
+            unavailable: common::unavailable(facts, &state, slot.is_some()),
+            opted_out,
+            in_pool: node.in_pool,
+            last_completed: state.last_completed.clone(),
+        };
+        let mut since = None;
+        match &state.phase {
+            Phase::RebootNow | Phase::InProgress { .. } | Phase::Done { .. } => {
+                let (step, reasons, component, detail): (_, &[&str], _, _) = match state.phase {
+                    Phase::RebootNow => (
+                        Step::RebootNow,
+                        &["RebootApproved"],
+                        CONTROLLER,
+                        "told to reboot (reboot-now); the agent has not started yet",
+                    ),
+                    Phase::InProgress { .. } => (
+                        Step::InProgress,
+                        &["Rebooting", "RebootRetried"],
+                        AGENT,
+                        "rebooting (reboot-in-progress)",
+                    ),
+                    _ => (
+                        Step::Proven,
+                        &["Rebooted"],
+                        AGENT,
+                        "rebooted (new boot id); waiting for the kubelet to report it Ready",
+                    ),
+                };
+                status.state = State::Rebooting;
+                status.step = Some(step);
+                status.detail = detail.to_owned();
+                // How long it has been rebooting: since it was told to.
+                let approved = latest(&node.events, CONTROLLER, &["RebootApproved"], granted_at);
+                let this_step = latest(&node.events, component, reasons, granted_at);
+                since = approved.or(this_step).map(|e| e.time).or(granted_at);
+                status.event = this_step.or(approved).map(event_ref);
+            }
+            Phase::Idle if state.grant.is_some() && state.request == Request::Needed => {
+                status.state = State::Draining;
+                let draining = latest(&node.events, CONTROLLER, &["Draining"], granted_at);
+                since = draining.map(|e| e.time).or(granted_at);
+                status.event = draining.map(event_ref);
+                status.detail = match &node.pods_left {
+                    None => "cordoned; evicting its pods".to_owned(),
+                    Some(pods) if pods.is_empty() => {
+                        "cordoned; no pod left to evict, about to be told to reboot".to_owned()
+                    }
+                    Some(pods) => format!(
+                        "cordoned; {} pod{} left: {}",
+                        pods.len(),
+                        if pods.len() == 1 { "" } else { "s" },
+                        pods.join(", ")
+                    ),
+                };
+                status.pods_left = node.pods_left.clone();
+            }
+            Phase::Idle if soaking(&state, slot) => {
+                status.state = State::Soaking;
+                since = state.last_completed.as_deref().and_then(|t| t.parse().ok());
+                status.detail = if facts.readiness == Readiness::Ready {
+                    "rebooted and Ready; keeps its slot for --min-ready-seconds".to_owned()
+                } else {
+                    let event = latest(&node.events, CONTROLLER, &["NotReadyAfterReboot"], None);
+                    status.event = event.map(event_ref);
+                    "NotReady after its reboot: no new reboot starts in the pool until it is \
+                     Ready (or its soak is cleared)"
+                        .to_owned()
+                };
+            }
+            Phase::Idle if state.grant.is_some() || slot.is_some() => {
+                if state.grant.is_none() && state.request == Request::Needed {
+                    status.state = State::Granted;
+                    status.detail = "slot granted; about to be cordoned".to_owned();
+                } else {
+                    status.state = State::Releasing;
+                    status.detail = "giving its slot back (request withdrawn)".to_owned();
+                }
+                since = granted_at;
+            }
+            Phase::Idle => match &state.request {
+                Request::Absent => {
+                    status.detail = match (&state.last_completed, opted_out) {
+                        (_, true) => format!("opted out ({}=true)", self.keys.disabled),
+                        (Some(at), false) => match at.parse::<Timestamp>() {
+                            Ok(t) => format!(
+                                "last reboot {} ago ({})",
+                                estimate::human(self.now.as_second() - t.as_second()),
+                                Timestamp::from_second(t.as_second()).unwrap_or(t)
+                            ),
+                            Err(_) => format!("last reboot completed {at}"),
+                        },
+                        (None, false) => String::new(),
+                    };
+                }
+                Request::Invalid(value) => {
+                    status.state = State::Invalid;
+                    status.detail = format!(
+                        "{}={value:?} is not a request (only \"true\" is); ignored",
+                        self.keys.needed
+                    );
+                }
+                Request::Needed => since = self.waiting(node, opted_out, &mut status),
+            },
+        }
+        if let Some(since) = since {
+            status.since = Some(since.to_string());
+            status.seconds = Some((self.now.as_second() - since.as_second()).max(0));
+        }
+        status
+    }
+
+    /// A request without a slot: why it waits, from what is known now (the label, the
+    /// pause, a sick node) and the controller's latest Event about it. Returns since when.
+    fn waiting(
+        &self,
+        node: &NodeInput,
+        opted_out: bool,
+        status: &mut NodeStatus,
+    ) -> Option<Timestamp> {
+        let last = latest(
+            &node.events,
+            CONTROLLER,
+            &[
+                "Requested",
+                "ZoneBudgetFull",
+                "OutsideWindow",
+                "Paused",
+                "AlertsFiring",
+                "PrometheusUnreachable",
+                "BlockingPod",
+                "RebootDisabled",
+                "DrainBlocked",
+                // Not reasons to wait, but they end a wait: an Event before them is old.
+                "Draining",
+                "RebootApproved",
+                "Rebooted",
+                "Cancelled",
+            ],
+            None,
+        );
+        let from_event = last.and_then(|e| Some((WaitReason::of_event(&e.reason)?, e)));
+        // What is known now outranks an Event that may be from an earlier wait.
+        let (reason, event) = match from_event {
+            _ if opted_out => (Some(WaitReason::OptedOut), None),
+            _ if self.ledger.paused => (Some(WaitReason::Paused), None),
+            Some((WaitReason::Paused | WaitReason::OptedOut, _)) | None => (None, None),
+            Some((reason, event)) => (Some(reason), Some(event)),
+        };
+        let (reason, event) = match reason {
+            Some(reason) => (Some(reason), event),
+            None if self.sick.is_some() => (Some(WaitReason::NotReadyAfterReboot), None),
+            None if self.budget_full => (Some(WaitReason::BudgetFull), None),
+            None => (None, None),
+        };
+        // The Event of the reason when it agrees (the pause's, the label's).
+        let event = event.or_else(|| {
+            last.filter(|e| reason.is_some() && WaitReason::of_event(&e.reason) == reason)
+        });
+        status.state = if reason.is_some() {
+            State::Waiting
+        } else {
+            State::Requested
+        };
+        status.reason = reason;
+        status.event = event.map(event_ref);
+        let why = match (reason, event) {
+            (Some(reason), Some(e)) => format!("{}: {}", reason.as_str(), short_note(&e.message)),
+            (Some(WaitReason::OptedOut), None) => format!(
+                "{}: labelled {}=true, never rebooted while the label is there",
+                WaitReason::OptedOut.as_str(),
+                self.keys.disabled
+            ),
+            (Some(WaitReason::Paused), None) => format!(
+                "{}: reboot-paused=true on the ledger Lease {}",
+                WaitReason::Paused.as_str(),
+                self.ledger.name
+            ),
+            (Some(WaitReason::NotReadyAfterReboot), None) => format!(
+                "{}: {} is NotReady within --min-ready-seconds of its reboot",
+                WaitReason::NotReadyAfterReboot.as_str(),
+                self.sick.unwrap_or_default()
+            ),
+            (Some(reason), None) => format!("{}: every slot is taken", reason.as_str()),
+            (None, _) => "waiting for the controller's next decision".to_owned(),
+        };
+        status.detail = why;
+        event.map(|e| e.time)
+    }
+}
+
+#[cfg(test)]
+#[path = "status_tests.rs"]
+mod tests;

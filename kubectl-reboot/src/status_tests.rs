@@ -1,0 +1,474 @@
+//! The classification of nodes, on plain data.
+
+use super::*;
+use crate::metrics::Reading;
+use common::{MaxUnavailable, NodeFacts};
+
+const NOW: &str = "2026-01-01T10:00:00Z";
+
+fn at(t: &str) -> Timestamp {
+    t.parse().unwrap()
+}
+
+/// A Ready, schedulable node with these annotations.
+fn node(name: &str, annotations: &[(&str, &str)]) -> NodeInput {
+    NodeInput {
+        facts: NodeFacts {
+            name: name.into(),
+            resource_version: Some("1".into()),
+            readiness: Readiness::Ready,
+            unschedulable: false,
+            has_annotations: !annotations.is_empty(),
+            annotations: annotations
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
+            boot_id: Some("b1".into()),
+        },
+        labels: BTreeMap::new(),
+        in_pool: true,
+        events: Vec::new(),
+        pods_left: None,
+    }
+}
+
+fn event(reason: &str, component: &str, time: &str, message: &str) -> NodeEvent {
+    NodeEvent {
+        reason: reason.into(),
+        component: component.into(),
+        message: message.into(),
+        time: at(time),
+    }
+}
+
+fn with_events(mut node: NodeInput, events: &[NodeEvent]) -> NodeInput {
+    node.events = events.to_vec();
+    node
+}
+
+fn slot(grant: &str, at: &str) -> Slot {
+    Slot {
+        grant: grant.into(),
+        granted_at: at.into(),
+        node_version: None,
+    }
+}
+
+fn pool(nodes: Vec<NodeInput>, slots: &[(&str, Slot)], paused: bool) -> PoolInput {
+    PoolInput {
+        selector: String::new(),
+        nodes,
+        ledger: LedgerInput {
+            name: "node-reboot-operator/node-reboot-operator-slots".into(),
+            version: Some("7".into()),
+            found: true,
+            slots: slots
+                .iter()
+                .map(|(n, s)| ((*n).to_owned(), s.clone()))
+                .collect(),
+            paused,
+            damage: None,
+        },
+        budget: BudgetInput {
+            flag: Some(MaxUnavailable::Count(1)),
+            ..BudgetInput::default()
+        },
+        warnings: Vec::new(),
+    }
+}
+
+fn classify(input: &PoolInput) -> Status {
+    status(input, &AnnotationKeys::default(), at(NOW))
+}
+
+fn of<'s>(status: &'s Status, name: &str) -> &'s NodeStatus {
+    status.nodes.iter().find(|n| n.name == name).unwrap()
+}
+
+const NEEDED: (&str, &str) = ("reboot-needed", "true");
+
+#[test]
+fn idle_invalid_and_requested_without_a_word_from_the_controller() {
+    let input = pool(
+        vec![
+            node("a", &[("reboot-last-completed", "2026-01-01T09:00:00Z")]),
+            node("b", &[("reboot-needed", "yes")]),
+            node("c", &[NEEDED]),
+        ],
+        &[],
+        false,
+    );
+    let s = classify(&input);
+    assert_eq!(of(&s, "a").state, State::Idle);
+    assert_eq!(
+        of(&s, "a").detail,
+        "last reboot 1h ago (2026-01-01T09:00:00Z)"
+    );
+    assert_eq!(of(&s, "b").state, State::Invalid);
+    let c = of(&s, "c");
+    assert_eq!((c.state, c.reason), (State::Requested, None));
+    assert_eq!(c.detail, "waiting for the controller's next decision");
+    assert_eq!(s.budget.source, BudgetSource::Flag);
+    assert_eq!(
+        (s.budget.max_unavailable, s.budget.unavailable),
+        (Some(1), 0)
+    );
+}
+
+#[test]
+fn each_waiting_reason_comes_from_the_controllers_latest_event() {
+    let cases = [
+        ("Requested", WaitReason::BudgetFull),
+        ("ZoneBudgetFull", WaitReason::ZoneBudgetFull),
+        ("OutsideWindow", WaitReason::OutsideWindow),
+        ("AlertsFiring", WaitReason::AlertsFiring),
+        ("PrometheusUnreachable", WaitReason::PrometheusUnreachable),
+        ("BlockingPod", WaitReason::BlockingPod),
+        ("DrainBlocked", WaitReason::DrainTimedOut),
+    ];
+    for (reason, expected) in cases {
+        let n = with_events(
+            node("a", &[NEEDED]),
+            &[
+                event("Rebooted", CONTROLLER, "2026-01-01T08:00:00Z", "old"),
+                event(
+                    reason,
+                    CONTROLLER,
+                    "2026-01-01T09:59:00Z",
+                    "reboot requested; why",
+                ),
+                // Another component's Event says nothing about the wait.
+                event("Rebooted", AGENT, "2026-01-01T09:59:30Z", "x"),
+            ],
+        );
+        let s = classify(&pool(vec![n], &[], false));
+        let a = of(&s, "a");
+        assert_eq!(
+            (a.state, a.reason),
+            (State::Waiting, Some(expected)),
+            "{reason}"
+        );
+        assert_eq!(a.detail, format!("{}: why", expected.as_str()));
+        assert_eq!(a.seconds, Some(60), "{reason}");
+        assert_eq!(a.event.as_ref().unwrap().reason, reason);
+    }
+}
+
+#[test]
+fn a_wait_event_before_the_last_step_is_from_an_earlier_wait() {
+    let n = with_events(
+        node("a", &[NEEDED]),
+        &[
+            event("OutsideWindow", CONTROLLER, "2026-01-01T09:00:00Z", "w"),
+            event("Rebooted", CONTROLLER, "2026-01-01T09:10:00Z", "done"),
+        ],
+    );
+    let s = classify(&pool(vec![n], &[], false));
+    assert_eq!(of(&s, "a").state, State::Requested);
+}
+
+#[test]
+fn the_pause_and_the_label_are_known_now_and_outrank_the_events() {
+    let paused_event = event(
+        "Paused",
+        CONTROLLER,
+        "2026-01-01T09:59:50Z",
+        "reboot requested; the pool is paused",
+    );
+    let mut opted = node("b", &[NEEDED]);
+    opted.labels.insert("reboot-disabled".into(), "true".into());
+    let older = with_events(
+        node("c", &[NEEDED]),
+        &[event(
+            "Requested",
+            CONTROLLER,
+            "2026-01-01T09:00:00Z",
+            "budget",
+        )],
+    );
+    let input = pool(
+        vec![
+            with_events(node("a", &[NEEDED]), std::slice::from_ref(&paused_event)),
+            opted,
+            older,
+        ],
+        &[],
+        true,
+    );
+    let s = classify(&input);
+    let a = of(&s, "a");
+    assert_eq!(
+        (a.state, a.reason),
+        (State::Waiting, Some(WaitReason::Paused))
+    );
+    assert_eq!(a.detail, "paused: the pool is paused");
+    let b = of(&s, "b");
+    assert_eq!(b.reason, Some(WaitReason::OptedOut));
+    assert!(
+        b.opted_out && b.detail.contains("reboot-disabled=true"),
+        "{}",
+        b.detail
+    );
+    let c = of(&s, "c");
+    assert_eq!(
+        c.reason,
+        Some(WaitReason::Paused),
+        "the pause, whatever older Event"
+    );
+    assert!(
+        c.detail.contains("reboot-paused=true on the ledger Lease"),
+        "{}",
+        c.detail
+    );
+    assert!(s.pool.paused);
+    assert_eq!(s.estimate.held_by, Some(WaitReason::Paused));
+    assert_eq!(s.estimate.remaining, 2, "the opted-out node is not queued");
+
+    // Resumed: a Paused Event is stale, and says nothing.
+    let s = classify(&pool(
+        vec![with_events(node("a", &[NEEDED]), &[paused_event])],
+        &[],
+        false,
+    ));
+    assert_eq!(of(&s, "a").state, State::Requested);
+}
+
+#[test]
+fn a_full_budget_is_seen_without_an_event() {
+    let mut cordoned = node("x", &[]);
+    cordoned.facts.unschedulable = true;
+    let s = classify(&pool(vec![cordoned, node("a", &[NEEDED])], &[], false));
+    assert_eq!(s.budget.unavailable, 1);
+    let a = of(&s, "a");
+    assert_eq!(
+        (a.state, a.reason),
+        (State::Waiting, Some(WaitReason::BudgetFull))
+    );
+}
+
+#[test]
+fn draining_with_the_pods_left_and_since_its_grant() {
+    let mut n = with_events(
+        node(
+            "a",
+            &[NEEDED, ("reboot-grant", "g1"), ("reboot-cordoned", "true")],
+        ),
+        &[event(
+            "Draining",
+            CONTROLLER,
+            "2026-01-01T09:59:40Z",
+            "cordoned; evicting its pods",
+        )],
+    );
+    n.facts.unschedulable = true;
+    n.pods_left = Some(vec!["default/web-1".into(), "default/web-2".into()]);
+    let s = classify(&pool(
+        vec![n],
+        &[("a", slot("g1", "2026-01-01T09:59:38Z"))],
+        false,
+    ));
+    let a = of(&s, "a");
+    assert_eq!(a.state, State::Draining);
+    assert_eq!(a.seconds, Some(20));
+    assert_eq!(
+        a.detail,
+        "cordoned; 2 pods left: default/web-1, default/web-2"
+    );
+    assert!(a.holds_slot && a.unavailable && a.cordoned);
+    assert_eq!(s.budget.slots_in_use, 1);
+}
+
+#[test]
+fn rebooting_counts_from_the_go_ahead_of_this_grant() {
+    let events = [
+        // The last reboot's go-ahead, before this grant: not this one's.
+        event("RebootApproved", CONTROLLER, "2026-01-01T08:00:00Z", "old"),
+        event(
+            "RebootApproved",
+            CONTROLLER,
+            "2026-01-01T09:59:00Z",
+            "slot granted and node drained",
+        ),
+        event("Rebooting", AGENT, "2026-01-01T09:59:01Z", "rebooting"),
+    ];
+    let grant = [("a", slot("g1", "2026-01-01T09:58:00Z"))];
+    let cases = [
+        (vec![("reboot-now", "true")], Step::RebootNow),
+        (vec![("reboot-in-progress", "true")], Step::InProgress),
+        (vec![("reboot-done", "true")], Step::Proven),
+    ];
+    for (mut annotations, step) in cases {
+        annotations.push(("reboot-grant", "g1"));
+        let n = with_events(node("a", &annotations), &events);
+        let s = classify(&pool(vec![n], &grant, false));
+        let a = of(&s, "a");
+        assert_eq!((a.state, a.step), (State::Rebooting, Some(step)));
+        assert_eq!(a.seconds, Some(60), "{step:?}");
+        assert_eq!(a.since.as_deref(), Some("2026-01-01T09:59:00Z"));
+    }
+    // No Event of this grant (lost): since the grant.
+    let n = with_events(node("a", &[("reboot-now", "true")]), &events[..1]);
+    let s = classify(&pool(vec![n], &grant, false));
+    assert_eq!(of(&s, "a").seconds, Some(120));
+}
+
+#[test]
+fn a_soaking_node_that_is_not_ready_holds_the_pool() {
+    let done = [
+        ("reboot-last-completed", "2026-01-01T09:59:30Z"),
+        ("reboot-last-grant", "g1"),
+    ];
+    let mut sick = node("a", &done);
+    sick.facts.readiness = Readiness::NotReady;
+    let waiting = node("b", &[NEEDED]);
+    let s = classify(&pool(
+        vec![sick, waiting],
+        &[("a", slot("g1", "2026-01-01T09:59:00Z"))],
+        false,
+    ));
+    let a = of(&s, "a");
+    assert_eq!(a.state, State::Soaking);
+    assert_eq!(a.seconds, Some(30), "since its completion");
+    assert!(a.detail.contains("NotReady after its reboot"));
+    let b = of(&s, "b");
+    assert_eq!(b.reason, Some(WaitReason::NotReadyAfterReboot));
+    assert!(b.detail.contains("a is NotReady"), "{}", b.detail);
+    assert_eq!(s.estimate.held_by, Some(WaitReason::NotReadyAfterReboot));
+
+    let ready = node("a", &done);
+    let s = classify(&pool(
+        vec![ready],
+        &[("a", slot("g1", "2026-01-01T09:59:00Z"))],
+        false,
+    ));
+    assert_eq!(of(&s, "a").state, State::Soaking);
+    assert!(of(&s, "a").detail.contains("--min-ready-seconds"));
+}
+
+#[test]
+fn granted_and_releasing_slots() {
+    let s = classify(&pool(
+        vec![
+            node("a", &[NEEDED]),
+            node("b", &[("reboot-grant", "g2")]),
+            node("c", &[("reboot-last-grant", "g0")]),
+        ],
+        &[
+            ("a", slot("g1", "2026-01-01T09:59:59Z")),
+            ("b", slot("g2", "2026-01-01T09:59:00Z")),
+            ("c", slot("g3", "2026-01-01T09:59:00Z")),
+        ],
+        false,
+    ));
+    assert_eq!(of(&s, "a").state, State::Granted);
+    assert_eq!(of(&s, "b").state, State::Releasing);
+    assert_eq!(
+        of(&s, "c").state,
+        State::Releasing,
+        "a slot of another grant than the last"
+    );
+    assert_eq!(s.budget.slots_in_use, 3);
+}
+
+#[test]
+fn the_budget_comes_from_the_metrics_first_and_is_unknown_without_either() {
+    let mut input = pool(vec![node("a", &[]), node("b", &[])], &[], false);
+    input.budget.metrics = Some(Reading {
+        max_unavailable: Some(2),
+        ..Reading::default()
+    });
+    input.budget.metrics_url = Some("http://c:8080/metrics".into());
+    let s = classify(&input);
+    assert_eq!(s.budget.source, BudgetSource::Metrics);
+    assert_eq!(s.budget.max_unavailable, Some(2));
+    assert!(s.budget.source_detail.contains("http://c:8080/metrics"));
+
+    input.budget.metrics = None;
+    input.budget.metrics_error = Some("connection refused".into());
+    input.budget.flag = Some(MaxUnavailable::Percent(50));
+    let s = classify(&input);
+    assert_eq!(
+        (s.budget.source, s.budget.max_unavailable),
+        (BudgetSource::Flag, Some(1))
+    );
+    assert!(
+        s.warnings.iter().any(|w| w.contains("connection refused")),
+        "{:?}",
+        s.warnings
+    );
+
+    input.budget.flag = None;
+    let s = classify(&input);
+    assert_eq!(
+        (s.budget.source, s.budget.max_unavailable),
+        (BudgetSource::Unknown, None)
+    );
+}
+
+#[test]
+fn the_json_shape_is_stable() {
+    let input = pool(
+        vec![with_events(
+            node("a", &[NEEDED]),
+            &[event(
+                "OutsideWindow",
+                CONTROLLER,
+                "2026-01-01T09:59:00Z",
+                "reboot requested; waiting",
+            )],
+        )],
+        &[],
+        false,
+    );
+    let json = serde_json::to_value(classify(&input)).unwrap();
+    assert_eq!(json["kind"], "RebootStatus");
+    assert_eq!(json["apiVersion"], API_VERSION);
+    assert_eq!(json["pool"]["nodes"], 1);
+    assert_eq!(json["budget"]["maxUnavailable"], 1);
+    assert_eq!(json["budget"]["source"], "flag");
+    assert_eq!(json["estimate"]["remaining"], 1);
+    assert_eq!(json["estimate"]["heldBy"], "outside-window");
+    let a = &json["nodes"][0];
+    assert_eq!(a["name"], "a");
+    assert_eq!(a["state"], "waiting");
+    assert_eq!(a["reason"], "outside-window");
+    assert_eq!(a["event"]["reason"], "OutsideWindow");
+    assert_eq!(a["seconds"], 60);
+    for key in [
+        "step",
+        "detail",
+        "since",
+        "podsLeft",
+        "ready",
+        "cordoned",
+        "holdsSlot",
+        "grantedAt",
+        "unavailable",
+        "optedOut",
+        "inPool",
+        "lastCompleted",
+    ] {
+        assert!(a.get(key).is_some(), "{key} missing: {a}");
+    }
+}
+
+#[test]
+fn the_text_view_has_a_header_and_a_row_per_node() {
+    let input = pool(vec![node("a", &[]), node("b", &[NEEDED])], &[], true);
+    let text = crate::render::text(&classify(&input));
+    assert!(text.contains("Pool:    2 nodes (all nodes), ledger node-reboot-operator/node-reboot-operator-slots, PAUSED"), "{text}");
+    assert!(text.contains("Budget:  0 of 1 unavailable, 0 slots in use (max-unavailable from --max-unavailable 1 given here, for a pool of 2)"), "{text}");
+    let rows: Vec<&str> = text
+        .lines()
+        .skip_while(|l| !l.starts_with("NODE"))
+        .collect();
+    assert!(
+        rows[0].starts_with("NODE   STATE     FOR   STATUS   DETAIL"),
+        "{text}"
+    );
+    assert!(rows[1].starts_with("a      idle"), "{text}");
+    assert!(
+        rows[2].starts_with("b      waiting         Ready    paused: "),
+        "{text}"
+    );
+}

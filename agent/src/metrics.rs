@@ -80,7 +80,7 @@ impl Metrics {
         );
         // Every known reason from the start: a query finds 0, and increase() sees the first.
         for reason in ["method_failed", "timed_out"] {
-            metrics.reboot_failures.get_or_create(&ReasonLabels {
+            let _ = metrics.reboot_failures.get_or_create(&ReasonLabels {
                 reason: reason.into(),
             });
         }

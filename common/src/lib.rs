@@ -4,6 +4,7 @@
 
 pub mod budget;
 pub mod duration;
+pub mod eviction;
 pub mod keys;
 pub mod ledger;
 pub mod patch;

@@ -290,12 +290,12 @@ impl Metrics {
         // rather than nothing (and `increase()` sees the first failure).
         metrics.pool(&PoolSummary::default(), 0);
         for reason in ["drain_timeout", "node_removed"] {
-            metrics.reboots_failed.get_or_create(&ReasonLabels {
+            let _ = metrics.reboots_failed.get_or_create(&ReasonLabels {
                 reason: reason.into(),
             });
         }
         for outcome in ["drained", "timed_out"] {
-            metrics.drain_duration.get_or_create(&OutcomeLabels {
+            let _ = metrics.drain_duration.get_or_create(&OutcomeLabels {
                 outcome: outcome.into(),
             });
         }

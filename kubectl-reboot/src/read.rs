@@ -245,19 +245,13 @@ async fn pods_left(
     Ok(left)
 }
 
-/// Whether a drain still has to evict this pod: the controller's rule (its `drain.rs`):
-/// DaemonSet pods, mirror pods and finished pods stay; a pod being deleted is still there.
+/// Whether a drain still has to evict this pod: the controller's rule, from `common`
+/// (a pod being deleted is still there).
 pub fn left_to_evict(pod: &Pod) -> bool {
-    let owners = pod.metadata.owner_references.as_deref().unwrap_or_default();
-    let daemon_set = owners
-        .iter()
-        .any(|o| o.kind == "DaemonSet" && o.controller == Some(true));
-    let mirror = pod
-        .annotations()
-        .contains_key("kubernetes.io/config.mirror");
-    let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
-    let finished = matches!(phase, Some("Succeeded" | "Failed"));
-    !(daemon_set || mirror || finished)
+    matches!(
+        common::eviction::disposition(pod),
+        common::eviction::Disposition::Evict { .. }
+    )
 }
 
 #[cfg(test)]

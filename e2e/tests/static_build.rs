@@ -5,7 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
-const BINARIES: [&str; 2] = ["reboot-agent", "reboot-controller"];
+const BINARIES: [&str; 3] = ["reboot-agent", "reboot-controller", "kubectl-reboot"];
 const PT_DYNAMIC: u32 = 2;
 const PT_INTERP: u32 = 3;
 const DT_NULL: u64 = 0;

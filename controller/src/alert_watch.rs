@@ -131,7 +131,11 @@ impl AlertSource {
         let url = format!("{}{path}", base.trim_end_matches('/'));
         let ask = async {
             let uri: hyper::Uri = url.parse().map_err(|e| format!("{e}"))?;
-            let response = self.client.get(uri).await.map_err(|e| describe(&e))?;
+            let response = self
+                .client
+                .get(uri)
+                .await
+                .map_err(|e| observability::error_chain(&e))?;
             let status = response.status();
             let body = response
                 .into_body()
@@ -154,18 +158,6 @@ impl AlertSource {
             )),
         }
     }
-}
-
-/// The error and its causes, as "connection refused" is only in the innermost one.
-fn describe(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }
 
 /// http and https; https trusts the system's CAs (`SSL_CERT_FILE` names a bundle).

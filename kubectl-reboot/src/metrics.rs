@@ -88,7 +88,10 @@ pub async fn fetch(url: &str, timeout: Duration) -> Result<Reading, Error> {
         .build();
     let client: Client<_, Empty<Bytes>> = Client::builder(TokioExecutor::new()).build(connector);
     let ask = async {
-        let response = client.get(uri).await.map_err(|e| describe(&e))?;
+        let response = client
+            .get(uri)
+            .await
+            .map_err(|e| observability::error_chain(&e))?;
         let status = response.status();
         let body = response
             .into_body()
@@ -105,18 +108,6 @@ pub async fn fetch(url: &str, timeout: Duration) -> Result<Reading, Error> {
         Ok(result) => result.map_err(fail),
         Err(_) => Err(fail(format!("no answer within {timeout:?}"))),
     }
-}
-
-/// The error and its causes ("connection refused" is only in the innermost one).
-fn describe(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }
 
 #[cfg(test)]

@@ -9,5 +9,17 @@ pub mod logs;
 pub mod shutdown;
 
 pub use api_error::ApiErrorKind;
+
+/// An error and its causes, joined: "connection refused" is often only in the innermost one.
+pub fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
 pub use http::{BindAddress, Health, serve};
 pub use logs::LogFormat;

@@ -4,13 +4,6 @@
 //! gate closed: no new reboot while the cluster's health is unknown.
 
 use crate::alerts::{AlertFilter, AlertsResponse, Silence};
-use bytes::Bytes;
-use http_body_util::{BodyExt, Empty};
-use hyper_rustls::HttpsConnector;
-use hyper_util::{
-    client::legacy::{Client, connect::HttpConnector},
-    rt::TokioExecutor,
-};
 use serde::de::DeserializeOwned;
 use std::{
     sync::Arc,
@@ -58,11 +51,9 @@ pub struct AlertSettings {
     pub period: Duration,
 }
 
-type HttpClient = Client<HttpsConnector<HttpConnector>, Empty<Bytes>>;
-
 struct AlertSource {
     settings: AlertSettings,
-    client: HttpClient,
+    client: observability::http_get::HttpClient,
 }
 
 /// Starts the checks; `wanted` says whether requests are waiting (set by the leader's rounds),
@@ -77,7 +68,7 @@ pub fn spawn(
         at: None,
     });
     let source = AlertSource {
-        client: http_client(),
+        client: observability::http_get::http_client(),
         settings,
     };
     tokio::spawn(async move {
@@ -130,19 +121,7 @@ impl AlertSource {
     async fn get<T: DeserializeOwned>(&self, base: &str, path: &str) -> Result<T, String> {
         let url = format!("{}{path}", base.trim_end_matches('/'));
         let ask = async {
-            let uri: hyper::Uri = url.parse().map_err(|e| format!("{e}"))?;
-            let response = self
-                .client
-                .get(uri)
-                .await
-                .map_err(|e| observability::error_chain(&e))?;
-            let status = response.status();
-            let body = response
-                .into_body()
-                .collect()
-                .await
-                .map_err(|e| e.to_string())?
-                .to_bytes();
+            let (status, body) = observability::http_get::get(&self.client, &url).await?;
             if !status.is_success() {
                 let text = String::from_utf8_lossy(&body);
                 return Err(format!("HTTP {status}: {}", text.trim()));
@@ -158,18 +137,4 @@ impl AlertSource {
             )),
         }
     }
-}
-
-/// http and https; https trusts the system's CAs (`SSL_CERT_FILE` names a bundle).
-fn http_client() -> HttpClient {
-    let builder = hyper_rustls::HttpsConnectorBuilder::new();
-    let builder = builder.with_native_roots().unwrap_or_else(|error| {
-        tracing::warn!(%error, "no CA certificates found: https URLs will fail; set SSL_CERT_FILE");
-        let empty = rustls::ClientConfig::builder()
-            .with_root_certificates(rustls::RootCertStore::empty())
-            .with_no_client_auth();
-        hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(empty)
-    });
-    let connector = builder.https_or_http().enable_http1().build();
-    Client::builder(TokioExecutor::new()).build(connector)
 }

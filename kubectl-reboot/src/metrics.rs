@@ -3,9 +3,6 @@
 //! pure; fetching it is a plain GET (http or https, the system's CAs).
 
 use crate::error::Error;
-use http_body_util::{BodyExt, Empty};
-use hyper::body::Bytes;
-use hyper_util::{client::legacy::Client, rt::TokioExecutor};
 use serde::Serialize;
 use std::time::Duration;
 
@@ -74,31 +71,9 @@ pub fn metrics_url(url: &str) -> String {
 /// GETs the controller's metrics, within `timeout`.
 pub async fn fetch(url: &str, timeout: Duration) -> Result<Reading, Error> {
     let fail = |why: String| Error::Metrics(why);
-    let uri: hyper::Uri = url.parse().map_err(|e| fail(format!("{e}")))?;
-    let connector = hyper_rustls::HttpsConnectorBuilder::new()
-        .with_native_roots()
-        .unwrap_or_else(|_| {
-            let empty = rustls::ClientConfig::builder()
-                .with_root_certificates(rustls::RootCertStore::empty())
-                .with_no_client_auth();
-            hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(empty)
-        })
-        .https_or_http()
-        .enable_http1()
-        .build();
-    let client: Client<_, Empty<Bytes>> = Client::builder(TokioExecutor::new()).build(connector);
+    let client = observability::http_get::http_client();
     let ask = async {
-        let response = client
-            .get(uri)
-            .await
-            .map_err(|e| observability::error_chain(&e))?;
-        let status = response.status();
-        let body = response
-            .into_body()
-            .collect()
-            .await
-            .map_err(|e| e.to_string())?
-            .to_bytes();
+        let (status, body) = observability::http_get::get(&client, url).await?;
         if !status.is_success() {
             return Err(format!("HTTP {status}"));
         }

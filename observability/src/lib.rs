@@ -5,6 +5,7 @@
 
 pub mod api_error;
 pub mod http;
+pub mod http_get;
 pub mod logs;
 pub mod shutdown;
 

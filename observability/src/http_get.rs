@@ -1,0 +1,43 @@
+//! A plain HTTP GET for what the programs read from other servers (Prometheus, Alertmanager,
+//! the controller's `/metrics`): http or https with the system's CAs (`SSL_CERT_FILE` names a
+//! bundle), HTTP/1.1. The caller bounds it with its own timeout and words its own errors.
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Empty};
+use hyper::StatusCode;
+use hyper_rustls::HttpsConnector;
+use hyper_util::{
+    client::legacy::{Client, connect::HttpConnector},
+    rt::TokioExecutor,
+};
+
+pub type HttpClient = Client<HttpsConnector<HttpConnector>, Empty<Bytes>>;
+
+/// A client for http and https URLs. Without CA certificates https URLs fail (and it says
+/// so in the log), http ones still work.
+pub fn http_client() -> HttpClient {
+    let builder = hyper_rustls::HttpsConnectorBuilder::new();
+    let builder = builder.with_native_roots().unwrap_or_else(|error| {
+        tracing::warn!(%error, "no CA certificates found: https URLs will fail; set SSL_CERT_FILE");
+        let empty = rustls::ClientConfig::builder()
+            .with_root_certificates(rustls::RootCertStore::empty())
+            .with_no_client_auth();
+        hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(empty)
+    });
+    let connector = builder.https_or_http().enable_http1().build();
+    Client::builder(TokioExecutor::new()).build(connector)
+}
+
+/// GETs `url`: its status and body, or what went wrong (with the error's causes).
+pub async fn get(client: &HttpClient, url: &str) -> Result<(StatusCode, Bytes), String> {
+    let uri: hyper::Uri = url.parse().map_err(|e| format!("{e}"))?;
+    let response = client.get(uri).await.map_err(|e| crate::error_chain(&e))?;
+    let status = response.status();
+    let body = response
+        .into_body()
+        .collect()
+        .await
+        .map_err(|e| e.to_string())?
+        .to_bytes();
+    Ok((status, body))
+}

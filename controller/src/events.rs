@@ -105,8 +105,14 @@ pub struct Events {
     queue: mpsc::UnboundedSender<Message>,
 }
 
+/// What every Event of a `--dry-run` controller says first, whichever part publishes it.
+pub const DRY_RUN_MARK: &str = "dry run, nothing was written: ";
+
 impl Events {
-    pub fn new(client: Client, instance: Option<String>, metrics: Metrics) -> Self {
+    /// With `dry_run`, every note is marked with [`DRY_RUN_MARK`]: a waiting node's Event from
+    /// a dry run must not read like one from the controller that acts.
+    pub fn new(client: Client, instance: Option<String>, metrics: Metrics, dry_run: bool) -> Self {
+        let mark = if dry_run { DRY_RUN_MARK } else { "" };
         let reporter = Reporter {
             controller: REPORTER.to_owned(),
             instance,
@@ -130,7 +136,7 @@ impl Events {
                 let event = Event {
                     type_: reason.event_type(),
                     reason: reason.as_str().to_owned(),
-                    note: Some(note),
+                    note: Some(format!("{mark}{note}")),
                     action: reason.as_str().to_owned(),
                     secondary: related,
                 };

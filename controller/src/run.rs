@@ -125,7 +125,12 @@ impl Context {
             let changed = changed.clone();
             move || changed.notify_one()
         });
-        let events = Events::new(client.clone(), Some(args.identity()), metrics.clone());
+        let events = Events::new(
+            client.clone(),
+            Some(args.identity()),
+            metrics.clone(),
+            args.dry_run,
+        );
         let selectors = &args.gates.blocking_pod_selectors;
         let blocking_pods = (!selectors.is_empty()).then(|| {
             let scope = args.gates.blocking_pod_selector_scope;

@@ -258,8 +258,7 @@ impl Shell {
             }
             tracing::info!(node = %step.node, dry_run = true, "dry run: {what}");
             if let Some(node) = nodes.get(step.node.as_str()) {
-                let note = format!("dry run, nothing was written: {what}");
-                self.events.publish(node, Reason::DryRun, note);
+                self.events.publish(node, Reason::DryRun, what);
             }
         }
     }

@@ -79,6 +79,20 @@ async fn a_dry_run_rollout_changes_no_node_and_no_lease_and_names_the_nodes_it_w
             e2e::event_reasons(&client, name).await
         );
     }
+    // Every Event the dry run published says so, the waiting nodes' included.
+    let mut published = 0;
+    for name in ["sim-1", "sim-2", "sim-3", "sim-4"] {
+        for (reason, component, message) in e2e::node_events(&client, name).await {
+            if component == "reboot-controller" {
+                published += 1;
+                assert!(
+                    message.starts_with("dry run, nothing was written: "),
+                    "{name}: a {reason} Event of the dry run reads like a real one: {message}"
+                );
+            }
+        }
+    }
+    assert!(published >= 2, "the dry run published no Event");
     // Give a controller that did write the time to show it, then compare.
     tokio::time::sleep(Duration::from_secs(10)).await;
     assert_eq!(

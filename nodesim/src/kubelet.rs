@@ -1,6 +1,7 @@
 //! The pod duties of a kubelet, for pods bound to simulated nodes: start them (Running and
 //! Ready at once) and finish their deletion (the containers "stop" at once).
 
+use backon::{ExponentialBuilder, Retryable};
 use futures::StreamExt;
 use k8s_openapi::{api::core::v1::Pod, jiff::Timestamp};
 use kube::{
@@ -9,7 +10,7 @@ use kube::{
     runtime::{WatchStreamExt, watcher},
 };
 use serde_json::json;
-use std::{collections::BTreeSet, sync::Arc};
+use std::{collections::BTreeSet, sync::Arc, time::Duration};
 
 /// Runs until the task is aborted.
 pub async fn run(client: Client, nodes: Arc<BTreeSet<String>>) {
@@ -33,17 +34,34 @@ pub async fn run(client: Client, nodes: Arc<BTreeSet<String>>) {
         if !on_our_node {
             continue;
         }
-        let api: Api<Pod> = Api::namespaced(client.clone(), &pod.namespace().unwrap_or_default());
-        let result = if pod.metadata.deletion_timestamp.is_some() {
-            finish_deletion(&api, &pod).await
-        } else if !is_running(&pod) {
-            start(&api, &pod).await
-        } else {
-            Ok(())
-        };
-        if let Err(error) = result {
-            tracing::debug!(pod = %pod.name_any(), %error, "simulated kubelet could not update pod");
+        let deleting = pod.metadata.deletion_timestamp.is_some();
+        if !deleting && is_running(&pod) {
+            continue;
         }
+        let api: Api<Pod> = Api::namespaced(client.clone(), &pod.namespace().unwrap_or_default());
+        // A real kubelet retries until it is done; the watch brings no new event for a pod
+        // whose update failed (an API server restart), so without retries a terminating pod
+        // would stay forever and every drain of its node would time out.
+        tokio::spawn(async move {
+            let act = || async {
+                if deleting {
+                    finish_deletion(&api, &pod).await
+                } else {
+                    start(&api, &pod).await
+                }
+            };
+            let backoff = ExponentialBuilder::new()
+                .with_min_delay(Duration::from_millis(200))
+                .with_max_delay(Duration::from_secs(5))
+                .with_max_times(20);
+            if let Err(error) = act
+                .retry(backoff)
+                .when(|e| !matches!(e, kube::Error::Api(s) if s.is_not_found()))
+                .await
+            {
+                tracing::debug!(pod = %pod.name_any(), %error, "simulated kubelet gave up on a pod");
+            }
+        });
     }
 }
 

@@ -246,6 +246,16 @@ impl Args {
         self
     }
 
+    /// How nodes are placed in the pool and indexed (`--node-selector`, `--zone-label`, the
+    /// annotation prefix).
+    pub fn indexing(&self) -> crate::nodes::Indexing {
+        crate::nodes::Indexing::new(
+            self.node_selector.clone(),
+            &self.zone_label,
+            self.annotation_prefix.clone(),
+        )
+    }
+
     /// This replica's name: `--leader-election-identity` (POD_NAME), else `<hostname>_<pid>`.
     pub fn identity(&self) -> String {
         self.leader_election_identity

@@ -2,12 +2,15 @@
 //! `--max-unavailable` and, with `--max-unavailable-per-zone`, each zone's. Part of the pure
 //! decision core.
 
-use crate::decide::NodeView;
+use crate::{decide::NodeView, pool_index::PoolCounts};
 use common::MaxUnavailable;
 use std::collections::{BTreeMap, BTreeSet};
 
 /// A zone: the value of the zone label; nodes without it form one zone of their own (`None`).
 pub type Zone<'a> = Option<&'a str>;
+
+/// `--max-unavailable` resolved against the pool, and `--max-unavailable-per-zone`.
+pub type Budgets = (usize, Option<MaxUnavailable>);
 
 /// Whether a request fits the budgets, and which one is full if not.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,23 +35,28 @@ pub struct Usage<'a> {
 }
 
 impl<'a> Usage<'a> {
-    /// Counts `nodes` (with the slot holders `slots`) against the budgets. A node outside the
-    /// pool counts only while it holds a slot.
+    /// Counts `nodes` (with the slot holders `slots`) and `others` (the rest of the pool,
+    /// none of which holds a slot) against the budgets. A node outside the pool counts only
+    /// while it holds a slot.
     pub fn count(
         nodes: &'a [NodeView],
+        others: &'a PoolCounts,
         slots: &BTreeSet<String>,
-        budget: usize,
-        zone_budget: Option<MaxUnavailable>,
+        (budget, zone_budget): Budgets,
     ) -> Self {
         let mut usage = Usage {
             unavailable: BTreeMap::new(),
-            in_use: 0,
+            in_use: others.unavailable(),
             zone_in_use: BTreeMap::new(),
             zone_size: BTreeMap::new(),
             unplaced: 0,
             budget,
             zone_budget,
         };
+        for (zone, count) in &others.zones {
+            usage.zone_size.insert(zone.as_deref(), count.size);
+            usage.zone_in_use.insert(zone.as_deref(), count.unavailable);
+        }
         for view in nodes {
             let holds = slots.contains(view.name());
             let counts = if view.in_pool {

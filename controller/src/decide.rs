@@ -13,6 +13,7 @@
 
 use crate::budget::{Admission, Usage};
 use crate::ledger::{Grant, Ledger, LedgerChange, Slot};
+use crate::pool_index::PoolCounts;
 use common::{NodeFacts, Phase, ProtocolState, Request, ledger::version_is_newer};
 use std::collections::BTreeSet;
 
@@ -171,8 +172,13 @@ impl Decision {
 /// The inputs of one round.
 #[derive(Debug, Clone, Copy)]
 pub struct Round<'a> {
-    /// Every node the cache has (the pool and any others), by name order or any order.
+    /// The nodes a round must see in full, in any order: every slot holder the cache has,
+    /// and every node in the protocol (`pool_index::in_protocol`). Other nodes may be here
+    /// too; those that are not are in `others`.
     pub nodes: &'a [NodeView],
+    /// The rest of the pool, counted: nodes without a slot and outside the protocol, which a
+    /// round only counts (per zone, and whether unavailable by themselves).
+    pub others: &'a PoolCounts,
     pub ledger: &'a Ledger,
     /// Slot holders that a fresh read found deleted.
     pub deleted: &'a BTreeSet<String>,
@@ -399,7 +405,12 @@ impl<'a> Round<'a> {
             decision.waiting = candidates.iter().map(|v| v.name().to_owned()).collect();
             return;
         }
-        let mut usage = Usage::count(self.nodes, &slots, self.budget, self.zone_budget);
+        let mut usage = Usage::count(
+            self.nodes,
+            self.others,
+            &slots,
+            (self.budget, self.zone_budget),
+        );
         for view in usage.spread(candidates) {
             if self.blocked.contains(view.name()) {
                 decision.blocked.insert(view.name().to_owned());

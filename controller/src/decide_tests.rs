@@ -72,6 +72,7 @@ fn decide_held(
 ) -> Decision {
     Round {
         nodes,
+        others: &PoolCounts::default(),
         ledger,
         deleted: &BTreeSet::new(),
         budget,
@@ -307,6 +308,7 @@ fn a_slot_holder_missing_from_the_cache_is_read_again_and_released_only_once_del
     let deleted = BTreeSet::from(["gone".to_owned()]);
     let d = Round {
         nodes: &[],
+        others: &PoolCounts::default(),
         ledger: &ledger,
         deleted: &deleted,
         budget: 1,
@@ -443,6 +445,7 @@ fn without_finish_after_window_a_closed_window_gives_back_what_was_not_told_to_r
     // found this: the pause used to hide the closed window).
     let d = Round {
         nodes: &nodes,
+        others: &PoolCounts::default(),
         ledger: &ledger,
         deleted: &BTreeSet::new(),
         budget: 2,
@@ -488,8 +491,10 @@ fn a_zone_budget_spreads_grants_across_zones_and_counts_a_not_ready_node_in_its_
         sick,
     ];
     let (ledger, deleted, blocked) = (Ledger::default(), BTreeSet::new(), BTreeSet::new());
+    let others = PoolCounts::default();
     let round = |zone_budget| Round {
         nodes: &nodes,
+        others: &others,
         ledger: &ledger,
         deleted: &deleted,
         budget: 4,
@@ -534,6 +539,7 @@ fn a_completed_node_keeps_its_slot_through_the_soak_and_holds_the_pool_when_not_
     let decide_at = |done: &NodeView, now: u64| {
         Round {
             nodes: &[done.clone(), wants.clone()],
+            others: &PoolCounts::default(),
             ledger: &ledger,
             deleted: &deleted,
             budget: 2,
@@ -602,6 +608,7 @@ fn a_node_with_a_blocking_pod_waits_and_the_others_go_on() {
     let blocked = BTreeSet::from(["busy".to_owned()]);
     let d = Round {
         nodes: &nodes,
+        others: &PoolCounts::default(),
         ledger: &ledger,
         deleted: &deleted,
         budget: 1,

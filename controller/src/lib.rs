@@ -21,6 +21,7 @@ pub mod memory;
 pub mod metrics;
 pub mod nodes;
 pub mod pool;
+pub mod pool_index;
 pub mod run;
 pub mod schedule;
 pub mod shell;

@@ -130,6 +130,13 @@ impl Memory {
         self.requested_at
             .retain(|n, _| present.contains(n.as_str()));
         self.soak.retain(|n| present.contains(n));
+        // A round views only the nodes in the protocol: one that left it since the last
+        // round is no longer viewed, so what was said about it is forgotten here.
+        let requested = &self.requested_at;
+        self.announced_waiting
+            .retain(|n, _| requested.contains_key(n));
+        self.warned_invalid
+            .retain(|n, _| present.contains(n.as_str()));
         views
     }
 

@@ -6,7 +6,7 @@
 //! replica from its own cache; the counters of what the controller did, by the replica that
 //! did it (`node_reboot_leader` says which one leads).
 
-use crate::ledger::Ledger;
+use crate::{ledger::Ledger, pool_index::PoolCounts};
 use common::{AnnotationKeys, NodeFacts, Phase, ProtocolState, Request};
 use k8s_openapi::api::core::v1::Node;
 use observability::ApiErrorKind;
@@ -57,10 +57,17 @@ pub struct PoolSummary {
 }
 
 impl PoolSummary {
-    /// Pure: the summary of `nodes` with the slots of `ledger`.
-    pub fn of(nodes: &[Arc<Node>], ledger: &Ledger, keys: &AnnotationKeys) -> Self {
+    /// Pure: the summary of the pool's `nodes` with the slots of `ledger`, and of `others`
+    /// (the rest of the pool: idle nodes without a slot, counted by the pool index).
+    pub fn of(
+        nodes: &[Arc<Node>],
+        others: &PoolCounts,
+        ledger: &Ledger,
+        keys: &AnnotationKeys,
+    ) -> Self {
         let mut summary = Self {
-            nodes: nodes.len(),
+            nodes: nodes.len() + others.nodes(),
+            unavailable: others.unavailable(),
             slots_in_use: ledger.slots.len(),
             oldest_grant: ledger
                 .slots
@@ -75,14 +82,19 @@ impl PoolSummary {
             let state = facts.protocol(keys);
             let holds = ledger.holds(&facts.name);
             let label = node_state(&state, holds);
-            if let Some(i) = NODE_STATES.iter().position(|s| *s == label) {
-                summary.by_state[i] += 1;
-            }
+            summary.count_state(label, 1);
             if common::unavailable(&facts, &state, holds) {
                 summary.unavailable += 1;
             }
         }
+        summary.count_state("idle", others.nodes());
         summary
+    }
+
+    fn count_state(&mut self, label: &str, nodes: usize) {
+        if let Some(i) = NODE_STATES.iter().position(|s| *s == label) {
+            self.by_state[i] += i64::try_from(nodes).unwrap_or(i64::MAX);
+        }
     }
 }
 
@@ -354,7 +366,7 @@ impl Metrics {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ledger::Slot;
+    use crate::{ledger::Slot, pool_index::ZoneCount};
     use prometheus_client::encoding::text::encode;
     use serde_json::json;
 
@@ -395,10 +407,19 @@ mod tests {
                 .collect(),
             paused: false,
         };
-        let summary = PoolSummary::of(&nodes, &ledger, &AnnotationKeys::default());
+        // The rest of the pool, as the index counts it: 10 idle nodes, 3 of them NotReady.
+        let mut others = PoolCounts::default();
+        others.zones.insert(
+            None,
+            ZoneCount {
+                size: 10,
+                unavailable: 3,
+            },
+        );
+        let summary = PoolSummary::of(&nodes, &others, &ledger, &AnnotationKeys::default());
         let count =
             |state: &str| summary.by_state[NODE_STATES.iter().position(|s| *s == state).unwrap()];
-        assert_eq!(count("idle"), 2);
+        assert_eq!(count("idle"), 2 + 10);
         for state in [
             "requested",
             "invalid_request",
@@ -410,15 +431,15 @@ mod tests {
         ] {
             assert_eq!(count(state), 1, "{state}");
         }
-        assert_eq!(summary.nodes, 9);
+        assert_eq!(summary.nodes, 9 + 10);
         assert_eq!(summary.slots_in_use, 5);
         assert_eq!(
             summary.oldest_grant,
             Some(1_767_225_600),
             "2026-01-01T00:00:00Z"
         );
-        // down, and the five slot holders.
-        assert_eq!(summary.unavailable, 6);
+        // down, the five slot holders and the three others.
+        assert_eq!(summary.unavailable, 6 + 3);
     }
 
     #[test]

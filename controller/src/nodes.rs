@@ -2,17 +2,26 @@
 //! stays small at thousands of nodes, plus an overlay of our own writes so that the next
 //! decision sees them at once instead of waiting for the watch to catch up.
 
-use crate::{metrics::Metrics, pool::PoolSelector};
+use crate::{
+    metrics::Metrics,
+    pool::PoolSelector,
+    pool_index::{Entry, Placement, PoolCounts, PoolIndex},
+};
+use common::{AnnotationKeys, NodeFacts};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeSpec, NodeStatus, NodeSystemInfo};
 use kube::{
     Api, Client,
-    runtime::{WatchStreamExt, reflector, reflector::Store, watcher},
+    runtime::{
+        WatchStreamExt, reflector,
+        reflector::{ObjectRef, Store},
+        watcher,
+    },
 };
 use observability::ApiErrorKind;
 use std::{
     collections::{BTreeSet, HashMap},
-    sync::Arc,
+    sync::{Arc, Mutex, MutexGuard},
 };
 use tokio::sync::Notify;
 
@@ -69,31 +78,82 @@ pub fn trim(node: &mut Node, kept: &KeptLabels) {
     });
 }
 
-/// Starts the reflector over every Node (pool membership is decided on the labels it keeps);
-/// `changed` is notified when a node's decision facts change, when one is deleted, and when
-/// the watch (re)lists. A status report that changes none of them (a heartbeat, an image
-/// list) starts no round: with thousands of nodes those are most events.
+/// The index shared by the node watch (which writes it) and the rounds (which read it).
+pub type SharedIndex = Arc<Mutex<PoolIndex>>;
+
+/// How a trimmed node is placed and indexed: the pool selector, the kept labels (the zone's
+/// among them) and the annotation keys.
+#[derive(Debug, Clone, Default)]
+pub struct Indexing {
+    pool: PoolSelector,
+    kept: KeptLabels,
+    keys: AnnotationKeys,
+}
+
+impl Indexing {
+    pub fn new(pool: PoolSelector, zone_label: &str, keys: AnnotationKeys) -> Self {
+        Self {
+            kept: KeptLabels::new(&pool, zone_label, &keys.disabled),
+            pool,
+            keys,
+        }
+    }
+
+    /// Whether the node belongs to the pool, from the labels its trimmed copy keeps.
+    pub fn in_pool(&self, node: &Node) -> bool {
+        let empty = Default::default();
+        self.pool
+            .matches(node.metadata.labels.as_ref().unwrap_or(&empty))
+    }
+
+    /// The node's zone (`--zone-label`).
+    pub fn zone_of(&self, node: &Node) -> Option<String> {
+        self.kept.zone_of(node)
+    }
+
+    fn entry(&self, node: &Node) -> Entry {
+        let facts = NodeFacts::from_node(node);
+        let state = facts.protocol(&self.keys);
+        let placement = Placement {
+            in_pool: self.in_pool(node),
+            zone: self.zone_of(node),
+        };
+        Entry::new(decision_facts(node), &facts, &state, placement)
+    }
+}
+
+/// Starts the reflector over every Node (pool membership is decided on the labels it keeps)
+/// and keeps `index` up to date with it. `changed` is notified when a node's decision facts
+/// change, when one is deleted, and when the watch (re)lists. A status report that changes
+/// none of them (a heartbeat, an image list) starts no round: with thousands of nodes those
+/// are most events.
 pub fn spawn_reflector(
     client: Client,
-    kept: KeptLabels,
+    indexing: Indexing,
     changed: Arc<Notify>,
     metrics: Metrics,
-) -> Store<Node> {
+) -> (Store<Node>, SharedIndex) {
     let (store, writer) = reflector::store();
+    let index = SharedIndex::default();
     // Pages of 50 full Node objects (each can carry ~14 KB of images and managedFields before
     // the trim): with kube's default of 500, the allocator keeps the peak of the initial list,
     // and the controller stays at ~90 MiB with 5,000 nodes instead of ~33 MiB.
     let config = watcher::Config::default().page_size(50);
+    let kept = indexing.kept.clone();
     let stream = watcher(Api::<Node>::all(client), config)
         .default_backoff()
         .modify(move |node| trim(node, &kept))
         .reflect(writer);
+    let mut indexer = Indexer {
+        indexing,
+        index: index.clone(),
+        relisted: None,
+    };
     tokio::spawn(async move {
         futures::pin_mut!(stream);
-        let mut facts = FactPrints::default();
         while let Some(event) = stream.next().await {
             match event {
-                Ok(event) if !facts.changed(&event) => continue,
+                Ok(event) if !indexer.apply(&event) => continue,
                 Ok(_) => {}
                 Err(error) => {
                     metrics.api_error("node", ApiErrorKind::of_watcher(&error));
@@ -103,30 +163,73 @@ pub fn spawn_reflector(
             changed.notify_one();
         }
     });
-    store
+    (store, index)
 }
 
-/// Per node, a hash of what decisions read of it, to tell a change of facts from a report
-/// that only moves heartbeat times and the resourceVersion.
-#[derive(Debug, Default)]
-struct FactPrints(HashMap<String, u64>);
+/// What a round views of the pool: the nodes in the protocol and the slot holders (`slots`),
+/// each as `overlay` has it; and the rest of the pool, counted by the index.
+pub fn gather<'s>(
+    store: &Store<Node>,
+    index: &SharedIndex,
+    overlay: &mut Overlay,
+    slots: impl IntoIterator<Item = &'s String>,
+) -> (Vec<Arc<Node>>, PoolCounts) {
+    let mut names = lock(index).in_protocol().clone();
+    names.extend(slots.into_iter().cloned());
+    let nodes = overlay.nodes_named(store, &names);
+    let viewed = nodes
+        .iter()
+        .map(|n| n.metadata.name.as_deref().unwrap_or_default());
+    let others = lock(index).counts_without(viewed);
+    (nodes, others)
+}
 
-impl FactPrints {
-    fn changed(&mut self, event: &watcher::Event<Node>) -> bool {
+/// Applies the watch's events to the index as the reflector applies them to its store: a
+/// relist builds a new index that replaces the old one when the list is complete.
+#[derive(Debug)]
+struct Indexer {
+    indexing: Indexing,
+    index: SharedIndex,
+    relisted: Option<PoolIndex>,
+}
+
+impl Indexer {
+    /// True when the event may change a decision.
+    fn apply(&mut self, event: &watcher::Event<Node>) -> bool {
+        let name = |node: &Node| node.metadata.name.clone().unwrap_or_default();
         match event {
-            watcher::Event::Apply(node) | watcher::Event::InitApply(node) => {
-                let name = node.metadata.name.clone().unwrap_or_default();
-                let facts = decision_facts(node);
-                self.0.insert(name, facts) != Some(facts)
+            watcher::Event::Apply(node) => {
+                let entry = self.indexing.entry(node);
+                lock(&self.index).upsert(&name(node), entry)
             }
             watcher::Event::Delete(node) => {
-                self.0
-                    .remove(node.metadata.name.as_deref().unwrap_or_default());
+                lock(&self.index).remove(&name(node));
                 true
             }
-            watcher::Event::Init | watcher::Event::InitDone => true,
+            watcher::Event::Init => {
+                self.relisted = Some(PoolIndex::default());
+                true
+            }
+            watcher::Event::InitApply(node) => {
+                let entry = self.indexing.entry(node);
+                self.relisted
+                    .get_or_insert_with(PoolIndex::default)
+                    .upsert(&name(node), entry)
+            }
+            watcher::Event::InitDone => {
+                *lock(&self.index) = self.relisted.take().unwrap_or_default();
+                true
+            }
         }
     }
+}
+
+/// The index's lock; a panic while it was held (none is expected) leaves sums that the next
+/// relist rebuilds, so it is used as it is.
+pub fn lock(index: &SharedIndex) -> MutexGuard<'_, PoolIndex> {
+    index
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// What a decision reads of a trimmed node: annotations, kept labels, the cordon, Ready's
@@ -166,29 +269,27 @@ fn resource_version(node: &Node) -> u64 {
 /// we wrote or read ourselves where there is one, and the nodes a fresh read found deleted.
 #[derive(Debug, Default)]
 pub struct Overlay {
-    pool: PoolSelector,
-    kept: KeptLabels,
+    indexing: Indexing,
     ours: HashMap<String, Arc<Node>>,
     deleted: BTreeSet<String>,
 }
 
 impl Overlay {
-    pub fn new(pool: PoolSelector, zone_label: &str, opt_out_label: &str) -> Self {
+    pub fn new(indexing: Indexing) -> Self {
         Self {
-            kept: KeptLabels::new(&pool, zone_label, opt_out_label),
-            pool,
+            indexing,
             ..Self::default()
         }
     }
 
-    /// The node's zone (`--zone-label`).
-    pub fn zone_of(&self, node: &Node) -> Option<String> {
-        self.kept.zone_of(node)
+    /// How nodes are placed in the pool.
+    pub fn indexing(&self) -> &Indexing {
+        &self.indexing
     }
 
     /// A copy of a node we just wrote or read.
     pub fn record(&mut self, mut node: Node) {
-        trim(&mut node, &self.kept);
+        trim(&mut node, &self.indexing.kept);
         let name = node.metadata.name.clone().unwrap_or_default();
         self.deleted.remove(&name);
         self.ours.insert(name, Arc::new(node));
@@ -205,35 +306,41 @@ impl Overlay {
         &self.deleted
     }
 
-    /// Every node now: cached nodes with our newer copies in their place, and our copies of
-    /// nodes the cache does not have yet.
-    pub fn view(&mut self, store: &Store<Node>) -> Vec<Arc<Node>> {
-        let cached = store.state();
-        let mut nodes = Vec::with_capacity(cached.len());
-        let mut ours = std::mem::take(&mut self.ours);
-        let mut still_ahead = HashMap::new();
-        for node in cached {
-            let name = node.metadata.name.as_deref().unwrap_or_default();
-            self.deleted.remove(name);
-            match ours.remove(name) {
-                Some(copy) if resource_version(&copy) > resource_version(&node) => {
-                    still_ahead.insert(name.to_owned(), copy.clone());
-                    nodes.push(copy);
+    /// The nodes `names` as they are now (cached, or our newer copy), and our copies of any
+    /// other node (which we wrote or read lately: a round must see them). A copy of ours is
+    /// dropped once the cache has caught up with it.
+    pub fn nodes_named(&mut self, store: &Store<Node>, names: &BTreeSet<String>) -> Vec<Arc<Node>> {
+        let mut wanted: BTreeSet<String> = names.clone();
+        wanted.extend(self.ours.keys().cloned());
+        wanted.extend(self.deleted.iter().cloned());
+        let mut nodes = Vec::with_capacity(wanted.len());
+        for name in wanted {
+            let cached = store.get(&ObjectRef::new(&name));
+            if cached.is_some() {
+                self.deleted.remove(&name);
+            }
+            let ours = self.ours.get(&name).cloned();
+            match (ours, cached) {
+                (Some(copy), Some(node)) if resource_version(&copy) <= resource_version(&node) => {
+                    self.ours.remove(&name);
+                    nodes.push(node);
                 }
-                _ => nodes.push(node),
+                (Some(copy), _) => nodes.push(copy),
+                (None, Some(node)) => nodes.push(node),
+                (None, None) => {}
             }
         }
-        nodes.extend(ours.values().cloned());
-        still_ahead.extend(ours);
-        self.ours = still_ahead;
         nodes
     }
 
     /// Whether the node belongs to the pool, from the labels its trimmed copy keeps.
     pub fn in_pool(&self, node: &Node) -> bool {
-        let empty = Default::default();
-        self.pool
-            .matches(node.metadata.labels.as_ref().unwrap_or(&empty))
+        self.indexing.in_pool(node)
+    }
+
+    /// The node's zone (`--zone-label`).
+    pub fn zone_of(&self, node: &Node) -> Option<String> {
+        self.indexing.zone_of(node)
     }
 }
 
@@ -259,17 +366,21 @@ mod tests {
 
     #[test]
     fn only_a_change_of_decision_facts_starts_a_round() {
-        let mut prints = FactPrints::default();
+        let mut prints = Indexer {
+            indexing: Indexing::default(),
+            index: SharedIndex::default(),
+            relisted: None,
+        };
         let apply = |n: Node| watcher::Event::Apply(n);
         let none = json!({});
-        assert!(prints.changed(&apply(node(
+        assert!(prints.apply(&apply(node(
             "1",
             "2026-11-23T10:00:00Z",
             "True",
             none.clone()
         ))));
         assert!(
-            !prints.changed(&apply(node(
+            !prints.apply(&apply(node(
                 "2",
                 "2026-11-23T10:05:00Z",
                 "True",
@@ -277,25 +388,52 @@ mod tests {
             ))),
             "a status report with a new heartbeat and version only"
         );
-        assert!(prints.changed(&apply(node(
+        assert!(prints.apply(&apply(node(
             "3",
             "2026-11-23T10:05:00Z",
             "False",
             none.clone()
         ))));
         let requested = json!({"reboot-needed": "true"});
-        assert!(prints.changed(&apply(node(
+        assert!(prints.apply(&apply(node(
             "4",
             "2026-11-23T10:05:00Z",
             "False",
             requested
         ))));
-        assert!(prints.changed(&watcher::Event::Delete(node(
+        assert!(prints.apply(&watcher::Event::Delete(node(
             "5",
             "2026-11-23T10:05:00Z",
             "False",
             none
         ))));
-        assert!(prints.changed(&watcher::Event::InitDone));
+        assert!(prints.apply(&watcher::Event::InitDone));
+    }
+
+    /// A relist replaces the index when it is complete, as the reflector replaces its store:
+    /// until then rounds count the pool as it was; a node deleted meanwhile is gone after.
+    #[test]
+    fn a_relist_replaces_the_index_when_complete() {
+        let index = SharedIndex::default();
+        let mut indexer = Indexer {
+            indexing: Indexing::default(),
+            index: index.clone(),
+            relisted: None,
+        };
+        let requested = json!({"reboot-needed": "true"});
+        let named = |name: &str, annotations| {
+            let mut n = node("1", "2026-11-23T10:00:00Z", "True", annotations);
+            n.metadata.name = Some(name.into());
+            n
+        };
+        indexer.apply(&watcher::Event::Apply(named("gone", requested.clone())));
+        indexer.apply(&watcher::Event::Init);
+        indexer.apply(&watcher::Event::InitApply(named("kept", requested)));
+        let before: Vec<String> = lock(&index).in_protocol().iter().cloned().collect();
+        assert_eq!(before, ["gone"]);
+        assert!(indexer.apply(&watcher::Event::InitDone));
+        let after: Vec<String> = lock(&index).in_protocol().iter().cloned().collect();
+        assert_eq!(after, ["kept"]);
+        assert_eq!(lock(&index).totals().nodes(), 1);
     }
 }

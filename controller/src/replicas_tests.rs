@@ -22,7 +22,11 @@
 
 use super::tests::{annotate, facts, node_json};
 use super::*;
-use crate::{drain_tracker::drain_state_at, ledger::Ledger};
+use crate::{
+    drain_tracker::drain_state_at,
+    ledger::Ledger,
+    pool_index::{Entry, Placement, PoolIndex, in_protocol},
+};
 use common::{AnnotationKeys, Transition};
 use proptest::prelude::*;
 use serde_json::{Value, json};
@@ -124,6 +128,9 @@ struct Replica {
     drains: BTreeMap<String, (DrainState, Option<String>)>,
     not_before: BTreeMap<String, u64>,
     soak: crate::memory::SoakClock,
+    /// The pool index, kept up to date with `cache` one change at a time, as the node watch
+    /// keeps the shell's.
+    index: PoolIndex,
 }
 
 fn keys() -> AnnotationKeys {
@@ -284,11 +291,34 @@ impl Server {
 
 impl Replica {
     fn new(server: &Server) -> Self {
-        Self {
-            cache: server.nodes.clone(),
+        let mut replica = Self {
+            cache: vec![Value::Null; server.nodes.len()],
             ledger: server.ledger.clone(),
             ..Self::default()
+        };
+        for (i, node) in server.nodes.iter().enumerate() {
+            replica.see(i, node.clone());
         }
+        replica
+    }
+
+    /// Node `i` as this replica's watch delivers it: into the cache and the index.
+    fn see(&mut self, i: usize, node: Value) {
+        let facts = facts(&node);
+        let state = facts.protocol(&keys());
+        let print = {
+            use std::hash::{Hash as _, Hasher as _};
+            let mut hasher = std::collections::hash_map::DefaultHasher::new();
+            node.to_string().hash(&mut hasher);
+            hasher.finish()
+        };
+        let placement = Placement {
+            in_pool: true,
+            zone: zone_of(i),
+        };
+        let entry = Entry::new(print, &facts, &state, placement);
+        self.index.upsert(&facts.name, entry);
+        self.cache[i] = node;
     }
 
     fn views(&mut self, now: u64) -> Vec<NodeView> {
@@ -328,6 +358,37 @@ impl Replica {
             .collect()
     }
 
+    /// The shell decides on the nodes in the protocol and the slot holders, with the rest
+    /// of the pool counted by the index: that must decide exactly as a round over every node
+    /// (`full`), and the index must equal a recount of the cache.
+    fn check_index(
+        &self,
+        views: &[NodeView],
+        full: &Decision,
+        decide: impl Fn(&[NodeView], &PoolCounts) -> Decision,
+    ) {
+        let viewed: Vec<NodeView> = views
+            .iter()
+            .filter(|v| in_protocol(&v.state) || self.ledger.holds(v.name()))
+            .cloned()
+            .collect();
+        let others = self.index.counts_without(viewed.iter().map(NodeView::name));
+        assert_eq!(
+            &decide(&viewed, &others),
+            full,
+            "the incremental round decided otherwise than the full one"
+        );
+        let mut recount = Replica {
+            cache: vec![Value::Null; self.cache.len()],
+            ..Replica::default()
+        };
+        for (i, node) in self.cache.iter().enumerate() {
+            recount.see(i, node.clone());
+        }
+        assert_eq!(recount.index.totals(), self.index.totals());
+        assert_eq!(recount.index.in_protocol(), self.index.in_protocol());
+    }
+
     /// One round of this replica, executed against the server as the shell would.
     fn round(&mut self, server: &mut Server, now: u64) {
         let views = self.views(now);
@@ -340,21 +401,26 @@ impl Replica {
         } else {
             None
         };
-        let decision = Round {
-            nodes: &views,
-            ledger: &self.ledger,
-            deleted: &self.deleted,
-            budget: server.budget,
-            zone_budget: server.zone_budget,
-            drain_enabled: server.drain_enabled,
-            now,
-            hold,
-            finish_after_window: server.finish_after_window,
-            window_open: server.window_open,
-            min_ready: server.min_ready,
-            blocked: &server.blocked,
-        }
-        .decide();
+        let decide = |nodes: &[NodeView], others: &PoolCounts| {
+            Round {
+                nodes,
+                others,
+                ledger: &self.ledger,
+                deleted: &self.deleted,
+                budget: server.budget,
+                zone_budget: server.zone_budget,
+                drain_enabled: server.drain_enabled,
+                now,
+                hold,
+                finish_after_window: server.finish_after_window,
+                window_open: server.window_open,
+                min_ready: server.min_ready,
+                blocked: &server.blocked,
+            }
+            .decide()
+        };
+        let decision = decide(&views, &PoolCounts::default());
+        self.check_index(&views, &decision, decide);
         let sick_in_soak: Vec<&str> = views
             .iter()
             .filter(|v| {
@@ -471,7 +537,7 @@ impl Replica {
             None => matches!(action, NodeAction::Refetch(_)),
         };
         if read {
-            self.cache[i] = server.nodes[i].clone();
+            self.see(i, server.nodes[i].clone());
         }
     }
 
@@ -575,11 +641,13 @@ impl Model {
             }
             Step::SyncNode { replica, node } => {
                 let k = r(replica);
-                self.replicas[k].cache[node] = s.nodes[node].clone();
+                self.replicas[k].see(node, s.nodes[node].clone());
             }
             Step::SyncAll(k) => {
                 let k = r(k);
-                self.replicas[k].cache = s.nodes.clone();
+                for (i, node) in s.nodes.iter().enumerate() {
+                    self.replicas[k].see(i, node.clone());
+                }
                 self.replicas[k].ledger = s.ledger.clone();
             }
             Step::SyncLedger(k) => {

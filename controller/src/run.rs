@@ -21,7 +21,7 @@ use crate::{
     ledger_store::{LedgerError, LedgerStore, ReadLedger},
     metrics::{Metrics, PoolSummary},
     nodes,
-    nodes::Overlay,
+    nodes::{Overlay, SharedIndex},
     schedule::Schedule,
     shell::{Shell, ShellParts},
     window::Windows,
@@ -81,6 +81,7 @@ struct Context {
     /// Without kube's retries of 429s, which are a PodDisruptionBudget's answer to an eviction.
     eviction_client: Client,
     store: Store<Node>,
+    index: SharedIndex,
     changed: Arc<Notify>,
     ledger_store: LedgerStore,
     ledger_watch: watch::Receiver<ReadLedger>,
@@ -110,13 +111,9 @@ impl Context {
         let eviction_client = Client::try_from(config).context("cannot build the API client")?;
         check_selector(&client, args.node_selector.text()).await?;
         let changed = Arc::new(Notify::new());
-        let store = nodes::spawn_reflector(
+        let (store, index) = nodes::spawn_reflector(
             client.clone(),
-            nodes::KeptLabels::new(
-                &args.node_selector,
-                &args.zone_label,
-                &args.annotation_prefix.disabled,
-            ),
+            args.indexing(),
             changed.clone(),
             metrics.clone(),
         );
@@ -153,6 +150,7 @@ impl Context {
             client,
             eviction_client,
             store,
+            index,
             changed,
             ledger_store,
             ledger_watch,
@@ -227,20 +225,13 @@ impl Context {
             if leadership.is_leading() {
                 return;
             }
-            let overlay = Overlay::new(
-                self.args.node_selector.clone(),
-                &self.args.zone_label,
-                &self.args.annotation_prefix.disabled,
-            );
-            let nodes: Vec<_> = self
-                .store
-                .state()
-                .into_iter()
-                .filter(|n| overlay.in_pool(n))
-                .collect();
+            let mut overlay = Overlay::new(self.args.indexing());
             let ledger = self.ledger_watch.borrow().ledger.clone();
-            let summary = PoolSummary::of(&nodes, &ledger, &self.args.annotation_prefix);
-            let budget = self.args.max_unavailable.resolve(nodes.len());
+            let (nodes, others) =
+                nodes::gather(&self.store, &self.index, &mut overlay, ledger.slots.keys());
+            let pool: Vec<_> = nodes.into_iter().filter(|n| overlay.in_pool(n)).collect();
+            let summary = PoolSummary::of(&pool, &others, &ledger, &self.args.annotation_prefix);
+            let budget = self.args.max_unavailable.resolve(summary.nodes);
             self.metrics.pool(&summary, budget);
             tokio::select! {
                 () = leadership.acquired() => return,
@@ -275,11 +266,8 @@ impl Context {
             max_unavailable: args.max_unavailable,
             drains: DrainTracker::new(drainer, self.changed.clone()),
             nodes: self.store.clone(),
-            overlay: Overlay::new(
-                args.node_selector.clone(),
-                &args.zone_label,
-                &args.annotation_prefix.disabled,
-            ),
+            index: self.index.clone(),
+            overlay: Overlay::new(args.indexing()),
             zone_budget: args.max_unavailable_per_zone,
             ledger,
             ledger_store: self.ledger_store.clone(),

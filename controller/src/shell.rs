@@ -14,7 +14,8 @@ use crate::{
     ledger_store::{LedgerError, LedgerStore, ReadLedger},
     memory::{Memory, ViewInputs},
     metrics::{Metrics, PoolSummary},
-    nodes::Overlay,
+    nodes::{self, Overlay, SharedIndex},
+    pool_index::PoolCounts,
     schedule::Schedule,
 };
 use common::{AnnotationKeys, MaxUnavailable, NodeFacts, Transition};
@@ -36,6 +37,7 @@ pub struct ShellParts {
     pub zone_budget: Option<MaxUnavailable>,
     pub drains: DrainTracker,
     pub nodes: Store<Node>,
+    pub index: SharedIndex,
     pub overlay: Overlay,
     pub ledger: ReadLedger,
     pub ledger_store: LedgerStore,
@@ -59,6 +61,7 @@ pub struct Shell {
     zone_budget: Option<MaxUnavailable>,
     drains: DrainTracker,
     nodes: Store<Node>,
+    index: SharedIndex,
     overlay: Overlay,
     ledger: Ledger,
     /// Why the ledger as last read could not be used (it is rebuilt before any new grant).
@@ -98,6 +101,7 @@ impl Shell {
             zone_budget: parts.zone_budget,
             drains: parts.drains,
             nodes: parts.nodes,
+            index: parts.index,
             overlay: parts.overlay,
             ledger: Ledger::default(),
             ledger_damage: None,
@@ -157,7 +161,7 @@ impl Shell {
         }
         self.catch_up_ledger();
         self.collect_drain_outcomes();
-        let nodes = self.overlay.view(&self.nodes);
+        let (nodes, others) = self.gather();
         let views = self.memory.views(
             &nodes,
             ViewInputs {
@@ -168,7 +172,7 @@ impl Shell {
                 now: self.now_ms(),
             },
         );
-        let pool = views.iter().filter(|v| v.in_pool).count();
+        let pool = views.iter().filter(|v| v.in_pool).count() + others.nodes();
         let budget = self.max_unavailable.resolve(pool);
         let (scheduled, window_open) = self.hold_now();
         let gates = self.gates.read(&self.metrics);
@@ -176,6 +180,7 @@ impl Shell {
         let blocked = gates.blocked_nodes();
         let mut decision = Round {
             nodes: &views,
+            others: &others,
             ledger: &self.ledger,
             deleted: self.overlay.deleted(),
             budget,
@@ -300,15 +305,25 @@ impl Shell {
         }
     }
 
+    /// The nodes a round views (in the protocol, or holding a slot) and the rest counted.
+    fn gather(&mut self) -> (Vec<Arc<Node>>, PoolCounts) {
+        nodes::gather(
+            &self.nodes,
+            &self.index,
+            &mut self.overlay,
+            self.ledger.slots.keys(),
+        )
+    }
+
     /// Publishes the pool gauges as this replica sees the pool now.
     pub fn publish_pool(&mut self) {
-        let nodes = self.overlay.view(&self.nodes);
+        let (nodes, others) = self.gather();
         let pool: Vec<Arc<Node>> = nodes
             .into_iter()
             .filter(|n| self.overlay.in_pool(n))
             .collect();
-        let summary = PoolSummary::of(&pool, &self.ledger, &self.keys);
-        let budget = self.max_unavailable.resolve(pool.len());
+        let summary = PoolSummary::of(&pool, &others, &self.ledger, &self.keys);
+        let budget = self.max_unavailable.resolve(summary.nodes);
         self.metrics.pool(&summary, budget);
     }
 

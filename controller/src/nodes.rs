@@ -25,22 +25,25 @@ use std::{
 };
 use tokio::sync::Notify;
 
-/// The labels decisions read: those of the pool selector, the zone label and the opt-out
-/// label (`reboot-disabled`).
+/// What the node cache keeps of each node's labels and annotations: the labels decisions read
+/// (those of the pool selector, the zone label and the opt-out label `reboot-disabled`) and
+/// the protocol's annotations.
 #[derive(Debug, Clone, Default)]
 pub struct KeptLabels {
     keys: BTreeSet<String>,
     zone: String,
+    annotations: BTreeSet<String>,
 }
 
 impl KeptLabels {
-    pub fn new(pool: &PoolSelector, zone_label: &str, opt_out_label: &str) -> Self {
-        let mut keys = pool.keys().clone();
-        keys.insert(zone_label.to_owned());
-        keys.insert(opt_out_label.to_owned());
+    pub fn new(pool: &PoolSelector, zone_label: &str, keys: &AnnotationKeys) -> Self {
+        let mut labels = pool.keys().clone();
+        labels.insert(zone_label.to_owned());
+        labels.insert(keys.disabled.clone());
         Self {
-            keys,
+            keys: labels,
             zone: zone_label.to_owned(),
+            annotations: keys.all().iter().map(|k| (*k).to_owned()).collect(),
         }
     }
 
@@ -50,13 +53,18 @@ impl KeptLabels {
     }
 }
 
-/// Keeps only what decisions and Events need: name, uid, resourceVersion, annotations, the
-/// labels of `kept`, `spec.unschedulable`, the Ready condition and the boot id.
+/// Keeps only what decisions and Events need: name, uid, resourceVersion, the protocol's
+/// annotations (an empty map stays, so that a patch knows the map exists), the labels of
+/// `kept`, `spec.unschedulable`, the Ready condition's status and the boot id. Each node costs
+/// the controller a few hundred bytes, so that 65,000 fit in its memory target.
 pub fn trim(node: &mut Node, kept: &KeptLabels) {
     let meta = &mut node.metadata;
     meta.managed_fields = None;
     if let Some(labels) = meta.labels.as_mut() {
         labels.retain(|k, _| kept.keys.contains(k));
+    }
+    if let Some(annotations) = meta.annotations.as_mut() {
+        annotations.retain(|k, _| kept.annotations.contains(k));
     }
     meta.owner_references = None;
     meta.finalizers = None;
@@ -65,9 +73,16 @@ pub fn trim(node: &mut Node, kept: &KeptLabels) {
         ..NodeSpec::default()
     });
     let status = node.status.take().unwrap_or_default();
-    let ready: Option<Vec<NodeCondition>> = status
-        .conditions
-        .map(|cs| cs.into_iter().filter(|c| c.type_ == "Ready").collect());
+    let ready: Option<Vec<NodeCondition>> = status.conditions.map(|cs| {
+        cs.into_iter()
+            .filter(|c| c.type_ == "Ready")
+            .map(|c| NodeCondition {
+                status: c.status,
+                type_: c.type_,
+                ..NodeCondition::default()
+            })
+            .collect()
+    });
     node.status = Some(NodeStatus {
         conditions: ready,
         node_info: status.node_info.map(|info| NodeSystemInfo {
@@ -93,7 +108,7 @@ pub struct Indexing {
 impl Indexing {
     pub fn new(pool: PoolSelector, zone_label: &str, keys: AnnotationKeys) -> Self {
         Self {
-            kept: KeptLabels::new(&pool, zone_label, &keys.disabled),
+            kept: KeptLabels::new(&pool, zone_label, &keys),
             pool,
             keys,
         }
@@ -435,5 +450,24 @@ mod tests {
         let after: Vec<String> = lock(&index).in_protocol().iter().cloned().collect();
         assert_eq!(after, ["kept"]);
         assert_eq!(lock(&index).totals().nodes(), 1);
+    }
+
+    #[test]
+    fn the_trim_keeps_the_protocol_and_the_existence_of_annotations() {
+        let keys = AnnotationKeys::default();
+        let kept = KeptLabels::new(&PoolSelector::parse("pool=a").unwrap(), "zone", &keys);
+        let foreign = json!({"node.alpha.kubernetes.io/ttl": "0"});
+        let mut bare = node("1", "2026-11-23T10:00:00Z", "True", foreign);
+        trim(&mut bare, &kept);
+        assert_eq!(bare.metadata.annotations, Some(Default::default()));
+        assert!(NodeFacts::from_node(&bare).has_annotations);
+        let both = json!({"node.alpha.kubernetes.io/ttl": "0", "reboot-needed": "true"});
+        let mut requested = node("2", "2026-11-23T10:00:00Z", "False", both);
+        trim(&mut requested, &kept);
+        let annotations = requested.metadata.annotations.clone().unwrap();
+        assert_eq!(annotations.keys().collect::<Vec<_>>(), ["reboot-needed"]);
+        let facts = NodeFacts::from_node(&requested);
+        assert_eq!(facts.readiness, common::Readiness::NotReady);
+        assert_eq!(facts.boot_id.as_deref(), Some("b1"));
     }
 }

@@ -22,7 +22,7 @@ use kube::{
 };
 use std::{fmt, time::Duration};
 use tokio::time::Instant;
-use tracing::{debug, warn};
+use tracing::{info, warn};
 
 /// One item of the node's watch, as kube-runtime's watcher gives it.
 pub type WatchItem = Result<watcher::Event<Node>, watcher::Error>;
@@ -179,6 +179,7 @@ pub fn node_watch(nodes: Api<Node>, name: &str) -> BoxStream<'static, WatchItem>
     let watch = NodeWatch {
         inner: open(&nodes, &selector, InitialList::Streaming),
         probe: Some(StreamingListProbe::default()),
+        streamed: false,
         nodes,
         selector,
     };
@@ -197,6 +198,9 @@ struct NodeWatch {
     inner: BoxStream<'static, WatchItem>,
     /// `None` once fallen back to a list and a watch.
     probe: Option<StreamingListProbe>,
+    /// A streaming list has ended its initial events (said once: the log tells which way the
+    /// agent watches, and the tests read it).
+    streamed: bool,
 }
 
 impl NodeWatch {
@@ -226,8 +230,9 @@ impl NodeWatch {
                 continue;
             }
             if let Some(item) = item {
-                if matches!(item, Ok(watcher::Event::InitDone)) {
-                    debug!("the node's watch started with a streaming list");
+                if !self.streamed && matches!(item, Ok(watcher::Event::InitDone)) {
+                    self.streamed = true;
+                    info!("the watch of the node started with a streaming list (one request)");
                 }
                 return Some(item);
             }

@@ -117,6 +117,20 @@ impl Request {
     }
 }
 
+/// The agent's log lines for each way its watch can start.
+const STREAMED: &str = "the watch of the node started with a streaming list";
+const FELL_BACK: &str = "falling back to a list and a watch of the node";
+
+/// Everything the node's agents (before and after the reboot) logged.
+fn agent_log(sb: &Sandbox) -> String {
+    let path = sb.fleet.node_dir(NODE).join("agent.log");
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()))
+}
+
+fn said<'l>(log: &'l str, what: &str) -> Vec<&'l str> {
+    log.lines().filter(|l| l.contains(what)).collect()
+}
+
 async fn reboot_once(extra_apiserver_args: Vec<String>) -> Sandbox {
     let config = SandboxConfig {
         nodes: 1,
@@ -162,6 +176,11 @@ async fn each_start_of_the_agent_is_one_streaming_watch_and_no_list() {
         requests.first().is_some_and(|r| r.streaming()),
         "{requests:#?}"
     );
+    // And the API server really streamed: each start saw the end of the initial events (the
+    // bookmark), none fell back.
+    let log = agent_log(&sb);
+    assert_eq!(said(&log, STREAMED).len(), starts as usize, "{log}");
+    assert!(said(&log, FELL_BACK).is_empty(), "{log}");
     sb.stop().await;
 }
 
@@ -198,18 +217,16 @@ async fn without_watch_list_the_agent_falls_back_to_a_list_and_a_watch_and_reboo
     assert_eq!(order, ["streaming", "list"].repeat(starts), "{requests:#?}");
 
     // Said once per start, with the API server's reason.
-    let log_path = sb.fleet.node_dir(NODE).join("agent.log");
-    let log = std::fs::read_to_string(&log_path)
-        .unwrap_or_else(|e| panic!("read {}: {e}", log_path.display()));
-    let said: Vec<&str> = log
-        .lines()
-        .filter(|l| l.contains("falling back to a list and a watch"))
-        .collect();
-    assert_eq!(said.len(), starts, "{log}");
+    let log = agent_log(&sb);
+    let fell_back = said(&log, FELL_BACK);
+    assert_eq!(fell_back.len(), starts, "{log}");
     assert!(
-        said.iter().all(|l| l.contains("WatchList feature gate")),
-        "the reason is the API server's: {said:#?}"
+        fell_back
+            .iter()
+            .all(|l| l.contains("WatchList feature gate")),
+        "the reason is the API server's: {fell_back:#?}"
     );
+    assert!(said(&log, STREAMED).is_empty(), "{log}");
     sb.stop().await;
 }
 

@@ -19,10 +19,9 @@ const PUBLISH_TIMEOUT: Duration = Duration::from_secs(5);
 /// Why the agent writes an Event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Reason {
-    /// The agent is rebooting the node.
+    /// The agent is rebooting the node. (Its proof after the boot has no Event of the agent:
+    /// the controller's `Rebooted` at completion tells of it.)
     Rebooting,
-    /// The reboot is proven by a new boot id.
-    Rebooted,
     /// The reboot had not happened (same boot id); the agent reboots again.
     RebootRetried,
     /// A triggered reboot did not happen within `--reboot-timeout`.
@@ -39,7 +38,6 @@ impl Reason {
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Rebooting => "Rebooting",
-            Self::Rebooted => "Rebooted",
             Self::RebootRetried => "RebootRetried",
             Self::RebootTimedOut => "RebootTimedOut",
             Self::RebootFailed => "RebootFailed",
@@ -50,7 +48,7 @@ impl Reason {
 
     fn event_type(self) -> EventType {
         match self {
-            Self::Rebooting | Self::Rebooted | Self::RebootRequired => EventType::Normal,
+            Self::Rebooting | Self::RebootRequired => EventType::Normal,
             Self::RebootRetried
             | Self::RebootTimedOut
             | Self::RebootFailed

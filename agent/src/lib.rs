@@ -12,6 +12,7 @@ pub mod events;
 pub mod host_exec;
 pub mod metrics;
 pub mod node_agent;
+pub mod node_watch;
 pub mod rebooter;
 mod retry;
 pub mod sentinel;

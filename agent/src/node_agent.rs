@@ -6,18 +6,19 @@ use crate::{
     Observed,
     error::AgentError,
     events::{NodeEvents, Reason},
+    node_watch::{WatchItem, node_watch},
     rebooter::Rebooter,
     retry::Backoff,
     sentinel::{SentinelAction, SentinelRecord},
     settings::Settings,
     steps::Outcome,
 };
-use futures::{StreamExt, stream::BoxStream};
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::Node;
 use kube::{
     Api, Client,
     api::{Patch, PatchParams},
-    runtime::{WatchStreamExt, watcher},
+    runtime::watcher,
 };
 use observability::ApiErrorKind;
 use std::{future::Future, sync::Arc};
@@ -84,7 +85,7 @@ impl NodeAgent {
     pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<(), AgentError> {
         tokio::pin!(shutdown);
         info!(boot_id = %self.settings.boot_id, "watching the node");
-        let mut watch = self.watch();
+        let mut watch = node_watch(self.nodes.clone(), self.name());
         let mut backoff = Backoff::default();
         let mut retry: Option<Retry> = None;
         let mut found_since_init = false;
@@ -152,21 +153,8 @@ impl NodeAgent {
         }
     }
 
-    fn watch(&self) -> BoxStream<'static, Result<watcher::Event<Node>, watcher::Error>> {
-        // Only this node: the agent's load on the API server does not grow with the cluster.
-        let selector = format!("metadata.name={}", self.name());
-        let config = watcher::Config::default().fields(&selector);
-        watcher(self.nodes.clone(), config)
-            .default_backoff()
-            .boxed()
-    }
-
     /// The node to act on, if the event brings one.
-    fn on_watch_event(
-        &self,
-        event: Result<watcher::Event<Node>, watcher::Error>,
-        found_since_init: &mut bool,
-    ) -> Option<Node> {
+    fn on_watch_event(&self, event: WatchItem, found_since_init: &mut bool) -> Option<Node> {
         match event {
             Ok(watcher::Event::InitApply(node) | watcher::Event::Apply(node)) => {
                 *found_since_init = true;

@@ -80,11 +80,11 @@ impl NodeAgent {
                 self.write(transition.finish_reboot(facts, Some(&recorded_boot_id), boot_id))
                     .await?;
                 self.observed.metrics.reboots_proven.inc();
+                // No Event: the controller publishes `Rebooted` when it completes the node
+                // (the kubelet reports this boot and Ready), which says the same; one request
+                // less per reboot. The boot ids stay in this log line.
                 info!(old_boot_id = %recorded_boot_id, new_boot_id = %boot_id,
                       "reboot proven by a new boot id; reported done");
-                let note =
-                    format!("Rebooted: boot id changed from {recorded_boot_id} to {boot_id}");
-                self.events.publish(node, Reason::Rebooted, note).await;
                 return Ok(Outcome::Settled);
             }
             AgentAction::BeginReboot => {

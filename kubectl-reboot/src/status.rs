@@ -554,9 +554,12 @@ impl Context<'_> {
                         AGENT,
                         "rebooting (reboot-in-progress)",
                     ),
+                    // The agent writes no Event when it proves the reboot (the controller's
+                    // `Rebooted` at completion tells of it): its last word is the one before
+                    // the boot. `Rebooted` is still read from agents older than that.
                     _ => (
                         Step::Proven,
-                        &["Rebooted"],
+                        &["Rebooting", "RebootRetried", "Rebooted"],
                         AGENT,
                         "rebooted (new boot id); waiting for the kubelet to report it Ready",
                     ),

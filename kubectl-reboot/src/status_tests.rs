@@ -305,6 +305,17 @@ fn rebooting_counts_from_the_go_ahead_of_this_grant() {
         assert_eq!((a.state, a.step), (State::Rebooting, Some(step)));
         assert_eq!(a.seconds, Some(60), "{step:?}");
         assert_eq!(a.since.as_deref(), Some("2026-01-01T09:59:00Z"));
+        // The agent's last Event of this grant, once it has one; `Proven` has none of its own.
+        let told = if step == Step::RebootNow {
+            "RebootApproved"
+        } else {
+            "Rebooting"
+        };
+        assert_eq!(
+            a.event.as_ref().map(|e| e.reason.as_str()),
+            Some(told),
+            "{step:?}"
+        );
     }
     // No Event of this grant (lost): since the grant.
     let n = with_events(node("a", &[("reboot-now", "true")]), &events[..1]);

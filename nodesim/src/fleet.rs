@@ -163,6 +163,12 @@ impl Fleet {
         self.handle(node).state.reboots.load(Ordering::SeqCst)
     }
 
+    /// How many times the node's agent process was started (once, plus once per reboot and
+    /// per kill).
+    pub fn agent_starts(&self, node: &str) -> u32 {
+        self.handle(node).state.agent_starts.load(Ordering::SeqCst)
+    }
+
     pub fn total_reboots(&self) -> u32 {
         self.nodes
             .values()

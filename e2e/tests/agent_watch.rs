@@ -1,0 +1,251 @@
+//! How the agent opens the watch of its own Node (issue 15), counted by the real API server's
+//! audit log through one whole reboot, in which the agent starts twice (before the reboot, and
+//! after it, as its pod restarts with the node):
+//! - with the WatchList feature (on by default in the local v1.37 API server), each start is
+//!   ONE watch request with `sendInitialEvents=true`, and the agent never lists;
+//! - with `--feature-gates=WatchList=false`, the API server refuses that request (422) once per
+//!   start, the agent falls back to a list and a watch, says so once, and the reboot completes.
+
+use e2e::{
+    request_reboot,
+    rollout::{ROLLOUT, back},
+    wait_until,
+};
+use nodesim::sandbox::{Sandbox, SandboxConfig};
+use serde_json::{Value, json};
+use std::{collections::BTreeMap, path::PathBuf, time::Duration};
+use testenv::Options;
+
+const NODE: &str = "sim-1";
+
+/// The API server's audit log of list and watch requests on Nodes.
+struct Audit {
+    /// Holds the policy and the log.
+    _dir: tempfile::TempDir,
+    policy: PathBuf,
+    log: PathBuf,
+}
+
+impl Audit {
+    fn new() -> Audit {
+        let dir = tempfile::tempdir().expect("a temporary directory for the audit log");
+        let policy = dir.path().join("audit-policy.json");
+        // JSON is YAML. The request is logged when received; its answer when complete (a
+        // watch that stays open has none yet, a refused one has its code).
+        let text = json!({
+            "apiVersion": "audit.k8s.io/v1",
+            "kind": "Policy",
+            "omitStages": ["ResponseStarted", "Panic"],
+            "rules": [
+                {"level": "Metadata", "verbs": ["list", "watch"],
+                 "resources": [{"group": "", "resources": ["nodes"]}]},
+                {"level": "None"},
+            ],
+        });
+        std::fs::write(&policy, format!("{text:#}\n")).expect("write the audit policy");
+        let log = dir.path().join("audit.log");
+        Audit {
+            _dir: dir,
+            policy,
+            log,
+        }
+    }
+
+    fn apiserver_args(&self) -> Vec<String> {
+        vec![
+            format!("--audit-policy-file={}", self.policy.display()),
+            format!("--audit-log-path={}", self.log.display()),
+            // Written before the request is served: what the agent acted on is in the log.
+            "--audit-log-mode=blocking".into(),
+            "--audit-log-maxsize=0".into(),
+        ]
+    }
+
+    /// The list and watch requests of `node`'s agent, in the order received. Only the agent
+    /// selects a single Node by name in this sandbox (the controller watches them all).
+    fn agent_requests(&self, node: &str) -> Vec<Request> {
+        let text = std::fs::read_to_string(&self.log)
+            .unwrap_or_else(|e| panic!("read the audit log {}: {e}", self.log.display()));
+        let events: Vec<Value> = text
+            .lines()
+            .map(|line| {
+                serde_json::from_str(line)
+                    .unwrap_or_else(|e| panic!("an audit event that is not JSON ({e}): {line}"))
+            })
+            .collect();
+        let selects_node = |uri: &str| {
+            uri.contains(&format!("fieldSelector=metadata.name%3D{node}"))
+                || uri.contains(&format!("fieldSelector=metadata.name={node}"))
+        };
+        let answers: BTreeMap<&str, u64> = events
+            .iter()
+            .filter(|e| e["stage"] == "ResponseComplete")
+            .filter_map(|e| {
+                Some((
+                    e["auditID"].as_str()?,
+                    e["responseStatus"]["code"].as_u64()?,
+                ))
+            })
+            .collect();
+        events
+            .iter()
+            .filter(|e| e["stage"] == "RequestReceived")
+            .filter(|e| e["requestURI"].as_str().is_some_and(selects_node))
+            .map(|e| Request {
+                verb: e["verb"].as_str().unwrap_or_default().to_owned(),
+                uri: e["requestURI"].as_str().unwrap_or_default().to_owned(),
+                code: e["auditID"]
+                    .as_str()
+                    .and_then(|id| answers.get(id).copied()),
+            })
+            .collect()
+    }
+}
+
+#[derive(Debug)]
+struct Request {
+    verb: String,
+    uri: String,
+    /// The HTTP status, once the request is complete.
+    code: Option<u64>,
+}
+
+impl Request {
+    /// A watch that asks for the initial state (a streaming list).
+    fn streaming(&self) -> bool {
+        self.verb == "watch" && self.uri.contains("sendInitialEvents=true")
+    }
+}
+
+/// The agent's log lines for each way its watch can start.
+const STREAMED: &str = "the watch of the node started with a streaming list";
+const FELL_BACK: &str = "falling back to a list and a watch of the node";
+
+/// Everything the node's agents (before and after the reboot) logged.
+fn agent_log(sb: &Sandbox) -> String {
+    let path = sb.fleet.node_dir(NODE).join("agent.log");
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()))
+}
+
+fn said<'l>(log: &'l str, what: &str) -> Vec<&'l str> {
+    log.lines().filter(|l| l.contains(what)).collect()
+}
+
+async fn reboot_once(extra_apiserver_args: Vec<String>) -> Sandbox {
+    let config = SandboxConfig {
+        nodes: 1,
+        reboot_duration: Duration::from_secs(1),
+        control_plane: Options {
+            controller_manager: false,
+            scheduler: false,
+            extra_apiserver_args,
+            ..Options::default()
+        },
+        ..SandboxConfig::default()
+    };
+    let sb = Sandbox::start(config).await.expect("sandbox starts");
+    request_reboot(&sb.control_plane, NODE);
+    // Back means that the agent started after the boot has seen its node and reported the
+    // reboot done: both starts have opened their watch.
+    wait_until("sim-1 is rebooted and back", ROLLOUT, None, || {
+        back(&sb, NODE, 1)
+    })
+    .await;
+    sb
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn each_start_of_the_agent_is_one_streaming_watch_and_no_list() {
+    let audit = Audit::new();
+    let sb = reboot_once(audit.apiserver_args()).await;
+    let starts = sb.fleet.agent_starts(NODE);
+    assert_eq!(starts, 2, "the agent started before and after the reboot");
+    let requests = audit.agent_requests(NODE);
+    eprintln!("the agent's list and watch requests: {requests:#?}");
+    assert!(
+        requests.iter().all(|r| r.verb == "watch"),
+        "the agent listed: {requests:#?}"
+    );
+    let streaming = requests.iter().filter(|r| r.streaming()).count();
+    assert_eq!(
+        streaming, starts as usize,
+        "one streaming watch per start: {requests:#?}"
+    );
+    // Its first request at each start is that watch: nothing before it.
+    assert!(
+        requests.first().is_some_and(|r| r.streaming()),
+        "{requests:#?}"
+    );
+    // And the API server really streamed: each start saw the end of the initial events (the
+    // bookmark), none fell back.
+    let log = agent_log(&sb);
+    assert_eq!(said(&log, STREAMED).len(), starts as usize, "{log}");
+    assert!(said(&log, FELL_BACK).is_empty(), "{log}");
+    sb.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn without_watch_list_the_agent_falls_back_to_a_list_and_a_watch_and_reboots() {
+    let audit = Audit::new();
+    let mut args = audit.apiserver_args();
+    args.push("--feature-gates=WatchList=false".into());
+    let sb = reboot_once(args).await;
+    let starts = sb.fleet.agent_starts(NODE) as usize;
+    assert_eq!(starts, 2, "the agent started before and after the reboot");
+    let requests = audit.agent_requests(NODE);
+    eprintln!("the agent's list and watch requests: {requests:#?}");
+    let streaming: Vec<&Request> = requests.iter().filter(|r| r.streaming()).collect();
+    // Refused once per start and never asked again in that life: no loop on the refusal.
+    assert_eq!(streaming.len(), starts, "{requests:#?}");
+    assert!(
+        streaming.iter().all(|r| r.code == Some(422)),
+        "the API server refuses sendInitialEvents without WatchList: {requests:#?}"
+    );
+    let lists = requests.iter().filter(|r| r.verb == "list").count();
+    let watches = requests
+        .iter()
+        .filter(|r| r.verb == "watch" && !r.streaming())
+        .count();
+    assert_eq!(lists, starts, "one list per start: {requests:#?}");
+    assert!(watches >= starts, "a watch after each list: {requests:#?}");
+    // Each start: the refused streaming watch, then its list.
+    let order: Vec<&str> = requests
+        .iter()
+        .filter(|r| r.streaming() || r.verb == "list")
+        .map(|r| if r.streaming() { "streaming" } else { "list" })
+        .collect();
+    assert_eq!(order, ["streaming", "list"].repeat(starts), "{requests:#?}");
+
+    // Said once per start, with the API server's reason.
+    let log = agent_log(&sb);
+    let fell_back = said(&log, FELL_BACK);
+    assert_eq!(fell_back.len(), starts, "{log}");
+    assert!(
+        fell_back
+            .iter()
+            .all(|l| l.contains("WatchList feature gate")),
+        "the reason is the API server's: {fell_back:#?}"
+    );
+    assert!(said(&log, STREAMED).is_empty(), "{log}");
+    sb.stop().await;
+}
+
+#[test]
+fn the_audit_log_is_read_as_the_agent_requests_it() {
+    // The parsing above on two events as the v1.37 API server writes them.
+    let audit = Audit::new();
+    let received = json!({"kind": "Event", "stage": "RequestReceived", "auditID": "a1",
+        "verb": "watch", "requestURI": "/api/v1/nodes?allowWatchBookmarks=true&\
+        fieldSelector=metadata.name%3Dsim-1&resourceVersion=0&resourceVersionMatch=NotOlderThan&\
+        sendInitialEvents=true&timeoutSeconds=290&watch=true"});
+    let complete = json!({"kind": "Event", "stage": "ResponseComplete", "auditID": "a1",
+        "verb": "watch", "requestURI": received["requestURI"], "responseStatus": {"code": 422}});
+    let other = json!({"kind": "Event", "stage": "RequestReceived", "auditID": "a2",
+        "verb": "list", "requestURI": "/api/v1/nodes?limit=500"});
+    std::fs::write(&audit.log, format!("{received}\n{complete}\n{other}\n")).unwrap();
+    let requests = audit.agent_requests(NODE);
+    assert_eq!(requests.len(), 1, "{requests:#?}");
+    assert_eq!(requests[0].verb, "watch");
+    assert!(requests[0].streaming());
+    assert_eq!(requests[0].code, Some(422));
+}

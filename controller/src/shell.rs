@@ -647,12 +647,13 @@ impl Shell {
         }
         let took_seconds = took.unwrap_or(-1.0);
         tracing::info!(node = %name, %since, took_seconds, "reboot completed");
+        let boot_id = NodeFacts::from_node(node).boot_id.unwrap_or_default();
         self.events.publish(
             node,
             Reason::Rebooted,
             format!(
-                "reboot proven by a new boot id, reported by the kubelet; node Ready (slot held \
-                 since {since})"
+                "reboot proven by the new boot id {boot_id}, reported by the kubelet; node Ready \
+                 (slot held since {since})"
             ),
         );
     }

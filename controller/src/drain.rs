@@ -34,8 +34,9 @@ pub struct DrainSettings {
 /// How a drain ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum DrainOutcome {
-    /// No pod to evict is left; the node, read then, still held the grant at this version.
-    /// The drain stands only while the node stays at it (an uncordon lets pods back).
+    /// No pod to evict is left, for the node at this version: it held the grant then, and
+    /// every pod bound to it up to that version is gone. The drain stands only while the node
+    /// stays at it (an uncordon lets pods back).
     Drained {
         evicted: usize,
         node_version: Option<String>,
@@ -154,8 +155,30 @@ impl Drainer {
 
     /// Evicts until no pod to evict is left on the node, or the timeout passes, or the node no
     /// longer holds `grant`.
+    ///
+    /// `node` is the copy the round that started the drain decided on: it carried `grant` and
+    /// was cordoned. A drain whose first list of the pods has nothing to evict is Drained at
+    /// that copy's version, without reading the node again, because:
+    /// - the list is a consistent read made after that version was written, so every pod
+    ///   bound to the node up to that version, still there, is in it: none is;
+    /// - the drain stands only while the node stays at that version (`drain_state_at`): the
+    ///   node then still carries `grant` and is cordoned, and `reboot-now` is set by a patch
+    ///   that `test`s exactly that version, that grant and the cordon. A node that changed
+    ///   meanwhile (uncordoned, so pods may be back; its grant released, or another one
+    ///   claimed) is newer: NotStarted, drained again under the grant it holds then, or not
+    ///   promoted at all. A pod bound after that version, to the cordoned node, is the race
+    ///   `kubectl drain` has too (a scheduler deciding before it saw the cordon): a read of
+    ///   the node after the list would not see it either.
+    ///
+    /// With pods to evict, the node is read before each batch of evictions (an eviction
+    /// cannot `test` the node): none is made unless it still carries `grant`. Grant ids are
+    /// never reused, so a grant released and another one claimed in between fails that read.
+    /// The version read then stands for the drain in place of a read at its end: evictions do
+    /// not change the Node, and every later list is a consistent read made after that read,
+    /// so an empty one means no pod bound up to that version is left.
     pub async fn drain(&self, node: &Node, grant: &str) -> DrainOutcome {
         let name = node.name_any();
+        let mut vouched = node.metadata.resource_version.clone();
         let deadline = Instant::now() + self.settings.timeout;
         let mut blocking: BTreeMap<String, String> = BTreeMap::new();
         let mut evicted: HashSet<String> = HashSet::new();
@@ -184,17 +207,9 @@ impl Drainer {
                 })
                 .collect();
             if to_evict.is_empty() && !blocking.contains_key("(pod list)") {
-                return match self.still_holds(&name, grant).await {
-                    Ok(Some(version)) => DrainOutcome::Drained {
-                        evicted: evicted.len(),
-                        node_version: Some(version),
-                    },
-                    Ok(None) => DrainOutcome::Superseded,
-                    Err(error) => {
-                        self.metrics.api_error("node", ApiErrorKind::of(&error));
-                        tokio::time::sleep(PASS_INTERVAL).await;
-                        continue;
-                    }
+                return DrainOutcome::Drained {
+                    evicted: evicted.len(),
+                    node_version: vouched,
                 };
             }
             blocking.retain(|k, _| to_evict.iter().any(|(p, _)| &pod_key(p) == k));
@@ -208,7 +223,7 @@ impl Drainer {
             // released (by us or by another controller) evicts nothing more.
             if due {
                 match self.still_holds(&name, grant).await {
-                    Ok(Some(_)) => {}
+                    Ok(Some(version)) => vouched = Some(version),
                     Ok(None) => return DrainOutcome::Superseded,
                     Err(error) => {
                         self.metrics.api_error("node", ApiErrorKind::of(&error));

@@ -33,7 +33,8 @@ pub struct Finished {
 #[derive(Debug)]
 struct Tracked {
     state: DrainState,
-    /// The node's version when the drain found nothing left to evict.
+    /// The node's version the drain stands for: it held the grant then, and no pod bound to
+    /// it up to then is left (see [`Drainer::drain`]).
     drained_at: Option<String>,
     task: Option<JoinHandle<()>>,
 }
@@ -104,7 +105,9 @@ impl DrainTracker {
         self.retries.get(node).map(|r| r.not_before)
     }
 
-    /// Starts draining `node` for `grant`.
+    /// Starts draining `node` for `grant`. `node` is the copy the round decided on, which
+    /// carries `grant` and is cordoned: a drain that finds nothing to evict stands for that
+    /// very version, with no further read (the reasoning is at [`Drainer::drain`]).
     pub fn start(&mut self, node: &Node, grant: &str) {
         let Some(drainer) = self.drainer.clone() else {
             return;
@@ -196,7 +199,11 @@ impl DrainTracker {
 }
 
 /// Pure: a drain's state as it applies to the node at `node_version` (see
-/// [`DrainTracker::state`]).
+/// [`DrainTracker::state`]). `drained_at` is a version at which the node held the drain's
+/// grant with no pod bound to it left: the version the drain was started with when it found
+/// nothing to evict, or the node's last read before evictions (see [`Drainer::drain`]). At
+/// that very version the node is exactly as it was then; at a newer one it may have been
+/// uncordoned and have pods again, or hold another grant: drained again (`NotStarted`).
 pub fn drain_state_at(
     state: DrainState,
     drained_at: Option<&str>,

@@ -68,6 +68,8 @@ pub struct Drainer {
 
 /// Between two passes over the node's pods.
 const PASS_INTERVAL: Duration = Duration::from_millis(200);
+/// A `Draining` Event names the pods to evict up to about this many bytes.
+const NAMES_IN_EVENT: usize = 600;
 /// Between two evictions of a pod that a PodDisruptionBudget protects (429): short at first,
 /// since the budget frees up as soon as a replacement is Ready, then doubling up to 5 s (as
 /// `kubectl drain` waits) so that a stuck budget is not hammered.
@@ -185,6 +187,7 @@ impl Drainer {
         let mut warned_unmanaged: HashSet<String> = HashSet::new();
         let mut next_try: BTreeMap<String, Instant> = BTreeMap::new();
         let mut refused: BTreeMap<String, ExponentialBackoff> = BTreeMap::new();
+        let mut announced = false;
         loop {
             if !self.leadership.is_leading() {
                 tokio::time::sleep(PASS_INTERVAL).await;
@@ -232,6 +235,11 @@ impl Drainer {
                     }
                 }
             }
+            if !announced && self.leadership.is_leading() {
+                announced = true;
+                let names: Vec<String> = to_evict.iter().map(|(p, _)| pod_key(p)).collect();
+                self.announce(node, &names);
+            }
             for (pod, unmanaged) in to_evict {
                 if !self.leadership.is_leading() {
                     break;
@@ -277,6 +285,18 @@ impl Drainer {
         }
     }
 
+    /// The `Draining` Event, once the drain knows it has pods to evict, naming them.
+    fn announce(&self, node: &Node, names: &[String]) {
+        let plural = if names.len() == 1 { "" } else { "s" };
+        let note = format!(
+            "cordoned; evicting {} pod{plural}: {}",
+            names.len(),
+            name_list(names, NAMES_IN_EVENT)
+        );
+        tracing::info!(node = %node.name_any(), pods = names.len(), "{note}");
+        self.events.publish(node, Reason::Draining, note);
+    }
+
     /// One eviction; `Err` says why the pod stays for now.
     async fn evict(&self, pod: &Pod) -> Result<(), String> {
         let api: Api<Pod> =
@@ -316,5 +336,42 @@ fn budget_message(status: &kube::core::Status) -> String {
         status.message.clone()
     } else {
         format!("{} ({})", status.message, causes.join("; "))
+    }
+}
+
+/// `a, b, c`, or `a, b and 5 more` once the names pass `limit` bytes.
+fn name_list(names: &[String], limit: usize) -> String {
+    let mut text = String::new();
+    for (i, name) in names.iter().enumerate() {
+        if i > 0 && text.len() + name.len() > limit {
+            return format!("{text} and {} more", names.len() - i);
+        }
+        if i > 0 {
+            text.push_str(", ");
+        }
+        text.push_str(name);
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_long_list_of_pods_is_cut_and_says_how_many_more() {
+        let names: Vec<String> = (0..100).map(|i| format!("shop/web-{i:03}")).collect();
+        let text = name_list(&names, 60);
+        assert!(text.starts_with("shop/web-000, shop/web-001"), "{text}");
+        assert!(text.ends_with(" more"), "{text}");
+        let shown = text.matches("shop/web-").count();
+        assert!(
+            text.ends_with(&format!(" and {} more", 100 - shown)),
+            "{text}"
+        );
+        assert!(text.len() <= 60 + " and 100 more".len(), "{text}");
+        assert_eq!(name_list(&names[..2], 60), "shop/web-000, shop/web-001");
+        // One name is always shown, however long.
+        assert_eq!(name_list(&names[..1], 3), "shop/web-000");
     }
 }

@@ -36,6 +36,8 @@ struct Tracked {
     /// The node's version the drain stands for: it held the grant then, and no pod bound to
     /// it up to then is left (see [`Drainer::drain`]).
     drained_at: Option<String>,
+    /// Pods the drain evicted, once it is drained.
+    evicted: Option<usize>,
     task: Option<JoinHandle<()>>,
 }
 
@@ -134,6 +136,7 @@ impl DrainTracker {
         let tracked = Tracked {
             state: DrainState::Running,
             drained_at: None,
+            evicted: None,
             task: Some(task),
         };
         if let Some(old) = self.grants.insert(grant.to_owned(), tracked) {
@@ -150,8 +153,12 @@ impl DrainTracker {
             };
             tracked.task = None;
             tracked.state = match &done.outcome {
-                DrainOutcome::Drained { node_version, .. } => {
+                DrainOutcome::Drained {
+                    evicted,
+                    node_version,
+                } => {
                     tracked.drained_at.clone_from(node_version);
+                    tracked.evicted = Some(*evicted);
                     DrainState::Drained
                 }
                 DrainOutcome::TimedOut { .. } | DrainOutcome::Superseded => DrainState::Failed,
@@ -159,6 +166,18 @@ impl DrainTracker {
             ended.push(done);
         }
         ended
+    }
+
+    /// What the `RebootApproved` Event of `grant` says: whether its drain evicted pods.
+    pub fn approval_note(&self, grant: &str) -> String {
+        let drained = match self.grants.get(grant).and_then(|t| t.evicted) {
+            _ if !self.enabled() => "node cordoned (drain off)".to_owned(),
+            Some(0) => "node cordoned, no pod to evict".to_owned(),
+            Some(1) => "node drained (1 pod evicted)".to_owned(),
+            Some(n) => format!("node drained ({n} pods evicted)"),
+            None => "node drained".to_owned(),
+        };
+        format!("slot granted and {drained}: reboot-now set")
     }
 
     /// Forgets the drain of `grant` (the node was uncordoned meanwhile: pods may be back).

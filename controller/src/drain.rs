@@ -2,6 +2,11 @@
 //! evicted through the Eviction API (policy/v1), so PodDisruptionBudgets hold; DaemonSet pods
 //! and mirror pods stay; the drain waits until the evicted pods are gone, and gives up after
 //! `--drain-timeout`, naming the pods that blocked it.
+//!
+//! The node's pods are kept by one watch (a consistent list to start with, then the changes),
+//! so the requests a drain makes do not grow with the time its pods take to terminate: a node
+//! with nothing to evict costs one request, and each pod to evict one eviction more (plus, for
+//! the whole drain, one read of the node before its evictions and one `Draining` Event).
 
 use crate::{
     api_error::ApiErrorKind,
@@ -10,14 +15,20 @@ use crate::{
     metrics::Metrics,
 };
 use backon::{BackoffBuilder, ExponentialBackoff, ExponentialBuilder};
-use common::AnnotationKeys;
+use common::{AnnotationKeys, ledger::version_is_newer};
+use futures::{StreamExt as _, TryStreamExt as _, stream::BoxStream};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::{
     Api, Client, Resource, ResourceExt,
-    api::{DeleteParams, EvictParams, ListParams},
+    api::{DeleteParams, EvictParams, ListParams, WatchEvent, WatchParams},
+    core::Status,
 };
 use std::{
-    collections::{BTreeMap, HashSet},
+    collections::{BTreeMap, HashMap, HashSet},
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
     time::{Duration, Instant},
 };
 
@@ -34,8 +45,9 @@ pub struct DrainSettings {
 /// How a drain ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum DrainOutcome {
-    /// No pod to evict is left; the node, read then, still held the grant at this version.
-    /// The drain stands only while the node stays at it (an uncordon lets pods back).
+    /// No pod to evict is left, for the node at this version: it held the grant then, and
+    /// every pod bound to it up to that version is gone. The drain stands only while the node
+    /// stays at it (an uncordon lets pods back).
     Drained {
         evicted: usize,
         node_version: Option<String>,
@@ -53,6 +65,10 @@ fn pod_key(pod: &Pod) -> String {
     format!("{}/{}", pod.namespace().unwrap_or_default(), pod.name_any())
 }
 
+fn uid(pod: &Pod) -> String {
+    pod.metadata.uid.clone().unwrap_or_else(|| pod_key(pod))
+}
+
 /// Drains one node per call; many calls run at once, one per slot.
 #[derive(Clone)]
 pub struct Drainer {
@@ -63,19 +79,412 @@ pub struct Drainer {
     metrics: Metrics,
     /// No eviction once this replica no longer leads (the task is aborted soon after).
     leadership: Leadership,
+    /// Whether the API server has streaming lists, as far as is known.
+    streaming: Arc<AtomicBool>,
 }
 
-/// Between two passes over the node's pods.
-const PASS_INTERVAL: Duration = Duration::from_millis(200);
-/// Between two evictions of a pod that a PodDisruptionBudget protects (429): short at first,
-/// since the budget frees up as soon as a replacement is Ready, then doubling up to 5 s (as
-/// `kubectl drain` waits) so that a stuck budget is not hammered.
-fn refused_eviction_backoff() -> ExponentialBackoff {
+/// Between two tries of a request that failed: an eviction that a PodDisruptionBudget refused
+/// (429), a read of the node, the watch of its pods. Short at first, since a budget frees up as
+/// soon as a replacement is Ready, then doubling up to 5 s (as `kubectl drain` waits) so that a
+/// stuck budget or a struggling API server is not hammered.
+fn retry_backoff() -> ExponentialBackoff {
     ExponentialBuilder::new()
         .with_min_delay(Duration::from_millis(200))
         .with_max_delay(Duration::from_secs(5))
         .without_max_times()
         .build()
+}
+
+/// A request that failed, and when to try it again.
+#[derive(Debug)]
+struct Retry {
+    backoff: ExponentialBackoff,
+    at: Option<Instant>,
+}
+
+impl Retry {
+    fn new() -> Self {
+        Self {
+            backoff: retry_backoff(),
+            at: None,
+        }
+    }
+
+    fn due(&self) -> bool {
+        self.at.is_none_or(|at| Instant::now() >= at)
+    }
+
+    fn failed(&mut self) {
+        let wait = self.backoff.next().unwrap_or(Duration::from_secs(5));
+        self.at = Some(Instant::now() + wait);
+    }
+
+    fn succeeded(&mut self) {
+        *self = Self::new();
+    }
+}
+
+/// The API server ends each watch after this long (kube's default), and the drain opens it
+/// again from where it was: a connection that died silently is not waited on for ever.
+const WATCH_SECONDS: u64 = 290;
+/// A `Draining` Event names the pods to evict up to about this many bytes.
+const NAMES_IN_EVENT: usize = 600;
+/// The bookmark that ends the initial events of a streaming list.
+const INITIAL_EVENTS_END: &str = "k8s.io/initial-events-end";
+
+/// Why the view of the node's pods could not be kept up.
+#[derive(Debug, thiserror::Error)]
+pub enum WatchError {
+    #[error(transparent)]
+    Api(#[from] kube::Error),
+    #[error("the API server ended the watch of the node's pods: {}", .0.message)]
+    Ended(Box<Status>),
+    #[error("the watch of the node's pods closed before its initial list was complete")]
+    Cut,
+}
+
+impl WatchError {
+    fn kind(&self) -> ApiErrorKind {
+        match self {
+            Self::Api(error) => ApiErrorKind::of(error),
+            Self::Ended(status) => ApiErrorKind::of_status(status),
+            Self::Cut => ApiErrorKind::Other,
+        }
+    }
+}
+
+/// The pods bound to one node (and matching `--drain-pod-selector`), kept by one watch: it
+/// starts with a consistent list, a streaming list where the API server has them (the list and
+/// the watch are then one request), then follows the changes; nothing polls.
+///
+/// Every way this lists is a consistent read (never `resourceVersion=0`, which an API server
+/// may answer from a stale cache): the first list shows every pod bound to the node before the
+/// drain started. That is why a drain that finds nothing to evict needs no other read.
+struct NodePods {
+    api: Api<Pod>,
+    fields: String,
+    labels: Option<String>,
+    /// By uid. While `version` is `None`, the last pods known (for messages only).
+    pods: BTreeMap<String, Pod>,
+    /// The resourceVersion the pods are current to: every change of the node's pods up to it
+    /// is in `pods`. `None` before the first list, or when the watch's version is gone (410):
+    /// then it lists again.
+    version: Option<String>,
+    stream: Option<BoxStream<'static, kube::Result<WatchEvent<Pod>>>>,
+    /// Cleared once the API server refused a streaming list (the WatchList feature off): then
+    /// every drain lists, then watches.
+    streaming: Arc<AtomicBool>,
+}
+
+impl NodePods {
+    fn new(client: Client, node: &str, labels: Option<String>, streaming: Arc<AtomicBool>) -> Self {
+        Self {
+            api: Api::all(client),
+            fields: format!("spec.nodeName={node}"),
+            labels,
+            pods: BTreeMap::new(),
+            version: None,
+            stream: None,
+            streaming,
+        }
+    }
+
+    fn listed(&self) -> bool {
+        self.version.is_some()
+    }
+
+    fn watching(&self) -> bool {
+        self.stream.is_some()
+    }
+
+    /// Whether every change of the node's pods up to `version` (of any object: etcd has one
+    /// revision counter) is in the view.
+    fn covers(&self, version: &str) -> bool {
+        self.listed() && !version_is_newer(Some(version), self.version.as_deref())
+    }
+
+    /// The pods to evict, in name order, each with whether it is unmanaged.
+    fn to_evict(&self) -> Vec<(&Pod, bool)> {
+        let mut pods: Vec<(&Pod, bool)> = self
+            .pods
+            .values()
+            .filter_map(|p| match disposition(p) {
+                Disposition::Evict { unmanaged } => Some((p, unmanaged)),
+                _ => None,
+            })
+            .collect();
+        pods.sort_by_key(|(p, _)| pod_key(p));
+        pods
+    }
+
+    fn params(&self, deadline: Instant) -> WatchParams {
+        let left = deadline.saturating_duration_since(Instant::now()).as_secs() + 1;
+        WatchParams {
+            field_selector: Some(self.fields.clone()),
+            label_selector: self.labels.clone(),
+            timeout: u32::try_from(left.min(WATCH_SECONDS)).ok(),
+            ..WatchParams::default()
+        }
+    }
+
+    /// Lists (if the view is not current) and opens the watch, unless it is open.
+    async fn connect(&mut self, deadline: Instant) -> Result<(), WatchError> {
+        if self.watching() {
+            return Ok(());
+        }
+        if let Some(version) = self.version.clone() {
+            match self.api.watch(&self.params(deadline), &version).await {
+                Ok(stream) => {
+                    self.stream = Some(stream.boxed());
+                    return Ok(());
+                }
+                // The version is too old to watch from: list again.
+                Err(kube::Error::Api(status)) if status.code == 410 => self.version = None,
+                Err(error) => return Err(error.into()),
+            }
+        }
+        self.list(deadline).await
+    }
+
+    async fn list(&mut self, deadline: Instant) -> Result<(), WatchError> {
+        if self.streaming.load(Ordering::Relaxed) {
+            let params = WatchParams {
+                send_initial_events: true,
+                ..self.params(deadline)
+            };
+            // No resourceVersion: the initial events are a consistent read.
+            match self.api.watch(&params, "").await {
+                Ok(stream) => return self.take_initial_events(stream.boxed()).await,
+                Err(kube::Error::Api(status)) if status.is_invalid() || status.code == 400 => {
+                    tracing::info!(reason = %status.message,
+                        "the API server has no streaming lists; listing, then watching");
+                    self.streaming.store(false, Ordering::Relaxed);
+                }
+                Err(error) => return Err(error.into()),
+            }
+        }
+        let mut params = ListParams::default().fields(&self.fields);
+        if let Some(labels) = &self.labels {
+            params = params.labels(labels);
+        }
+        let list = self.api.list(&params).await?;
+        self.pods = list.items.into_iter().map(|p| (uid(&p), p)).collect();
+        self.version = Some(list.metadata.resource_version.unwrap_or_default());
+        Ok(())
+    }
+
+    async fn take_initial_events(
+        &mut self,
+        mut stream: BoxStream<'static, kube::Result<WatchEvent<Pod>>>,
+    ) -> Result<(), WatchError> {
+        let mut pods = BTreeMap::new();
+        while let Some(event) = stream.try_next().await? {
+            match event {
+                WatchEvent::Added(pod) | WatchEvent::Modified(pod) => {
+                    pods.insert(uid(&pod), pod);
+                }
+                WatchEvent::Deleted(pod) => {
+                    pods.remove(&uid(&pod));
+                }
+                WatchEvent::Bookmark(mark)
+                    if mark.metadata.annotations.contains_key(INITIAL_EVENTS_END) =>
+                {
+                    self.pods = pods;
+                    self.version = Some(mark.metadata.resource_version);
+                    self.stream = Some(stream);
+                    return Ok(());
+                }
+                WatchEvent::Bookmark(_) => {}
+                WatchEvent::Error(status) => return Err(WatchError::Ended(status)),
+            }
+        }
+        Err(WatchError::Cut)
+    }
+
+    /// Waits for the next event of the open watch and takes it in. Cancel-safe. A watch that
+    /// ended is closed (`connect` opens it again from where it was).
+    async fn next_event(&mut self) -> Result<(), WatchError> {
+        let Some(stream) = self.stream.as_mut() else {
+            return Ok(());
+        };
+        let event = match stream.try_next().await {
+            Ok(Some(event)) => event,
+            Ok(None) => {
+                self.stream = None;
+                return Ok(());
+            }
+            Err(error) => {
+                self.stream = None;
+                return Err(error.into());
+            }
+        };
+        match event {
+            WatchEvent::Added(pod) | WatchEvent::Modified(pod) => {
+                self.version.clone_from(&pod.metadata.resource_version);
+                self.pods.insert(uid(&pod), pod);
+            }
+            WatchEvent::Deleted(pod) => {
+                self.version.clone_from(&pod.metadata.resource_version);
+                self.pods.remove(&uid(&pod));
+            }
+            WatchEvent::Bookmark(mark) => self.version = Some(mark.metadata.resource_version),
+            WatchEvent::Error(status) => {
+                self.stream = None;
+                if status.code == 410 {
+                    self.version = None;
+                }
+                return Err(WatchError::Ended(status));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Why a pod's eviction was refused, and when to try it again.
+#[derive(Debug)]
+struct Refusal {
+    why: String,
+    retry: Retry,
+}
+
+/// What one drain has done so far.
+#[derive(Debug)]
+struct Progress {
+    /// The newest version of the node known to hold the grant whose pods the view covers: the
+    /// node as the drain started (see [`Drainer::drain`]), or as read before an eviction.
+    vouched: Option<String>,
+    /// The latest read of the node before an eviction, until the view covers it.
+    read: Option<String>,
+    /// Pods evicted (by uid).
+    evicted: HashSet<String>,
+    /// By uid: the pods whose eviction was refused.
+    refused: HashMap<String, Refusal>,
+    warned_unmanaged: HashSet<String>,
+    announced: bool,
+    /// Why the view of the pods is not current, while it is not.
+    watch_trouble: Option<String>,
+    watch_retry: Retry,
+    read_retry: Retry,
+}
+
+impl Progress {
+    fn new(started_at: Option<String>) -> Self {
+        Self {
+            vouched: started_at,
+            read: None,
+            evicted: HashSet::new(),
+            refused: HashMap::new(),
+            warned_unmanaged: HashSet::new(),
+            announced: false,
+            watch_trouble: None,
+            watch_retry: Retry::new(),
+            read_retry: Retry::new(),
+        }
+    }
+
+    /// The node read at `version` before evictions: it stands for the drain once the view of
+    /// the pods covers it.
+    fn node_read(&mut self, version: String, pods: &NodePods) {
+        self.read = Some(version);
+        self.vouch(pods);
+    }
+
+    /// The node read before the latest evictions held the grant then; once the view of the
+    /// pods covers that version (it always does once the pods evicted after it are seen gone,
+    /// their deletions being later), an empty view means no pod is bound to the node at it.
+    fn vouch(&mut self, pods: &NodePods) {
+        if self.read.as_deref().is_some_and(|read| pods.covers(read)) {
+            self.vouched = self.read.take();
+        }
+    }
+
+    /// When `pod` is to be evicted: now, or once its last refusal is old enough; never if it
+    /// was evicted or is terminating.
+    fn due_at(&self, pod: &Pod) -> Option<Instant> {
+        let id = uid(pod);
+        if pod.metadata.deletion_timestamp.is_some() || self.evicted.contains(&id) {
+            return None;
+        }
+        Some(
+            self.refused
+                .get(&id)
+                .and_then(|r| r.retry.at)
+                .unwrap_or_else(Instant::now),
+        )
+    }
+
+    fn due(&self, pod: &Pod) -> bool {
+        self.due_at(pod).is_some_and(|at| Instant::now() >= at)
+    }
+
+    fn refused(&mut self, pod: &Pod, why: String) {
+        let refusal = self.refused.entry(uid(pod)).or_insert_with(|| Refusal {
+            why: String::new(),
+            retry: Retry::new(),
+        });
+        refusal.why = why;
+        refusal.retry.failed();
+    }
+
+    /// Each pod still to evict (`namespace/name`) with why it is still there.
+    fn blocking(&self, pods: &NodePods) -> BTreeMap<String, String> {
+        let mut blocking: BTreeMap<String, String> = pods
+            .to_evict()
+            .into_iter()
+            .map(|(pod, _)| {
+                let id = uid(pod);
+                let why = if pod.metadata.deletion_timestamp.is_some() || self.evicted.contains(&id)
+                {
+                    "evicted; still terminating".to_owned()
+                } else if let Some(refusal) = self.refused.get(&id) {
+                    refusal.why.clone()
+                } else {
+                    "not evicted yet".to_owned()
+                };
+                (pod_key(pod), why)
+            })
+            .collect();
+        if let Some(trouble) = &self.watch_trouble {
+            blocking.insert("(pod watch)".into(), trouble.clone());
+        }
+        blocking
+    }
+
+    /// When the drain has something to do next, if nothing changes before: the watch may be
+    /// opened again, a pod is due for eviction (while this replica leads; it is woken when it
+    /// leads again otherwise), or the time is up.
+    fn next_wake(&self, pods: &NodePods, deadline: Instant, leading: bool) -> Instant {
+        let mut wake = deadline;
+        if !pods.watching() {
+            wake = wake.min(self.watch_retry.at.unwrap_or_else(Instant::now));
+        }
+        if leading && pods.listed() {
+            let due = pods
+                .to_evict()
+                .into_iter()
+                .filter_map(|(p, _)| self.due_at(p))
+                .min();
+            if let Some(due) = due {
+                wake = wake.min(self.read_retry.at.map_or(due, |read| read.max(due)));
+            }
+        }
+        wake
+    }
+}
+
+/// `a, b, c`, or `a, b and 5 more` once the names pass `limit` bytes.
+fn name_list(names: &[String], limit: usize) -> String {
+    let mut text = String::new();
+    for (i, name) in names.iter().enumerate() {
+        if i > 0 && text.len() + name.len() > limit {
+            return format!("{text} and {} more", names.len() - i);
+        }
+        if i > 0 {
+            text.push_str(", ");
+        }
+        text.push_str(name);
+    }
+    text
 }
 
 impl std::fmt::Debug for Drainer {
@@ -102,27 +511,28 @@ impl Drainer {
             events,
             metrics,
             leadership,
+            streaming: Arc::new(AtomicBool::new(true)),
         }
     }
 
-    async fn pods_on(&self, node: &str) -> Result<Vec<Pod>, kube::Error> {
-        let mut params = ListParams::default().fields(&format!("spec.nodeName={node}"));
-        if let Some(selector) = &self.settings.pod_selector {
-            params = params.labels(selector);
-        }
-        Ok(Api::<Pod>::all(self.client.clone())
-            .list(&params)
-            .await?
-            .items)
+    fn node_pods(&self, node: &str) -> NodePods {
+        NodePods::new(
+            self.client.clone(),
+            node,
+            self.settings.pod_selector.clone(),
+            self.streaming.clone(),
+        )
     }
 
-    /// The pods a drain of `node` would evict now (`--dry-run`), as `namespace/name`.
-    pub async fn would_evict(&self, node: &str) -> Result<Vec<String>, kube::Error> {
-        let pods = self.pods_on(node).await?;
+    /// The pods a drain of `node` would evict now (`--dry-run`), as `namespace/name`: the
+    /// first list a drain makes.
+    pub async fn would_evict(&self, node: &str) -> Result<Vec<String>, WatchError> {
+        let mut pods = self.node_pods(node);
+        pods.list(Instant::now() + Duration::from_secs(60)).await?;
         Ok(pods
-            .iter()
-            .filter(|pod| matches!(disposition(pod), Disposition::Evict { .. }))
-            .map(pod_key)
+            .to_evict()
+            .into_iter()
+            .map(|(p, _)| pod_key(p))
             .collect())
     }
 
@@ -154,111 +564,165 @@ impl Drainer {
 
     /// Evicts until no pod to evict is left on the node, or the timeout passes, or the node no
     /// longer holds `grant`.
+    ///
+    /// `node` is the copy the round that started the drain decided on: it carried `grant` and
+    /// was cordoned. A drain whose first view of the pods has nothing to evict is Drained at
+    /// that copy's version, without reading the node again, because:
+    /// - the view is a consistent read made after that version was written, so every pod
+    ///   bound to the node up to that version, still there, is in it: none is;
+    /// - the drain stands only while the node stays at that version (`drain_state_at`): the
+    ///   node then still carries `grant` and is cordoned, and `reboot-now` is set by a patch
+    ///   that `test`s exactly that version, that grant and the cordon. A node that changed
+    ///   meanwhile (uncordoned, so pods may be back; its grant released, or another one
+    ///   claimed) is newer: NotStarted, drained again under the grant it holds then, or not
+    ///   promoted at all. A pod bound after that version, to the cordoned node, is the race
+    ///   `kubectl drain` has too (a scheduler deciding before it saw the cordon): a read of
+    ///   the node after the list would not see it either.
+    ///
+    /// With pods to evict, the node is read before each batch of evictions (an eviction
+    /// cannot `test` the node): none is made unless it still carries `grant`. Grant ids are
+    /// never reused, so a grant released and another one claimed in between fails that read.
+    /// The version read then stands for the drain in place of a read at its end: evictions do
+    /// not change the Node, and once the view covers that version (the deletions of the pods
+    /// evicted after the read come later) an empty view means no pod bound up to it is left.
+    /// If the view never covers it, the drain stands at the version vouched for before (the
+    /// start's), which a changed node has left behind: it is drained again, never promoted.
     pub async fn drain(&self, node: &Node, grant: &str) -> DrainOutcome {
         let name = node.name_any();
         let deadline = Instant::now() + self.settings.timeout;
-        let mut blocking: BTreeMap<String, String> = BTreeMap::new();
-        let mut evicted: HashSet<String> = HashSet::new();
-        let mut warned_unmanaged: HashSet<String> = HashSet::new();
-        let mut next_try: BTreeMap<String, Instant> = BTreeMap::new();
-        let mut refused: BTreeMap<String, ExponentialBackoff> = BTreeMap::new();
+        let mut pods = self.node_pods(&name);
+        let mut progress = Progress::new(node.metadata.resource_version.clone());
+        let mut leadership = self.leadership.clone();
         loop {
-            if !self.leadership.is_leading() {
-                tokio::time::sleep(PASS_INTERVAL).await;
-                continue;
+            if !pods.watching() && progress.watch_retry.due() {
+                self.connect(&name, &mut pods, &mut progress, deadline)
+                    .await;
             }
-            let pods = match self.pods_on(&name).await {
-                Ok(pods) => pods,
-                Err(error) => {
-                    self.metrics.api_error("pod", ApiErrorKind::of(&error));
-                    tracing::warn!(node = %name, %error, "cannot list the node's pods; retrying");
-                    blocking.insert("(pod list)".into(), error.to_string());
-                    Vec::new()
+            progress.vouch(&pods);
+            if pods.listed() {
+                let to_evict = pods.to_evict();
+                if to_evict.is_empty() {
+                    return DrainOutcome::Drained {
+                        evicted: progress.evicted.len(),
+                        node_version: progress.vouched,
+                    };
                 }
-            };
-            let to_evict: Vec<(&Pod, bool)> = pods
-                .iter()
-                .filter_map(|p| match disposition(p) {
-                    Disposition::Evict { unmanaged } => Some((p, unmanaged)),
-                    _ => None,
-                })
-                .collect();
-            if to_evict.is_empty() && !blocking.contains_key("(pod list)") {
-                return match self.still_holds(&name, grant).await {
-                    Ok(Some(version)) => DrainOutcome::Drained {
-                        evicted: evicted.len(),
-                        node_version: Some(version),
-                    },
-                    Ok(None) => DrainOutcome::Superseded,
-                    Err(error) => {
-                        self.metrics.api_error("node", ApiErrorKind::of(&error));
-                        tokio::time::sleep(PASS_INTERVAL).await;
-                        continue;
-                    }
-                };
-            }
-            blocking.retain(|k, _| to_evict.iter().any(|(p, _)| &pod_key(p) == k));
-            let due = to_evict.iter().any(|(p, _)| {
-                p.metadata.deletion_timestamp.is_none()
-                    && next_try
-                        .get(&pod_key(p))
-                        .is_none_or(|t| Instant::now() >= *t)
-            });
-            // Evictions cannot test the node: read it first, so that a drain whose grant was
-            // released (by us or by another controller) evicts nothing more.
-            if due {
-                match self.still_holds(&name, grant).await {
-                    Ok(Some(_)) => {}
-                    Ok(None) => return DrainOutcome::Superseded,
-                    Err(error) => {
-                        self.metrics.api_error("node", ApiErrorKind::of(&error));
-                        tokio::time::sleep(PASS_INTERVAL).await;
-                        continue;
-                    }
-                }
-            }
-            for (pod, unmanaged) in to_evict {
-                if !self.leadership.is_leading() {
-                    break;
-                }
-                let key = pod_key(pod);
-                if pod.metadata.deletion_timestamp.is_some() {
-                    blocking.insert(key, "evicted; still terminating".into());
-                    continue;
-                }
-                if next_try.get(&key).is_some_and(|t| Instant::now() < *t) {
-                    continue;
-                }
-                if unmanaged && warned_unmanaged.insert(key.clone()) {
-                    let note = format!(
-                        "evicting pod {key}: it has no controller, so it will not come back"
-                    );
-                    self.events
-                        .publish_related(node, Reason::Draining, note, pod.object_ref(&()));
-                }
-                match self.evict(pod).await {
-                    Ok(()) => {
-                        tracing::info!(node = %name, pod = %key, "evicted");
-                        evicted.insert(key.clone());
-                        blocking.insert(key, "evicted; still terminating".into());
-                    }
-                    Err(why) => {
-                        tracing::info!(node = %name, pod = %key, %why, "eviction refused; will retry");
-                        let wait = refused
-                            .entry(key.clone())
-                            .or_insert_with(refused_eviction_backoff)
-                            .next()
-                            .unwrap_or(Duration::from_secs(5));
-                        next_try.insert(key.clone(), Instant::now() + wait);
-                        blocking.insert(key, why);
+                if self.leadership.is_leading() {
+                    let due: Vec<(&Pod, bool)> = to_evict
+                        .iter()
+                        .filter(|(p, _)| progress.due(p))
+                        .copied()
+                        .collect();
+                    if due.is_empty() {
+                        // Only pods that are terminating already: wait for them.
+                        self.announce(node, &to_evict, &mut progress);
+                    } else if progress.read_retry.due() {
+                        match self.still_holds(&name, grant).await {
+                            Ok(Some(version)) => {
+                                progress.read_retry.succeeded();
+                                progress.node_read(version, &pods);
+                                self.announce(node, &to_evict, &mut progress);
+                                self.evict_all(node, &due, &mut progress).await;
+                            }
+                            Ok(None) => return DrainOutcome::Superseded,
+                            Err(error) => {
+                                self.metrics.api_error("node", ApiErrorKind::of(&error));
+                                tracing::warn!(node = %name, %error, "cannot read the node; retrying");
+                                progress.read_retry.failed();
+                            }
+                        }
                     }
                 }
             }
             if Instant::now() >= deadline {
-                return DrainOutcome::TimedOut { blocking };
+                return DrainOutcome::TimedOut {
+                    blocking: progress.blocking(&pods),
+                };
             }
-            let pause = PASS_INTERVAL.min(deadline.saturating_duration_since(Instant::now()));
-            tokio::time::sleep(pause).await;
+            let leading = self.leadership.is_leading();
+            let wake = progress.next_wake(&pods, deadline, leading);
+            let wake = tokio::time::Instant::from_std(wake);
+            tokio::select! {
+                taken = pods.next_event(), if pods.watching() => {
+                    if let Err(error) = taken {
+                        self.watch_failed(&name, &error, &mut progress);
+                    }
+                }
+                () = leadership.acquired(), if !leading => {}
+                () = tokio::time::sleep_until(wake) => {}
+            }
+        }
+    }
+
+    /// Lists the node's pods if need be and opens the watch; until the deadline at most.
+    async fn connect(
+        &self,
+        name: &str,
+        pods: &mut NodePods,
+        progress: &mut Progress,
+        deadline: Instant,
+    ) {
+        let until = tokio::time::Instant::from_std(deadline);
+        match tokio::time::timeout_at(until, pods.connect(deadline)).await {
+            Ok(Ok(())) => {
+                progress.watch_retry.succeeded();
+                progress.watch_trouble = None;
+            }
+            Ok(Err(error)) => self.watch_failed(name, &error, progress),
+            Err(_) => {
+                progress.watch_trouble = Some("no answer to the watch of its pods".into());
+            }
+        }
+    }
+
+    fn watch_failed(&self, name: &str, error: &WatchError, progress: &mut Progress) {
+        self.metrics.api_error("pod", error.kind());
+        tracing::warn!(node = %name, %error, "cannot watch the node's pods; retrying");
+        progress.watch_trouble = Some(error.to_string());
+        progress.watch_retry.failed();
+    }
+
+    /// The `Draining` Event, once the drain knows it has pods to evict, naming them.
+    fn announce(&self, node: &Node, to_evict: &[(&Pod, bool)], progress: &mut Progress) {
+        if progress.announced {
+            return;
+        }
+        progress.announced = true;
+        let names: Vec<String> = to_evict.iter().map(|(p, _)| pod_key(p)).collect();
+        let plural = if names.len() == 1 { "" } else { "s" };
+        let note = format!(
+            "cordoned; evicting {} pod{plural}: {}",
+            names.len(),
+            name_list(&names, NAMES_IN_EVENT)
+        );
+        tracing::info!(node = %node.name_any(), pods = names.len(), "{note}");
+        self.events.publish(node, Reason::Draining, note);
+    }
+
+    /// Evicts each pod, while this replica leads; the node was read just before.
+    async fn evict_all(&self, node: &Node, due: &[(&Pod, bool)], progress: &mut Progress) {
+        let name = node.name_any();
+        for (pod, unmanaged) in due {
+            if !self.leadership.is_leading() {
+                break;
+            }
+            let key = pod_key(pod);
+            if *unmanaged && progress.warned_unmanaged.insert(uid(pod)) {
+                let note =
+                    format!("evicting pod {key}: it has no controller, so it will not come back");
+                self.events
+                    .publish_related(node, Reason::Draining, note, pod.object_ref(&()));
+            }
+            match self.evict(pod).await {
+                Ok(()) => {
+                    tracing::info!(node = %name, pod = %key, "evicted");
+                    progress.evicted.insert(uid(pod));
+                }
+                Err(why) => {
+                    tracing::info!(node = %name, pod = %key, %why, "eviction refused; will retry");
+                    progress.refused(pod, why);
+                }
+            }
         }
     }
 
@@ -301,5 +765,27 @@ fn budget_message(status: &kube::core::Status) -> String {
         status.message.clone()
     } else {
         format!("{} ({})", status.message, causes.join("; "))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_long_list_of_pods_is_cut_and_says_how_many_more() {
+        let names: Vec<String> = (0..100).map(|i| format!("shop/web-{i:03}")).collect();
+        let text = name_list(&names, 60);
+        assert!(text.starts_with("shop/web-000, shop/web-001"), "{text}");
+        assert!(text.ends_with(" more"), "{text}");
+        let shown = text.matches("shop/web-").count();
+        assert!(
+            text.ends_with(&format!(" and {} more", 100 - shown)),
+            "{text}"
+        );
+        assert!(text.len() <= 60 + " and 100 more".len(), "{text}");
+        assert_eq!(name_list(&names[..2], 60), "shop/web-000, shop/web-001");
+        // One name is always shown, however long.
+        assert_eq!(name_list(&names[..1], 3), "shop/web-000");
     }
 }

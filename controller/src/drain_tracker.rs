@@ -33,8 +33,11 @@ pub struct Finished {
 #[derive(Debug)]
 struct Tracked {
     state: DrainState,
-    /// The node's version when the drain found nothing left to evict.
+    /// The node's version the drain stands for: it held the grant then, and no pod bound to
+    /// it up to then is left (see [`Drainer::drain`]).
     drained_at: Option<String>,
+    /// Pods the drain evicted, once it is drained.
+    evicted: Option<usize>,
     task: Option<JoinHandle<()>>,
 }
 
@@ -104,7 +107,9 @@ impl DrainTracker {
         self.retries.get(node).map(|r| r.not_before)
     }
 
-    /// Starts draining `node` for `grant`.
+    /// Starts draining `node` for `grant`. `node` is the copy the round decided on, which
+    /// carries `grant` and is cordoned: a drain that finds nothing to evict stands for that
+    /// very version, with no further read (the reasoning is at [`Drainer::drain`]).
     pub fn start(&mut self, node: &Node, grant: &str) {
         let Some(drainer) = self.drainer.clone() else {
             return;
@@ -131,6 +136,7 @@ impl DrainTracker {
         let tracked = Tracked {
             state: DrainState::Running,
             drained_at: None,
+            evicted: None,
             task: Some(task),
         };
         if let Some(old) = self.grants.insert(grant.to_owned(), tracked) {
@@ -147,8 +153,12 @@ impl DrainTracker {
             };
             tracked.task = None;
             tracked.state = match &done.outcome {
-                DrainOutcome::Drained { node_version, .. } => {
+                DrainOutcome::Drained {
+                    evicted,
+                    node_version,
+                } => {
                     tracked.drained_at.clone_from(node_version);
+                    tracked.evicted = Some(*evicted);
                     DrainState::Drained
                 }
                 DrainOutcome::TimedOut { .. } | DrainOutcome::Superseded => DrainState::Failed,
@@ -156,6 +166,18 @@ impl DrainTracker {
             ended.push(done);
         }
         ended
+    }
+
+    /// What the `RebootApproved` Event of `grant` says: whether its drain evicted pods.
+    pub fn approval_note(&self, grant: &str) -> String {
+        let drained = match self.grants.get(grant).and_then(|t| t.evicted) {
+            _ if !self.enabled() => "node cordoned (drain off)".to_owned(),
+            Some(0) => "node cordoned, no pod to evict".to_owned(),
+            Some(1) => "node drained (1 pod evicted)".to_owned(),
+            Some(n) => format!("node drained ({n} pods evicted)"),
+            None => "node drained".to_owned(),
+        };
+        format!("slot granted and {drained}: reboot-now set")
     }
 
     /// Forgets the drain of `grant` (the node was uncordoned meanwhile: pods may be back).
@@ -196,7 +218,11 @@ impl DrainTracker {
 }
 
 /// Pure: a drain's state as it applies to the node at `node_version` (see
-/// [`DrainTracker::state`]).
+/// [`DrainTracker::state`]). `drained_at` is a version at which the node held the drain's
+/// grant with no pod bound to it left: the version the drain was started with when it found
+/// nothing to evict, or the node's last read before evictions (see [`Drainer::drain`]). At
+/// that very version the node is exactly as it was then; at a newer one it may have been
+/// uncordoned and have pods again, or hold another grant: drained again (`NotStarted`).
 pub fn drain_state_at(
     state: DrainState,
     drained_at: Option<&str>,

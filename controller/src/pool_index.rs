@@ -244,9 +244,14 @@ mod tests {
             assert!(in_protocol(&state), "{key}");
         }
         let invalid = BTreeMap::from([(keys.needed.clone(), "yes".to_owned())]);
-        assert!(in_protocol(&ProtocolState::from_annotations(&keys, &invalid)));
+        assert!(in_protocol(&ProtocolState::from_annotations(
+            &keys, &invalid
+        )));
         let done = BTreeMap::from([
-            (keys.last_completed.clone(), "2026-11-24T10:00:00Z".to_owned()),
+            (
+                keys.last_completed.clone(),
+                "2026-11-24T10:00:00Z".to_owned(),
+            ),
             (keys.last_grant.clone(), "g1".to_owned()),
         ]);
         assert!(!in_protocol(&ProtocolState::from_annotations(&keys, &done)));

@@ -124,7 +124,8 @@ struct Replica {
     ledger: Ledger,
     deleted: BTreeSet<String>,
     requested_at: BTreeMap<String, u64>,
-    /// By grant: the drain's state and the node version it ended on.
+    /// By grant: the drain's state and a node version: while it runs, the version of the copy
+    /// it was started with; once drained, the version it stands for.
     drains: BTreeMap<String, (DrainState, Option<String>)>,
     not_before: BTreeMap<String, u64>,
     soak: crate::memory::SoakClock,
@@ -522,8 +523,9 @@ impl Replica {
             NodeAction::Complete { grant, .. } => Some(t.complete(f, Some(grant), "t")),
             NodeAction::Release { .. } => t.release(f),
             NodeAction::StartDrain { grant, .. } => {
+                let started_with = f.resource_version.clone();
                 self.drains
-                    .insert(grant.clone(), (DrainState::Running, None));
+                    .insert(grant.clone(), (DrainState::Running, started_with));
                 None
             }
             NodeAction::Refetch(_) | NodeAction::WarnInvalidRequest { .. } => None,
@@ -541,18 +543,23 @@ impl Replica {
         }
     }
 
-    /// This replica's drain of node `i` ends: it evicts only while the node, read now,
-    /// carries the grant the drain is for (as `Drainer::drain` checks).
+    /// This replica's drain of node `i` ends, as `Drainer::drain` does: a drain whose list
+    /// of the node's pods (made now) has nothing to evict stands for the version of the copy
+    /// it was started with, with no read of the node; one with pods to evict evicts only
+    /// while the node, read now, carries the grant the drain is for, and stands for the
+    /// version read.
     fn drain_ends(&mut self, server: &mut Server, i: usize, ok: bool) {
         let name = format!("n{i}");
         let Some(grant) = self.ledger.grant_of(&name).map(str::to_owned) else {
             return;
         };
-        if self.drains.get(&grant).map(|d| d.0) != Some(DrainState::Running) {
+        let Some((DrainState::Running, started_with)) = self.drains.get(&grant).cloned() else {
             return;
-        }
+        };
         let holds = annotation(&server.nodes[i], "reboot-grant").as_deref() == Some(grant.as_str());
-        let drained = if ok && holds {
+        let drained = if ok && !server.pods[i] {
+            (DrainState::Drained, started_with)
+        } else if ok && holds {
             server.pods[i] = false;
             let version = server.nodes[i]["metadata"]["resourceVersion"]
                 .as_str()

@@ -298,7 +298,7 @@ impl Shell {
                         "drain timed out; node uncordoned and slot released, retried later; blocked by {}",
                         pods.join("; ")
                     );
-                    note.truncate(1000);
+                    note.truncate(note.floor_char_boundary(1000));
                     self.events.publish(&node, Reason::DrainBlocked, note);
                 }
             }
@@ -551,12 +551,8 @@ impl Shell {
                 None => Written::Skipped,
             },
             NodeAction::StartDrain { grant, .. } => {
+                // The drain publishes `Draining` once it knows it has pods to evict.
                 tracing::info!(node = %name, %grant, "draining");
-                self.events.publish(
-                    &node,
-                    Reason::Draining,
-                    "cordoned; evicting its pods".into(),
-                );
                 self.drains.start(&node, grant);
                 Written::Skipped
             }
@@ -602,14 +598,16 @@ impl Shell {
     fn after_write(&mut self, action: &NodeAction, node: &Node) {
         let name = node.metadata.name.as_deref().unwrap_or_default();
         match action {
-            NodeAction::Claim { promote: true, .. } | NodeAction::Promote { .. } => {
+            NodeAction::Claim {
+                promote: true,
+                grant,
+                ..
+            }
+            | NodeAction::Promote { grant, .. } => {
                 self.metrics.reboots_approved.inc();
                 tracing::info!(node = %name, "reboot-now set: the agent reboots the node");
-                self.events.publish(
-                    node,
-                    Reason::RebootApproved,
-                    "slot granted and node drained: reboot-now set".into(),
-                );
+                let note = self.drains.approval_note(grant);
+                self.events.publish(node, Reason::RebootApproved, note);
             }
             NodeAction::Complete { .. } => self.completed(node, name),
             NodeAction::Claim { grant, .. } => {

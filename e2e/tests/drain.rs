@@ -7,13 +7,16 @@ use e2e::{
     protocol_annotations, request_reboot, wait_for_event, wait_until,
 };
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::jiff::Timestamp;
 use kube::{Api, Client, api::ListParams, runtime::watcher};
 use nodesim::{
+    ControllerProcess,
     observe::{Observe, ResumingWatch},
     sandbox::{Sandbox, SandboxConfig},
 };
 use std::{
     collections::{BTreeMap, BTreeSet},
+    path::PathBuf,
     time::Duration,
 };
 
@@ -516,5 +519,313 @@ async fn the_pod_selector_limits_the_drain_and_two_budgets_on_one_pod_are_report
     )
     .await;
     assert_eq!(sb.fleet.reboots("sim-2"), 0);
+    sb.stop().await;
+}
+
+/// Only the ServiceAccounts of this namespace are audited: the controller's own.
+const AUDITED: &str = "drain-audit";
+
+/// The API server's audit log of the controller's requests, one line per request.
+struct Audit {
+    dir: PathBuf,
+}
+
+impl Audit {
+    fn prepare(name: &str) -> Audit {
+        let dir = std::env::temp_dir().join(format!("drain-audit-{}-{name}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let policy = serde_json::json!({
+            "apiVersion": "audit.k8s.io/v1",
+            "kind": "Policy",
+            "omitStages": ["ResponseStarted", "ResponseComplete", "Panic"],
+            "rules": [
+                {"level": "Metadata", "userGroups": [format!("system:serviceaccounts:{AUDITED}")]},
+                {"level": "None"},
+            ],
+        });
+        std::fs::write(dir.join("policy.json"), policy.to_string()).unwrap();
+        let _ = std::fs::remove_file(dir.join("audit.log"));
+        Audit { dir }
+    }
+
+    fn apiserver_args(&self) -> Vec<String> {
+        vec![
+            format!(
+                "--audit-policy-file={}",
+                self.dir.join("policy.json").display()
+            ),
+            format!("--audit-log-path={}", self.dir.join("audit.log").display()),
+            "--audit-log-mode=blocking".into(),
+            "--audit-log-maxsize=0".into(),
+        ]
+    }
+
+    /// Each request received since `from`, as `verb resource[/subresource] [name]`.
+    fn since(&self, from: Timestamp) -> Vec<String> {
+        let text = std::fs::read_to_string(self.dir.join("audit.log")).unwrap_or_default();
+        text.lines()
+            .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+            .filter(|event| {
+                event["requestReceivedTimestamp"]
+                    .as_str()
+                    .and_then(|t| t.parse::<Timestamp>().ok())
+                    .is_some_and(|at| at >= from)
+            })
+            .map(|event| {
+                let object = &event["objectRef"];
+                let mut label = format!(
+                    "{} {}",
+                    event["verb"].as_str().unwrap_or_default(),
+                    object["resource"].as_str().unwrap_or_default()
+                );
+                if let Some(sub) = object["subresource"].as_str() {
+                    label.push_str(&format!("/{sub}"));
+                }
+                if let Some(name) = object["name"].as_str() {
+                    label.push_str(&format!(" {name}"));
+                }
+                label
+            })
+            .collect()
+    }
+}
+
+impl Drop for Audit {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Pods `<name>-<i>` bound to `node`, owned by a ReplicaSet (which is not there: without a
+/// controller-manager nothing acts on it), so that they are managed pods, evicted without an
+/// Event of their own. `<name>-0` has a finalizer with `hold`: it stays until it is removed.
+fn managed_pods(name: &str, node: &str, count: usize, hold: bool) -> String {
+    (0..count)
+        .map(|i| {
+            let finalizers = if hold && i == 0 {
+                "[drain.test/hold]"
+            } else {
+                "[]"
+            };
+            format!(
+                r#"
+apiVersion: v1
+kind: Pod
+metadata:
+  name: {name}-{i}
+  namespace: default
+  labels: {{app: {name}}}
+  ownerReferences:
+  - {{apiVersion: apps/v1, kind: ReplicaSet, name: {name}, uid: 00000000-0000-0000-0000-00000000000{i}, controller: true}}
+  finalizers: {finalizers}
+spec:
+  nodeName: {node}
+  automountServiceAccountToken: false
+  containers: [{{name: c, image: registry.example/{name}:1}}]
+"#
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("---")
+}
+
+/// The controller's requests of one reboot that belong to the drain of `node`.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct DrainRequests {
+    /// Lists and watches of the node's pods.
+    pod_views: usize,
+    node_reads: usize,
+    evictions: usize,
+    /// `Draining` Events, read back from the API server.
+    draining_events: usize,
+}
+
+/// Issue 15: the requests a drain makes, counted by the API server's audit log of the
+/// controller's own ServiceAccount over each node's whole reboot: with nothing to evict, one
+/// (the list of the node's pods, a streaming list that would go on as the watch); with pods,
+/// one eviction each, one read of the node before them and one `Draining` Event naming them,
+/// however long the pods take to terminate.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_drain_costs_one_request_with_nothing_to_evict_and_one_more_per_pod() {
+    count_drain_requests(true).await;
+}
+
+/// The same on an API server without streaming lists (the WatchList feature off, as by
+/// default on Kubernetes 1.33): the drain lists, then watches. The first drain asks for a
+/// streaming list once, and is refused.
+#[tokio::test(flavor = "multi_thread")]
+async fn without_streaming_lists_a_drain_lists_then_watches() {
+    count_drain_requests(false).await;
+}
+
+async fn count_drain_requests(streaming: bool) {
+    let audit = Audit::prepare(if streaming { "streaming" } else { "listing" });
+    let mut apiserver_args = audit.apiserver_args();
+    if !streaming {
+        apiserver_args.push("--feature-gates=WatchList=false".into());
+    }
+    let config = SandboxConfig {
+        nodes: 3,
+        max_unavailable: "1".into(),
+        reboot_duration: Duration::from_secs(1),
+        start_controller: false,
+        // No controller-manager: nothing else changes the nodes while they drain (its node
+        // lifecycle controller taints a node right after its cordon, and a drain stands only
+        // for the version of the node it ended on: it is then drained once more).
+        control_plane: testenv::Options {
+            controller_manager: false,
+            scheduler: false,
+            extra_apiserver_args: apiserver_args,
+            ..testenv::Options::default()
+        },
+        ..SandboxConfig::default()
+    };
+    let mut sb = Sandbox::start(config).await.expect("sandbox starts");
+    let cp = &sb.control_plane;
+    kubectl(cp, &["create", "namespace", AUDITED]);
+    // Without a controller-manager, nobody creates the namespace's default ServiceAccount.
+    kubectl(
+        cp,
+        &["create", "serviceaccount", "-n", "default", "default"],
+    );
+    kubectl(
+        cp,
+        &["create", "serviceaccount", "-n", AUDITED, "controller"],
+    );
+    let subject = format!("--serviceaccount={AUDITED}:controller");
+    let binding = [
+        "create",
+        "clusterrolebinding",
+        AUDITED,
+        "--clusterrole=cluster-admin",
+    ];
+    kubectl(cp, &[&binding[..], &[subject.as_str()]].concat());
+    let token = kubectl(
+        cp,
+        &[
+            "create",
+            "token",
+            "-n",
+            AUDITED,
+            "controller",
+            "--duration=2h",
+        ],
+    );
+    let kubeconfig = cp.dir().join("controller-audited.kubeconfig");
+    cp.write_kubeconfig_for_token(token.trim(), &kubeconfig)
+        .unwrap();
+    let controller = ControllerProcess::start(
+        nodesim::workspace_binary("reboot-controller").unwrap(),
+        kubeconfig,
+        vec!["--max-unavailable".into(), "1".into()],
+        cp.dir().join("controller-1.log"),
+    )
+    .unwrap();
+    sb.controllers.push(controller);
+    apply(&sb.control_plane, &managed_pods("one", "sim-2", 1, false));
+    apply(&sb.control_plane, &managed_pods("three", "sim-3", 3, true));
+    wait_until("the four pods are Ready", ROLLOUT, None, || async {
+        ready_pods(&sb.client, "app in (one, three)").await.len() == 4
+    })
+    .await;
+    let watch = BudgetWatch::start(sb.client.clone(), 1).await;
+    let mut counted = BTreeMap::new();
+    for (name, app, pods) in [("sim-1", "", 0), ("sim-2", "one", 1), ("sim-3", "three", 3)] {
+        let from = Timestamp::now();
+        request_reboot(&sb.control_plane, name);
+        if name == "sim-3" {
+            // One pod takes its time to terminate (a finalizer holds it): the drain waits for
+            // it through its watch, without a request more.
+            let pods: Api<Pod> = Api::namespaced(sb.client.clone(), "default");
+            wait_until("three-0 is terminating", ROLLOUT, Some(&watch), || async {
+                pods.get("three-0")
+                    .await
+                    .is_ok_and(|p| p.metadata.deletion_timestamp.is_some())
+            })
+            .await;
+            // Time enough for a drain that polls to show it.
+            tokio::time::sleep(Duration::from_secs(3)).await;
+            assert_eq!(
+                sb.fleet.reboots(name),
+                0,
+                "rebooted while three-0 was still there"
+            );
+            let patch = r#"[{"op": "remove", "path": "/metadata/finalizers"}]"#;
+            kubectl(
+                &sb.control_plane,
+                &["patch", "pod", "three-0", "--type=json", "-p", patch],
+            );
+        }
+        wait_until(
+            &format!("{name} is rebooted, back and its slot released"),
+            ROLLOUT,
+            Some(&watch),
+            || async {
+                sb.fleet.reboots(name) == 1
+                    && protocol_annotations(&node(&sb.client, name).await).is_empty()
+                    && e2e::rollout::ledger_is_empty(&sb).await
+            },
+        )
+        .await;
+        let requests = audit.since(from);
+        let count = |label: &str| requests.iter().filter(|r| *r == label).count();
+        let draining = node_events(&sb.client, name)
+            .await
+            .into_iter()
+            .filter(|(reason, _, _)| reason == "Draining")
+            .collect::<Vec<_>>();
+        let got = DrainRequests {
+            pod_views: count("list pods") + count("watch pods"),
+            node_reads: count(&format!("get nodes {name}")),
+            evictions: requests
+                .iter()
+                .filter(|r| r.starts_with("create pods/eviction "))
+                .count(),
+            draining_events: draining.len(),
+        };
+        let mut breakdown: BTreeMap<&str, usize> = BTreeMap::new();
+        for request in &requests {
+            *breakdown.entry(request.as_str()).or_default() += 1;
+        }
+        eprintln!(
+            "{name} ({pods} pods to evict): {} requests of the controller: {breakdown:?}; \
+             drain: {got:?}; Draining Events: {draining:?}",
+            requests.len()
+        );
+        for i in 0..pods {
+            let pod = format!("default/{app}-{i}");
+            assert!(
+                draining.iter().any(|(_, _, note)| note.contains(&pod)),
+                "the Draining Event names {pod}: {draining:?}"
+            );
+        }
+        let approved = match pods {
+            0 => "no pod to evict".to_owned(),
+            1 => "(1 pod evicted)".to_owned(),
+            n => format!("({n} pods evicted)"),
+        };
+        assert!(
+            has_event(&sb.client, name, "RebootApproved", &[&approved]).await,
+            "RebootApproved on {name} says {approved:?}: {:?}",
+            node_events(&sb.client, name).await
+        );
+        counted.insert(name, (pods, got));
+    }
+    for (name, (pods, got)) in counted {
+        let evicting = usize::from(pods > 0);
+        // Without streaming lists: a list and a watch, or, on the first drain (sim-1, nothing
+        // to evict), the refused streaming list and a list.
+        let pod_views = if streaming { 1 } else { 2 };
+        assert_eq!(
+            got,
+            DrainRequests {
+                pod_views,
+                node_reads: evicting,
+                evictions: pods,
+                draining_events: evicting,
+            },
+            "the drain of {name} with {pods} pods to evict"
+        );
+    }
     sb.stop().await;
 }

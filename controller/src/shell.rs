@@ -298,7 +298,12 @@ impl Shell {
                         "drain timed out; node uncordoned and slot released, retried later; blocked by {}",
                         pods.join("; ")
                     );
-                    note.truncate(note.floor_char_boundary(1000));
+                    // An Event's note may have 1 KiB; cut at a character boundary.
+                    let cut = (0..=note.len().min(1000))
+                        .rev()
+                        .find(|&i| note.is_char_boundary(i))
+                        .unwrap_or(0);
+                    note.truncate(cut);
                     self.events.publish(&node, Reason::DrainBlocked, note);
                 }
             }

@@ -19,6 +19,7 @@ pub mod ledger;
 pub mod ledger_store;
 pub mod memory;
 pub mod metrics;
+pub mod node_pods;
 pub mod nodes;
 pub mod pool;
 pub mod pool_index;

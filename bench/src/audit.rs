@@ -1,14 +1,30 @@
-//! The API server's own count of requests: an audit log of every request made by the
-//! benchmark's ServiceAccounts (namespace [`crate::identity::NAMESPACE`]), one event per
-//! request (stage RequestReceived), used to cross-check the client-side counts.
+//! How the benchmark counts API requests: the API server's own audit log of every request made
+//! by the benchmark's ServiceAccounts (namespace [`crate::identity::NAMESPACE`]), one event per
+//! request (stage RequestReceived), each naming the ServiceAccount that sent it. The programs
+//! measured are not changed and talk to the API server directly.
 
-use crate::proxy::RequestKind;
 use anyhow::Context;
 use k8s_openapi::jiff::Timestamp;
 use std::{
+    collections::BTreeMap,
     path::{Path, PathBuf},
     time::SystemTime,
 };
+
+/// A request as the audit log names it: verb, resource (with its subresource) and object.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct RequestKind {
+    pub verb: String,
+    pub resource: String,
+    pub name: Option<String>,
+}
+
+impl RequestKind {
+    /// `verb resource[/subresource]`, as in `patch nodes/status`.
+    pub fn label(&self) -> String {
+        format!("{} {}", self.verb, self.resource)
+    }
+}
 
 /// The audit policy and log of one control plane.
 #[derive(Debug, Clone)]
@@ -72,6 +88,24 @@ impl Audit {
             .filter(|a| a.user == user && a.at >= from && a.at < to)
             .collect())
     }
+
+    /// Whether `user` sent a request labelled `label` (`watch nodes`) at or after `from`.
+    pub fn sent_since(&self, user: &str, label: &str, from: SystemTime) -> anyhow::Result<bool> {
+        let until = SystemTime::now() + std::time::Duration::from_secs(3600);
+        Ok(self
+            .requests(user, from, until)?
+            .iter()
+            .any(|a| a.kind.label() == label))
+    }
+}
+
+/// How many requests of each label.
+pub fn breakdown(requests: &[Audited]) -> BTreeMap<String, usize> {
+    let mut counts = BTreeMap::new();
+    for request in requests {
+        *counts.entry(request.kind.label()).or_default() += 1;
+    }
+    counts
 }
 
 fn parse(line: &str) -> Option<Audited> {
@@ -99,7 +133,7 @@ fn parse(line: &str) -> Option<Audited> {
 
 #[cfg(test)]
 mod tests {
-    use super::parse;
+    use super::{breakdown, parse};
 
     #[test]
     fn an_audit_event_is_read() {
@@ -109,5 +143,12 @@ mod tests {
         assert_eq!(audited.kind.label(), "patch nodes");
         assert_eq!(audited.kind.name.as_deref(), Some("n1"));
         assert!(parse(&line.replace("RequestReceived", "ResponseComplete")).is_none());
+        let status =
+            parse(&line.replace(r#""name":"n1""#, r#""name":"n1","subresource":"status""#))
+                .expect("parsed");
+        assert_eq!(status.kind.label(), "patch nodes/status");
+        let counts = breakdown(&[audited.clone(), audited, status]);
+        assert_eq!(counts.get("patch nodes"), Some(&2));
+        assert_eq!(counts.get("patch nodes/status"), Some(&1));
     }
 }

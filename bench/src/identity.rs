@@ -5,11 +5,7 @@ use anyhow::Context;
 use k8s_openapi::api::{
     authentication::v1::TokenRequest, core::v1::ServiceAccount, rbac::v1::ClusterRoleBinding,
 };
-use kube::{
-    Api, Client,
-    api::PostParams,
-    config::{KubeConfigOptions, Kubeconfig},
-};
+use kube::{Api, Client, api::PostParams};
 use serde_json::json;
 use std::path::{Path, PathBuf};
 use testenv::ControlPlane;
@@ -18,25 +14,16 @@ use testenv::ControlPlane;
 pub const NAMESPACE: &str = "bench";
 
 /// One program's identity.
+#[derive(Debug, Clone)]
 pub struct Identity {
     /// `system:serviceaccount:bench:<name>`, as the audit log names it.
     pub user: String,
     /// A kubeconfig straight to the API server with this identity's token.
     pub kubeconfig: PathBuf,
-    /// A client with this identity and without kube's retries: one call, one request.
-    pub client: Client,
 }
 
-impl std::fmt::Debug for Identity {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Identity")
-            .field("user", &self.user)
-            .field("kubeconfig", &self.kubeconfig)
-            .finish_non_exhaustive()
-    }
-}
-
-async fn create_or_keep<K>(api: &Api<K>, object: serde_json::Value) -> anyhow::Result<()>
+/// Creates `object` unless it exists already.
+pub async fn create_or_keep<K>(api: &Api<K>, object: serde_json::Value) -> anyhow::Result<()>
 where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
 {
@@ -49,7 +36,7 @@ where
 }
 
 /// Creates ServiceAccount `bench/<name>` with cluster-admin rights (what the program may do is
-/// not what is measured here), and a kubeconfig and a client with a token of it.
+/// not what is measured here), and a kubeconfig with a token of it.
 pub async fn service_account(
     control_plane: &ControlPlane,
     admin: &Client,
@@ -80,15 +67,8 @@ pub async fn service_account(
     std::fs::create_dir_all(dir)?;
     let kubeconfig = dir.join(format!("{name}.kubeconfig"));
     control_plane.write_kubeconfig_for_token(&token, &kubeconfig)?;
-    let mut config = kube::Config::from_custom_kubeconfig(
-        Kubeconfig::read_from(&kubeconfig)?,
-        &KubeConfigOptions::default(),
-    )
-    .await?;
-    config.default_retry = false;
     Ok(Identity {
         user: format!("system:serviceaccount:{NAMESPACE}:{name}"),
         kubeconfig,
-        client: Client::try_from(config)?,
     })
 }

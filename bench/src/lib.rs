@@ -1,38 +1,48 @@
-//! The benchmark of issue 8 against the targets of DESIGN.md section 7, on the local control
-//! plane of `testenv/` with the release builds of the controller and the agent.
+//! The benchmark of the targets of DESIGN.md section 7 (as issue 15 restated them), on the
+//! local control plane of `testenv/` with the release builds of the controller and the agent.
 //!
 //! Two control planes run: one for the idle agent alone (measured for 10 minutes in the
-//! background), one for everything else in turn: promotion latency, requests per reboot, the
-//! rolling-reboot makespan, then the scale steps. Each scenario's pool of nodes has its own
-//! label, controller (`--node-selector`) and ledger, so they cannot disturb each other.
+//! background), one for everything else in turn: requests per reboot, the rolling-reboot
+//! makespan, then the scale steps (which also measure the promotion latency at each size).
+//! Each scenario's pool of nodes has its own label, controller (`--node-selector`) and ledger,
+//! so they cannot disturb each other. The machine's load is recorded during each scenario.
 //!
-//! Output: a markdown table on stdout, `report.json` (the figures under the keys of the
-//! issue, the machine, the commit) and `details.json` (every sample and breakdown) in
-//! `target/bench/`, logs in `target/bench/logs/`.
+//! Output: a markdown table on stdout, `report.json` (the figures, the machine, the commit)
+//! and `details.json` (every sample and breakdown) in `target/bench/`, logs in
+//! `target/bench/logs/`.
 
 pub mod audit;
+pub mod capacity;
 pub mod identity;
+pub mod load;
+pub mod machine;
 pub mod nodes;
 pub mod plan;
+pub mod pods;
 pub mod procstat;
 pub mod promotion;
-pub mod proxy;
 pub mod report;
 pub mod scenarios;
+pub mod stats;
+pub mod table;
+pub mod targets;
+pub mod turnover;
 
 use anyhow::Context as _;
 use clap::{Parser, ValueEnum};
 use k8s_openapi::jiff::Timestamp;
+use load::{Load, LoadSampler};
+use machine::Machine;
 use plan::Plan;
-use report::{Machine, Report};
+use report::Report;
 use scenarios::{Cluster, Context};
 use std::{
     path::{Path, PathBuf},
     time::Instant,
 };
 
-/// Runs the benchmark scenarios of issue 8 on the local control plane and reports them
-/// against the targets of DESIGN.md section 7.
+/// Runs the benchmark scenarios on the local control plane and reports them against the
+/// targets of DESIGN.md section 7.
 #[derive(Debug, Clone, Parser)]
 #[command(name = "bench")]
 pub struct Args {
@@ -69,9 +79,9 @@ pub struct Args {
     pub agent_args: Vec<String>,
 }
 
+/// The scenarios; the promotion latency is measured at each fleet size of `scale`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Scenario {
-    Latency,
     Requests,
     Makespan,
     Scale,
@@ -145,29 +155,106 @@ fn build_binaries() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// A scenario's outcome, or why it failed (recorded; the run goes on and exits non-zero).
-fn record<T: serde::Serialize>(
-    name: &str,
-    result: anyhow::Result<T>,
-    details: &mut serde_json::Map<String, serde_json::Value>,
-    errors: &mut Vec<String>,
-) -> Option<T> {
-    match result {
-        Ok(outcome) => {
-            details.insert(
-                name.into(),
-                serde_json::to_value(&outcome).unwrap_or_default(),
-            );
-            Some(outcome)
+/// What the scenarios produced so far: the report, every detail, the notes under the table,
+/// and the scenarios that failed (recorded; the run goes on and exits non-zero).
+#[derive(Debug, Default)]
+struct Outcomes {
+    report: Report,
+    details: serde_json::Map<String, serde_json::Value>,
+    notes: Vec<String>,
+    errors: Vec<String>,
+}
+
+impl Outcomes {
+    /// Records a scenario's outcome, or why it failed, and the load during it.
+    fn record<T: serde::Serialize>(
+        &mut self,
+        name: &str,
+        (result, load): (anyhow::Result<T>, Option<Load>),
+    ) -> Option<T> {
+        if let Some(load) = load {
+            self.report.load.insert(name.into(), load);
         }
-        Err(error) => {
-            let message = format!("{name}: {error:#}");
-            tracing::error!("{message}");
-            details.insert(name.into(), serde_json::json!({"error": message}));
-            errors.push(message);
-            None
+        match result {
+            Ok(outcome) => {
+                let value = serde_json::to_value(&outcome).unwrap_or_default();
+                self.details.insert(name.into(), value);
+                Some(outcome)
+            }
+            Err(error) => {
+                let message = format!("{name}: {error:#}");
+                tracing::error!("{message}");
+                self.details
+                    .insert(name.into(), serde_json::json!({"error": message}));
+                self.errors.push(message);
+                None
+            }
         }
     }
+
+    /// The scenarios on the main control plane, in turn.
+    async fn main(&mut self, args: &Args, ctx: &Context, cluster: &Cluster) {
+        if args.runs(Scenario::Requests) {
+            let result = sampled(scenarios::requests::run(ctx, cluster)).await;
+            if let Some(o) = self.record("requests", result) {
+                self.report.requests(&o);
+                self.notes.extend(o.notes());
+            }
+        }
+        if args.runs(Scenario::Makespan) {
+            let result = sampled(scenarios::makespan::run(ctx, cluster)).await;
+            if let Some(o) = self.record("makespan", result) {
+                self.report.makespan(&o);
+            }
+        }
+        if args.runs(Scenario::Scale) {
+            let result = sampled(scenarios::scale::run(ctx, cluster)).await;
+            if let Some(o) = self.record("scale", result) {
+                self.report.scale(&o);
+                self.notes.extend(o.notes());
+            }
+        }
+    }
+
+    async fn idle(&mut self, idle: std::thread::JoinHandle<Sampled<scenarios::idle::Outcome>>) {
+        let joined = tokio::task::spawn_blocking(move || idle.join()).await;
+        let result = match joined {
+            Ok(Ok(result)) => result,
+            Ok(Err(_)) => (Err(anyhow::anyhow!("the idle scenario panicked")), None),
+            Err(error) => (Err(error.into()), None),
+        };
+        if let Some(o) = self.record("idle", result) {
+            self.report.idle(&o);
+            self.notes.push(format!(
+                "Idle agent: {} requests in {:.0} s (and {} at its start, not in the rate).",
+                o.requests, o.window_s, o.startup_requests
+            ));
+        }
+    }
+}
+
+/// A scenario's result with the machine's load while it ran.
+type Sampled<T> = (anyhow::Result<T>, Option<Load>);
+
+async fn sampled<T>(scenario: impl std::future::Future<Output = anyhow::Result<T>>) -> Sampled<T> {
+    let load = LoadSampler::start();
+    let result = scenario.await;
+    (result, load.finish())
+}
+
+/// The idle agent's 10 minutes go on in the background, on a control plane of its own (and a
+/// runtime of its own: the control plane's start is not a Send future).
+fn spawn_idle(ctx: Context) -> std::thread::JoinHandle<Sampled<scenarios::idle::Outcome>> {
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build();
+        match runtime {
+            Ok(runtime) => runtime.block_on(sampled(scenarios::idle::run(&ctx))),
+            Err(error) => (Err(error.into()), None),
+        }
+    })
 }
 
 /// Runs the benchmark; fails when a scenario failed (the report is written anyway).
@@ -199,114 +286,38 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         ctx.controller_bin.display(),
         ctx.agent_bin.display()
     );
-
-    // The idle agent's 10 minutes go on in the background, on a control plane of its own
-    // (and a runtime of its own: the control plane's start is not a Send future).
-    let idle = args.runs(Scenario::Idle).then(|| {
-        let ctx = ctx.clone();
-        std::thread::spawn(move || {
-            tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(1)
-                .enable_all()
-                .build()?
-                .block_on(scenarios::idle::run(&ctx))
-        })
-    });
-
-    let mut report = Report::default();
-    let mut details = serde_json::Map::new();
-    let mut errors = Vec::new();
-    let mut notes = Vec::new();
-    let main = [
-        Scenario::Latency,
-        Scenario::Requests,
-        Scenario::Makespan,
-        Scenario::Scale,
-    ];
+    let idle = args.runs(Scenario::Idle).then(|| spawn_idle(ctx.clone()));
+    let mut outcomes = Outcomes::default();
+    let main = [Scenario::Requests, Scenario::Makespan, Scenario::Scale];
     if main.iter().any(|s| args.runs(*s)) {
         match Cluster::start("main", &ctx.logs).await {
-            Err(error) => errors.push(format!("main control plane: {error:#}")),
-            Ok(cluster) => {
-                if args.runs(Scenario::Latency) {
-                    let result = scenarios::latency::run(&ctx, &cluster).await;
-                    if let Some(o) = record("latency", result, &mut details, &mut errors) {
-                        report.promotion_latency_p50_ms = Some(o.p50_ms);
-                        report.promotion_latency_p99_ms = Some(o.p99_ms);
-                    }
-                }
-                if args.runs(Scenario::Requests) {
-                    let result = scenarios::requests::run(&ctx, &cluster).await;
-                    if let Some(o) = record("requests", result, &mut details, &mut errors) {
-                        report.requests_per_reboot = Some(o.per_reboot);
-                        let each: Vec<String> = o
-                            .reboots
-                            .iter()
-                            .map(|c| {
-                                format!(
-                                    "controller {} + agent {} (audit log: {} + {})",
-                                    c.controller, c.agent, c.controller_audited, c.agent_audited
-                                )
-                            })
-                            .collect();
-                        notes.push(format!("Requests per reboot: {}.", each.join("; ")));
-                    }
-                }
-                if args.runs(Scenario::Makespan) {
-                    let result = scenarios::makespan::run(&ctx, &cluster).await;
-                    if let Some(o) = record("makespan", result, &mut details, &mut errors) {
-                        report.makespan_s = Some(o.makespan_s);
-                        report.makespan_ideal_s = Some(o.ideal_s);
-                        report.makespan_ratio = Some(o.ratio);
-                    }
-                }
-                if args.runs(Scenario::Scale) {
-                    let result = scenarios::scale::run(&ctx, &cluster).await;
-                    if let Some(o) = record("scale", result, &mut details, &mut errors) {
-                        report.nodes_scale_max = Some(o.scale_max);
-                        for step in &o.steps {
-                            notes.push(format!(
-                                "Scale, {} nodes: controller peak RSS {:.1} MiB (RSS {:.1} MiB once \
-                                 acting), CPU {:.1} % during {:.1} status updates/s, promotion p50 \
-                                 {:.1} ms p99 {:.1} ms: {}.",
-                                step.nodes,
-                                step.controller_peak_rss_mib,
-                                step.controller_rss_ready_mib,
-                                step.controller_cpu_percent,
-                                step.heartbeat_rate,
-                                step.p50_ms,
-                                step.p99_ms,
-                                if step.passed { "within" } else { "not within" }
-                            ));
-                        }
-                        if let Some(step) = &o.reference {
-                            report.controller_rss_mib_5000 = Some(step.controller_peak_rss_mib);
-                            report.controller_cpu_percent_5000 = Some(step.controller_cpu_percent);
-                        }
-                    }
-                }
-            }
+            Err(error) => outcomes
+                .errors
+                .push(format!("main control plane: {error:#}")),
+            Ok(cluster) => outcomes.main(&args, &ctx, &cluster).await,
         }
     }
     if let Some(idle) = idle {
-        let result = tokio::task::spawn_blocking(move || idle.join())
-            .await
-            .map_err(anyhow::Error::from)
-            .and_then(|joined| {
-                joined.unwrap_or_else(|_| Err(anyhow::anyhow!("the idle scenario panicked")))
-            });
-        if let Some(o) = record("idle", result, &mut details, &mut errors) {
-            report.agent_rss_mib = Some(o.peak_rss_mib);
-            report.agent_requests_per_hour = Some(o.requests_per_hour);
-            notes.push(format!(
-                "Idle agent: {} requests in {:.0} s counted by its proxy, {} in the audit log \
-                 (and {} at its start, not in the rate).",
-                o.requests, o.window_s, o.audited_requests, o.startup_requests
-            ));
-        }
+        outcomes.idle(idle).await;
     }
+    outcomes.report.not_run = Scenario::value_variants()
+        .iter()
+        .filter(|s| !args.runs(**s))
+        .map(|s| format!("{s:?}"))
+        .collect();
+    write(outcomes, &plan, &out, started)
+}
 
+/// Writes report.json and details.json, prints the table and its notes.
+fn write(outcomes: Outcomes, plan: &Plan, out: &Path, started: Instant) -> anyhow::Result<()> {
+    let Outcomes {
+        mut report,
+        mut details,
+        notes,
+        errors,
+    } = outcomes;
     report.machine = Machine::this();
-    report.commit = report::commit(&workspace());
+    report.commit = machine::commit(&workspace());
     report.date = Timestamp::now().strftime("%Y-%m-%d").to_string();
     report.mode = if plan.quick { "quick" } else { "full" }.into();
     report.duration_s = started.elapsed().as_secs_f64().round();
@@ -319,11 +330,11 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         out.join("details.json"),
         serde_json::to_string_pretty(&details)? + "\n",
     )?;
-    println!("{}", report.table(&plan));
+    println!("{}", report.table(plan));
     for note in &notes {
         println!("{note}");
     }
-    let misses = report.misses(&plan);
+    let misses = report.misses(plan);
     if !misses.is_empty() {
         println!("Targets missed: {}.", misses.join("; "));
     }

@@ -240,7 +240,13 @@ pub async fn create(
         .await
 }
 
-async fn register(api: Api<Node>, index: usize, name: String, pool: String) -> anyhow::Result<()> {
+/// Registers one node as a kubelet would: apply, then the first status report.
+pub async fn register(
+    api: Api<Node>,
+    index: usize,
+    name: String,
+    pool: String,
+) -> anyhow::Result<()> {
     let apply = PatchParams::apply(KUBELET).force();
     api.patch(&name, &apply, &Patch::Apply(object(&name, index, &pool)))
         .await?;
@@ -311,6 +317,27 @@ impl Heartbeats {
     pub fn stop(self) {
         self.task.abort();
     }
+
+    /// Stops the reports; what was sent.
+    pub fn finish(self) -> HeartbeatCounts {
+        self.task.abort();
+        HeartbeatCounts {
+            rate: self.rate,
+            sent: self.sent.load(Ordering::Relaxed),
+            failed: self.failed.load(Ordering::Relaxed),
+            skipped: self.skipped.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// The status reports of a run: the rate asked for, and how many were sent, failed, or
+/// skipped because 32 were in flight already.
+#[derive(Debug, Clone, Copy, serde::Serialize)]
+pub struct HeartbeatCounts {
+    pub rate: f64,
+    pub sent: u64,
+    pub failed: u64,
+    pub skipped: u64,
 }
 
 impl Drop for Heartbeats {

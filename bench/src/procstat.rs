@@ -1,4 +1,4 @@
-//! Memory and CPU time of a process, from `/proc`.
+//! Memory and CPU time of a process, and the machine's memory, from `/proc`.
 
 use std::time::Instant;
 
@@ -19,18 +19,38 @@ pub fn memory(pid: u32) -> std::io::Result<Memory> {
     Ok(parse_status(&status))
 }
 
+/// The value of a `Key:   1234 kB` line of `/proc/<pid>/status` or `/proc/meminfo`, in KiB.
+pub fn kib(text: &str, key: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix(':'))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+}
+
 fn parse_status(status: &str) -> Memory {
-    let kib = |key: &str| {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(key))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
-            .unwrap_or(0.0)
-    };
+    let mib = |key: &str| kib(status, key).unwrap_or(0.0) / 1024.0;
     Memory {
-        rss_mib: kib("VmRSS:") / 1024.0,
-        peak_mib: kib("VmHWM:") / 1024.0,
+        rss_mib: mib("VmRSS"),
+        peak_mib: mib("VmHWM"),
     }
+}
+
+/// Memory the machine can still give without swapping (MemAvailable), in GiB.
+pub fn available_gib() -> std::io::Result<f64> {
+    let meminfo = std::fs::read_to_string("/proc/meminfo")?;
+    kib(&meminfo, "MemAvailable")
+        .map(|k| k / 1024.0 / 1024.0)
+        .ok_or_else(|| std::io::Error::other("no MemAvailable in /proc/meminfo"))
+}
+
+/// Whether the process runs (an exited child that nobody reaped yet is a zombie: not running).
+pub fn is_running(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| {
+            let after = &stat[stat.rfind(')')? + 1..];
+            after.split_whitespace().next().map(|state| state != "Z")
+        })
+        .unwrap_or(false)
 }
 
 /// User plus system CPU seconds the process has used.
@@ -96,5 +116,7 @@ mod tests {
         let me = std::process::id();
         assert!(memory(me).unwrap().peak_mib > 0.0);
         assert!(cpu_seconds(me).unwrap() >= 0.0);
+        assert!(is_running(me));
+        assert!(available_gib().unwrap() > 0.0);
     }
 }

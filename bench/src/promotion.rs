@@ -4,7 +4,10 @@
 //! slot) and wait until the node and the ledger are clean again, so that the next trial starts
 //! on an idle fleet. No agent runs on these nodes: nothing reboots.
 
-use crate::nodes::POOL_LABEL;
+use crate::{
+    nodes::POOL_LABEL,
+    stats::{Latencies, Spread},
+};
 use anyhow::{Context, bail};
 use common::AnnotationKeys;
 use futures::StreamExt;
@@ -15,6 +18,7 @@ use kube::{
     core::PartialObjectMeta,
     runtime::watcher,
 };
+use serde::Serialize;
 use serde_json::json;
 use std::{
     collections::HashMap,
@@ -213,42 +217,75 @@ impl Drop for Promotions {
     }
 }
 
-/// Latencies in milliseconds, summarised by nearest-rank percentiles.
-#[derive(Debug, Clone, Default, serde::Serialize)]
-pub struct Latencies {
+/// One batch of trials: its own percentiles.
+#[derive(Debug, Clone, Serialize)]
+pub struct Batch {
+    pub p50_ms: f64,
+    pub p99_ms: f64,
     pub samples_ms: Vec<f64>,
+    /// How long the write of `reboot-needed` itself took (included in each sample).
+    pub write_samples_ms: Vec<f64>,
 }
 
-impl Latencies {
-    pub fn push(&mut self, latency: Duration) {
-        self.samples_ms.push(latency.as_secs_f64() * 1000.0);
-    }
-
-    /// The `p`-th percentile (0 < p <= 100), nearest rank.
-    pub fn percentile(&self, p: f64) -> Option<f64> {
-        if self.samples_ms.is_empty() {
-            return None;
-        }
-        let mut sorted = self.samples_ms.clone();
-        sorted.sort_by(f64::total_cmp);
-        let rank = ((p / 100.0) * sorted.len() as f64).ceil().max(1.0) as usize;
-        Some(sorted[rank.min(sorted.len()) - 1])
-    }
+/// Trials run in batches: the median of the batches' p50 and p99 with their range, so that a
+/// figure that one noisy moment moved shows as such.
+#[derive(Debug, Clone, Serialize)]
+pub struct Batched {
+    pub p50_ms: Spread,
+    pub p99_ms: Spread,
+    /// p50 of the writes of the request over all batches.
+    pub write_p50_ms: f64,
+    pub batches: Vec<Batch>,
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn percentiles_are_nearest_rank() {
-        let mut l = Latencies::default();
-        for ms in 1..=200 {
-            l.push(Duration::from_millis(ms));
+impl Promotions {
+    /// `batches` batches of `per_batch` trials on nodes spread over `names`, a `pause` between
+    /// two batches; `alive` fails the run as soon as the controller is gone.
+    pub async fn batches(
+        &self,
+        names: &[String],
+        (batches, per_batch): (usize, usize),
+        pause: Duration,
+        mut alive: impl FnMut() -> anyhow::Result<()>,
+    ) -> anyhow::Result<Batched> {
+        anyhow::ensure!(!names.is_empty(), "no node to run promotion trials on");
+        let mut done = Vec::new();
+        let mut writes = Latencies::default();
+        for b in 0..batches {
+            let (mut latencies, mut batch_writes) = (Latencies::default(), Latencies::default());
+            for i in 0..per_batch {
+                let trial = b * per_batch + i;
+                // Spread over the pool (7919 is prime), not the same few nodes.
+                let node = &names[(trial * 7919 + 13) % names.len()];
+                let result = self.timed_trial(node, Duration::from_secs(30)).await;
+                alive()?;
+                let (latency, write) = result?;
+                latencies.push(latency);
+                batch_writes.push(write);
+                // A short, varying pause: the controller finishes the cancel (Events), and
+                // trials do not fall in step with anything periodic.
+                sleep(Duration::from_millis(20 + (trial as u64 * 7) % 30)).await;
+            }
+            writes.samples_ms.extend(&batch_writes.samples_ms);
+            done.push(Batch {
+                p50_ms: latencies.percentile(50.0).unwrap_or(f64::NAN),
+                p99_ms: latencies.percentile(99.0).unwrap_or(f64::NAN),
+                samples_ms: latencies.samples_ms,
+                write_samples_ms: batch_writes.samples_ms,
+            });
+            if b + 1 < batches {
+                sleep(pause).await;
+            }
         }
-        assert_eq!(l.percentile(50.0), Some(100.0));
-        assert_eq!(l.percentile(99.0), Some(198.0));
-        assert_eq!(l.percentile(100.0), Some(200.0));
-        assert_eq!(Latencies::default().percentile(50.0), None);
+        let spread = |pick: fn(&Batch) -> f64| {
+            let values: Vec<f64> = done.iter().map(pick).collect();
+            Spread::of(&values).context("no batch of promotion trials")
+        };
+        Ok(Batched {
+            p50_ms: spread(|b| b.p50_ms)?,
+            p99_ms: spread(|b| b.p99_ms)?,
+            write_p50_ms: writes.percentile(50.0).unwrap_or(f64::NAN),
+            batches: done,
+        })
     }
 }

@@ -1,6 +1,7 @@
-//! The CI mode of the benchmark (issue 8): `bench --quick` runs every scenario at small sizes on
-//! the local control plane and writes a report.json with every figure, the machine and the
-//! commit. Times are not judged here (nor anywhere in the tests: the benchmark reports them).
+//! The CI mode of the benchmark: `bench --quick` runs every scenario at small sizes on the local
+//! control plane and writes a report.json with every figure, the machine, the commit and the
+//! load during each scenario. Times are not judged here (nor anywhere in the tests: the
+//! benchmark reports them).
 
 use std::process::Command;
 
@@ -42,8 +43,14 @@ fn quick_mode_produces_every_figure() {
         "{text}"
     );
     assert_eq!(report["mode"], "quick", "{text}");
+    for scenario in ["requests", "makespan", "scale", "idle"] {
+        assert!(
+            report["load"][scenario]["median"].is_number(),
+            "report.json has no load for {scenario}: {text}"
+        );
+    }
     assert!(
-        stdout.contains("| measure | target | result | pass/miss |"),
+        stdout.contains("| measure | target | result | load (1-min avg) | pass/miss |"),
         "{stdout}"
     );
     assert!(out.join("details.json").is_file());

@@ -1,13 +1,13 @@
 //! One idle agent, on a control plane of its own: its peak RSS and its API requests per hour.
 //! The agent runs as in a cluster (the release binary, its own ServiceAccount), on a realistic
 //! Node that gets a kubelet-like status report every 10 s (so the agent's watch delivers
-//! events it must ignore); its requests are counted by a proxy on its side of the wire and
-//! cross-checked with the API server's audit log. After a warm-up (until the agent has opened
-//! its watch, plus 2 s) its requests are counted over the measured window: the requests of
-//! its start (list, watch) are reported apart, as they are not a rate.
+//! events it must ignore); its requests are counted by the API server's audit log. After a
+//! warm-up (until the agent has opened its watch, plus 2 s) its requests are counted over the
+//! measured window: the requests of its start (list, watch) are reported apart, as they are
+//! not a rate.
 
 use super::{Cluster, Context};
-use crate::{identity, nodes, procstat, proxy::CountingProxy};
+use crate::{audit, identity, nodes, procstat};
 use serde::Serialize;
 use std::{
     collections::BTreeMap,
@@ -24,7 +24,6 @@ pub struct Outcome {
     pub rss_at_end_mib: f64,
     pub startup_requests: usize,
     pub requests: usize,
-    pub audited_requests: usize,
     pub requests_per_hour: f64,
     /// Seconds into the window of each counted request, with what it was.
     pub timeline: Vec<(f64, String)>,
@@ -45,9 +44,6 @@ async fn measure(ctx: &Context, cluster: &Cluster) -> anyhow::Result<Outcome> {
     let identity =
         identity::service_account(&cluster.control_plane, &cluster.admin, "idle-agent", &dir)
             .await?;
-    let proxy = CountingProxy::start(identity.client.clone()).await?;
-    let kubeconfig = dir.join("agent-via-proxy.kubeconfig");
-    proxy.write_kubeconfig(&kubeconfig)?;
     let node = format!("{POOL}-1");
     nodes::create(&cluster.nodes(), &[(1, node.clone())], POOL, 1).await?;
     let boot_id = dir.join("boot_id");
@@ -67,7 +63,7 @@ async fn measure(ctx: &Context, cluster: &Cluster) -> anyhow::Result<Outcome> {
         .arg("--reboot-command")
         .arg(format!("touch {}", dir.join("reboot-requested").display()))
         .args(ctx.agent_flags())
-        .env("KUBECONFIG", &kubeconfig)
+        .env("KUBECONFIG", &identity.kubeconfig)
         .env("RUST_LOG", "info")
         .stdout(log.try_clone()?)
         .stderr(log)
@@ -80,10 +76,9 @@ async fn measure(ctx: &Context, cluster: &Cluster) -> anyhow::Result<Outcome> {
     let heartbeats = nodes::Heartbeats::start(cluster.nodes(), vec![node.clone()], 0.1);
 
     let deadline = Instant::now() + Duration::from_secs(120);
-    while !proxy
-        .sent()
-        .iter()
-        .any(|s| s.kind().label() == "watch nodes")
+    while !cluster
+        .audit
+        .sent_since(&identity.user, "watch nodes", SystemTime::UNIX_EPOCH)?
     {
         anyhow::ensure!(
             Instant::now() < deadline,
@@ -114,45 +109,34 @@ async fn measure(ctx: &Context, cluster: &Cluster) -> anyhow::Result<Outcome> {
     let memory = procstat::memory(pid)?;
     heartbeats.stop();
     let _ = agent.kill().await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
 
-    let counted = proxy.sent_between(from, to);
-    let startup = proxy.sent().iter().filter(|s| s.at < from).count();
-    let audited = cluster.audit.requests(&identity.user, from, to)?.len();
-    if audited != counted.len() {
-        tracing::warn!(
-            "idle: the proxy counted {} requests, the audit log {audited}",
-            counted.len()
-        );
-    }
-    let mut breakdown = BTreeMap::new();
-    for s in &counted {
-        *breakdown.entry(s.kind().label()).or_default() += 1;
-    }
+    let counted = cluster.audit.requests(&identity.user, from, to)?;
+    let startup = cluster
+        .audit
+        .requests(&identity.user, SystemTime::UNIX_EPOCH, from)?
+        .len();
     let outcome = Outcome {
         window_s: window,
         peak_rss_mib: memory.peak_mib,
         rss_at_end_mib: memory.rss_mib,
         startup_requests: startup,
         requests: counted.len(),
-        audited_requests: audited,
         requests_per_hour: counted.len() as f64 * 3600.0 / window,
         timeline: counted
             .iter()
-            .map(|s| {
-                let at = s.at.duration_since(from).unwrap_or_default().as_secs_f64();
-                (at, format!("{} {}?{}", s.method, s.path, s.query))
+            .map(|a| {
+                let at = a.at.duration_since(from).unwrap_or_default().as_secs_f64();
+                (at, a.kind.label())
             })
             .collect(),
-        breakdown,
+        breakdown: audit::breakdown(&counted),
     };
     tracing::info!(
-        "idle: agent peak RSS {:.1} MiB, {} requests in {:.0} s ({:.1}/h; audit log: {})",
+        "idle: agent peak RSS {:.1} MiB, {} requests in {:.0} s ({:.1}/h)",
         outcome.peak_rss_mib,
         outcome.requests,
         window,
         outcome.requests_per_hour,
-        audited
     );
     Ok(outcome)
 }

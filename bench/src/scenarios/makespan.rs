@@ -1,58 +1,108 @@
 //! Rolling reboot makespan: N simulated nodes with real agents, all requested at once,
 //! `--max-unavailable k`, simulated reboot of T, drain off. The makespan runs from just before
 //! the first request is written until a watcher sees the last node completed (reboot proven,
-//! uncordoned, `reboot-last-completed` recorded); the ideal is ceil(N/k) x T. The same
-//! watcher checks the budget: at no moment more than k nodes unavailable.
+//! uncordoned, a new `reboot-last-completed`); the ideal is ceil(N/k) x T. The whole pool is
+//! rebooted several times with the same nodes and controller: the makespan is the median of the
+//! runs, with their range. The same watcher checks the budget (at no moment more than k nodes
+//! unavailable) and, with a watch of the ledger, records when each node reached each step of
+//! the protocol (see [`crate::turnover`]).
 
-use super::{Cluster, Context, controller_ready, is_clean, start_controller};
-use crate::nodes::POOL_LABEL;
-use anyhow::Context as _;
-use common::{AnnotationKeys, NodeFacts, Readiness};
-use futures::{StreamExt, stream};
-use k8s_openapi::api::core::v1::Node;
-use kube::{
-    Api,
-    api::{Patch, PatchParams},
-    runtime::{WatchStreamExt, watcher},
+use super::{Cluster, Context, ControllerSetup, controller_ready, ledger_name, start_controller};
+use crate::{
+    nodes::POOL_LABEL,
+    stats::Spread,
+    turnover::{self, Sightings, Step, Turnover},
 };
-use nodesim::{Fleet, FleetConfig};
+use anyhow::Context as _;
+use common::AnnotationKeys;
+use futures::{StreamExt, stream};
+use k8s_openapi::api::{coordination::v1::Lease, core::v1::Node};
+use kube::{
+    Api, Client,
+    api::{Patch, PatchParams},
+    runtime::watcher,
+};
+use nodesim::{ControllerProcess, Fleet, FleetConfig, sandbox::OPERATOR_NAMESPACE};
 use serde::Serialize;
 use serde_json::json;
 use std::{
-    collections::{BTreeMap, HashMap},
+    collections::{BTreeMap, BTreeSet, HashMap},
+    sync::Arc,
     time::Duration,
 };
-use tokio::{sync::watch, time::Instant};
+use tokio::{sync::watch, task::JoinHandle, time::Instant};
 
 const POOL: &str = "makespan";
+
+/// One reboot of the whole pool.
+#[derive(Debug, Serialize)]
+pub struct Run {
+    pub makespan_s: f64,
+    /// Time to write every request.
+    pub requests_written_s: f64,
+    pub max_unavailable_seen: usize,
+    /// Seconds from the start at which each node completed, in order.
+    pub completions_s: Vec<f64>,
+    pub turnover: Option<Turnover>,
+}
 
 #[derive(Debug, Serialize)]
 pub struct Outcome {
     pub nodes: usize,
     pub max_unavailable: usize,
     pub reboot_s: f64,
-    pub makespan_s: f64,
     pub ideal_s: f64,
-    pub ratio: f64,
-    /// Time to write every request.
-    pub requests_written_s: f64,
+    pub makespan_s: Spread,
+    pub ratio: Spread,
     pub reboots: u32,
-    pub max_unavailable_seen: usize,
-    /// Seconds from the start at which each node completed, in order.
-    pub completions_s: Vec<f64>,
-}
-
-#[derive(Debug, Clone, Default)]
-struct Progress {
-    completed: usize,
-    unavailable: usize,
-    max_unavailable: usize,
-    completions: Vec<Instant>,
+    /// The runs together.
+    pub turnover: Option<Turnover>,
+    pub runs: Vec<Run>,
 }
 
 pub async fn run(ctx: &Context, cluster: &Cluster) -> anyhow::Result<Outcome> {
     let plan = &ctx.plan;
     let (n, k) = (plan.makespan_nodes, plan.makespan_max_unavailable);
+    let (fleet, mut controller) = start(ctx, cluster).await?;
+    let names = fleet.names();
+    let mut runs = Vec::new();
+    let mut sightings = Vec::new();
+    for r in 1..=plan.makespan_runs {
+        let (run, seen) = one_run(ctx, cluster, &names, &mut controller).await?;
+        tracing::info!(
+            "makespan, run {r}: {:.1} s for {n} nodes{}",
+            run.makespan_s,
+            run.turnover
+                .as_ref()
+                .map(|t| format!("; {}", t.line()))
+                .unwrap_or_default()
+        );
+        runs.push(run);
+        sightings.push(seen);
+    }
+    let reboots = fleet.total_reboots();
+    controller.terminate(Duration::from_secs(5)).await;
+    fleet.stop().await;
+    let ideal = (n.div_ceil(k)) as f64 * plan.reboot.as_secs_f64();
+    let makespans: Vec<f64> = runs.iter().map(|r| r.makespan_s).collect();
+    let ratios: Vec<f64> = makespans.iter().map(|m| m / ideal).collect();
+    Ok(Outcome {
+        nodes: n,
+        max_unavailable: k,
+        reboot_s: plan.reboot.as_secs_f64(),
+        ideal_s: ideal,
+        makespan_s: Spread::of(&makespans).context("no makespan run")?,
+        ratio: Spread::of(&ratios).context("no makespan run")?,
+        reboots,
+        turnover: Turnover::of(&sightings, k),
+        runs,
+    })
+}
+
+/// The fleet with every agent watching its node, and the controller acting.
+async fn start(ctx: &Context, cluster: &Cluster) -> anyhow::Result<(Fleet, ControllerProcess)> {
+    let plan = &ctx.plan;
+    let n = plan.makespan_nodes;
     let cp = &cluster.control_plane;
     let dir = ctx.logs.join("makespan-nodes");
     let _ = std::fs::remove_dir_all(&dir);
@@ -67,13 +117,19 @@ pub async fn run(ctx: &Context, cluster: &Cluster) -> anyhow::Result<Outcome> {
     config.agent.args = ctx.agent_flags();
     config.labels = BTreeMap::from([(POOL_LABEL.to_owned(), POOL.to_owned())]);
     let fleet = Fleet::start(cluster.admin.clone(), config).await?;
-    let names = fleet.names();
-    let mut controller = start_controller(ctx, POOL, cp.kubeconfig_path(), k)?;
-
-    // Every agent watching its node, the controller synced.
+    let mut controller = start_controller(
+        ctx,
+        ControllerSetup {
+            pool: POOL,
+            kubeconfig: cp.kubeconfig_path(),
+            max_unavailable: plan.makespan_max_unavailable,
+            drain: false,
+        },
+    )?;
     let deadline = Instant::now() + Duration::from_secs(180);
     loop {
-        let watching = names
+        let watching = fleet
+            .names()
             .iter()
             .filter(|name| {
                 std::fs::read_to_string(dir.join(name).join("agent.log"))
@@ -97,41 +153,181 @@ pub async fn run(ctx: &Context, cluster: &Cluster) -> anyhow::Result<Outcome> {
     )
     .await?;
     tokio::time::sleep(Duration::from_secs(3)).await;
+    Ok((fleet, controller))
+}
 
-    let (progress_tx, mut progress) = watch::channel(Progress::default());
-    let watch_client = cp.client().await?;
-    let watcher_task = tokio::spawn(async move {
+/// What the watches saw of one run.
+#[derive(Debug, Clone, Default)]
+struct Progress {
+    nodes_listed: bool,
+    ledger_listed: bool,
+    /// `reboot-last-completed` of each node when the run began.
+    before: HashMap<String, Option<String>>,
+    unavailable: HashMap<String, bool>,
+    max_unavailable: usize,
+    sightings: Sightings,
+}
+
+impl Progress {
+    fn node(&mut self, node: &Node, keys: &AnnotationKeys, at: Instant) {
+        let name = node.metadata.name.clone().unwrap_or_default();
+        let last = node
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(&keys.last_completed).cloned());
+        if !self.nodes_listed {
+            self.before.insert(name.clone(), last);
+        } else {
+            let before = self.before.get(&name).cloned().flatten();
+            for step in turnover::shown_by(node, keys, before.as_deref()) {
+                self.sightings.saw(&name, step, at);
+            }
+        }
+        self.unavailable
+            .insert(name, nodesim::budget_watch::unavailable(node, keys));
+        let now = self.unavailable.values().filter(|u| **u).count();
+        self.max_unavailable = self.max_unavailable.max(now);
+    }
+
+    fn completed(&self) -> usize {
+        self.sightings.times(Step::Completed).len()
+    }
+}
+
+type Shared = Arc<watch::Sender<Progress>>;
+
+/// The pool's Nodes, as they change.
+fn watch_nodes(client: Client, progress: Shared) -> JoinHandle<()> {
+    tokio::spawn(async move {
         let keys = AnnotationKeys::default();
         let config = watcher::Config::default().labels(&format!("{POOL_LABEL}={POOL}"));
-        let stream = watcher(Api::<Node>::all(watch_client), config).touched_objects();
+        let stream = watcher(Api::<Node>::all(client), config);
         futures::pin_mut!(stream);
-        let mut seen: HashMap<String, (bool, bool)> = HashMap::new();
         while let Some(event) = stream.next().await {
-            let Ok(node) = event else { continue };
-            let facts = NodeFacts::from_node(&node);
-            let done = is_clean(&node)
-                && facts.readiness == Readiness::Ready
-                && facts.annotations.contains_key(&keys.last_completed);
-            let unavailable = nodesim::budget_watch::unavailable(&node, &keys);
-            let was_done = seen.get(&facts.name).is_some_and(|s| s.0);
-            seen.insert(facts.name.clone(), (done, unavailable));
-            progress_tx.send_modify(|p| {
-                p.completed = seen.values().filter(|s| s.0).count();
-                p.unavailable = seen.values().filter(|s| s.1).count();
-                p.max_unavailable = p.max_unavailable.max(p.unavailable);
-                if done && !was_done {
-                    p.completions.push(Instant::now());
+            let at = Instant::now();
+            match event {
+                Ok(watcher::Event::Apply(node) | watcher::Event::InitApply(node)) => {
+                    progress.send_modify(|p| p.node(&node, &keys, at));
                 }
-            });
+                Ok(watcher::Event::InitDone) => progress.send_modify(|p| p.nodes_listed = true),
+                Ok(_) => {}
+                Err(error) => {
+                    tracing::warn!(%error, "makespan: the node watch failed; retrying");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
         }
-    });
+    })
+}
 
-    let nodes: Api<Node> = cluster.nodes();
-    let request = json!({"metadata": {"annotations": {common::keys::REBOOT_NEEDED: "true"}}});
+/// The pool's ledger: which nodes hold a slot.
+fn watch_ledger(client: Client, progress: Shared) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        let leases: Api<Lease> = Api::namespaced(client, OPERATOR_NAMESPACE);
+        let config =
+            watcher::Config::default().fields(&format!("metadata.name={}", ledger_name(POOL)));
+        let stream = watcher(leases, config);
+        futures::pin_mut!(stream);
+        while let Some(event) = stream.next().await {
+            let at = Instant::now();
+            match event {
+                Ok(watcher::Event::Apply(lease) | watcher::Event::InitApply(lease)) => {
+                    let holders = holders(&lease);
+                    progress.send_modify(|p| p.sightings.ledger(&holders, at));
+                }
+                Ok(watcher::Event::InitDone) => progress.send_modify(|p| p.ledger_listed = true),
+                Ok(_) => {}
+                Err(error) => {
+                    tracing::warn!(%error, "makespan: the ledger watch failed; retrying");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+        }
+    })
+}
+
+fn holders(lease: &Lease) -> BTreeSet<String> {
+    let slots = lease
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(common::ledger::SLOTS_ANNOTATION));
+    slots
+        .and_then(|json| serde_json::from_str::<BTreeMap<String, serde_json::Value>>(json).ok())
+        .map(|map| map.into_keys().collect())
+        .unwrap_or_default()
+}
+
+/// Requests a reboot of every node and waits until all are completed.
+async fn one_run(
+    ctx: &Context,
+    cluster: &Cluster,
+    names: &[String],
+    controller: &mut ControllerProcess,
+) -> anyhow::Result<(Run, Sightings)> {
+    let plan = &ctx.plan;
+    let (n, k) = (plan.makespan_nodes, plan.makespan_max_unavailable);
+    let cp = &cluster.control_plane;
+    let (tx, mut progress) = watch::channel(Progress::default());
+    let tx = Arc::new(tx);
+    let tasks = [
+        watch_nodes(cp.client().await?, tx.clone()),
+        watch_ledger(cp.client().await?, tx.clone()),
+    ];
+    let listed = tokio::time::timeout(
+        Duration::from_secs(60),
+        progress.wait_for(|p| p.nodes_listed && p.ledger_listed),
+    )
+    .await
+    .is_ok_and(|r| r.is_ok());
+    anyhow::ensure!(
+        listed,
+        "the watches of the pool and its ledger did not list within 60 s"
+    );
+
     let began = Instant::now();
-    stream::iter(&names)
+    request_all(&cluster.nodes(), names).await?;
+    let written = began.elapsed();
+    let ideal = (n.div_ceil(k)) as f64 * plan.reboot.as_secs_f64();
+    let limit = Duration::from_secs_f64(ideal * 10.0 + 120.0);
+    let done = tokio::time::timeout(limit, progress.wait_for(|p| p.completed() == n))
+        .await
+        .is_ok_and(|r| r.is_ok());
+    let last = progress.borrow().clone();
+    tasks.iter().for_each(JoinHandle::abort);
+    anyhow::ensure!(
+        done,
+        "only {} of {n} nodes completed within {limit:?}; controller log: {}",
+        last.completed(),
+        controller.log_tail(20)
+    );
+    anyhow::ensure!(
+        last.max_unavailable <= k,
+        "the budget was exceeded: {} nodes unavailable at once with max-unavailable {k}",
+        last.max_unavailable
+    );
+    let completions = last.sightings.times(Step::Completed);
+    let finished = *completions.last().context("no completion recorded")?;
+    let run = Run {
+        makespan_s: finished.duration_since(began).as_secs_f64(),
+        requests_written_s: written.as_secs_f64(),
+        max_unavailable_seen: last.max_unavailable,
+        completions_s: completions
+            .iter()
+            .map(|t| t.duration_since(began).as_secs_f64())
+            .collect(),
+        turnover: Turnover::of(std::slice::from_ref(&last.sightings), k),
+    };
+    Ok((run, last.sightings))
+}
+
+/// `reboot-needed=true` on every node, 16 writes at a time.
+async fn request_all(nodes: &Api<Node>, names: &[String]) -> anyhow::Result<()> {
+    let request = json!({"metadata": {"annotations": {common::keys::REBOOT_NEEDED: "true"}}});
+    stream::iter(names)
         .map(|name| {
-            let (nodes, request) = (&nodes, request.clone());
+            let request = request.clone();
             async move {
                 nodes
                     .patch(name, &PatchParams::default(), &Patch::Merge(request))
@@ -143,55 +339,5 @@ pub async fn run(ctx: &Context, cluster: &Cluster) -> anyhow::Result<Outcome> {
         .await
         .into_iter()
         .collect::<Result<Vec<_>, _>>()?;
-    let written = began.elapsed();
-
-    let ideal = (n.div_ceil(k)) as f64 * plan.reboot.as_secs_f64();
-    let limit = Duration::from_secs_f64(ideal * 10.0 + 120.0);
-    let done = tokio::time::timeout(limit, async {
-        progress.wait_for(|p| p.completed == n).await.map(|_| ())
-    })
-    .await;
-    let last = progress.borrow().clone();
-    watcher_task.abort();
-    let finished = match done {
-        Ok(Ok(_)) => *last.completions.last().context("no completion recorded")?,
-        _ => {
-            anyhow::bail!(
-                "only {} of {n} nodes completed within {limit:?}; controller log: {}",
-                last.completed,
-                controller.log_tail(20)
-            )
-        }
-    };
-    let makespan = finished.duration_since(began).as_secs_f64();
-    let reboots = fleet.total_reboots();
-    controller.terminate(Duration::from_secs(5)).await;
-    fleet.stop().await;
-    anyhow::ensure!(
-        last.max_unavailable <= k,
-        "the budget was exceeded: {} nodes unavailable at once with max-unavailable {k}",
-        last.max_unavailable
-    );
-    let outcome = Outcome {
-        nodes: n,
-        max_unavailable: k,
-        reboot_s: plan.reboot.as_secs_f64(),
-        makespan_s: makespan,
-        ideal_s: ideal,
-        ratio: makespan / ideal,
-        requests_written_s: written.as_secs_f64(),
-        reboots,
-        max_unavailable_seen: last.max_unavailable,
-        completions_s: last
-            .completions
-            .iter()
-            .map(|t| t.duration_since(began).as_secs_f64())
-            .collect(),
-    };
-    tracing::info!(
-        "makespan: {:.1} s for {n} nodes (ideal {ideal:.0} s, ratio {:.2}), {reboots} reboots",
-        outcome.makespan_s,
-        outcome.ratio
-    );
-    Ok(outcome)
+    Ok(())
 }

@@ -1,8 +1,7 @@
-//! The scenarios of issue 8 and what they share: the binaries under test, where logs go, the
-//! control plane with its audit log, and starting a controller on one pool.
+//! The scenarios and what they share: the binaries under test, where logs go, the control
+//! plane with its audit log, and starting a controller on one pool.
 
 pub mod idle;
-pub mod latency;
 pub mod makespan;
 pub mod requests;
 pub mod scale;
@@ -57,9 +56,14 @@ pub fn help_of(bin: &Path) -> String {
         .unwrap_or_default()
 }
 
+/// etcd's largest recommended quota, 8 GiB, instead of the default 2 GiB: 65,000 Nodes of about
+/// 14 KB plus the revisions that their status reports leave between two compactions of the API
+/// server (every 5 minutes) outgrow 2 GiB, and etcd then refuses every write.
+const ETCD_QUOTA: &str = "--quota-backend-bytes=8589934592";
+
 /// A control plane for the benchmark: no controller-manager (its node lifecycle controller
-/// would mark agent-less nodes NotReady) and no scheduler (no pods: drain is off), with an
-/// audit log of the benchmark's ServiceAccounts.
+/// would mark agent-less nodes NotReady) and no scheduler (the few pods of the drain runs are
+/// created on their node), with an audit log of the benchmark's ServiceAccounts.
 pub struct Cluster {
     pub admin: Client,
     pub audit: Audit,
@@ -81,6 +85,7 @@ impl Cluster {
             controller_manager: false,
             scheduler: false,
             extra_apiserver_args: audit.apiserver_args(),
+            extra_etcd_args: vec![ETCD_QUOTA.into()],
             ..Options::default()
         })
         .await
@@ -101,6 +106,56 @@ impl Cluster {
     pub fn nodes(&self) -> Api<Node> {
         Api::all(self.admin.clone())
     }
+
+    /// The API server's and etcd's memory now, and the size of etcd's database file.
+    pub fn memory(&self) -> ControlPlaneMemory {
+        let rss = |name: &str| {
+            self.control_plane
+                .pid(name)
+                .and_then(|pid| crate::procstat::memory(pid).ok())
+                .map_or(0.0, |m| m.rss_mib)
+        };
+        let db = self.control_plane.dir().join("etcd/member/snap/db");
+        ControlPlaneMemory {
+            apiserver_rss_mib: rss("kube-apiserver"),
+            etcd_rss_mib: rss("etcd"),
+            etcd_db_mib: std::fs::metadata(db).map_or(0.0, |m| m.len() as f64 / 1024.0 / 1024.0),
+        }
+    }
+
+    /// Why the control plane cannot go on, if it cannot: a component exited.
+    pub fn down(&self) -> Option<String> {
+        ["etcd", "kube-apiserver"].into_iter().find_map(|name| {
+            let running = self
+                .control_plane
+                .pid(name)
+                .is_some_and(crate::procstat::is_running);
+            (!running).then(|| {
+                let log = self.control_plane.dir().join(format!("{name}.log"));
+                let text = std::fs::read_to_string(&log).unwrap_or_default();
+                let tail: Vec<&str> = text.lines().rev().take(5).collect();
+                format!(
+                    "{name} exited; the end of {}: {}",
+                    log.display(),
+                    tail.into_iter().rev().collect::<Vec<_>>().join(" | ")
+                )
+            })
+        })
+    }
+}
+
+/// The control plane's share of the machine's memory.
+#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
+pub struct ControlPlaneMemory {
+    pub apiserver_rss_mib: f64,
+    pub etcd_rss_mib: f64,
+    pub etcd_db_mib: f64,
+}
+
+impl ControlPlaneMemory {
+    pub fn rss_mib(&self) -> f64 {
+        self.apiserver_rss_mib + self.etcd_rss_mib
+    }
 }
 
 /// The ledger Lease of a pool's controller.
@@ -108,20 +163,37 @@ pub fn ledger_name(pool: &str) -> String {
     format!("bench-{pool}")
 }
 
-/// Starts the controller of `pool` (drain off, its own ledger), talking to the API server
-/// through `kubeconfig`, logging to `<logs>/<pool>-controller.log`.
+/// How a controller is started.
+#[derive(Debug, Clone, Copy)]
+pub struct ControllerSetup<'a> {
+    pub pool: &'a str,
+    /// The identity it talks to the API server with.
+    pub kubeconfig: &'a Path,
+    pub max_unavailable: usize,
+    pub drain: bool,
+}
+
+/// Starts the controller of a pool (with its own ledger), logging to
+/// `<logs>/<pool>-controller.log`. The log of an earlier controller of the pool is kept as
+/// `<pool>-controller.<n>.log`: the new one keeps the name, which is also its identity in the
+/// leader Lease, so that it leads at once instead of waiting for the old lease to expire.
 pub fn start_controller(
     ctx: &Context,
-    pool: &str,
-    kubeconfig: &Path,
-    max_unavailable: usize,
+    setup: ControllerSetup<'_>,
 ) -> anyhow::Result<ControllerProcess> {
+    let pool = setup.pool;
     let log = ctx.logs.join(format!("{pool}-controller.log"));
-    let _ = std::fs::remove_file(&log);
+    if log.exists() {
+        let kept = (1..)
+            .map(|n| ctx.logs.join(format!("{pool}-controller.{n}.log")))
+            .find(|p| !p.exists())
+            .unwrap_or_default();
+        std::fs::rename(&log, &kept).with_context(|| format!("keep {}", log.display()))?;
+    }
     let mut args: Vec<String> = vec![
         "--max-unavailable".into(),
-        max_unavailable.to_string(),
-        "--drain=false".into(),
+        setup.max_unavailable.to_string(),
+        format!("--drain={}", setup.drain),
         "--node-selector".into(),
         format!("{POOL_LABEL}={pool}"),
         "--namespace".into(),
@@ -139,7 +211,7 @@ pub fn start_controller(
     args.extend(ctx.controller_args.iter().cloned());
     Ok(ControllerProcess::start(
         ctx.controller_bin.clone(),
-        kubeconfig.to_path_buf(),
+        setup.kubeconfig.to_path_buf(),
         args,
         log,
     )?)
@@ -204,19 +276,4 @@ pub fn is_clean(node: &Node) -> bool {
             .as_ref()
             .and_then(|s| s.unschedulable)
             .unwrap_or(false)
-}
-
-/// The median of some counts.
-pub fn median(values: &[f64]) -> Option<f64> {
-    if values.is_empty() {
-        return None;
-    }
-    let mut v = values.to_vec();
-    v.sort_by(f64::total_cmp);
-    let mid = v.len() / 2;
-    Some(if v.len().is_multiple_of(2) {
-        (v[mid - 1] + v[mid]) / 2.0
-    } else {
-        v[mid]
-    })
 }

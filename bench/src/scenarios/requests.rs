@@ -1,218 +1,324 @@
-//! API requests per node reboot, controller and agent together, drain off. One simulated node
-//! with a real agent, the real controller, each behind its own counting proxy and with its own
-//! ServiceAccount; every reboot is counted from the write of `reboot-needed` until the reboot
-//! is completed, the slot released and a quiet period passed (for trailing Events). The agent's
-//! restart after the simulated reboot (its new list and watch) is part of the reboot's cost.
-//! Requests to a Lease other than the ledger (leader election renewals, which go on whether
-//! or not anything reboots) are reported apart and not counted.
+//! API requests per node reboot, controller and agent together, as the API server's audit log
+//! counts them (each program has its own ServiceAccount and talks to the API server directly).
+//! One simulated node with a real agent and the real controller, in three settings, each with
+//! a controller of its own: drain off; drain on with no pod to evict; drain on with pods on
+//! the node that the drain evicts (their added requests, divided by their number, are the cost
+//! of an evicted pod). Every reboot is counted from the write of `reboot-needed` until the
+//! reboot is completed, the slot released and a quiet period passed (for trailing Events). The
+//! agent's restart after the simulated reboot (its new list and watch) is part of the cost.
+//! Requests to a Lease other than the ledger (leader-election renewals, which go on whether or
+//! not anything reboots) are reported apart and not counted.
 
-use super::{Cluster, Context, is_clean, ledger_name, slots, start_controller};
+use super::{Cluster, Context, ControllerSetup, is_clean, ledger_name, slots, start_controller};
 use crate::{
-    identity,
+    audit::{Audited, RequestKind},
+    identity::{self, Identity},
     nodes::POOL_LABEL,
-    proxy::{CountingProxy, RequestKind},
+    pods,
+    stats::median,
 };
 use anyhow::Context as _;
+use k8s_openapi::api::core::v1::Node;
 use kube::api::{Patch, PatchParams};
-use nodesim::{Fleet, FleetConfig};
+use nodesim::{ControllerProcess, Fleet, FleetConfig};
 use serde::Serialize;
 use serde_json::json;
 use std::{
     collections::BTreeMap,
+    path::Path,
     sync::Arc,
     time::{Duration, Instant, SystemTime},
 };
 
 const POOL: &str = "requests";
 
+/// What the drain has to do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Setting {
+    DrainOff,
+    DrainOn,
+    DrainOnWithPods,
+}
+
+/// One counted reboot.
 #[derive(Debug, Serialize)]
 pub struct Counted {
     pub controller: usize,
     pub agent: usize,
-    /// Leader-election and other background requests, not counted.
+    /// Leader-election renewals, not counted.
     pub background: usize,
-    pub controller_audited: usize,
-    pub agent_audited: usize,
-    /// `verb resource` -> (controller, agent), as the proxies saw them.
+    /// Pods on the node before the reboot that were gone after it.
+    pub evicted: usize,
+    /// `verb resource` -> (controller, agent).
     pub breakdown: BTreeMap<String, (usize, usize)>,
     pub seconds: f64,
 }
 
+/// The reboots of one setting.
 #[derive(Debug, Serialize)]
-pub struct Outcome {
+pub struct Reboots {
+    pub setting: Setting,
+    pub pods: usize,
     pub reboots: Vec<Counted>,
     /// Median over the reboots of controller + agent.
     pub per_reboot: f64,
-    /// Whether the audit log saw as many requests as the proxies for every reboot.
-    pub audit_agrees: bool,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Outcome {
+    pub drain_off: Reboots,
+    pub drain_on: Reboots,
+    pub drain_on_with_pods: Reboots,
+    /// What each evicted pod adds to a drained reboot.
+    pub per_evicted_pod: f64,
+}
+
+impl Outcome {
+    /// One line per setting, for the report's notes.
+    pub fn notes(&self) -> Vec<String> {
+        [&self.drain_off, &self.drain_on, &self.drain_on_with_pods]
+            .iter()
+            .map(|r| {
+                let each: Vec<String> = r
+                    .reboots
+                    .iter()
+                    .map(|c| format!("controller {} + agent {}", c.controller, c.agent))
+                    .collect();
+                format!(
+                    "Requests per reboot, {} ({} pods): {}.",
+                    r.setting.describe(),
+                    r.pods,
+                    each.join("; ")
+                )
+            })
+            .collect()
+    }
+}
+
+impl Setting {
+    fn describe(self) -> &'static str {
+        match self {
+            Setting::DrainOff => "drain off",
+            Setting::DrainOn => "drain on, no pod to evict",
+            Setting::DrainOnWithPods => "drain on, pods to evict",
+        }
+    }
 }
 
 fn background(kind: &RequestKind, ledger: &str) -> bool {
     kind.resource == "leases" && kind.name.as_deref() != Some(ledger)
 }
 
+/// What every setting shares: the node, its agent, the identities.
+struct Bench<'a> {
+    ctx: &'a Context,
+    cluster: &'a Cluster,
+    fleet: Fleet,
+    node: String,
+    controller: Identity,
+    agent: Identity,
+}
+
 pub async fn run(ctx: &Context, cluster: &Cluster) -> anyhow::Result<Outcome> {
     let cp = &cluster.control_plane;
     let dir = ctx.logs.join("requests");
-    let controller_id = identity::service_account(cp, &cluster.admin, "controller", &dir).await?;
-    let agent_id = identity::service_account(cp, &cluster.admin, "agent", &dir).await?;
-    let controller_proxy = CountingProxy::start(controller_id.client.clone()).await?;
-    let agent_proxy = CountingProxy::start(agent_id.client.clone()).await?;
-    let controller_kubeconfig = dir.join("controller-via-proxy.kubeconfig");
-    let agent_kubeconfig = dir.join("agent-via-proxy.kubeconfig");
-    controller_proxy.write_kubeconfig(&controller_kubeconfig)?;
-    agent_proxy.write_kubeconfig(&agent_kubeconfig)?;
+    let controller = identity::service_account(cp, &cluster.admin, "controller", &dir).await?;
+    let agent = identity::service_account(cp, &cluster.admin, "agent", &dir).await?;
+    let began = SystemTime::now();
+    let fleet = start_fleet(ctx, cluster, &agent.kubeconfig, &dir).await?;
+    let node = fleet.names().remove(0);
+    wait_for_watch(cluster, &agent, began, None).await?;
+    let bench = Bench {
+        ctx,
+        cluster,
+        fleet,
+        node,
+        controller,
+        agent,
+    };
+    let drain_off = bench.setting(Setting::DrainOff).await?;
+    let drain_on = bench.setting(Setting::DrainOn).await?;
+    let drain_on_with_pods = bench.setting(Setting::DrainOnWithPods).await?;
+    bench.fleet.stop().await;
+    let pods = drain_on_with_pods.pods.max(1) as f64;
+    Ok(Outcome {
+        per_evicted_pod: (drain_on_with_pods.per_reboot - drain_on.per_reboot) / pods,
+        drain_off,
+        drain_on,
+        drain_on_with_pods,
+    })
+}
 
+async fn start_fleet(
+    ctx: &Context,
+    cluster: &Cluster,
+    agent_kubeconfig: &Path,
+    dir: &Path,
+) -> anyhow::Result<Fleet> {
     let mut config = FleetConfig::new(
         1,
         ctx.agent_bin.clone(),
         dir.join("nodes"),
-        cp.kubeconfig_path().to_path_buf(),
+        cluster.control_plane.kubeconfig_path().to_path_buf(),
     );
     config.name_prefix = POOL.into();
     config.reboot_duration = ctx.plan.reboot;
     config.agent.args = ctx.agent_flags();
     config.labels = BTreeMap::from([(POOL_LABEL.to_owned(), POOL.to_owned())]);
-    let via_proxy = agent_kubeconfig.clone();
-    config.agent_kubeconfig = Some(Arc::new(move |_| via_proxy.clone()));
-    let fleet = Fleet::start(cluster.admin.clone(), config).await?;
-    let node = fleet.names().remove(0);
-    let mut controller = start_controller(ctx, POOL, &controller_kubeconfig, 1)?;
+    let own = agent_kubeconfig.to_path_buf();
+    config.agent_kubeconfig = Some(Arc::new(move |_| own.clone()));
+    Ok(Fleet::start(cluster.admin.clone(), config).await?)
+}
 
-    // Both programs are up once each has opened its watch of nodes.
-    let watching = |proxy: &CountingProxy| {
-        proxy
-            .sent()
-            .iter()
-            .any(|s| s.kind().label() == "watch nodes")
-    };
+/// Waits until the audit log shows `who` watching nodes since `since` (the program is up).
+async fn wait_for_watch(
+    cluster: &Cluster,
+    who: &Identity,
+    since: SystemTime,
+    mut controller: Option<&mut ControllerProcess>,
+) -> anyhow::Result<()> {
     let deadline = Instant::now() + Duration::from_secs(120);
-    while !(watching(&controller_proxy) && watching(&agent_proxy)) {
+    while !cluster.audit.sent_since(&who.user, "watch nodes", since)? {
         anyhow::ensure!(
             Instant::now() < deadline,
-            "controller and agent did not start watching within 120 s"
+            "{} did not start watching nodes within 120 s",
+            who.user
         );
-        anyhow::ensure!(
-            controller.is_running(),
-            "the controller exited: {}",
-            controller.log_tail(20)
-        );
+        if let Some(c) = controller.as_deref_mut() {
+            anyhow::ensure!(c.is_running(), "the controller exited: {}", c.log_tail(20));
+        }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    super::controller_ready(
-        &cluster.admin,
-        &mut controller,
-        POOL,
-        Duration::from_secs(30),
-    )
-    .await?;
-    tokio::time::sleep(ctx.plan.settle).await;
+    Ok(())
+}
 
-    let ledger = ledger_name(POOL);
-    let nodes = cluster.nodes();
-    let mut reboots = Vec::new();
-    for round in 1..=ctx.plan.counted_reboots {
-        let before = nodes.get(&node).await?;
-        let last = |n: &k8s_openapi::api::core::v1::Node| {
+impl Bench<'_> {
+    async fn setting(&self, setting: Setting) -> anyhow::Result<Reboots> {
+        let plan = &self.ctx.plan;
+        let began = SystemTime::now();
+        let mut controller = start_controller(
+            self.ctx,
+            ControllerSetup {
+                pool: POOL,
+                kubeconfig: &self.controller.kubeconfig,
+                max_unavailable: 1,
+                drain: setting != Setting::DrainOff,
+            },
+        )?;
+        wait_for_watch(self.cluster, &self.controller, began, Some(&mut controller)).await?;
+        super::controller_ready(
+            &self.cluster.admin,
+            &mut controller,
+            POOL,
+            Duration::from_secs(30),
+        )
+        .await?;
+        tokio::time::sleep(plan.settle).await;
+        let pods = if setting == Setting::DrainOnWithPods {
+            plan.evicted_pods
+        } else {
+            0
+        };
+        let mut reboots = Vec::new();
+        for round in 1..=plan.counted_reboots {
+            let on_node = pods::start_on(&self.cluster.admin, &self.node, round, pods).await?;
+            let mut counted = self.reboot(&mut controller).await?;
+            counted.evicted = pods::gone(&self.cluster.admin, &on_node).await?;
+            tracing::info!(
+                "requests, {}: controller {}, agent {}, {} pods evicted: {:?}",
+                setting.describe(),
+                counted.controller,
+                counted.agent,
+                counted.evicted,
+                counted.breakdown
+            );
+            reboots.push(counted);
+        }
+        controller.terminate(Duration::from_secs(5)).await;
+        let totals: Vec<f64> = reboots
+            .iter()
+            .map(|c| (c.controller + c.agent) as f64)
+            .collect();
+        Ok(Reboots {
+            setting,
+            pods,
+            per_reboot: median(&totals).context("no reboot counted")?,
+            reboots,
+        })
+    }
+
+    /// One reboot of the node, counted from the request until it is completed and quiet.
+    async fn reboot(&self, controller: &mut ControllerProcess) -> anyhow::Result<Counted> {
+        let nodes = self.cluster.nodes();
+        let last = |n: &Node| {
             n.metadata
                 .annotations
                 .as_ref()
                 .and_then(|a| a.get(common::keys::REBOOT_LAST_COMPLETED).cloned())
         };
-        let previous = last(&before);
+        let previous = last(&nodes.get(&self.node).await?);
+        let expected = self.fleet.reboots(&self.node) + 1;
         let began = Instant::now();
         let from = SystemTime::now();
+        let request = json!({"metadata": {"annotations": {common::keys::REBOOT_NEEDED: "true"}}});
         nodes
-            .patch(
-                &node,
-                &PatchParams::default(),
-                &Patch::Merge(
-                    json!({"metadata": {"annotations": {common::keys::REBOOT_NEEDED: "true"}}}),
-                ),
-            )
+            .patch(&self.node, &PatchParams::default(), &Patch::Merge(request))
             .await?;
         let deadline = Instant::now() + Duration::from_secs(120);
         loop {
-            let n = nodes.get(&node).await?;
-            if fleet.reboots(&node) as usize == round
-                && last(&n).is_some()
-                && last(&n) != previous
+            let n = nodes.get(&self.node).await?;
+            if self.fleet.reboots(&self.node) == expected
+                && last(&n).is_some_and(|l| Some(&l) != previous.as_ref())
                 && is_clean(&n)
-                && slots(&cluster.admin, POOL).await?.is_empty()
+                && slots(&self.cluster.admin, POOL).await?.is_empty()
             {
                 break;
             }
             anyhow::ensure!(
                 Instant::now() < deadline,
-                "reboot {round} of {node} did not complete within 120 s"
+                "the reboot of {} did not complete within 120 s; controller log: {}",
+                self.node,
+                controller.log_tail(20)
             );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        tokio::time::sleep(ctx.plan.settle).await;
+        tokio::time::sleep(self.ctx.plan.settle).await;
         let to = SystemTime::now();
-        // Let the API server write its last audit events.
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        let mut counted = Counted {
-            controller: 0,
-            agent: 0,
-            background: 0,
-            controller_audited: 0,
-            agent_audited: 0,
-            breakdown: BTreeMap::new(),
-            seconds: began.elapsed().as_secs_f64(),
-        };
-        for (proxy, is_controller) in [(&controller_proxy, true), (&agent_proxy, false)] {
-            for sent in proxy.sent_between(from, to) {
-                let kind = sent.kind();
-                if background(&kind, &ledger) {
-                    counted.background += 1;
-                    continue;
-                }
-                let entry = counted.breakdown.entry(kind.label()).or_default();
-                if is_controller {
-                    counted.controller += 1;
-                    entry.0 += 1;
-                } else {
-                    counted.agent += 1;
-                    entry.1 += 1;
-                }
+        let audited = |who: &Identity| self.cluster.audit.requests(&who.user, from, to);
+        Ok(count(
+            &audited(&self.controller)?,
+            &audited(&self.agent)?,
+            &ledger_name(POOL),
+            began.elapsed(),
+        ))
+    }
+}
+
+fn count(controller: &[Audited], agent: &[Audited], ledger: &str, took: Duration) -> Counted {
+    let mut counted = Counted {
+        controller: 0,
+        agent: 0,
+        background: 0,
+        evicted: 0,
+        breakdown: BTreeMap::new(),
+        seconds: took.as_secs_f64(),
+    };
+    for (requests, is_controller) in [(controller, true), (agent, false)] {
+        for request in requests {
+            if background(&request.kind, ledger) {
+                counted.background += 1;
+                continue;
+            }
+            let entry = counted.breakdown.entry(request.kind.label()).or_default();
+            if is_controller {
+                counted.controller += 1;
+                entry.0 += 1;
+            } else {
+                counted.agent += 1;
+                entry.1 += 1;
             }
         }
-        let audited = |user: &str| -> anyhow::Result<usize> {
-            Ok(cluster
-                .audit
-                .requests(user, from, to)?
-                .iter()
-                .filter(|a| !background(&a.kind, &ledger))
-                .count())
-        };
-        counted.controller_audited = audited(&controller_id.user)?;
-        counted.agent_audited = audited(&agent_id.user)?;
-        tracing::info!(
-            "requests: reboot {round}: controller {} (audit {}), agent {} (audit {}): {:?}",
-            counted.controller,
-            counted.controller_audited,
-            counted.agent,
-            counted.agent_audited,
-            counted.breakdown
-        );
-        reboots.push(counted);
     }
-    controller.terminate(Duration::from_secs(5)).await;
-    fleet.stop().await;
-    let totals: Vec<f64> = reboots
-        .iter()
-        .map(|c| (c.controller + c.agent) as f64)
-        .collect();
-    let audit_agrees = reboots
-        .iter()
-        .all(|c| c.controller == c.controller_audited && c.agent == c.agent_audited);
-    if !audit_agrees {
-        tracing::warn!("requests: the audit log and the proxies disagree; see details.json");
-    }
-    Ok(Outcome {
-        per_reboot: super::median(&totals).context("no reboot counted")?,
-        reboots,
-        audit_agrees,
-    })
+    counted
 }

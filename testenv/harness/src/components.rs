@@ -66,10 +66,10 @@ impl Files {
         self.dir.join(name).display().to_string()
     }
 
-    pub fn etcd_args(&self, client_port: u16, peer_port: u16) -> Vec<String> {
+    pub fn etcd_args(&self, client_port: u16, peer_port: u16, extra: &[String]) -> Vec<String> {
         let client = format!("http://127.0.0.1:{client_port}");
         let peer = format!("http://127.0.0.1:{peer_port}");
-        vec![
+        let mut args = vec![
             "--name=testenv".into(),
             format!("--data-dir={}", self.path("etcd")),
             format!("--listen-client-urls={client}"),
@@ -79,7 +79,9 @@ impl Files {
             format!("--initial-cluster=testenv={peer}"),
             // Throwaway data: durability only costs time.
             "--unsafe-no-fsync".into(),
-        ]
+        ];
+        args.extend_from_slice(extra);
+        args
     }
 
     pub fn apiserver_args(&self, port: u16, etcd_port: u16, extra: &[String]) -> Vec<String> {

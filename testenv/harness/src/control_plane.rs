@@ -107,7 +107,8 @@ impl ControlPlane {
         port: u16,
     ) -> Result<(), Error> {
         let (etcd_port, peer_port) = (ports::pick()?, ports::pick()?);
-        self.spawn("etcd", &bins.etcd, files.etcd_args(etcd_port, peer_port))?;
+        let etcd_args = files.etcd_args(etcd_port, peer_port, &opts.extra_etcd_args);
+        self.spawn("etcd", &bins.etcd, etcd_args)?;
         // The API server spends its first second or two setting itself up before it needs etcd,
         // and it retries while etcd comes up.
         let args = files.apiserver_args(port, etcd_port, &opts.extra_apiserver_args);
@@ -274,6 +275,15 @@ impl ControlPlane {
     /// The temporary directory: certificates, kubeconfigs, etcd data and `<component>.log`.
     pub fn dir(&self) -> &Path {
         &self.dir_path
+    }
+
+    /// The process id of a running component (`etcd`, `kube-apiserver`, ...), so that a
+    /// benchmark can read its memory from `/proc`.
+    pub fn pid(&self, name: &str) -> Option<u32> {
+        self.procs
+            .iter()
+            .find(|p| p.name == name)
+            .and_then(Proc::pid)
     }
 
     /// How long [`ControlPlane::start`] took.

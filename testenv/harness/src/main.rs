@@ -36,6 +36,7 @@ async fn main() -> ExitCode {
         apiserver_port: args.port,
         data_dir: args.data_dir,
         extra_apiserver_args: Vec::new(),
+        extra_etcd_args: Vec::new(),
     };
     match testenv::run_until_signal(opts).await {
         Ok(()) => ExitCode::SUCCESS,

@@ -15,6 +15,9 @@ pub struct Options {
     pub data_dir: Option<PathBuf>,
     /// Appended to kube-apiserver's command line (later flags override earlier ones).
     pub extra_apiserver_args: Vec<String>,
+    /// Appended to etcd's command line (say a `--quota-backend-bytes` above the default 2 GiB,
+    /// which tens of thousands of large Node objects and their history outgrow).
+    pub extra_etcd_args: Vec<String>,
 }
 
 impl Default for Options {
@@ -25,6 +28,7 @@ impl Default for Options {
             apiserver_port: None,
             data_dir: None,
             extra_apiserver_args: Vec::new(),
+            extra_etcd_args: Vec::new(),
         }
     }
 }

@@ -75,6 +75,10 @@ impl Proc {
         self.start()
     }
 
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     /// SIGHUP: Prometheus and Alertmanager read their configuration again.
     pub fn reload(&self) {
         self.signal(Signal::SIGHUP);

@@ -391,11 +391,19 @@ async fn measure(
     .await?;
     let ready = procstat::memory(pid)?;
     let first = promotions.trial(&names[0], Duration::from_secs(60)).await?;
+    // The later warm-up trials tell how long a trial takes at this size (with its clean-up
+    // and the pause after it), for the budget of the timed ones.
+    let warming = Instant::now();
     for i in 1..plan.warmup_trials {
         promotions
             .trial(&names[i % names.len()], Duration::from_secs(30))
             .await?;
     }
+    let each = match u32::try_from(plan.warmup_trials.saturating_sub(1)) {
+        Ok(n) if n > 0 => warming.elapsed() / n,
+        _ => first,
+    } + Duration::from_millis(35);
+    let per_batch = plan.batch_trials(each);
     // CPU over a window of status reports alone.
     let window = CpuWindow::start(pid)?;
     tokio::time::sleep(plan.cpu_window).await;
@@ -404,7 +412,7 @@ async fn measure(
     let latency = promotions
         .batches(
             names,
-            (plan.latency_batches, plan.latency_batch_trials),
+            (plan.latency_batches, per_batch),
             plan.batch_pause,
             || {
                 anyhow::ensure!(

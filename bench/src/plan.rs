@@ -12,6 +12,11 @@ pub struct Plan {
     pub latency_batch_trials: usize,
     pub warmup_trials: usize,
     pub batch_pause: Duration,
+    /// The trials of one fleet size may take this long: when the warm-up trials show that the
+    /// planned ones would take longer (a slow controller at a large fleet), each batch has
+    /// fewer trials, but no fewer than `latency_min_batch_trials`; the table says how many.
+    pub latency_budget: Duration,
+    pub latency_min_batch_trials: usize,
     /// Rolling reboot: simulated nodes with real agents, `--max-unavailable`, reboot time, and
     /// how many times the whole pool is rebooted (the makespan is the median of the runs).
     pub makespan_nodes: usize,
@@ -53,6 +58,8 @@ impl Plan {
             latency_batch_trials: 100,
             warmup_trials: 5,
             batch_pause: Duration::from_secs(3),
+            latency_budget: Duration::from_secs(8 * 60),
+            latency_min_batch_trials: 20,
             makespan_nodes: 100,
             makespan_max_unavailable: 10,
             reboot: Duration::from_secs(2),
@@ -80,17 +87,19 @@ impl Plan {
             latency_batch_trials: 5,
             warmup_trials: 2,
             batch_pause: Duration::from_millis(200),
+            latency_budget: Duration::from_secs(30),
+            latency_min_batch_trials: 5,
             makespan_nodes: 6,
             makespan_max_unavailable: 2,
             reboot: Duration::from_secs(1),
             makespan_runs: 2,
             counted_reboots: 1,
             evicted_pods: 2,
-            settle: Duration::from_secs(2),
+            settle: Duration::from_secs(1),
             scale_steps: vec![100, 300],
             scale_reference: 300,
             scale_large: 65_000,
-            cpu_window: Duration::from_secs(10),
+            cpu_window: Duration::from_secs(5),
             heartbeat_period: Duration::from_secs(300),
             heartbeat_min_rate: 10.0,
             memory_reserve_gib: 3.0,
@@ -104,8 +113,29 @@ impl Plan {
         (nodes as f64 / self.heartbeat_period.as_secs_f64()).max(self.heartbeat_min_rate)
     }
 
-    /// Promotion trials at each scale step.
-    pub fn latency_trials(&self) -> usize {
-        self.latency_batches * self.latency_batch_trials
+    /// Trials per batch at a fleet size where one trial takes `each`: as planned, or fewer so
+    /// that the batches fit in the budget, but not fewer than the minimum.
+    pub fn batch_trials(&self, each: Duration) -> usize {
+        let batches = self.latency_batches.max(1) as f64;
+        let fit = self.latency_budget.as_secs_f64() / batches / each.as_secs_f64().max(1e-3);
+        (fit as usize).clamp(
+            self.latency_min_batch_trials.min(self.latency_batch_trials),
+            self.latency_batch_trials,
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slow_trials_make_smaller_batches() {
+        let plan = Plan::full();
+        assert_eq!(plan.batch_trials(Duration::from_millis(100)), 100);
+        // 8 minutes for 5 batches of 2 s trials: 48 each.
+        assert_eq!(plan.batch_trials(Duration::from_secs(2)), 48);
+        assert_eq!(plan.batch_trials(Duration::from_secs(60)), 20);
+        assert_eq!(Plan::quick().batch_trials(Duration::from_secs(60)), 5);
     }
 }

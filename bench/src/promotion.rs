@@ -231,6 +231,7 @@ pub struct Batch {
 /// figure that one noisy moment moved shows as such.
 #[derive(Debug, Clone, Serialize)]
 pub struct Batched {
+    pub trials_per_batch: usize,
     pub p50_ms: Spread,
     pub p99_ms: Spread,
     /// p50 of the writes of the request over all batches.
@@ -282,6 +283,7 @@ impl Promotions {
             Spread::of(&values).context("no batch of promotion trials")
         };
         Ok(Batched {
+            trials_per_batch: per_batch,
             p50_ms: spread(|b| b.p50_ms)?,
             p99_ms: spread(|b| b.p99_ms)?,
             write_p50_ms: writes.percentile(50.0).unwrap_or(f64::NAN),

@@ -52,6 +52,7 @@ pub struct Report {
 #[derive(Debug, Clone, Serialize)]
 pub struct SizeLatency {
     pub nodes: usize,
+    pub trials_per_batch: usize,
     pub p50_ms: Spread,
     pub p99_ms: Spread,
 }
@@ -86,6 +87,7 @@ impl Report {
             .iter()
             .map(|s| SizeLatency {
                 nodes: s.nodes,
+                trials_per_batch: s.latency.trials_per_batch,
                 p50_ms: s.latency.p50_ms,
                 p99_ms: s.latency.p99_ms,
             })

@@ -79,7 +79,7 @@ fn scale_rows(r: &Report, plan: &Plan) -> Vec<Row> {
                  batches of {} trials, min–max)",
                 thousands(size.nodes),
                 plan.latency_batches,
-                plan.latency_batch_trials
+                size.trials_per_batch
             ),
             target: format!("<= {} ms / <= {} ms", targets::P50_MS, targets::P99_MS),
             result: format!(

@@ -276,12 +276,17 @@ async fn step(
         .map(|(_, n)| n)
         .collect();
     let heartbeats = Heartbeats::start(cluster.nodes(), all.clone(), plan.heartbeat_rate(size));
-    let measured = measure(ctx, cluster, &all).await;
+    // The API server grows further while the reports go on: the measurement stops (dropping
+    // the controller, which kills it) as soon as the machine cannot hold the step.
+    let measured = tokio::select! {
+        measured = measure(ctx, cluster, &all) => measured.map_err(|error| {
+            // A control plane that failed is the reason, not what failed because of it.
+            cluster.down().unwrap_or_else(|| format!("{error:#}"))
+        }),
+        why = watch_machine(cluster, plan.memory_reserve_gib) => Err(why),
+    };
     let heartbeats = heartbeats.finish();
-    let (controller, latency) = measured.map_err(|error| {
-        // A control plane that failed is the reason, not what failed because of it.
-        cluster.down().unwrap_or_else(|| format!("{error:#}"))
-    })?;
+    let (controller, latency) = measured?;
     Ok(Step {
         nodes: size,
         creation,
@@ -330,18 +335,7 @@ async fn create(
         if done % CHECK_EVERY != 0 {
             continue;
         }
-        if let Some(down) = cluster.down() {
-            return Err(stopped(down));
-        }
-        let available = procstat::available_gib().unwrap_or(f64::INFINITY);
-        if available < plan.memory_reserve_gib {
-            let m = cluster.memory();
-            return Err(stopped(format!(
-                "memory: the machine had {available:.1} GiB left (API server {:.0} MiB, etcd \
-                 {:.0} MiB), less than the {:.1} GiB kept free",
-                m.apiserver_rss_mib, m.etcd_rss_mib, plan.memory_reserve_gib
-            )));
-        }
+        held(cluster, plan.memory_reserve_gib).map_err(stopped)?;
         if began.elapsed() > plan.create_limit {
             return Err(stopped(format!(
                 "creation time: more than {:.0} min",
@@ -355,6 +349,34 @@ async fn create(
         seconds,
         per_second: done as f64 / seconds.max(1e-3),
     })
+}
+
+/// Why the machine cannot hold the fleet, if it cannot: the control plane failed, or less memory
+/// is available than is kept free.
+fn held(cluster: &Cluster, reserve_gib: f64) -> Result<(), String> {
+    if let Some(down) = cluster.down() {
+        return Err(down);
+    }
+    let available = procstat::available_gib().unwrap_or(f64::INFINITY);
+    if available < reserve_gib {
+        let m = cluster.memory();
+        return Err(format!(
+            "memory: the machine had {available:.1} GiB left (API server {:.0} MiB, etcd \
+             {:.0} MiB), less than the {reserve_gib:.1} GiB kept free",
+            m.apiserver_rss_mib, m.etcd_rss_mib
+        ));
+    }
+    Ok(())
+}
+
+/// Returns, with the reason, once the machine cannot hold the fleet.
+async fn watch_machine(cluster: &Cluster, reserve_gib: f64) -> String {
+    loop {
+        if let Err(why) = held(cluster, reserve_gib) {
+            return why;
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
 }
 
 /// The controller's figures at one size.
@@ -391,11 +413,19 @@ async fn measure(
     .await?;
     let ready = procstat::memory(pid)?;
     let first = promotions.trial(&names[0], Duration::from_secs(60)).await?;
+    // The later warm-up trials tell how long a trial takes at this size (with its clean-up
+    // and the pause after it), for the budget of the timed ones.
+    let warming = Instant::now();
     for i in 1..plan.warmup_trials {
         promotions
             .trial(&names[i % names.len()], Duration::from_secs(30))
             .await?;
     }
+    let each = match u32::try_from(plan.warmup_trials.saturating_sub(1)) {
+        Ok(n) if n > 0 => warming.elapsed() / n,
+        _ => first,
+    } + Duration::from_millis(35);
+    let per_batch = plan.batch_trials(each);
     // CPU over a window of status reports alone.
     let window = CpuWindow::start(pid)?;
     tokio::time::sleep(plan.cpu_window).await;
@@ -404,7 +434,7 @@ async fn measure(
     let latency = promotions
         .batches(
             names,
-            (plan.latency_batches, plan.latency_batch_trials),
+            (plan.latency_batches, per_batch),
             plan.batch_pause,
             || {
                 anyhow::ensure!(

@@ -328,12 +328,13 @@ impl<'a> Round<'a> {
             ReleaseReason::Completed
         } else if soak_cleared {
             ReleaseReason::SoakCleared
+        } else if view.state.request != Request::Needed {
+            // The administrator's cancel, even when the drain it stopped has ended first.
+            ReleaseReason::Cancelled
         } else if view.drain == DrainState::Failed {
             ReleaseReason::DrainFailed
-        } else if view.state.request == Request::Needed {
-            ReleaseReason::Unclaimed
         } else {
-            ReleaseReason::Cancelled
+            ReleaseReason::Unclaimed
         };
         decision.release(&node, reason);
     }

@@ -225,6 +225,15 @@ fn a_withdrawn_request_drops_the_grant_then_releases_the_slot() {
         d.release_reasons,
         vec![("n".to_owned(), ReleaseReason::Cancelled)]
     );
+    // The drain the cancel stopped may end (superseded) before the slot is released: still a
+    // cancel, not a failed drain (which would hold the node back from its next request).
+    let mut stopped = view(&obj);
+    stopped.drain = DrainState::Failed;
+    let d = decide(&[stopped], &ledger, 1, true);
+    assert_eq!(
+        d.release_reasons,
+        vec![("n".to_owned(), ReleaseReason::Cancelled)]
+    );
 }
 
 #[test]

@@ -100,10 +100,9 @@ impl Args {
             Plan::full()
         };
         if !self.scale_steps.is_empty() {
+            // Without the reference size among them, its rows say so rather than judge
+            // another size against its targets.
             plan.scale_steps = self.scale_steps.clone();
-            if !plan.scale_steps.contains(&plan.scale_reference) {
-                plan.scale_reference = *plan.scale_steps.iter().max().unwrap_or(&0);
-            }
         }
         if let Some(secs) = self.idle_seconds {
             plan.idle = std::time::Duration::from_secs(secs);

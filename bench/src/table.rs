@@ -55,21 +55,36 @@ fn thousands(n: usize) -> String {
     out
 }
 
+/// A row of the reference fleet: not judged when `--scale-steps` left that size out.
+fn reference_row(plan: &Plan, mut row: Row) -> Row {
+    if !plan.scale_steps.contains(&plan.scale_reference) {
+        row.result = format!(
+            "not measured ({} is not among the steps)",
+            thousands(plan.scale_reference)
+        );
+        row.verdict = Verdict::NotJudged;
+    }
+    row
+}
+
 fn scale_rows(r: &Report, plan: &Plan) -> Vec<Row> {
     let load = |nodes: usize| r.load.get(&format!("scale {nodes}")).copied();
     let reference = plan.scale_reference;
-    let mut rows = vec![Row {
-        scenario: Scenario::Scale,
-        measure: format!(
-            "controller CPU, {} realistic nodes and their status reports ({:.0}/s)",
-            thousands(reference),
-            plan.heartbeat_rate(reference)
-        ),
-        target: format!("<= {} % of one core", targets::CPU_PERCENT),
-        result: show(r.controller_cpu_percent_5000, " % of one core", 1),
-        load: load(reference),
-        verdict: at_most(r.controller_cpu_percent_5000, targets::CPU_PERCENT),
-    }];
+    let mut rows = vec![reference_row(
+        plan,
+        Row {
+            scenario: Scenario::Scale,
+            measure: format!(
+                "controller CPU, {} realistic nodes and their status reports ({:.0}/s)",
+                thousands(reference),
+                plan.heartbeat_rate(reference)
+            ),
+            target: format!("<= {} % of one core", targets::CPU_PERCENT),
+            result: show(r.controller_cpu_percent_5000, " % of one core", 1),
+            load: load(reference),
+            verdict: at_most(r.controller_cpu_percent_5000, targets::CPU_PERCENT),
+        },
+    )];
     for size in &r.promotion_latency {
         let within = size.p50_ms.median <= targets::P50_MS && size.p99_ms.median <= targets::P99_MS;
         rows.push(Row {
@@ -116,14 +131,17 @@ fn scale_rows(r: &Report, plan: &Plan) -> Vec<Row> {
             targets::LARGEST_FLEET as f64,
         ),
     });
-    rows.push(Row {
-        scenario: Scenario::Scale,
-        measure: format!("controller peak RSS, {} nodes", thousands(reference)),
-        target: format!("<= {} MiB", targets::RSS_REFERENCE_MIB),
-        result: show(r.controller_rss_mib_5000, " MiB", 1),
-        load: load(reference),
-        verdict: at_most(r.controller_rss_mib_5000, targets::RSS_REFERENCE_MIB),
-    });
+    rows.push(reference_row(
+        plan,
+        Row {
+            scenario: Scenario::Scale,
+            measure: format!("controller peak RSS, {} nodes", thousands(reference)),
+            target: format!("<= {} MiB", targets::RSS_REFERENCE_MIB),
+            result: show(r.controller_rss_mib_5000, " MiB", 1),
+            load: load(reference),
+            verdict: at_most(r.controller_rss_mib_5000, targets::RSS_REFERENCE_MIB),
+        },
+    ));
     rows.push(Row {
         scenario: Scenario::Scale,
         measure: format!("controller peak RSS, {} nodes", thousands(plan.scale_large)),
@@ -332,5 +350,22 @@ mod tests {
         );
         assert!(table.contains("| **failed** |"), "{table}");
         assert!(report.misses(&plan).is_empty());
+    }
+
+    #[test]
+    fn the_reference_fleet_left_out_is_not_judged() {
+        let plan = Plan {
+            scale_steps: vec![1_000, 20_000],
+            ..Plan::full()
+        };
+        let report = Report {
+            mode: "full".into(),
+            ..Report::default()
+        };
+        let table = report.table(&plan);
+        assert!(
+            table.contains("| not measured (5,000 is not among the steps) | - | - |"),
+            "{table}"
+        );
     }
 }

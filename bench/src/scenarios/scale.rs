@@ -162,7 +162,7 @@ impl Step {
         format!(
             "Scale, {} nodes: created {} in {:.0} s ({:.0}/s); API server {:.0} MiB, etcd {:.0} MiB \
              (database {:.0} MiB); controller peak RSS {:.1} MiB, CPU {:.1} % during {:.1} status \
-             reports/s; promotion p50 {}, p99 {}: {} the targets; took {:.0} s.",
+             reports/s ({:.1}/s sent); promotion p50 {}, p99 {}: {} the targets; took {:.0} s.",
             self.nodes,
             self.creation.nodes,
             self.creation.seconds,
@@ -173,6 +173,7 @@ impl Step {
             self.controller.peak_rss_mib,
             self.controller.cpu_percent,
             self.heartbeats.rate,
+            self.heartbeats.sent_per_second,
             self.latency.p50_ms.show(" ms", 1),
             self.latency.p99_ms.show(" ms", 1),
             if self.within { "within" } else { "not within" },

@@ -3,7 +3,8 @@
 //! decision sees them at once instead of waiting for the watch to catch up.
 
 use crate::{
-    metrics::Metrics,
+    ledger::Ledger,
+    metrics::{Metrics, PoolSummary},
     pool::PoolSelector,
     pool_index::{Entry, Placement, PoolCounts, PoolIndex},
 };
@@ -126,14 +127,21 @@ impl Indexing {
         self.kept.zone_of(node)
     }
 
-    fn entry(&self, node: &Node) -> Entry {
+    fn entry(&self, node: &Node, print: u64) -> Entry {
         let facts = NodeFacts::from_node(node);
         let state = facts.protocol(&self.keys);
         let placement = Placement {
             in_pool: self.in_pool(node),
             zone: self.zone_of(node),
         };
-        Entry::new(decision_facts(node), &facts, &state, placement)
+        Entry::new(print, &facts, &state, placement)
+    }
+
+    /// Records `node` in `index`; true when its decision facts changed (or it is new).
+    fn record(&self, index: &mut PoolIndex, node: &Node) -> bool {
+        let name = node.metadata.name.as_deref().unwrap_or_default();
+        let print = decision_facts(node);
+        index.upsert(name, print, || self.entry(node, print))
     }
 }
 
@@ -199,6 +207,19 @@ pub fn gather<'s>(
     (nodes, others)
 }
 
+/// The pool as its gauges show it: the nodes a round views and the rest counted by the index.
+pub fn pool_summary(
+    store: &Store<Node>,
+    index: &SharedIndex,
+    overlay: &mut Overlay,
+    ledger: &Ledger,
+    keys: &AnnotationKeys,
+) -> PoolSummary {
+    let (nodes, others) = gather(store, index, overlay, ledger.slots.keys());
+    let pool: Vec<Arc<Node>> = nodes.into_iter().filter(|n| overlay.in_pool(n)).collect();
+    PoolSummary::of(&pool, &others, ledger, keys)
+}
+
 /// Applies the watch's events to the index as the reflector applies them to its store: a
 /// relist builds a new index that replaces the old one when the list is complete.
 #[derive(Debug)]
@@ -211,14 +232,10 @@ struct Indexer {
 impl Indexer {
     /// True when the event may change a decision.
     fn apply(&mut self, event: &watcher::Event<Node>) -> bool {
-        let name = |node: &Node| node.metadata.name.clone().unwrap_or_default();
         match event {
-            watcher::Event::Apply(node) => {
-                let entry = self.indexing.entry(node);
-                lock(&self.index).upsert(&name(node), entry)
-            }
+            watcher::Event::Apply(node) => self.indexing.record(&mut lock(&self.index), node),
             watcher::Event::Delete(node) => {
-                lock(&self.index).remove(&name(node));
+                lock(&self.index).remove(node.metadata.name.as_deref().unwrap_or_default());
                 true
             }
             watcher::Event::Init => {
@@ -226,10 +243,8 @@ impl Indexer {
                 true
             }
             watcher::Event::InitApply(node) => {
-                let entry = self.indexing.entry(node);
-                self.relisted
-                    .get_or_insert_with(PoolIndex::default)
-                    .upsert(&name(node), entry)
+                let relisted = self.relisted.get_or_insert_with(PoolIndex::default);
+                self.indexing.record(relisted, node)
             }
             watcher::Event::InitDone => {
                 *lock(&self.index) = self.relisted.take().unwrap_or_default();

@@ -317,8 +317,9 @@ impl Replica {
             in_pool: true,
             zone: zone_of(i),
         };
-        let entry = Entry::new(print, &facts, &state, placement);
-        self.index.upsert(&facts.name, entry);
+        self.index.upsert(&facts.name, print, || {
+            Entry::new(print, &facts, &state, placement)
+        });
         self.cache[i] = node;
     }
 

@@ -19,7 +19,7 @@ use crate::{
     gates::{AlertChecks, Gates},
     leader::{Election, Elector, Leadership},
     ledger_store::{LedgerError, LedgerStore, ReadLedger},
-    metrics::{Metrics, PoolSummary},
+    metrics::Metrics,
     nodes,
     nodes::{Overlay, SharedIndex},
     schedule::Schedule,
@@ -221,16 +221,20 @@ impl Context {
 
     /// Stands by until this replica leads: the cache stays warm, the pool gauges current.
     async fn follow(&self, leadership: &mut Leadership) {
+        // Empty: a follower writes nothing, so it has no copies of its own.
+        let mut overlay = Overlay::new(self.args.indexing());
         loop {
             if leadership.is_leading() {
                 return;
             }
-            let mut overlay = Overlay::new(self.args.indexing());
             let ledger = self.ledger_watch.borrow().ledger.clone();
-            let (nodes, others) =
-                nodes::gather(&self.store, &self.index, &mut overlay, ledger.slots.keys());
-            let pool: Vec<_> = nodes.into_iter().filter(|n| overlay.in_pool(n)).collect();
-            let summary = PoolSummary::of(&pool, &others, &ledger, &self.args.annotation_prefix);
+            let summary = nodes::pool_summary(
+                &self.store,
+                &self.index,
+                &mut overlay,
+                &ledger,
+                &self.args.annotation_prefix,
+            );
             let budget = self.args.max_unavailable.resolve(summary.nodes);
             self.metrics.pool(&summary, budget);
             tokio::select! {

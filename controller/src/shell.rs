@@ -13,7 +13,7 @@ use crate::{
     ledger::{Ledger, new_grant_id},
     ledger_store::{LedgerError, LedgerStore, ReadLedger},
     memory::{Memory, ViewInputs},
-    metrics::{Metrics, PoolSummary},
+    metrics::Metrics,
     nodes::{self, Overlay, SharedIndex},
     pool_index::PoolCounts,
     schedule::Schedule,
@@ -322,12 +322,13 @@ impl Shell {
 
     /// Publishes the pool gauges as this replica sees the pool now.
     pub fn publish_pool(&mut self) {
-        let (nodes, others) = self.gather();
-        let pool: Vec<Arc<Node>> = nodes
-            .into_iter()
-            .filter(|n| self.overlay.in_pool(n))
-            .collect();
-        let summary = PoolSummary::of(&pool, &others, &self.ledger, &self.keys);
+        let summary = nodes::pool_summary(
+            &self.nodes,
+            &self.index,
+            &mut self.overlay,
+            &self.ledger,
+            &self.keys,
+        );
         let budget = self.max_unavailable.resolve(summary.nodes);
         self.metrics.pool(&summary, budget);
     }

@@ -44,8 +44,9 @@ pub fn run_blocking(args: Args) -> Result<(), AgentError> {
 }
 
 /// Runs the agent as the binary does: validates `args`, serves `/metrics`, `/healthz` and
-/// `/readyz`, connects with the default client configuration (KUBECONFIG or in-cluster),
-/// reboots with the configured method, and stops gracefully on SIGTERM or Ctrl-C.
+/// `/readyz`, connects with the default client configuration (KUBECONFIG or in-cluster) and
+/// [`observability::api_client`], reboots with the configured method, and stops gracefully on
+/// SIGTERM or Ctrl-C.
 pub async fn run(args: Args) -> Result<(), AgentError> {
     let settings = Settings::from_args(&args)?;
     let (metrics, registry) = Metrics::new();
@@ -65,9 +66,10 @@ pub async fn run(args: Args) -> Result<(), AgentError> {
                 ),
             }
         }
-        kube::Client::try_default()
+        let config = kube::Config::infer()
             .await
-            .map_err(AgentError::Client)
+            .map_err(|e| AgentError::Client(kube::Error::InferConfig(e)))?;
+        observability::api_client::client(config).map_err(AgentError::Client)
     }
     .instrument(span)
     .await?;

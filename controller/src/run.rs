@@ -29,7 +29,7 @@ use crate::{
 use anyhow::Context as _;
 use k8s_openapi::api::core::v1::Node;
 use kube::{Api, Client, api::ListParams, runtime::reflector::Store};
-use observability::Health;
+use observability::{Health, api_client};
 use std::{
     future::Future,
     pin::Pin,
@@ -104,11 +104,11 @@ impl Context {
         let mut config = kube::Config::infer()
             .await
             .context("no Kubernetes API server configured (in-cluster config or KUBECONFIG)")?;
-        let client = Client::try_from(config.clone()).context("cannot build the API client")?;
+        let client = api_client::client(config.clone()).context("cannot build the API client")?;
         // kube retries a 429 up to 15 times over many minutes by default; for an eviction a
         // 429 is the PodDisruptionBudget's answer, which the drain must see and report.
         config.default_retry = false;
-        let eviction_client = Client::try_from(config).context("cannot build the API client")?;
+        let eviction_client = api_client::client(config).context("cannot build the API client")?;
         check_selector(&client, args.node_selector.text()).await?;
         let changed = Arc::new(Notify::new());
         let (store, index) = nodes::spawn_reflector(

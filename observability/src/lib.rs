@@ -3,6 +3,7 @@
 //! (`--metrics-bind-address`), the SIGTERM/Ctrl-C shutdown signal, and API errors by kind
 //! (for decisions and for the error metrics).
 
+pub mod api_client;
 pub mod api_error;
 pub mod http;
 pub mod http_get;

@@ -13,7 +13,10 @@ use std::{
     sync::{Arc, atomic::Ordering},
     time::Duration,
 };
-use tokio::{sync::mpsc, task::JoinHandle};
+use tokio::{
+    sync::{Notify, mpsc},
+    task::JoinHandle,
+};
 
 /// Which kubeconfig each node's agent uses (admin by default; tests of least privilege give
 /// each agent its own ServiceAccount token).
@@ -83,6 +86,8 @@ struct Handle {
 pub struct Fleet {
     nodes: BTreeMap<String, Handle>,
     kubelet: JoinHandle<()>,
+    /// `None` when no inotify instance was to be had: the nodes poll.
+    reboot_requests: Option<JoinHandle<()>>,
     work_dir: PathBuf,
 }
 
@@ -108,12 +113,22 @@ impl Fleet {
                 kubelet_reports_boot_after: config.kubelet_reports_boot_after,
                 labels: config.labels.clone(),
                 state: Arc::new(NodeState::default()),
+                wake: Arc::new(Notify::new()),
             })
             .collect();
         // Registering is a few requests per node: do it concurrently, in bounded batches.
         for batch in sims.chunks(50) {
             try_join_all(batch.iter().map(SimNode::register)).await?;
         }
+        let dirs: Vec<_> = sims
+            .iter()
+            .map(|s| (s.dir.clone(), s.wake.clone()))
+            .collect();
+        let reboot_requests = crate::reboot_requests::watch(&dirs)
+            .inspect_err(|error| {
+                tracing::warn!(%error, "cannot watch for reboot requests; the nodes poll for them")
+            })
+            .ok();
         let kubelet = tokio::spawn(crate::kubelet::run(
             client,
             Arc::new(names.iter().cloned().collect::<BTreeSet<_>>()),
@@ -138,6 +153,7 @@ impl Fleet {
         Ok(Fleet {
             nodes,
             kubelet,
+            reboot_requests,
             work_dir: config.work_dir.clone(),
         })
     }
@@ -225,6 +241,7 @@ impl Fleet {
             let _ = handle.task.await;
         }
         self.kubelet.abort();
+        self.reboot_requests.take().inspect(JoinHandle::abort);
     }
 }
 
@@ -235,5 +252,6 @@ impl Drop for Fleet {
             handle.task.abort();
         }
         self.kubelet.abort();
+        self.reboot_requests.take().inspect(JoinHandle::abort);
     }
 }

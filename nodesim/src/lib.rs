@@ -14,6 +14,7 @@ pub mod kubelet;
 pub mod node;
 pub mod observe;
 pub mod operator;
+pub mod reboot_requests;
 pub mod sandbox;
 
 pub use binaries::workspace_binary;

@@ -23,7 +23,7 @@ use std::{
 };
 use tokio::{
     process::{Child, Command},
-    sync::mpsc,
+    sync::{Notify, mpsc},
 };
 
 /// How the agents of simulated nodes are started.
@@ -79,6 +79,8 @@ pub struct SimNode {
     pub kubelet_reports_boot_after: Option<Duration>,
     pub labels: BTreeMap<String, String>,
     pub state: Arc<NodeState>,
+    /// Woken when something is created or touched in `dir` (see [`crate::reboot_requests`]).
+    pub wake: Arc<Notify>,
 }
 
 /// A new boot id the kubelet has not reported yet, and when it will.
@@ -246,12 +248,13 @@ impl SimNode {
         let boot_id = new_boot_id(&self.name);
         let report = match self.kubelet_reports_boot_after {
             None => {
-                self.down_then_ready(&boot_id).await?;
+                self.down_then_ready(&boot_id, agent).await?;
                 None
             }
             Some(delay) => {
                 tracing::info!(node = %self.name, "simulated short reboot: Ready all along, boot id reported in {delay:?}");
                 self.write_boot_id(&boot_id)?;
+                *agent = Some(self.spawn_agent()?);
                 Some(BootReport {
                     boot_id,
                     due: Instant::now() + delay,
@@ -259,16 +262,20 @@ impl SimNode {
             }
         };
         self.state.reboots.fetch_add(1, Ordering::SeqCst);
-        *agent = Some(self.spawn_agent()?);
         Ok(report)
     }
 
-    /// NotReady while the node is down, then Ready with the new boot id.
-    async fn down_then_ready(&self, boot_id: &str) -> Result<(), Error> {
+    /// Down for `reboot_duration` from the moment the reboot was asked for, reported NotReady
+    /// meanwhile; then up with the new boot id, its agent starting while the kubelet reports
+    /// Ready, as on a machine whose pods start as the kubelet reports its status.
+    async fn down_then_ready(&self, boot_id: &str, agent: &mut Option<Child>) -> Result<(), Error> {
         tracing::info!(node = %self.name, "simulated reboot: down for {:?}", self.reboot_duration);
-        self.report_until_accepted(false, None).await;
-        tokio::time::sleep(self.reboot_duration).await;
+        tokio::join!(
+            self.report_until_accepted(false, None),
+            tokio::time::sleep(self.reboot_duration)
+        );
         self.write_boot_id(boot_id)?;
+        *agent = Some(self.spawn_agent()?);
         self.report_until_accepted(true, Some(boot_id)).await;
         Ok(())
     }
@@ -290,6 +297,7 @@ impl SimNode {
         loop {
             tokio::select! {
                 _ = poll.tick() => {}
+                _ = self.wake.notified() => {}
                 _ = heartbeat.tick() => { self.heartbeat().await; continue; }
                 command = commands.recv() => match command {
                     Some(NodeCommand::KillAgent) => {

@@ -19,13 +19,18 @@ use crate::{
     schedule::Schedule,
 };
 use common::{AnnotationKeys, MaxUnavailable, NodeFacts, Transition};
+use futures::{StreamExt, stream};
 use k8s_openapi::{api::core::v1::Node, jiff::Timestamp};
 use kube::{
     Api, Client,
     api::{Patch, PatchParams},
     runtime::reflector::Store,
 };
-use std::{collections::HashMap, sync::Arc, time::Instant};
+use std::{
+    collections::{BTreeMap, HashMap},
+    sync::Arc,
+    time::Instant,
+};
 use tokio::sync::watch;
 
 /// Where the shell's inputs come from, built by `run`.
@@ -88,9 +93,19 @@ enum Written {
     /// The node changed under us: read it again before the next decision.
     Stale,
     Deleted,
-    Skipped,
     Failed,
 }
+
+/// What a node action needs once its local effects are done.
+enum Prepared {
+    Write(NodeAction, json_patch::Patch),
+    /// Read the node again; its resourceVersion as the round saw it.
+    Refetch(String, Option<String>),
+    Done,
+}
+
+/// Node writes of one round in flight at once: a round that grants k slots writes k nodes.
+const WRITES_IN_FLIGHT: usize = 16;
 
 impl Shell {
     pub fn new(parts: ShellParts) -> Self {
@@ -233,13 +248,10 @@ impl Shell {
                 }
             }
         }
-        for action in decision.node_actions {
-            if !self.leadership.is_leading() {
-                return false;
-            }
-            progressed |= self.execute(action, &by_name).await;
+        if !self.leadership.is_leading() {
+            return false;
         }
-        progressed
+        progressed | self.execute(decision.node_actions, &by_name).await
     }
 
     /// `--dry-run`: logs and reports (once each) the writes this round would make.
@@ -519,74 +531,125 @@ impl Shell {
         Ok(())
     }
 
-    async fn execute(&mut self, action: NodeAction, nodes: &HashMap<&str, &Arc<Node>>) -> bool {
-        if let NodeAction::Refetch(name) = &action {
-            let before = nodes
-                .get(name.as_str())
-                .and_then(|n| n.metadata.resource_version.clone());
-            return self.refetch(name).await != before;
+    /// Executes a round's node actions; true when any changed something. The writes go out
+    /// together (each is a compare-and-swap on its own node), so that a round that grants ten
+    /// slots starts ten reboots at once rather than one after the other; one node's actions
+    /// keep their order. What the writes did is then taken in, in the decision's order.
+    async fn execute(
+        &mut self,
+        actions: Vec<NodeAction>,
+        nodes: &HashMap<&str, &Arc<Node>>,
+    ) -> bool {
+        let mut progressed = false;
+        let mut writes = Vec::new();
+        for action in actions {
+            match self.prepare(action, nodes) {
+                Prepared::Write(action, patch) => writes.push((action, patch)),
+                Prepared::Refetch(name, before) => {
+                    progressed |= self.refetch(&name).await != before;
+                }
+                Prepared::Done => {}
+            }
         }
+        for (action, written) in self.write_all(writes).await {
+            progressed |= self.take_in(&action, written).await;
+        }
+        progressed
+    }
+
+    /// The write an action makes, after its local effects (a drain started, a warning said).
+    fn prepare(&mut self, action: NodeAction, nodes: &HashMap<&str, &Arc<Node>>) -> Prepared {
         let name = action.node().to_owned();
         let Some(node) = nodes.get(name.as_str()).map(|n| (*n).clone()) else {
-            return false;
+            return Prepared::Done;
         };
         let facts = NodeFacts::from_node(&node);
-        let keys = self.keys.clone();
-        let t = Transition::new(&keys);
-        let written = match &action {
+        let t = Transition::new(&self.keys);
+        let patch = match &action {
+            NodeAction::Refetch(_) => {
+                return Prepared::Refetch(name, node.metadata.resource_version.clone());
+            }
             NodeAction::Claim {
                 grant,
                 node_version,
                 promote,
                 ..
-            } => {
-                self.patch(&name, t.claim(&facts, grant, node_version, *promote))
-                    .await
-            }
-            NodeAction::Recordon { grant, .. } => {
-                self.patch(&name, t.recordon(&facts, grant)).await
-            }
-            NodeAction::Promote { grant, .. } => self.patch(&name, t.promote(&facts, grant)).await,
+            } => t.claim(&facts, grant, node_version, *promote),
+            NodeAction::Recordon { grant, .. } => t.recordon(&facts, grant),
+            NodeAction::Promote { grant, .. } => t.promote(&facts, grant),
             NodeAction::Complete { grant, .. } => {
-                let now = Timestamp::now().to_string();
-                self.patch(&name, t.complete(&facts, Some(grant), &now))
-                    .await
+                t.complete(&facts, Some(grant), &Timestamp::now().to_string())
             }
             NodeAction::Release { .. } => match t.release(&facts) {
-                Some(patch) => self.patch(&name, patch).await,
-                None => Written::Skipped,
+                Some(patch) => patch,
+                None => return Prepared::Done,
             },
             NodeAction::StartDrain { grant, .. } => {
                 // The drain publishes `Draining` once it knows it has pods to evict.
                 tracing::info!(node = %name, %grant, "draining");
                 self.drains.start(&node, grant);
-                Written::Skipped
+                return Prepared::Done;
             }
             NodeAction::WarnInvalidRequest { value, .. } => {
                 self.warn_invalid(&node, &name, value);
-                Written::Skipped
+                return Prepared::Done;
             }
-            NodeAction::Refetch(_) => Written::Skipped,
         };
+        Prepared::Write(action, patch)
+    }
+
+    /// Makes the writes, up to [`WRITES_IN_FLIGHT`] at once, one node's in order; the results
+    /// in the order of `writes`.
+    async fn write_all(
+        &self,
+        writes: Vec<(NodeAction, json_patch::Patch)>,
+    ) -> Vec<(NodeAction, Written)> {
+        let mut by_node: BTreeMap<String, Vec<(usize, NodeAction, json_patch::Patch)>> =
+            BTreeMap::new();
+        for (i, (action, patch)) in writes.into_iter().enumerate() {
+            by_node
+                .entry(action.node().to_owned())
+                .or_default()
+                .push((i, action, patch));
+        }
+        let mut done: Vec<(usize, NodeAction, Written)> = stream::iter(by_node.into_values())
+            .map(|node_writes| async move {
+                let mut done = Vec::with_capacity(node_writes.len());
+                for (i, action, patch) in node_writes {
+                    let written = self.patch(action.node(), patch).await;
+                    done.push((i, action, written));
+                }
+                done
+            })
+            .buffer_unordered(WRITES_IN_FLIGHT)
+            .flat_map(stream::iter)
+            .collect()
+            .await;
+        done.sort_by_key(|(i, _, _)| *i);
+        done.into_iter().map(|(_, a, w)| (a, w)).collect()
+    }
+
+    /// Takes in what a write did; true when it changed something.
+    async fn take_in(&mut self, action: &NodeAction, written: Written) -> bool {
+        let name = action.node();
         match written {
             Written::Ok(updated) => {
-                self.after_write(&action, &updated);
+                self.after_write(action, &updated);
                 self.overlay.record(*updated);
                 true
             }
             Written::Stale => {
-                self.refetch(&name).await;
+                self.refetch(name).await;
                 true
             }
             Written::Deleted => {
-                self.overlay.record_deleted(&name);
+                self.overlay.record_deleted(name);
                 true
             }
             Written::Failed => {
                 self.failed = true;
                 false
             }
-            Written::Skipped => false,
         }
     }
 

@@ -10,8 +10,8 @@
 //!
 //! The stack is the one kube builds (base URI, authentication, extra headers, the default
 //! retry of 429/503/504 when `default_retry` is on, connect, read and write timeouts), without
-//! its request tracing. A configuration this stack does not cover, a proxy or an exec plugin
-//! that issues client certificates, gets kube's own client.
+//! its request tracing. A configuration this stack does not cover, a proxy or an exec
+//! credential plugin (which may issue client certificates that expire), gets kube's own client.
 
 use hyper_timeout::TimeoutConnector;
 use hyper_util::{

@@ -170,12 +170,13 @@ impl DrainTracker {
 
     /// What the `RebootApproved` Event of `grant` says: whether its drain evicted pods.
     pub fn approval_note(&self, grant: &str) -> String {
-        let drained = match self.grants.get(grant).and_then(|t| t.evicted) {
-            _ if !self.enabled() => "node cordoned (drain off)".to_owned(),
-            Some(0) => "node cordoned, no pod to evict".to_owned(),
-            Some(1) => "node drained (1 pod evicted)".to_owned(),
-            Some(n) => format!("node drained ({n} pods evicted)"),
-            None => "node drained".to_owned(),
+        let evicted = self.grants.get(grant).and_then(|t| t.evicted);
+        let drained = match (self.enabled(), evicted) {
+            (false, _) => "node cordoned (drain off)".to_owned(),
+            (true, Some(0)) => "node cordoned, no pod to evict".to_owned(),
+            (true, Some(1)) => "node drained (1 pod evicted)".to_owned(),
+            (true, Some(n)) => format!("node drained ({n} pods evicted)"),
+            (true, None) => "node drained".to_owned(),
         };
         format!("slot granted and {drained}: reboot-now set")
     }

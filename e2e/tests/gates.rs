@@ -9,8 +9,12 @@ use e2e::{
     scrape::{metric, scrape},
     wait_until,
 };
-use k8s_openapi::api::coordination::v1::Lease;
-use kube::{Api, Client};
+use futures::StreamExt;
+use k8s_openapi::api::{coordination::v1::Lease, core::v1::Pod};
+use kube::{
+    Api, Client,
+    runtime::{WatchStreamExt, watcher},
+};
 use nodesim::sandbox::{Sandbox, SandboxConfig};
 use std::{collections::BTreeSet, time::Duration};
 use testenv::{Alertmanager, Prometheus, rules};
@@ -308,7 +312,7 @@ async fn a_blocking_pod_holds_its_node_the_others_go_on_and_it_reboots_once_the_
         "a pod on one node does not hold the pool"
     );
 
-    finish_backup_pod(&sb);
+    finish_backup_pod(&sb).await;
     rollout_completes(&sb, &watch).await;
     sb.stop().await;
 }
@@ -327,8 +331,10 @@ fn start_backup_pod(sb: &Sandbox, node: &str) {
     );
 }
 
-/// The backup pod's job is done: it has Succeeded, as a kubelet would report.
-fn finish_backup_pod(sb: &Sandbox) {
+/// The backup pod's job is done: it has Succeeded, as a kubelet would report, and it stays so
+/// (a kubelet never starts a finished pod again; the simulated one did, now and then, which
+/// held the gate closed for good).
+async fn finish_backup_pod(sb: &Sandbox) {
     kubectl(
         &sb.control_plane,
         &[
@@ -343,6 +349,28 @@ fn finish_backup_pod(sb: &Sandbox) {
             r#"{"status":{"phase":"Succeeded"}}"#,
         ],
     );
+    let pods: Api<Pod> = Api::namespaced(sb.client.clone(), "default");
+    let config = watcher::Config::default().fields("metadata.name=backup");
+    let stream = watcher(pods, config).applied_objects();
+    futures::pin_mut!(stream);
+    let until = tokio::time::sleep(Duration::from_secs(2));
+    tokio::pin!(until);
+    let mut seen = 0;
+    loop {
+        tokio::select! {
+            () = &mut until => break,
+            event = stream.next() => match event {
+                Some(Ok(pod)) => {
+                    let phase = pod.status.and_then(|s| s.phase);
+                    assert_eq!(phase.as_deref(), Some("Succeeded"), "the finished backup pod ran again");
+                    seen += 1;
+                }
+                Some(Err(error)) => panic!("the watch of the backup pod failed: {error}"),
+                None => panic!("the watch of the backup pod ended"),
+            },
+        }
+    }
+    assert!(seen > 0, "the watch of the backup pod saw it");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -386,7 +414,7 @@ async fn with_cluster_scope_a_blocking_pod_anywhere_holds_every_node_until_it_fi
         "a node was granted while a cluster-scoped blocking pod runs"
     );
 
-    finish_backup_pod(&sb);
+    finish_backup_pod(&sb).await;
     rollout_completes(&sb, &watch).await;
     assert_eq!(gate_open(&sb, "blocking_pods").await, Some(1.0));
     sb.stop().await;

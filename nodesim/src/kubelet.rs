@@ -1,5 +1,6 @@
 //! The pod duties of a kubelet, for pods bound to simulated nodes: start them (Running and
-//! Ready at once) and finish their deletion (the containers "stop" at once).
+//! Ready at once), leave the ones that have finished (Succeeded or Failed) alone, and finish
+//! their deletion (the containers "stop" at once).
 
 use backon::{ExponentialBuilder, Retryable};
 use futures::StreamExt;
@@ -35,7 +36,8 @@ pub async fn run(client: Client, nodes: Arc<BTreeSet<String>>) {
             continue;
         }
         let deleting = pod.metadata.deletion_timestamp.is_some();
-        if !deleting && is_running(&pod) {
+        // A pod that has finished stays finished: a kubelet never starts it again.
+        if !deleting && (is_running(&pod) || has_finished(&pod)) {
             continue;
         }
         let api: Api<Pod> = Api::namespaced(client.clone(), &pod.namespace().unwrap_or_default());
@@ -65,8 +67,16 @@ pub async fn run(client: Client, nodes: Arc<BTreeSet<String>>) {
     }
 }
 
+fn phase(pod: &Pod) -> Option<&str> {
+    pod.status.as_ref().and_then(|s| s.phase.as_deref())
+}
+
 fn is_running(pod: &Pod) -> bool {
-    pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+    phase(pod) == Some("Running")
+}
+
+fn has_finished(pod: &Pod) -> bool {
+    matches!(phase(pod), Some("Succeeded" | "Failed"))
 }
 
 async fn start(api: &Api<Pod>, pod: &Pod) -> Result<(), kube::Error> {

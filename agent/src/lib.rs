@@ -13,6 +13,7 @@ pub mod host_exec;
 pub mod metrics;
 pub mod node_agent;
 pub mod node_watch;
+mod own_write;
 pub mod rebooter;
 mod retry;
 pub mod sentinel;

@@ -7,6 +7,7 @@ use crate::{
     error::AgentError,
     events::{NodeEvents, Reason},
     node_watch::{WatchItem, node_watch},
+    own_write::OwnWrite,
     rebooter::Rebooter,
     retry::Backoff,
     sentinel::{SentinelAction, SentinelRecord},
@@ -23,7 +24,7 @@ use kube::{
 use observability::ApiErrorKind;
 use std::{future::Future, sync::Arc};
 use tokio::time::{Instant, sleep_until};
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 /// The first look at the sentinel after the start, unless --check-period is shorter.
 const FIRST_CHECK: std::time::Duration = std::time::Duration::from_secs(10);
@@ -89,6 +90,7 @@ impl NodeAgent {
         let mut backoff = Backoff::default();
         let mut retry: Option<Retry> = None;
         let mut found_since_init = false;
+        let mut own_write = OwnWrite::default();
         // The sentinel is looked at on the node as last seen, soon after the start, then
         // every --check-period.
         let mut last_seen: Option<Node> = None;
@@ -110,6 +112,7 @@ impl NodeAgent {
                     {
                         // The next check decides on what was written, not on the state
                         // before it, even when the watch has not brought the change yet.
+                        own_write.wrote(written.metadata.resource_version.clone());
                         last_seen = Some(written);
                     }
                     None
@@ -120,7 +123,7 @@ impl NodeAgent {
                 }
                 event = watch.next() => {
                     let event = event.ok_or_else(|| AgentError::WatchEnded(self.name().into()))?;
-                    let node = self.on_watch_event(event, &mut found_since_init);
+                    let node = self.on_watch_event(event, &mut found_since_init, &mut own_write);
                     // Whatever the watch says is newer than the state a retry would act on.
                     retry = None;
                     if node.is_some() {
@@ -135,7 +138,13 @@ impl NodeAgent {
                 handled = self.handle(node.clone()) => handled,
             };
             match handled {
-                Ok(Outcome::Settled) => backoff.reset(),
+                Ok(Outcome::Settled { written }) => {
+                    backoff.reset();
+                    if let Some(written) = written {
+                        own_write.wrote(written.metadata.resource_version.clone());
+                        last_seen = Some(*written);
+                    }
+                }
                 Ok(Outcome::RebootTriggered { deadline }) => {
                     return self.await_reboot(&node, deadline, shutdown).await;
                 }
@@ -154,14 +163,26 @@ impl NodeAgent {
     }
 
     /// The node to act on, if the event brings one.
-    fn on_watch_event(&self, event: WatchItem, found_since_init: &mut bool) -> Option<Node> {
+    fn on_watch_event(
+        &self,
+        event: WatchItem,
+        found_since_init: &mut bool,
+        own_write: &mut OwnWrite,
+    ) -> Option<Node> {
         match event {
             Ok(watcher::Event::InitApply(node) | watcher::Event::Apply(node)) => {
                 *found_since_init = true;
                 self.watch_running(true);
+                if own_write.predates(node.metadata.resource_version.as_deref()) {
+                    debug!("a change from before this agent's last write; waiting for the write");
+                    return None;
+                }
                 return Some(node);
             }
-            Ok(watcher::Event::Init) => *found_since_init = false,
+            Ok(watcher::Event::Init) => {
+                *found_since_init = false;
+                own_write.relisted();
+            }
             Ok(watcher::Event::InitDone) => {
                 self.watch_running(true);
                 if !*found_since_init {

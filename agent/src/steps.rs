@@ -23,8 +23,8 @@ const MAX_REFUSED_WRITES: usize = 5;
 /// What became of one state of the node.
 #[derive(Debug)]
 pub(crate) enum Outcome {
-    /// Nothing more to do until the node changes.
-    Settled,
+    /// Nothing more to do until the node changes; the node as written, if it was.
+    Settled { written: Option<Box<Node>> },
     /// A reboot was asked for; it must end this process before the deadline.
     RebootTriggered { deadline: Instant },
 }
@@ -74,10 +74,11 @@ impl NodeAgent {
         let (reason, note) = match action {
             AgentAction::Nothing => {
                 debug!("nothing to do");
-                return Ok(Outcome::Settled);
+                return Ok(Outcome::Settled { written: None });
             }
             AgentAction::FinishReboot { recorded_boot_id } => {
-                self.write(transition.finish_reboot(facts, Some(&recorded_boot_id), boot_id))
+                let written = self
+                    .write(transition.finish_reboot(facts, Some(&recorded_boot_id), boot_id))
                     .await?;
                 self.observed.metrics.reboots_proven.inc();
                 // No Event: the controller publishes `Rebooted` when it completes the node
@@ -85,7 +86,9 @@ impl NodeAgent {
                 // less per reboot. The boot ids stay in this log line.
                 info!(old_boot_id = %recorded_boot_id, new_boot_id = %boot_id,
                       "reboot proven by a new boot id; reported done");
-                return Ok(Outcome::Settled);
+                return Ok(Outcome::Settled {
+                    written: Some(Box::new(written)),
+                });
             }
             AgentAction::BeginReboot => {
                 self.write(transition.begin_reboot(facts, boot_id)).await?;
@@ -120,14 +123,14 @@ impl NodeAgent {
         Ok(self.trigger(node).await?)
     }
 
-    async fn write(&self, patch: json_patch::Patch) -> Result<(), StepError> {
+    async fn write(&self, patch: json_patch::Patch) -> Result<Node, StepError> {
         let params = PatchParams {
             field_manager: Some(REPORTING_COMPONENT.into()),
             ..PatchParams::default()
         };
         let patch = Patch::Json::<()>(patch);
         match self.nodes.patch(self.name(), &params, &patch).await {
-            Ok(_) => Ok(()),
+            Ok(node) => Ok(node),
             // 422 for a failed `test` or a vanished key, 409 for a lost race.
             Err(kube::Error::Api(status)) if status.is_invalid() || status.is_conflict() => {
                 self.observed

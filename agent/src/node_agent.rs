@@ -123,7 +123,7 @@ impl NodeAgent {
                 }
                 event = watch.next() => {
                     let event = event.ok_or_else(|| AgentError::WatchEnded(self.name().into()))?;
-                    let node = self.on_watch_event(event, &mut found_since_init, &mut own_write);
+                    let node = self.on_watch_event(event, &mut found_since_init, &own_write);
                     // Whatever the watch says is newer than the state a retry would act on.
                     retry = None;
                     if node.is_some() {
@@ -167,22 +167,19 @@ impl NodeAgent {
         &self,
         event: WatchItem,
         found_since_init: &mut bool,
-        own_write: &mut OwnWrite,
+        own_write: &OwnWrite,
     ) -> Option<Node> {
         match event {
             Ok(watcher::Event::InitApply(node) | watcher::Event::Apply(node)) => {
                 *found_since_init = true;
                 self.watch_running(true);
                 if own_write.predates(node.metadata.resource_version.as_deref()) {
-                    debug!("a change from before this agent's last write; waiting for the write");
+                    debug!("a change from before this agent's last write; skipped");
                     return None;
                 }
                 return Some(node);
             }
-            Ok(watcher::Event::Init) => {
-                *found_since_init = false;
-                own_write.relisted();
-            }
+            Ok(watcher::Event::Init) => *found_since_init = false,
             Ok(watcher::Event::InitDone) => {
                 self.watch_running(true);
                 if !*found_since_init {

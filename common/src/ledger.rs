@@ -65,11 +65,17 @@ pub fn slots_json(slots: &BTreeMap<String, Slot>) -> String {
 /// is ordered only when they differ, since every use of this has a write's precondition
 /// behind it that catches a wrong guess.
 pub fn version_is_newer(candidate: Option<&str>, than: Option<&str>) -> bool {
-    let parse = |v: Option<&str>| v.and_then(|v| v.parse::<u64>().ok());
-    match (parse(candidate), parse(than)) {
-        (Some(c), Some(t)) => c > t,
-        _ => candidate.is_some() && candidate != than,
+    match version_order(candidate, than) {
+        Some(order) => order.is_gt(),
+        None => candidate.is_some() && candidate != than,
     }
+}
+
+/// The order of two resourceVersions of one object, where both are the integers an
+/// etcd-backed API server hands out (comparable by contract since Kubernetes 1.35, KEP-5504).
+pub fn version_order(a: Option<&str>, b: Option<&str>) -> Option<std::cmp::Ordering> {
+    let parse = |v: Option<&str>| v.and_then(|v| v.parse::<u64>().ok());
+    Some(parse(a)?.cmp(&parse(b)?))
 }
 
 #[cfg(test)]

@@ -178,17 +178,14 @@ fn static_binaries_dir(no_build: bool) -> anyhow::Result<Option<PathBuf>> {
 
 /// `name` in the static binaries' `dir` (else the workspace's), or where `<NAME>_BIN` points.
 fn binary(dir: Option<&Path>, name: &str) -> anyhow::Result<PathBuf> {
-    let Some(dir) = dir else {
-        return Ok(nodesim::workspace_binary(name)?);
-    };
-    let var = format!("{}_BIN", name.to_uppercase().replace('-', "_"));
-    let path = std::env::var_os(&var).map_or_else(|| dir.join(name), PathBuf::from);
-    anyhow::ensure!(
-        path.is_file(),
-        "{} is not built; run `make static` (or `make bench` without --no-build), or set {var}",
-        path.display()
-    );
-    Ok(path)
+    Ok(match dir {
+        None => nodesim::workspace_binary(name)?,
+        Some(dir) => nodesim::binary_in(
+            &[dir],
+            name,
+            "run `make static` (or `make bench` without --no-build)",
+        )?,
+    })
 }
 
 /// What the scenarios produced so far: the report, every detail, the notes under the table,
@@ -252,13 +249,9 @@ impl Outcomes {
         }
     }
 
-    async fn idle(&mut self, idle: IdleRun) {
-        let joined = tokio::task::spawn_blocking(move || idle.join()).await;
-        let result = match joined {
-            Ok(Ok(result)) => result,
-            Ok(Err(_)) => (Err(anyhow::anyhow!("the idle scenario panicked")), None),
-            Err(error) => (Err(error.into()), None),
-        };
+    /// The idle agent on a control plane of its own, once the main one is stopped.
+    async fn idle(&mut self, ctx: &Context) {
+        let result = sampled(scenarios::idle::run(ctx)).await;
         if let Some(o) = self.record("idle", result) {
             self.report.idle(&o);
             self.notes.push(format!(
@@ -276,24 +269,6 @@ async fn sampled<T>(scenario: impl std::future::Future<Output = anyhow::Result<T
     let load = LoadSampler::start();
     let result = scenario.await;
     (result, load.finish())
-}
-
-/// The idle scenario under way in a thread of its own.
-type IdleRun = std::thread::JoinHandle<Sampled<scenarios::idle::Outcome>>;
-
-/// The idle agent's 10 minutes go on in the background, on a control plane of its own (and a
-/// runtime of its own: the control plane's start is not a Send future).
-fn spawn_idle(ctx: Context) -> IdleRun {
-    std::thread::spawn(move || {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .enable_all()
-            .build();
-        match runtime {
-            Ok(runtime) => runtime.block_on(sampled(scenarios::idle::run(&ctx))),
-            Err(error) => (Err(error.into()), None),
-        }
-    })
 }
 
 /// Runs the benchmark; fails when a scenario failed (the report is written anyway).
@@ -335,8 +310,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         }
     }
     if args.runs(Scenario::Idle) {
-        let idle = spawn_idle(ctx.clone());
-        outcomes.idle(idle).await;
+        outcomes.idle(&ctx).await;
     }
     outcomes.report.not_run = Scenario::value_variants()
         .iter()

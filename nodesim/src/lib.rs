@@ -17,7 +17,7 @@ pub mod operator;
 pub mod reboot_requests;
 pub mod sandbox;
 
-pub use binaries::workspace_binary;
+pub use binaries::{binary_in, workspace_binary};
 pub use fleet::{Fleet, FleetConfig};
 pub use operator::ControllerProcess;
 

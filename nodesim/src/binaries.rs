@@ -21,7 +21,14 @@ pub fn workspace_binary(name: &str) -> Result<PathBuf, Error> {
 pub fn binary_in(dirs: &[&Path], name: &str, how_to_build: &str) -> Result<PathBuf, Error> {
     let var = format!("{}_BIN", name.to_uppercase().replace('-', "_"));
     if let Ok(path) = std::env::var(&var) {
-        return Ok(PathBuf::from(path));
+        let path = PathBuf::from(path);
+        if !path.is_file() {
+            return Err(Error::Setup(format!(
+                "{var} points to {}, which is not a file; unset {var} or point it to {name}",
+                path.display()
+            )));
+        }
+        return Ok(path);
     }
     let candidates = dirs.iter().map(|dir| dir.join(name)).collect::<Vec<_>>();
     candidates

@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
 # Builds the local control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler,
-# kubectl), Prometheus, promtool, Alertmanager and helm into testenv/bin/. A binary is rebuilt
-# only when what it is built from changed (go.mod and go.sum for the control plane, the pinned
-# version for the others), so a warm `make test` spends no time here, and pinning a new tool
-# does not rebuild the control plane.
+# kubectl), the node's programs for the real-node tier (kubelet, containerd and its runc shim,
+# the CNI plugins), Prometheus, promtool, Alertmanager and helm into testenv/bin/. A binary is
+# rebuilt only when what it is built from changed (go.mod and go.sum for the control plane and
+# the kubelet, the pinned version for the others), so a warm `make test` spends no time here,
+# and pinning a new tool does not rebuild the control plane.
+# Every binary is also kept outside the checkout, in $NRO_CACHE/bin/ (default
+# ${XDG_CACHE_HOME:-$HOME/.cache}/node-reboot-operator), named by the same key, so a fresh
+# clone on the same machine copies it instead of compiling it. `rm -rf` that folder to clear it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -29,12 +33,14 @@ stamp_of() { # $1: a target or tool spec
     *) echo "$control_plane_stamp" ;;
   esac
 }
-mkdir -p bin
+cache=${NRO_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/node-reboot-operator}/bin
+mkdir -p bin "$cache"
 export CGO_ENABLED=0 GOWORK=off GOFLAGS=-mod=mod
 
 targets=(etcd:./cmd/etcd kube-apiserver:k8s.io/kubernetes/cmd/kube-apiserver
   kube-controller-manager:k8s.io/kubernetes/cmd/kube-controller-manager
-  kube-scheduler:k8s.io/kubernetes/cmd/kube-scheduler kubectl:k8s.io/kubernetes/cmd/kubectl)
+  kube-scheduler:k8s.io/kubernetes/cmd/kube-scheduler kubectl:k8s.io/kubernetes/cmd/kubectl
+  kubelet:k8s.io/kubernetes/cmd/kubelet)
 # Prometheus, its promtool and Alertmanager for the health-gate and alert tests, and helm for
 # the chart's tests, each built from its
 # own module: their go.mod, not ours, picks their dependencies. Prometheus builds with
@@ -44,7 +50,17 @@ targets=(etcd:./cmd/etcd kube-apiserver:k8s.io/kubernetes/cmd/kube-apiserver
 prometheus_version=v0.316.0  # Prometheus 3.16
 alertmanager_version=v0.34.1
 helm_version=v4.3.1
-tools=(prometheus:github.com/prometheus/prometheus/cmd/prometheus@${prometheus_version}
+# The real nodes' runtime (vm/node): containerd 2.x, because kubelet v1.38 drops the 1.x
+# fallback that Debian's containerd 1.6/1.7 needs; static (no cgo) without the snapshotters
+# that need C. runc needs cgo and libseccomp, so the guests take Debian's.
+containerd_version=v2.4.2
+cni_version=v1.9.1
+tools=(containerd:github.com/containerd/containerd/v2/cmd/containerd@${containerd_version}
+  containerd-shim-runc-v2:github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2@${containerd_version}
+  bridge:github.com/containernetworking/plugins/plugins/main/bridge@${cni_version}
+  host-local:github.com/containernetworking/plugins/plugins/ipam/host-local@${cni_version}
+  loopback:github.com/containernetworking/plugins/plugins/main/loopback@${cni_version}
+prometheus:github.com/prometheus/prometheus/cmd/prometheus@${prometheus_version}
   promtool:github.com/prometheus/prometheus/cmd/promtool@${prometheus_version}
   alertmanager:without-ui:github.com/prometheus/alertmanager@${alertmanager_version}:./cmd/alertmanager
   helm:helm.sh/helm/v4/cmd/helm@${helm_version})
@@ -52,11 +68,18 @@ tools=(prometheus:github.com/prometheus/prometheus/cmd/prometheus@${prometheus_v
 todo=()
 for t in "${targets[@]}" "${tools[@]}"; do
   name=${t%%:*}
-  if [ -x "bin/$name" ] && [ "$(cat "bin/.$name.stamp" 2>/dev/null)" = "$(stamp_of "${t#*:}")" ]; then continue; fi
+  stamp=$(stamp_of "${t#*:}")
+  if [ -x "bin/$name" ] && [ "$(cat "bin/.$name.stamp" 2>/dev/null)" = "$stamp" ]; then continue; fi
+  if [ -x "$cache/$name-$stamp" ]; then
+    cp "$cache/$name-$stamp" "bin/$name.tmp" && mv "bin/$name.tmp" "bin/$name"
+    echo "$stamp" > "bin/.$name.stamp"
+    echo "testenv: $name from the cache $cache"
+    continue
+  fi
   todo+=("$t")
 done
 if [ ${#todo[@]} -eq 0 ]; then
-  echo "testenv: control plane ${release}, Prometheus, promtool, Alertmanager and helm are up to date in testenv/bin"
+  echo "testenv: control plane and kubelet ${release}, containerd ${containerd_version}, CNI plugins ${cni_version}, Prometheus, promtool, Alertmanager and helm are up to date in testenv/bin"
   exit 0
 fi
 echo "testenv: building ${#todo[@]} binaries (Kubernetes ${release}, etcd ${etcd_release}, Prometheus ${prometheus_version}, Alertmanager ${alertmanager_version}, helm ${helm_version}) into testenv/bin."
@@ -83,7 +106,9 @@ for t in "${todo[@]}"; do
       gobin=$(mktemp -d)
       # remove_all_sd: none of Prometheus' service discoveries (cloud SDKs, client-go), which
       # are most of its compile time; the tests scrape nothing.
-      GOBIN=$gobin GOFLAGS= go install -trimpath -tags remove_all_sd -ldflags "-s -w" "$target"
+      # containerd: leave out the snapshotters that need cgo (btrfs, devmapper, zfs).
+      GOBIN=$gobin GOFLAGS= go install -trimpath -tags "remove_all_sd no_btrfs no_devmapper no_zfs" \
+        -ldflags "-s -w" "$target"
       mv "$gobin/$name" "bin/$name"
       rm -rf "$gobin" ;;
     *)
@@ -92,7 +117,10 @@ for t in "${todo[@]}"; do
       go build -trimpath -ldflags "$ldf" -o "bin/$name.tmp" "$target"
       mv "bin/$name.tmp" "bin/$name" ;;
   esac
-  stamp_of "$target" > "bin/.$name.stamp"
+  stamp=$(stamp_of "$target")
+  echo "$stamp" > "bin/.$name.stamp"
+  rm -f "$cache/$name"-*
+  cp "bin/$name" "$cache/$name-$stamp.tmp" && mv "$cache/$name-$stamp.tmp" "$cache/$name-$stamp"
   echo "testenv: [$i/${#todo[@]}] $name built in $((SECONDS - start))s"
 done
 echo "testenv: done; binaries are in testenv/bin"

@@ -4,7 +4,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 ARGS ?=
 
-.PHONY: all testenv static bins build test lint cluster sandbox demo bench manifests vm-tools vm-image vm-e2e
+.PHONY: all testenv static bins build test lint cluster sandbox demo bench manifests vm-tools vm-image vm-e2e node-image node-e2e
 
 all: build
 
@@ -36,7 +36,7 @@ bins:
 test: testenv lint static bins vm-image
 	@status=0; \
 	$(CARGO) test --workspace --exclude vmtest --locked --no-fail-fast || status=1; \
-	$(CARGO) test --locked -p vmtest -- --nocapture || status=1; \
+	$(CARGO) test --locked -p vmtest --lib --test vm_e2e -- --nocapture || status=1; \
 	exit $$status
 
 # The VM tier's host tools (QEMU, debootstrap, socat) from Debian's packages, when missing.
@@ -50,7 +50,18 @@ vm-image: vm-tools
 # Real reboots: Debian VMs under QEMU with the static agent, the controller on the host
 # (README "Real reboots in virtual machines"). VM_ACCEL=kvm where /dev/kvm works.
 vm-e2e: testenv static bins vm-image
-	$(CARGO) test --locked -p vmtest -- --nocapture
+	$(CARGO) test --locked -p vmtest --lib --test vm_e2e -- --nocapture
+
+# The real nodes' disk image (kubelet, containerd, runc, CNI, D-Bus, logind, AppArmor), built
+# once (3-5 minutes) and cached under ~/.cache/node-reboot-operator/node-image/.
+node-image: testenv vm-tools
+	@vm/node/image/build.sh
+
+# Real nodes: three guests join the local control plane, the operator is installed with its
+# chart from `make images`, and every node is drained and rebooted for real (README "Real
+# nodes"). Logs in target/node-e2e/run/.
+node-e2e: testenv images node-image bins
+	$(CARGO) test --locked -p vmtest --test node_e2e -- --nocapture
 
 # A control plane in the foreground; prints KUBECONFIG=<path> once ready; Ctrl-C stops it.
 cluster: testenv

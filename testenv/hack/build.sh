@@ -57,6 +57,7 @@ containerd_version=v2.4.2
 cni_version=v1.9.1
 tools=(containerd:github.com/containerd/containerd/v2/cmd/containerd@${containerd_version}
   containerd-shim-runc-v2:github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2@${containerd_version}
+  ctr:github.com/containerd/containerd/v2/cmd/ctr@${containerd_version}
   bridge:github.com/containernetworking/plugins/plugins/main/bridge@${cni_version}
   host-local:github.com/containernetworking/plugins/plugins/ipam/host-local@${cni_version}
   loopback:github.com/containernetworking/plugins/plugins/main/loopback@${cni_version}

@@ -97,6 +97,8 @@ impl Files {
             format!("--client-ca-file={}", self.path("ca.crt")),
             format!("--token-auth-file={}", self.path("tokens.csv")),
             "--authorization-mode=Node,RBAC".into(),
+            // A kubelet (the real-node tier's) may change only its own Node and its pods.
+            "--enable-admission-plugins=NodeRestriction".into(),
             format!("--service-account-issuer={SERVICE_ACCOUNT_ISSUER}"),
             format!(
                 "--service-account-key-file={}",

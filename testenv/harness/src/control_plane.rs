@@ -263,6 +263,16 @@ impl ControlPlane {
     }
 
     /// `https://127.0.0.1:<port>`
+    /// A kubelet's client certificate and key (PEM) for node `node`: user
+    /// `system:node:<node>` in group `system:nodes`, which the Node authorizer and the
+    /// NodeRestriction admission plugin hold to that node.
+    pub fn node_client_certificate(&self, node: &str) -> Result<(String, String), Error> {
+        let path = self.dir_path.join("ca.key");
+        let ca_key = std::fs::read_to_string(&path)
+            .map_err(Error::io(format!("read {}", path.display())))?;
+        crate::pki::client_certificate(&ca_key, &format!("system:node:{node}"), "system:nodes")
+    }
+
     pub fn server_url(&self) -> &str {
         &self.server_url
     }

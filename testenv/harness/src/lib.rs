@@ -34,4 +34,4 @@ pub use control_plane::ControlPlane;
 pub use error::Error;
 pub use monitoring::{Alertmanager, Prometheus, rules};
 pub use options::Options;
-pub use pki::GUEST_FORWARD_ADDRESS;
+pub use pki::{GUEST_FORWARD_ADDRESS, KUBERNETES_SERVICE_IP};

@@ -11,6 +11,9 @@ use crate::Error;
 /// QEMU's user-mode network); the serving certificate names it.
 pub const GUEST_FORWARD_ADDRESS: &str = "10.0.2.100";
 
+/// The cluster IP of the `kubernetes` Service: the first address of the service range.
+pub const KUBERNETES_SERVICE_IP: &str = "10.96.0.1";
+
 /// PEM files the components are started with.
 #[derive(Debug)]
 pub(crate) struct Pki {
@@ -27,14 +30,7 @@ pub(crate) struct Pki {
 impl Pki {
     pub fn generate() -> Result<Pki, Error> {
         let ca_key = KeyPair::generate()?;
-        let mut ca = CertificateParams::new(Vec::<String>::new())?;
-        ca.distinguished_name.push(DnType::CommonName, "testenv-ca");
-        ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        ca.key_usages = vec![
-            KeyUsagePurpose::KeyCertSign,
-            KeyUsagePurpose::CrlSign,
-            KeyUsagePurpose::DigitalSignature,
-        ];
+        let ca = ca_params()?;
         let ca_cert = ca.self_signed(&ca_key)?.pem();
         let ca_key_pem = ca_key.serialize_pem();
         let issuer = Issuer::new(ca, ca_key);
@@ -48,6 +44,9 @@ impl Pki {
             // Where QEMU's user-mode network forwards the API server to the VM test tier's
             // guests (vm/): a guest verifies this certificate like any client.
             GUEST_FORWARD_ADDRESS.to_owned(),
+            // The `kubernetes` Service's cluster IP, which pods on the real-node tier's guests
+            // are given (KUBERNETES_SERVICE_HOST) and which each guest routes to the forward.
+            KUBERNETES_SERVICE_IP.to_owned(),
         ])?;
         server
             .distinguished_name
@@ -69,6 +68,41 @@ impl Pki {
 }
 
 /// A bearer token that is hard to guess: 32 hex digits from the kernel's random source.
+/// The CA's parameters: the same every time, so that the CA's key alone (kept in the control
+/// plane's directory) can issue more certificates later, for the real-node tier's kubelets.
+fn ca_params() -> Result<CertificateParams, Error> {
+    let mut ca = CertificateParams::new(Vec::<String>::new())?;
+    ca.distinguished_name.push(DnType::CommonName, "testenv-ca");
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca.key_usages = vec![
+        KeyUsagePurpose::KeyCertSign,
+        KeyUsagePurpose::CrlSign,
+        KeyUsagePurpose::DigitalSignature,
+    ];
+    Ok(ca)
+}
+
+/// A client certificate and its key (PEM) signed by the CA whose key is `ca_key_pem`: the API
+/// server authenticates it as user `common_name` in group `organization`.
+pub(crate) fn client_certificate(
+    ca_key_pem: &str,
+    common_name: &str,
+    organization: &str,
+) -> Result<(String, String), Error> {
+    let issuer = Issuer::new(ca_params()?, KeyPair::from_pem(ca_key_pem)?);
+    let key = KeyPair::generate()?;
+    let mut params = CertificateParams::new(Vec::<String>::new())?;
+    params
+        .distinguished_name
+        .push(DnType::CommonName, common_name);
+    params
+        .distinguished_name
+        .push(DnType::OrganizationName, organization);
+    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+    params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+    Ok((params.signed_by(&key, &issuer)?.pem(), key.serialize_pem()))
+}
+
 pub(crate) fn random_token() -> Result<String, Error> {
     let mut bytes = [0u8; 16];
     fill_random(&mut bytes)?;

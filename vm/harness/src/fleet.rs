@@ -141,6 +141,8 @@ impl VmFleet {
                 api_port,
                 seed_disk: seed,
                 dir: vm_dir,
+                kernel_args: String::new(),
+                log_ports: Vec::new(),
             };
             vms.push(Vm::boot(image, &spec)?);
             eprintln!(
@@ -223,7 +225,7 @@ pub async fn reported_boot_id(
     node.status?.node_info.map(|info| info.boot_id)
 }
 
-fn api_port(cp: &ControlPlane) -> Result<u16, Error> {
+pub(crate) fn api_port(cp: &ControlPlane) -> Result<u16, Error> {
     cp.server_url()
         .rsplit(':')
         .next()
@@ -231,7 +233,7 @@ fn api_port(cp: &ControlPlane) -> Result<u16, Error> {
         .ok_or_else(|| Error::Setup(format!("no port in {}", cp.server_url())))
 }
 
-fn run_kubectl(cp: &ControlPlane, args: &[&str]) -> Result<(), Error> {
+pub(crate) fn run_kubectl(cp: &ControlPlane, args: &[&str]) -> Result<(), Error> {
     let output = cp
         .kubectl()
         .args(args)

@@ -1,4 +1,6 @@
-//! The base image of `vm/image/build.sh`, built once and cached by its inputs.
+//! The guests' disk images, each built once by its script and cached by its inputs:
+//! `vm/image/build.sh` (the agent as a service, a reporter in place of the kubelet) and
+//! `vm/node/image/build.sh` (real nodes: kubelet, containerd, runc, CNI).
 
 use crate::{Error, repo_root};
 use std::{
@@ -17,7 +19,18 @@ pub struct BaseImage {
 impl BaseImage {
     /// Runs `vm/image/build.sh` (at once when cached), passing its progress on to stderr.
     pub fn ensure() -> Result<BaseImage, Error> {
-        let script = repo_root().join("vm/image/build.sh");
+        Self::build("vm/image/build.sh", "vm-image")
+    }
+
+    /// The real nodes' image of `vm/node/image/build.sh`.
+    pub fn ensure_node() -> Result<BaseImage, Error> {
+        Self::build("vm/node/image/build.sh", "node-image")
+    }
+
+    /// Runs `script` (relative to the workspace), whose last line is `<tag>: ready <dir>`.
+    fn build(script: &str, tag: &str) -> Result<BaseImage, Error> {
+        let script = repo_root().join(script);
+        let ready_prefix = format!("{tag}: ready ");
         let started = Instant::now();
         let mut child = Command::new("bash")
             .arg(&script)
@@ -28,7 +41,7 @@ impl BaseImage {
         if let Some(stdout) = child.stdout.take() {
             for line in BufReader::new(stdout).lines().map_while(Result::ok) {
                 eprintln!("{line}");
-                if let Some(rest) = line.strip_prefix("vm-image: ready ") {
+                if let Some(rest) = line.strip_prefix(&ready_prefix) {
                     ready = rest.split_whitespace().next().map(PathBuf::from);
                 }
             }
@@ -39,7 +52,7 @@ impl BaseImage {
         match ready {
             Some(dir) if status.success() => {
                 eprintln!(
-                    "vm-image: {} after {}",
+                    "{tag}: {} after {}",
                     dir.display(),
                     crate::secs(started.elapsed())
                 );

@@ -8,6 +8,7 @@
 
 pub mod fleet;
 pub mod image;
+pub mod node;
 pub mod qemu;
 pub mod seed;
 

@@ -34,6 +34,11 @@ pub struct VmSpec {
     pub seed_disk: PathBuf,
     /// Where the overlay, the serial log and QEMU's own log go.
     pub dir: PathBuf,
+    /// More of the kernel's command line, such as `systemd.hostname=node-1`.
+    pub kernel_args: String,
+    /// Named virtio serial ports (`/dev/virtio-ports/<name>` in the guest), each written to
+    /// `<dir>/<vm>.<name>.log` on the host, across the guest's reboots.
+    pub log_ports: Vec<String>,
 }
 
 /// A running guest; dropping it stops QEMU (and with it the forwarding processes).
@@ -66,7 +71,7 @@ impl Vm {
                 String::from_utf8_lossy(&output.stderr).trim()
             )));
         }
-        let serial = spec.dir.join(format!("{}.serial.log", spec.name));
+        let serial = spec.dir.join(format!("{}.console.log", spec.name));
         let qemu_log = spec.dir.join(format!("{}.qemu.log", spec.name));
         let log = std::fs::File::create(&qemu_log).map_err(Error::io("create the QEMU log"))?;
         let log_err = log.try_clone().map_err(Error::io("dup the QEMU log"))?;
@@ -97,7 +102,10 @@ impl Vm {
             .arg(image.initrd())
             .args([
                 "-append",
-                "root=/dev/vda rw console=ttyS0 net.ifnames=0 panic=-1 mitigations=off",
+                &format!(
+                    "root=/dev/vda rw console=ttyS0 net.ifnames=0 panic=-1 mitigations=off {}",
+                    spec.kernel_args
+                ),
             ])
             .arg("-drive")
             .arg(format!("file={},if=virtio,format=qcow2", overlay.display()))
@@ -107,6 +115,7 @@ impl Vm {
                 spec.seed_disk.display()
             ))
             .args(["-nic", &forward, "-device", "virtio-rng-pci"])
+            .args(log_port_args(spec))
             .arg("-serial")
             .arg(format!("file:{}", serial.display()))
             .stdin(Stdio::null())
@@ -123,6 +132,14 @@ impl Vm {
 
     pub fn serial_log_path(&self) -> &Path {
         &self.serial
+    }
+
+    /// What the guest wrote to its log port `port` so far (see [`VmSpec::log_ports`]).
+    pub fn port_log(&self, port: &str) -> String {
+        let path = self
+            .serial
+            .with_file_name(format!("{}.{port}.log", self.name));
+        String::from_utf8_lossy(&std::fs::read(path).unwrap_or_default()).into_owned()
     }
 
     /// Everything the guest wrote to its serial console so far.
@@ -160,6 +177,22 @@ impl Drop for Vm {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// QEMU's arguments for the spec's log ports: one virtio serial controller, a file per port.
+fn log_port_args(spec: &VmSpec) -> Vec<String> {
+    if spec.log_ports.is_empty() {
+        return Vec::new();
+    }
+    let mut args = vec!["-device".to_owned(), "virtio-serial-pci".to_owned()];
+    for (index, port) in spec.log_ports.iter().enumerate() {
+        let path = spec.dir.join(format!("{}.{port}.log", spec.name));
+        args.push("-chardev".to_owned());
+        args.push(format!("file,id=log{index},path={}", path.display()));
+        args.push("-device".to_owned());
+        args.push(format!("virtserialport,chardev=log{index},name={port}"));
+    }
+    args
 }
 
 /// Spawns `command` from a thread that lives as long as the process.

@@ -15,6 +15,22 @@ pub enum SeedFile {
     },
     /// A text file readable by root only (credentials, environment).
     Private { name: String, contents: String },
+    /// A copy of a host file, readable by all (an image archive).
+    Data {
+        name: String,
+        from: std::path::PathBuf,
+    },
+}
+
+impl SeedFile {
+    /// Its path on the seed disk (it may name a folder: `images/agent.tar`).
+    pub fn name(&self) -> &str {
+        match self {
+            SeedFile::Program { name, .. }
+            | SeedFile::Private { name, .. }
+            | SeedFile::Data { name, .. } => name,
+        }
+    }
 }
 
 /// Writes `files` into a staging folder next to `image`, then an ext4 image of it.
@@ -22,12 +38,18 @@ pub fn write_seed_disk(files: &[SeedFile], image: &Path) -> Result<(), Error> {
     let staging = image.with_extension("d");
     std::fs::create_dir_all(&staging)
         .map_err(Error::io(format!("create {}", staging.display())))?;
+    let mut bytes = 0;
     for file in files {
+        if let Some(parent) = staging.join(file.name()).parent() {
+            std::fs::create_dir_all(parent)
+                .map_err(Error::io(format!("create {}", parent.display())))?;
+        }
         let (name, mode) = match file {
-            SeedFile::Program { name, from } => {
+            SeedFile::Program { name, from } | SeedFile::Data { name, from } => {
                 std::fs::copy(from, staging.join(name))
                     .map_err(Error::io(format!("copy {}", from.display())))?;
-                (name, 0o755)
+                let executable = matches!(file, SeedFile::Program { .. });
+                (name, if executable { 0o755 } else { 0o644 })
             }
             SeedFile::Private { name, contents } => {
                 std::fs::write(staging.join(name), contents)
@@ -37,12 +59,15 @@ pub fn write_seed_disk(files: &[SeedFile], image: &Path) -> Result<(), Error> {
         };
         std::fs::set_permissions(staging.join(name), std::fs::Permissions::from_mode(mode))
             .map_err(Error::io(format!("chmod {name}")))?;
+        bytes += std::fs::metadata(staging.join(name)).map_or(0, |m| m.len());
     }
+    // Room for the files and ext4's own: the real nodes' seeds carry image archives.
+    let size_mib = 128.max(bytes / (1 << 20) * 5 / 4 + 32);
     let output = Command::new(crate::find_on_path("mkfs.ext4").unwrap_or("mkfs.ext4".into()))
         .args(["-q", "-F", "-L", "nro-seed", "-d"])
         .arg(&staging)
         .arg(image)
-        .arg("128M")
+        .arg(format!("{size_mib}M"))
         .output()
         .map_err(Error::io("run mkfs.ext4"))?;
     if !output.status.success() {

@@ -1,0 +1,222 @@
+//! Real nodes: guests of `vm/node/image` (a kubelet, containerd, runc, CNI, D-Bus, logind and
+//! AppArmor) that join the local control plane as a cluster's nodes do. Each kubelet has its
+//! own client certificate (`system:node:<name>`, signed by the control plane's CA), so the Node
+//! authorizer and NodeRestriction hold it to its node; each guest imports the image archives
+//! of `make images` from its seed disk, so pods start without a registry.
+
+use crate::{
+    Error,
+    fleet::api_port,
+    image::BaseImage,
+    qemu::{GUEST_API_PORT, Vm, VmSpec},
+    secs,
+    seed::{SeedFile, environment_file, write_seed_disk},
+};
+use k8s_openapi::api::core::v1::Node;
+use kube::{Api, Client};
+use std::{
+    path::{Path, PathBuf},
+    time::{Duration, Instant},
+};
+use testenv::{ControlPlane, GUEST_FORWARD_ADDRESS};
+
+/// The guests' virtio log ports, each kept as `<node>.<port>.log` in the node's directory.
+pub const LOG_PORTS: [&str; 3] = ["journal", "kubelet", "containerd"];
+
+/// A kubelet and containerd in 448 MiB swap themselves to a halt; 1 GiB is comfortable.
+const MEMORY_MIB: u32 = 1024;
+
+/// The real nodes of a run.
+#[derive(Debug)]
+pub struct NodeFleet {
+    pub vms: Vec<Vm>,
+    pub run_dir: PathBuf,
+}
+
+impl NodeFleet {
+    /// Writes each node's seed disk (its name, pod network, kubelet credentials and the image
+    /// archives) and boots it. The guests run at once: each has one vCPU.
+    pub fn start(
+        cp: &ControlPlane,
+        image: &BaseImage,
+        names: &[&str],
+        archives: &[PathBuf],
+        run_dir: &Path,
+    ) -> Result<NodeFleet, Error> {
+        let api_port = api_port(cp)?;
+        let mut vms = Vec::new();
+        for (index, name) in names.iter().enumerate() {
+            let dir = run_dir.join(name);
+            let seed = dir.join("seed.img");
+            std::fs::create_dir_all(&dir)
+                .map_err(Error::io(format!("create {}", dir.display())))?;
+            write_seed_disk(&seed_files(cp, name, index, archives)?, &seed)?;
+            let spec = VmSpec {
+                name: (*name).to_owned(),
+                memory_mib: MEMORY_MIB,
+                api_port,
+                seed_disk: seed,
+                dir,
+                kernel_args: format!("systemd.hostname={name}"),
+                log_ports: LOG_PORTS.map(str::to_owned).to_vec(),
+            };
+            let vm = Vm::boot(image, &spec)?;
+            eprintln!(
+                "node-e2e: {name} started (console: {})",
+                vm.serial_log_path().display()
+            );
+            vms.push(vm);
+        }
+        Ok(NodeFleet {
+            vms,
+            run_dir: run_dir.to_path_buf(),
+        })
+    }
+
+    pub fn vm(&self, name: &str) -> &Vm {
+        self.vms
+            .iter()
+            .find(|vm| vm.name == name)
+            .unwrap_or_else(|| panic!("no node {name}"))
+    }
+
+    /// Waits until every node's kubelet reports the boot that its console shows, and Ready;
+    /// prints each node's time from QEMU's start.
+    pub async fn wait_until_ready(
+        &mut self,
+        client: &Client,
+        timeout: Duration,
+    ) -> Result<(), Error> {
+        let nodes: Api<Node> = Api::all(client.clone());
+        let started = Instant::now();
+        let mut pending: Vec<usize> = (0..self.vms.len()).collect();
+        while !pending.is_empty() {
+            let mut still = Vec::new();
+            for index in pending {
+                let vm = &mut self.vms[index];
+                if !vm.is_running() {
+                    return Err(Error::Setup(format!(
+                        "{}'s QEMU exited during its first boot; see {}",
+                        vm.name,
+                        vm.serial_log_path().display()
+                    )));
+                }
+                let console = console_boot_ids(&vm.serial_log(), &vm.name);
+                let ready = match (console.last(), nodes.get_opt(&vm.name).await.ok().flatten()) {
+                    (Some(id), Some(node)) => {
+                        boot_id(&node) == Some(id.as_str()) && is_ready(&node)
+                    }
+                    _ => false,
+                };
+                if ready {
+                    eprintln!(
+                        "node-e2e: {} joined and Ready after {}",
+                        vm.name,
+                        secs(vm.started.elapsed())
+                    );
+                } else {
+                    still.push(index);
+                }
+            }
+            pending = still;
+            if started.elapsed() > timeout {
+                let names: Vec<&str> = pending.iter().map(|&i| self.vms[i].name.as_str()).collect();
+                return Err(Error::Setup(format!(
+                    "{} did not join and report Ready within {timeout:?}; their consoles, kubelet \
+                     and containerd logs are in {}",
+                    names.join(", "),
+                    self.run_dir.display()
+                )));
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+        Ok(())
+    }
+}
+
+/// The boot ids a node's console shows, one per boot, in order (node-setup's line).
+pub fn console_boot_ids(console: &str, node: &str) -> Vec<String> {
+    let prefix = format!("node-setup: node {node} pods in ");
+    let mut ids: Vec<String> = console
+        .lines()
+        .filter_map(|line| line.split_once(&prefix))
+        .filter_map(|(_, rest)| {
+            rest.split_once(" boot id ")
+                .map(|(_, id)| id.trim().to_owned())
+        })
+        .collect();
+    ids.dedup();
+    ids
+}
+
+/// The boot id the kubelet reports.
+pub fn boot_id(node: &Node) -> Option<&str> {
+    Some(node.status.as_ref()?.node_info.as_ref()?.boot_id.as_str())
+}
+
+/// Whether the kubelet reports Ready=True.
+pub fn is_ready(node: &Node) -> bool {
+    node.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .into_iter()
+        .flatten()
+        .any(|c| c.type_ == "Ready" && c.status == "True")
+}
+
+fn seed_files(
+    cp: &ControlPlane,
+    name: &str,
+    index: usize,
+    archives: &[PathBuf],
+) -> Result<Vec<SeedFile>, Error> {
+    let (cert, key) = cp.node_client_certificate(name)?;
+    let pod_cidr = format!("10.244.{}.0/24", index + 1);
+    let conflist = serde_json::json!({
+        "cniVersion": "1.0.0",
+        "name": "pods",
+        "plugins": [{
+            "type": "bridge",
+            "bridge": "cni0",
+            "isGateway": true,
+            "ipMasq": true,
+            "ipam": {
+                "type": "host-local",
+                "ranges": [[{"subnet": pod_cidr}]],
+                "routes": [{"dst": "0.0.0.0/0"}],
+            },
+        }],
+    });
+    let kubeconfig = format!(
+        "apiVersion: v1\nkind: Config\n\
+         clusters: [{{name: testenv, cluster: {{server: 'https://{GUEST_FORWARD_ADDRESS}:{GUEST_API_PORT}', certificate-authority: /opt/node-reboot/ca.crt}}}}]\n\
+         users: [{{name: kubelet, user: {{client-certificate: /opt/node-reboot/kubelet.crt, client-key: /opt/node-reboot/kubelet.key}}}}]\n\
+         contexts: [{{name: kubelet, context: {{cluster: testenv, user: kubelet}}}}]\n\
+         current-context: kubelet\n"
+    );
+    let private = |name: &str, contents: String| SeedFile::Private {
+        name: name.to_owned(),
+        contents,
+    };
+    let mut files = vec![
+        private(
+            "node.env",
+            environment_file(&[("NODE_NAME", name), ("POD_CIDR", &pod_cidr)]),
+        ),
+        private("ca.crt", cp.ca_pem().to_owned()),
+        private("kubelet.crt", cert),
+        private("kubelet.key", key),
+        private("kubelet.kubeconfig", kubeconfig),
+        private("10-pods.conflist", format!("{conflist:#}\n")),
+    ];
+    for archive in archives {
+        let file_name = archive
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned());
+        files.push(SeedFile::Data {
+            name: format!("images/{}", file_name.unwrap_or_default()),
+            from: archive.clone(),
+        });
+    }
+    Ok(files)
+}

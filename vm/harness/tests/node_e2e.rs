@@ -1,0 +1,447 @@
+//! Real nodes (README "Real nodes"): three Debian guests under QEMU, each a Kubernetes node
+//! with a real kubelet, containerd, runc and CNI, joined to the local control plane. The
+//! operator is installed with its Helm chart from the images of `make images`, its controller
+//! runs as a two-replica Deployment on the guests, a workload with a PodDisruptionBudget runs
+//! beside it, and every node is rebooted for real by its agent's pod.
+//!
+//! An independent observer ([`e2e::chaos::Observer`]) watches every Node and the workload's
+//! Pods throughout: the budget, no `reboot-now` while a workload pod is still on the node,
+//! every request rebooted exactly once. The guests' consoles and journals show the rest: a new
+//! kernel's banner per reboot, and the kubelet's graceful node shutdown.
+//!
+//! One test, in phases, because the guests are expensive. A signal to the test process stops
+//! every QEMU and the control plane before it ends ([`vmtest::unless_interrupted`]).
+
+use e2e::chaos::Observer;
+use k8s_openapi::api::{
+    apps::v1::{DaemonSet, Deployment},
+    coordination::v1::Lease,
+    core::v1::{Node, Pod},
+};
+use kube::{Api, Client, ResourceExt, api::ListParams};
+use std::{
+    collections::BTreeMap,
+    path::PathBuf,
+    process::Command,
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
+use testenv::{ControlPlane, Options};
+use vmtest::{
+    image::BaseImage,
+    node::{NodeFleet, boot_id, is_ready},
+    secs,
+};
+
+const NODES: [&str; 3] = ["node-1", "node-2", "node-3"];
+const NS: &str = "node-reboot-operator";
+const RELEASE: &str = "node-reboot-operator";
+const WORKLOAD_NS: &str = "workload";
+/// Generous: under software emulation three guests on two cores take 1-4 minutes to join.
+const JOIN_TIMEOUT: Duration = Duration::from_secs(1200);
+const PODS_TIMEOUT: Duration = Duration::from_secs(900);
+/// One node's drain, reboot and return under emulation: 1.5-4 minutes measured.
+const REBOOT_TIMEOUT: Duration = Duration::from_secs(900);
+
+/// The workload: three replicas spread over the nodes, a PDB that allows one disruption, and a
+/// container that says on its log which signal ended it.
+const WORKLOAD: &str = r#"
+apiVersion: v1
+kind: Namespace
+metadata: {name: workload}
+---
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata: {name: web, namespace: workload}
+spec:
+  minAvailable: 2
+  selector: {matchLabels: {app: web}}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web, namespace: workload}
+spec:
+  replicas: 3
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec:
+      terminationGracePeriodSeconds: 5
+      topologySpreadConstraints:
+        - maxSkew: 1
+          topologyKey: kubernetes.io/hostname
+          whenUnsatisfiable: ScheduleAnyway
+          labelSelector: {matchLabels: {app: web}}
+      containers:
+        - name: web
+          image: ghcr.io/node-reboot-operator/test-workload:1
+          imagePullPolicy: IfNotPresent
+          command: ["/bin/sh", "-c", "trap 'echo stopped by SIGTERM; exit 0' TERM; echo up; while true; do sleep 1; done"]
+          resources: {requests: {cpu: 10m, memory: 8Mi}}
+"#;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn real_nodes_are_drained_and_rebooted_by_the_operator_installed_with_its_chart() {
+    vmtest::unless_interrupted(tier()).await;
+}
+
+async fn tier() {
+    let started = Instant::now();
+    vmtest::require_tools().unwrap_or_else(|e| panic!("{e}"));
+    let archives = image_archives();
+    let image = BaseImage::ensure_node().unwrap_or_else(|e| panic!("{e}"));
+    let run_dir = run_dir();
+    let cp = ControlPlane::start(Options::default())
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let client = cp.client().await.expect("admin client");
+    let mut fleet = NodeFleet::start(&cp, &image, &NODES, &archives, &run_dir)
+        .unwrap_or_else(|e| panic!("{e}"));
+    fleet
+        .wait_until_ready(&client, JOIN_TIMEOUT)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let joined = started.elapsed();
+    eprintln!(
+        "node-e2e: all {} nodes Ready after {}",
+        NODES.len(),
+        secs(joined)
+    );
+
+    install_chart(&cp, &[]);
+    wait_for_the_operator(&client).await;
+    cp.apply(WORKLOAD).unwrap_or_else(|e| panic!("{e}"));
+    wait_for_deployment(&client, WORKLOAD_NS, "web", 3).await;
+    eprintln!(
+        "node-e2e: operator and workload running after {}",
+        secs(started.elapsed())
+    );
+
+    let observer = Observer::start(client.clone(), 1, WORKLOAD_NS, ("app", "web")).await;
+    let leaders = LeaderWatch::start(client.clone());
+    let boots_before = boot_ids(&client).await;
+    for node in NODES {
+        e2e::kubectl(&cp, &["annotate", "node", node, "reboot-needed=true"]);
+    }
+    eprintln!("node-e2e: reboot-needed=true on every node (max-unavailable 1, method command)");
+    let rollout = Instant::now();
+    follow_the_rollout(&observer, &client, &NODES, 1).await;
+    let makespan = rollout.elapsed();
+    eprintln!(
+        "node-e2e: rollout of {} nodes finished in {}",
+        NODES.len(),
+        secs(makespan)
+    );
+
+    let boots_after = boot_ids(&client).await;
+    for node in NODES {
+        assert_ne!(
+            boots_before[node], boots_after[node],
+            "{node}'s kubelet reports a new boot"
+        );
+        let vm = fleet.vm(node);
+        assert_eq!(
+            vm.kernel_starts(),
+            2,
+            "{node}: one new kernel on the console"
+        );
+        let kubelet = vm.port_log("kubelet");
+        assert!(
+            kubelet.contains(r#""Shutdown manager detected new shutdown event" event="shutdown""#),
+            "{node}: the kubelet's graceful node shutdown ran (its journal is in {})",
+            run_dir.display()
+        );
+    }
+    let holders = leaders.holders();
+    assert!(
+        holders.len() >= 2,
+        "leadership moved when the leader's node was drained: holders seen {holders:?}"
+    );
+    check_no_workload_pod_was_killed_by_the_shutdown(&client).await;
+    observer.finish(&[]).await;
+    eprintln!(
+        "node-e2e: passed in {} (joined {}, rollout {})",
+        secs(started.elapsed()),
+        secs(joined),
+        secs(makespan)
+    );
+}
+
+/// The archives of `make images`; fails, naming the command, when they are missing.
+fn image_archives() -> Vec<PathBuf> {
+    let dir = vmtest::repo_root().join("target/images");
+    let mut archives: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .into_iter()
+        .flatten()
+        .filter_map(Result::ok)
+        .map(|entry| entry.path())
+        .filter(|path| path.extension().is_some_and(|e| e == "tar"))
+        .collect();
+    archives.sort();
+    assert!(
+        archives.len() >= 4,
+        "{} holds {} image archives, not the agent, controller, pause and workload images: run \
+         `make images`",
+        dir.display(),
+        archives.len()
+    );
+    archives
+}
+
+/// `target/node-e2e/run`: each node's console, journal, kubelet and containerd logs.
+fn run_dir() -> PathBuf {
+    let dir = vmtest::repo_root().join("target/node-e2e/run");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("create the run directory");
+    dir
+}
+
+fn helm(cp: &ControlPlane) -> Command {
+    let bin = ControlPlane::bin("helm").unwrap_or_else(|e| panic!("{e}"));
+    let home = cp.dir().join("helm");
+    let mut helm = Command::new(bin);
+    for (var, dir) in [
+        ("HELM_CONFIG_HOME", "config"),
+        ("HELM_CACHE_HOME", "cache"),
+        ("HELM_DATA_HOME", "data"),
+    ] {
+        helm.env(var, home.join(dir));
+    }
+    helm.env_remove("HELM_NAMESPACE").env_remove("KUBECONFIG");
+    helm.arg(format!("--kubeconfig={}", cp.kubeconfig_path().display()));
+    helm
+}
+
+fn run_helm(mut helm: Command) {
+    let output = helm.output().expect("helm runs");
+    assert!(
+        output.status.success(),
+        "{helm:?} failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+fn install_chart(cp: &ControlPlane, values: &[&str]) {
+    let mut install = helm(cp);
+    install
+        .args(["install", RELEASE])
+        .arg(e2e::install::chart_dir())
+        .args(["--namespace", NS, "--create-namespace"]);
+    for value in values {
+        install.args(["--set", value]);
+    }
+    run_helm(install);
+    eprintln!("node-e2e: helm install {RELEASE} {}", values.join(" "));
+}
+
+/// Waits until the agent runs on every node and both controller replicas are ready.
+async fn wait_for_the_operator(client: &Client) {
+    let daemonsets: Api<DaemonSet> = Api::namespaced(client.clone(), NS);
+    wait_until(
+        "the agent DaemonSet is ready on every node",
+        PODS_TIMEOUT,
+        async || {
+            let ds = daemonsets.get("reboot-agent").await.ok()?;
+            let status = ds.status?;
+            (status.number_ready == NODES.len() as i32
+                && status.updated_number_scheduled == Some(NODES.len() as i32))
+            .then_some(())
+        },
+    )
+    .await;
+    wait_for_deployment(client, NS, "reboot-controller", 2).await;
+}
+
+async fn wait_for_deployment(client: &Client, namespace: &str, name: &str, replicas: i32) {
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), namespace);
+    wait_until(
+        &format!("{namespace}/{name} has {replicas} ready replicas"),
+        PODS_TIMEOUT,
+        async || {
+            let status = deployments.get(name).await.ok()?.status?;
+            (status.ready_replicas == Some(replicas) && status.updated_replicas == Some(replicas))
+                .then_some(())
+        },
+    )
+    .await;
+}
+
+/// Polls `attempt` every second until it gives a value, printing what it waits for every
+/// 30 seconds; panics after `timeout`.
+async fn wait_until<T>(
+    what: &str,
+    timeout: Duration,
+    mut attempt: impl AsyncFnMut() -> Option<T>,
+) -> T {
+    let start = Instant::now();
+    let mut said = Instant::now();
+    loop {
+        if let Some(value) = attempt().await {
+            eprintln!("node-e2e: {what} (after {})", secs(start.elapsed()));
+            return value;
+        }
+        assert!(
+            start.elapsed() < timeout,
+            "timed out after {timeout:?} waiting until {what}"
+        );
+        if said.elapsed() > Duration::from_secs(30) {
+            eprintln!(
+                "node-e2e: still waiting until {what} ({})",
+                secs(start.elapsed())
+            );
+            said = Instant::now();
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+async fn boot_ids(client: &Client) -> BTreeMap<String, String> {
+    let nodes: Api<Node> = Api::all(client.clone());
+    let mut ids = BTreeMap::new();
+    for node in nodes
+        .list(&ListParams::default())
+        .await
+        .expect("list nodes")
+    {
+        if let Some(id) = boot_id(&node) {
+            ids.insert(node.name_any(), id.to_owned());
+        }
+    }
+    ids
+}
+
+/// Prints each node's steps as they happen and waits until each of `nodes` has been rebooted
+/// `reboots` times in all and is back; fails at once when the observer sees an invariant broken.
+async fn follow_the_rollout(observer: &Observer, client: &Client, nodes: &[&str], reboots: u32) {
+    let api: Api<Node> = Api::all(client.clone());
+    let timeout = REBOOT_TIMEOUT * nodes.len() as u32;
+    let mut last: BTreeMap<String, String> = BTreeMap::new();
+    let start = Instant::now();
+    loop {
+        if let Err(broken) = observer.check() {
+            observer.fail(&broken);
+        }
+        for name in nodes {
+            let Ok(node) = api.get(name).await else {
+                continue;
+            };
+            let now = describe(&node);
+            if last.get(*name) != Some(&now) {
+                eprintln!("node-e2e: [{}] {name}: {now}", secs(start.elapsed()));
+                last.insert((*name).to_owned(), now);
+            }
+        }
+        if nodes
+            .iter()
+            .all(|name| observer.rebooted_and_back(name, reboots))
+        {
+            return;
+        }
+        if start.elapsed() > timeout {
+            observer.fail(&format!(
+                "the nodes were not all rebooted and back within {timeout:?}"
+            ));
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+/// A node's step as a person reads it: its protocol annotations, cordon, readiness, boot.
+fn describe(node: &Node) -> String {
+    let protocol = e2e::protocol_annotations(node);
+    let cordoned = node
+        .spec
+        .as_ref()
+        .and_then(|s| s.unschedulable)
+        .unwrap_or(false);
+    format!(
+        "{}{}{} boot {}",
+        if protocol.is_empty() {
+            "out of the protocol".to_owned()
+        } else {
+            protocol.join(",")
+        },
+        if cordoned { ", cordoned" } else { "" },
+        if is_ready(node) {
+            ", Ready"
+        } else {
+            ", NotReady"
+        },
+        boot_id(node).map_or("?", |id| &id[..8.min(id.len())])
+    )
+}
+
+/// Every holder the controller's leader Lease has had while the test watched.
+struct LeaderWatch {
+    holders: Arc<Mutex<Vec<String>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl LeaderWatch {
+    fn start(client: Client) -> LeaderWatch {
+        let holders = Arc::new(Mutex::new(Vec::new()));
+        let seen = holders.clone();
+        let task = tokio::spawn(async move {
+            let leases: Api<Lease> = Api::namespaced(client, NS);
+            loop {
+                for lease in leases
+                    .list(&ListParams::default())
+                    .await
+                    .into_iter()
+                    .flatten()
+                {
+                    let holder = lease.spec.and_then(|s| s.holder_identity);
+                    if let Some(holder) = holder {
+                        let mut seen = seen.lock().unwrap_or_else(|e| e.into_inner());
+                        if seen.last() != Some(&holder) {
+                            eprintln!(
+                                "node-e2e: Lease {} held by {holder}",
+                                lease.metadata.name.unwrap_or_default()
+                            );
+                            seen.push(holder);
+                        }
+                    }
+                }
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        });
+        LeaderWatch { holders, task }
+    }
+
+    fn holders(&self) -> Vec<String> {
+        self.holders
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+}
+
+impl Drop for LeaderWatch {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// A pod that the kubelet's shutdown killed has a `DisruptionTarget` condition with reason
+/// `TerminationByKubelet`; an evicted one `EvictionByEvictionAPI`.
+async fn check_no_workload_pod_was_killed_by_the_shutdown(client: &Client) {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), WORKLOAD_NS);
+    for pod in pods
+        .list(&ListParams::default().labels("app=web"))
+        .await
+        .expect("list pods")
+    {
+        let killed = pod
+            .status
+            .iter()
+            .flat_map(|s| s.conditions.iter().flatten())
+            .any(|c| {
+                c.type_ == "DisruptionTarget" && c.reason.as_deref() == Some("TerminationByKubelet")
+            });
+        assert!(
+            !killed,
+            "{} was killed by the node's shutdown, not evicted",
+            pod.name_any()
+        );
+    }
+}

@@ -3,6 +3,8 @@
 
 use crate::layer::Entry;
 use crate::oci::{Image, Platform, RunConfig};
+#[cfg(test)]
+use std::path::Path;
 
 /// Docker's default for an image without `ENV PATH`; Dockerfile.agent sets it because the
 /// agent runs `systemctl` from PATH after entering the host's mount namespace.
@@ -135,5 +137,82 @@ pub fn test_workload(registry: &str, platform: &Platform, busybox: Vec<u8>) -> I
             ..RunConfig::default()
         },
         files,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The final stage's `USER`, `ENTRYPOINT`, `EXPOSE` and `ENV` lines, as written.
+    fn final_stage(dockerfile: &str) -> Vec<String> {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("..")
+            .join(dockerfile);
+        let text = std::fs::read_to_string(&path).expect("the Dockerfile");
+        let last_from = text.rfind("\nFROM ").expect("a FROM");
+        text[last_from..]
+            .lines()
+            .filter(|l| {
+                ["USER ", "ENTRYPOINT ", "EXPOSE ", "ENV "]
+                    .iter()
+                    .any(|k| l.starts_with(k))
+            })
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// The same instructions, written from an image's run config.
+    fn instructions(run: &RunConfig, env_from_base: &[&str]) -> Vec<String> {
+        let mut lines: Vec<String> = run
+            .env
+            .iter()
+            .filter(|e| !env_from_base.contains(&e.as_str()))
+            .map(|e| format!("ENV {e}"))
+            .collect();
+        lines.extend(run.user.iter().map(|u| format!("USER {u}")));
+        lines.extend(run.exposed_ports.iter().map(|p| format!("EXPOSE {p}")));
+        let entrypoint = serde_json::to_string(&run.entrypoint).expect("JSON");
+        lines.push(format!("ENTRYPOINT {}", entrypoint.replace(',', ", ")));
+        lines
+    }
+
+    fn sorted(mut lines: Vec<String>) -> Vec<String> {
+        lines.sort();
+        lines
+    }
+
+    fn platform() -> Platform {
+        Platform {
+            architecture: "amd64".to_owned(),
+            os: "linux".to_owned(),
+        }
+    }
+
+    fn naming() -> Naming {
+        Naming {
+            registry: "r".to_owned(),
+            tag: "t".to_owned(),
+        }
+    }
+
+    #[test]
+    fn the_agent_runs_as_dockerfile_agent_says() {
+        let image = agent(&naming(), &platform(), vec![]);
+        assert_eq!(
+            sorted(final_stage("Dockerfile.agent")),
+            sorted(instructions(&image.run, &[]))
+        );
+    }
+
+    /// The controller's environment comes from distroless, not from an `ENV` line.
+    #[test]
+    fn the_controller_runs_as_dockerfile_controller_says() {
+        let image = controller(&naming(), &platform(), vec![], vec![]);
+        let from_base: Vec<&str> = image.run.env.iter().map(String::as_str).collect();
+        assert_eq!(
+            sorted(final_stage("Dockerfile.controller")),
+            sorted(instructions(&image.run, &from_base))
+        );
     }
 }

@@ -22,9 +22,10 @@ static:
 
 # OCI image archives in target/images/ (reboot-agent, reboot-controller, registry.k8s.io/pause,
 # the test workload) from the static binaries, without a container engine, reproducibly; and
-# target/images/images.txt: name, archive and manifest digest per line. Import one with
-# `ctr -n k8s.io images import target/images/reboot-agent.oci.tar`. pause (compiled with gcc)
-# and Debian's busybox-static are cached in ${XDG_CACHE_HOME:-$HOME/.cache}/node-reboot-operator.
+# target/images/images.txt: a line per image, its name, archive and manifest digest separated
+# by tabs. Import one with `ctr -n k8s.io images import target/images/reboot-agent.oci.tar`.
+# pause (compiled with gcc) and Debian's busybox-static are cached in
+# ${XDG_CACHE_HOME:-$HOME/.cache}/node-reboot-operator.
 images: static
 	$(CARGO) run --quiet --locked -p oci-images -- $(ARGS)
 

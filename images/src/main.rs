@@ -5,7 +5,6 @@ use anyhow::{Context, Result};
 use clap::Parser;
 use oci_images::images::{self, Naming};
 use oci_images::{inputs, oci};
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 /// Builds the OCI image archives of reboot-agent, reboot-controller, the pause image and the
@@ -108,7 +107,10 @@ fn main() -> Result<()> {
 
     let agent = static_binary(&bin_dir, "reboot-agent")?;
     let controller = static_binary(&bin_dir, "reboot-controller")?;
-    let ca_bundle = read(&args.ca_bundle, "the CA bundle")?;
+    let ca_bundle = read(
+        &args.ca_bundle,
+        "the controller's CA bundle (Debian's ca-certificates, or --ca-bundle)",
+    )?;
     let pause_source = inputs::pause_source(&args.go_module)?;
     let pause = inputs::pause_binary(&cache, &pause_source)?;
     let (_, busybox) = inputs::busybox(&cache)?;
@@ -140,6 +142,5 @@ fn main() -> Result<()> {
         ));
     }
     write(&out_dir.join("images.txt"), summary.as_bytes())?;
-    std::io::stdout().flush()?;
     Ok(())
 }

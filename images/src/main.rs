@@ -4,7 +4,8 @@
 use anyhow::{Context, Result};
 use clap::Parser;
 use oci_images::images::{self, Naming};
-use oci_images::{inputs, oci};
+use oci_images::inputs;
+use oci_images::oci::{self, Image};
 use std::path::{Path, PathBuf};
 
 /// Builds the OCI image archives of reboot-agent, reboot-controller, the pause image and the
@@ -59,7 +60,14 @@ fn target_dir() -> Result<PathBuf> {
         .context("this program is not in <target>/<profile>/")
 }
 
-/// As e2e/tests/static_build.rs finds them: next to this build's own target/<profile>/.
+/// As e2e/tests/static_build.rs finds them: beside this build's own target/<profile>/, in
+/// target/<arch>-unknown-linux-gnu/release, where `make static` puts them.
+fn static_dir(target: &Path) -> PathBuf {
+    target
+        .join(format!("{}-unknown-linux-gnu", std::env::consts::ARCH))
+        .join("release")
+}
+
 fn static_binary(dir: &Path, name: &str) -> Result<Vec<u8>> {
     let path = dir.join(name);
     std::fs::read(&path).with_context(|| {
@@ -82,40 +90,24 @@ fn write(path: &Path, bytes: &[u8]) -> Result<()> {
     std::fs::rename(&partial, path).with_context(|| format!("writing {}", path.display()))
 }
 
-fn main() -> Result<()> {
-    let args = Args::parse();
-    let target = target_dir()?;
-    let bin_dir = args.bin_dir.clone().unwrap_or_else(|| {
-        target
-            .join(format!("{}-unknown-linux-gnu", std::env::consts::ARCH))
-            .join("release")
-    });
-    let out_dir = args
-        .out_dir
-        .clone()
-        .unwrap_or_else(|| target.join("images"));
-    let cache = match &args.cache_dir {
-        Some(dir) => dir.clone(),
-        None => inputs::default_cache_dir()
-            .context("neither NRO_CACHE, XDG_CACHE_HOME nor HOME is set")?,
-    };
+/// Every image with its archive's file name, its inputs read (and pause and busybox fetched
+/// or built when the cache lacks them).
+fn images(args: &Args, bin_dir: &Path, cache: &Path) -> Result<Vec<(&'static str, Image)>> {
     let platform = oci::Platform::host()?;
     let naming = Naming {
         registry: args.registry.clone(),
         tag: args.tag.clone(),
     };
-
-    let agent = static_binary(&bin_dir, "reboot-agent")?;
-    let controller = static_binary(&bin_dir, "reboot-controller")?;
+    let agent = static_binary(bin_dir, "reboot-agent")?;
+    let controller = static_binary(bin_dir, "reboot-controller")?;
     let ca_bundle = read(
         &args.ca_bundle,
         "the controller's CA bundle (Debian's ca-certificates, or --ca-bundle)",
     )?;
     let pause_source = inputs::pause_source(&args.go_module)?;
-    let pause = inputs::pause_binary(&cache, &pause_source)?;
-    let (_, busybox) = inputs::busybox(&cache)?;
-
-    let list = [
+    let pause = inputs::pause_binary(cache, &pause_source)?;
+    let (_, busybox) = inputs::busybox(cache)?;
+    Ok(vec![
         ("reboot-agent", images::agent(&naming, &platform, agent)),
         (
             "reboot-controller",
@@ -126,11 +118,16 @@ fn main() -> Result<()> {
             "test-workload",
             images::test_workload(&args.registry, &platform, busybox),
         ),
-    ];
-    std::fs::create_dir_all(&out_dir).with_context(|| format!("creating {}", out_dir.display()))?;
+    ])
+}
+
+/// `<out>/<file>.oci.tar` for each image, and `<out>/images.txt`: a line per image, its name,
+/// archive and manifest digest separated by tabs.
+fn write_archives(out_dir: &Path, images: &[(&str, Image)]) -> Result<()> {
+    std::fs::create_dir_all(out_dir).with_context(|| format!("creating {}", out_dir.display()))?;
     let mut summary = String::new();
-    for (file, image) in list {
-        let built = oci::build(&image)?;
+    for (file, image) in images {
+        let built = oci::build(image)?;
         let archive = out_dir.join(format!("{file}.oci.tar"));
         write(&archive, &built.archive)?;
         println!("{} {}", built.name, built.manifest_digest);
@@ -141,6 +138,21 @@ fn main() -> Result<()> {
             built.manifest_digest
         ));
     }
-    write(&out_dir.join("images.txt"), summary.as_bytes())?;
-    Ok(())
+    write(&out_dir.join("images.txt"), summary.as_bytes())
+}
+
+fn main() -> Result<()> {
+    let args = Args::parse();
+    let target = target_dir()?;
+    let bin_dir = args.bin_dir.clone().unwrap_or_else(|| static_dir(&target));
+    let out_dir = args
+        .out_dir
+        .clone()
+        .unwrap_or_else(|| target.join("images"));
+    let cache = match &args.cache_dir {
+        Some(dir) => dir.clone(),
+        None => inputs::default_cache_dir()
+            .context("neither NRO_CACHE, XDG_CACHE_HOME nor HOME is set")?,
+    };
+    write_archives(&out_dir, &images(&args, &bin_dir, &cache)?)
 }

@@ -4,7 +4,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 ARGS ?=
 
-.PHONY: all testenv static bins build test lint cluster sandbox demo bench manifests vm-tools vm-image vm-e2e node-image node-e2e
+.PHONY: all testenv static images bins build test lint cluster sandbox demo bench manifests vm-tools vm-image vm-e2e node-image node-e2e
 
 all: build
 
@@ -19,6 +19,15 @@ testenv:
 STATIC_TARGET ?= $(shell uname -m)-unknown-linux-gnu
 static:
 	RUSTFLAGS='-C target-feature=+crt-static' $(CARGO) build --release --locked --target $(STATIC_TARGET) -p agent -p controller -p vm-node-reporter -p kubectl-reboot
+
+# OCI image archives in target/images/ (reboot-agent, reboot-controller, registry.k8s.io/pause,
+# the test workload) from the static binaries, without a container engine, reproducibly; and
+# target/images/images.txt: a line per image, its name, archive and manifest digest separated
+# by tabs. Import one with `ctr -n k8s.io images import target/images/reboot-agent.oci.tar`.
+# pause (compiled with gcc) and Debian's busybox-static are cached in
+# ${XDG_CACHE_HOME:-$HOME/.cache}/node-reboot-operator.
+images: static
+	$(CARGO) run --quiet --locked -p oci-images -- $(ARGS)
 
 build: static
 	$(CARGO) build --workspace --all-targets --locked

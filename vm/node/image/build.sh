@@ -21,13 +21,13 @@ bin=$repo/testenv/bin
 cache=${NRO_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/node-reboot-operator}/node-image
 mirror=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 suite=trixie
-packages=systemd-sysv,systemd-resolved,udev,kmod,linux-image-cloud-amd64,initramfs-tools,dbus,libpam-systemd,apparmor,runc,iptables,iproute2,procps
+packages=systemd-sysv,udev,kmod,linux-image-cloud-amd64,initramfs-tools,dbus,libpam-systemd,apparmor,runc,iptables,iproute2,procps
 programs=(kubelet containerd containerd-shim-runc-v2 ctr)
 cni_plugins=(bridge host-local loopback)
 masked=(apt-daily.timer apt-daily-upgrade.timer dpkg-db-backup.timer e2scrub_all.timer
     e2scrub_reap.service fstrim.timer logrotate.timer getty@tty1.service
     serial-getty@ttyS0.service getty-static.service systemd-networkd-wait-online.service
-    systemd-timesyncd.service systemd-pstore.service remote-fs.target systemd-resolved.service
+    systemd-timesyncd.service systemd-pstore.service remote-fs.target
     man-db.timer ldconfig.service systemd-journal-catalog-update.service
     systemd-update-done.service)
 
@@ -70,6 +70,7 @@ for name in "${programs[@]}"; do install -m 0755 "$bin/$name" "$rootfs/usr/local
 mkdir -p "$rootfs/opt/cni/bin" "$rootfs/opt/node-reboot" "$rootfs/etc/cni/net.d"
 for name in "${cni_plugins[@]}"; do install -m 0755 "$bin/$name" "$rootfs/opt/cni/bin/$name"; done
 # No DNS server is reachable, and the kubelet hands pods this file.
+rm -f "$rootfs/etc/resolv.conf"
 echo "nameserver 127.0.0.1" >"$rootfs/etc/resolv.conf"
 chroot "$rootfs" systemctl enable --quiet systemd-networkd.service node-setup.service \
     containerd.service node-images.service kubelet.service node-logs.service

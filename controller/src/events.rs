@@ -29,6 +29,8 @@ pub enum Reason {
     OutsideWindow,
     /// A requested node waits while the pool is paused.
     Paused,
+    /// The ledger's `reboot-paused` has a value other than `true` or `false`: read as paused.
+    UnexpectedPauseValue,
     /// A requested node waits for a slot in its zone (`--max-unavailable-per-zone`).
     ZoneBudgetFull,
     /// A requested node is opted out (`reboot-disabled=true`): it is never granted.
@@ -60,6 +62,7 @@ impl Reason {
             Self::LedgerDamaged => "LedgerDamaged",
             Self::OutsideWindow => "OutsideWindow",
             Self::Paused => "Paused",
+            Self::UnexpectedPauseValue => "UnexpectedPauseValue",
             Self::ZoneBudgetFull => "ZoneBudgetFull",
             Self::RebootDisabled => "RebootDisabled",
             Self::NotReadyAfterReboot => "NotReadyAfterReboot",
@@ -76,6 +79,7 @@ impl Reason {
             Self::DrainBlocked
             | Self::InvalidRequest
             | Self::LedgerDamaged
+            | Self::UnexpectedPauseValue
             | Self::NotReadyAfterReboot
             | Self::PrometheusUnreachable => EventType::Warning,
             _ => EventType::Normal,

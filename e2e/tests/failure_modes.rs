@@ -1,9 +1,13 @@
 //! When a node does not behave (issue 24), end to end on the real control plane with real
-//! agents: a pause value typed during an incident pauses.
+//! agents: a pause value typed during an incident pauses, and a node whose kubelet hangs is
+//! still drained and rebooted, while a pod stuck terminating on a Ready node is waited for.
 
 use common::ledger::{LEDGER_NAME, OPERATOR_NAMESPACE, slots_of};
-use e2e::{BudgetWatch, eventually, has_event, kubectl, node, request_reboot, wait_until};
-use k8s_openapi::api::{coordination::v1::Lease, core::v1::Event};
+use e2e::{BudgetWatch, apply, eventually, has_event, kubectl, node, request_reboot, wait_until};
+use k8s_openapi::api::{
+    coordination::v1::Lease,
+    core::v1::{Event, Pod},
+};
 use kube::{Api, Client, api::ListParams};
 use nodesim::sandbox::{Sandbox, SandboxConfig};
 use std::time::Duration;
@@ -152,6 +156,193 @@ async fn a_pause_typed_as_true_with_a_capital_pauses_and_a_warning_says_how_it_w
         sb.fleet.reboots("sim-1") == 1
     })
     .await;
+    watch.check().unwrap();
+    sb.stop().await;
+}
+
+/// A bare pod on `node` that takes `grace` seconds to stop.
+fn pod_on(node: &str, grace: u32) -> String {
+    format!(
+        r#"
+# No controller-manager here to create it.
+apiVersion: v1
+kind: ServiceAccount
+metadata: {{name: default, namespace: default}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {{name: stuck, namespace: default}}
+spec:
+  nodeName: {node}
+  terminationGracePeriodSeconds: {grace}
+  containers: [{{name: c, image: registry.example/stuck:1}}]
+"#
+    )
+}
+
+async fn pod(client: &Client, name: &str) -> Option<Pod> {
+    Api::<Pod>::namespaced(client.clone(), "default")
+        .get_opt(name)
+        .await
+        .expect("read the pod")
+}
+
+/// `default/stuck` on sim-1, started by the simulated kubelet.
+async fn running_pod_on_sim_1(sb: &Sandbox) {
+    apply(&sb.control_plane, &pod_on("sim-1", 2));
+    wait_until("default/stuck runs", PATIENCE, None, || async {
+        pod(&sb.client, "stuck")
+            .await
+            .is_some_and(|p| e2e::pod_is_ready(&p))
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_wedged_node_is_drained_by_counting_its_unconfirmed_pod_as_gone_and_rebooted() {
+    // The margin small, the drain timeout far above grace + margin: the drain must finish by
+    // counting the pod as gone, not give up.
+    let sb = sandbox(
+        2,
+        &[
+            "--drain-skip-wait-for-delete-margin",
+            "1s",
+            "--drain-timeout",
+            "40s",
+        ],
+    )
+    .await;
+    let client = sb.client.clone();
+    running_pod_on_sim_1(&sb).await;
+    sb.fleet.wedge("sim-1", true).await;
+    wait_until("sim-1 is NotReady", PATIENCE, None, || async {
+        let n = node(&client, "sim-1").await;
+        !common::eviction::node_is_ready(&n)
+    })
+    .await;
+    let watch = BudgetWatch::start(client.clone(), 1).await;
+    request_reboot(&sb.control_plane, "sim-1");
+
+    wait_until(
+        "the pod's deletion is requested and not confirmed",
+        PATIENCE,
+        Some(&watch),
+        || async {
+            pod(&client, "stuck")
+                .await
+                .is_some_and(|p| p.metadata.deletion_timestamp.is_some())
+        },
+    )
+    .await;
+    assert!(
+        sb.fleet.kubelet_hung("sim-1"),
+        "the kubelet still hangs: nobody confirms the deletion"
+    );
+    let blocked: Option<String> = eventually(
+        "sim-1 is rebooted (or its drain gives up)",
+        PATIENCE,
+        Some(&watch),
+        || async {
+            let events = e2e::node_events(&client, "sim-1").await;
+            if let Some((_, _, message)) = events.iter().find(|(r, _, _)| r == "DrainBlocked") {
+                return Some(Some(message.clone()));
+            }
+            (sb.fleet.reboots("sim-1") == 1).then_some(None)
+        },
+    )
+    .await;
+    assert_eq!(blocked, None, "the drain of the wedged node gave up");
+    assert!(
+        has_event(
+            &client,
+            "sim-1",
+            "Draining",
+            &[
+                "node NotReady",
+                "counted as gone",
+                "default/stuck",
+                "--drain-skip-wait-for-delete-margin=1s"
+            ],
+        )
+        .await,
+        "a Draining Event says the pod was counted as gone: {:#?}",
+        e2e::node_events(&client, "sim-1").await
+    );
+    assert!(
+        has_event(
+            &client,
+            "sim-1",
+            "RebootApproved",
+            &["1 pod counted as gone without its deletion confirmed"],
+        )
+        .await,
+        "the RebootApproved Event says so too: {:#?}",
+        e2e::node_events(&client, "sim-1").await
+    );
+    // The reboot cured the kubelet: it confirms the deletion it owed, and the node is back.
+    wait_until(
+        "the pod is gone and sim-1 is back",
+        PATIENCE,
+        Some(&watch),
+        || async {
+            pod(&client, "stuck").await.is_none()
+                && e2e::protocol_annotations(&node(&client, "sim-1").await).is_empty()
+                && !common::NodeFacts::from_node(&node(&client, "sim-1").await).unschedulable
+        },
+    )
+    .await;
+    watch.check().unwrap();
+    sb.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn on_a_ready_node_a_pod_stuck_terminating_is_waited_for() {
+    let sb = sandbox(
+        2,
+        &[
+            "--drain-skip-wait-for-delete-margin",
+            "1s",
+            "--drain-timeout",
+            "12s",
+        ],
+    )
+    .await;
+    let client = sb.client.clone();
+    running_pod_on_sim_1(&sb).await;
+    // The kubelet confirms no deletion, but the node stays Ready.
+    sb.fleet.stop_confirming_deletions("sim-1", true).await;
+    let watch = BudgetWatch::start(client.clone(), 1).await;
+    request_reboot(&sb.control_plane, "sim-1");
+    wait_until(
+        "the drain of sim-1 gives up, naming the pod still terminating",
+        PATIENCE,
+        Some(&watch),
+        || async {
+            has_event(
+                &client,
+                "sim-1",
+                "DrainBlocked",
+                &["default/stuck", "still terminating"],
+            )
+            .await
+        },
+    )
+    .await;
+    let n = node(&client, "sim-1").await;
+    assert!(common::eviction::node_is_ready(&n), "sim-1 stayed Ready");
+    assert_eq!(sb.fleet.reboots("sim-1"), 0, "sim-1 was not rebooted");
+    assert!(
+        !has_event(&client, "sim-1", "RebootApproved", &[]).await,
+        "no reboot approved while the pod terminates on a Ready node"
+    );
+    assert!(
+        !has_event(&client, "sim-1", "Draining", &["counted as gone"]).await,
+        "nothing counted as gone on a Ready node"
+    );
+    assert!(
+        pod(&client, "stuck").await.is_some(),
+        "the pod is still terminating"
+    );
     watch.check().unwrap();
     sb.stop().await;
 }

@@ -432,6 +432,7 @@ fn sample_values() -> Value {
             "drain": false,
             "drainTimeout": "1h30m",
             "drainGracePeriod": "30s",
+            "drainSkipWaitForDeleteMargin": "90s",
             "drainPodSelector": "drain=yes",
             "minReadySeconds": 1_000_000,
             "rebootWindow": ["Mon-Fri 22:00-06:00 Europe/Berlin", "0 2 * * 6 4h"],

@@ -17,6 +17,7 @@ flag of the programs' --help is here and in values.yaml, with the same default.
   (list "drain" "drain" true "value")
   (list "drainTimeout" "drain-timeout" "15m" "value")
   (list "drainGracePeriod" "drain-grace-period" "" "value")
+  (list "drainSkipWaitForDeleteMargin" "drain-skip-wait-for-delete-margin" "5m" "value")
   (list "drainPodSelector" "drain-pod-selector" "" "value")
   (list "minReadySeconds" "min-ready-seconds" 0 "value")
   (list "rebootWindow" "reboot-window" list "list")

@@ -38,21 +38,26 @@ pub const REBOOT_SENTINEL: &str = "reboot-sentinel";
 /// A node LABEL: `reboot-disabled=true` opts the node out (no grant, no automatic request).
 pub const REBOOT_DISABLED: &str = "reboot-disabled";
 
-/// The keys the admission policy lets an agent change on its own node.
-pub const AGENT_MAY_CHANGE: [&str; 9] = [
+/// The keys the admission policy lets an agent change on its own node: those of its own
+/// protocol steps, and only in the transitions those steps make (see the policy).
+pub const AGENT_MAY_CHANGE: [&str; 7] = [
     REBOOT_NEEDED,
     REBOOT_NOW,
     REBOOT_IN_PROGRESS,
     REBOOT_BOOT_ID,
     REBOOT_DONE,
-    REBOOT_CORDONED,
-    REBOOT_LAST_COMPLETED,
     REBOOT_REQUESTED_BY,
     REBOOT_SENTINEL,
 ];
 
-/// The grant keys: the controller's alone, so no agent can forge a slot.
-pub const CONTROLLER_ONLY: [&str; 2] = [REBOOT_GRANT, REBOOT_LAST_GRANT];
+/// The controller's alone: the grant keys, so no agent can forge a slot, and the cordon marker
+/// and completion time, so no agent can mark an administrator's cordon as the operator's.
+pub const CONTROLLER_ONLY: [&str; 4] = [
+    REBOOT_CORDONED,
+    REBOOT_LAST_COMPLETED,
+    REBOOT_GRANT,
+    REBOOT_LAST_GRANT,
+];
 
 /// Every key, for documentation: the agent's, then the controller's.
 pub const ALL: [&str; 11] = {
@@ -144,10 +149,10 @@ impl AnnotationKeys {
             &self.in_progress,
             &self.boot_id,
             &self.done,
-            &self.cordoned,
-            &self.last_completed,
             &self.requested_by,
             &self.sentinel,
+            &self.cordoned,
+            &self.last_completed,
             &self.grant,
             &self.last_grant,
         ]
@@ -230,17 +235,17 @@ mod tests {
     }
 
     #[test]
-    fn the_admission_policy_lets_agents_change_their_keys_and_never_the_grant_keys() {
+    fn the_admission_policy_lets_agents_change_their_keys_and_never_the_controllers() {
         let path = concat!(
             env!("CARGO_MANIFEST_DIR"),
             "/../manifests/agent-node-policy.yaml"
         );
         let policy = std::fs::read_to_string(path).expect("the manifests are there");
         let listed = policy
-            .split("name: protocolKeys")
+            .split("name: keys")
             .nth(1)
-            .and_then(|rest| rest.split(']').next())
-            .expect("the policy has its protocolKeys list");
+            .and_then(|rest| rest.split('}').next())
+            .expect("the policy has its keys map");
         for key in AGENT_MAY_CHANGE {
             assert!(
                 listed.contains(&format!("'{key}'")),

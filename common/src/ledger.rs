@@ -16,13 +16,54 @@ pub const SLOTS_ANNOTATION: &str = "node-reboot-operator/slots";
 /// The Lease annotation that pauses new grants in the pool: `reboot-paused=true`
 /// (`kubectl annotate lease -n node-reboot-operator node-reboot-operator-slots
 /// reboot-paused=true`). Reboots under way finish.
+///
+/// Fail-safe (typed during an incident): any value but `false` pauses, `True`, `yes`, `1` and
+/// an empty value included. Only an absent annotation or `false` (surrounding blanks and case
+/// aside: `False` says what `false` says) lets new reboots start.
 pub const PAUSED_ANNOTATION: &str = "reboot-paused";
 
-/// Whether a ledger Lease's annotations pause the pool.
+/// How the ledger's `reboot-paused` annotation reads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Pause {
+    /// Absent, or `false`: new reboots may start.
+    Off,
+    /// `true`: paused.
+    On,
+    /// Any other value, read as paused (fail-safe); the value as found, for the Warning.
+    Unexpected(String),
+}
+
+impl Pause {
+    /// The pause the ledger Lease's annotations say.
+    pub fn of(annotations: Option<&BTreeMap<String, String>>) -> Self {
+        let Some(value) = annotations.and_then(|a| a.get(PAUSED_ANNOTATION)) else {
+            return Self::Off;
+        };
+        match value.trim() {
+            "true" => Self::On,
+            "false" => Self::Off,
+            other if other.eq_ignore_ascii_case("false") => Self::Off,
+            _ => Self::Unexpected(value.clone()),
+        }
+    }
+
+    pub fn pauses(&self) -> bool {
+        !matches!(self, Self::Off)
+    }
+
+    /// The value, when it is not one the operator expects (`true`, `false`, absent), read as
+    /// paused.
+    pub fn unexpected(&self) -> Option<&str> {
+        match self {
+            Self::Unexpected(value) => Some(value),
+            _ => None,
+        }
+    }
+}
+
+/// Whether a ledger Lease's annotations pause the pool (see [`Pause::of`]).
 pub fn is_paused(annotations: Option<&BTreeMap<String, String>>) -> bool {
-    annotations
-        .and_then(|a| a.get(PAUSED_ANNOTATION))
-        .is_some_and(|v| v.trim() == "true")
+    Pause::of(annotations).pauses()
 }
 
 /// One granted slot.
@@ -98,6 +139,46 @@ mod tests {
         let garbage = BTreeMap::from([(SLOTS_ANNOTATION.to_owned(), "{oops".to_owned())]);
         let error = slots_of(Some(&garbage)).unwrap_err().to_string();
         assert!(error.contains(SLOTS_ANNOTATION), "{error}");
+    }
+
+    #[test]
+    fn anything_but_absent_or_false_pauses_and_unexpected_values_are_named() {
+        use Pause::{Off, On, Unexpected};
+        let unexpected = |v: &str| Unexpected(v.to_owned());
+        let table: [(Option<&str>, Pause); 14] = [
+            (None, Off),
+            (Some("false"), Off),
+            (Some(" false "), Off),
+            (Some("False"), Off),
+            (Some("FALSE"), Off),
+            (Some("true"), On),
+            (Some(" true\n"), On),
+            (Some("True"), unexpected("True")),
+            (Some("yes"), unexpected("yes")),
+            (Some("1"), unexpected("1")),
+            (Some(""), unexpected("")),
+            (Some("no"), unexpected("no")),
+            (Some("0"), unexpected("0")),
+            (Some("off"), unexpected("off")),
+        ];
+        for (value, expected) in table {
+            let annotations =
+                value.map(|v| BTreeMap::from([(PAUSED_ANNOTATION.to_owned(), v.to_owned())]));
+            let read = Pause::of(annotations.as_ref());
+            assert_eq!(read, expected, "{value:?}");
+            assert_eq!(
+                is_paused(annotations.as_ref()),
+                expected != Off,
+                "{value:?}"
+            );
+            assert_eq!(
+                read.unexpected().is_some(),
+                matches!(expected, Unexpected(_))
+            );
+        }
+        // Other annotations of the Lease do not pause it.
+        let slots = BTreeMap::from([(SLOTS_ANNOTATION.to_owned(), "{}".to_owned())]);
+        assert_eq!(Pause::of(Some(&slots)), Off);
     }
 
     #[test]

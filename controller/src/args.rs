@@ -73,6 +73,16 @@ pub struct Args {
     #[arg(long, env = "DRAIN_GRACE_PERIOD", allow_hyphen_values = true, value_parser = parse_duration)]
     pub drain_grace_period: Option<Duration>,
 
+    /// On a node that is not Ready, a pod whose deletion the kubelet has not confirmed counts
+    /// as gone once the drain has seen it terminating for its grace period plus this margin
+    /// (`kubectl drain --skip-wait-for-delete-timeout`, for NotReady nodes only): a node whose
+    /// kubelet hangs confirms no deletion, and rebooting it is the cure. `0s` waits for every
+    /// pod. The default, 5m, is the time Kubernetes lets pods sit on a NotReady node before
+    /// evicting them (the default not-ready toleration, 300 s): a kubelet silent that long
+    /// past a grace period is not about to finish it.
+    #[arg(long, env = "DRAIN_SKIP_WAIT_FOR_DELETE_MARGIN", default_value = "5m", allow_hyphen_values = true, value_parser = parse_duration)]
+    pub drain_skip_wait_for_delete_margin: Duration,
+
     /// Label selector: evict only matching pods (default: every pod but DaemonSet and mirror pods).
     #[arg(long, env = "DRAIN_POD_SELECTOR")]
     pub drain_pod_selector: Option<String>,

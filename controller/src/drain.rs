@@ -1,7 +1,10 @@
 //! Draining a node before its reboot, with `kubectl drain` semantics: every pod on the node is
 //! evicted through the Eviction API (policy/v1), so PodDisruptionBudgets hold; DaemonSet pods
 //! and mirror pods stay; the drain waits until the evicted pods are gone, and gives up after
-//! `--drain-timeout`, naming the pods that blocked it.
+//! `--drain-timeout`, naming the pods that blocked it. On a node that is not Ready, a pod whose
+//! deletion nobody confirms (its kubelet hangs) counts as gone once its grace period plus
+//! `--drain-skip-wait-for-delete-margin` has passed, as `kubectl drain
+//! --skip-wait-for-delete-timeout` does: rebooting such a node is what cures it.
 //!
 //! The node's pods are kept by one watch (a consistent list to start with, then the changes),
 //! so the requests a drain makes do not grow with the time its pods take to terminate: a node
@@ -24,7 +27,7 @@ use kube::{
 };
 use std::{
     collections::{BTreeMap, HashMap, HashSet},
-    sync::{Arc, atomic::AtomicBool},
+    sync::{Arc, Mutex, atomic::AtomicBool},
     time::{Duration, Instant},
 };
 
@@ -36,6 +39,9 @@ pub struct DrainSettings {
     pub grace_period: Option<Duration>,
     /// Only pods matching this label selector are evicted.
     pub pod_selector: Option<String>,
+    /// On a node that is not Ready, a pod seen terminating for its grace period plus this
+    /// counts as gone; `None`: every pod is waited for.
+    pub skip_wait_for_delete_margin: Option<Duration>,
 }
 
 /// How a drain ended.
@@ -46,6 +52,10 @@ pub enum DrainOutcome {
     /// stays at it (an uncordon lets pods back).
     Drained {
         evicted: usize,
+        /// Pods (`namespace/name`) counted as gone without their deletion confirmed: the node
+        /// was not Ready and they were terminating longer than their grace period plus the
+        /// margin.
+        unconfirmed: Vec<String>,
         node_version: Option<String>,
     },
     /// Timed out; each blocking pod (`namespace/name`) with the reason it is still there.
@@ -69,7 +79,15 @@ pub struct Drainer {
     leadership: Leadership,
     /// Whether the API server has streaming lists, as far as is known.
     streaming: Arc<AtomicBool>,
+    /// By pod uid: when a drain of this replica first saw the pod terminating. A fact about
+    /// the pod, not a drain's progress: a drain started again (the node changed) does not
+    /// wait for the grace period over again.
+    terminating_since: Arc<Mutex<HashMap<String, Instant>>>,
 }
+
+/// Sightings of terminating pods are forgotten after this long (a pod stuck on a node that is
+/// never rebooted); one seen again counts from then, which only waits longer.
+const FORGET_TERMINATING_AFTER: Duration = Duration::from_secs(24 * 3600);
 
 /// Between two tries of a request that failed: an eviction that a PodDisruptionBudget refused
 /// (429), a read of the node, the watch of its pods. Short at first, since a budget frees up as
@@ -128,8 +146,12 @@ struct Progress {
     /// The newest version of the node known to hold the grant whose pods the view covers: the
     /// node as the drain started (see [`Drainer::drain`]), or as read before an eviction.
     vouched: Option<String>,
+    /// Whether the node was Ready at `vouched`: a terminating pod of a node that is not may
+    /// count as gone. Ready at the version the drain stands for, as the promotion `test`s it.
+    vouched_ready: bool,
     /// The latest read of the node before an eviction, until the view covers it.
     read: Option<String>,
+    read_ready: bool,
     /// Pods evicted (by uid).
     evicted: HashSet<String>,
     /// By uid: the pods whose eviction was refused.
@@ -143,10 +165,12 @@ struct Progress {
 }
 
 impl Progress {
-    fn new(started_at: Option<String>) -> Self {
+    fn new(started_at: Option<String>, ready: bool) -> Self {
         Self {
             vouched: started_at,
+            vouched_ready: ready,
             read: None,
+            read_ready: ready,
             evicted: HashSet::new(),
             refused: HashMap::new(),
             warned_unmanaged: HashSet::new(),
@@ -159,8 +183,9 @@ impl Progress {
 
     /// The node read at `version` before evictions: it stands for the drain once the view of
     /// the pods covers it.
-    fn node_read(&mut self, version: String, pods: &NodePods) {
+    fn node_read(&mut self, version: String, ready: bool, pods: &NodePods) {
         self.read = Some(version);
+        self.read_ready = ready;
         self.vouch(pods);
     }
 
@@ -170,6 +195,7 @@ impl Progress {
     fn vouch(&mut self, pods: &NodePods) {
         if self.read.as_deref().is_some_and(|read| pods.covers(read)) {
             self.vouched = self.read.take();
+            self.vouched_ready = self.read_ready;
         }
     }
 
@@ -287,7 +313,63 @@ impl Drainer {
             metrics,
             leadership,
             streaming: Arc::new(AtomicBool::new(true)),
+            terminating_since: Arc::new(Mutex::new(HashMap::new())),
         }
+    }
+
+    /// How long this replica has seen each terminating pod terminating (from now on for
+    /// those seen for the first time); pods not terminating are left out.
+    fn seen_terminating(&self, pods: &[(&Pod, bool)], now: Instant) -> HashMap<String, Duration> {
+        let mut since = self
+            .terminating_since
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut seen = HashMap::new();
+        for (pod, _) in pods {
+            if pod.metadata.deletion_timestamp.is_some() {
+                let first = *since.entry(uid(pod)).or_insert(now);
+                seen.insert(uid(pod), now.saturating_duration_since(first));
+            }
+        }
+        if since.len() > 2 * seen.len() + 64 {
+            since.retain(|_, first| {
+                now.saturating_duration_since(*first) < FORGET_TERMINATING_AFTER
+            });
+        }
+        seen
+    }
+
+    /// The pods among `to_evict` that count as gone though nobody confirmed their deletion
+    /// (see [`common::eviction::counts_as_gone`]), and when the next one will, if the node
+    /// stays as it is.
+    fn unconfirmed(
+        &self,
+        to_evict: &[(&Pod, bool)],
+        node_ready: bool,
+    ) -> (Vec<String>, Option<Instant>) {
+        let margin = self.settings.skip_wait_for_delete_margin;
+        if margin.is_none() {
+            return (Vec::new(), None);
+        }
+        let now = Instant::now();
+        let seen = self.seen_terminating(to_evict, now);
+        if node_ready {
+            return (Vec::new(), None);
+        }
+        let mut gone = Vec::new();
+        let mut next: Option<Instant> = None;
+        for (pod, _) in to_evict {
+            let Some(for_) = seen.get(&uid(pod)).copied() else {
+                continue;
+            };
+            if common::eviction::counts_as_gone(pod, node_ready, for_, margin) {
+                gone.push(pod_key(pod));
+            } else if let Some(wait) = common::eviction::unconfirmed_deletion_wait(pod, margin) {
+                let at = now + wait.saturating_sub(for_);
+                next = Some(next.map_or(at, |n| n.min(at)));
+            }
+        }
+        (gone, next)
     }
 
     fn node_pods(&self, node: &str) -> NodePods {
@@ -327,14 +409,20 @@ impl Drainer {
 
     /// The node's version, read now, if it still carries `grant`: evictions are for that
     /// grant only.
-    async fn still_holds(&self, node: &str, grant: &str) -> Result<Option<String>, kube::Error> {
+    /// With whether it is Ready then.
+    async fn still_holds(
+        &self,
+        node: &str,
+        grant: &str,
+    ) -> Result<Option<(String, bool)>, kube::Error> {
         let current = Api::<Node>::all(self.client.clone()).get(node).await?;
         let holds = current
             .annotations()
             .get(&self.keys.grant)
             .map(String::as_str)
             == Some(grant);
-        Ok(holds.then(|| current.metadata.resource_version.unwrap_or_default()))
+        let ready = common::eviction::node_is_ready(&current);
+        Ok(holds.then(|| (current.metadata.resource_version.unwrap_or_default(), ready)))
     }
 
     /// Evicts until no pod to evict is left on the node, or the timeout passes, or the node no
@@ -366,7 +454,10 @@ impl Drainer {
         let name = node.name_any();
         let deadline = Instant::now() + self.settings.timeout;
         let mut pods = self.node_pods(&name);
-        let mut progress = Progress::new(node.metadata.resource_version.clone());
+        let mut progress = Progress::new(
+            node.metadata.resource_version.clone(),
+            common::eviction::node_is_ready(node),
+        );
         let mut leadership = self.leadership.clone();
         loop {
             if !pods.watching() && progress.watch_retry.due() {
@@ -374,11 +465,17 @@ impl Drainer {
                     .await;
             }
             progress.vouch(&pods);
+            let mut unconfirmed_at = None;
             if pods.listed() {
                 let to_evict = pods.to_evict();
-                if to_evict.is_empty() {
+                // Ready or not at the version the drain stands for: the promotion tests it.
+                let (unconfirmed, next) = self.unconfirmed(&to_evict, progress.vouched_ready);
+                unconfirmed_at = next;
+                if to_evict.len() == unconfirmed.len() {
+                    self.announce_unconfirmed(node, &unconfirmed);
                     return DrainOutcome::Drained {
                         evicted: progress.evicted.len(),
+                        unconfirmed,
                         node_version: progress.vouched,
                     };
                 }
@@ -393,9 +490,9 @@ impl Drainer {
                         self.announce(node, &to_evict, &mut progress);
                     } else if progress.read_retry.due() {
                         match self.still_holds(&name, grant).await {
-                            Ok(Some(version)) => {
+                            Ok(Some((version, ready))) => {
                                 progress.read_retry.succeeded();
-                                progress.node_read(version, &pods);
+                                progress.node_read(version, ready, &pods);
                                 self.announce(node, &to_evict, &mut progress);
                                 self.evict_all(node, &due, &mut progress).await;
                             }
@@ -415,7 +512,10 @@ impl Drainer {
                 };
             }
             let leading = self.leadership.is_leading();
-            let wake = progress.next_wake(&pods, deadline, leading);
+            let mut wake = progress.next_wake(&pods, deadline, leading);
+            if let Some(at) = unconfirmed_at {
+                wake = wake.min(at);
+            }
             let wake = tokio::time::Instant::from_std(wake);
             tokio::select! {
                 taken = pods.next_event(), if pods.watching() => {
@@ -474,6 +574,34 @@ impl Drainer {
         self.events.publish(node, Reason::Draining, note);
     }
 
+    /// The `Draining` Event that says which pods were counted as gone without their deletion
+    /// confirmed, and why.
+    fn announce_unconfirmed(&self, node: &Node, unconfirmed: &[String]) {
+        let Some(margin) = self.settings.skip_wait_for_delete_margin else {
+            return;
+        };
+        if unconfirmed.is_empty() {
+            return;
+        }
+        let n = unconfirmed.len();
+        let (pods, were) = if n == 1 {
+            ("pod", "was")
+        } else {
+            ("pods", "were")
+        };
+        let note = format!(
+            "node NotReady: {n} {pods} counted as gone though the kubelet did not confirm the \
+             deletion ({were} terminating longer than the grace period plus \
+             --drain-skip-wait-for-delete-margin={}): {}",
+            humantime(margin),
+            name_list(unconfirmed, NAMES_IN_EVENT)
+        );
+        tracing::info!(node = %node.name_any(), pods = n, "{note}");
+        // Not folded into the `Draining` Event that named the pods to evict.
+        self.events
+            .publish_action(node, Reason::Draining, "CountedAsGone", note);
+    }
+
     /// Evicts each pod, while this replica leads; the node was read just before.
     async fn evict_all(&self, node: &Node, due: &[(&Pod, bool)], progress: &mut Progress) {
         let name = node.name_any();
@@ -524,6 +652,15 @@ impl Drainer {
             )),
             (_, _) => Err(error.to_string()),
         }
+    }
+}
+
+/// A duration as the flags take it: `90s`, `1500ms`.
+fn humantime(d: Duration) -> String {
+    if d.subsec_millis() == 0 {
+        format!("{}s", d.as_secs())
+    } else {
+        format!("{}ms", d.as_millis())
     }
 }
 

@@ -38,6 +38,8 @@ struct Tracked {
     drained_at: Option<String>,
     /// Pods the drain evicted, once it is drained.
     evicted: Option<usize>,
+    /// Pods counted as gone without their deletion confirmed (the node was NotReady).
+    unconfirmed: usize,
     task: Option<JoinHandle<()>>,
 }
 
@@ -137,6 +139,7 @@ impl DrainTracker {
             state: DrainState::Running,
             drained_at: None,
             evicted: None,
+            unconfirmed: 0,
             task: Some(task),
         };
         if let Some(old) = self.grants.insert(grant.to_owned(), tracked) {
@@ -155,10 +158,12 @@ impl DrainTracker {
             tracked.state = match &done.outcome {
                 DrainOutcome::Drained {
                     evicted,
+                    unconfirmed,
                     node_version,
                 } => {
                     tracked.drained_at.clone_from(node_version);
                     tracked.evicted = Some(*evicted);
+                    tracked.unconfirmed = unconfirmed.len();
                     DrainState::Drained
                 }
                 DrainOutcome::TimedOut { .. } | DrainOutcome::Superseded => DrainState::Failed,
@@ -170,7 +175,8 @@ impl DrainTracker {
 
     /// What the `RebootApproved` Event of `grant` says: whether its drain evicted pods.
     pub fn approval_note(&self, grant: &str) -> String {
-        let evicted = self.grants.get(grant).and_then(|t| t.evicted);
+        let tracked = self.grants.get(grant);
+        let evicted = tracked.and_then(|t| t.evicted);
         let drained = match (self.enabled(), evicted) {
             (false, _) => "node cordoned (drain off)".to_owned(),
             (true, Some(0)) => "node cordoned, no pod to evict".to_owned(),
@@ -178,7 +184,17 @@ impl DrainTracker {
             (true, Some(n)) => format!("node drained ({n} pods evicted)"),
             (true, None) => "node drained".to_owned(),
         };
-        format!("slot granted and {drained}: reboot-now set")
+        let unconfirmed = match tracked.map_or(0, |t| t.unconfirmed) {
+            0 => String::new(),
+            1 => "; 1 pod counted as gone without its deletion confirmed (node NotReady, \
+                  --drain-skip-wait-for-delete-margin)"
+                .to_owned(),
+            n => format!(
+                "; {n} pods counted as gone without their deletion confirmed (node NotReady, \
+                 --drain-skip-wait-for-delete-margin)"
+            ),
+        };
+        format!("slot granted and {drained}{unconfirmed}: reboot-now set")
     }
 
     /// Forgets the drain of `grant` (the node was uncordoned meanwhile: pods may be back).

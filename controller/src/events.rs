@@ -29,6 +29,8 @@ pub enum Reason {
     OutsideWindow,
     /// A requested node waits while the pool is paused.
     Paused,
+    /// The ledger's `reboot-paused` has a value other than `true` or `false`: read as paused.
+    UnexpectedPauseValue,
     /// A requested node waits for a slot in its zone (`--max-unavailable-per-zone`).
     ZoneBudgetFull,
     /// A requested node is opted out (`reboot-disabled=true`): it is never granted.
@@ -60,6 +62,7 @@ impl Reason {
             Self::LedgerDamaged => "LedgerDamaged",
             Self::OutsideWindow => "OutsideWindow",
             Self::Paused => "Paused",
+            Self::UnexpectedPauseValue => "UnexpectedPauseValue",
             Self::ZoneBudgetFull => "ZoneBudgetFull",
             Self::RebootDisabled => "RebootDisabled",
             Self::NotReadyAfterReboot => "NotReadyAfterReboot",
@@ -76,6 +79,7 @@ impl Reason {
             Self::DrainBlocked
             | Self::InvalidRequest
             | Self::LedgerDamaged
+            | Self::UnexpectedPauseValue
             | Self::NotReadyAfterReboot
             | Self::PrometheusUnreachable => EventType::Warning,
             _ => EventType::Normal,
@@ -87,6 +91,9 @@ impl Reason {
 struct Queued {
     reference: ObjectReference,
     reason: Reason,
+    /// The Event's action when it is not the reason's name: Events of one reason about one
+    /// object that tell different things (the recorder folds those with the same action).
+    action: Option<&'static str>,
     note: String,
     related: Option<ObjectReference>,
 }
@@ -124,6 +131,7 @@ impl Events {
                 let Queued {
                     reference,
                     reason,
+                    action,
                     note,
                     related,
                 } = match message {
@@ -137,7 +145,7 @@ impl Events {
                     type_: reason.event_type(),
                     reason: reason.as_str().to_owned(),
                     note: Some(format!("{mark}{note}")),
-                    action: reason.as_str().to_owned(),
+                    action: action.unwrap_or(reason.as_str()).to_owned(),
                     secondary: related,
                 };
                 if let Err(error) = recorder.publish(&event, &reference).await {
@@ -172,6 +180,18 @@ impl Events {
         let _ = self.queue.send(Message::Publish(Box::new(Queued {
             reference,
             reason,
+            action: None,
+            note,
+            related: None,
+        })));
+    }
+
+    /// An Event about the node with its own `action` (see [`Queued::action`]).
+    pub fn publish_action(&self, node: &Node, reason: Reason, action: &'static str, note: String) {
+        let _ = self.queue.send(Message::Publish(Box::new(Queued {
+            reference: node.object_ref(&()),
+            reason,
+            action: Some(action),
             note,
             related: None,
         })));
@@ -183,6 +203,7 @@ impl Events {
         let _ = self.queue.send(Message::Publish(Box::new(Queued {
             reference,
             reason,
+            action: None,
             note,
             related,
         })));

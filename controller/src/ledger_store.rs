@@ -4,7 +4,7 @@
 //! that others put on the Lease stay.
 
 use crate::{api_error::ApiErrorKind, ledger::Ledger, metrics::Metrics};
-use common::ledger::{SLOTS_ANNOTATION, Slot, slots_json, slots_of};
+use common::ledger::{PAUSED_ANNOTATION, Pause, SLOTS_ANNOTATION, Slot, slots_json, slots_of};
 use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::{
@@ -42,6 +42,9 @@ pub struct ReadLedger {
     /// The slots annotation was there but unreadable: the ledger is empty and must be
     /// rebuilt from the nodes' protocol state before any new grant.
     pub damage: Option<String>,
+    /// `reboot-paused` has a value other than `true` or `false` (typed during an incident,
+    /// say): read as paused, and said in a Warning.
+    pub unexpected_pause: Option<String>,
 }
 
 fn read(lease: &Lease) -> ReadLedger {
@@ -49,13 +52,15 @@ fn read(lease: &Lease) -> ReadLedger {
         Ok(slots) => (slots, None),
         Err(error) => (BTreeMap::new(), Some(error.to_string())),
     };
+    let pause = Pause::of(lease.metadata.annotations.as_ref());
     ReadLedger {
         ledger: Ledger {
             resource_version: lease.metadata.resource_version.clone(),
             slots,
-            paused: common::ledger::is_paused(lease.metadata.annotations.as_ref()),
+            paused: pause.pauses(),
         },
         damage,
+        unexpected_pause: pause.unexpected().map(str::to_owned),
     }
 }
 
@@ -83,15 +88,25 @@ impl LedgerStore {
         lease.object_ref(&())
     }
 
+    /// The Warning about a `reboot-paused` value that is neither `true` nor `false`: how it was
+    /// read, and how to resume or to keep the pause.
+    pub fn unexpected_pause_note(&self, value: &str) -> String {
+        let (ns, name) = (&self.namespace, &self.name);
+        format!(
+            "{PAUSED_ANNOTATION}={value:?} on the ledger Lease {ns}/{name} is neither `true` nor \
+             `false`: read as paused (fail-safe), no new reboot starts; reboots under way \
+             finish. To resume: kubectl annotate lease -n {ns} {name} {PAUSED_ANNOTATION}- \
+             (or {PAUSED_ANNOTATION}=false --overwrite); to keep the pause: \
+             {PAUSED_ANNOTATION}=true --overwrite"
+        )
+    }
+
     /// Reads the ledger without creating it (`--dry-run`): none yet is an empty one.
     pub async fn peek(&self) -> Result<ReadLedger, LedgerError> {
         let err = |e| LedgerError::Api(self.name.clone(), e);
         Ok(match self.api.get_opt(&self.name).await.map_err(err)? {
             Some(lease) => read(&lease),
-            None => ReadLedger {
-                ledger: Ledger::default(),
-                damage: None,
-            },
+            None => ReadLedger::default(),
         })
     }
 

@@ -254,6 +254,8 @@ impl Context {
                 timeout: args.drain_timeout,
                 grace_period: args.drain_grace_period,
                 pod_selector: args.drain_pod_selector.clone(),
+                skip_wait_for_delete_margin: Some(args.drain_skip_wait_for_delete_margin)
+                    .filter(|margin| !margin.is_zero()),
             };
             Drainer::new(
                 self.eviction_client.clone(),

@@ -71,6 +71,8 @@ pub struct Shell {
     ledger: Ledger,
     /// Why the ledger as last read could not be used (it is rebuilt before any new grant).
     ledger_damage: Option<String>,
+    /// The unexpected `reboot-paused` value last warned about.
+    warned_pause: Option<String>,
     ledger_store: LedgerStore,
     ledger_watch: watch::Receiver<ReadLedger>,
     events: Events,
@@ -120,6 +122,7 @@ impl Shell {
             overlay: parts.overlay,
             ledger: Ledger::default(),
             ledger_damage: None,
+            warned_pause: None,
             ledger_store: parts.ledger_store,
             ledger_watch: parts.ledger_watch,
             events: parts.events,
@@ -154,6 +157,18 @@ impl Shell {
             );
             self.events
                 .publish_about(self.ledger_store.reference(), Reason::LedgerDamaged, note);
+        }
+        if read.unexpected_pause != self.warned_pause {
+            if let Some(value) = &read.unexpected_pause {
+                let note = self.ledger_store.unexpected_pause_note(value);
+                tracing::warn!("{note}");
+                self.events.publish_about(
+                    self.ledger_store.reference(),
+                    Reason::UnexpectedPauseValue,
+                    note,
+                );
+            }
+            self.warned_pause = read.unexpected_pause;
         }
         self.ledger_damage = read.damage;
         self.ledger = read.ledger;

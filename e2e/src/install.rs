@@ -303,6 +303,20 @@ fn merge(patch: serde_json::Value) -> Patch<serde_json::Value> {
     Patch::Merge(patch)
 }
 
+/// The patches of `common::Transition` as `kube` takes them.
+mod json_patch_of {
+    use kube::api::Patch;
+
+    pub struct Step(pub Patch<()>);
+
+    pub fn step<T: k8s_openapi::serde::Serialize>(patch: T) -> Step {
+        let value = serde_json::to_value(patch).expect("a patch serializes");
+        Step(Patch::Json(
+            serde_json::from_value(value).expect("a JSON patch"),
+        ))
+    }
+}
+
 /// The agent of node-a may make the protocol's writes to node-a, and nothing else: not to
 /// node-b, not its labels, spec or other annotations, not the controller's grant keys; a
 /// token bound to no pod changes nothing.
@@ -314,34 +328,177 @@ pub async fn check_an_agent_may_change_only_the_protocol_annotations_of_its_own_
     let before = node(&ids.admin, "node-a").await;
     let policy = "ValidatingAdmissionPolicy 'node-reboot-operator-agent'";
 
-    // Allowed: the protocol's own writes, as the agent makes them (a JSON patch with a test).
-    let take: Patch<()> = Patch::Json(
-        serde_json::from_value(json!([
-            {"op": "test", "path": "/metadata/name", "value": "node-a"},
-            {"op": "add", "path": "/metadata/annotations",
-             "value": {"reboot-in-progress": "true", "reboot-boot-id": "boot-1"}},
-        ]))
-        .expect("a JSON patch"),
+    // Allowed: each of the agent's protocol steps, as the real agent writes it
+    // (`common::Transition`, a JSON patch that tests what it depends on), from the state the
+    // controller or an administrator leaves. The controller's part is played by the admin.
+    let keys = common::AnnotationKeys::default();
+    let transition = common::Transition::new(&keys);
+    let facts = || async { common::NodeFacts::from_node(&node(&ids.admin, "node-a").await) };
+    let admin_nodes: Api<Node> = Api::all(ids.admin.clone());
+    let as_admin = |annotations: serde_json::Value| {
+        let patch = merge(json!({"metadata": {"annotations": annotations}}));
+        let admin_nodes = admin_nodes.clone();
+        async move {
+            admin_nodes
+                .patch("node-a", &PatchParams::default(), &patch)
+                .await
+                .expect("the admin's patch");
+        }
+    };
+    let agent_step = |what: &'static str, patch: json_patch_of::Step| {
+        let nodes = nodes.clone();
+        async move {
+            nodes
+                .patch("node-a", &PatchParams::default(), &patch.0)
+                .await
+                .unwrap_or_else(|e| panic!("the agent's step {what} on its own node: {e}"));
+        }
+    };
+    // The controller's go-ahead; the agent takes it.
+    as_admin(json!({"reboot-now": "true"})).await;
+    agent_step(
+        "begin the reboot",
+        json_patch_of::step(transition.begin_reboot(&facts().await, "boot-1")),
+    )
+    .await;
+    agent_step(
+        "record the boot id",
+        json_patch_of::step(transition.record_boot_id(&facts().await, "boot-1")),
+    )
+    .await;
+    agent_step(
+        "prove the reboot",
+        json_patch_of::step(transition.finish_reboot(&facts().await, Some("boot-1"), "boot-2")),
+    )
+    .await;
+    // The controller completes: the agent's keys are cleared, its history stays.
+    as_admin(json!({"reboot-done": null, "reboot-boot-id": null,
+        "reboot-last-completed": "2026-01-01T00:00:00Z"}))
+    .await;
+    // An automatic request (the sentinel), then the sentinel is gone.
+    let record = "boot-2 file 1.0 0 0";
+    agent_step(
+        "request a reboot",
+        json_patch_of::step(transition.request(
+            &facts().await,
+            "agent: /var/run/reboot-required",
+            record,
+        )),
+    )
+    .await;
+    agent_step(
+        "forget the sentinel",
+        json_patch_of::step(transition.forget_sentinel(&facts().await, record)),
+    )
+    .await;
+
+    // Forbidden: the controller's keys, and transitions that are none of the agent's steps.
+    // An administrator's cordon: the agent may not mark it as the operator's (the controller
+    // would remove it at completion), nor unmark the operator's.
+    let steps = "only as its protocol steps do";
+    let own = "own protocol steps";
+    for (what, annotations, says) in [
+        (
+            "mark a cordon as the operator's",
+            json!({"reboot-cordoned": "true"}),
+            own,
+        ),
+        (
+            "backdate the last completion",
+            json!({"reboot-last-completed": "2020-01-01T00:00:00Z"}),
+            own,
+        ),
+        (
+            "drop the completion time",
+            json!({"reboot-last-completed": null}),
+            own,
+        ),
+        (
+            "give itself the go-ahead",
+            json!({"reboot-now": "true"}),
+            steps,
+        ),
+        (
+            "claim a reboot in progress without the go-ahead",
+            json!({"reboot-in-progress": "true", "reboot-boot-id": "boot-x"}),
+            steps,
+        ),
+        (
+            "report a reboot done that was never in progress",
+            json!({"reboot-done": "true", "reboot-boot-id": "boot-x"}),
+            steps,
+        ),
+        ("drop the request", json!({"reboot-needed": null}), steps),
+        (
+            "change who asked, alone",
+            json!({"reboot-requested-by": "agent: forged"}),
+            steps,
+        ),
+        (
+            "drop who asked",
+            json!({"reboot-requested-by": null}),
+            steps,
+        ),
+        (
+            "record a boot id outside a reboot",
+            json!({"reboot-boot-id": "boot-x"}),
+            steps,
+        ),
+    ] {
+        refused(
+            what,
+            nodes
+                .patch(
+                    "node-a",
+                    &params,
+                    &merge(json!({"metadata": {"annotations": annotations}})),
+                )
+                .await,
+            403,
+            says,
+        );
+    }
+    as_admin(json!({"reboot-cordoned": "true"})).await;
+    refused(
+        "unmark the operator's cordon",
+        nodes
+            .patch(
+                "node-a",
+                &params,
+                &merge(json!({"metadata": {"annotations": {"reboot-cordoned": null}}})),
+            )
+            .await,
+        403,
+        own,
     );
-    nodes
-        .patch("node-a", &params, &take)
-        .await
-        .expect("a protocol patch of its own node");
-    let done = merge(
-        json!({"metadata": {"annotations": {"reboot-in-progress": null, "reboot-done": "true"}}}),
+    as_admin(json!({"reboot-cordoned": null})).await;
+    // The go-ahead may only become a reboot in progress, in the same write.
+    as_admin(json!({"reboot-now": "true"})).await;
+    refused(
+        "drop the go-ahead without starting the reboot",
+        nodes
+            .patch(
+                "node-a",
+                &params,
+                &merge(json!({"metadata": {"annotations": {"reboot-now": null}}})),
+            )
+            .await,
+        403,
+        steps,
     );
-    nodes
-        .patch("node-a", &params, &done)
-        .await
-        .expect("a protocol patch of its own node");
-    // An automatic request (the sentinel): the request keys are the agent's too.
-    let request = merge(json!({"metadata": {"annotations": {
-        "reboot-requested-by": "agent: /var/run/reboot-required",
-        "reboot-sentinel": "file 1.0 0 0"}}}));
-    nodes
-        .patch("node-a", &params, &request)
-        .await
-        .expect("the request keys on its own node");
+    refused(
+        "start the reboot and keep the go-ahead",
+        nodes
+            .patch(
+                "node-a",
+                &params,
+                &merge(json!({"metadata": {"annotations": {"reboot-in-progress": "true", "reboot-boot-id": "boot-2"}}})),
+            )
+            .await,
+        403,
+        steps,
+    );
+    as_admin(json!({"reboot-now": null, "reboot-needed": null})).await;
 
     let protocol = merge(json!({"metadata": {"annotations": {"reboot-in-progress": "true"}}}));
     let result = nodes.patch("node-b", &params, &protocol).await;
@@ -384,16 +541,17 @@ pub async fn check_an_agent_may_change_only_the_protocol_annotations_of_its_own_
         "another annotation",
         nodes.patch("node-a", &params, &other).await,
         403,
-        "protocol's annotations",
+        "own protocol steps",
     );
-    // The grant keys are the controller's: an agent cannot forge a slot for its node.
+    // The grant keys and the cordon marker are the controller's: an agent cannot forge a slot
+    // for its node or claim a cordon.
     for key in common::keys::CONTROLLER_ONLY {
         let forged = merge(json!({"metadata": {"annotations": {key: "forged"}}}));
         refused(
             key,
             nodes.patch("node-a", &params, &forged).await,
             403,
-            "protocol's annotations",
+            &format!("may not change {key}"),
         );
     }
     for (what, result) in [
@@ -423,14 +581,19 @@ pub async fn check_an_agent_may_change_only_the_protocol_annotations_of_its_own_
     let a = node(&ids.admin, "node-a").await;
     let annotations = a.metadata.annotations.clone().unwrap_or_default();
     assert_eq!(
-        annotations.get("reboot-done").map(String::as_str),
-        Some("true")
+        annotations.get("reboot-requested-by").map(String::as_str),
+        Some("agent: /var/run/reboot-required"),
+        "the agent's request stays as history"
     );
-    assert_eq!(
-        annotations.get("reboot-boot-id").map(String::as_str),
-        Some("boot-1")
-    );
-    assert!(!annotations.contains_key("example.com/other"));
+    for key in [
+        "reboot-cordoned",
+        "reboot-now",
+        "reboot-in-progress",
+        "reboot-sentinel",
+        "example.com/other",
+    ] {
+        assert!(!annotations.contains_key(key), "{key}: {annotations:?}");
+    }
     assert_eq!(a.spec, before.spec, "taints and unschedulable unchanged");
     assert_eq!(a.metadata.labels, before.metadata.labels);
     let b = node(&ids.admin, "node-b").await;

@@ -432,6 +432,7 @@ fn sample_values() -> Value {
             "drain": false,
             "drainTimeout": "1h30m",
             "drainGracePeriod": "30s",
+            "drainSkipWaitForDeleteMargin": "90s",
             "drainPodSelector": "drain=yes",
             "minReadySeconds": 1_000_000,
             "rebootWindow": ["Mon-Fri 22:00-06:00 Europe/Berlin", "0 2 * * 6 4h"],
@@ -544,16 +545,22 @@ fn every_flag_value_reaches_its_program() {
         .as_array()
         .expect("variables")
         .iter()
-        .find(|v| v["name"] == "protocolKeys")
-        .expect("protocolKeys")["expression"]
+        .find(|v| v["name"] == "keys")
+        .expect("the agent's keys")["expression"]
         .as_str()
         .expect("CEL")
         .to_owned();
     assert!(
-        keys.starts_with("['reboot.example.com/reboot-needed', 'reboot.example.com/reboot-now',"),
+        keys.starts_with(
+            "{'needed': 'reboot.example.com/reboot-needed', 'now': 'reboot.example.com/reboot-now',"
+        ),
         "{keys}"
     );
-    assert_eq!(keys.matches("reboot.example.com/").count(), 9, "{keys}");
+    // The agent's steps only: never reboot-cordoned, reboot-last-completed or a grant key.
+    assert_eq!(keys.matches("reboot.example.com/").count(), 7, "{keys}");
+    for key in common::keys::CONTROLLER_ONLY {
+        assert!(!keys.contains(key), "{key} in {keys}");
+    }
 
     // `0`: no server, so no port and no probes that would fail.
     let off = objects(&template(

@@ -267,8 +267,12 @@ pub async fn set_paused(
     let present = annotations.is_some_and(|a| a.contains_key(PAUSED_ANNOTATION));
     let paused = common::ledger::is_paused(annotations);
     if pause && paused {
+        // Any value but `false` pauses (fail-safe): say which one this is.
+        let value = annotations
+            .and_then(|a| a.get(PAUSED_ANNOTATION))
+            .map_or("true", String::as_str);
         return Ok(format!(
-            "already paused ({PAUSED_ANNOTATION}=true on {what})"
+            "already paused ({PAUSED_ANNOTATION}={value:?} on {what})"
         ));
     }
     if !pause && !present {

@@ -8,7 +8,7 @@ use futures::future::try_join_all;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::{Api, Client};
 use std::{
-    collections::{BTreeMap, BTreeSet},
+    collections::BTreeMap,
     path::PathBuf,
     sync::{Arc, atomic::Ordering},
     time::Duration,
@@ -131,7 +131,11 @@ impl Fleet {
             .ok();
         let kubelet = tokio::spawn(crate::kubelet::run(
             client,
-            Arc::new(names.iter().cloned().collect::<BTreeSet<_>>()),
+            Arc::new(
+                sims.iter()
+                    .map(|s| (s.name.clone(), s.state.clone()))
+                    .collect::<BTreeMap<_, _>>(),
+            ),
         ));
         let nodes = sims
             .into_iter()
@@ -230,6 +234,33 @@ impl Fleet {
             .commands
             .send(NodeCommand::SetReady(ready))
             .await;
+    }
+
+    /// The node's kubelet hangs (`true`): NotReady, no Lease renewal, no pod started and no
+    /// pod deletion confirmed, while its agent keeps working: the node an administrator
+    /// reboots because it is stuck. Its next reboot cures it, as does `false`.
+    pub async fn wedge(&self, node: &str, hung: bool) {
+        self.hang_kubelet(node, hung, hung).await;
+    }
+
+    /// The node's kubelet confirms no pod deletion and starts no pod (`true`) while the node
+    /// stays Ready: a pod stuck terminating on a healthy node. A reboot cures it, as does
+    /// `false`.
+    pub async fn stop_confirming_deletions(&self, node: &str, stop: bool) {
+        self.hang_kubelet(node, stop, false).await;
+    }
+
+    async fn hang_kubelet(&self, node: &str, hung: bool, not_ready: bool) {
+        let _ = self
+            .handle(node)
+            .commands
+            .send(NodeCommand::HangKubelet { hung, not_ready })
+            .await;
+    }
+
+    /// Whether the node's kubelet hangs (see [`Fleet::wedge`]).
+    pub fn kubelet_hung(&self, node: &str) -> bool {
+        self.handle(node).state.kubelet_hung()
     }
 
     /// Stops every agent and the kubelet stand-in.

@@ -1,7 +1,10 @@
 //! The pod duties of a kubelet, for pods bound to simulated nodes: start them (Running and
 //! Ready at once), leave the ones that have finished (Succeeded or Failed) alone, and finish
-//! their deletion (the containers "stop" at once).
+//! their deletion (the containers "stop" at once). On a node whose kubelet hangs
+//! ([`crate::Fleet::wedge`]) nothing happens to its pods until the kubelet is back: deletions
+//! wait for it, as on a node whose kubelet is stuck.
 
+use crate::node::NodeState;
 use backon::{ExponentialBuilder, Retryable};
 use futures::StreamExt;
 use k8s_openapi::{api::core::v1::Pod, jiff::Timestamp};
@@ -11,10 +14,10 @@ use kube::{
     runtime::{WatchStreamExt, watcher},
 };
 use serde_json::json;
-use std::{collections::BTreeSet, sync::Arc, time::Duration};
+use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
-/// Runs until the task is aborted.
-pub async fn run(client: Client, nodes: Arc<BTreeSet<String>>) {
+/// Runs until the task is aborted; `nodes` are the simulated nodes, by name.
+pub async fn run(client: Client, nodes: Arc<BTreeMap<String, Arc<NodeState>>>) {
     let stream = watcher(Api::<Pod>::all(client.clone()), watcher::Config::default())
         .default_backoff()
         .applied_objects();
@@ -27,14 +30,15 @@ pub async fn run(client: Client, nodes: Arc<BTreeSet<String>>) {
                 continue;
             }
         };
-        let on_our_node = pod
+        let Some(node) = pod
             .spec
             .as_ref()
             .and_then(|s| s.node_name.as_ref())
-            .is_some_and(|n| nodes.contains(n));
-        if !on_our_node {
+            .and_then(|n| nodes.get(n))
+            .cloned()
+        else {
             continue;
-        }
+        };
         let deleting = pod.metadata.deletion_timestamp.is_some();
         // A pod that has finished stays finished: a kubelet never starts it again.
         if !deleting && (is_running(&pod) || has_finished(&pod)) {
@@ -45,6 +49,8 @@ pub async fn run(client: Client, nodes: Arc<BTreeSet<String>>) {
         // whose update failed (an API server restart), so without retries a terminating pod
         // would stay forever and every drain of its node would time out.
         tokio::spawn(async move {
+            // A hung kubelet does nothing; once back, it catches up on what it missed.
+            node.until_kubelet_is_back().await;
             let act = || async {
                 if deleting {
                     finish_deletion(&api, &pod).await

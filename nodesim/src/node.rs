@@ -43,6 +43,38 @@ pub struct NodeState {
     /// The next reboot request is dropped, as if the reboot command had no effect.
     pub swallow_next_reboot: AtomicBool,
     pub agent_starts: AtomicU32,
+    /// The kubelet hangs (see [`NodeCommand::Wedge`]): it confirms no pod deletion and starts
+    /// no pod until the node reboots or is unwedged.
+    pub kubelet_hung: AtomicBool,
+    /// Woken when `kubelet_hung` is cleared, for the deletions that waited for it.
+    pub kubelet_back: Notify,
+    /// The hung kubelet renews no Lease either (a wedged node).
+    pub kubelet_silent: AtomicBool,
+}
+
+impl NodeState {
+    pub fn kubelet_hung(&self) -> bool {
+        self.kubelet_hung.load(Ordering::SeqCst)
+    }
+
+    fn set_kubelet_hung(&self, hung: bool) {
+        self.kubelet_hung.store(hung, Ordering::SeqCst);
+        if !hung {
+            self.kubelet_silent.store(false, Ordering::SeqCst);
+            self.kubelet_back.notify_waiters();
+        }
+    }
+
+    /// Until the kubelet confirms deletions again.
+    pub async fn until_kubelet_is_back(&self) {
+        loop {
+            let back = self.kubelet_back.notified();
+            if !self.kubelet_hung() {
+                return;
+            }
+            back.await;
+        }
+    }
 }
 
 /// Commands to a running simulated node.
@@ -55,6 +87,15 @@ pub enum NodeCommand {
     /// Stop the agent and keep it stopped (a node whose agent pod is not running).
     PauseAgent,
     ResumeAgent,
+    /// The kubelet hangs (`hung`): pods on the node are neither started nor their deletions
+    /// confirmed; its agent (a container that keeps running) still works. With `not_ready`
+    /// the node reports NotReady once, then nothing (no Lease renewal either): a wedged node.
+    /// Without, its status loop lives on and it stays Ready. A reboot cures it, as does
+    /// `hung: false` (the kubelet is back, Ready, and finishes the deletions it owed).
+    HangKubelet {
+        hung: bool,
+        not_ready: bool,
+    },
     Stop,
 }
 
@@ -255,6 +296,7 @@ impl SimNode {
                 tracing::info!(node = %self.name, "simulated short reboot: Ready all along, boot id reported in {delay:?}");
                 self.write_boot_id(&boot_id)?;
                 *agent = Some(self.spawn_agent()?);
+                self.state.set_kubelet_hung(false);
                 Some(BootReport {
                     boot_id,
                     due: Instant::now() + delay,
@@ -277,6 +319,8 @@ impl SimNode {
         self.write_boot_id(boot_id)?;
         *agent = Some(self.spawn_agent()?);
         self.report_until_accepted(true, Some(boot_id)).await;
+        // A fresh kubelet: it confirms the deletions the hung one owed.
+        self.state.set_kubelet_hung(false);
         Ok(())
     }
 
@@ -298,7 +342,11 @@ impl SimNode {
             tokio::select! {
                 _ = poll.tick() => {}
                 _ = self.wake.notified() => {}
-                _ = heartbeat.tick() => { self.heartbeat().await; continue; }
+                _ = heartbeat.tick() => {
+                    // A hung kubelet renews no Lease either.
+                    if !self.state.kubelet_silent.load(Ordering::SeqCst) { self.heartbeat().await; }
+                    continue;
+                }
                 command = commands.recv() => match command {
                     Some(NodeCommand::KillAgent) => {
                         if let Some(child) = agent.as_mut() { let _ = child.start_kill(); }
@@ -315,6 +363,20 @@ impl SimNode {
                     Some(NodeCommand::ResumeAgent) => {
                         paused = false;
                         restart_at = Some(Instant::now());
+                    }
+                    Some(NodeCommand::HangKubelet { hung, not_ready }) => {
+                        if hung {
+                            self.state.set_kubelet_hung(true);
+                            tracing::info!(node = %self.name, not_ready, "simulated kubelet hangs: no pod deletion confirmed");
+                            if not_ready {
+                                self.state.kubelet_silent.store(true, Ordering::SeqCst);
+                                self.report_until_accepted(false, None).await;
+                            }
+                        } else {
+                            self.state.kubelet_silent.store(false, Ordering::SeqCst);
+                            self.report_until_accepted(true, None).await;
+                            self.state.set_kubelet_hung(false);
+                        }
                     }
                     Some(NodeCommand::Stop) | None => break,
                 },

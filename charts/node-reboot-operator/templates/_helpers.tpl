@@ -17,6 +17,7 @@ flag of the programs' --help is here and in values.yaml, with the same default.
   (list "drain" "drain" true "value")
   (list "drainTimeout" "drain-timeout" "15m" "value")
   (list "drainGracePeriod" "drain-grace-period" "" "value")
+  (list "drainSkipWaitForDeleteMargin" "drain-skip-wait-for-delete-margin" "5m" "value")
   (list "drainPodSelector" "drain-pod-selector" "" "value")
   (list "minReadySeconds" "min-ready-seconds" 0 "value")
   (list "rebootWindow" "reboot-window" list "list")
@@ -118,11 +119,12 @@ flag of the programs' --help is here and in values.yaml, with the same default.
 {{- .Values.controller.flags.namespace | default .Release.Namespace -}}
 {{- end -}}
 
-{{/* The protocol's annotation keys that the agent may write, with the prefix, as a CEL list. */}}
-{{- define "nro.protocolKeys" -}}
+{{/* The annotation keys of the agent's protocol steps, with the prefix, as a CEL map. */}}
+{{- define "nro.agentKeys" -}}
 {{- $keys := list -}}
-{{- range list "reboot-needed" "reboot-now" "reboot-in-progress" "reboot-boot-id" "reboot-done" "reboot-cordoned" "reboot-last-completed" "reboot-requested-by" "reboot-sentinel" -}}
-{{- $keys = append $keys (ternary . (printf "%s/%s" (trimSuffix "/" $.Values.annotationPrefix) .) (empty $.Values.annotationPrefix)) -}}
+{{- range list (list "needed" "reboot-needed") (list "now" "reboot-now") (list "inProgress" "reboot-in-progress") (list "bootId" "reboot-boot-id") (list "done" "reboot-done") (list "requestedBy" "reboot-requested-by") (list "sentinel" "reboot-sentinel") -}}
+{{- $key := ternary (index . 1) (printf "%s/%s" (trimSuffix "/" $.Values.annotationPrefix) (index . 1)) (empty $.Values.annotationPrefix) -}}
+{{- $keys = append $keys (printf "'%s': '%s'" (index . 0) $key) -}}
 {{- end -}}
-{{- printf "['%s']" (join "', '" $keys) -}}
+{{- printf "{%s}" (join ", " $keys) -}}
 {{- end -}}

@@ -1,0 +1,348 @@
+//! When a node does not behave (issue 24), end to end on the real control plane with real
+//! agents: a pause value typed during an incident pauses, and a node whose kubelet hangs is
+//! still drained and rebooted, while a pod stuck terminating on a Ready node is waited for.
+
+use common::ledger::{LEDGER_NAME, OPERATOR_NAMESPACE, slots_of};
+use e2e::{BudgetWatch, apply, eventually, has_event, kubectl, node, request_reboot, wait_until};
+use k8s_openapi::api::{
+    coordination::v1::Lease,
+    core::v1::{Event, Pod},
+};
+use kube::{Api, Client, api::ListParams};
+use nodesim::sandbox::{Sandbox, SandboxConfig};
+use std::time::Duration;
+
+const PATIENCE: Duration = Duration::from_secs(120);
+
+async fn sandbox(nodes: usize, controller_args: &[&str]) -> Sandbox {
+    e2e::sandbox_without_pods(SandboxConfig {
+        nodes,
+        max_unavailable: "1".into(),
+        reboot_duration: Duration::from_secs(1),
+        controller_args: controller_args.iter().map(|a| (*a).to_owned()).collect(),
+        ..SandboxConfig::default()
+    })
+    .await
+}
+
+async fn ledger(client: &Client) -> Option<Lease> {
+    Api::<Lease>::namespaced(client.clone(), OPERATOR_NAMESPACE)
+        .get_opt(LEDGER_NAME)
+        .await
+        .expect("read the ledger Lease")
+}
+
+/// The Events about the ledger Lease, as `(type, reason, message)`.
+async fn ledger_events(client: &Client) -> Vec<(String, String, String)> {
+    let params = ListParams::default().fields(&format!("involvedObject.name={LEDGER_NAME}"));
+    Api::<Event>::namespaced(client.clone(), OPERATOR_NAMESPACE)
+        .list(&params)
+        .await
+        .expect("list events")
+        .items
+        .into_iter()
+        .map(|e| {
+            (
+                e.type_.unwrap_or_default(),
+                e.reason.unwrap_or_default(),
+                e.message.unwrap_or_default(),
+            )
+        })
+        .collect()
+}
+
+/// Whether the node carries a grant or was cordoned or rebooted: anything a grant starts.
+async fn granted(sb: &Sandbox, name: &str) -> Option<String> {
+    let n = node(&sb.client, name).await;
+    let facts = common::NodeFacts::from_node(&n);
+    let keys = common::AnnotationKeys::default();
+    if let Some(grant) = facts.annotations.get(&keys.grant) {
+        return Some(format!("it carries {}={grant}", keys.grant));
+    }
+    if facts.unschedulable {
+        return Some("it was cordoned".into());
+    }
+    (sb.fleet.reboots(name) > 0).then(|| "it was rebooted".into())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pause_typed_as_true_with_a_capital_pauses_and_a_warning_says_how_it_was_read() {
+    let sb = sandbox(2, &[]).await;
+    let client = sb.client.clone();
+    wait_until(
+        "the controller created its ledger",
+        PATIENCE,
+        None,
+        || async { ledger(&client).await.is_some() },
+    )
+    .await;
+    let lease = format!("lease/{LEDGER_NAME}");
+    let annotate = |value: &str| {
+        kubectl(
+            &sb.control_plane,
+            &[
+                "annotate",
+                "-n",
+                OPERATOR_NAMESPACE,
+                &lease,
+                value,
+                "--overwrite",
+            ],
+        );
+    };
+    // As typed during an incident.
+    annotate("reboot-paused=True");
+    let watch = BudgetWatch::start(client.clone(), 1).await;
+    request_reboot(&sb.control_plane, "sim-1");
+
+    // Either the controller says the node waits for the pause, or it grants: whichever first.
+    let outcome: Option<String> = eventually(
+        "sim-1 is told the pool is paused, or is granted",
+        PATIENCE,
+        Some(&watch),
+        || async {
+            if let Some(what) = granted(&sb, "sim-1").await {
+                return Some(Some(what));
+            }
+            has_event(&client, "sim-1", "Paused", &[])
+                .await
+                .then_some(None)
+        },
+    )
+    .await;
+    assert_eq!(
+        outcome, None,
+        "sim-1 was granted while reboot-paused=True is on the ledger"
+    );
+    // A grant decided from a copy of the ledger read before the pause would show by now.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(granted(&sb, "sim-1").await, None, "granted while paused");
+    let slots = slots_of(
+        ledger(&client)
+            .await
+            .and_then(|l| l.metadata.annotations)
+            .as_ref(),
+    )
+    .expect("a ledger");
+    assert!(slots.is_empty(), "no slot while paused: {slots:?}");
+
+    wait_until(
+        "a Warning on the ledger Lease names the value and says how it was read",
+        PATIENCE,
+        Some(&watch),
+        || async {
+            ledger_events(&client).await.iter().any(|(kind, reason, message)| {
+                kind == "Warning"
+                    && reason == "UnexpectedPauseValue"
+                    && message.contains("reboot-paused=\"True\"")
+                    && message.contains("read as paused")
+                    && message.contains(&format!(
+                        "kubectl annotate lease -n {OPERATOR_NAMESPACE} {LEDGER_NAME} reboot-paused-"
+                    ))
+            })
+        },
+    )
+    .await;
+    let warning = ledger_events(&client)
+        .await
+        .into_iter()
+        .find(|(_, reason, _)| reason == "UnexpectedPauseValue")
+        .map(|(_, _, message)| message);
+    println!("the Warning: {}", warning.unwrap_or_default());
+
+    // `false` is the way out the Warning names: the reboot goes ahead.
+    annotate("reboot-paused=false");
+    wait_until("sim-1 is rebooted", PATIENCE, Some(&watch), || async {
+        sb.fleet.reboots("sim-1") == 1
+    })
+    .await;
+    watch.check().unwrap();
+    sb.stop().await;
+}
+
+/// A bare pod on `node` that takes `grace` seconds to stop.
+fn pod_on(node: &str, grace: u32) -> String {
+    format!(
+        r#"
+# No controller-manager here to create it.
+apiVersion: v1
+kind: ServiceAccount
+metadata: {{name: default, namespace: default}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {{name: stuck, namespace: default}}
+spec:
+  nodeName: {node}
+  terminationGracePeriodSeconds: {grace}
+  containers: [{{name: c, image: registry.example/stuck:1}}]
+"#
+    )
+}
+
+async fn pod(client: &Client, name: &str) -> Option<Pod> {
+    Api::<Pod>::namespaced(client.clone(), "default")
+        .get_opt(name)
+        .await
+        .expect("read the pod")
+}
+
+/// `default/stuck` on sim-1, started by the simulated kubelet.
+async fn running_pod_on_sim_1(sb: &Sandbox) {
+    apply(&sb.control_plane, &pod_on("sim-1", 2));
+    wait_until("default/stuck runs", PATIENCE, None, || async {
+        pod(&sb.client, "stuck")
+            .await
+            .is_some_and(|p| e2e::pod_is_ready(&p))
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_wedged_node_is_drained_by_counting_its_unconfirmed_pod_as_gone_and_rebooted() {
+    // The margin small, the drain timeout far above grace + margin: the drain must finish by
+    // counting the pod as gone, not give up.
+    let sb = sandbox(
+        2,
+        &[
+            "--drain-skip-wait-for-delete-margin",
+            "1s",
+            "--drain-timeout",
+            "40s",
+        ],
+    )
+    .await;
+    let client = sb.client.clone();
+    running_pod_on_sim_1(&sb).await;
+    sb.fleet.wedge("sim-1", true).await;
+    wait_until("sim-1 is NotReady", PATIENCE, None, || async {
+        let n = node(&client, "sim-1").await;
+        !common::eviction::node_is_ready(&n)
+    })
+    .await;
+    let watch = BudgetWatch::start(client.clone(), 1).await;
+    request_reboot(&sb.control_plane, "sim-1");
+
+    wait_until(
+        "the pod's deletion is requested and not confirmed",
+        PATIENCE,
+        Some(&watch),
+        || async {
+            pod(&client, "stuck")
+                .await
+                .is_some_and(|p| p.metadata.deletion_timestamp.is_some())
+        },
+    )
+    .await;
+    assert!(
+        sb.fleet.kubelet_hung("sim-1"),
+        "the kubelet still hangs: nobody confirms the deletion"
+    );
+    let blocked: Option<String> = eventually(
+        "sim-1 is rebooted (or its drain gives up)",
+        PATIENCE,
+        Some(&watch),
+        || async {
+            let events = e2e::node_events(&client, "sim-1").await;
+            if let Some((_, _, message)) = events.iter().find(|(r, _, _)| r == "DrainBlocked") {
+                return Some(Some(message.clone()));
+            }
+            (sb.fleet.reboots("sim-1") == 1).then_some(None)
+        },
+    )
+    .await;
+    assert_eq!(blocked, None, "the drain of the wedged node gave up");
+    assert!(
+        has_event(
+            &client,
+            "sim-1",
+            "Draining",
+            &[
+                "node NotReady",
+                "counted as gone",
+                "default/stuck",
+                "--drain-skip-wait-for-delete-margin=1s"
+            ],
+        )
+        .await,
+        "a Draining Event says the pod was counted as gone: {:#?}",
+        e2e::node_events(&client, "sim-1").await
+    );
+    assert!(
+        has_event(
+            &client,
+            "sim-1",
+            "RebootApproved",
+            &["1 pod counted as gone without its deletion confirmed"],
+        )
+        .await,
+        "the RebootApproved Event says so too: {:#?}",
+        e2e::node_events(&client, "sim-1").await
+    );
+    // The reboot cured the kubelet: it confirms the deletion it owed, and the node is back.
+    wait_until(
+        "the pod is gone and sim-1 is back",
+        PATIENCE,
+        Some(&watch),
+        || async {
+            pod(&client, "stuck").await.is_none()
+                && e2e::protocol_annotations(&node(&client, "sim-1").await).is_empty()
+                && !common::NodeFacts::from_node(&node(&client, "sim-1").await).unschedulable
+        },
+    )
+    .await;
+    watch.check().unwrap();
+    sb.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn on_a_ready_node_a_pod_stuck_terminating_is_waited_for() {
+    let sb = sandbox(
+        2,
+        &[
+            "--drain-skip-wait-for-delete-margin",
+            "1s",
+            "--drain-timeout",
+            "12s",
+        ],
+    )
+    .await;
+    let client = sb.client.clone();
+    running_pod_on_sim_1(&sb).await;
+    // The kubelet confirms no deletion, but the node stays Ready.
+    sb.fleet.stop_confirming_deletions("sim-1", true).await;
+    let watch = BudgetWatch::start(client.clone(), 1).await;
+    request_reboot(&sb.control_plane, "sim-1");
+    wait_until(
+        "the drain of sim-1 gives up, naming the pod still terminating",
+        PATIENCE,
+        Some(&watch),
+        || async {
+            has_event(
+                &client,
+                "sim-1",
+                "DrainBlocked",
+                &["default/stuck", "still terminating"],
+            )
+            .await
+        },
+    )
+    .await;
+    let n = node(&client, "sim-1").await;
+    assert!(common::eviction::node_is_ready(&n), "sim-1 stayed Ready");
+    assert_eq!(sb.fleet.reboots("sim-1"), 0, "sim-1 was not rebooted");
+    assert!(
+        !has_event(&client, "sim-1", "RebootApproved", &[]).await,
+        "no reboot approved while the pod terminates on a Ready node"
+    );
+    assert!(
+        !has_event(&client, "sim-1", "Draining", &["counted as gone"]).await,
+        "nothing counted as gone on a Ready node"
+    );
+    assert!(
+        pod(&client, "stuck").await.is_some(),
+        "the pod is still terminating"
+    );
+    watch.check().unwrap();
+    sb.stop().await;
+}

@@ -1,6 +1,6 @@
 //! `make images` for real: the tool built twice from `make static`'s binaries, into two
 //! directories, must give the same bytes, and the images must hold what the Dockerfiles put
-//! in them under the names the chart and kustomize deploy.
+//! in them under the names the chart and kustomize deploy, so that `IfNotPresent` finds them.
 
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -108,6 +108,25 @@ fn kustomize_images() -> Vec<String> {
         .collect()
 }
 
+/// `<image.registry>/<repository>:<appVersion>` of each image the chart deploys by default.
+fn chart_images() -> Vec<String> {
+    let chart = Path::new(env!("CARGO_MANIFEST_DIR")).join("../charts/node-reboot-operator");
+    let read = |file: &str| std::fs::read_to_string(chart.join(file)).expect(file);
+    let (values, chart_yaml) = (read("values.yaml"), read("Chart.yaml"));
+    let value = |text: &str, key: &str| -> Vec<String> {
+        text.lines()
+            .filter_map(|l| l.trim().strip_prefix(key))
+            .map(|v| v.trim().trim_matches('"').to_owned())
+            .collect()
+    };
+    let registry = value(&values, "registry:").remove(0);
+    let app_version = value(&chart_yaml, "appVersion:").remove(0);
+    value(&values, "repository:")
+        .iter()
+        .map(|repository| format!("{registry}/{repository}:{app_version}"))
+        .collect()
+}
+
 #[test]
 fn the_images_are_reproducible_and_hold_what_the_dockerfiles_put_in_them() {
     let (first, second) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
@@ -126,7 +145,9 @@ fn the_images_are_reproducible_and_hold_what_the_dockerfiles_put_in_them() {
             "{archive} and {archive_again} differ"
         );
     }
-    for deployed in kustomize_images() {
+    let deployed = [kustomize_images(), chart_images()].concat();
+    assert_eq!(deployed.len(), 4, "two images each: {deployed:?}");
+    for deployed in deployed {
         assert!(
             images.contains_key(&deployed),
             "{deployed} is not built: {images:?}"

@@ -123,10 +123,20 @@ pub fn pause_binary(cache: &Path, source: &PauseSource) -> Result<Vec<u8>, Error
 /// was fetched before.
 pub fn busybox(cache: &Path) -> Result<(String, Vec<u8>), Error> {
     const PACKAGE: &str = "busybox-static";
-    let show = run(
-        Command::new("apt-cache").args(["show", "--no-all-versions", PACKAGE]),
-        &format!("apt-cache show {PACKAGE} (run `apt-get update` if it is unknown)"),
-    )?;
+    let show_it = || {
+        run(
+            Command::new("apt-cache").args(["show", "--no-all-versions", PACKAGE]),
+            &format!("apt-cache show {PACKAGE} (run `apt-get update` if it is unknown)"),
+        )
+    };
+    // A fresh machine has no package lists yet, an old one stale ones: refresh once and retry.
+    let show = show_it().or_else(|first| {
+        if refresh_package_lists() {
+            show_it()
+        } else {
+            Err(first)
+        }
+    })?;
     let version = package_version(&String::from_utf8_lossy(&show))
         .ok_or_else(|| Error::Input(format!("apt-cache show {PACKAGE}: no Version")))?;
     // The epoch's `:` is legal in a path but not in every tool's idea of one.
@@ -139,12 +149,21 @@ pub fn busybox(cache: &Path) -> Result<(String, Vec<u8>), Error> {
     // A previous attempt may have died halfway; start clean.
     let _ = std::fs::remove_dir_all(&work);
     std::fs::create_dir_all(&work).map_err(Error::io(&work))?;
-    run(
-        Command::new("apt-get")
-            .args(["download", &format!("{PACKAGE}={version}")])
-            .current_dir(&work),
-        &format!("apt-get download {PACKAGE}={version}"),
-    )?;
+    let download = || {
+        run(
+            Command::new("apt-get")
+                .args(["download", &format!("{PACKAGE}={version}")])
+                .current_dir(&work),
+            &format!("apt-get download {PACKAGE}={version}"),
+        )
+    };
+    download().or_else(|first| {
+        if refresh_package_lists() {
+            download()
+        } else {
+            Err(first)
+        }
+    })?;
     let deb = single_deb(&work)?;
     let root = work.join("root");
     run(
@@ -156,6 +175,15 @@ pub fn busybox(cache: &Path) -> Result<(String, Vec<u8>), Error> {
     std::fs::remove_dir_all(&work).map_err(Error::io(&work))?;
     let binary = std::fs::read(&cached).map_err(Error::io(&cached))?;
     Ok((version, binary))
+}
+
+/// `apt-get update`, where this process may run it (as root); whether it succeeded.
+fn refresh_package_lists() -> bool {
+    Command::new("apt-get")
+        .args(["update", "-q"])
+        .stdout(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|status| status.success())
 }
 
 /// The `Version:` field of one `apt-cache show` stanza.

@@ -117,6 +117,8 @@ async fn tier() {
         secs(started.elapsed())
     );
 
+    check_the_agents_token_is_held_to_its_node(&cp, &client).await;
+
     let observer = Observer::start(client.clone(), 1, WORKLOAD_NS, ("app", "web")).await;
     let leaders = LeaderWatch::start(client.clone());
     let boots_before = boot_ids(&client).await;
@@ -157,6 +159,22 @@ async fn tier() {
         holders.len() >= 2,
         "leadership moved when the leader's node was drained: holders seen {holders:?}"
     );
+    check_no_workload_pod_was_killed_by_the_shutdown(&client).await;
+
+    // The other two reboot methods, each through the DaemonSet after a `helm upgrade` of the
+    // running operator, each on one node.
+    for (method, node) in [("signal", NODES[0]), ("syscall", NODES[1])] {
+        upgrade_chart(&cp, &[&format!("agent.flags.rebootMethod={method}")]);
+        wait_for_the_agents_to_roll_out(&client).await;
+        e2e::kubectl(&cp, &["annotate", "node", node, "reboot-needed=true"]);
+        eprintln!("node-e2e: reboot-needed=true on {node} (method {method})");
+        follow_the_rollout(&observer, &client, &[node], 2).await;
+        assert_eq!(
+            fleet.vm(node).kernel_starts(),
+            3,
+            "{node}: rebooted by {method}, a third kernel"
+        );
+    }
     check_no_workload_pod_was_killed_by_the_shutdown(&client).await;
     observer.finish(&[]).await;
     eprintln!(
@@ -232,6 +250,40 @@ fn install_chart(cp: &ControlPlane, values: &[&str]) {
     }
     run_helm(install);
     eprintln!("node-e2e: helm install {RELEASE} {}", values.join(" "));
+}
+
+fn upgrade_chart(cp: &ControlPlane, values: &[&str]) {
+    let mut upgrade = helm(cp);
+    upgrade
+        .args(["upgrade", RELEASE])
+        .arg(e2e::install::chart_dir())
+        .args(["--namespace", NS, "--reuse-values"]);
+    for value in values {
+        upgrade.args(["--set", value]);
+    }
+    run_helm(upgrade);
+    eprintln!("node-e2e: helm upgrade {RELEASE} {}", values.join(" "));
+}
+
+/// Waits until the DaemonSet's new template runs, ready, on every node.
+async fn wait_for_the_agents_to_roll_out(client: &Client) {
+    let daemonsets: Api<DaemonSet> = Api::namespaced(client.clone(), NS);
+    let nodes = NODES.len() as i32;
+    wait_until(
+        "the upgraded agent runs on every node",
+        PODS_TIMEOUT,
+        async || {
+            let ds = daemonsets.get("reboot-agent").await.ok()?;
+            let generation = ds.metadata.generation;
+            let status = ds.status?;
+            (status.observed_generation == generation
+                && status.updated_number_scheduled == Some(nodes)
+                && status.number_ready == nodes
+                && status.number_available == Some(nodes))
+            .then_some(())
+        },
+    )
+    .await;
 }
 
 /// Waits until the agent runs on every node and both controller replicas are ready.
@@ -419,6 +471,54 @@ impl LeaderWatch {
 impl Drop for LeaderWatch {
     fn drop(&mut self) {
         self.task.abort();
+    }
+}
+
+/// A token bound to the real agent pod on the first node (what its kubelet projects into it)
+/// may not change another node, nor mark a cordon as the operator's on its own: the chart's
+/// admission policy refuses both, and says why.
+async fn check_the_agents_token_is_held_to_its_node(cp: &ControlPlane, admin: &Client) {
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), NS);
+    let agent = pods
+        .list(&ListParams::default().labels("app.kubernetes.io/name=reboot-agent"))
+        .await
+        .expect("list the agent pods")
+        .into_iter()
+        .find(|pod| pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(NODES[0]))
+        .unwrap_or_else(|| panic!("no agent pod on {}", NODES[0]));
+    let token = nodesim::identities::request_token(admin, NS, "reboot-agent", Some(&agent))
+        .await
+        .expect("a token bound to the agent's pod");
+    let agent_client = cp
+        .client_for_token(&token)
+        .await
+        .expect("the agent's client");
+    let nodes: Api<Node> = Api::all(agent_client);
+    let dry_run = kube::api::PatchParams::default().dry_run();
+    let patch = |key: &str| {
+        kube::api::Patch::Merge(serde_json::json!({"metadata": {"annotations": {key: "true"}}}))
+    };
+    for (node, key, why) in [
+        (NODES[1], "reboot-needed", "another node"),
+        (
+            NODES[0],
+            "reboot-cordoned",
+            "a cordon marked as the operator's",
+        ),
+    ] {
+        let refused = nodes.patch(node, &dry_run, &patch(key)).await;
+        match refused {
+            Err(kube::Error::Api(status)) if status.code == 403 => {
+                eprintln!(
+                    "node-e2e: the agent of {} may not write {why}: {}",
+                    NODES[0], status.message
+                );
+            }
+            other => panic!(
+                "the agent of {} wrote {why} ({key} on {node}): {other:?}",
+                NODES[0]
+            ),
+        }
     }
 }
 

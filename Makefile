@@ -40,12 +40,13 @@ lint:
 bins:
 	$(CARGO) build --workspace --bins --locked
 
-# Every test; the VM tier last, with its progress on the terminal. Both run even when the
-# first fails, and either failing fails the target.
-test: testenv lint static bins vm-image
+# Every test; the two VM tiers last (the agent as a service, then real nodes with the chart),
+# with their progress on the terminal. Each runs even when one before it fails, and any
+# failing fails the target.
+test: testenv lint static bins vm-image images node-image
 	@status=0; \
 	$(CARGO) test --workspace --exclude vmtest --locked --no-fail-fast || status=1; \
-	$(CARGO) test --locked -p vmtest --lib --test vm_e2e -- --nocapture || status=1; \
+	$(CARGO) test --locked -p vmtest --no-fail-fast --lib --test vm_e2e --test node_e2e -- --nocapture || status=1; \
 	exit $$status
 
 # The VM tier's host tools (QEMU, debootstrap, socat) from Debian's packages, when missing.

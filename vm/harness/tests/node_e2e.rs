@@ -127,8 +127,9 @@ async fn tier() {
     }
     eprintln!("node-e2e: reboot-needed=true on every node (max-unavailable 1, method command)");
     let rollout = Instant::now();
-    follow_the_rollout(&observer, &client, &NODES, 1).await;
+    let timelines = follow_the_rollout(&observer, &client, &fleet, &NODES, 1).await;
     let makespan = rollout.elapsed();
+    print_figures("command", &timelines, makespan);
     eprintln!(
         "node-e2e: rollout of {} nodes finished in {}",
         NODES.len(),
@@ -168,7 +169,9 @@ async fn tier() {
         wait_for_the_agents_to_roll_out(&client).await;
         e2e::kubectl(&cp, &["annotate", "node", node, "reboot-needed=true"]);
         eprintln!("node-e2e: reboot-needed=true on {node} (method {method})");
-        follow_the_rollout(&observer, &client, &[node], 2).await;
+        let started = Instant::now();
+        let timelines = follow_the_rollout(&observer, &client, &fleet, &[node], 2).await;
+        print_figures(method, &timelines, started.elapsed());
         assert_eq!(
             fleet.vm(node).kernel_starts(),
             3,
@@ -362,12 +365,73 @@ async fn boot_ids(client: &Client) -> BTreeMap<String, String> {
     ids
 }
 
+/// When one node's reboot reached each step, as the test saw it (polling every second).
+#[derive(Debug, Default, Clone, Copy)]
+struct Timeline {
+    cordoned: Option<Instant>,
+    reboot_now: Option<Instant>,
+    /// The kernel's `reboot: Restarting system` on the console: the shutdown is over.
+    restarting: Option<Instant>,
+    /// The kubelet reports the new boot, Ready.
+    ready_again: Option<Instant>,
+    /// Out of the protocol and uncordoned.
+    back: Option<Instant>,
+}
+
+impl Timeline {
+    fn seen(&mut self, node: &Node, restarts: usize, restarts_before: usize, boot_before: &str) {
+        let now = Some(Instant::now());
+        let protocol = e2e::protocol_annotations(node);
+        let cordoned = node
+            .spec
+            .as_ref()
+            .and_then(|s| s.unschedulable)
+            .unwrap_or(false);
+        let has = |key: &str| protocol.iter().any(|k| k == key);
+        if self.cordoned.is_none() && cordoned {
+            self.cordoned = now;
+        }
+        if self.reboot_now.is_none() && (has("reboot-now") || has("reboot-in-progress")) {
+            self.reboot_now = now;
+        }
+        if self.restarting.is_none() && restarts > restarts_before {
+            self.restarting = now;
+        }
+        let new_boot = boot_id(node).is_some_and(|id| id != boot_before);
+        if self.ready_again.is_none() && new_boot && is_ready(node) {
+            self.ready_again = now;
+        }
+        if self.back.is_none() && new_boot && protocol.is_empty() && !cordoned {
+            self.back = now;
+        }
+    }
+}
+
+/// `b - a` in seconds, or `?` where a step was not seen.
+fn span(a: Option<Instant>, b: Option<Instant>) -> String {
+    match (a, b) {
+        (Some(a), Some(b)) if b >= a => format!("{:.0} s", (b - a).as_secs_f64()),
+        _ => "?".to_owned(),
+    }
+}
+
 /// Prints each node's steps as they happen and waits until each of `nodes` has been rebooted
 /// `reboots` times in all and is back; fails at once when the observer sees an invariant broken.
-async fn follow_the_rollout(observer: &Observer, client: &Client, nodes: &[&str], reboots: u32) {
+/// Returns each node's timeline.
+async fn follow_the_rollout(
+    observer: &Observer,
+    client: &Client,
+    fleet: &NodeFleet,
+    nodes: &[&str],
+    reboots: u32,
+) -> BTreeMap<String, Timeline> {
     let api: Api<Node> = Api::all(client.clone());
     let timeout = REBOOT_TIMEOUT * nodes.len() as u32;
     let mut last: BTreeMap<String, String> = BTreeMap::new();
+    let boots_before = boot_ids(client).await;
+    let restarts_before: BTreeMap<&str, usize> =
+        nodes.iter().map(|n| (*n, fleet.vm(n).restarts())).collect();
+    let mut timelines: BTreeMap<String, Timeline> = BTreeMap::new();
     let start = Instant::now();
     loop {
         if let Err(broken) = observer.check() {
@@ -377,6 +441,12 @@ async fn follow_the_rollout(observer: &Observer, client: &Client, nodes: &[&str]
             let Ok(node) = api.get(name).await else {
                 continue;
             };
+            timelines.entry((*name).to_owned()).or_default().seen(
+                &node,
+                fleet.vm(name).restarts(),
+                restarts_before[name],
+                boots_before.get(*name).map_or("", String::as_str),
+            );
             let now = describe(&node);
             if last.get(*name) != Some(&now) {
                 eprintln!("node-e2e: [{}] {name}: {now}", secs(start.elapsed()));
@@ -387,7 +457,7 @@ async fn follow_the_rollout(observer: &Observer, client: &Client, nodes: &[&str]
             .iter()
             .all(|name| observer.rebooted_and_back(name, reboots))
         {
-            return;
+            return timelines;
         }
         if start.elapsed() > timeout {
             observer.fail(&format!(
@@ -395,6 +465,38 @@ async fn follow_the_rollout(observer: &Observer, client: &Client, nodes: &[&str]
             ));
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+/// The figures of a rollout: per node, the drain, the shutdown, the boot to the kubelet's
+/// Ready (the raw reboot, with nothing of the operator in it), the operator's `reboot-now` to
+/// Ready with the new boot, and Ready to uncordoned; then the makespan against the sum of the
+/// raw reboots.
+fn print_figures(method: &str, timelines: &BTreeMap<String, Timeline>, makespan: Duration) {
+    eprintln!(
+        "node-e2e: figures ({method}): node | drain | shutdown | boot to Ready (raw) | reboot-now to Ready, new boot | Ready to uncordoned"
+    );
+    let mut raw_sum = Duration::ZERO;
+    for (node, t) in timelines {
+        if let (Some(a), Some(b)) = (t.restarting, t.ready_again) {
+            raw_sum += b.saturating_duration_since(a);
+        }
+        eprintln!(
+            "node-e2e: figures ({method}): {node} | {} | {} | {} | {} | {}",
+            span(t.cordoned, t.reboot_now),
+            span(t.reboot_now, t.restarting),
+            span(t.restarting, t.ready_again),
+            span(t.reboot_now, t.ready_again),
+            span(t.ready_again, t.back),
+        );
+    }
+    if !raw_sum.is_zero() {
+        eprintln!(
+            "node-e2e: figures ({method}): makespan {} against {} of raw reboots ({:.2} x)",
+            secs(makespan),
+            secs(raw_sum),
+            makespan.as_secs_f64() / raw_sum.as_secs_f64()
+        );
     }
 }
 

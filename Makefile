@@ -53,7 +53,8 @@ test: testenv lint static bins vm-image images node-image
 vm-tools:
 	@vm/image/install-tools.sh
 
-# The guests' Debian base image, built once (about a minute) and cached in .cache/vm-image/.
+# The guests' Debian base image, built once (about a minute) and cached in
+# ~/.cache/node-reboot-operator/vm-image/.
 vm-image: vm-tools
 	@vm/image/build.sh
 

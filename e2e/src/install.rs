@@ -18,7 +18,7 @@ use serde_json::json;
 use std::{
     io::Write as _,
     path::{Path, PathBuf},
-    process::Stdio,
+    process::{Command, Stdio},
     time::Duration,
 };
 use testenv::{ControlPlane, Options};
@@ -705,4 +705,27 @@ pub async fn check_what_the_programs_must_not_do_is_refused(ids: &Identities) {
         .patch("node-b", &PatchParams::default(), &node_patch)
         .await
         .expect("the controller cordons a node");
+}
+
+/// The real helm of testenv/bin, with its config, cache and data under `home`; fails, naming
+/// `make testenv`, when it is not built.
+pub fn helm(home: &Path) -> Command {
+    let bin = ControlPlane::bin("helm").unwrap_or_else(|e| panic!("{e}"));
+    let mut helm = Command::new(bin);
+    for (var, dir) in [
+        ("HELM_CONFIG_HOME", "config"),
+        ("HELM_CACHE_HOME", "cache"),
+        ("HELM_DATA_HOME", "data"),
+    ] {
+        helm.env(var, home.join(dir));
+    }
+    helm.env_remove("HELM_NAMESPACE").env_remove("KUBECONFIG");
+    helm
+}
+
+/// helm against the control plane, as its admin.
+pub fn helm_on(cp: &ControlPlane) -> Command {
+    let mut helm = helm(&cp.dir().join("helm"));
+    helm.arg(format!("--kubeconfig={}", cp.kubeconfig_path().display()));
+    helm
 }

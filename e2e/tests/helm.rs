@@ -32,28 +32,7 @@ fn scratch(test: &str) -> PathBuf {
     dir
 }
 
-/// The real helm of testenv/bin, with its config, cache and data under `home`; fails, naming
-/// `make testenv`, when it is not built.
-fn helm(home: &Path) -> Command {
-    let bin = ControlPlane::bin("helm").unwrap_or_else(|e| panic!("{e}"));
-    let mut helm = Command::new(bin);
-    for (var, dir) in [
-        ("HELM_CONFIG_HOME", "config"),
-        ("HELM_CACHE_HOME", "cache"),
-        ("HELM_DATA_HOME", "data"),
-    ] {
-        helm.env(var, home.join(dir));
-    }
-    helm.env_remove("HELM_NAMESPACE").env_remove("KUBECONFIG");
-    helm
-}
-
-/// helm against the control plane, as its admin.
-fn helm_on(cp: &ControlPlane) -> Command {
-    let mut helm = helm(&cp.dir().join("helm"));
-    helm.arg(format!("--kubeconfig={}", cp.kubeconfig_path().display()));
-    helm
-}
+use e2e::install::{helm, helm_on};
 
 fn run(mut command: Command, input: Option<&str>) -> Output {
     command

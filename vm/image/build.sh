@@ -2,7 +2,9 @@
 # Builds the base disk image of the VM test tier (README "Real reboots in virtual machines"):
 # Debian bookworm, debootstrap --variant=minbase, systemd as init, the cloud kernel with an
 # initramfs of just the virtio drivers, a static network and the units of vm/image/rootfs.
-# The result is cached in .cache/vm-image/<key>/ where the key hashes this script,
+# The result is cached outside the checkout, so that a fresh clone reuses it, in
+# ${XDG_CACHE_HOME:-$HOME/.cache}/node-reboot-operator/vm-image/<key>/ (or $NRO_CACHE/vm-image),
+# where the key hashes this script,
 # vm/image/rootfs and the Debian mirror ($DEBIAN_MIRROR), so it is built once; the agent and the
 # reporter are NOT in it: each run gives every VM a seed disk with the current binaries
 # (vm/harness/src/seed.rs).
@@ -14,8 +16,7 @@
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
-repo=$(cd "$here/../.." && pwd)
-cache=${VM_IMAGE_CACHE:-$repo/.cache/vm-image}
+cache=${VM_IMAGE_CACHE:-${NRO_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/node-reboot-operator}/vm-image}
 mirror=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 packages=systemd-sysv,udev,kmod,linux-image-cloud-amd64,initramfs-tools
 # Units that a node of this test does not need; masked so that a boot is short.

@@ -5,8 +5,8 @@
 use crate::{
     Error,
     image::BaseImage,
-    qemu::{GUEST_API_PORT, Vm, VmSpec},
-    repo_root, secs,
+    qemu::{GUEST_API_PORT, Vm, VmSpec, wait_for_first_boots},
+    repo_root,
     seed::{SeedFile, environment_file, write_seed_disk},
 };
 use k8s_openapi::api::apps::v1::DaemonSet;
@@ -14,7 +14,7 @@ use kube::{Api, Client};
 use nodesim::identities;
 use std::{
     path::{Path, PathBuf},
-    time::{Duration, Instant},
+    time::Duration,
 };
 use testenv::{ControlPlane, GUEST_FORWARD_ADDRESS};
 
@@ -173,46 +173,17 @@ impl VmFleet {
         timeout: Duration,
     ) -> Result<(), Error> {
         let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
-        let started = Instant::now();
-        let mut pending: Vec<usize> = (0..self.vms.len()).collect();
-        while !pending.is_empty() {
-            let mut still = Vec::new();
-            for index in pending {
-                let vm = &mut self.vms[index];
-                if !vm.is_running() {
-                    return Err(Error::Setup(format!(
-                        "{}'s QEMU exited during its first boot; see {}",
-                        vm.name,
-                        vm.serial_log_path().display()
-                    )));
-                }
-                let booted = match vm.boot_ids().last() {
-                    Some(id) => reported_boot_id(&nodes, &vm.name).await.as_deref() == Some(id),
-                    None => false,
-                };
-                if booted {
-                    eprintln!(
-                        "vm: {} booted and Ready after {}",
-                        vm.name,
-                        secs(vm.started.elapsed())
-                    );
-                } else {
-                    still.push(index);
-                }
-            }
-            pending = still;
-            if started.elapsed() > timeout {
-                let names: Vec<&str> = pending.iter().map(|&i| self.vms[i].name.as_str()).collect();
-                return Err(Error::Setup(format!(
-                    "{} did not boot and report Ready within {timeout:?}; their serial consoles \
-                     are in {}",
-                    names.join(", "),
-                    self.run_dir.display()
-                )));
-            }
-            tokio::time::sleep(Duration::from_millis(500)).await;
-        }
-        Ok(())
+        wait_for_first_boots(
+            &mut self.vms,
+            timeout,
+            &self.run_dir,
+            "vm",
+            async |vm: &Vm| match vm.boot_ids().last() {
+                Some(id) => reported_boot_id(&nodes, &vm.name).await.as_deref() == Some(id),
+                None => false,
+            },
+        )
+        .await
     }
 }
 

@@ -8,15 +8,14 @@ use crate::{
     Error,
     fleet::api_port,
     image::BaseImage,
-    qemu::{GUEST_API_PORT, Vm, VmSpec},
-    secs,
+    qemu::{GUEST_API_PORT, Vm, VmSpec, wait_for_first_boots},
     seed::{SeedFile, environment_file, write_seed_disk},
 };
 use k8s_openapi::api::core::v1::Node;
 use kube::{Api, Client};
 use std::{
     path::{Path, PathBuf},
-    time::{Duration, Instant},
+    time::Duration,
 };
 use testenv::{ControlPlane, GUEST_FORWARD_ADDRESS};
 
@@ -88,49 +87,22 @@ impl NodeFleet {
         timeout: Duration,
     ) -> Result<(), Error> {
         let nodes: Api<Node> = Api::all(client.clone());
-        let started = Instant::now();
-        let mut pending: Vec<usize> = (0..self.vms.len()).collect();
-        while !pending.is_empty() {
-            let mut still = Vec::new();
-            for index in pending {
-                let vm = &mut self.vms[index];
-                if !vm.is_running() {
-                    return Err(Error::Setup(format!(
-                        "{}'s QEMU exited during its first boot; see {}",
-                        vm.name,
-                        vm.serial_log_path().display()
-                    )));
-                }
+        wait_for_first_boots(
+            &mut self.vms,
+            timeout,
+            &self.run_dir,
+            "node-e2e",
+            async |vm: &Vm| {
                 let console = console_boot_ids(&vm.serial_log(), &vm.name);
-                let ready = match (console.last(), nodes.get_opt(&vm.name).await.ok().flatten()) {
+                match (console.last(), nodes.get_opt(&vm.name).await.ok().flatten()) {
                     (Some(id), Some(node)) => {
                         boot_id(&node) == Some(id.as_str()) && is_ready(&node)
                     }
                     _ => false,
-                };
-                if ready {
-                    eprintln!(
-                        "node-e2e: {} joined and Ready after {}",
-                        vm.name,
-                        secs(vm.started.elapsed())
-                    );
-                } else {
-                    still.push(index);
                 }
-            }
-            pending = still;
-            if started.elapsed() > timeout {
-                let names: Vec<&str> = pending.iter().map(|&i| self.vms[i].name.as_str()).collect();
-                return Err(Error::Setup(format!(
-                    "{} did not join and report Ready within {timeout:?}; their consoles, kubelet \
-                     and containerd logs are in {}",
-                    names.join(", "),
-                    self.run_dir.display()
-                )));
-            }
-            tokio::time::sleep(Duration::from_secs(1)).await;
-        }
-        Ok(())
+            },
+        )
+        .await
     }
 }
 

@@ -12,7 +12,7 @@ use std::{
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
     sync::{Mutex, OnceLock, mpsc},
-    time::Instant,
+    time::{Duration, Instant},
 };
 use testenv::GUEST_FORWARD_ADDRESS;
 
@@ -177,6 +177,53 @@ impl Drop for Vm {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// Waits until `booted` holds for every guest's first boot (each checked until it does), and
+/// prints each guest's time from its start with `tag`; fails when a guest's QEMU exits or
+/// `timeout` passes, naming the guests and where their logs are.
+pub async fn wait_for_first_boots(
+    vms: &mut [Vm],
+    timeout: Duration,
+    logs: &Path,
+    tag: &str,
+    mut booted: impl AsyncFnMut(&Vm) -> bool,
+) -> Result<(), Error> {
+    let started = Instant::now();
+    let mut pending: Vec<usize> = (0..vms.len()).collect();
+    while !pending.is_empty() {
+        let mut still = Vec::new();
+        for index in pending {
+            let vm = &mut vms[index];
+            if !vm.is_running() {
+                return Err(Error::Setup(format!(
+                    "{}'s QEMU exited during its first boot; see {}",
+                    vm.name,
+                    vm.serial_log_path().display()
+                )));
+            }
+            if booted(vm).await {
+                eprintln!(
+                    "{tag}: {} booted and Ready after {}",
+                    vm.name,
+                    crate::secs(vm.started.elapsed())
+                );
+            } else {
+                still.push(index);
+            }
+        }
+        pending = still;
+        if started.elapsed() > timeout {
+            let names: Vec<&str> = pending.iter().map(|&i| vms[i].name.as_str()).collect();
+            return Err(Error::Setup(format!(
+                "{} did not boot and report Ready within {timeout:?}; their logs are in {}",
+                names.join(", "),
+                logs.display()
+            )));
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    Ok(())
 }
 
 /// QEMU's arguments for the spec's log ports: one virtio serial controller, a file per port.

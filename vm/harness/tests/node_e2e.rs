@@ -22,7 +22,6 @@ use kube::{Api, Client, ResourceExt, api::ListParams};
 use std::{
     collections::BTreeMap,
     path::PathBuf,
-    process::Command,
     sync::{Arc, Mutex},
     time::{Duration, Instant},
 };
@@ -108,7 +107,7 @@ async fn tier() {
         secs(joined)
     );
 
-    install_chart(&cp, &[]);
+    helm_chart(&cp, false, &[]);
     wait_for_the_operator(&client).await;
     cp.apply(WORKLOAD).unwrap_or_else(|e| panic!("{e}"));
     wait_for_deployment(&client, WORKLOAD_NS, "web", 3).await;
@@ -165,7 +164,7 @@ async fn tier() {
     // The other two reboot methods, each through the DaemonSet after a `helm upgrade` of the
     // running operator, each on one node.
     for (method, node) in [("signal", NODES[0]), ("syscall", NODES[1])] {
-        upgrade_chart(&cp, &[&format!("agent.flags.rebootMethod={method}")]);
+        helm_chart(&cp, true, &[&format!("agent.flags.rebootMethod={method}")]);
         wait_for_the_agents_to_roll_out(&client).await;
         e2e::kubectl(&cp, &["annotate", "node", node, "reboot-needed=true"]);
         eprintln!("node-e2e: reboot-needed=true on {node} (method {method})");
@@ -217,55 +216,28 @@ fn run_dir() -> PathBuf {
     dir
 }
 
-fn helm(cp: &ControlPlane) -> Command {
-    let bin = ControlPlane::bin("helm").unwrap_or_else(|e| panic!("{e}"));
-    let home = cp.dir().join("helm");
-    let mut helm = Command::new(bin);
-    for (var, dir) in [
-        ("HELM_CONFIG_HOME", "config"),
-        ("HELM_CACHE_HOME", "cache"),
-        ("HELM_DATA_HOME", "data"),
-    ] {
-        helm.env(var, home.join(dir));
+/// `helm install` (`upgrade` false) or `helm upgrade --reuse-values` of the chart with
+/// `values`.
+fn helm_chart(cp: &ControlPlane, upgrade: bool, values: &[&str]) {
+    let mut helm = e2e::install::helm_on(cp);
+    if upgrade {
+        helm.args(["upgrade", RELEASE, "--reuse-values"]);
+    } else {
+        helm.args(["install", RELEASE, "--create-namespace"]);
     }
-    helm.env_remove("HELM_NAMESPACE").env_remove("KUBECONFIG");
-    helm.arg(format!("--kubeconfig={}", cp.kubeconfig_path().display()));
-    helm
-}
-
-fn run_helm(mut helm: Command) {
+    helm.arg(e2e::install::chart_dir())
+        .args(["--namespace", NS]);
+    for value in values {
+        helm.args(["--set", value]);
+    }
     let output = helm.output().expect("helm runs");
     assert!(
         output.status.success(),
         "{helm:?} failed: {}",
         String::from_utf8_lossy(&output.stderr)
     );
-}
-
-fn install_chart(cp: &ControlPlane, values: &[&str]) {
-    let mut install = helm(cp);
-    install
-        .args(["install", RELEASE])
-        .arg(e2e::install::chart_dir())
-        .args(["--namespace", NS, "--create-namespace"]);
-    for value in values {
-        install.args(["--set", value]);
-    }
-    run_helm(install);
-    eprintln!("node-e2e: helm install {RELEASE} {}", values.join(" "));
-}
-
-fn upgrade_chart(cp: &ControlPlane, values: &[&str]) {
-    let mut upgrade = helm(cp);
-    upgrade
-        .args(["upgrade", RELEASE])
-        .arg(e2e::install::chart_dir())
-        .args(["--namespace", NS, "--reuse-values"]);
-    for value in values {
-        upgrade.args(["--set", value]);
-    }
-    run_helm(upgrade);
-    eprintln!("node-e2e: helm upgrade {RELEASE} {}", values.join(" "));
+    let verb = if upgrade { "upgrade" } else { "install" };
+    eprintln!("node-e2e: helm {verb} {RELEASE} {}", values.join(" "));
 }
 
 /// Waits until the DaemonSet's new template runs, ready, on every node.

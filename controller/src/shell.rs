@@ -547,6 +547,14 @@ impl Shell {
         let pool_event = match (self.schedule.waiting_event(scheduled, now), &gates.pool) {
             (Some(event), _) => Some(event),
             (None, Some(hold)) => hold.event.clone(),
+            (None, None) if !decision.overdue.is_empty() => Some((
+                Reason::Requested,
+                format!(
+                    "reboot requested; waiting: no new reboot while {} has not completed its \
+                     reboot within --reboot-timeout",
+                    decision.overdue.join(", ")
+                ),
+            )),
             (None, None) => Some((
                 Reason::Requested,
                 format!(

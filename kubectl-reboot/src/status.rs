@@ -729,6 +729,8 @@ impl Context<'_> {
         let (reason, event) = match from_event {
             _ if opted_out => (Some(WaitReason::OptedOut), None),
             _ if self.ledger.paused => (Some(WaitReason::Paused), None),
+            // The pool holds for the late node whatever slot is free.
+            _ if self.late.is_some() => (Some(WaitReason::RebootTimedOut), None),
             Some((WaitReason::Paused | WaitReason::OptedOut, _)) | None => (None, None),
             Some((reason, event)) => (Some(reason), Some(event)),
         };

@@ -501,8 +501,18 @@ fn a_node_past_its_reboot_timeout_holds_the_pool_and_says_why() {
     );
     let mut a = with_events(node("a", &rebooted), &[told.clone(), late]);
     a.facts.readiness = Readiness::NotReady;
+    // b was told it waits for a slot before a was late: a holds the pool all the same.
+    let b = with_events(
+        node("b", &[NEEDED]),
+        &[event(
+            "Requested",
+            "reboot-controller",
+            "2026-01-01T09:10:00Z",
+            "reboot requested; waiting for a slot (max-unavailable 1 of 2 nodes)",
+        )],
+    );
     let s = classify(&pool(
-        vec![a, node("b", &[NEEDED])],
+        vec![a, b],
         &[("a", slot("g1", "2026-01-01T08:59:00Z"))],
         false,
     ));

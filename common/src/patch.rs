@@ -280,10 +280,7 @@ impl<'a> Transition<'a> {
     /// is nothing to undo.
     pub fn release(&self, node: &NodeFacts) -> Option<Patch> {
         let state = node.protocol(self.keys);
-        if !state.cordoned_by_operator
-            && state.grant.is_none()
-            && state.approved_at.is_none()
-        {
+        if !state.cordoned_by_operator && state.grant.is_none() && state.approved_at.is_none() {
             return None;
         }
         let mut ops = self.forget_approval(node, Ops::on(node).test_unchanged(node));

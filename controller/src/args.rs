@@ -97,12 +97,12 @@ pub struct Args {
 
     /// How long a node told to reboot (from `reboot-now` on) may take until its reboot is
     /// completed: the kubelet reports the new boot and the node is Ready. Past it, the node
-    /// keeps its slot and cordon, gets a Warning Event (`RebootTimedOut`), and no new reboot
+    /// keeps its slot and cordon, gets a Warning Event (`RebootOverdue`), and no new reboot
     /// starts in the pool until it completes or an administrator acts: a bad kernel (a node
     /// back NotReady, or not back at all) stops the rollout. Reboots under way go on. The
     /// default, 30m, is well above a slow bare-metal reboot with its firmware POST (minutes),
     /// and short enough that a broken fleet is noticed within a maintenance window.
-    #[arg(long, env = "REBOOT_TIMEOUT", default_value = "30m", allow_hyphen_values = true, value_parser = parse_positive_duration)]
+    #[arg(long, env = "REBOOT_TIMEOUT", default_value = "30m", allow_hyphen_values = true, value_parser = parse_duration)]
     pub reboot_timeout: Duration,
 
     /// When new reboots may start, in the window's time zone: `DAYS HH:MM-HH:MM [ZONE]`,
@@ -293,13 +293,6 @@ fn parse_max_unavailable(value: &str) -> Result<MaxUnavailable, String> {
     value
         .parse()
         .map_err(|e: common::MaxUnavailableError| e.to_string())
-}
-
-fn parse_positive_duration(value: &str) -> Result<Duration, String> {
-    match parse_duration(value)? {
-        Duration::ZERO => Err("must be longer than 0s".to_owned()),
-        duration => Ok(duration),
-    }
 }
 
 fn parse_duration(value: &str) -> Result<Duration, String> {

@@ -708,7 +708,10 @@ fn a_node_back_in_its_new_boot_but_not_ready_past_the_reboot_timeout_holds_new_g
     let nodes = told_to_reboot(&back_in_a_new_boot(false));
     let d = decide_at_clock(&nodes, 1600);
     assert_eq!(d.overdue, ["a"]);
-    assert!(granted(&d).is_empty(), "a bad kernel must not spread: {d:?}");
+    assert!(
+        granted(&d).is_empty(),
+        "a bad kernel must not spread: {d:?}"
+    );
     assert_eq!(d.waiting, ["b", "c"]);
     assert!(
         d.ledger.release.is_empty() && d.node_actions.is_empty(),
@@ -720,7 +723,10 @@ fn a_node_back_in_its_new_boot_but_not_ready_past_the_reboot_timeout_holds_new_g
 fn a_node_that_does_not_come_back_past_the_reboot_timeout_holds_new_grants() {
     for phase in [
         &[("reboot-now", "true")][..],
-        &[("reboot-in-progress", "true"), ("reboot-boot-id", "a-boot-0")],
+        &[
+            ("reboot-in-progress", "true"),
+            ("reboot-boot-id", "a-boot-0"),
+        ],
     ] {
         let mut a = node_json("a", false);
         claimed(&mut a, "g-a");
@@ -762,5 +768,24 @@ fn once_the_late_node_completes_grants_resume() {
     a["metadata"]["resourceVersion"] = "3".into();
     let d = decide_at_clock(&told_to_reboot(&a), 5000);
     assert_eq!(d.ledger.release, ["a"]);
+    assert_eq!(granted(&d), ["b", "c"]);
+}
+
+#[test]
+fn an_overdue_node_given_up_by_hand_releases_its_slot_and_grants_resume() {
+    // The administrator removed reboot-done and reboot-boot-id from the NotReady node.
+    let mut a = node_json("a", false);
+    claimed(&mut a, "g-a");
+    a["metadata"]["resourceVersion"] = "3".into();
+    let d = decide_at_clock(&told_to_reboot(&a), 5000);
+    assert!(d.overdue.is_empty());
+    assert_eq!(
+        d.node_actions,
+        [NodeAction::Release {
+            node: "a".into(),
+            reason: ReleaseReason::Cancelled
+        }]
+    );
+    // a still counts as unavailable (NotReady, its slot held until released): room for both.
     assert_eq!(granted(&d), ["b", "c"]);
 }

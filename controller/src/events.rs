@@ -39,7 +39,7 @@ pub enum Reason {
     NotReadyAfterReboot,
     /// A node told to reboot was not completed (new boot, Ready) within `--reboot-timeout`;
     /// the pool holds.
-    RebootTimedOut,
+    RebootOverdue,
     /// An administrator cleared a node's soak (removed `reboot-last-grant`); its slot is free.
     SoakCleared,
     /// `--dry-run`: what the controller would do about the node (nothing was written).
@@ -69,7 +69,7 @@ impl Reason {
             Self::ZoneBudgetFull => "ZoneBudgetFull",
             Self::RebootDisabled => "RebootDisabled",
             Self::NotReadyAfterReboot => "NotReadyAfterReboot",
-            Self::RebootTimedOut => "RebootTimedOut",
+            Self::RebootOverdue => "RebootOverdue",
             Self::SoakCleared => "SoakCleared",
             Self::DryRun => "DryRun",
             Self::AlertsFiring => "AlertsFiring",
@@ -85,7 +85,7 @@ impl Reason {
             | Self::LedgerDamaged
             | Self::UnexpectedPauseValue
             | Self::NotReadyAfterReboot
-            | Self::RebootTimedOut
+            | Self::RebootOverdue
             | Self::PrometheusUnreachable => EventType::Warning,
             _ => EventType::Normal,
         }

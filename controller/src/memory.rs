@@ -19,7 +19,7 @@ pub struct Memory {
     announced_waiting: HashMap<String, &'static str>,
     warned_invalid: HashMap<String, String>,
     not_ready_after_reboot: HashSet<String>,
-    reboot_timed_out: HashSet<String>,
+    reboots_overdue: HashSet<String>,
     /// `--dry-run`: what was said already, per node.
     said_dry_run: HashSet<(String, String)>,
 }
@@ -171,8 +171,8 @@ impl Memory {
     }
 
     /// Of the nodes past their reboot timeout now, those that were not in the last round.
-    pub fn first_reboot_timed_out(&mut self, now: &[String]) -> Vec<String> {
-        first_in_episode(&mut self.reboot_timed_out, now)
+    pub fn first_reboots_overdue(&mut self, now: &[String]) -> Vec<String> {
+        first_in_episode(&mut self.reboots_overdue, now)
     }
 
     /// True the first time a node is seen waiting for `reason` (a slot, the window, the

@@ -153,7 +153,7 @@ pub struct Metrics {
     pub window_open: Gauge,
     pub window_next_open: Gauge,
     pub not_ready_after_reboot: Gauge,
-    pub reboot_timed_out: Gauge,
+    pub reboots_overdue: Gauge,
     pub opted_out_requests: Gauge,
     pub gates_open: Family<GateLabels, Gauge>,
     pub blocked_nodes: Gauge,
@@ -182,7 +182,7 @@ impl Metrics {
             window_open: Gauge::default(),
             window_next_open: Gauge::default(),
             not_ready_after_reboot: Gauge::default(),
-            reboot_timed_out: Gauge::default(),
+            reboots_overdue: Gauge::default(),
             opted_out_requests: Gauge::default(),
             gates_open: Family::default(),
             blocked_nodes: Gauge::default(),
@@ -286,10 +286,10 @@ impl Metrics {
             m.not_ready_after_reboot,
         );
         registry.register(
-            "reboot_timed_out",
+            "reboots_overdue",
             "Nodes told to reboot and not completed (new boot reported, Ready) within \
              --reboot-timeout; no new grant while above 0",
-            m.reboot_timed_out,
+            m.reboots_overdue,
         );
         registry.register(
             "opted_out_requests",

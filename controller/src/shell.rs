@@ -241,7 +241,7 @@ impl Shell {
             .collect();
         self.announce_waiting(&decision, &by_name, pool, scheduled, &gates);
         self.warn_not_ready_after_reboot(&decision, &by_name);
-        self.warn_reboot_timed_out(&decision, &by_name);
+        self.warn_reboots_overdue(&decision, &by_name);
         self.announce_opted_out(&decision, &by_name);
         if self.dry_run {
             self.say_dry_run(&decision, &by_name, budget).await;
@@ -433,10 +433,10 @@ impl Shell {
 
     /// A node told to reboot and not completed within `--reboot-timeout` holds the pool: a
     /// Warning once per episode, and the metric.
-    fn warn_reboot_timed_out(&mut self, decision: &Decision, nodes: &HashMap<&str, &Arc<Node>>) {
+    fn warn_reboots_overdue(&mut self, decision: &Decision, nodes: &HashMap<&str, &Arc<Node>>) {
         let late = &decision.overdue;
-        self.metrics.reboot_timed_out.set(late.len() as i64);
-        for name in self.memory.first_reboot_timed_out(late) {
+        self.metrics.reboots_overdue.set(late.len() as i64);
+        for name in self.memory.first_reboots_overdue(late) {
             let Some(node) = nodes.get(name.as_str()) else {
                 continue;
             };
@@ -458,19 +458,27 @@ impl Shell {
                 }
                 _ => "the kubelet has not reported the new boot".to_owned(),
             };
-            tracing::warn!(node = %name, "{what}: reboot timed out; no new reboots until it completes");
+            tracing::warn!(node = %name, "{what}: reboot overdue; no new reboots until it completes");
+            // Giving it up: removing the protocol annotations it has (a cancel, by hand).
+            let give_up: Vec<String> = [
+                &self.keys.now,
+                &self.keys.in_progress,
+                &self.keys.done,
+                &self.keys.boot_id,
+            ]
+            .into_iter()
+            .filter(|key| facts.annotations.contains_key(*key))
+            .map(|key| format!("{key}-"))
+            .collect();
             let note = format!(
                 "not completed within --reboot-timeout ({}): {what}. It keeps its slot and cordon, \
                  and no new reboot starts in this pool until the kubelet reports its new boot \
                  and it is Ready; the rollout then goes on by itself. Fix the node, or give it \
-                 up: kubectl annotate node {name} {}- {}- {}- {}- (or delete the Node)",
+                 up (its slot is released): kubectl annotate node {name} {} (or delete the Node)",
                 crate::drain::humantime(self.schedule.reboot_timeout),
-                self.keys.now,
-                self.keys.in_progress,
-                self.keys.done,
-                self.keys.boot_id,
+                give_up.join(" "),
             );
-            self.events.publish(node, Reason::RebootTimedOut, note);
+            self.events.publish(node, Reason::RebootOverdue, note);
         }
     }
 

@@ -415,7 +415,7 @@ async fn a_node_back_not_ready_past_the_reboot_timeout_stops_the_rollout_until_i
             has_event(
                 &client,
                 "sim-1",
-                "RebootTimedOut",
+                "RebootOverdue",
                 &[
                     "--reboot-timeout (10s)",
                     "new boot but is not Ready",
@@ -433,13 +433,13 @@ async fn a_node_back_not_ready_past_the_reboot_timeout_stops_the_rollout_until_i
                 "get",
                 "events",
                 "--field-selector",
-                "involvedObject.name=sim-1,type=Warning,reason=RebootTimedOut",
+                "involvedObject.name=sim-1,type=Warning,reason=RebootOverdue",
                 "-o",
                 "name",
             ],
         )
         .contains("event"),
-        "RebootTimedOut is a Warning"
+        "RebootOverdue is a Warning"
     );
 
     // Two more requests, and room for one more in the budget (2, sim-1 takes one): neither
@@ -466,13 +466,13 @@ async fn a_node_back_not_ready_past_the_reboot_timeout_stops_the_rollout_until_i
         );
     }
     assert_eq!(
-        controller_metric(&sb, "node_reboot_reboot_timed_out").await,
+        controller_metric(&sb, "node_reboot_reboots_overdue").await,
         Some(1.0)
     );
     let status = reboot_status(&sb);
     for name in ["sim-2", "sim-3"] {
         let waiting = status_of(&status, name);
-        assert_eq!(waiting["reason"], "reboot-timed-out", "{waiting:#}");
+        assert_eq!(waiting["reason"], "reboot-overdue", "{waiting:#}");
         assert!(
             waiting["detail"]
                 .as_str()
@@ -512,10 +512,75 @@ async fn a_node_back_not_ready_past_the_reboot_timeout_stops_the_rollout_until_i
     )
     .await;
     assert_eq!(
-        controller_metric(&sb, "node_reboot_reboot_timed_out").await,
+        controller_metric(&sb, "node_reboot_reboots_overdue").await,
         Some(0.0)
     );
     assert_eq!(sb.fleet.reboots("sim-1"), 1);
+    watch.check().unwrap();
+    sb.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_node_that_does_not_come_back_holds_the_pool_until_it_is_given_up_by_hand() {
+    let sb = e2e::sandbox_without_pods(SandboxConfig {
+        nodes: 2,
+        max_unavailable: "2".into(),
+        reboot_duration: Duration::from_secs(1),
+        controller_args: vec!["--reboot-timeout".into(), "10s".into()],
+        ..SandboxConfig::default()
+    })
+    .await;
+    let client = sb.client.clone();
+    // The reboot command has no effect: the node stays in reboot-in-progress, its old boot.
+    sb.fleet.swallow_next_reboot("sim-1");
+    let watch = BudgetWatch::start(client.clone(), 2).await;
+    request_reboot(&sb.control_plane, "sim-1");
+    let note: String = eventually(
+        "a Warning says sim-1 did not come back within --reboot-timeout",
+        PATIENCE,
+        Some(&watch),
+        || async {
+            e2e::node_events(&client, "sim-1")
+                .await
+                .into_iter()
+                .find(|(reason, _, _)| reason == "RebootOverdue")
+                .map(|(_, _, message)| message)
+        },
+    )
+    .await;
+    println!("the Warning: {note}");
+    assert!(note.contains("has not come back in a new boot"), "{note}");
+    request_reboot(&sb.control_plane, "sim-2");
+    wait_until("sim-2 is told it waits", PATIENCE, Some(&watch), || async {
+        has_event(&client, "sim-2", "Requested", &["sim-1"]).await
+    })
+    .await;
+    assert_eq!(granted(&sb, "sim-2").await, None, "sim-2 granted");
+
+    // The administrator gives sim-1 up with the command the Warning names.
+    let command = note
+        .split("kubectl annotate node sim-1 ")
+        .nth(1)
+        .and_then(|rest| rest.split(" (or delete").next())
+        .unwrap_or_else(|| panic!("a command in: {note}"));
+    let mut args = vec!["annotate", "node", "sim-1"];
+    args.extend(command.split_whitespace());
+    kubectl(&sb.control_plane, &args);
+    wait_until(
+        "sim-1 is given back (uncordoned, no grant) and sim-2 is rebooted",
+        PATIENCE,
+        Some(&watch),
+        || async {
+            let n = node(&client, "sim-1").await;
+            e2e::protocol_annotations(&n).is_empty()
+                && !common::NodeFacts::from_node(&n).unschedulable
+                && sb.fleet.reboots("sim-2") == 1
+                && e2e::protocol_annotations(&node(&client, "sim-2").await).is_empty()
+        },
+    )
+    .await;
+    assert!(has_event(&client, "sim-1", "Cancelled", &[]).await);
+    assert_eq!(sb.fleet.reboots("sim-1"), 0, "the swallowed reboot");
     watch.check().unwrap();
     sb.stop().await;
 }

@@ -165,8 +165,8 @@ pub enum WaitReason {
     /// (`NotReadyAfterReboot` on that node).
     NotReadyAfterReboot,
     /// A node of the pool was told to reboot and did not complete (new boot, Ready) within
-    /// the controller's `--reboot-timeout` (`RebootTimedOut` on that node).
-    RebootTimedOut,
+    /// the controller's `--reboot-timeout` (`RebootOverdue` on that node).
+    RebootOverdue,
     /// Its last drain timed out; tried again later (`DrainBlocked`).
     DrainTimedOut,
 }
@@ -183,7 +183,7 @@ impl WaitReason {
             Self::BlockingPod => "gate closed: blocking pod",
             Self::OptedOut => "opted out",
             Self::NotReadyAfterReboot => "a node is NotReady after its reboot",
-            Self::RebootTimedOut => "a node did not come back from its reboot",
+            Self::RebootOverdue => "a node did not come back from its reboot",
             Self::DrainTimedOut => "drain timed out, retried later",
         }
     }
@@ -213,7 +213,7 @@ impl WaitReason {
                 | Self::AlertsFiring
                 | Self::PrometheusUnreachable
                 | Self::NotReadyAfterReboot
-                | Self::RebootTimedOut
+                | Self::RebootOverdue
         )
     }
 }
@@ -321,7 +321,7 @@ pub const API_VERSION: &str = "kubectl-reboot.node-reboot-operator/v1";
 pub fn status(input: &PoolInput, keys: &AnnotationKeys, now: Timestamp) -> Status {
     let pool_size = input.nodes.iter().filter(|n| n.in_pool).count();
     let sick = not_ready_after_reboot(input, keys);
-    let late = timed_out(input, keys);
+    let late = overdue(input, keys);
     let budget = budget(input, keys, pool_size);
     let budget_full = budget
         .max_unavailable
@@ -341,7 +341,7 @@ pub fn status(input: &PoolInput, keys: &AnnotationKeys, now: Timestamp) -> Statu
         .filter(|n| n.state.queued() && n.reason != Some(WaitReason::OptedOut))
         .count();
     let failing = match (late.is_empty(), sick.is_empty()) {
-        (false, _) => Some(WaitReason::RebootTimedOut),
+        (false, _) => Some(WaitReason::RebootOverdue),
         (true, false) => Some(WaitReason::NotReadyAfterReboot),
         (true, true) => None,
     };
@@ -432,24 +432,24 @@ fn not_ready_after_reboot(input: &PoolInput, keys: &AnnotationKeys) -> Vec<Strin
 
 /// The nodes told to reboot whose latest word from the controller is that they did not
 /// complete within `--reboot-timeout` (the controller holds the pool for them).
-fn timed_out(input: &PoolInput, keys: &AnnotationKeys) -> Vec<String> {
+fn overdue(input: &PoolInput, keys: &AnnotationKeys) -> Vec<String> {
     input
         .nodes
         .iter()
-        .filter(|n| n.facts.protocol(keys).reboot_under_way() && reboot_timed_out(n).is_some())
+        .filter(|n| n.facts.protocol(keys).reboot_under_way() && reboots_overdue(n).is_some())
         .map(|n| n.facts.name.clone())
         .collect()
 }
 
-/// The controller's `RebootTimedOut` about this node, unless it told it to reboot again since.
-fn reboot_timed_out(node: &NodeInput) -> Option<&NodeEvent> {
+/// The controller's `RebootOverdue` about this node, unless it told it to reboot again since.
+fn reboots_overdue(node: &NodeInput) -> Option<&NodeEvent> {
     latest(
         &node.events,
         CONTROLLER,
-        &["RebootApproved", "RebootTimedOut"],
+        &["RebootApproved", "RebootOverdue"],
         None,
     )
-    .filter(|e| e.reason == "RebootTimedOut")
+    .filter(|e| e.reason == "RebootOverdue")
 }
 
 /// Completed, and the ledger still holds the slot of that very grant.
@@ -613,7 +613,7 @@ impl Context<'_> {
                 let this_step = latest(&node.events, component, reasons, granted_at);
                 since = approved.or(this_step).map(|e| e.time).or(granted_at);
                 status.event = this_step.or(approved).map(event_ref);
-                if let Some(late) = reboot_timed_out(node) {
+                if let Some(late) = reboots_overdue(node) {
                     status.detail = format!(
                         "{detail}; not completed within --reboot-timeout: no new reboot starts \
                          in the pool until it is back in a new boot and Ready"
@@ -730,13 +730,13 @@ impl Context<'_> {
             _ if opted_out => (Some(WaitReason::OptedOut), None),
             _ if self.ledger.paused => (Some(WaitReason::Paused), None),
             // The pool holds for the late node whatever slot is free.
-            _ if self.late.is_some() => (Some(WaitReason::RebootTimedOut), None),
+            _ if self.late.is_some() => (Some(WaitReason::RebootOverdue), None),
             Some((WaitReason::Paused | WaitReason::OptedOut, _)) | None => (None, None),
             Some((reason, event)) => (Some(reason), Some(event)),
         };
         let (reason, event) = match reason {
             Some(reason) => (Some(reason), event),
-            None if self.late.is_some() => (Some(WaitReason::RebootTimedOut), None),
+            None if self.late.is_some() => (Some(WaitReason::RebootOverdue), None),
             None if self.sick.is_some() => (Some(WaitReason::NotReadyAfterReboot), None),
             None if self.budget_full => (Some(WaitReason::BudgetFull), None),
             None => (None, None),
@@ -769,9 +769,9 @@ impl Context<'_> {
                 WaitReason::NotReadyAfterReboot.as_str(),
                 self.sick.unwrap_or_default()
             ),
-            (Some(WaitReason::RebootTimedOut), None) => format!(
+            (Some(WaitReason::RebootOverdue), None) => format!(
                 "{}: {} is not back in a new boot and Ready within --reboot-timeout",
-                WaitReason::RebootTimedOut.as_str(),
+                WaitReason::RebootOverdue.as_str(),
                 self.late.unwrap_or_default()
             ),
             (Some(reason), None) => format!("{}: every slot is taken", reason.as_str()),

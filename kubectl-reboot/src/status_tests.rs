@@ -491,9 +491,14 @@ fn a_node_past_its_reboot_timeout_holds_the_pool_and_says_why() {
         ("reboot-boot-id", "b1"),
         ("reboot-grant", "g1"),
     ];
-    let told = event("RebootApproved", "reboot-controller", "2026-01-01T09:00:00Z", "go");
+    let told = event(
+        "RebootApproved",
+        "reboot-controller",
+        "2026-01-01T09:00:00Z",
+        "go",
+    );
     let late = event(
-        "RebootTimedOut",
+        "RebootOverdue",
         "reboot-controller",
         "2026-01-01T09:30:00Z",
         "not completed within --reboot-timeout (1800s): the node came back in a new boot but \
@@ -521,26 +526,36 @@ fn a_node_past_its_reboot_timeout_holds_the_pool_and_says_why() {
     assert!(a.detail.contains("--reboot-timeout"), "{}", a.detail);
     assert_eq!(
         a.event.as_ref().map(|e| e.reason.as_str()),
-        Some("RebootTimedOut")
+        Some("RebootOverdue")
     );
     let b = of(&s, "b");
-    assert_eq!(b.reason, Some(WaitReason::RebootTimedOut));
+    assert_eq!(b.reason, Some(WaitReason::RebootOverdue));
     assert!(
         b.detail.contains("a is not back in a new boot and Ready"),
         "{}",
         b.detail
     );
-    assert_eq!(s.estimate.held_by, Some(WaitReason::RebootTimedOut));
+    assert_eq!(s.estimate.held_by, Some(WaitReason::RebootOverdue));
 
     // Told to reboot again since (a later grant): that old Event no longer holds the pool.
-    let again = event("RebootApproved", "reboot-controller", "2026-01-01T09:45:00Z", "go");
-    let old = event("RebootTimedOut", "reboot-controller", "2026-01-01T09:30:00Z", "late");
+    let again = event(
+        "RebootApproved",
+        "reboot-controller",
+        "2026-01-01T09:45:00Z",
+        "go",
+    );
+    let old = event(
+        "RebootOverdue",
+        "reboot-controller",
+        "2026-01-01T09:30:00Z",
+        "late",
+    );
     let a = with_events(node("a", &rebooted), &[told, old, again]);
     let s = classify(&pool(
         vec![a, node("b", &[NEEDED])],
         &[("a", slot("g1", "2026-01-01T09:44:00Z"))],
         false,
     ));
-    assert_ne!(of(&s, "b").reason, Some(WaitReason::RebootTimedOut));
-    assert_ne!(s.estimate.held_by, Some(WaitReason::RebootTimedOut));
+    assert_ne!(of(&s, "b").reason, Some(WaitReason::RebootOverdue));
+    assert_ne!(s.estimate.held_by, Some(WaitReason::RebootOverdue));
 }

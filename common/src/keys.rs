@@ -26,6 +26,9 @@ pub const REBOOT_GRANT: &str = "reboot-grant";
 /// The id of the grant whose reboot was last completed: tells a slot that ended in a reboot
 /// from a cancelled one without comparing clocks.
 pub const REBOOT_LAST_GRANT: &str = "reboot-last-grant";
+/// RFC 3339 time at which the controller set `reboot-now`, written in that same patch and
+/// removed when the reboot is completed or given back: `--reboot-timeout` counts from it.
+pub const REBOOT_APPROVED_AT: &str = "reboot-approved-at";
 
 /// Who asked for the last reboot and why, when it was not an administrator: written with
 /// `reboot-needed` by an agent that found its node's reboot sentinel
@@ -52,16 +55,17 @@ pub const AGENT_MAY_CHANGE: [&str; 7] = [
 
 /// The controller's alone: the grant keys, so no agent can forge a slot, and the cordon marker
 /// and completion time, so no agent can mark an administrator's cordon as the operator's.
-pub const CONTROLLER_ONLY: [&str; 4] = [
+pub const CONTROLLER_ONLY: [&str; 5] = [
     REBOOT_CORDONED,
     REBOOT_LAST_COMPLETED,
     REBOOT_GRANT,
     REBOOT_LAST_GRANT,
+    REBOOT_APPROVED_AT,
 ];
 
 /// Every key, for documentation: the agent's, then the controller's.
-pub const ALL: [&str; 11] = {
-    let mut all = [""; 11];
+pub const ALL: [&str; 12] = {
+    let mut all = [""; 12];
     let mut i = 0;
     while i < all.len() {
         all[i] = if i < AGENT_MAY_CHANGE.len() {
@@ -97,6 +101,7 @@ pub struct AnnotationKeys {
     pub last_completed: String,
     pub grant: String,
     pub last_grant: String,
+    pub approved_at: String,
     pub requested_by: String,
     pub sentinel: String,
     /// A label, not an annotation: `reboot-disabled`.
@@ -135,6 +140,7 @@ impl AnnotationKeys {
             last_completed: key(REBOOT_LAST_COMPLETED),
             grant: key(REBOOT_GRANT),
             last_grant: key(REBOOT_LAST_GRANT),
+            approved_at: key(REBOOT_APPROVED_AT),
             requested_by: key(REBOOT_REQUESTED_BY),
             sentinel: key(REBOOT_SENTINEL),
             disabled: key(REBOOT_DISABLED),
@@ -142,7 +148,7 @@ impl AnnotationKeys {
     }
 
     /// Every annotation key in use, in the order of [`ALL`].
-    pub fn all(&self) -> [&str; 11] {
+    pub fn all(&self) -> [&str; 12] {
         [
             &self.needed,
             &self.now,
@@ -155,6 +161,7 @@ impl AnnotationKeys {
             &self.last_completed,
             &self.grant,
             &self.last_grant,
+            &self.approved_at,
         ]
     }
 

@@ -110,11 +110,23 @@ impl<'a> Transition<'a> {
             .set_annotation(&self.keys.cordoned, "true")
     }
 
-    fn promote_ops(&self, ops: Ops) -> Ops {
+    /// `now` (RFC 3339) is recorded as `reboot-approved-at`, what `--reboot-timeout` counts from.
+    fn promote_ops(&self, ops: Ops, now: &str) -> Ops {
         // `reboot-needed` leaves only together with the arrival of `reboot-now` (no lost request).
         ops.test_annotation(&self.keys.needed, "true")
             .remove_annotation(&self.keys.needed)
             .set_annotation(&self.keys.now, "true")
+            .set_annotation(&self.keys.approved_at, now)
+    }
+
+    /// Drops `reboot-approved-at` (tested), if the node has it: the reboot is over or given back.
+    fn forget_approval(&self, node: &NodeFacts, ops: Ops) -> Ops {
+        match node.annotations.get(&self.keys.approved_at) {
+            Some(at) => ops
+                .test_annotation(&self.keys.approved_at, at)
+                .remove_annotation(&self.keys.approved_at),
+            None => ops,
+        }
     }
 
     fn uncordon_ops(&self, node: &NodeFacts, ops: Ops) -> Ops {
@@ -135,15 +147,23 @@ impl<'a> Transition<'a> {
     /// its version `node_version`: put the grant on the node and cordon it (unless the
     /// administrator already did), and with `promote` also swap the request for `reboot-now`.
     /// The write tests that the node is still at `node_version`, so a grant that another
-    /// controller released (after the node changed) can never be claimed.
-    pub fn claim(&self, node: &NodeFacts, grant: &str, node_version: &str, promote: bool) -> Patch {
+    /// controller released (after the node changed) can never be claimed. `now` is the time of
+    /// the write.
+    pub fn claim(
+        &self,
+        node: &NodeFacts,
+        grant: &str,
+        node_version: &str,
+        promote: bool,
+        now: &str,
+    ) -> Patch {
         let ops = Ops::on(node)
             .test(path(&["metadata", "resourceVersion"]), node_version.into())
             .test_annotation(&self.keys.needed, "true")
             .set_annotation(&self.keys.grant, grant);
         let ops = self.cordon_ops(node, ops);
         if promote {
-            self.promote_ops(ops).build()
+            self.promote_ops(ops, now).build()
         } else {
             ops.build()
         }
@@ -157,13 +177,14 @@ impl<'a> Transition<'a> {
 
     /// Controller, node drained under `grant`: `reboot-needed` becomes `reboot-now` in one
     /// write, only while the node holds that grant, is cordoned, and is still the version the
-    /// drain ended on (`node`'s): pods cannot have come back since.
-    pub fn promote(&self, node: &NodeFacts, grant: &str) -> Patch {
+    /// drain ended on (`node`'s): pods cannot have come back since. `now` is the time of the
+    /// write.
+    pub fn promote(&self, node: &NodeFacts, grant: &str, now: &str) -> Patch {
         let ops = self
             .of_grant(node, grant)
             .test_unchanged(node)
             .test(path(&["spec", "unschedulable"]), true.into());
-        self.promote_ops(ops).build()
+        self.promote_ops(ops, now).build()
     }
 
     /// Agent, on `reboot-now`: record the boot id the reboot starts from.
@@ -238,7 +259,8 @@ impl<'a> Transition<'a> {
                 .test_annotation(&self.keys.boot_id, proven)
                 .remove_annotation(&self.keys.boot_id);
         }
-        ops = ops
+        ops = self
+            .forget_approval(node, ops)
             .remove_annotation(&self.keys.done)
             .set_annotation(&self.keys.last_completed, completed_at);
         if let Some(grant) = grant {
@@ -258,10 +280,10 @@ impl<'a> Transition<'a> {
     /// is nothing to undo.
     pub fn release(&self, node: &NodeFacts) -> Option<Patch> {
         let state = node.protocol(self.keys);
-        if !state.cordoned_by_operator && state.grant.is_none() {
+        if !state.cordoned_by_operator && state.grant.is_none() && state.approved_at.is_none() {
             return None;
         }
-        let mut ops = Ops::on(node).test_unchanged(node);
+        let mut ops = self.forget_approval(node, Ops::on(node).test_unchanged(node));
         if let Some(grant) = &state.grant {
             ops = ops
                 .test_annotation(&self.keys.grant, grant)
@@ -304,13 +326,14 @@ mod tests {
             "annotations": {"reboot-needed": "true"}}, "spec": {}});
         apply(
             &mut obj,
-            &Transition::new(&keys).claim(&facts, "g1", "42", true),
+            &Transition::new(&keys).claim(&facts, "g1", "42", true, "t0"),
         )
         .unwrap();
         assert_eq!(
             obj,
             json!({"metadata": {"resourceVersion": "42", "annotations": {
-                "reboot-now": "true", "reboot-cordoned": "true", "reboot-grant": "g1"}},
+                "reboot-now": "true", "reboot-cordoned": "true", "reboot-grant": "g1",
+                "reboot-approved-at": "t0"}},
                 "spec": {"unschedulable": true}})
         );
     }
@@ -321,7 +344,7 @@ mod tests {
         let facts = node(&[("reboot-needed", "true")], false);
         let mut obj = json!({"metadata": {"resourceVersion": "43",
             "annotations": {"reboot-needed": "true"}}, "spec": {}});
-        let claim = Transition::new(&keys).claim(&facts, "g1", "42", false);
+        let claim = Transition::new(&keys).claim(&facts, "g1", "42", false, "t0");
         assert!(apply(&mut obj, &claim).is_err());
     }
 
@@ -332,14 +355,14 @@ mod tests {
         let facts = node(&[("reboot-needed", "true"), ("reboot-grant", "g1")], true);
         let mut obj = json!({"metadata": {"annotations": {"other": "x", "reboot-grant": "g1"}},
             "spec": {"unschedulable": true}});
-        assert!(apply(&mut obj, &t.promote(&facts, "g1")).is_err());
+        assert!(apply(&mut obj, &t.promote(&facts, "g1", "t0")).is_err());
         let mut obj = json!({"metadata": {"annotations": {"reboot-needed": "true",
             "reboot-grant": "g2"}}, "spec": {"unschedulable": true}});
-        assert!(apply(&mut obj, &t.promote(&facts, "g1")).is_err());
+        assert!(apply(&mut obj, &t.promote(&facts, "g1", "t0")).is_err());
         let mut obj = json!({"metadata": {"annotations": {"reboot-needed": "true",
             "reboot-grant": "g1"}}, "spec": {"unschedulable": false}});
         assert!(
-            apply(&mut obj, &t.promote(&facts, "g1")).is_err(),
+            apply(&mut obj, &t.promote(&facts, "g1", "t0")).is_err(),
             "not cordoned"
         );
     }
@@ -348,7 +371,7 @@ mod tests {
     fn an_administrators_cordon_is_not_marked_as_ours() {
         let keys = AnnotationKeys::default();
         let facts = node(&[("reboot-needed", "true")], true);
-        let patch = Transition::new(&keys).claim(&facts, "g1", "42", false);
+        let patch = Transition::new(&keys).claim(&facts, "g1", "42", false, "t0");
         let text = serde_json::to_string(&patch).unwrap();
         assert!(!text.contains("reboot-cordoned"), "{text}");
         assert!(!text.contains("unschedulable"), "{text}");
@@ -378,10 +401,12 @@ mod tests {
             ("reboot-boot-id", "b2"),
             ("reboot-cordoned", "true"),
             ("reboot-grant", "g1"),
+            ("reboot-approved-at", "t0"),
         ];
         let ours = node(&annotations, true);
         let mut obj = json!({"metadata": {"annotations": {"reboot-done": "true",
-            "reboot-boot-id": "b2", "reboot-cordoned": "true", "reboot-grant": "g1"}},
+            "reboot-boot-id": "b2", "reboot-cordoned": "true", "reboot-grant": "g1",
+            "reboot-approved-at": "t0"}},
             "spec": {"unschedulable": true}});
         apply(
             &mut obj,

@@ -42,6 +42,8 @@ pub struct ProtocolState {
     pub grant: Option<String>,
     /// The grant whose reboot was completed last (`reboot-last-grant`).
     pub last_grant: Option<String>,
+    /// RFC 3339 time the controller set `reboot-now` (`reboot-approved-at`).
+    pub approved_at: Option<String>,
 }
 
 impl ProtocolState {
@@ -74,6 +76,7 @@ impl ProtocolState {
             last_completed: annotations.get(&keys.last_completed).cloned(),
             grant: annotations.get(&keys.grant).cloned(),
             last_grant: annotations.get(&keys.last_grant).cloned(),
+            approved_at: annotations.get(&keys.approved_at).cloned(),
         }
     }
 

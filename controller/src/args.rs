@@ -95,6 +95,16 @@ pub struct Args {
     #[arg(long, env = "MIN_READY_SECONDS", default_value_t = 0)]
     pub min_ready_seconds: u64,
 
+    /// How long a node told to reboot (from `reboot-now` on) may take until its reboot is
+    /// completed: the kubelet reports the new boot and the node is Ready. Past it, the node
+    /// keeps its slot and cordon, gets a Warning Event (`RebootOverdue`), and no new reboot
+    /// starts in the pool until it completes or an administrator acts: a bad kernel (a node
+    /// back NotReady, or not back at all) stops the rollout. Reboots under way go on. The
+    /// default, 30m, is well above a slow bare-metal reboot with its firmware POST (minutes),
+    /// and short enough that a broken fleet is noticed within a maintenance window.
+    #[arg(long, env = "REBOOT_TIMEOUT", default_value = "30m", allow_hyphen_values = true, value_parser = parse_duration)]
+    pub reboot_timeout: Duration,
+
     /// When new reboots may start, in the window's time zone: `DAYS HH:MM-HH:MM [ZONE]`,
     /// such as `Mon-Fri 22:00-06:00 Europe/Berlin` (an end before the start ends the next
     /// day; ZONE is an IANA zone, default UTC). Repeat the flag, or separate windows with `;`

@@ -50,6 +50,10 @@ pub struct NodeView {
     /// break and after its last completed reboot (a short reboot may never show NotReady);
     /// `None` while it is not Ready.
     pub ready_since: Option<u64>,
+    /// When (Unix milliseconds, as `clock`) the node was told to reboot: its
+    /// `reboot-approved-at`, else the time of the grant it holds (a `reboot-now` set by a
+    /// version that did not record it). `--reboot-timeout` counts from it.
+    pub approved_at: Option<u64>,
 }
 
 impl NodeView {
@@ -156,6 +160,10 @@ pub struct Decision {
     /// Nodes that went NotReady during their soak (`--min-ready-seconds`): they keep their
     /// slot, and no new slot is granted while there is one.
     pub not_ready_after_reboot: Vec<String>,
+    /// Nodes told to reboot that were not completed (new boot reported by the kubelet, and
+    /// Ready) within `--reboot-timeout`: they keep their slot, and no new slot is granted while
+    /// there is one. Reboots already under way go on.
+    pub overdue: Vec<String>,
 }
 
 impl Decision {
@@ -200,6 +208,10 @@ pub struct Round<'a> {
     /// `--min-ready-seconds` in the unit of `now`: a completed node keeps its slot until it
     /// has been Ready this long.
     pub min_ready: u64,
+    /// The wall clock now, in Unix milliseconds: compared with the recorded `approved_at`.
+    pub clock: u64,
+    /// `--reboot-timeout` in milliseconds.
+    pub reboot_timeout: u64,
 }
 
 impl<'a> Round<'a> {
@@ -213,6 +225,12 @@ impl<'a> Round<'a> {
             }
         }
         self.missing_slot_holders(&mut decision);
+        decision.overdue = self
+            .nodes
+            .iter()
+            .filter(|v| self.overdue(v))
+            .map(|v| v.name().to_owned())
+            .collect();
         self.grant_slots(&mut decision);
         decision
     }
@@ -266,6 +284,22 @@ impl<'a> Round<'a> {
                 }),
             },
         }
+    }
+
+    /// Whether a node told to reboot is not completed within `--reboot-timeout`: not back in
+    /// a new boot, or back but not Ready (a bad kernel, most often). Such a node holds the
+    /// pool (DESIGN.md invariant 7), whatever slot it holds or is being adopted under; it
+    /// keeps its slot and the rollout goes on by itself once it completes.
+    fn overdue(&self, view: &NodeView) -> bool {
+        let completing = match &view.state.phase {
+            Phase::Idle => return false,
+            Phase::Done { boot_id } => view.facts.kubelet_reports_boot(boot_id.as_deref()),
+            Phase::RebootNow | Phase::InProgress { .. } => false,
+        };
+        !completing
+            && view
+                .approved_at
+                .is_some_and(|at| self.clock >= at.saturating_add(self.reboot_timeout))
     }
 
     /// A claimed node whose request stands: cordoned, drained, promoted.
@@ -402,7 +436,9 @@ impl<'a> Round<'a> {
             .map(|v| v.name().to_owned())
             .collect();
         let candidates = self.candidates(&slots);
-        if self.hold.is_some() || !decision.not_ready_after_reboot.is_empty() {
+        // A failing node stops the rollout, free slots or not: a bad kernel must not spread.
+        let failing = !decision.not_ready_after_reboot.is_empty() || !decision.overdue.is_empty();
+        if self.hold.is_some() || failing {
             decision.waiting = candidates.iter().map(|v| v.name().to_owned()).collect();
             return;
         }

@@ -33,6 +33,7 @@ fn view(obj: &Value) -> NodeView {
         requested_at: None,
         not_before: None,
         drain: DrainState::NotStarted,
+        approved_at: None,
     }
 }
 
@@ -83,6 +84,8 @@ fn decide_held(
         finish_after_window,
         window_open: hold != Some(Hold::OutsideWindow),
         min_ready: 0,
+        clock: 0,
+        reboot_timeout: u64::MAX,
         blocked: &BTreeSet::new(),
     }
     .decide()
@@ -328,6 +331,8 @@ fn a_slot_holder_missing_from_the_cache_is_read_again_and_released_only_once_del
         finish_after_window: true,
         window_open: true,
         min_ready: 0,
+        clock: 0,
+        reboot_timeout: u64::MAX,
         blocked: &BTreeSet::new(),
     }
     .decide();
@@ -465,6 +470,8 @@ fn without_finish_after_window_a_closed_window_gives_back_what_was_not_told_to_r
         window_open: false,
         finish_after_window: false,
         min_ready: 0,
+        clock: 0,
+        reboot_timeout: u64::MAX,
         blocked: &BTreeSet::new(),
     }
     .decide();
@@ -514,6 +521,8 @@ fn a_zone_budget_spreads_grants_across_zones_and_counts_a_not_ready_node_in_its_
         finish_after_window: true,
         window_open: true,
         min_ready: 0,
+        clock: 0,
+        reboot_timeout: u64::MAX,
         blocked: &blocked,
     };
     let d = round(Some(common::MaxUnavailable::Count(1))).decide();
@@ -559,6 +568,8 @@ fn a_completed_node_keeps_its_slot_through_the_soak_and_holds_the_pool_when_not_
             finish_after_window: true,
             window_open: true,
             min_ready: 30,
+            clock: 0,
+            reboot_timeout: u64::MAX,
             blocked: &BTreeSet::new(),
         }
         .decide()
@@ -628,6 +639,8 @@ fn a_node_with_a_blocking_pod_waits_and_the_others_go_on() {
         finish_after_window: true,
         window_open: true,
         min_ready: 0,
+        clock: 0,
+        reboot_timeout: u64::MAX,
         blocked: &blocked,
     }
     .decide();
@@ -638,4 +651,141 @@ fn a_node_with_a_blocking_pod_waits_and_the_others_go_on() {
     );
     assert_eq!(d.waiting, ["busy"]);
     assert_eq!(d.blocked, blocked);
+}
+
+/// `a` was told to reboot at 1000 under grant g-a (the timeout is 600); `b` and `c` want
+/// theirs. The budget (3) has room for both.
+fn told_to_reboot(a: &Value) -> Vec<NodeView> {
+    let mut a = view(a);
+    a.approved_at = Some(1000);
+    let wants: Vec<NodeView> = ["b", "c"]
+        .iter()
+        .enumerate()
+        .map(|(i, n)| {
+            let mut obj = node_json(n, true);
+            annotate(&mut obj, "reboot-needed", "true");
+            let mut v = view(&obj);
+            v.requested_at = Some(i as u64);
+            v
+        })
+        .collect();
+    [vec![a], wants].concat()
+}
+
+fn decide_at_clock(nodes: &[NodeView], clock: u64) -> Decision {
+    Round {
+        nodes,
+        others: &PoolCounts::default(),
+        ledger: &ledger_of(&["a"]),
+        deleted: &BTreeSet::new(),
+        budget: 3,
+        zone_budget: None,
+        drain_enabled: false,
+        now: 0,
+        hold: None,
+        finish_after_window: true,
+        window_open: true,
+        min_ready: 0,
+        clock,
+        reboot_timeout: 600,
+        blocked: &BTreeSet::new(),
+    }
+    .decide()
+}
+
+/// `a` rebooted into boot `a-boot-1` (the agent proved it, the kubelet reports it).
+fn back_in_a_new_boot(ready: bool) -> Value {
+    let mut a = node_json("a", ready);
+    claimed(&mut a, "g-a");
+    annotate(&mut a, "reboot-done", "true");
+    annotate(&mut a, "reboot-boot-id", "a-boot-1");
+    a["status"]["nodeInfo"]["bootID"] = "a-boot-1".into();
+    a
+}
+
+#[test]
+fn a_node_back_in_its_new_boot_but_not_ready_past_the_reboot_timeout_holds_new_grants() {
+    let nodes = told_to_reboot(&back_in_a_new_boot(false));
+    let d = decide_at_clock(&nodes, 1600);
+    assert_eq!(d.overdue, ["a"]);
+    assert!(
+        granted(&d).is_empty(),
+        "a bad kernel must not spread: {d:?}"
+    );
+    assert_eq!(d.waiting, ["b", "c"]);
+    assert!(
+        d.ledger.release.is_empty() && d.node_actions.is_empty(),
+        "the failing node keeps its slot and cordon: {d:?}"
+    );
+}
+
+#[test]
+fn a_node_that_does_not_come_back_past_the_reboot_timeout_holds_new_grants() {
+    for phase in [
+        &[("reboot-now", "true")][..],
+        &[
+            ("reboot-in-progress", "true"),
+            ("reboot-boot-id", "a-boot-0"),
+        ],
+    ] {
+        let mut a = node_json("a", false);
+        claimed(&mut a, "g-a");
+        for (k, v) in phase {
+            annotate(&mut a, k, v);
+        }
+        let d = decide_at_clock(&told_to_reboot(&a), 1600);
+        assert_eq!(d.overdue, ["a"], "{phase:?}");
+        assert!(granted(&d).is_empty(), "{phase:?}: {d:?}");
+        assert_eq!(d.waiting, ["b", "c"]);
+    }
+}
+
+#[test]
+fn within_the_reboot_timeout_a_reboot_under_way_does_not_hold_the_pool() {
+    let nodes = told_to_reboot(&back_in_a_new_boot(false));
+    let d = decide_at_clock(&nodes, 1599);
+    assert!(d.overdue.is_empty());
+    assert_eq!(granted(&d), ["b", "c"], "the budget of 3 has room for both");
+}
+
+#[test]
+fn once_the_late_node_completes_grants_resume() {
+    // Ready in its new boot, long after the timeout: completed, and the others go on.
+    let nodes = told_to_reboot(&back_in_a_new_boot(true));
+    let d = decide_at_clock(&nodes, 5000);
+    assert!(d.overdue.is_empty());
+    assert_eq!(
+        d.node_actions,
+        [NodeAction::Complete {
+            node: "a".into(),
+            grant: "g-a".into()
+        }]
+    );
+    assert_eq!(granted(&d), ["b", "c"]);
+    // After the completion: its slot is released (no soak) and nothing holds the pool.
+    let mut a = node_json("a", true);
+    annotate(&mut a, "reboot-last-grant", "g-a");
+    a["metadata"]["resourceVersion"] = "3".into();
+    let d = decide_at_clock(&told_to_reboot(&a), 5000);
+    assert_eq!(d.ledger.release, ["a"]);
+    assert_eq!(granted(&d), ["b", "c"]);
+}
+
+#[test]
+fn an_overdue_node_given_up_by_hand_releases_its_slot_and_grants_resume() {
+    // The administrator removed reboot-done and reboot-boot-id from the NotReady node.
+    let mut a = node_json("a", false);
+    claimed(&mut a, "g-a");
+    a["metadata"]["resourceVersion"] = "3".into();
+    let d = decide_at_clock(&told_to_reboot(&a), 5000);
+    assert!(d.overdue.is_empty());
+    assert_eq!(
+        d.node_actions,
+        [NodeAction::Release {
+            node: "a".into(),
+            reason: ReleaseReason::Cancelled
+        }]
+    );
+    // a still counts as unavailable (NotReady, its slot held until released): room for both.
+    assert_eq!(granted(&d), ["b", "c"]);
 }

@@ -656,7 +656,7 @@ impl Drainer {
 }
 
 /// A duration as the flags take it: `90s`, `1500ms`.
-fn humantime(d: Duration) -> String {
+pub(crate) fn humantime(d: Duration) -> String {
     if d.subsec_millis() == 0 {
         format!("{}s", d.as_secs())
     } else {

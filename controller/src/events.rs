@@ -37,6 +37,9 @@ pub enum Reason {
     RebootDisabled,
     /// A node went NotReady within `--min-ready-seconds` of its reboot; the pool holds.
     NotReadyAfterReboot,
+    /// A node told to reboot was not completed (new boot, Ready) within `--reboot-timeout`;
+    /// the pool holds.
+    RebootOverdue,
     /// An administrator cleared a node's soak (removed `reboot-last-grant`); its slot is free.
     SoakCleared,
     /// `--dry-run`: what the controller would do about the node (nothing was written).
@@ -66,6 +69,7 @@ impl Reason {
             Self::ZoneBudgetFull => "ZoneBudgetFull",
             Self::RebootDisabled => "RebootDisabled",
             Self::NotReadyAfterReboot => "NotReadyAfterReboot",
+            Self::RebootOverdue => "RebootOverdue",
             Self::SoakCleared => "SoakCleared",
             Self::DryRun => "DryRun",
             Self::AlertsFiring => "AlertsFiring",
@@ -81,6 +85,7 @@ impl Reason {
             | Self::LedgerDamaged
             | Self::UnexpectedPauseValue
             | Self::NotReadyAfterReboot
+            | Self::RebootOverdue
             | Self::PrometheusUnreachable => EventType::Warning,
             _ => EventType::Normal,
         }

@@ -19,6 +19,7 @@ pub struct Memory {
     announced_waiting: HashMap<String, &'static str>,
     warned_invalid: HashMap<String, String>,
     not_ready_after_reboot: HashSet<String>,
+    reboots_overdue: HashSet<String>,
     /// `--dry-run`: what was said already, per node.
     said_dry_run: HashSet<(String, String)>,
 }
@@ -66,6 +67,28 @@ impl SoakClock {
         self.ready_since.retain(|n, _| keep(n));
         self.completed_seen.retain(|n, _| keep(n));
     }
+}
+
+/// When the node was told to reboot, in Unix milliseconds: its `reboot-approved-at`, else
+/// (`reboot-now` set by a version that did not record it, or a hand edit that does not parse)
+/// the time of its grant, which is earlier.
+fn approved_at(state: &common::ProtocolState, slot: Option<&crate::ledger::Slot>) -> Option<u64> {
+    let millis = |at: &str| {
+        let at: k8s_openapi::jiff::Timestamp = at.parse().ok()?;
+        u64::try_from(at.as_millisecond()).ok()
+    };
+    state
+        .approved_at
+        .as_deref()
+        .and_then(millis)
+        .or_else(|| slot.and_then(|s| millis(&s.granted_at)))
+}
+
+/// Of the nodes in `now`, those not in `last`; `last` becomes `now`.
+fn first_in_episode(last: &mut HashSet<String>, now: &[String]) -> Vec<String> {
+    let fresh = now.iter().filter(|n| !last.contains(*n)).cloned().collect();
+    *last = now.iter().cloned().collect();
+    fresh
 }
 
 /// What a round's views are made of besides the nodes.
@@ -121,6 +144,7 @@ impl Memory {
                     zone: overlay.zone_of(node),
                     opted_out: keys.is_disabled(node.metadata.labels.as_ref()),
                     ready_since,
+                    approved_at: approved_at(&state, ledger.slots.get(&name)),
                     facts,
                     state,
                 }
@@ -143,13 +167,12 @@ impl Memory {
     /// Of the nodes NotReady after their reboot now, those that were not in the last round
     /// (a Warning once per episode).
     pub fn first_not_ready_after_reboot(&mut self, now: &[String]) -> Vec<String> {
-        let fresh = now
-            .iter()
-            .filter(|n| !self.not_ready_after_reboot.contains(*n))
-            .cloned()
-            .collect();
-        self.not_ready_after_reboot = now.iter().cloned().collect();
-        fresh
+        first_in_episode(&mut self.not_ready_after_reboot, now)
+    }
+
+    /// Of the nodes past their reboot timeout now, those that were not in the last round.
+    pub fn first_reboots_overdue(&mut self, now: &[String]) -> Vec<String> {
+        first_in_episode(&mut self.reboots_overdue, now)
     }
 
     /// True the first time a node is seen waiting for `reason` (a slot, the window, the

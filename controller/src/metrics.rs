@@ -153,6 +153,7 @@ pub struct Metrics {
     pub window_open: Gauge,
     pub window_next_open: Gauge,
     pub not_ready_after_reboot: Gauge,
+    pub reboots_overdue: Gauge,
     pub opted_out_requests: Gauge,
     pub gates_open: Family<GateLabels, Gauge>,
     pub blocked_nodes: Gauge,
@@ -181,6 +182,7 @@ impl Metrics {
             window_open: Gauge::default(),
             window_next_open: Gauge::default(),
             not_ready_after_reboot: Gauge::default(),
+            reboots_overdue: Gauge::default(),
             opted_out_requests: Gauge::default(),
             gates_open: Family::default(),
             blocked_nodes: Gauge::default(),
@@ -282,6 +284,12 @@ impl Metrics {
             "not_ready_after_reboot",
             "Nodes NotReady within --min-ready-seconds of their reboot; no new grant while above 0",
             m.not_ready_after_reboot,
+        );
+        registry.register(
+            "reboots_overdue",
+            "Nodes told to reboot and not completed (new boot reported, Ready) within \
+             --reboot-timeout; no new grant while above 0",
+            m.reboots_overdue,
         );
         registry.register(
             "opted_out_requests",

@@ -33,6 +33,9 @@ use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet};
 
 const NODES: usize = 6;
+/// `--reboot-timeout` in steps of the simulation: short enough that crashed and slow nodes
+/// pass it.
+const REBOOT_TIMEOUT: u64 = 30;
 
 #[derive(Debug, Clone)]
 enum Step {
@@ -353,6 +356,7 @@ impl Replica {
                         state.last_grant.as_deref(),
                         now,
                     ),
+                    approved_at: state.approved_at.as_deref().and_then(|t| t.parse().ok()),
                     facts,
                     state,
                 }
@@ -417,6 +421,8 @@ impl Replica {
                 finish_after_window: server.finish_after_window,
                 window_open: server.window_open,
                 min_ready: server.min_ready,
+                clock: now,
+                reboot_timeout: REBOOT_TIMEOUT,
                 blocked: &server.blocked,
             }
             .decide()
@@ -438,6 +444,27 @@ impl Replica {
         assert!(
             sick_in_soak.is_empty() || fresh.count() == 0,
             "granted while {sick_in_soak:?} is NotReady after its reboot"
+        );
+        // Invariant 7: a node told to reboot and not completed within the timeout holds the pool.
+        let late: Vec<&str> = views
+            .iter()
+            .filter(|v| {
+                let completing = match &v.state.phase {
+                    common::Phase::Done { boot_id } => {
+                        v.facts.kubelet_reports_boot(boot_id.as_deref())
+                    }
+                    _ => false,
+                };
+                v.state.reboot_under_way()
+                    && !completing
+                    && v.approved_at.is_some_and(|at| now >= at + REBOOT_TIMEOUT)
+            })
+            .map(NodeView::name)
+            .collect();
+        let fresh = decision.ledger.grant.iter().filter(|g| g.adopted.is_none());
+        assert!(
+            late.is_empty() || fresh.count() == 0,
+            "granted while {late:?} is past its reboot timeout"
         );
         if !decision.ledger.is_empty() {
             if self.ledger.resource_version != server.ledger.resource_version {
@@ -493,11 +520,11 @@ impl Replica {
             }
         }
         for action in decision.node_actions {
-            self.execute(server, &views, action);
+            self.execute(server, &views, action, now);
         }
     }
 
-    fn execute(&mut self, server: &mut Server, views: &[NodeView], action: NodeAction) {
+    fn execute(&mut self, server: &mut Server, views: &[NodeView], action: NodeAction, now: u64) {
         let keys = keys();
         let t = Transition::new(&keys);
         let i = index(action.node());
@@ -514,13 +541,13 @@ impl Replica {
                 node_version,
                 promote,
                 ..
-            } => Some(t.claim(f, grant, node_version, *promote)),
+            } => Some(t.claim(f, grant, node_version, *promote, &now.to_string())),
             NodeAction::Recordon { grant, .. } => {
                 // Pods may have landed while it was uncordoned: drain again.
                 self.drains.remove(grant);
                 Some(t.recordon(f, grant))
             }
-            NodeAction::Promote { grant, .. } => Some(t.promote(f, grant)),
+            NodeAction::Promote { grant, .. } => Some(t.promote(f, grant, &now.to_string())),
             NodeAction::Complete { grant, .. } => Some(t.complete(f, Some(grant), "t")),
             NodeAction::Release { .. } => t.release(f),
             NodeAction::StartDrain { grant, .. } => {

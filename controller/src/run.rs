@@ -47,8 +47,22 @@ const FOLLOWER_REFRESH: Duration = Duration::from_secs(1);
 /// At shutdown: the most the Lease release and the last Events may take (5 s in all).
 const RELEASE_GRACE: Duration = Duration::from_secs(2);
 const FLUSH_GRACE: Duration = Duration::from_secs(1);
+/// How long the control plane takes to mark a dead node NotReady: kube-controller-manager's
+/// default --node-monitor-grace-period (40 s to 50 s, depending on the version). Until then
+/// a node that crashed is still Ready in the API.
+const NODE_MONITOR_GRACE: Duration = Duration::from_secs(50);
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
+    let min_ready = Duration::from_secs(args.min_ready_seconds);
+    if min_ready > Duration::ZERO && min_ready < NODE_MONITOR_GRACE {
+        tracing::warn!(
+            min_ready_seconds = args.min_ready_seconds,
+            "--min-ready-seconds is shorter than the time the control plane takes to notice \
+             a dead node ({}s, kube-controller-manager's default node-monitor-grace-period): a \
+             node that crashes after its reboot may still look Ready when its soak ends",
+            NODE_MONITOR_GRACE.as_secs()
+        );
+    }
     let (metrics, registry) = Metrics::new();
     let health = Health::new("the node cache has not synced yet");
     if let Some(address) = args.metrics_bind_address.0 {
@@ -283,6 +297,7 @@ impl Context {
                 windows: Windows(args.reboot_windows.clone()),
                 finish_after_window: args.finish_after_window,
                 min_ready: Duration::from_secs(args.min_ready_seconds),
+                reboot_timeout: args.reboot_timeout,
             },
             gates: Gates::new(self.blocking_pods.clone(), self.alert_checks()),
             metrics: self.metrics.clone(),

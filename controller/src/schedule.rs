@@ -12,6 +12,8 @@ pub struct Schedule {
     pub finish_after_window: bool,
     /// `--min-ready-seconds`: how long a completed node keeps its slot, Ready.
     pub min_ready: Duration,
+    /// `--reboot-timeout`: how long a node told to reboot may take to complete.
+    pub reboot_timeout: Duration,
 }
 
 impl Schedule {
@@ -79,6 +81,7 @@ mod tests {
             windows: crate::window::Windows(vec!["Mon 22:00-23:00".parse().unwrap()]),
             finish_after_window: true,
             min_ready: Duration::ZERO,
+            reboot_timeout: Duration::from_secs(1800),
         };
         let monday_noon = at("2026-11-23T12:00:00Z");
         let open = |t: Timestamp| schedule.windows.is_open(t);

@@ -221,6 +221,9 @@ impl Shell {
             finish_after_window: self.schedule.finish_after_window,
             window_open,
             min_ready: u64::try_from(self.schedule.min_ready.as_millis()).unwrap_or(u64::MAX),
+            clock: u64::try_from(Timestamp::now().as_millisecond()).unwrap_or_default(),
+            reboot_timeout: u64::try_from(self.schedule.reboot_timeout.as_millis())
+                .unwrap_or(u64::MAX),
             blocked: &blocked,
         }
         .decide();
@@ -238,12 +241,14 @@ impl Shell {
             .collect();
         self.announce_waiting(&decision, &by_name, pool, scheduled, &gates);
         self.warn_not_ready_after_reboot(&decision, &by_name);
+        self.warn_reboots_overdue(&decision, &by_name);
         self.announce_opted_out(&decision, &by_name);
         if self.dry_run {
             self.say_dry_run(&decision, &by_name, budget).await;
             return false;
         }
         let mut progressed = false;
+        self.confirm_soaks(&mut decision).await;
         if !decision.ledger.is_empty() || self.ledger_damage.is_some() {
             if !self.leadership.is_leading() {
                 return false;
@@ -426,6 +431,94 @@ impl Shell {
         }
     }
 
+    /// A node told to reboot and not completed within `--reboot-timeout` holds the pool: a
+    /// Warning once per episode, and the metric.
+    fn warn_reboots_overdue(&mut self, decision: &Decision, nodes: &HashMap<&str, &Arc<Node>>) {
+        let late = &decision.overdue;
+        self.metrics.reboots_overdue.set(late.len() as i64);
+        for name in self.memory.first_reboots_overdue(late) {
+            let Some(node) = nodes.get(name.as_str()) else {
+                continue;
+            };
+            let facts = NodeFacts::from_node(node);
+            let state = facts.protocol(&self.keys);
+            let what = match &state.phase {
+                common::Phase::RebootNow => format!(
+                    "the agent has not taken {} (is the reboot-agent pod running on it?)",
+                    self.keys.now
+                ),
+                common::Phase::InProgress { .. } => {
+                    "the node has not come back in a new boot (hung at shutdown, firmware or boot?)"
+                        .to_owned()
+                }
+                common::Phase::Done { .. } if facts.readiness != common::Readiness::Ready => {
+                    "the node came back in a new boot but is not Ready (a bad kernel or a broken \
+                     kubelet, most often)"
+                        .to_owned()
+                }
+                _ => "the kubelet has not reported the new boot".to_owned(),
+            };
+            tracing::warn!(node = %name, "{what}: reboot overdue; no new reboots until it completes");
+            // Giving it up: removing the protocol annotations it has (a cancel, by hand).
+            let give_up: Vec<String> = [
+                &self.keys.now,
+                &self.keys.in_progress,
+                &self.keys.done,
+                &self.keys.boot_id,
+            ]
+            .into_iter()
+            .filter(|key| facts.annotations.contains_key(*key))
+            .map(|key| format!("{key}-"))
+            .collect();
+            let note = format!(
+                "not completed within --reboot-timeout ({}): {what}. It keeps its slot and cordon, \
+                 and no new reboot starts in this pool until the kubelet reports its new boot \
+                 and it is Ready; the rollout then goes on by itself. Fix the node, or give it \
+                 up (its slot is released): kubectl annotate node {name} {} (or delete the Node)",
+                crate::drain::humantime(self.schedule.reboot_timeout),
+                give_up.join(" "),
+            );
+            self.events.publish(node, Reason::RebootOverdue, note);
+        }
+    }
+
+    /// A slot is released after the soak only on a fresh read of the node: a node that crashed
+    /// stays Ready in the cache for the node monitor's grace period, and another replica's copy
+    /// may lag. Not Ready (or not readable) now: the release and the round's new grants wait
+    /// for the next round, which sees the node as read here.
+    async fn confirm_soaks(&mut self, decision: &mut Decision) {
+        if self.schedule.min_ready.is_zero() {
+            return;
+        }
+        let soaked: Vec<String> = decision
+            .release_reasons
+            .iter()
+            .filter(|(_, reason)| *reason == ReleaseReason::Completed)
+            .map(|(name, _)| name.clone())
+            .collect();
+        for name in soaked {
+            let ready = match self.api.get_opt(&name).await {
+                Ok(Some(node)) => {
+                    let ready = NodeFacts::from_node(&node).readiness == common::Readiness::Ready;
+                    self.overlay.record(node);
+                    ready
+                }
+                Ok(None) => true,
+                Err(error) => {
+                    self.metrics.api_error("node", ApiErrorKind::of(&error));
+                    self.failed = true;
+                    false
+                }
+            };
+            if !ready {
+                tracing::info!(node = %name, "soaked, but not Ready on a fresh read: slot kept");
+                decision.ledger.release.retain(|n| *n != name);
+                decision.release_reasons.retain(|(n, _)| *n != name);
+                decision.ledger.grant.retain(|g| g.adopted.is_some());
+            }
+        }
+    }
+
     /// A request on an opted-out node: an Event once per request, and the metric.
     fn announce_opted_out(&mut self, decision: &Decision, nodes: &HashMap<&str, &Arc<Node>>) {
         self.metrics
@@ -462,6 +555,14 @@ impl Shell {
         let pool_event = match (self.schedule.waiting_event(scheduled, now), &gates.pool) {
             (Some(event), _) => Some(event),
             (None, Some(hold)) => hold.event.clone(),
+            (None, None) if !decision.overdue.is_empty() => Some((
+                Reason::Requested,
+                format!(
+                    "reboot requested; waiting: no new reboot while {} has not completed its \
+                     reboot within --reboot-timeout",
+                    decision.overdue.join(", ")
+                ),
+            )),
             (None, None) => Some((
                 Reason::Requested,
                 format!(
@@ -589,9 +690,17 @@ impl Shell {
                 node_version,
                 promote,
                 ..
-            } => t.claim(&facts, grant, node_version, *promote),
+            } => t.claim(
+                &facts,
+                grant,
+                node_version,
+                *promote,
+                &Timestamp::now().to_string(),
+            ),
             NodeAction::Recordon { grant, .. } => t.recordon(&facts, grant),
-            NodeAction::Promote { grant, .. } => t.promote(&facts, grant),
+            NodeAction::Promote { grant, .. } => {
+                t.promote(&facts, grant, &Timestamp::now().to_string())
+            }
             NodeAction::Complete { grant, .. } => {
                 t.complete(&facts, Some(grant), &Timestamp::now().to_string())
             }

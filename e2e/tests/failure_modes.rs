@@ -1,9 +1,15 @@
 //! When a node does not behave (issue 24), end to end on the real control plane with real
 //! agents: a pause value typed during an incident pauses, and a node whose kubelet hangs is
-//! still drained and rebooted, while a pod stuck terminating on a Ready node is waited for.
+//! still drained and rebooted, while a pod stuck terminating on a Ready node is waited for;
+//! a node that comes back from its reboot NotReady (a bad kernel) stops the rollout once past
+//! `--reboot-timeout`, says so, and the rollout goes on once the node is fixed.
 
 use common::ledger::{LEDGER_NAME, OPERATOR_NAMESPACE, slots_of};
-use e2e::{BudgetWatch, apply, eventually, has_event, kubectl, node, request_reboot, wait_until};
+use e2e::{
+    BudgetWatch, apply, eventually, has_event, kubectl, node, request_reboot,
+    scrape::{metric, scrape},
+    wait_until,
+};
 use k8s_openapi::api::{
     coordination::v1::Lease,
     core::v1::{Event, Pod},
@@ -343,6 +349,238 @@ async fn on_a_ready_node_a_pod_stuck_terminating_is_waited_for() {
         pod(&client, "stuck").await.is_some(),
         "the pod is still terminating"
     );
+    watch.check().unwrap();
+    sb.stop().await;
+}
+
+async fn controller_metric(sb: &Sandbox, series: &str) -> Option<f64> {
+    let address = sb.controllers[0]
+        .metrics_address()
+        .expect("metrics address");
+    metric(&scrape(address).await, series)
+}
+
+/// `kubectl reboot status -o json`, with the plugin as built.
+fn reboot_status(sb: &Sandbox) -> serde_json::Value {
+    let plugin = nodesim::workspace_binary("kubectl-reboot").unwrap_or_else(|e| panic!("{e}"));
+    let output = std::process::Command::new(plugin)
+        .args(["status", "-o", "json", "--max-unavailable", "2"])
+        .env("KUBECONFIG", sb.control_plane.kubeconfig_path())
+        .output()
+        .expect("kubectl-reboot runs");
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "kubectl reboot status: {text}");
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
+}
+
+fn status_of<'s>(status: &'s serde_json::Value, name: &str) -> &'s serde_json::Value {
+    status["nodes"]
+        .as_array()
+        .and_then(|nodes| nodes.iter().find(|n| n["name"] == name))
+        .unwrap_or_else(|| panic!("{name} in {status:#}"))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_node_back_not_ready_past_the_reboot_timeout_stops_the_rollout_until_it_is_fixed() {
+    let sb = e2e::sandbox_without_pods(SandboxConfig {
+        nodes: 3,
+        max_unavailable: "2".into(),
+        reboot_duration: Duration::from_secs(1),
+        controller_args: vec!["--reboot-timeout".into(), "10s".into()],
+        ..SandboxConfig::default()
+    })
+    .await;
+    let client = sb.client.clone();
+    sb.fleet.bad_kernel("sim-1", true);
+    let watch = BudgetWatch::start(client.clone(), 2).await;
+    request_reboot(&sb.control_plane, "sim-1");
+    wait_until(
+        "sim-1 is back in a new boot, NotReady",
+        PATIENCE,
+        Some(&watch),
+        || async {
+            let n = node(&client, "sim-1").await;
+            let facts = common::NodeFacts::from_node(&n);
+            sb.fleet.reboots("sim-1") == 1
+                && facts.annotations.get("reboot-done").map(String::as_str) == Some("true")
+                && !common::eviction::node_is_ready(&n)
+        },
+    )
+    .await;
+    wait_until(
+        "a Warning says sim-1 did not complete within --reboot-timeout, and what to do",
+        PATIENCE,
+        Some(&watch),
+        || async {
+            has_event(
+                &client,
+                "sim-1",
+                "RebootOverdue",
+                &[
+                    "--reboot-timeout (10s)",
+                    "new boot but is not Ready",
+                    "kubectl annotate node sim-1",
+                ],
+            )
+            .await
+        },
+    )
+    .await;
+    assert!(
+        kubectl(
+            &sb.control_plane,
+            &[
+                "get",
+                "events",
+                "--field-selector",
+                "involvedObject.name=sim-1,type=Warning,reason=RebootOverdue",
+                "-o",
+                "name",
+            ],
+        )
+        .contains("event"),
+        "RebootOverdue is a Warning"
+    );
+
+    // Two more requests, and room for one more in the budget (2, sim-1 takes one): neither
+    // is granted while sim-1 is past its timeout.
+    request_reboot(&sb.control_plane, "sim-2");
+    request_reboot(&sb.control_plane, "sim-3");
+    wait_until(
+        "the controller tells sim-2 and sim-3 they wait",
+        PATIENCE,
+        Some(&watch),
+        || async {
+            has_event(&client, "sim-2", "Requested", &[]).await
+                && has_event(&client, "sim-3", "Requested", &[]).await
+        },
+    )
+    .await;
+    // A grant decided meanwhile would show by now (rounds run on every change, and every 5 s).
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    for name in ["sim-2", "sim-3"] {
+        assert_eq!(
+            granted(&sb, name).await,
+            None,
+            "{name} was granted while sim-1 is past its reboot timeout"
+        );
+    }
+    assert_eq!(
+        controller_metric(&sb, "node_reboot_reboots_overdue").await,
+        Some(1.0)
+    );
+    let status = reboot_status(&sb);
+    for name in ["sim-2", "sim-3"] {
+        let waiting = status_of(&status, name);
+        assert_eq!(waiting["reason"], "reboot-overdue", "{waiting:#}");
+        assert!(
+            waiting["detail"]
+                .as_str()
+                .is_some_and(|d| d.contains("sim-1 is not back in a new boot and Ready")),
+            "{waiting:#}"
+        );
+    }
+    let late = status_of(&status, "sim-1");
+    assert!(
+        late["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains("--reboot-timeout")),
+        "{late:#}"
+    );
+    println!(
+        "kubectl reboot status: sim-1: {}; sim-2: {}",
+        late["detail"],
+        status_of(&status, "sim-2")["detail"]
+    );
+
+    // The administrator fixes sim-1: Ready in its new boot. The rollout goes on by itself.
+    sb.fleet.bad_kernel("sim-1", false);
+    sb.fleet.set_ready("sim-1", true).await;
+    wait_until(
+        "sim-2 and sim-3 are rebooted and every node is done",
+        PATIENCE,
+        Some(&watch),
+        || async {
+            let mut done = true;
+            for name in ["sim-1", "sim-2", "sim-3"] {
+                let n = node(&client, name).await;
+                done &= e2e::protocol_annotations(&n).is_empty()
+                    && !common::NodeFacts::from_node(&n).unschedulable;
+            }
+            done && sb.fleet.reboots("sim-2") == 1 && sb.fleet.reboots("sim-3") == 1
+        },
+    )
+    .await;
+    assert_eq!(
+        controller_metric(&sb, "node_reboot_reboots_overdue").await,
+        Some(0.0)
+    );
+    assert_eq!(sb.fleet.reboots("sim-1"), 1);
+    watch.check().unwrap();
+    sb.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_node_that_does_not_come_back_holds_the_pool_until_it_is_given_up_by_hand() {
+    let sb = e2e::sandbox_without_pods(SandboxConfig {
+        nodes: 2,
+        max_unavailable: "2".into(),
+        reboot_duration: Duration::from_secs(1),
+        controller_args: vec!["--reboot-timeout".into(), "10s".into()],
+        ..SandboxConfig::default()
+    })
+    .await;
+    let client = sb.client.clone();
+    // The reboot command has no effect: the node stays in reboot-in-progress, its old boot.
+    sb.fleet.swallow_next_reboot("sim-1");
+    let watch = BudgetWatch::start(client.clone(), 2).await;
+    request_reboot(&sb.control_plane, "sim-1");
+    let note: String = eventually(
+        "a Warning says sim-1 did not come back within --reboot-timeout",
+        PATIENCE,
+        Some(&watch),
+        || async {
+            e2e::node_events(&client, "sim-1")
+                .await
+                .into_iter()
+                .find(|(reason, _, _)| reason == "RebootOverdue")
+                .map(|(_, _, message)| message)
+        },
+    )
+    .await;
+    println!("the Warning: {note}");
+    assert!(note.contains("has not come back in a new boot"), "{note}");
+    request_reboot(&sb.control_plane, "sim-2");
+    wait_until("sim-2 is told it waits", PATIENCE, Some(&watch), || async {
+        has_event(&client, "sim-2", "Requested", &["sim-1"]).await
+    })
+    .await;
+    assert_eq!(granted(&sb, "sim-2").await, None, "sim-2 granted");
+
+    // The administrator gives sim-1 up with the command the Warning names.
+    let command = note
+        .split("kubectl annotate node sim-1 ")
+        .nth(1)
+        .and_then(|rest| rest.split(" (or delete").next())
+        .unwrap_or_else(|| panic!("a command in: {note}"));
+    let mut args = vec!["annotate", "node", "sim-1"];
+    args.extend(command.split_whitespace());
+    kubectl(&sb.control_plane, &args);
+    wait_until(
+        "sim-1 is given back (uncordoned, no grant) and sim-2 is rebooted",
+        PATIENCE,
+        Some(&watch),
+        || async {
+            let n = node(&client, "sim-1").await;
+            e2e::protocol_annotations(&n).is_empty()
+                && !common::NodeFacts::from_node(&n).unschedulable
+                && sb.fleet.reboots("sim-2") == 1
+                && e2e::protocol_annotations(&node(&client, "sim-2").await).is_empty()
+        },
+    )
+    .await;
+    assert!(has_event(&client, "sim-1", "Cancelled", &[]).await);
+    assert_eq!(sb.fleet.reboots("sim-1"), 0, "the swallowed reboot");
     watch.check().unwrap();
     sb.stop().await;
 }

@@ -414,6 +414,7 @@ fn sample_values() -> Value {
             "drainSkipWaitForDeleteMargin": "90s",
             "drainPodSelector": "drain=yes",
             "minReadySeconds": 1_000_000,
+            "rebootTimeout": "45m",
             "rebootWindow": ["Mon-Fri 22:00-06:00 Europe/Berlin", "0 2 * * 6 4h"],
             "finishAfterWindow": false,
             "blockingPodSelector": ["app=backup", "reboot-blocker=true"],

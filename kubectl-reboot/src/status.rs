@@ -164,6 +164,9 @@ pub enum WaitReason {
     /// A node of the pool is NotReady within `--min-ready-seconds` of its reboot
     /// (`NotReadyAfterReboot` on that node).
     NotReadyAfterReboot,
+    /// A node of the pool was told to reboot and did not complete (new boot, Ready) within
+    /// the controller's `--reboot-timeout` (`RebootOverdue` on that node).
+    RebootOverdue,
     /// Its last drain timed out; tried again later (`DrainBlocked`).
     DrainTimedOut,
 }
@@ -180,6 +183,7 @@ impl WaitReason {
             Self::BlockingPod => "gate closed: blocking pod",
             Self::OptedOut => "opted out",
             Self::NotReadyAfterReboot => "a node is NotReady after its reboot",
+            Self::RebootOverdue => "a node did not come back from its reboot",
             Self::DrainTimedOut => "drain timed out, retried later",
         }
     }
@@ -209,6 +213,7 @@ impl WaitReason {
                 | Self::AlertsFiring
                 | Self::PrometheusUnreachable
                 | Self::NotReadyAfterReboot
+                | Self::RebootOverdue
         )
     }
 }
@@ -316,6 +321,7 @@ pub const API_VERSION: &str = "kubectl-reboot.node-reboot-operator/v1";
 pub fn status(input: &PoolInput, keys: &AnnotationKeys, now: Timestamp) -> Status {
     let pool_size = input.nodes.iter().filter(|n| n.in_pool).count();
     let sick = not_ready_after_reboot(input, keys);
+    let late = overdue(input, keys);
     let budget = budget(input, keys, pool_size);
     let budget_full = budget
         .max_unavailable
@@ -324,6 +330,7 @@ pub fn status(input: &PoolInput, keys: &AnnotationKeys, now: Timestamp) -> Statu
         keys,
         ledger: &input.ledger,
         sick: sick.first().map(String::as_str),
+        late: late.first().map(String::as_str),
         budget_full,
         now,
     };
@@ -333,7 +340,12 @@ pub fn status(input: &PoolInput, keys: &AnnotationKeys, now: Timestamp) -> Statu
         .iter()
         .filter(|n| n.state.queued() && n.reason != Some(WaitReason::OptedOut))
         .count();
-    let held_by = held_by(&input.ledger, &nodes, !sick.is_empty());
+    let failing = match (late.is_empty(), sick.is_empty()) {
+        (false, _) => Some(WaitReason::RebootOverdue),
+        (true, false) => Some(WaitReason::NotReadyAfterReboot),
+        (true, true) => None,
+    };
+    let held_by = held_by(&input.ledger, &nodes, failing);
     let estimate = estimate::estimate(
         remaining,
         budget.max_unavailable,
@@ -376,14 +388,19 @@ pub fn status(input: &PoolInput, keys: &AnnotationKeys, now: Timestamp) -> Statu
     }
 }
 
-/// What holds the whole pool, if anything: the pause, a node NotReady after its reboot, or a
-/// pool-wide reason every waiting node gives while nothing is under way.
-fn held_by(ledger: &LedgerInput, nodes: &[NodeStatus], sick: bool) -> Option<WaitReason> {
+/// What holds the whole pool, if anything: the pause, a failing node (past its reboot
+/// timeout, or NotReady after its reboot), or a pool-wide reason every waiting node gives
+/// while nothing is under way.
+fn held_by(
+    ledger: &LedgerInput,
+    nodes: &[NodeStatus],
+    failing: Option<WaitReason>,
+) -> Option<WaitReason> {
     if ledger.paused {
         return Some(WaitReason::Paused);
     }
-    if sick {
-        return Some(WaitReason::NotReadyAfterReboot);
+    if failing.is_some() {
+        return failing;
     }
     let under_way = nodes.iter().any(|n| {
         matches!(
@@ -411,6 +428,28 @@ fn not_ready_after_reboot(input: &PoolInput, keys: &AnnotationKeys) -> Vec<Strin
         })
         .map(|n| n.facts.name.clone())
         .collect()
+}
+
+/// The nodes told to reboot whose latest word from the controller is that they did not
+/// complete within `--reboot-timeout` (the controller holds the pool for them).
+fn overdue(input: &PoolInput, keys: &AnnotationKeys) -> Vec<String> {
+    input
+        .nodes
+        .iter()
+        .filter(|n| n.facts.protocol(keys).reboot_under_way() && reboots_overdue(n).is_some())
+        .map(|n| n.facts.name.clone())
+        .collect()
+}
+
+/// The controller's `RebootOverdue` about this node, unless it told it to reboot again since.
+fn reboots_overdue(node: &NodeInput) -> Option<&NodeEvent> {
+    latest(
+        &node.events,
+        CONTROLLER,
+        &["RebootApproved", "RebootOverdue"],
+        None,
+    )
+    .filter(|e| e.reason == "RebootOverdue")
 }
 
 /// Completed, and the ledger still holds the slot of that very grant.
@@ -471,6 +510,8 @@ struct Context<'a> {
     ledger: &'a LedgerInput,
     /// A soaking node that is not Ready: the pool holds for it.
     sick: Option<&'a str>,
+    /// A node told to reboot that did not complete within `--reboot-timeout`: the pool holds.
+    late: Option<&'a str>,
     budget_full: bool,
     now: Timestamp,
 }
@@ -572,6 +613,13 @@ impl Context<'_> {
                 let this_step = latest(&node.events, component, reasons, granted_at);
                 since = approved.or(this_step).map(|e| e.time).or(granted_at);
                 status.event = this_step.or(approved).map(event_ref);
+                if let Some(late) = reboots_overdue(node) {
+                    status.detail = format!(
+                        "{detail}; not completed within --reboot-timeout: no new reboot starts \
+                         in the pool until it is back in a new boot and Ready"
+                    );
+                    status.event = Some(event_ref(late));
+                }
             }
             Phase::Idle if state.grant.is_some() && state.request == Request::Needed => {
                 status.state = State::Draining;
@@ -681,11 +729,14 @@ impl Context<'_> {
         let (reason, event) = match from_event {
             _ if opted_out => (Some(WaitReason::OptedOut), None),
             _ if self.ledger.paused => (Some(WaitReason::Paused), None),
+            // The pool holds for the late node whatever slot is free.
+            _ if self.late.is_some() => (Some(WaitReason::RebootOverdue), None),
             Some((WaitReason::Paused | WaitReason::OptedOut, _)) | None => (None, None),
             Some((reason, event)) => (Some(reason), Some(event)),
         };
         let (reason, event) = match reason {
             Some(reason) => (Some(reason), event),
+            None if self.late.is_some() => (Some(WaitReason::RebootOverdue), None),
             None if self.sick.is_some() => (Some(WaitReason::NotReadyAfterReboot), None),
             None if self.budget_full => (Some(WaitReason::BudgetFull), None),
             None => (None, None),
@@ -717,6 +768,11 @@ impl Context<'_> {
                 "{}: {} is NotReady within --min-ready-seconds of its reboot",
                 WaitReason::NotReadyAfterReboot.as_str(),
                 self.sick.unwrap_or_default()
+            ),
+            (Some(WaitReason::RebootOverdue), None) => format!(
+                "{}: {} is not back in a new boot and Ready within --reboot-timeout",
+                WaitReason::RebootOverdue.as_str(),
+                self.late.unwrap_or_default()
             ),
             (Some(reason), None) => format!("{}: every slot is taken", reason.as_str()),
             (None, _) => "waiting for the controller's next decision".to_owned(),

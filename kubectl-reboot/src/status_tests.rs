@@ -483,3 +483,79 @@ fn the_text_view_has_a_header_and_a_row_per_node() {
         "{text}"
     );
 }
+
+#[test]
+fn a_node_past_its_reboot_timeout_holds_the_pool_and_says_why() {
+    let rebooted = [
+        ("reboot-done", "true"),
+        ("reboot-boot-id", "b1"),
+        ("reboot-grant", "g1"),
+    ];
+    let told = event(
+        "RebootApproved",
+        "reboot-controller",
+        "2026-01-01T09:00:00Z",
+        "go",
+    );
+    let late = event(
+        "RebootOverdue",
+        "reboot-controller",
+        "2026-01-01T09:30:00Z",
+        "not completed within --reboot-timeout (1800s): the node came back in a new boot but \
+         is not Ready",
+    );
+    let mut a = with_events(node("a", &rebooted), &[told.clone(), late]);
+    a.facts.readiness = Readiness::NotReady;
+    // b was told it waits for a slot before a was late: a holds the pool all the same.
+    let b = with_events(
+        node("b", &[NEEDED]),
+        &[event(
+            "Requested",
+            "reboot-controller",
+            "2026-01-01T09:10:00Z",
+            "reboot requested; waiting for a slot (max-unavailable 1 of 2 nodes)",
+        )],
+    );
+    let s = classify(&pool(
+        vec![a, b],
+        &[("a", slot("g1", "2026-01-01T08:59:00Z"))],
+        false,
+    ));
+    let a = of(&s, "a");
+    assert_eq!(a.state, State::Rebooting);
+    assert!(a.detail.contains("--reboot-timeout"), "{}", a.detail);
+    assert_eq!(
+        a.event.as_ref().map(|e| e.reason.as_str()),
+        Some("RebootOverdue")
+    );
+    let b = of(&s, "b");
+    assert_eq!(b.reason, Some(WaitReason::RebootOverdue));
+    assert!(
+        b.detail.contains("a is not back in a new boot and Ready"),
+        "{}",
+        b.detail
+    );
+    assert_eq!(s.estimate.held_by, Some(WaitReason::RebootOverdue));
+
+    // Told to reboot again since (a later grant): that old Event no longer holds the pool.
+    let again = event(
+        "RebootApproved",
+        "reboot-controller",
+        "2026-01-01T09:45:00Z",
+        "go",
+    );
+    let old = event(
+        "RebootOverdue",
+        "reboot-controller",
+        "2026-01-01T09:30:00Z",
+        "late",
+    );
+    let a = with_events(node("a", &rebooted), &[told, old, again]);
+    let s = classify(&pool(
+        vec![a, node("b", &[NEEDED])],
+        &[("a", slot("g1", "2026-01-01T09:44:00Z"))],
+        false,
+    ));
+    assert_ne!(of(&s, "b").reason, Some(WaitReason::RebootOverdue));
+    assert_ne!(s.estimate.held_by, Some(WaitReason::RebootOverdue));
+}

@@ -236,6 +236,15 @@ impl Fleet {
             .await;
     }
 
+    /// The node's next boots are of a bad kernel (`true`): it comes back in a new boot, its
+    /// agent runs, and its kubelet reports NotReady, until [`Fleet::set_ready`] (a fixed node).
+    pub fn bad_kernel(&self, node: &str, bad: bool) {
+        self.handle(node)
+            .state
+            .bad_kernel
+            .store(bad, Ordering::SeqCst);
+    }
+
     /// The node's kubelet hangs (`true`): NotReady, no Lease renewal, no pod started and no
     /// pod deletion confirmed, while its agent keeps working: the node an administrator
     /// reboots because it is stuck. Its next reboot cures it, as does `false`.

@@ -50,6 +50,9 @@ pub struct NodeState {
     pub kubelet_back: Notify,
     /// The hung kubelet renews no Lease either (a wedged node).
     pub kubelet_silent: AtomicBool,
+    /// The node boots a bad kernel: after a reboot its agent runs and the kubelet reports the
+    /// new boot id, but NotReady, until told Ready again ([`NodeCommand::SetReady`]).
+    pub bad_kernel: AtomicBool,
 }
 
 impl NodeState {
@@ -318,7 +321,11 @@ impl SimNode {
         );
         self.write_boot_id(boot_id)?;
         *agent = Some(self.spawn_agent()?);
-        self.report_until_accepted(true, Some(boot_id)).await;
+        let ready = !self.state.bad_kernel.load(Ordering::SeqCst);
+        if !ready {
+            tracing::info!(node = %self.name, "simulated bad kernel: back in a new boot, NotReady");
+        }
+        self.report_until_accepted(ready, Some(boot_id)).await;
         // A fresh kubelet: it confirms the deletions the hung one owed.
         self.state.set_kubelet_hung(false);
         Ok(())

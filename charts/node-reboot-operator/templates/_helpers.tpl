@@ -20,6 +20,7 @@ flag of the programs' --help is here and in values.yaml, with the same default.
   (list "drainSkipWaitForDeleteMargin" "drain-skip-wait-for-delete-margin" "5m" "value")
   (list "drainPodSelector" "drain-pod-selector" "" "value")
   (list "minReadySeconds" "min-ready-seconds" 0 "value")
+  (list "rebootTimeout" "reboot-timeout" "30m" "value")
   (list "rebootWindow" "reboot-window" list "list")
   (list "finishAfterWindow" "finish-after-window" true "value")
   (list "blockingPodSelector" "blocking-pod-selector" list "list")

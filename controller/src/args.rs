@@ -80,7 +80,7 @@ pub struct Args {
     /// pod. The default, 5m, is the time Kubernetes lets pods sit on a NotReady node before
     /// evicting them (the default not-ready toleration, 300 s): a kubelet silent that long
     /// past a grace period is not about to finish it.
-    #[arg(long, env = "DRAIN_SKIP_WAIT_FOR_DELETE_MARGIN", default_value = "5m", allow_hyphen_values = true, value_parser = parse_duration)]
+    #[arg(long, env = "DRAIN_SKIP_WAIT_FOR_DELETE_MARGIN", default_value = "5m", allow_hyphen_values = true, value_parser = parse_duration_or_zero)]
     pub drain_skip_wait_for_delete_margin: Duration,
 
     /// Label selector: evict only matching pods (default: every pod but DaemonSet and mirror pods).
@@ -299,6 +299,15 @@ fn parse_duration(value: &str) -> Result<Duration, String> {
     common::duration::parse_duration(value).map_err(|e| e.to_string())
 }
 
+/// A duration, or zero (`0s`, `0`) where zero turns the thing off.
+fn parse_duration_or_zero(value: &str) -> Result<Duration, String> {
+    let zero = value.trim().trim_end_matches(['s', 'm', 'h']);
+    if !zero.is_empty() && zero.chars().all(|c| c == '0') {
+        return Ok(Duration::ZERO);
+    }
+    parse_duration(value)
+}
+
 fn parse_pool(value: &str) -> Result<PoolSelector, String> {
     PoolSelector::parse(value)
         .map_err(|why| format!("{why}; use a label selector such as `pool=a` or `zone in (z1,z2)`"))
@@ -335,4 +344,20 @@ fn parse_regex(value: &str) -> Result<regex::Regex, String> {
 
 fn parse_prefix(value: &str) -> Result<AnnotationKeys, String> {
     AnnotationKeys::new(value).map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_margin_of_zero_turns_the_skip_off_and_other_values_are_durations() {
+        for zero in ["0s", "0", " 0ms ", "00m"] {
+            assert_eq!(parse_duration_or_zero(zero), Ok(Duration::ZERO), "{zero}");
+        }
+        assert_eq!(parse_duration_or_zero("5m"), Ok(Duration::from_secs(300)));
+        for bad in ["", "s", "abc", "-1s", "0x"] {
+            assert!(parse_duration_or_zero(bad).is_err(), "{bad}");
+        }
+    }
 }

@@ -112,13 +112,20 @@ pub fn console_boot_ids(console: &str, node: &str) -> Vec<String> {
     let mut ids: Vec<String> = console
         .lines()
         .filter_map(|line| line.split_once(&prefix))
-        .filter_map(|(_, rest)| {
-            rest.split_once(" boot id ")
-                .map(|(_, id)| id.trim().to_owned())
-        })
+        .filter_map(|(_, rest)| rest.split_once(" boot id "))
+        .map(|(_, id)| boot_id_prefix(id))
         .collect();
     ids.dedup();
     ids
+}
+
+/// The boot id at the start of `text`: the kernel may print on the console in the middle of
+/// a line, so that the id is followed by one of its messages without a line break.
+pub fn boot_id_prefix(text: &str) -> String {
+    text.trim_start()
+        .chars()
+        .take_while(|c| c.is_ascii_hexdigit() || *c == '-')
+        .collect()
 }
 
 /// The boot id the kubelet reports.
@@ -191,4 +198,20 @@ fn seed_files(
         });
     }
     Ok(files)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_kernel_message_on_the_same_line_is_not_part_of_the_boot_id() {
+        let console = "[ 54.99] node-setup[334]: node-setup: node node-2 pods in 10.244.2.0/24 boot id \
+                       290777d0-533f-4325-bedf-c23dabb487d9[   54.959570] AES CTR mode by8 optimization enabled\r\n\
+                       [ 60.1] node-setup: node node-2 pods in 10.244.2.0/24 boot id 1111-22\n";
+        assert_eq!(
+            console_boot_ids(console, "node-2"),
+            ["290777d0-533f-4325-bedf-c23dabb487d9", "1111-22"]
+        );
+    }
 }

@@ -280,7 +280,8 @@ pub fn boot_ids_in(serial_log: &str, node: &str) -> Vec<String> {
     let prefix = format!("{REPORTED}{node} Ready with boot id ");
     let mut ids: Vec<String> = serial_log
         .lines()
-        .filter_map(|line| line.split_once(&prefix).map(|(_, id)| id.trim().to_owned()))
+        .filter_map(|line| line.split_once(&prefix))
+        .map(|(_, id)| crate::node::boot_id_prefix(id))
         .collect();
     // A reporter restarted within one boot prints the same id again.
     ids.dedup();

@@ -43,22 +43,25 @@ bins:
 # Every test; the two VM tiers last (the agent as a service, then real nodes with the chart),
 # with their progress on the terminal. Each runs even when one before it fails, and any
 # failing fails the target. The workspace's test binaries run several at a time
-# (hack/test-binaries.sh; TEST_JOBS, default 4): they mostly wait on simulated reboots.
+# (hack/test-binaries.sh; TEST_JOBS, default 4): they mostly wait on simulated reboots, and
+# the real nodes' disk image builds beside them (only the last tier needs it).
 test: test-inputs
 	@status=0; \
+	$(MAKE) --no-print-directory node-image & image=$$!; \
 	hack/test-binaries.sh || status=1; \
+	wait $$image || status=1; \
 	$(CARGO) test --locked -p vmtest --no-fail-fast --lib --test vm_e2e --test node_e2e -- --nocapture || status=1; \
 	exit $$status
 
 # What the tests need, built at once where it can be: the Go build of testenv/bin, cargo's
-# builds (one at a time: they share cargo's lock) and the guests' images (debootstrap) each
-# leave the CPU idle for parts of their time (downloads, links, package installs), so side by
-# side they finish minutes sooner on a fresh machine than one after the other. The host's
-# package installs go first: apt allows one at a time, and `make images` uses apt too.
+# builds and the agent-as-a-service guests' image (debootstrap) each leave the CPU idle for
+# parts of their time (downloads, links, package installs), so side by side they finish
+# minutes sooner on a fresh machine than one after the other. The host's package installs go
+# first: apt allows one at a time, and `make images` uses apt too.
 BUILD_JOBS ?= 4
 test-inputs:
 	@$(MAKE) --no-print-directory vm-tools
-	@$(MAKE) --no-print-directory -j$(BUILD_JOBS) testenv lint static bins vm-image images node-image
+	@$(MAKE) --no-print-directory -j$(BUILD_JOBS) testenv lint static bins vm-image images
 
 # The VM tier's host tools (QEMU, debootstrap, socat) from Debian's packages, when missing.
 vm-tools:

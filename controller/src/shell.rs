@@ -356,7 +356,8 @@ impl Shell {
             }
             tracing::info!(node = %name, "{note}");
             if let Some(node) = nodes.get(name.as_str()) {
-                self.events.publish(node, reason, note);
+                // Its own action: the recorder would fold it into the waiting Event's series.
+                self.events.publish_action(node, reason, "Held", note);
             }
         }
     }

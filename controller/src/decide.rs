@@ -97,6 +97,92 @@ pub enum Hold {
     /// A health gate is closed: alerts are firing, Prometheus cannot tell, or a blocking pod
     /// runs somewhere in the cluster.
     Unhealthy,
+    /// A blocking pod runs on the node itself (`--blocking-pod-selector`): holds that node only.
+    BlockingPod,
+}
+
+/// What stops a granted node from moving further (DESIGN.md invariant 9), as read at one
+/// instant. The round reads it at its start, and the shell again just before its writes: a
+/// reading that changed meanwhile (a pause, a window that closed, an alert that fired) holds
+/// the writes the round decided on the older one. A grant written by a replica that decided
+/// before the change is held the same way when it is claimed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Fence {
+    /// `reboot-paused` on the ledger Lease, as last seen.
+    pub paused: bool,
+    /// A maintenance window is open (always, without windows).
+    pub window_open: bool,
+    /// A pool-wide health gate is closed, or cannot tell yet.
+    pub gates_closed: bool,
+}
+
+impl Fence {
+    /// Why no new grant is made, if so. A pause outranks a closed window (it is the one an
+    /// administrator must lift by hand); both outrank the gates.
+    pub fn hold(&self) -> Option<Hold> {
+        if self.paused {
+            Some(Hold::Paused)
+        } else if !self.window_open {
+            Some(Hold::OutsideWindow)
+        } else if self.gates_closed {
+            Some(Hold::Unhealthy)
+        } else {
+            None
+        }
+    }
+
+    /// Why `action` must not be made now, if so. Only the steps that take a granted node
+    /// further are fenced: the claim (cordon), a re-cordon, the drain's start and `reboot-now`.
+    /// Completing, giving back and re-reading always go on, and so does a reboot already told
+    /// to go. A claim needs the window open; once claimed, `--finish-after-window` decides.
+    pub fn stops(
+        &self,
+        action: &NodeAction,
+        blocked: bool,
+        finish_after_window: bool,
+    ) -> Option<Hold> {
+        let claim = match action {
+            NodeAction::Claim { .. } => true,
+            NodeAction::Recordon { .. }
+            | NodeAction::StartDrain { .. }
+            | NodeAction::Promote { .. } => false,
+            _ => return None,
+        };
+        if self.paused {
+            Some(Hold::Paused)
+        } else if !self.window_open && (claim || !finish_after_window) {
+            Some(Hold::OutsideWindow)
+        } else if self.gates_closed {
+            Some(Hold::Unhealthy)
+        } else {
+            blocked.then_some(Hold::BlockingPod)
+        }
+    }
+
+    /// Splits `actions` into those that may be made now and the nodes held back, with why.
+    pub fn hold_back(
+        &self,
+        actions: Vec<NodeAction>,
+        blocked: &BTreeSet<String>,
+        finish_after_window: bool,
+    ) -> (Vec<NodeAction>, Vec<(String, Hold)>) {
+        let mut held: Vec<(String, Hold)> = Vec::new();
+        let kept = actions
+            .into_iter()
+            .filter(|action| {
+                let node = action.node();
+                let Some(hold) = self.stops(action, blocked.contains(node), finish_after_window)
+                else {
+                    return true;
+                };
+                if !held.iter().any(|(n, _)| n == node) {
+                    held.push((node.to_owned(), hold));
+                }
+                false
+            })
+            .collect();
+        (kept, held)
+    }
 }
 
 /// A write to one node (or a read, for `Refetch`).
@@ -164,6 +250,9 @@ pub struct Decision {
     /// Ready) within `--reboot-timeout`: they keep their slot, and no new slot is granted while
     /// there is one. Reboots already under way go on.
     pub overdue: Vec<String>,
+    /// Granted nodes whose next step (cordon, drain start, `reboot-now`) a fence holds back,
+    /// with why: they keep their slot and stay where they are.
+    pub held: Vec<(String, Hold)>,
 }
 
 impl Decision {
@@ -196,12 +285,11 @@ pub struct Round<'a> {
     pub zone_budget: Option<common::MaxUnavailable>,
     pub drain_enabled: bool,
     pub now: u64,
-    /// No new grant while `Some`.
-    pub hold: Option<Hold>,
-    /// Nodes that a blocking pod runs on: none of them gets a new grant.
+    /// The pause, the window and the gates: no new grant while they hold, and no granted
+    /// node moves further (see [`Fence::stops`]).
+    pub fence: Fence,
+    /// Nodes that a blocking pod runs on: none of them gets a new grant or moves further.
     pub blocked: &'a BTreeSet<String>,
-    /// Whether a maintenance window is open (a pause may hold grants in one too).
-    pub window_open: bool,
     /// Outside the windows, a node that was granted but not yet told to reboot goes on
     /// (`true`) or is given back until the next window (`false`).
     pub finish_after_window: bool,
@@ -232,6 +320,10 @@ impl<'a> Round<'a> {
             .map(|v| v.name().to_owned())
             .collect();
         self.grant_slots(&mut decision);
+        let actions = std::mem::take(&mut decision.node_actions);
+        (decision.node_actions, decision.held) =
+            self.fence
+                .hold_back(actions, self.blocked, self.finish_after_window);
         decision
     }
 
@@ -323,9 +415,9 @@ impl<'a> Round<'a> {
         let node = view.name().to_owned();
         let (grant, granted_at_version) = (slot.grant.as_str(), slot.node_version.as_deref());
         if granted_at_version.is_some() && view.version() == granted_at_version {
-            // Outside the window with `--finish-after-window=false` the grant waits, unclaimed
-            // (releasing it here would let a stale replica claim it later).
-            if view.state.request == Request::Needed && !self.window_stops_claims() {
+            // A fence (a pause, a closed window, a gate) holds the claim: the grant waits,
+            // unclaimed (releasing it here would let a stale replica claim it later).
+            if view.state.request == Request::Needed {
                 decision.act(NodeAction::Claim {
                     node,
                     grant: grant.to_owned(),
@@ -438,7 +530,7 @@ impl<'a> Round<'a> {
         let candidates = self.candidates(&slots);
         // A failing node stops the rollout, free slots or not: a bad kernel must not spread.
         let failing = !decision.not_ready_after_reboot.is_empty() || !decision.overdue.is_empty();
-        if self.hold.is_some() || failing {
+        if self.fence.hold().is_some() || failing {
             decision.waiting = candidates.iter().map(|v| v.name().to_owned()).collect();
             return;
         }
@@ -491,7 +583,7 @@ impl<'a> Round<'a> {
     }
 
     fn window_stops_claims(&self) -> bool {
-        !self.window_open && !self.finish_after_window
+        !self.fence.window_open && !self.finish_after_window
     }
 
     fn is_candidate(&self, view: &NodeView, slots: &BTreeSet<String>) -> bool {
@@ -508,6 +600,10 @@ impl<'a> Round<'a> {
 #[cfg(test)]
 #[path = "decide_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "fence_tests.rs"]
+mod fence_tests;
 
 #[cfg(test)]
 #[path = "replicas_tests.rs"]

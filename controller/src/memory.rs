@@ -17,6 +17,8 @@ pub struct Memory {
     soak: SoakClock,
     /// Per waiting node, the reason it was last told it waits.
     announced_waiting: HashMap<String, &'static str>,
+    /// Per granted node held back by a fence, the reason it was told so in this episode.
+    announced_held: HashMap<String, &'static str>,
     warned_invalid: HashMap<String, String>,
     not_ready_after_reboot: HashSet<String>,
     reboots_overdue: HashSet<String>,
@@ -173,6 +175,19 @@ impl Memory {
     /// Of the nodes past their reboot timeout now, those that were not in the last round.
     pub fn first_reboots_overdue(&mut self, now: &[String]) -> Vec<String> {
         first_in_episode(&mut self.reboots_overdue, now)
+    }
+
+    /// Of the granted nodes held back now (with the reason of their Event), those not told so
+    /// yet: once per reason and episode. A node no longer held is forgotten.
+    pub fn first_held(&mut self, held: &[(String, &'static str)]) -> Vec<String> {
+        self.announced_held
+            .retain(|n, _| held.iter().any(|(h, _)| h == n));
+        held.iter()
+            .filter(|(name, reason)| {
+                self.announced_held.insert(name.clone(), reason) != Some(reason)
+            })
+            .map(|(name, _)| name.clone())
+            .collect()
     }
 
     /// True the first time a node is seen waiting for `reason` (a slot, the window, the

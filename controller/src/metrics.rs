@@ -154,6 +154,7 @@ pub struct Metrics {
     pub window_next_open: Gauge,
     pub not_ready_after_reboot: Gauge,
     pub reboots_overdue: Gauge,
+    pub held_grants: Gauge,
     pub opted_out_requests: Gauge,
     pub gates_open: Family<GateLabels, Gauge>,
     pub blocked_nodes: Gauge,
@@ -183,6 +184,7 @@ impl Metrics {
             window_next_open: Gauge::default(),
             not_ready_after_reboot: Gauge::default(),
             reboots_overdue: Gauge::default(),
+            held_grants: Gauge::default(),
             opted_out_requests: Gauge::default(),
             gates_open: Family::default(),
             blocked_nodes: Gauge::default(),
@@ -290,6 +292,12 @@ impl Metrics {
             "Nodes told to reboot and not completed (new boot reported, Ready) within \
              --reboot-timeout; no new grant while above 0",
             m.reboots_overdue,
+        );
+        registry.register(
+            "held_grants",
+            "Granted nodes that a pause, a closed window or a closed health gate holds where they \
+             stand: not cordoned, drained or told to reboot until it lifts",
+            m.held_grants,
         );
         registry.register(
             "opted_out_requests",

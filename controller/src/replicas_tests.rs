@@ -398,14 +398,10 @@ impl Replica {
     /// One round of this replica, executed against the server as the shell would.
     fn round(&mut self, server: &mut Server, now: u64) {
         let views = self.views(now);
-        let hold = if self.ledger.paused {
-            Some(Hold::Paused)
-        } else if !server.window_open {
-            Some(Hold::OutsideWindow)
-        } else if server.unhealthy {
-            Some(Hold::Unhealthy)
-        } else {
-            None
+        let fence = Fence {
+            paused: self.ledger.paused,
+            window_open: server.window_open,
+            gates_closed: server.unhealthy,
         };
         let decide = |nodes: &[NodeView], others: &PoolCounts| {
             Round {
@@ -417,9 +413,8 @@ impl Replica {
                 zone_budget: server.zone_budget,
                 drain_enabled: server.drain_enabled,
                 now,
-                hold,
+                fence,
                 finish_after_window: server.finish_after_window,
-                window_open: server.window_open,
                 min_ready: server.min_ready,
                 clock: now,
                 reboot_timeout: REBOOT_TIMEOUT,
@@ -530,11 +525,24 @@ impl Replica {
         let i = index(action.node());
         let f = &views[i].facts;
         if matches!(action, NodeAction::Claim { .. }) {
-            assert!(
-                server.window_open || server.finish_after_window,
-                "n{i} claimed outside the window with --finish-after-window=false"
-            );
+            assert!(server.window_open, "n{i} claimed outside the window");
         }
+        // Invariant 9: a shut gate or a blocking pod stops a granted node where it stands.
+        let moves = matches!(
+            action,
+            NodeAction::Claim { .. }
+                | NodeAction::Recordon { .. }
+                | NodeAction::StartDrain { .. }
+                | NodeAction::Promote { .. }
+        );
+        assert!(
+            !moves || !server.unhealthy,
+            "{action:?} while a health gate was closed"
+        );
+        assert!(
+            !moves || !server.blocked.contains(action.node()),
+            "{action:?} while a blocking pod runs on it"
+        );
         let patch = match &action {
             NodeAction::Claim {
                 grant,

@@ -43,7 +43,7 @@ impl Schedule {
     /// The Event a waiting node gets, and its note (the gates give their own).
     pub fn waiting_event(&self, hold: Option<Hold>, now: Timestamp) -> Option<(Reason, String)> {
         match hold? {
-            Hold::Unhealthy => None,
+            Hold::Unhealthy | Hold::BlockingPod => None,
             Hold::Paused => Some((
                 Reason::Paused,
                 "reboot requested; the pool is paused (reboot-paused=true on the ledger Lease): \

@@ -3,7 +3,7 @@
 
 use crate::{
     api_error::ApiErrorKind,
-    decide::{Decision, Hold, NodeAction, ReleaseReason, Round},
+    decide::{Decision, Fence, Hold, NodeAction, ReleaseReason, Round},
     drain::DrainOutcome,
     drain_tracker::{DrainTracker, Finished},
     dry_run,
@@ -27,7 +27,7 @@ use kube::{
     runtime::reflector::Store,
 };
 use std::{
-    collections::{BTreeMap, HashMap},
+    collections::{BTreeMap, BTreeSet, HashMap},
     sync::Arc,
     time::Instant,
 };
@@ -104,6 +104,14 @@ enum Prepared {
     /// Read the node again; its resourceVersion as the round saw it.
     Refetch(String, Option<String>),
     Done,
+}
+
+/// A gate's waiting note without the words that say a request waits for a slot.
+fn waiting_words(note: &str) -> &str {
+    note.strip_prefix("reboot requested; ")
+        .unwrap_or(note)
+        .trim_start_matches("waiting while ")
+        .trim_start_matches("waiting: ")
 }
 
 /// Node writes of one round in flight at once: a round that grants k slots writes k nodes.
@@ -206,7 +214,11 @@ impl Shell {
         let budget = self.max_unavailable.resolve(pool);
         let (scheduled, window_open) = self.hold_now();
         let gates = self.gates.read(&self.metrics);
-        let hold = scheduled.or(gates.pool.as_ref().map(|_| Hold::Unhealthy));
+        let fence = Fence {
+            paused: self.ledger.paused,
+            window_open,
+            gates_closed: gates.pool.is_some(),
+        };
         let blocked = gates.blocked_nodes();
         let mut decision = Round {
             nodes: &views,
@@ -217,9 +229,8 @@ impl Shell {
             zone_budget: self.zone_budget,
             drain_enabled: self.drains.enabled(),
             now: self.now_ms(),
-            hold,
+            fence,
             finish_after_window: self.schedule.finish_after_window,
-            window_open,
             min_ready: u64::try_from(self.schedule.min_ready.as_millis()).unwrap_or(u64::MAX),
             clock: u64::try_from(Timestamp::now().as_millisecond()).unwrap_or_default(),
             reboot_timeout: u64::try_from(self.schedule.reboot_timeout.as_millis())
@@ -227,9 +238,13 @@ impl Shell {
             blocked: &blocked,
         }
         .decide();
-        // Alerts are asked about only while requests wait and nothing else holds them.
-        self.gates
-            .want_checks(scheduled.is_none() && !decision.waiting.is_empty());
+        // Alerts are asked about only while requests wait and nothing else holds them, or while
+        // a granted node waits for the gates to let it go on.
+        let gated = |(_, hold): &(String, Hold)| *hold == Hold::Unhealthy;
+        self.gates.want_checks(
+            (scheduled.is_none() && !decision.waiting.is_empty())
+                || decision.held.iter().any(gated),
+        );
         if self.ledger_damage.is_some() {
             // Rebuild first (adopt what the nodes carry), grant only from the rebuilt ledger.
             decision.ledger.grant.retain(|g| g.adopted.is_some());
@@ -248,7 +263,14 @@ impl Shell {
             return false;
         }
         let mut progressed = false;
+        if !self.leadership.is_leading() {
+            return false;
+        }
         self.confirm_soaks(&mut decision).await;
+        // What holds new grants is read again now: the round may have waited on the API.
+        if self.fence_now().0.hold().is_some() {
+            decision.ledger.grant.retain(|g| g.adopted.is_some());
+        }
         if !decision.ledger.is_empty() || self.ledger_damage.is_some() {
             if !self.leadership.is_leading() {
                 return false;
@@ -271,7 +293,121 @@ impl Shell {
         if !self.leadership.is_leading() {
             return false;
         }
-        progressed | self.execute(decision.node_actions, &by_name).await
+        // Each step that takes a granted node further is checked against the pause, the window
+        // and the gates as they are now, not as the round began: this round (or the replica
+        // that wrote the grant) may have decided on an older reading.
+        let (fence, gates) = self.fence_now();
+        let (actions, held) = fence.hold_back(
+            decision.node_actions,
+            &gates.blocked_nodes(),
+            self.schedule.finish_after_window,
+        );
+        let mut all_held = decision.held;
+        all_held.extend(held);
+        self.announce_held(&all_held, &by_name, &gates);
+        progressed | self.execute(actions, &by_name).await
+    }
+
+    /// The fence as it stands now: the pause as last seen (the ledger watch may have seen it
+    /// after this round's copy), the window by the clock, the gates' latest answers.
+    fn fence_now(&mut self) -> (Fence, GateReading) {
+        let paused = {
+            let watched = self.ledger_watch.borrow();
+            if self.ledger.is_older_than(&watched.ledger) {
+                watched.ledger.paused
+            } else {
+                self.ledger.paused
+            }
+        };
+        let gates = self.gates.read(&self.metrics);
+        let fence = Fence {
+            paused,
+            window_open: self.schedule.windows.is_open(Timestamp::now()),
+            gates_closed: gates.pool.is_some(),
+        };
+        (fence, gates)
+    }
+
+    /// An Event on each granted node a fence holds back, once per reason and episode: it keeps
+    /// its slot and is not moved further. A gate whose check is under way is not worth one.
+    fn announce_held(
+        &mut self,
+        held: &[(String, Hold)],
+        nodes: &HashMap<&str, &Arc<Node>>,
+        gates: &GateReading,
+    ) {
+        self.metrics.held_grants.set(held.len() as i64);
+        let now = Timestamp::now();
+        let said: Vec<(String, Reason, String)> = held
+            .iter()
+            .filter_map(|(name, hold)| {
+                let (reason, note) = self.held_event(name, *hold, gates, now)?;
+                Some((name.clone(), reason, note))
+            })
+            .collect();
+        let named: Vec<(String, &'static str)> = said
+            .iter()
+            .map(|(name, reason, _)| (name.clone(), reason.as_str()))
+            .collect();
+        let first: BTreeSet<String> = self.memory.first_held(&named).into_iter().collect();
+        for (name, reason, note) in said {
+            if !first.contains(&name) {
+                continue;
+            }
+            tracing::info!(node = %name, "{note}");
+            if let Some(node) = nodes.get(name.as_str()) {
+                // Its own action: the recorder would fold it into the waiting Event's series.
+                self.events.publish_action(node, reason, "Held", note);
+            }
+        }
+    }
+
+    /// The Event of a granted node held back by `hold`, if it is worth one.
+    fn held_event(
+        &self,
+        name: &str,
+        hold: Hold,
+        gates: &GateReading,
+        now: Timestamp,
+    ) -> Option<(Reason, String)> {
+        let stays = "it keeps its slot and is not moved further (cordon, drain, reboot-now)";
+        let (reason, why) = match hold {
+            Hold::Paused => (
+                Reason::Paused,
+                format!(
+                    "the pool is paused ({} on the ledger Lease); {stays} until an administrator                      resumes; reboots already told to go finish",
+                    common::ledger::PAUSED_ANNOTATION
+                ),
+            ),
+            Hold::OutsideWindow => {
+                let next = self
+                    .schedule
+                    .next_opening(now)
+                    .map_or_else(|| "never".to_owned(), |t| t.to_string());
+                (
+                    Reason::OutsideWindow,
+                    format!(
+                        "outside the maintenance windows ({}); {stays} until the next one opens                          at {next}",
+                        self.schedule.windows
+                    ),
+                )
+            }
+            Hold::Unhealthy => {
+                let (reason, note) = gates.pool.as_ref()?.event.clone()?;
+                (
+                    reason,
+                    format!("{}; {stays} until then", waiting_words(&note)),
+                )
+            }
+            Hold::BlockingPod => {
+                let (reason, note) = gates.blocked_event(name);
+                (
+                    reason,
+                    format!("{}; {stays} until then", waiting_words(&note)),
+                )
+            }
+        };
+        Some((reason, format!("slot granted, held: {why}")))
     }
 
     /// `--dry-run`: logs and reports (once each) the writes this round would make.

@@ -233,7 +233,8 @@ pub struct EventRef {
 pub struct NodeStatus {
     pub name: String,
     pub state: State,
-    /// Why it waits (state `waiting`).
+    /// Why it waits (state `waiting`); for a `granted` or `draining` node, what holds it where
+    /// it stands (the pause, a closed window, a closed gate).
     pub reason: Option<WaitReason>,
     /// Where the reboot is (state `rebooting`).
     pub step: Option<Step>,
@@ -539,6 +540,9 @@ fn event_ref(e: &NodeEvent) -> EventRef {
     }
 }
 
+/// How the controller's Event about a granted node held by a fence begins.
+const HELD_NOTE: &str = "slot granted, held:";
+
 /// A controller's waiting note without the words every one of them starts with.
 fn short_note(message: &str) -> &str {
     let message = message.trim();
@@ -639,6 +643,7 @@ impl Context<'_> {
                     ),
                 };
                 status.pods_left = node.pods_left.clone();
+                self.held(node, granted_at, &mut status);
             }
             Phase::Idle if soaking(&state, slot) => {
                 status.state = State::Soaking;
@@ -657,6 +662,7 @@ impl Context<'_> {
                 if state.grant.is_none() && state.request == Request::Needed {
                     status.state = State::Granted;
                     status.detail = "slot granted; about to be cordoned".to_owned();
+                    self.held(node, granted_at, &mut status);
                 } else {
                     status.state = State::Releasing;
                     status.detail = "giving its slot back (request withdrawn)".to_owned();
@@ -693,6 +699,35 @@ impl Context<'_> {
             status.seconds = Some((self.now.as_second() - since.as_second()).max(0));
         }
         status
+    }
+
+    /// A granted node that a fence holds where it stands: the pause (known now), or the
+    /// controller's latest word since the grant, when it says the grant is held.
+    fn held(&self, node: &NodeInput, granted_at: Option<Timestamp>, status: &mut NodeStatus) {
+        let reasons = [
+            "Paused",
+            "OutsideWindow",
+            "AlertsFiring",
+            "PrometheusUnreachable",
+            "BlockingPod",
+            // They end a hold: the node moved on since.
+            "Draining",
+            "RebootApproved",
+        ];
+        let last = latest(&node.events, CONTROLLER, &reasons, granted_at)
+            .filter(|e| e.message.starts_with(HELD_NOTE));
+        let reason = if self.ledger.paused {
+            WaitReason::Paused
+        } else {
+            match last.and_then(|e| WaitReason::of_event(&e.reason)) {
+                Some(WaitReason::Paused) | None => return,
+                Some(reason) => reason,
+            }
+        };
+        let event = last.filter(|e| WaitReason::of_event(&e.reason) == Some(reason));
+        status.reason = Some(reason);
+        status.event = event.map(event_ref).or(status.event.take());
+        status.detail = format!("{}; held: {}", status.detail, reason.as_str());
     }
 
     /// A request without a slot: why it waits, from what is known now (the label, the

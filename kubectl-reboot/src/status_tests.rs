@@ -382,6 +382,46 @@ fn granted_and_releasing_slots() {
 }
 
 #[test]
+fn a_granted_node_held_by_the_pause_or_a_gate_says_so() {
+    let held = event(
+        "AlertsFiring",
+        CONTROLLER,
+        "2026-01-01T09:59:30Z",
+        "slot granted, held: alerts are active: NodeDown",
+    );
+    let input = |paused| {
+        pool(
+            vec![
+                with_events(node("a", &[NEEDED]), std::slice::from_ref(&held)),
+                node("b", &[NEEDED, ("reboot-grant", "g2")]),
+            ],
+            &[
+                ("a", slot("g1", "2026-01-01T09:59:00Z")),
+                ("b", slot("g2", "2026-01-01T09:59:00Z")),
+            ],
+            paused,
+        )
+    };
+    let s = classify(&input(false));
+    let a = of(&s, "a");
+    assert_eq!(
+        (a.state, a.reason),
+        (State::Granted, Some(WaitReason::AlertsFiring))
+    );
+    assert!(
+        a.detail.contains("held: gate closed: alerts firing"),
+        "{}",
+        a.detail
+    );
+    assert_eq!(of(&s, "b").reason, None, "nothing holds b");
+    let s = classify(&input(true));
+    for name in ["a", "b"] {
+        assert_eq!(of(&s, name).reason, Some(WaitReason::Paused), "{name}");
+        assert!(of(&s, name).detail.contains("held: paused"));
+    }
+}
+
+#[test]
 fn the_budget_comes_from_the_metrics_first_and_is_unknown_without_either() {
     let mut input = pool(vec![node("a", &[]), node("b", &[])], &[], false);
     input.budget.metrics = Some(Reading {

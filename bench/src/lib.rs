@@ -88,6 +88,8 @@ pub struct Args {
 pub enum Scenario {
     Requests,
     Makespan,
+    /// The rolling reboot with a soak after each node (`--min-ready-seconds`).
+    MakespanSoak,
     Scale,
     Idle,
 }
@@ -240,6 +242,12 @@ impl Outcomes {
                 self.report.makespan(&o);
             }
         }
+        if args.runs(Scenario::MakespanSoak) {
+            let result = sampled(scenarios::makespan::run_with_soak(ctx, cluster)).await;
+            if let Some(o) = self.record("makespan_soak", result) {
+                self.report.makespan_soak(&o);
+            }
+        }
         if args.runs(Scenario::Scale) {
             let result = sampled(scenarios::scale::run(ctx, cluster)).await;
             if let Some(o) = self.record("scale", result) {
@@ -299,7 +307,12 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         ctx.agent_bin.display()
     );
     let mut outcomes = Outcomes::default();
-    let main = [Scenario::Requests, Scenario::Makespan, Scenario::Scale];
+    let main = [
+        Scenario::Requests,
+        Scenario::Makespan,
+        Scenario::MakespanSoak,
+        Scenario::Scale,
+    ];
     if main.iter().any(|s| args.runs(*s)) {
         match Cluster::start("main", &ctx.logs).await {
             Err(error) => outcomes

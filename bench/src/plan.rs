@@ -23,6 +23,8 @@ pub struct Plan {
     pub makespan_max_unavailable: usize,
     pub reboot: Duration,
     pub makespan_runs: usize,
+    /// The soak (`--min-ready-seconds`, whole seconds) of the rolling reboot with a soak.
+    pub makespan_soak: Duration,
     /// Requests per reboot: reboots of one node counted in each drain setting, and the pods
     /// on the node that the drain evicts in the setting that has some.
     pub counted_reboots: usize,
@@ -64,6 +66,7 @@ impl Plan {
             makespan_max_unavailable: 10,
             reboot: Duration::from_secs(2),
             makespan_runs: 3,
+            makespan_soak: Duration::from_secs(1),
             counted_reboots: 3,
             evicted_pods: 3,
             settle: Duration::from_secs(3),
@@ -93,6 +96,7 @@ impl Plan {
             makespan_max_unavailable: 2,
             reboot: Duration::from_secs(1),
             makespan_runs: 2,
+            makespan_soak: Duration::from_secs(1),
             counted_reboots: 1,
             evicted_pods: 2,
             settle: Duration::from_secs(1),

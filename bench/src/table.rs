@@ -237,6 +237,37 @@ fn makespan_rows(r: &Report, plan: &Plan) -> Vec<Row> {
     ]
 }
 
+fn makespan_soak_row(r: &Report, plan: &Plan) -> Row {
+    let ideal = r.makespan_soak_ideal_s;
+    Row {
+        scenario: Scenario::MakespanSoak,
+        measure: format!(
+            "rolling makespan with a soak, {} nodes, max-unavailable {}, reboot {} s, \
+             --min-ready-seconds {}, drain off, until the last slot is released (median of {} \
+             runs, min–max)",
+            plan.makespan_nodes,
+            plan.makespan_max_unavailable,
+            plan.reboot.as_secs_f64(),
+            plan.makespan_soak.as_secs(),
+            plan.makespan_runs
+        ),
+        target: format!(
+            "<= {} x ideal ceil(N/k) x (T + soak) = {}",
+            targets::MAKESPAN_RATIO,
+            show(ideal.map(|i| i * targets::MAKESPAN_RATIO), " s", 1)
+        ),
+        result: format!(
+            "{} ({} x ideal {})",
+            r.makespan_soak
+                .map_or_else(|| "n/a".into(), |m| m.show(" s", 1)),
+            show(r.makespan_soak_ratio, "", 2),
+            show(ideal, " s", 0)
+        ),
+        load: r.load.get("makespan_soak").copied(),
+        verdict: at_most(r.makespan_soak_ratio, targets::MAKESPAN_RATIO),
+    }
+}
+
 fn idle_rows(r: &Report, plan: &Plan) -> Vec<Row> {
     let load = r.load.get("idle").copied();
     vec![
@@ -265,6 +296,7 @@ impl Report {
         let mut rows = scale_rows(self, plan);
         rows.extend(requests_rows(self, plan));
         rows.extend(makespan_rows(self, plan));
+        rows.push(makespan_soak_row(self, plan));
         rows.extend(idle_rows(self, plan));
         for row in &mut rows {
             if quick && !matches!(row.verdict, Verdict::Missing) {

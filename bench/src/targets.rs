@@ -18,7 +18,8 @@ pub const LARGEST_FLEET: usize = 20_000;
 pub const REQUESTS_PER_REBOOT: f64 = 10.0;
 pub const REQUESTS_PER_DRAINED_REBOOT: f64 = 12.0;
 pub const REQUESTS_PER_EVICTED_POD: f64 = 2.0;
-/// Rolling reboot makespan, as a multiple of the ideal ceil(N/k) x T.
+/// Rolling reboot makespan, as a multiple of the ideal ceil(N/k) x T; with a soak, of
+/// ceil(N/k) x (T + soak).
 pub const MAKESPAN_RATIO: f64 = 1.05;
 /// The idle agent.
 pub const AGENT_RSS_MIB: f64 = 10.0;

@@ -597,6 +597,10 @@ impl<'a> Round<'a> {
     }
 }
 
+// When a round next needs to look: with access to the round's own predicates.
+#[path = "next_look.rs"]
+mod next_look;
+
 #[cfg(test)]
 #[path = "decide_tests.rs"]
 mod tests;

@@ -38,8 +38,13 @@ use std::{
 };
 use tokio::sync::{Notify, watch};
 
-/// How often the controller decides even without a change (drain retry times, missed events).
+/// How often the controller decides even without a change: a bound for missed events. What
+/// changes with time alone (a soak ends, a drain retry is due, a reboot becomes overdue, a
+/// window opens or closes) is woken for when it is due (`Shell::next_look`).
 const RESYNC: Duration = Duration::from_secs(5);
+/// The shortest wait for a look: a moment already past (a clock step, a slow round) cannot
+/// make the loop spin.
+const MIN_LOOK: Duration = Duration::from_millis(50);
 /// After a round whose writes failed, wait this long before the next one.
 const RETRY: Duration = Duration::from_secs(1);
 /// How often a replica that does not lead refreshes the pool gauges.
@@ -322,10 +327,7 @@ impl Context {
             if shell.last_round_failed() {
                 wait = RETRY;
             }
-            // Wake when a closed window opens, not a resync later.
-            if let Some(until_open) = shell.until_window_opens() {
-                wait = wait.min(until_open);
-            }
+            wait = next_wait(wait, shell.next_look());
         }
     }
 
@@ -383,6 +385,13 @@ impl Context {
     }
 }
 
+/// How long the loop sleeps unless an event comes first: until the next look the decision asks
+/// for, but at least [`MIN_LOOK`] and at most `bound` (the resync, or the retry after a failed
+/// write).
+fn next_wait(bound: Duration, look: Option<Duration>) -> Duration {
+    look.map_or(bound, |look| look.max(MIN_LOOK).min(bound))
+}
+
 const RECONNECT_MAX: Duration = Duration::from_secs(10);
 
 /// While the API server cannot be reached at start: 0.5 s doubling up to 10 s.
@@ -428,5 +437,32 @@ async fn check_selector(client: &Client, selector: Option<&str>) -> anyhow::Resu
                 tokio::time::sleep(delay).await;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_loop_sleeps_until_the_next_look_within_its_bounds() {
+        let soak_ends = Duration::from_millis(800);
+        assert_eq!(next_wait(RESYNC, Some(soak_ends)), soak_ends);
+        assert_eq!(next_wait(RESYNC, None), RESYNC, "nothing due: the resync");
+        assert_eq!(
+            next_wait(RESYNC, Some(Duration::from_secs(3600))),
+            RESYNC,
+            "a window an hour away: missed events are still caught up"
+        );
+        assert_eq!(
+            next_wait(RETRY, Some(soak_ends)),
+            soak_ends,
+            "a failed write is retried, or sooner if a look is due"
+        );
+        assert_eq!(
+            next_wait(RESYNC, Some(Duration::ZERO)),
+            MIN_LOOK,
+            "a moment already past does not spin"
+        );
     }
 }

@@ -40,6 +40,12 @@ impl Schedule {
         Duration::try_from(at.duration_since(now)).ok()
     }
 
+    /// How long until a window opens or closes, to wake for it rather than poll.
+    pub fn until_next_change(&self, now: Timestamp) -> Option<Duration> {
+        let at = self.windows.next_change(now)?;
+        Duration::try_from(at.duration_since(now)).ok()
+    }
+
     /// The Event a waiting node gets, and its note (the gates give their own).
     pub fn waiting_event(&self, hold: Option<Hold>, now: Timestamp) -> Option<(Reason, String)> {
         match hold? {

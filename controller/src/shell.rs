@@ -29,7 +29,7 @@ use kube::{
 use std::{
     collections::{BTreeMap, BTreeSet, HashMap},
     sync::Arc,
-    time::Instant,
+    time::{Duration, Instant},
 };
 use tokio::sync::watch;
 
@@ -82,6 +82,8 @@ pub struct Shell {
     hold: Option<Hold>,
     memory: Memory,
     started: Instant,
+    /// When the last round's decision may change with time alone (`Round::next_look`).
+    look_at: Option<Instant>,
     /// Some write of the last round failed for a reason other than a stale read.
     failed: bool,
     metrics: Metrics,
@@ -139,6 +141,7 @@ impl Shell {
             hold: None,
             memory: Memory::default(),
             started: Instant::now(),
+            look_at: None,
             failed: false,
             metrics: parts.metrics,
             leadership: parts.leadership,
@@ -220,7 +223,8 @@ impl Shell {
             gates_closed: gates.pool.is_some(),
         };
         let blocked = gates.blocked_nodes();
-        let mut decision = Round {
+        let now = self.now_ms();
+        let round = Round {
             nodes: &views,
             others: &others,
             ledger: &self.ledger,
@@ -228,7 +232,7 @@ impl Shell {
             budget,
             zone_budget: self.zone_budget,
             drain_enabled: self.drains.enabled(),
-            now: self.now_ms(),
+            now,
             fence,
             finish_after_window: self.schedule.finish_after_window,
             min_ready: u64::try_from(self.schedule.min_ready.as_millis()).unwrap_or(u64::MAX),
@@ -236,8 +240,13 @@ impl Shell {
             reboot_timeout: u64::try_from(self.schedule.reboot_timeout.as_millis())
                 .unwrap_or(u64::MAX),
             blocked: &blocked,
-        }
-        .decide();
+        };
+        let mut decision = round.decide();
+        let look = round.next_look();
+        self.look_at = look.and_then(|ms| {
+            let at = Duration::from_millis(now.saturating_add(ms));
+            self.started.checked_add(at)
+        });
         // Alerts are asked about only while requests wait and nothing else holds them, or while
         // a granted node waits for the gates to let it go on.
         let gated = |(_, hold): &(String, Hold)| *hold == Hold::Unhealthy;
@@ -539,9 +548,15 @@ impl Shell {
         (hold, window_open)
     }
 
-    /// How long until a closed window opens, so that the loop wakes for it.
-    pub fn until_window_opens(&self) -> Option<std::time::Duration> {
-        self.schedule.until_next_opening(Timestamp::now())
+    /// How long until a round must look again though nothing else changes: the earliest of
+    /// what the last round said (a soak ends, a drain may be retried, a reboot becomes overdue)
+    /// and the next opening or closing of a window.
+    pub fn next_look(&self) -> Option<Duration> {
+        let round = self
+            .look_at
+            .map(|at| at.saturating_duration_since(Instant::now()));
+        let window = self.schedule.until_next_change(Timestamp::now());
+        round.into_iter().chain(window).min()
     }
 
     /// A node that went NotReady during its soak holds the pool: a Warning once per episode.

@@ -162,6 +162,13 @@ impl CronWindow {
         let start = self.next_start_after(since)?;
         Some(start.max(now))
     }
+
+    /// The end of the opening under way at `now` (the first that started, when they overlap).
+    fn closing(&self, now: Timestamp) -> Option<Timestamp> {
+        let since = now.checked_sub(self.length).ok()?;
+        let start = self.next_start_after(since).filter(|start| *start <= now)?;
+        start.checked_add(self.length).ok()
+    }
 }
 
 fn parse_weekday(name: &str) -> Result<usize, String> {
@@ -267,6 +274,15 @@ impl Weekly {
             .map(|(open, _)| open.max(now))
             .min()
     }
+
+    /// The end of the opening under way at `now`.
+    fn closing(&self, now: Timestamp) -> Option<Timestamp> {
+        self.intervals_around(now)
+            .into_iter()
+            .filter(|(open, close)| *open <= now && now < *close)
+            .map(|(_, close)| close)
+            .max()
+    }
 }
 
 impl Window {
@@ -280,6 +296,17 @@ impl Window {
             Rule::Weekly(weekly) => weekly.next_opening(now),
             Rule::Cron(cron) => cron.next_opening(now),
         }
+    }
+
+    /// After `now`, the first moment this window opens or closes (`None`: not within four
+    /// years).
+    pub fn next_change(&self, now: Timestamp) -> Option<Timestamp> {
+        let change = match (self.next_opening(now), &self.rule) {
+            (Some(at), Rule::Weekly(weekly)) if at == now => weekly.closing(now),
+            (Some(at), Rule::Cron(cron)) if at == now => cron.closing(now),
+            (opening, _) => opening,
+        };
+        change.filter(|at| *at > now)
     }
 }
 
@@ -305,6 +332,13 @@ impl Windows {
         }
         self.0.iter().filter_map(|w| w.next_opening(now)).min()
     }
+
+    /// After `now`, the first moment one of the windows opens or closes: whether new grants may
+    /// be made (and, with `--finish-after-window=false`, whether grants may go on) can change
+    /// only then. `None` without windows.
+    pub fn next_change(&self, now: Timestamp) -> Option<Timestamp> {
+        self.0.iter().filter_map(|w| w.next_change(now)).min()
+    }
 }
 
 impl fmt::Display for Windows {
@@ -320,3 +354,7 @@ impl fmt::Display for Windows {
 #[cfg(test)]
 #[path = "window_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "window_change_tests.rs"]
+mod change_tests;

@@ -80,7 +80,15 @@ pub struct Outcome {
     pub ideal: Duration,
 }
 
+/// How close to the ideal a rolling reboot should come: the benchmark's target for the makespan.
+pub const IDEAL_MARGIN: f64 = 1.05;
+
 impl Outcome {
+    /// The total time as a multiple of the ideal.
+    pub fn ratio(&self) -> f64 {
+        self.total.as_secs_f64() / self.ideal.as_secs_f64().max(f64::EPSILON)
+    }
+
     pub fn success(&self) -> bool {
         self.rebooted == self.requested && self.max_unavailable_seen <= self.budget
     }
@@ -93,11 +101,18 @@ impl Outcome {
         } else {
             "FAILED: more nodes were unavailable at once than the budget allows"
         };
+        // Timing is reported, never judged: a loaded machine is slower, not wrong.
+        let against = if self.ratio() <= IDEAL_MARGIN {
+            "within"
+        } else {
+            "above"
+        };
         format!(
-            "Summary\n  rebooted:                 {} of {} nodes requested\n  total time:               {:.1} s\n  ideal time:               {:.1} s (ceil(N/K) x (T + soak))\n  most unavailable at once: {} (budget {})\n  {verdict}\n",
+            "Summary\n  rebooted:                 {} of {} nodes requested\n  total time:               {:.1} s ({:.2} x the ideal, {against} the target of {IDEAL_MARGIN} x)\n  ideal time:               {:.1} s (ceil(N/K) x (T + soak))\n  most unavailable at once: {} (budget {})\n  {verdict}\n",
             self.rebooted,
             self.requested,
             self.total.as_secs_f64(),
+            self.ratio(),
             self.ideal.as_secs_f64(),
             self.max_unavailable_seen,
             self.budget
@@ -418,4 +433,38 @@ async fn roll(sandbox: &Sandbox, budget: usize, turnover: f64) -> anyhow::Result
         budget,
         ideal,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn outcome(total_s: f64) -> Outcome {
+        Outcome {
+            requested: 12,
+            rebooted: 12,
+            total: Duration::from_secs_f64(total_s),
+            max_unavailable_seen: 3,
+            budget: 3,
+            ideal: Duration::from_secs(16),
+        }
+    }
+
+    #[test]
+    fn the_summary_shows_the_total_against_the_ideal() {
+        let within = outcome(16.5).render();
+        assert!(
+            within.contains("16.5 s (1.03 x the ideal, within the target of 1.05 x)"),
+            "{within}"
+        );
+        let above = outcome(33.8).render();
+        assert!(
+            above.contains("33.8 s (2.11 x the ideal, above the target of 1.05 x)"),
+            "{above}"
+        );
+        assert!(
+            above.contains("OK: every node rebooted"),
+            "timing is not judged: {above}"
+        );
+    }
 }

@@ -1,7 +1,11 @@
 //! Rolling reboot makespan: N simulated nodes with real agents, all requested at once,
 //! `--max-unavailable k`, simulated reboot of T, drain off. The makespan runs from just before
 //! the first request is written until a watcher sees the last node completed (reboot proven,
-//! uncordoned, a new `reboot-last-completed`); the ideal is ceil(N/k) x T. The whole pool is
+//! uncordoned, a new `reboot-last-completed`); the ideal is ceil(N/k) x T. With a soak
+//! (`--min-ready-seconds`, [`run_with_soak`]) a node keeps its slot for the soak after its
+//! completion: the makespan then runs until the last slot is released, and the ideal is
+//! ceil(N/k) x (T + soak); a controller that noticed the end of a soak only at a periodic
+//! resync would show here. The whole pool is
 //! rebooted several times with the same nodes and controller: the makespan is the median of the
 //! runs, with their range. The same watcher checks the budget (at no moment more than k nodes
 //! unavailable) and, with a watch of the ledger, records when each node reached each step of
@@ -32,7 +36,16 @@ use std::{
 };
 use tokio::{sync::watch, task::JoinHandle, time::Instant};
 
+/// The pool of the scenario, and of the one with a soak.
 const POOL: &str = "makespan";
+const SOAK_POOL: &str = "makespan-soak";
+
+/// Which of the two runs: its pool, and the soak of its controller (zero for none).
+#[derive(Debug, Clone, Copy)]
+struct Setup {
+    pool: &'static str,
+    soak: Duration,
+}
 
 /// One reboot of the whole pool.
 #[derive(Debug, Serialize)]
@@ -51,6 +64,9 @@ pub struct Outcome {
     pub nodes: usize,
     pub max_unavailable: usize,
     pub reboot_s: f64,
+    /// The controller's `--min-ready-seconds` (0: none, the makespan ends at the last
+    /// completion).
+    pub soak_s: f64,
     pub ideal_s: f64,
     pub makespan_s: Spread,
     pub ratio: Spread,
@@ -61,16 +77,37 @@ pub struct Outcome {
 }
 
 pub async fn run(ctx: &Context, cluster: &Cluster) -> anyhow::Result<Outcome> {
+    let setup = Setup {
+        pool: POOL,
+        soak: Duration::ZERO,
+    };
+    run_setup(ctx, cluster, setup).await
+}
+
+/// The same with the plan's soak (`--min-ready-seconds`), on a pool of its own.
+pub async fn run_with_soak(ctx: &Context, cluster: &Cluster) -> anyhow::Result<Outcome> {
+    let setup = Setup {
+        pool: SOAK_POOL,
+        soak: ctx.plan.makespan_soak,
+    };
+    let mut ctx = ctx.clone();
+    ctx.controller_args
+        .push(format!("--min-ready-seconds={}", setup.soak.as_secs()));
+    run_setup(&ctx, cluster, setup).await
+}
+
+async fn run_setup(ctx: &Context, cluster: &Cluster, setup: Setup) -> anyhow::Result<Outcome> {
     let plan = &ctx.plan;
     let (n, k) = (plan.makespan_nodes, plan.makespan_max_unavailable);
-    let (fleet, mut controller) = start(ctx, cluster).await?;
+    let (fleet, mut controller) = start(ctx, cluster, setup).await?;
     let names = fleet.names();
     let mut runs = Vec::new();
     let mut sightings = Vec::new();
     for r in 1..=plan.makespan_runs {
-        let (run, seen) = one_run(ctx, cluster, &names, &mut controller).await?;
+        let (run, seen) = one_run(ctx, cluster, &names, &mut controller, setup).await?;
         tracing::info!(
-            "makespan, run {r}: {:.1} s for {n} nodes{}",
+            "{}, run {r}: {:.1} s for {n} nodes{}",
+            setup.pool,
             run.makespan_s,
             run.turnover
                 .as_ref()
@@ -83,13 +120,14 @@ pub async fn run(ctx: &Context, cluster: &Cluster) -> anyhow::Result<Outcome> {
     let reboots = fleet.total_reboots();
     controller.terminate(Duration::from_secs(5)).await;
     fleet.stop().await;
-    let ideal = (n.div_ceil(k)) as f64 * plan.reboot.as_secs_f64();
+    let ideal = ideal_s(plan, setup);
     let makespans: Vec<f64> = runs.iter().map(|r| r.makespan_s).collect();
     let ratios: Vec<f64> = makespans.iter().map(|m| m / ideal).collect();
     Ok(Outcome {
         nodes: n,
         max_unavailable: k,
         reboot_s: plan.reboot.as_secs_f64(),
+        soak_s: setup.soak.as_secs_f64(),
         ideal_s: ideal,
         makespan_s: Spread::of(&makespans).context("no makespan run")?,
         ratio: Spread::of(&ratios).context("no makespan run")?,
@@ -99,12 +137,25 @@ pub async fn run(ctx: &Context, cluster: &Cluster) -> anyhow::Result<Outcome> {
     })
 }
 
+/// ceil(N/k) x (T + soak): every slot busy all the time, no hand-off costing anything.
+fn ideal_s(plan: &crate::plan::Plan, setup: Setup) -> f64 {
+    let waves = plan
+        .makespan_nodes
+        .div_ceil(plan.makespan_max_unavailable.max(1));
+    waves as f64 * (plan.reboot + setup.soak).as_secs_f64()
+}
+
 /// The fleet with every agent watching its node, and the controller acting.
-async fn start(ctx: &Context, cluster: &Cluster) -> anyhow::Result<(Fleet, ControllerProcess)> {
+async fn start(
+    ctx: &Context,
+    cluster: &Cluster,
+    setup: Setup,
+) -> anyhow::Result<(Fleet, ControllerProcess)> {
     let plan = &ctx.plan;
+    let pool = setup.pool;
     let n = plan.makespan_nodes;
     let cp = &cluster.control_plane;
-    let dir = ctx.logs.join("makespan-nodes");
+    let dir = ctx.logs.join(format!("{pool}-nodes"));
     let _ = std::fs::remove_dir_all(&dir);
     let mut config = FleetConfig::new(
         n,
@@ -112,15 +163,15 @@ async fn start(ctx: &Context, cluster: &Cluster) -> anyhow::Result<(Fleet, Contr
         dir.clone(),
         cp.kubeconfig_path().to_path_buf(),
     );
-    config.name_prefix = POOL.into();
+    config.name_prefix = pool.into();
     config.reboot_duration = plan.reboot;
     config.agent.args = ctx.agent_flags();
-    config.labels = BTreeMap::from([(POOL_LABEL.to_owned(), POOL.to_owned())]);
+    config.labels = BTreeMap::from([(POOL_LABEL.to_owned(), pool.to_owned())]);
     let fleet = Fleet::start(cluster.admin.clone(), config).await?;
     let mut controller = start_controller(
         ctx,
         ControllerSetup {
-            pool: POOL,
+            pool,
             kubeconfig: cp.kubeconfig_path(),
             max_unavailable: plan.makespan_max_unavailable,
             drain: false,
@@ -148,7 +199,7 @@ async fn start(ctx: &Context, cluster: &Cluster) -> anyhow::Result<(Fleet, Contr
     controller_ready(
         &cluster.admin,
         &mut controller,
-        POOL,
+        pool,
         Duration::from_secs(60),
     )
     .await?;
@@ -190,18 +241,24 @@ impl Progress {
         self.max_unavailable = self.max_unavailable.max(now);
     }
 
-    fn completed(&self) -> usize {
-        self.sightings.times(Step::Completed).len()
+    /// Nodes at their last step: completed, or with a soak, their slot released after it.
+    fn finished(&self, setup: Setup) -> Vec<Instant> {
+        let last = if setup.soak.is_zero() {
+            Step::Completed
+        } else {
+            Step::Released
+        };
+        self.sightings.times(last)
     }
 }
 
 type Shared = Arc<watch::Sender<Progress>>;
 
 /// The pool's Nodes, as they change.
-fn watch_nodes(client: Client, progress: Shared) -> JoinHandle<()> {
+fn watch_nodes(client: Client, progress: Shared, pool: &'static str) -> JoinHandle<()> {
     tokio::spawn(async move {
         let keys = AnnotationKeys::default();
-        let config = watcher::Config::default().labels(&format!("{POOL_LABEL}={POOL}"));
+        let config = watcher::Config::default().labels(&format!("{POOL_LABEL}={pool}"));
         let stream = watcher(Api::<Node>::all(client), config);
         futures::pin_mut!(stream);
         while let Some(event) = stream.next().await {
@@ -222,11 +279,11 @@ fn watch_nodes(client: Client, progress: Shared) -> JoinHandle<()> {
 }
 
 /// The pool's ledger: which nodes hold a slot.
-fn watch_ledger(client: Client, progress: Shared) -> JoinHandle<()> {
+fn watch_ledger(client: Client, progress: Shared, pool: &'static str) -> JoinHandle<()> {
     tokio::spawn(async move {
         let leases: Api<Lease> = Api::namespaced(client, OPERATOR_NAMESPACE);
         let config =
-            watcher::Config::default().fields(&format!("metadata.name={}", ledger_name(POOL)));
+            watcher::Config::default().fields(&format!("metadata.name={}", ledger_name(pool)));
         let stream = watcher(leases, config);
         futures::pin_mut!(stream);
         while let Some(event) = stream.next().await {
@@ -265,6 +322,7 @@ async fn one_run(
     cluster: &Cluster,
     names: &[String],
     controller: &mut ControllerProcess,
+    setup: Setup,
 ) -> anyhow::Result<(Run, Sightings)> {
     let plan = &ctx.plan;
     let (n, k) = (plan.makespan_nodes, plan.makespan_max_unavailable);
@@ -272,8 +330,8 @@ async fn one_run(
     let (tx, mut progress) = watch::channel(Progress::default());
     let tx = Arc::new(tx);
     let tasks = [
-        watch_nodes(cp.client().await?, tx.clone()),
-        watch_ledger(cp.client().await?, tx.clone()),
+        watch_nodes(cp.client().await?, tx.clone(), setup.pool),
+        watch_ledger(cp.client().await?, tx.clone(), setup.pool),
     ];
     let listed = tokio::time::timeout(
         Duration::from_secs(60),
@@ -289,17 +347,17 @@ async fn one_run(
     let began = Instant::now();
     request_all(&cluster.nodes(), names).await?;
     let written = began.elapsed();
-    let ideal = (n.div_ceil(k)) as f64 * plan.reboot.as_secs_f64();
+    let ideal = ideal_s(plan, setup);
     let limit = Duration::from_secs_f64(ideal * 10.0 + 120.0);
-    let done = tokio::time::timeout(limit, progress.wait_for(|p| p.completed() == n))
+    let done = tokio::time::timeout(limit, progress.wait_for(|p| p.finished(setup).len() == n))
         .await
         .is_ok_and(|r| r.is_ok());
     let last = progress.borrow().clone();
     tasks.iter().for_each(JoinHandle::abort);
     anyhow::ensure!(
         done,
-        "only {} of {n} nodes completed within {limit:?}; controller log: {}",
-        last.completed(),
+        "only {} of {n} nodes finished within {limit:?}; controller log: {}",
+        last.finished(setup).len(),
         controller.log_tail(20)
     );
     anyhow::ensure!(
@@ -308,7 +366,10 @@ async fn one_run(
         last.max_unavailable
     );
     let completions = last.sightings.times(Step::Completed);
-    let finished = *completions.last().context("no completion recorded")?;
+    let finished = *last
+        .finished(setup)
+        .last()
+        .context("no completion recorded")?;
     let run = Run {
         makespan_s: finished.duration_since(began).as_secs_f64(),
         requests_written_s: written.as_secs_f64(),

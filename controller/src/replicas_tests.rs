@@ -500,6 +500,21 @@ impl Replica {
                 blocked.is_empty(),
                 "granted {blocked:?}, which a blocking pod runs on"
             );
+            // A slot is re-keyed only on a fresh read of its node: re-keyed from stale copies,
+            // two replicas flip it back and forth and stop its drain at every flip.
+            for grant in &decision.ledger.grant {
+                if grant.adopted.is_none() || !decision.ledger.release.contains(&grant.node) {
+                    continue;
+                }
+                let view = &views[index(&grant.node)];
+                assert!(
+                    view.fresh,
+                    "{} re-keyed to {:?} from a cached copy (the server's carries {:?})",
+                    grant.node,
+                    grant.adopted,
+                    annotation(&server.nodes[index(&grant.node)], "reboot-grant"),
+                );
+            }
             let next_grant = &mut server.next_grant;
             let slots = decision.ledger.apply(&self.ledger.slots, "t", || {
                 *next_grant += 1;

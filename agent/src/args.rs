@@ -124,6 +124,29 @@ pub struct Args {
           value_parser = parse_reboot_timeout)]
     pub reboot_timeout: Duration,
 
+    /// How many reboots from one boot id the agent makes before it stops: a reboot method
+    /// that keeps the boot id (`systemctl soft-reboot`, a command that does nothing) would
+    /// otherwise reboot again for ever. Stopped, it says why (a Warning Event `RebootUnproven`
+    /// and the gauge `node_reboot_agent_reboots_stopped`) and waits for the node to change.
+    /// `0`: no bound.
+    #[arg(
+        long,
+        env = "MAX_UNPROVEN_REBOOTS",
+        default_value_t = 3,
+        value_name = "COUNT"
+    )]
+    pub max_unproven_reboots: u32,
+
+    /// Where the agent counts its reboots from the current boot id: a file on a volume that
+    /// outlives the agent's container (an emptyDir in the manifests).
+    #[arg(
+        long,
+        env = "REBOOT_ATTEMPTS_FILE",
+        default_value = "/var/lib/reboot-agent/reboot-attempts",
+        value_name = "PATH"
+    )]
+    pub reboot_attempts_file: PathBuf,
+
     /// Request a reboot of this node when this file exists, such as `/var/run/reboot-required`
     /// (written by Debian's and Ubuntu's unattended upgrades), read through a read-only
     /// hostPath mount. Off by default: requests by annotation stay the primary use.
@@ -197,6 +220,11 @@ mod tests {
         assert!(!args.reboot_once_for_test);
         assert_eq!(args.metrics_bind_address.to_string(), "0.0.0.0:8081");
         assert_eq!(args.log_format, LogFormat::Text);
+        assert_eq!(args.max_unproven_reboots, 3);
+        assert_eq!(
+            args.reboot_attempts_file,
+            PathBuf::from("/var/lib/reboot-agent/reboot-attempts")
+        );
     }
 
     #[test]

@@ -32,6 +32,8 @@ pub enum Reason {
     RebootRequired,
     /// The sentinel a reboot was requested for is still there after that reboot.
     SentinelPersists,
+    /// `--max-unproven-reboots` reboots from the same boot id proved nothing: stopped.
+    RebootUnproven,
 }
 
 impl Reason {
@@ -43,6 +45,7 @@ impl Reason {
             Self::RebootFailed => "RebootFailed",
             Self::RebootRequired => "RebootRequired",
             Self::SentinelPersists => "SentinelPersists",
+            Self::RebootUnproven => "RebootUnproven",
         }
     }
 
@@ -52,7 +55,8 @@ impl Reason {
             Self::RebootRetried
             | Self::RebootTimedOut
             | Self::RebootFailed
-            | Self::SentinelPersists => EventType::Warning,
+            | Self::SentinelPersists
+            | Self::RebootUnproven => EventType::Warning,
         }
     }
 }

@@ -6,6 +6,7 @@
 //! [`Rebooter`] trait; [`run_with_client`] is the loop that connects them to the API server.
 
 pub mod args;
+pub mod attempts;
 pub mod decision;
 pub mod error;
 pub mod events;

@@ -30,6 +30,7 @@ pub struct Metrics {
     pub watch_running: Gauge,
     pub reboots_requested: Counter,
     pub sentinel_persists: Gauge,
+    pub reboots_stopped: Gauge,
 }
 
 impl Metrics {
@@ -55,7 +56,7 @@ impl Metrics {
         );
         registry.register(
             "reboot_failures",
-            "Reboots that failed, by reason (method_failed, timed_out)",
+            "Reboots that failed, by reason (method_failed, timed_out, unproven)",
             m.reboot_failures,
         );
         registry.register(
@@ -78,8 +79,14 @@ impl Metrics {
             "1 while the sentinel a reboot was requested for is still there after that reboot",
             m.sentinel_persists,
         );
+        registry.register(
+            "reboots_stopped",
+            "1 while the agent has stopped rebooting its node: --max-unproven-reboots reboots \
+             from the same boot id proved nothing",
+            m.reboots_stopped,
+        );
         // Every known reason from the start: a query finds 0, and increase() sees the first.
-        for reason in ["method_failed", "timed_out"] {
+        for reason in ["method_failed", "timed_out", "unproven"] {
             let _ = metrics.reboot_failures.get_or_create(&ReasonLabels {
                 reason: reason.into(),
             });

@@ -22,7 +22,10 @@ use kube::{
     runtime::watcher,
 };
 use observability::ApiErrorKind;
-use std::{future::Future, sync::Arc};
+use std::{
+    future::Future,
+    sync::{Arc, atomic::AtomicBool},
+};
 use tokio::time::{Instant, sleep_until};
 use tracing::{debug, info, warn};
 
@@ -46,6 +49,8 @@ pub struct NodeAgent {
     pub(crate) settings: Settings,
     pub(crate) rebooter: Arc<dyn Rebooter>,
     pub(crate) observed: Observed,
+    /// Stopped rebooting (`--max-unproven-reboots`), and said so.
+    pub(crate) stopped: AtomicBool,
 }
 
 /// A step that failed, to be tried again from a fresh read of the node.
@@ -69,6 +74,7 @@ impl NodeAgent {
             settings,
             rebooter,
             observed,
+            stopped: AtomicBool::new(false),
         }
     }
 

@@ -1,6 +1,7 @@
 //! The validated configuration of a running agent: [`crate::Args`] plus what they point to.
 
 use crate::args::{Args, RebootCommand, RebootMethod};
+use crate::attempts::AttemptsFile;
 use crate::sentinel::Sentinel;
 use common::AnnotationKeys;
 use std::{path::PathBuf, time::Duration};
@@ -63,6 +64,8 @@ pub struct Settings {
     /// Where the operating system says a reboot is needed (`None`: on request only).
     pub sentinel: Option<Sentinel>,
     pub check_period: Duration,
+    /// The count of reboots from this boot id, and its bound.
+    pub attempts: AttemptsFile,
 }
 
 impl Settings {
@@ -81,6 +84,7 @@ impl Settings {
             reboot: RebootSettings::from_args(args),
             sentinel: sentinel_from_args(args),
             check_period: args.check_period,
+            attempts: AttemptsFile::new(&args.reboot_attempts_file, args.max_unproven_reboots),
         })
     }
 }

@@ -3,6 +3,7 @@
 //! again and the decision made anew.
 
 use crate::{
+    attempts::Next,
     decision::{AgentAction, decide},
     error::AgentError,
     events::{REPORTING_COMPONENT, Reason},
@@ -13,7 +14,11 @@ use common::{NodeFacts, Transition};
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Patch, PatchParams};
 use observability::ApiErrorKind;
-use std::{future::Future, pin::Pin, sync::Arc};
+use std::{
+    future::Future,
+    pin::Pin,
+    sync::{Arc, atomic::Ordering},
+};
 use tokio::time::{Instant, sleep_until};
 use tracing::{debug, error, info, warn};
 
@@ -71,6 +76,10 @@ impl NodeAgent {
     ) -> Result<Outcome, StepError> {
         let boot_id = &self.settings.boot_id;
         let transition = Transition::new(&self.settings.keys);
+        let go_ahead = action == AgentAction::BeginReboot;
+        if !action.reboots() {
+            self.not_stopped();
+        }
         let (reason, note) = match action {
             AgentAction::Nothing => {
                 debug!("nothing to do");
@@ -118,9 +127,69 @@ impl NodeAgent {
                 (Reason::Rebooting, note)
             }
         };
+        if let Some(made) = self.attempt(go_ahead) {
+            self.stop_rebooting(node, made).await;
+            return Ok(Outcome::Settled { written: None });
+        }
         self.events.publish(node, reason, note).await;
         self.observed.metrics.reboots_started.inc();
         Ok(self.trigger(node).await?)
+    }
+
+    /// Counts this reboot from the current boot id; `Some(made)` when `made` attempts already
+    /// proved nothing and the agent must stop.
+    fn attempt(&self, go_ahead: bool) -> Option<u32> {
+        let (next, error) = self
+            .settings
+            .attempts
+            .next(&self.settings.boot_id, go_ahead);
+        if let Some(error) = error {
+            warn!(%error, file = %self.settings.attempts.path.display(),
+                  "cannot count this reboot (--reboot-attempts-file); rebooting without the \
+                   bound of --max-unproven-reboots");
+        }
+        match next {
+            Next::Attempt { number, .. } => {
+                debug!(number, "reboot attempt from this boot id");
+                None
+            }
+            Next::Stop { made } => Some(made),
+        }
+    }
+
+    /// Reboots from this boot id proved nothing: no more of them. Said once per stop (the
+    /// node's updates keep coming while it waits): a Warning Event, the log and the gauge.
+    /// The agent stays up and watching, so that it goes on by itself once the node changes.
+    async fn stop_rebooting(&self, node: &Node, made: u32) {
+        self.observed.metrics.reboots_stopped.set(1);
+        if self.stopped.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        self.observed.metrics.reboot_failed("unproven");
+        let boot_id = &self.settings.boot_id;
+        let keys = &self.settings.keys;
+        let note = format!(
+            "stopped rebooting: {made} reboots (--max-unproven-reboots) ended in the same boot id \
+             {boot_id}, so the reboot method does not really reboot (systemctl soft-reboot, \
+             kexec or a command that does nothing?). Fix --reboot-method/--reboot-command \
+             (the agent's new pod counts again), reboot the node by hand, or give it up: \
+             kubectl annotate node {name} {}- {}-",
+            keys.in_progress,
+            keys.boot_id,
+            name = self.name(),
+        );
+        error!("{note}");
+        self.events
+            .publish(node, Reason::RebootUnproven, note)
+            .await;
+    }
+
+    /// The node no longer asks for a reboot: whatever stopped the agent is over.
+    fn not_stopped(&self) {
+        if self.stopped.swap(false, Ordering::SeqCst) {
+            info!("the node no longer asks for a reboot; no longer stopped");
+        }
+        self.observed.metrics.reboots_stopped.set(0);
     }
 
     async fn write(&self, patch: json_patch::Patch) -> Result<Node, StepError> {

@@ -54,6 +54,9 @@ pub struct NodeView {
     /// `reboot-approved-at`, else the time of the grant it holds (a `reboot-now` set by a
     /// version that did not record it). `--reboot-timeout` counts from it.
     pub approved_at: Option<u64>,
+    /// This copy is what a read of the API server returned since the last round, not the
+    /// cache's: only such a copy may re-key a slot to the grant the node carries.
+    pub fresh: bool,
 }
 
 impl NodeView {
@@ -331,8 +334,14 @@ impl<'a> Round<'a> {
         let node = view.name().to_owned();
         let grant = slot.grant.as_str();
         match view.state.grant.as_deref() {
-            // The node is the truth about which grant it holds (another controller re-keyed
-            // the slot, or the ledger was rebuilt): record that one instead.
+            // A cached copy may lag another replica's writes: re-keyed from it, two replicas
+            // could flip the slot back and forth and stop the drain at every flip. Read the
+            // node first.
+            Some(carried) if carried != grant && !view.fresh => {
+                decision.act(NodeAction::Refetch(node));
+            }
+            // The node, as read now, is the truth about which grant it holds (another
+            // controller re-keyed the slot, or the ledger was rebuilt): record that one instead.
             Some(carried) if carried != grant => {
                 decision.ledger.release.push(node.clone());
                 decision

@@ -34,6 +34,7 @@ fn view(obj: &Value) -> NodeView {
         not_before: None,
         drain: DrainState::NotStarted,
         approved_at: None,
+        fresh: false,
     }
 }
 
@@ -802,4 +803,34 @@ fn an_overdue_node_given_up_by_hand_releases_its_slot_and_grants_resume() {
     );
     // a still counts as unavailable (NotReady, its slot held until released): room for both.
     assert_eq!(granted(&d), ["b", "c"]);
+}
+
+/// Two replicas whose copies of a node lag each other could flip the slot's grant id back and
+/// forth, each re-keying to what its own stale copy carries, and abort the drain at every flip
+/// (issue 24, section 5). The slot is re-keyed only on a fresh read of the node: a cached copy
+/// that carries another grant than the ledger is read again first.
+#[test]
+fn a_slot_is_re_keyed_only_on_a_fresh_read_of_the_node() {
+    let ledger = ledger_of(&["n"]);
+    let mut obj = node_json("n", true);
+    annotate(&mut obj, "reboot-needed", "true");
+    obj["spec"]["unschedulable"] = true.into();
+    claimed(&mut obj, "g-other");
+    let cached = view(&obj);
+    let d = decide(std::slice::from_ref(&cached), &ledger, 1, true);
+    assert!(
+        d.ledger.is_empty(),
+        "re-keyed the slot from a cached copy: {:?}",
+        d.ledger
+    );
+    assert_eq!(d.node_actions, vec![NodeAction::Refetch("n".into())]);
+    // Read again and still carrying its grant: the node is the truth, the slot follows it.
+    let read = NodeView {
+        fresh: true,
+        ..cached
+    };
+    let d = decide(&[read], &ledger, 1, true);
+    assert_eq!(d.ledger.release, ["n"]);
+    assert_eq!(d.ledger.grant, [Grant::adopt("n", "g-other", Some("2"))]);
+    assert!(d.node_actions.is_empty(), "{:?}", d.node_actions);
 }

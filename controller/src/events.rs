@@ -25,6 +25,8 @@ pub enum Reason {
     InvalidRequest,
     /// The ledger Lease's slots annotation could not be read; rebuilt from the nodes.
     LedgerDamaged,
+    /// The ledger Lease was deleted; recreated from the leader's last copy.
+    LedgerRecreated,
     /// A requested node waits for the next maintenance window.
     OutsideWindow,
     /// A requested node waits while the pool is paused.
@@ -63,6 +65,7 @@ impl Reason {
             Self::Cancelled => "Cancelled",
             Self::InvalidRequest => "InvalidRequest",
             Self::LedgerDamaged => "LedgerDamaged",
+            Self::LedgerRecreated => "LedgerRecreated",
             Self::OutsideWindow => "OutsideWindow",
             Self::Paused => "Paused",
             Self::UnexpectedPauseValue => "UnexpectedPauseValue",
@@ -83,6 +86,7 @@ impl Reason {
             Self::DrainBlocked
             | Self::InvalidRequest
             | Self::LedgerDamaged
+            | Self::LedgerRecreated
             | Self::UnexpectedPauseValue
             | Self::NotReadyAfterReboot
             | Self::RebootOverdue

@@ -57,6 +57,7 @@ fn node_at(stage: Stage) -> (NodeView, Ledger) {
         not_before: None,
         drain,
         approved_at: None,
+        fresh: false,
     };
     let slot = Slot {
         grant: "g-n".into(),

@@ -22,6 +22,9 @@ pub enum LedgerError {
     /// Someone else changed the ledger since we read it: re-read and decide again.
     #[error("the slot ledger changed since it was read")]
     Conflict,
+    /// The Lease is gone (deleted by hand, say): recreate it from the last good copy.
+    #[error("the slot ledger Lease does not exist")]
+    Gone,
     #[error("slot ledger {0}: {1}")]
     Api(String, #[source] kube::Error),
 }
@@ -30,6 +33,7 @@ impl LedgerError {
     pub fn kind(&self) -> ApiErrorKind {
         match self {
             Self::Conflict => ApiErrorKind::Conflict,
+            Self::Gone => ApiErrorKind::NotFound,
             Self::Api(_, error) => ApiErrorKind::of(error),
         }
     }
@@ -45,6 +49,9 @@ pub struct ReadLedger {
     /// `reboot-paused` has a value other than `true` or `false` (typed during an incident,
     /// say): read as paused, and said in a Warning.
     pub unexpected_pause: Option<String>,
+    /// The watch saw the Lease deleted, or found none when it listed again: the ledger must be
+    /// read again, and recreated if it is gone.
+    pub deleted: bool,
 }
 
 fn read(lease: &Lease) -> ReadLedger {
@@ -61,6 +68,46 @@ fn read(lease: &Lease) -> ReadLedger {
         },
         damage,
         unexpected_pause: pause.unexpected().map(str::to_owned),
+        deleted: false,
+    }
+}
+
+/// The annotations of a ledger recreated from `last`, the last good copy: its slots (soaks
+/// under way among them, which no node shows as a grant) and its pause (fail-safe: a pause
+/// typed before the Lease was deleted still holds).
+pub fn recreated_annotations(last: &Ledger) -> BTreeMap<String, String> {
+    let mut annotations = BTreeMap::from([(SLOTS_ANNOTATION.to_owned(), slots_json(&last.slots))]);
+    if last.paused {
+        annotations.insert(PAUSED_ANNOTATION.to_owned(), "true".to_owned());
+    }
+    annotations
+}
+
+/// What the ledger watch publishes for one of its events, if anything. `seen` says whether
+/// the list under way has brought the Lease: a list that ends without it means it was deleted
+/// while the watch was not looking.
+fn on_watch_event(event: watcher::Event<Lease>, seen: &mut bool) -> Option<ReadLedger> {
+    match event {
+        watcher::Event::Apply(lease) | watcher::Event::InitApply(lease) => {
+            *seen = true;
+            Some(read(&lease))
+        }
+        watcher::Event::Delete(lease) => Some(ReadLedger {
+            ledger: Ledger {
+                resource_version: lease.metadata.resource_version,
+                ..Ledger::default()
+            },
+            deleted: true,
+            ..ReadLedger::default()
+        }),
+        watcher::Event::Init => {
+            *seen = false;
+            None
+        }
+        watcher::Event::InitDone => (!*seen).then(|| ReadLedger {
+            deleted: true,
+            ..ReadLedger::default()
+        }),
     }
 }
 
@@ -110,6 +157,38 @@ impl LedgerStore {
         })
     }
 
+    /// Reads the ledger as it is now; `None` when the Lease does not exist.
+    pub async fn get(&self) -> Result<Option<ReadLedger>, LedgerError> {
+        let err = |e| LedgerError::Api(self.name.clone(), e);
+        Ok(self
+            .api
+            .get_opt(&self.name)
+            .await
+            .map_err(err)?
+            .map(|l| read(&l)))
+    }
+
+    /// Creates the Lease again from `last`, the last good copy (see [`recreated_annotations`]).
+    /// Another controller that recreated it first wins: its ledger is returned as read.
+    pub async fn recreate(&self, last: &Ledger) -> Result<ReadLedger, LedgerError> {
+        let err = |e| LedgerError::Api(self.name.clone(), e);
+        let lease = Lease {
+            metadata: ObjectMeta {
+                name: Some(self.name.clone()),
+                annotations: Some(recreated_annotations(last)),
+                ..ObjectMeta::default()
+            },
+            spec: None,
+        };
+        match self.api.create(&PostParams::default(), &lease).await {
+            Ok(lease) => Ok(read(&lease)),
+            Err(e) if ApiErrorKind::of(&e) == ApiErrorKind::AlreadyExists => {
+                Ok(read(&self.api.get(&self.name).await.map_err(err)?))
+            }
+            Err(e) => Err(err(e)),
+        }
+    }
+
     /// Reads the ledger, creating an empty one the first time.
     pub async fn load(&self) -> Result<ReadLedger, LedgerError> {
         let err = |e| LedgerError::Api(self.name.clone(), e);
@@ -154,11 +233,12 @@ impl LedgerStore {
         {
             Ok(written) => Ok(read(&written).ledger),
             Err(e) if ApiErrorKind::of(&e) == ApiErrorKind::Conflict => Err(LedgerError::Conflict),
+            Err(e) if ApiErrorKind::of(&e) == ApiErrorKind::NotFound => Err(LedgerError::Gone),
             Err(e) => Err(LedgerError::Api(self.name.clone(), e)),
         }
     }
 
-    /// Publishes every version of the ledger the watch sees.
+    /// Publishes every version of the ledger the watch sees, and its deletion.
     pub fn spawn_watch(
         &self,
         metrics: Metrics,
@@ -166,16 +246,17 @@ impl LedgerStore {
     ) -> watch::Receiver<ReadLedger> {
         let (tx, rx) = watch::channel(ReadLedger::default());
         let config = watcher::Config::default().fields(&format!("metadata.name={}", self.name));
-        let stream = watcher(self.api.clone(), config)
-            .default_backoff()
-            .applied_objects();
+        let stream = watcher(self.api.clone(), config).default_backoff();
         tokio::spawn(async move {
             futures::pin_mut!(stream);
+            let mut seen = false;
             while let Some(event) = stream.next().await {
                 match event {
-                    Ok(lease) => {
-                        let _ = tx.send(read(&lease));
-                        on_change();
+                    Ok(event) => {
+                        if let Some(ledger) = on_watch_event(event, &mut seen) {
+                            let _ = tx.send(ledger);
+                            on_change();
+                        }
                     }
                     Err(error) => {
                         metrics.api_error("ledger", ApiErrorKind::of_watcher(&error));
@@ -185,5 +266,62 @@ impl LedgerStore {
             }
         });
         rx
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lease(version: &str, slots: &str) -> Lease {
+        let mut lease = Lease::default();
+        lease.metadata.resource_version = Some(version.into());
+        lease.metadata.annotations = Some(BTreeMap::from([(
+            SLOTS_ANNOTATION.to_owned(),
+            slots.to_owned(),
+        )]));
+        lease
+    }
+
+    /// A deletion used to be dropped by the watch, so a leader with nothing to write went on
+    /// with a ledger that no longer existed.
+    #[test]
+    fn the_watch_says_when_the_ledger_is_deleted_or_missing_from_a_list() {
+        let mut seen = false;
+        let applied = on_watch_event(watcher::Event::Apply(lease("5", "{}")), &mut seen).unwrap();
+        assert!(!applied.deleted);
+        let deleted = on_watch_event(watcher::Event::Delete(lease("6", "{}")), &mut seen).unwrap();
+        assert!(deleted.deleted);
+        assert_eq!(deleted.ledger.resource_version.as_deref(), Some("6"));
+        // Deleted while the watch was down: the list that follows does not bring it.
+        assert!(on_watch_event(watcher::Event::Init, &mut seen).is_none());
+        let missing = on_watch_event(watcher::Event::InitDone, &mut seen).unwrap();
+        assert!(missing.deleted);
+        // A list that brings it says nothing more than the Lease it brought.
+        on_watch_event(watcher::Event::Init, &mut seen);
+        on_watch_event(watcher::Event::InitApply(lease("7", "{}")), &mut seen);
+        assert!(on_watch_event(watcher::Event::InitDone, &mut seen).is_none());
+    }
+
+    #[test]
+    fn a_recreated_ledger_keeps_the_slots_and_the_pause_of_the_last_good_copy() {
+        let slot = Slot {
+            grant: "g1".into(),
+            granted_at: "2026-11-25T00:00:00Z".into(),
+            node_version: Some("42".into()),
+        };
+        let last = Ledger {
+            resource_version: Some("9".into()),
+            slots: BTreeMap::from([("soaking".to_owned(), slot)]),
+            paused: true,
+        };
+        let annotations = recreated_annotations(&last);
+        assert_eq!(slots_of(Some(&annotations)).unwrap(), last.slots);
+        assert!(Pause::of(Some(&annotations)).pauses());
+        let resumed = Ledger {
+            paused: false,
+            ..last
+        };
+        assert!(!Pause::of(Some(&recreated_annotations(&resumed))).pauses());
     }
 }

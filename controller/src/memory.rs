@@ -147,6 +147,7 @@ impl Memory {
                     opted_out: keys.is_disabled(node.metadata.labels.as_ref()),
                     ready_since,
                     approved_at: approved_at(&state, ledger.slots.get(&name)),
+                    fresh: overlay.is_fresh(&name, facts.resource_version.as_deref()),
                     facts,
                     state,
                 }

@@ -149,6 +149,7 @@ pub struct Metrics {
     pub api_errors: Family<ApiErrorLabels, Counter>,
     pub leader: Gauge,
     pub ledger_damaged: Counter,
+    pub ledger_recreated: Counter,
     pub paused: Gauge,
     pub window_open: Gauge,
     pub window_next_open: Gauge,
@@ -179,6 +180,7 @@ impl Metrics {
             api_errors: Family::default(),
             leader: Gauge::default(),
             ledger_damaged: Counter::default(),
+            ledger_recreated: Counter::default(),
             paused: Gauge::default(),
             window_open: Gauge::default(),
             window_next_open: Gauge::default(),
@@ -251,6 +253,11 @@ impl Metrics {
             "ledger_damaged",
             "Times the slot ledger's annotation could not be read and was rebuilt from the nodes",
             m.ledger_damaged.clone(),
+        );
+        registry.register(
+            "ledger_recreated",
+            "Times the slot ledger Lease was found deleted and recreated from the leader's last copy",
+            m.ledger_recreated.clone(),
         );
         registry.register(
             "drain_timeouts",

@@ -36,6 +36,7 @@ fn view(obj: &Value) -> NodeView {
         not_before: None,
         drain: DrainState::NotStarted,
         approved_at: None,
+        fresh: false,
     }
 }
 

@@ -302,6 +302,9 @@ pub struct Overlay {
     indexing: Indexing,
     ours: HashMap<String, Arc<Node>>,
     deleted: BTreeSet<String>,
+    /// Nodes read from the API server since the last round, with the version read: a round
+    /// may act on what only a fresh read can tell (a grant to re-key, a node the cache lost).
+    fresh: HashMap<String, Option<String>>,
 }
 
 impl Overlay {
@@ -323,6 +326,33 @@ impl Overlay {
         let name = node.metadata.name.clone().unwrap_or_default();
         self.deleted.remove(&name);
         self.ours.insert(name, Arc::new(node));
+    }
+
+    /// A copy of a node we just read from the API server: fresh for the next round.
+    pub fn record_read(&mut self, node: Node) {
+        let name = node.metadata.name.clone().unwrap_or_default();
+        self.fresh
+            .insert(name, node.metadata.resource_version.clone());
+        self.record(node);
+    }
+
+    /// Whether the node at `version` is what a read since the last round returned.
+    pub fn is_fresh(&self, name: &str, version: Option<&str>) -> bool {
+        self.fresh
+            .get(name)
+            .is_some_and(|read| read.as_deref() == version)
+    }
+
+    /// A round has taken in the fresh reads: later rounds read again what they need fresh.
+    pub fn end_round(&mut self) {
+        self.fresh.clear();
+    }
+
+    /// The version of our own copy of a node, if we have one.
+    pub fn version_of(&self, name: &str) -> Option<String> {
+        self.ours
+            .get(name)
+            .and_then(|n| n.metadata.resource_version.clone())
     }
 
     /// A fresh read (or write) found the node gone.
@@ -355,7 +385,16 @@ impl Overlay {
                     self.ours.remove(&name);
                     nodes.push(node);
                 }
-                (Some(copy), _) => nodes.push(copy),
+                (Some(copy), Some(_)) => nodes.push(copy),
+                // The cache no longer has it (deleted, most likely): our copy stands only for
+                // the round right after the read that made it, otherwise the deletion would be
+                // hidden for the whole term. Left out, a slot holder is read again.
+                (Some(copy), None) => {
+                    let version = copy.metadata.resource_version.as_deref();
+                    if self.is_fresh(&name, version) {
+                        nodes.push(copy);
+                    }
+                }
                 (None, Some(node)) => nodes.push(node),
                 (None, None) => {}
             }
@@ -465,6 +504,39 @@ mod tests {
         let after: Vec<String> = lock(&index).in_protocol().iter().cloned().collect();
         assert_eq!(after, ["kept"]);
         assert_eq!(lock(&index).totals().nodes(), 1);
+    }
+
+    /// A node deleted after we wrote or read it is gone from the cache but not from our own
+    /// copies: that copy must not hide the deletion (the slot holder would never be read again
+    /// and its slot would be held for the whole term). Without a cached node, our copy stands
+    /// only for the round right after the read that made it; after that the round reads it again.
+    #[test]
+    fn our_copy_of_a_node_the_cache_no_longer_has_does_not_hide_its_deletion() {
+        let (store, mut writer) = reflector::store::<Node>();
+        let names = BTreeSet::from(["n1".to_owned()]);
+        let mut overlay = Overlay::default();
+        let cached = node("4", "2026-11-23T10:00:00Z", "True", json!({}));
+        writer.apply_watcher_event(&watcher::Event::Apply(cached.clone()));
+        overlay.record(node(
+            "5",
+            "2026-11-23T10:00:00Z",
+            "True",
+            json!({"reboot-grant": "g"}),
+        ));
+        assert_eq!(
+            overlay.nodes_named(&store, &names).len(),
+            1,
+            "our newer copy"
+        );
+        // The node is deleted: the watch removes it from the cache.
+        writer.apply_watcher_event(&watcher::Event::Delete(cached));
+        let seen = overlay.nodes_named(&store, &names);
+        assert!(
+            seen.is_empty(),
+            "our copy hides the deletion of n1 (version {:?})",
+            seen.first()
+                .and_then(|n| n.metadata.resource_version.clone())
+        );
     }
 
     #[test]

@@ -135,6 +135,9 @@ struct Replica {
     /// The pool index, kept up to date with `cache` one change at a time, as the node watch
     /// keeps the shell's.
     index: PoolIndex,
+    /// Nodes read again on the last round's request, with the version read (the shell's
+    /// `Overlay::record_read`): fresh for the next round only.
+    fresh: BTreeMap<String, Option<String>>,
 }
 
 fn keys() -> AnnotationKeys {
@@ -357,6 +360,8 @@ impl Replica {
                         now,
                     ),
                     approved_at: state.approved_at.as_deref().and_then(|t| t.parse().ok()),
+                    // As the shell: a node read again on the last round's request is fresh.
+                    fresh: self.fresh.get(&name) == Some(&facts.resource_version),
                     facts,
                     state,
                 }
@@ -398,6 +403,7 @@ impl Replica {
     /// One round of this replica, executed against the server as the shell would.
     fn round(&mut self, server: &mut Server, now: u64) {
         let views = self.views(now);
+        self.fresh.clear();
         let fence = Fence {
             paused: self.ledger.paused,
             window_open: server.window_open,
@@ -489,6 +495,21 @@ impl Replica {
                 blocked.is_empty(),
                 "granted {blocked:?}, which a blocking pod runs on"
             );
+            // A slot is re-keyed only on a fresh read of its node: re-keyed from stale copies,
+            // two replicas flip it back and forth and stop its drain at every flip.
+            for grant in &decision.ledger.grant {
+                if grant.adopted.is_none() || !decision.ledger.release.contains(&grant.node) {
+                    continue;
+                }
+                let view = &views[index(&grant.node)];
+                assert!(
+                    view.fresh,
+                    "{} re-keyed to {:?} from a cached copy (the server's carries {:?})",
+                    grant.node,
+                    grant.adopted,
+                    annotation(&server.nodes[index(&grant.node)], "reboot-grant"),
+                );
+            }
             let next_grant = &mut server.next_grant;
             let slots = decision.ledger.apply(&self.ledger.slots, "t", || {
                 *next_grant += 1;
@@ -575,6 +596,12 @@ impl Replica {
             None => matches!(action, NodeAction::Refetch(_)),
         };
         if read {
+            if matches!(action, NodeAction::Refetch(_)) {
+                let version = server.nodes[i]["metadata"]["resourceVersion"]
+                    .as_str()
+                    .map(str::to_owned);
+                self.fresh.insert(action.node().to_owned(), version);
+            }
             self.see(i, server.nodes[i].clone());
         }
     }

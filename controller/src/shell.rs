@@ -71,6 +71,9 @@ pub struct Shell {
     ledger: Ledger,
     /// Why the ledger as last read could not be used (it is rebuilt before any new grant).
     ledger_damage: Option<String>,
+    /// The ledger Lease was deleted (the watch saw it, or a write found it gone): read it
+    /// again, and recreate it from our last good copy if it is still gone.
+    ledger_gone: bool,
     /// The unexpected `reboot-paused` value last warned about.
     warned_pause: Option<String>,
     ledger_store: LedgerStore,
@@ -103,8 +106,9 @@ enum Written {
 /// What a node action needs once its local effects are done.
 enum Prepared {
     Write(NodeAction, json_patch::Patch),
-    /// Read the node again; its resourceVersion as the round saw it.
-    Refetch(String, Option<String>),
+    /// Read the node again; its resourceVersion as the round saw it, and whether the round
+    /// needs a fresh copy of it (to re-key its slot).
+    Refetch(String, Option<String>, bool),
     Done,
 }
 
@@ -132,6 +136,7 @@ impl Shell {
             overlay: parts.overlay,
             ledger: Ledger::default(),
             ledger_damage: None,
+            ledger_gone: false,
             warned_pause: None,
             ledger_store: parts.ledger_store,
             ledger_watch: parts.ledger_watch,
@@ -185,12 +190,76 @@ impl Shell {
         self.ledger = read.ledger;
     }
 
-    /// Takes a newer ledger from the watch (another controller's writes).
+    /// Takes a newer ledger from the watch (another controller's writes), or notes that the
+    /// Lease was deleted after the copy we hold.
     fn catch_up_ledger(&mut self) {
+        let changed = self.ledger_watch.has_changed().unwrap_or(false);
         let watched = self.ledger_watch.borrow_and_update().clone();
+        if watched.deleted {
+            // A list that found no Lease carries no version: read again to know.
+            let after_ours = watched.ledger.resource_version.is_none()
+                || self.ledger.is_older_than(&watched.ledger);
+            self.ledger_gone |= changed && after_ours;
+            return;
+        }
         if watched.ledger.resource_version.is_some() && self.ledger.is_older_than(&watched.ledger) {
             self.take_ledger(watched);
         }
+    }
+
+    /// The ledger Lease was deleted: reads it again and, if it is still gone, recreates it
+    /// from our last good copy, whose slots include the soaks under way (no node carries a
+    /// grant for those, so a ledger rebuilt from the nodes would forget them). False when it
+    /// could not be done; the next round tries again.
+    async fn restore_ledger(&mut self) -> bool {
+        let restored = match self.ledger_store.get().await {
+            Ok(Some(read)) => Ok(read),
+            Ok(None) => self
+                .ledger_store
+                .recreate(&self.ledger)
+                .await
+                .inspect(|read| {
+                    self.say_ledger_recreated(&read.ledger);
+                }),
+            Err(error) => Err(error),
+        };
+        match restored {
+            Ok(read) => {
+                self.ledger_gone = false;
+                self.take_ledger(read);
+                true
+            }
+            Err(error) => {
+                self.metrics.api_error("ledger", error.kind());
+                tracing::warn!(%error, "the slot ledger Lease is gone and could not be recreated; retrying");
+                self.failed = true;
+                false
+            }
+        }
+    }
+
+    /// A Warning on the Lease (and the log, and the metric): it was deleted and recreated.
+    fn say_ledger_recreated(&self, recreated: &Ledger) {
+        self.metrics.ledger_recreated.inc();
+        let holders: Vec<&str> = recreated.slots.keys().map(String::as_str).collect();
+        let held = if holders.is_empty() {
+            "no slot".to_owned()
+        } else {
+            format!("the slots of {}", holders.join(", "))
+        };
+        let pause = if recreated.paused {
+            " and its pause (reboot-paused=true)"
+        } else {
+            ""
+        };
+        let note = format!(
+            "the slot ledger Lease was deleted; recreated from this controller's last copy \
+             with {held}{pause}: reboots and soaks under way keep their slots. Do not delete \
+             it; to stop new reboots, pause instead (kubectl reboot pause)"
+        );
+        tracing::warn!(slots = holders.len(), "{note}");
+        self.events
+            .publish_about(self.ledger_store.reference(), Reason::LedgerRecreated, note);
     }
 
     /// One round: decide and execute. True when something was written and another round
@@ -201,6 +270,9 @@ impl Shell {
             return false;
         }
         self.catch_up_ledger();
+        if self.ledger_gone && !self.dry_run && !self.restore_ledger().await {
+            return false;
+        }
         self.collect_drain_outcomes();
         let (nodes, others) = self.gather();
         let views = self.memory.views(
@@ -213,6 +285,8 @@ impl Shell {
                 now: self.now_ms(),
             },
         );
+        // What was read fresh for this round has been taken in.
+        self.overlay.end_round();
         let pool = views.iter().filter(|v| v.in_pool).count() + others.nodes();
         let budget = self.max_unavailable.resolve(pool);
         let (scheduled, window_open) = self.hold_now();
@@ -290,6 +364,12 @@ impl Shell {
                 Err(LedgerError::Conflict) => {
                     self.metrics.api_error("ledger", ApiErrorKind::Conflict);
                     return self.reload_ledger().await;
+                }
+                // Deleted by hand: recreate it, then decide again on it.
+                Err(LedgerError::Gone) => {
+                    self.metrics.api_error("ledger", ApiErrorKind::NotFound);
+                    self.ledger_gone = true;
+                    return self.restore_ledger().await;
                 }
                 Err(error) => {
                     self.metrics.api_error("ledger", error.kind());
@@ -651,7 +731,7 @@ impl Shell {
             let ready = match self.api.get_opt(&name).await {
                 Ok(Some(node)) => {
                     let ready = NodeFacts::from_node(&node).readiness == common::Readiness::Ready;
-                    self.overlay.record(node);
+                    self.overlay.record_read(node);
                     ready
                 }
                 Ok(None) => true,
@@ -812,8 +892,14 @@ impl Shell {
         for action in actions {
             match self.prepare(action, nodes) {
                 Prepared::Write(action, patch) => writes.push((action, patch)),
-                Prepared::Refetch(name, before) => {
-                    progressed |= self.refetch(&name).await != before;
+                Prepared::Refetch(name, before, for_fresh_copy) => {
+                    let known_deleted = self.overlay.deleted().contains(&name);
+                    let after = self.refetch(&name).await;
+                    let found_deleted = !known_deleted && self.overlay.deleted().contains(&name);
+                    // A read asked for so that the next round decides on a fresh copy is
+                    // progress even when the node did not change.
+                    progressed |=
+                        after != before || found_deleted || (for_fresh_copy && after.is_some());
                 }
                 Prepared::Done => {}
             }
@@ -828,13 +914,22 @@ impl Shell {
     fn prepare(&mut self, action: NodeAction, nodes: &HashMap<&str, &Arc<Node>>) -> Prepared {
         let name = action.node().to_owned();
         let Some(node) = nodes.get(name.as_str()).map(|n| (*n).clone()) else {
-            return Prepared::Done;
+            // A slot holder the round does not have (deleted, most likely): a read tells.
+            return match action {
+                NodeAction::Refetch(_) => {
+                    let before = self.overlay.version_of(&name);
+                    Prepared::Refetch(name, before, false)
+                }
+                _ => Prepared::Done,
+            };
         };
         let facts = NodeFacts::from_node(&node);
         let t = Transition::new(&self.keys);
         let patch = match &action {
             NodeAction::Refetch(_) => {
-                return Prepared::Refetch(name, node.metadata.resource_version.clone());
+                let carried = facts.protocol(&self.keys).grant;
+                let rekey = carried.is_some() && carried.as_deref() != self.ledger.grant_of(&name);
+                return Prepared::Refetch(name, node.metadata.resource_version.clone(), rekey);
             }
             NodeAction::Claim {
                 grant,
@@ -1029,7 +1124,7 @@ impl Shell {
         match self.api.get_opt(name).await {
             Ok(Some(node)) => {
                 let version = node.metadata.resource_version.clone();
-                self.overlay.record(node);
+                self.overlay.record_read(node);
                 version
             }
             Ok(None) => {

@@ -236,6 +236,15 @@ impl Fleet {
             .await;
     }
 
+    /// The node's reboots keep its boot id (`true`), as `systemctl soft-reboot` does: its
+    /// agent is restarted, the boot id stays, and the reboot proves nothing.
+    pub fn soft_reboots(&self, node: &str, soft: bool) {
+        self.handle(node)
+            .state
+            .soft_reboots
+            .store(soft, Ordering::SeqCst);
+    }
+
     /// The node's next boots are of a bad kernel (`true`): it comes back in a new boot, its
     /// agent runs, and its kubelet reports NotReady, until [`Fleet::set_ready`] (a fixed node).
     pub fn bad_kernel(&self, node: &str, bad: bool) {

@@ -53,6 +53,9 @@ pub struct NodeState {
     /// The node boots a bad kernel: after a reboot its agent runs and the kubelet reports the
     /// new boot id, but NotReady, until told Ready again ([`NodeCommand::SetReady`]).
     pub bad_kernel: AtomicBool,
+    /// The node's reboots keep the boot id, as `systemctl soft-reboot` does: userspace (the
+    /// agent) restarts, the kernel and its boot id stay. Not counted in `reboots`.
+    pub soft_reboots: AtomicBool,
 }
 
 impl NodeState {
@@ -271,6 +274,9 @@ impl SimNode {
                     .map(|a| a.replace("{node_dir}", &self.dir.display().to_string())),
             )
             .env("KUBECONFIG", &self.kubeconfig)
+            // Each simulated node counts its agent's reboots in a file of its own, which
+            // outlives the agent as an emptyDir outlives its container.
+            .env("REBOOT_ATTEMPTS_FILE", self.dir.join("reboot-attempts"))
             .stdout(log)
             .stderr(err_log)
             .kill_on_drop(true)
@@ -391,6 +397,12 @@ impl SimNode {
             if std::fs::remove_file(self.reboot_request_file()).is_ok() {
                 if self.state.swallow_next_reboot.swap(false, Ordering::SeqCst) {
                     tracing::info!(node = %self.name, "reboot request swallowed (simulated failed reboot)");
+                } else if self.state.soft_reboots.load(Ordering::SeqCst) {
+                    tracing::info!(node = %self.name, "simulated soft reboot: agent restarted, same boot id");
+                    if let Some(mut child) = agent.take() {
+                        let _ = child.kill().await;
+                    }
+                    restart_at = Some(Instant::now() + AGENT_RESTART_DELAY);
                 } else {
                     match self.reboot(&mut agent).await {
                         Ok(report) => boot_report = report,

@@ -443,6 +443,8 @@ fn sample_values() -> Value {
             "hostMountNamespace": false,
             "signalTargetPid": 2,
             "rebootTimeout": "20m",
+            "maxUnprovenReboots": 5,
+            "rebootAttemptsFile": "/var/lib/reboot-agent/attempts",
             "rebootSentinelFile": "/host/var/run/reboot-required",
             "rebootSentinelCommand": "needs-restarting -r",
             "rebootSentinelExitCode": 1,

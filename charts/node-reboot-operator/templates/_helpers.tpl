@@ -53,6 +53,8 @@ flag of the programs' --help is here and in values.yaml, with the same default.
   (list "hostMountNamespace" "host-mount-namespace" true "value")
   (list "signalTargetPid" "signal-target-pid" 1 "value")
   (list "rebootTimeout" "reboot-timeout" "10m" "value")
+  (list "maxUnprovenReboots" "max-unproven-reboots" 3 "value")
+  (list "rebootAttemptsFile" "reboot-attempts-file" "/var/lib/reboot-agent/reboot-attempts" "value")
   (list "rebootSentinelFile" "reboot-sentinel-file" "" "value")
   (list "rebootSentinelCommand" "reboot-sentinel-command" "" "value")
   (list "rebootSentinelExitCode" "reboot-sentinel-exit-code" 0 "value")

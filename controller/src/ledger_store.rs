@@ -47,7 +47,8 @@ pub struct ReadLedger {
     pub unexpected_pause: Option<String>,
 }
 
-fn read(lease: &Lease) -> ReadLedger {
+/// The ledger in `lease`, whose identity in grant ids is `id` ([`common::ledger::ledger_id`]).
+fn read(id: &str, lease: &Lease) -> ReadLedger {
     let (slots, damage) = match slots_of(lease.metadata.annotations.as_ref()) {
         Ok(slots) => (slots, None),
         Err(error) => (BTreeMap::new(), Some(error.to_string())),
@@ -55,6 +56,7 @@ fn read(lease: &Lease) -> ReadLedger {
     let pause = Pause::of(lease.metadata.annotations.as_ref());
     ReadLedger {
         ledger: Ledger {
+            id: id.to_owned(),
             resource_version: lease.metadata.resource_version.clone(),
             slots,
             paused: pause.pauses(),
@@ -78,6 +80,11 @@ impl LedgerStore {
             name: name.to_owned(),
             namespace: namespace.to_owned(),
         }
+    }
+
+    /// This ledger's identity in grant ids: `<namespace>/<name>`.
+    pub fn id(&self) -> String {
+        common::ledger::ledger_id(&self.namespace, &self.name)
     }
 
     /// The Lease, for Events about the ledger.
@@ -105,8 +112,14 @@ impl LedgerStore {
     pub async fn peek(&self) -> Result<ReadLedger, LedgerError> {
         let err = |e| LedgerError::Api(self.name.clone(), e);
         Ok(match self.api.get_opt(&self.name).await.map_err(err)? {
-            Some(lease) => read(&lease),
-            None => ReadLedger::default(),
+            Some(lease) => read(&self.id(), &lease),
+            None => ReadLedger {
+                ledger: Ledger {
+                    id: self.id(),
+                    ..Ledger::default()
+                },
+                ..ReadLedger::default()
+            },
         })
     }
 
@@ -114,7 +127,7 @@ impl LedgerStore {
     pub async fn load(&self) -> Result<ReadLedger, LedgerError> {
         let err = |e| LedgerError::Api(self.name.clone(), e);
         if let Some(lease) = self.api.get_opt(&self.name).await.map_err(err)? {
-            return Ok(read(&lease));
+            return Ok(read(&self.id(), &lease));
         }
         let empty = Lease {
             metadata: ObjectMeta {
@@ -128,9 +141,9 @@ impl LedgerStore {
             spec: None,
         };
         match self.api.create(&PostParams::default(), &empty).await {
-            Ok(lease) => Ok(read(&lease)),
+            Ok(lease) => Ok(read(&self.id(), &lease)),
             Err(e) if ApiErrorKind::of(&e) == ApiErrorKind::AlreadyExists => {
-                Ok(read(&self.api.get(&self.name).await.map_err(err)?))
+                Ok(read(&self.id(), &self.api.get(&self.name).await.map_err(err)?))
             }
             Err(e) => Err(err(e)),
         }
@@ -152,7 +165,7 @@ impl LedgerStore {
             .patch(&self.name, &PatchParams::default(), &Patch::Merge(&patch))
             .await
         {
-            Ok(written) => Ok(read(&written).ledger),
+            Ok(written) => Ok(read(&self.id(), &written).ledger),
             Err(e) if ApiErrorKind::of(&e) == ApiErrorKind::Conflict => Err(LedgerError::Conflict),
             Err(e) => Err(LedgerError::Api(self.name.clone(), e)),
         }
@@ -169,12 +182,13 @@ impl LedgerStore {
         let stream = watcher(self.api.clone(), config)
             .default_backoff()
             .applied_objects();
+        let id = self.id();
         tokio::spawn(async move {
             futures::pin_mut!(stream);
             while let Some(event) = stream.next().await {
                 match event {
                     Ok(lease) => {
-                        let _ = tx.send(read(&lease));
+                        let _ = tx.send(read(&id, &lease));
                         on_change();
                     }
                     Err(error) => {

@@ -51,6 +51,7 @@ fn slot(grant: &str, at: &str) -> Slot {
         grant: grant.into(),
         granted_at: at.into(),
         node_version: None,
+        zone: None,
     }
 }
 
@@ -120,6 +121,7 @@ fn each_waiting_reason_comes_from_the_controllers_latest_event() {
     let cases = [
         ("Requested", WaitReason::BudgetFull),
         ("ZoneBudgetFull", WaitReason::ZoneBudgetFull),
+        ("ZoneLabelMissing", WaitReason::NoZoneLabel),
         ("OutsideWindow", WaitReason::OutsideWindow),
         ("AlertsFiring", WaitReason::AlertsFiring),
         ("PrometheusUnreachable", WaitReason::PrometheusUnreachable),

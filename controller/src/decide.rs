@@ -408,10 +408,12 @@ impl<'a> Round<'a> {
                 // Our grant the ledger lacks (the ledger was lost or edited, or our copy of
                 // the node is behind): record it, whatever the budget and wherever the node's
                 // labels put it now, so it counts and is finished.
-                Owner::Us => decision
-                    .ledger
-                    .grant
-                    .push(Grant::adopt(&node, carried, view.version())),
+                Owner::Us => {
+                    decision
+                        .ledger
+                        .grant
+                        .push(Grant::adopt(&node, carried, view.version()))
+                }
                 // Another ledger's (or, from an earlier version, unknown to ours): its own
                 // controller finishes it; here it only counts as unavailable.
                 Owner::Another | Owner::Unnamed if view.in_pool => decision.foreign.push(node),
@@ -500,7 +502,10 @@ impl<'a> Round<'a> {
                 Admission::Granted => {
                     usage.take(view);
                     let grant = Grant::new(view.name(), view.version());
-                    decision.ledger.grant.push(grant.in_zone(view.zone.as_deref()));
+                    decision
+                        .ledger
+                        .grant
+                        .push(grant.in_zone(view.zone.as_deref()));
                 }
                 Admission::NoZone => {
                     decision.zone_unknown.insert(view.name().to_owned());

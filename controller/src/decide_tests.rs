@@ -885,7 +885,12 @@ fn with_zone_budgets_a_node_without_a_zone_label_is_not_granted() {
     );
     assert_eq!(d.waiting, ["late"]);
     // Without a zone budget zones only order the grants: it is granted.
-    let d = decide(&[requested_in("late", None, 1)], &Ledger::default(), 4, true);
+    let d = decide(
+        &[requested_in("late", None, 1)],
+        &Ledger::default(),
+        4,
+        true,
+    );
     assert_eq!(granted(&d), ["late"]);
 }
 
@@ -919,5 +924,8 @@ fn a_node_relabelled_into_this_pool_with_another_ledgers_grant_is_counted_but_ne
     annotate(&mut obj, "reboot-done", "true");
     annotate(&mut obj, "reboot-boot-id", "moved-boot-0");
     let d = decide(&[view(&obj)], &Ledger::default(), 1, true);
-    assert!(d.ledger.grant.is_empty() && d.node_actions.is_empty(), "{d:?}");
+    assert!(
+        d.ledger.grant.is_empty() && d.node_actions.is_empty(),
+        "{d:?}"
+    );
 }

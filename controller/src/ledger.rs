@@ -114,7 +114,10 @@ impl LedgerChange {
 
     /// The nodes holding a slot after this change, each with the zone its slot was granted
     /// in (`None`: not known), as [`LedgerChange::apply`] will record them.
-    pub fn holders_after(&self, slots: &BTreeMap<String, Slot>) -> BTreeMap<String, Option<String>> {
+    pub fn holders_after(
+        &self,
+        slots: &BTreeMap<String, Slot>,
+    ) -> BTreeMap<String, Option<String>> {
         let mut holders: BTreeMap<String, Option<String>> = slots
             .iter()
             .map(|(node, slot)| (node.clone(), slot.zone.clone()))

@@ -142,9 +142,10 @@ impl LedgerStore {
         };
         match self.api.create(&PostParams::default(), &empty).await {
             Ok(lease) => Ok(read(&self.id(), &lease)),
-            Err(e) if ApiErrorKind::of(&e) == ApiErrorKind::AlreadyExists => {
-                Ok(read(&self.id(), &self.api.get(&self.name).await.map_err(err)?))
-            }
+            Err(e) if ApiErrorKind::of(&e) == ApiErrorKind::AlreadyExists => Ok(read(
+                &self.id(),
+                &self.api.get(&self.name).await.map_err(err)?,
+            )),
             Err(e) => Err(err(e)),
         }
     }

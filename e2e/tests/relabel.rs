@@ -113,7 +113,12 @@ impl StickyZones {
     }
 }
 
-async fn sandbox(nodes: usize, max_unavailable: &str, start_controller: bool, args: &[&str]) -> Sandbox {
+async fn sandbox(
+    nodes: usize,
+    max_unavailable: &str,
+    start_controller: bool,
+    args: &[&str],
+) -> Sandbox {
     e2e::sandbox_without_pods(SandboxConfig {
         nodes,
         max_unavailable: max_unavailable.into(),
@@ -165,7 +170,10 @@ async fn a_relabelled_slot_keeps_its_zone_and_a_node_without_a_zone_waits_for_it
     // An administrator moves the rebooting node into zone b; then zone a asks for a reboot,
     // and so does the node without a zone.
     label_node(cp, "sim-1", &format!("{ZONE}=b"));
-    kubectl(cp, &["annotate", "node", "sim-2", "sim-4", "reboot-needed=true"]);
+    kubectl(
+        cp,
+        &["annotate", "node", "sim-2", "sim-4", "reboot-needed=true"],
+    );
     wait_until("sim-1 is completed", PHASE, Some(&watch), || async {
         sticky.check();
         let sim2 = annotations(&node(&client, "sim-2").await);
@@ -182,10 +190,15 @@ async fn a_relabelled_slot_keeps_its_zone_and_a_node_without_a_zone_waits_for_it
         has_event(&client, "sim-4", "ZoneLabelMissing", &[ZONE]).await,
         "the node without a zone label is told why it waits"
     );
-    wait_until("sim-2 is rebooted and completed", PHASE, Some(&watch), || async {
-        sticky.check();
-        sb.fleet.reboots("sim-2") == 1 && completed(&node(&client, "sim-2").await)
-    })
+    wait_until(
+        "sim-2 is rebooted and completed",
+        PHASE,
+        Some(&watch),
+        || async {
+            sticky.check();
+            sb.fleet.reboots("sim-2") == 1 && completed(&node(&client, "sim-2").await)
+        },
+    )
     .await;
     let sim4 = annotations(&node(&client, "sim-4").await);
     assert!(
@@ -194,10 +207,15 @@ async fn a_relabelled_slot_keeps_its_zone_and_a_node_without_a_zone_waits_for_it
     );
     // Labelled, it is granted in its zone.
     label_node(cp, "sim-4", &format!("{ZONE}=b"));
-    wait_until("sim-4 is rebooted and completed", PHASE, Some(&watch), || async {
-        sticky.check();
-        sb.fleet.reboots("sim-4") == 1 && completed(&node(&client, "sim-4").await)
-    })
+    wait_until(
+        "sim-4 is rebooted and completed",
+        PHASE,
+        Some(&watch),
+        || async {
+            sticky.check();
+            sb.fleet.reboots("sim-4") == 1 && completed(&node(&client, "sim-4").await)
+        },
+    )
     .await;
     sticky.check();
     watch.check().unwrap_or_else(|v| panic!("{v}"));
@@ -208,7 +226,12 @@ async fn a_relabelled_slot_keeps_its_zone_and_a_node_without_a_zone_waits_for_it
 async fn a_node_relabelled_into_another_pool_mid_reboot_is_finished_by_its_own_pool_only() {
     let mut sb = sandbox(4, "1", false, &[]).await;
     let client = sb.client.clone();
-    for (name, pool) in [("sim-1", "a"), ("sim-2", "a"), ("sim-3", "b"), ("sim-4", "b")] {
+    for (name, pool) in [
+        ("sim-1", "a"),
+        ("sim-2", "a"),
+        ("sim-3", "b"),
+        ("sim-4", "b"),
+    ] {
         label_node(&sb.control_plane, name, &format!("pool={pool}"));
     }
     for pool in ["a", "b"] {
@@ -224,7 +247,10 @@ async fn a_node_relabelled_into_another_pool_mid_reboot_is_finished_by_its_own_p
     }
     // One slot per pool: two at most across both.
     let watch = BudgetWatch::start(client.clone(), 2).await;
-    kubectl(&sb.control_plane, &["annotate", "node", "sim-1", "reboot-needed=true"]);
+    kubectl(
+        &sb.control_plane,
+        &["annotate", "node", "sim-1", "reboot-needed=true"],
+    );
     wait_until("sim-1 is rebooting", PHASE, Some(&watch), || async {
         annotations(&node(&client, "sim-1").await).contains_key("reboot-in-progress")
     })
@@ -233,12 +259,11 @@ async fn a_node_relabelled_into_another_pool_mid_reboot_is_finished_by_its_own_p
         .get("reboot-grant")
         .cloned()
         .expect("sim-1 carries its grant");
-    assert!(
-        grant.starts_with(&format!("{OPERATOR_NAMESPACE}/pool-a-slots/")),
-        "the grant names the ledger that made it: {grant}"
-    );
     label_node(&sb.control_plane, "sim-1", "pool=b");
-    kubectl(&sb.control_plane, &["annotate", "node", "sim-3", "reboot-needed=true"]);
+    kubectl(
+        &sb.control_plane,
+        &["annotate", "node", "sim-3", "reboot-needed=true"],
+    );
     wait_until("sim-1 is completed", PHASE, Some(&watch), || async {
         let adopted = slots(&client, "pool-b-slots").await;
         assert!(
@@ -259,13 +284,20 @@ async fn a_node_relabelled_into_another_pool_mid_reboot_is_finished_by_its_own_p
     );
     assert_eq!(sb.fleet.reboots("sim-1"), 1);
     assert!(
+        grant.starts_with(&format!("{OPERATOR_NAMESPACE}/pool-a-slots/")),
+        "the grant names the ledger that made it: {grant}"
+    );
+    assert!(
         has_event(&client, "sim-1", "ForeignGrant", &["pool-a-slots"]).await,
         "pool b's controller says whose grant the node carries"
     );
     // Pool b goes on with its own node once sim-1 is back.
-    wait_until("sim-3 is rebooted and completed", PHASE, Some(&watch), || async {
-        sb.fleet.reboots("sim-3") == 1 && completed(&node(&client, "sim-3").await)
-    })
+    wait_until(
+        "sim-3 is rebooted and completed",
+        PHASE,
+        Some(&watch),
+        || async { sb.fleet.reboots("sim-3") == 1 && completed(&node(&client, "sim-3").await) },
+    )
     .await;
     watch.check().unwrap_or_else(|v| panic!("{v}"));
     sb.stop().await;

@@ -847,10 +847,10 @@ fn requested_in(name: &str, zone: Option<&str>, at: u64) -> NodeView {
 
 #[test]
 fn a_slot_relabelled_into_another_zone_still_counts_against_the_zone_it_was_granted_in() {
-    // `a1` is granted in zone a; `b1` waits in zone b (its request comes later).
-    let a1 = requested_in("a1", Some("a"), 1);
-    let d = decide_zoned(&[a1.clone()], &Ledger::default(), 4);
+    // `a1` is granted in zone a, and the ledger records that zone.
+    let d = decide_zoned(&[requested_in("a1", Some("a"), 1)], &Ledger::default(), 4);
     assert_eq!(granted(&d), ["a1"]);
+    assert_eq!(d.ledger.grant[0].zone.as_deref(), Some("a"));
     let ledger = Ledger {
         resource_version: Some("8".into()),
         slots: d.ledger.apply(&BTreeMap::new(), "t", || "g-a1".to_owned()),

@@ -1,6 +1,10 @@
 //! The slot ledger's home and format, shared by the controller that writes it and by every
 //! tool that reads it (tests, the benchmark, the demo): one Lease per pool whose annotation
-//! holds `{node: {grant, grantedAt, nodeVersion}}`.
+//! holds `{node: {grant, grantedAt, nodeVersion, zone}}`.
+//!
+//! A grant id names the ledger that made it (`<namespace>/<ledger name>/<unique part>`), so
+//! that a node relabelled into another pool mid-reboot says whose grant it carries: only the
+//! controller of that ledger drives it. Ids written by earlier versions name no ledger.
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -79,6 +83,28 @@ pub struct Slot {
     /// whose node moved past this version can be released safely.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_version: Option<String>,
+    /// The zone (`--zone-label`) the node was in when the slot was granted: the slot counts
+    /// against that zone until it is released, whatever the label says meanwhile. Absent when
+    /// not known (a slot written by an earlier version, one adopted from a node's grant, or a
+    /// node without a zone label): such a slot counts against every zone (fail-safe).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zone: Option<String>,
+}
+
+/// The identity of a ledger in grant ids: `<namespace>/<name>` of its Lease.
+pub fn ledger_id(namespace: &str, name: &str) -> String {
+    format!("{namespace}/{name}")
+}
+
+/// A grant id of the ledger `ledger` (see [`ledger_id`]): `<ledger>/<unique>`.
+pub fn grant_id(ledger: &str, unique: &str) -> String {
+    format!("{ledger}/{unique}")
+}
+
+/// The ledger a grant id names; `None` for an id written by an earlier version (no `/`).
+/// Namespaces, Lease names and the unique part hold no `/`, so the last one splits them.
+pub fn ledger_of_grant(grant: &str) -> Option<&str> {
+    grant.rsplit_once('/').map(|(ledger, _)| ledger)
 }
 
 /// The slots annotation is there but is not a ledger (a hand edit, or another program).
@@ -131,6 +157,7 @@ mod tests {
                 grant: "g1".into(),
                 granted_at: "2026-01-01T00:00:00Z".into(),
                 node_version: Some("42".into()),
+                zone: Some("z1".into()),
             },
         )]);
         let annotations = BTreeMap::from([(SLOTS_ANNOTATION.to_owned(), slots_json(&slots))]);
@@ -139,6 +166,20 @@ mod tests {
         let garbage = BTreeMap::from([(SLOTS_ANNOTATION.to_owned(), "{oops".to_owned())]);
         let error = slots_of(Some(&garbage)).unwrap_err().to_string();
         assert!(error.contains(SLOTS_ANNOTATION), "{error}");
+    }
+
+    /// A ledger written by the version before zones were recorded still reads: its slots have
+    /// no zone (they then count against every zone).
+    #[test]
+    fn a_slot_of_an_earlier_version_reads_without_a_zone() {
+        let old = r#"{"n1":{"grant":"abc","grantedAt":"t","nodeVersion":"7"}}"#;
+        let annotations = BTreeMap::from([(SLOTS_ANNOTATION.to_owned(), old.to_owned())]);
+        let slots = slots_of(Some(&annotations)).unwrap();
+        assert_eq!(slots["n1"].zone, None);
+        assert_eq!(ledger_of_grant(&slots["n1"].grant), None);
+        let id = grant_id(&ledger_id("ns", "pool-a-slots"), "0f");
+        assert_eq!(id, "ns/pool-a-slots/0f");
+        assert_eq!(ledger_of_grant(&id), Some("ns/pool-a-slots"));
     }
 
     #[test]

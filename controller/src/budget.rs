@@ -4,10 +4,15 @@
 
 use crate::{decide::NodeView, pool_index::PoolCounts};
 use common::MaxUnavailable;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
-/// A zone: the value of the zone label; nodes without it form one zone of their own (`None`).
+/// A zone: the value of the zone label; nodes without it form one zone of their own (`None`)
+/// for counting, and are not granted while zone budgets are on.
 pub type Zone<'a> = Option<&'a str>;
+
+/// The slot holders, each with the zone its slot was granted in (`None`: not known, so it
+/// counts against every zone).
+pub type Holders = BTreeMap<String, Option<String>>;
 
 /// `--max-unavailable` resolved against the pool, and `--max-unavailable-per-zone`.
 pub type Budgets = (usize, Option<MaxUnavailable>);
@@ -19,6 +24,9 @@ pub enum Admission {
     PoolFull,
     /// The pool has room, the node's zone has not.
     ZoneFull,
+    /// Zone budgets are on and the node has no zone label: it is not granted until it has
+    /// one, so that a late or missing label does not escape its real zone's budget.
+    NoZone,
 }
 
 /// How many nodes are unavailable, in the pool and per zone, as grants are added in a round.
@@ -28,8 +36,11 @@ pub struct Usage<'a> {
     in_use: usize,
     zone_in_use: BTreeMap<Zone<'a>, usize>,
     zone_size: BTreeMap<Zone<'a>, usize>,
-    /// Slot holders the cache lacks: their zone is unknown, so they count in every zone.
+    /// Slot holders whose zone is not known (the cache lacks the node, or the ledger did not
+    /// record the zone of its grant): they count in every zone.
     unplaced: usize,
+    /// Of those, how many each zone already counts (by the holder's current label).
+    unplaced_here: BTreeMap<Zone<'a>, usize>,
     budget: usize,
     zone_budget: Option<MaxUnavailable>,
 }
@@ -37,11 +48,13 @@ pub struct Usage<'a> {
 impl<'a> Usage<'a> {
     /// Counts `nodes` (with the slot holders `slots`) and `others` (the rest of the pool,
     /// none of which holds a slot) against the budgets. A node outside the pool counts only
-    /// while it holds a slot.
+    /// while it holds a slot. An unavailable node counts in the zone its label says; a slot
+    /// holder also in the zone its slot was granted in (a relabel does not move a slot out of
+    /// its zone), and in every zone when that is not known.
     pub fn count(
         nodes: &'a [NodeView],
         others: &'a PoolCounts,
-        slots: &BTreeSet<String>,
+        slots: &'a Holders,
         (budget, zone_budget): Budgets,
     ) -> Self {
         let mut usage = Usage {
@@ -50,6 +63,7 @@ impl<'a> Usage<'a> {
             zone_in_use: BTreeMap::new(),
             zone_size: BTreeMap::new(),
             unplaced: 0,
+            unplaced_here: BTreeMap::new(),
             budget,
             zone_budget,
         };
@@ -58,7 +72,8 @@ impl<'a> Usage<'a> {
             usage.zone_in_use.insert(zone.as_deref(), count.unavailable);
         }
         for view in nodes {
-            let holds = slots.contains(view.name());
+            let slot = slots.get(view.name());
+            let holds = slot.is_some();
             let counts = if view.in_pool {
                 *usage.zone_size.entry(view.zone.as_deref()).or_default() += 1;
                 common::unavailable(&view.facts, &view.state, holds)
@@ -67,15 +82,27 @@ impl<'a> Usage<'a> {
             };
             usage.unavailable.insert(view.name(), counts);
             if counts {
+                let here = view.zone.as_deref();
                 usage.in_use += 1;
-                *usage.zone_in_use.entry(view.zone.as_deref()).or_default() += 1;
+                *usage.zone_in_use.entry(here).or_default() += 1;
+                match slot {
+                    Some(Some(granted)) if Some(granted.as_str()) != here => {
+                        *usage.zone_in_use.entry(Some(granted)).or_default() += 1;
+                    }
+                    Some(None) => {
+                        usage.unplaced += 1;
+                        *usage.unplaced_here.entry(here).or_default() += 1;
+                    }
+                    _ => {}
+                }
             }
         }
-        usage.unplaced = slots
-            .iter()
+        let missing = slots
+            .keys()
             .filter(|s| !usage.unavailable.contains_key(s.as_str()))
             .count();
-        usage.in_use += usage.unplaced;
+        usage.unplaced += missing;
+        usage.in_use += missing;
         usage
     }
 
@@ -83,9 +110,10 @@ impl<'a> Usage<'a> {
         self.unavailable.get(view.name()).copied().unwrap_or(false)
     }
 
-    /// Unavailable nodes in the zone, the unplaced slot holders included.
+    /// Unavailable nodes in the zone, the unplaced slot holders included (once each).
     pub fn in_zone(&self, zone: Zone<'_>) -> usize {
-        self.zone_in_use.get(&zone).copied().unwrap_or(0) + self.unplaced
+        let counted_here = self.unplaced_here.get(&zone).copied().unwrap_or(0);
+        self.zone_in_use.get(&zone).copied().unwrap_or(0) + self.unplaced - counted_here
     }
 
     /// Whether granting `view` keeps both budgets: the OTHER unavailable nodes stay below
@@ -93,6 +121,9 @@ impl<'a> Usage<'a> {
     pub fn admits(&self, view: &NodeView) -> Admission {
         let already = usize::from(self.already(view));
         let zone = view.zone.as_deref();
+        if self.zone_budget.is_some() && zone.is_none() {
+            return Admission::NoZone;
+        }
         let pool_ok = self.in_use - already < self.budget;
         let zone_ok = self.zone_budget.is_none_or(|per_zone| {
             let size = self.zone_size.get(&zone).copied().unwrap_or(1);

@@ -10,9 +10,14 @@
 //! node has moved past the version the grant was decided on. So whatever a replica's copies
 //! say, a write that takes a node further into the protocol succeeds only while the ledger
 //! holds that node's grant.
+//!
+//! A grant is bound to what it was granted under (DESIGN.md invariant 9): its slot counts
+//! against the zone it was granted in until it is released, and a node carrying another
+//! ledger's grant (relabelled from another pool mid-reboot) is counted but never driven: the
+//! controller of that ledger finishes it.
 
-use crate::budget::{Admission, Usage};
-use crate::ledger::{Grant, Ledger, LedgerChange, Slot};
+use crate::budget::{Admission, Holders, Usage};
+use crate::ledger::{Grant, Ledger, LedgerChange, Owner, Slot};
 use crate::pool_index::PoolCounts;
 use common::{NodeFacts, Phase, ProtocolState, Request, ledger::version_is_newer};
 use std::collections::BTreeSet;
@@ -242,6 +247,9 @@ pub struct Decision {
     pub waiting: Vec<String>,
     /// Of those, the ones the pool had room for but not their zone.
     pub zone_full: BTreeSet<String>,
+    /// Of those, the ones without a zone label while zone budgets are on: not granted until
+    /// they have one.
+    pub zone_unknown: BTreeSet<String>,
     /// Of those, the ones a blocking pod on the node holds (`--blocking-pod-selector`).
     pub blocked: BTreeSet<String>,
     /// Requested nodes of the pool that are opted out (`reboot-disabled=true`).
@@ -256,6 +264,10 @@ pub struct Decision {
     /// Granted nodes whose next step (cordon, drain start, `reboot-now`) a fence holds back,
     /// with why: they keep their slot and stay where they are.
     pub held: Vec<(String, Hold)>,
+    /// Nodes carrying a grant that is not this ledger's: another pool's (the node was
+    /// relabelled into this pool mid-reboot), or one of an earlier version that this ledger
+    /// does not hold. Counted as unavailable, never driven nor adopted here.
+    pub foreign: Vec<String>,
 }
 
 impl Decision {
@@ -311,8 +323,7 @@ impl<'a> Round<'a> {
         for view in self.nodes {
             match self.ledger.slots.get(view.name()) {
                 Some(slot) => self.slot_holder(view, slot, &mut decision),
-                None if view.in_pool => self.outside_the_protocol(view, &mut decision),
-                None => {}
+                None => self.without_slot(view, &mut decision),
             }
         }
         self.missing_slot_holders(&mut decision);
@@ -337,18 +348,24 @@ impl<'a> Round<'a> {
             // A cached copy may lag another replica's writes: re-keyed from it, two replicas
             // could flip the slot back and forth and stop the drain at every flip. Read the
             // node first.
-            Some(carried) if carried != grant && !view.fresh => {
+            Some(carried)
+                if carried != grant
+                    && self.ledger.owner_of(carried) == Owner::Us
+                    && !view.fresh =>
+            {
                 decision.act(NodeAction::Refetch(node));
             }
-            // The node, as read now, is the truth about which grant it holds (another
-            // controller re-keyed the slot, or the ledger was rebuilt): record that one instead.
-            Some(carried) if carried != grant => {
+            // The node, as read now, is the truth about which of our grants it holds (another
+            // controller re-keyed the slot, or the ledger was rebuilt): record that one instead,
+            // in a zone not known.
+            Some(carried) if carried != grant && self.ledger.owner_of(carried) == Owner::Us => {
                 decision.ledger.release.push(node.clone());
                 decision
                     .ledger
                     .grant
                     .push(Grant::adopt(&node, carried, view.version()));
             }
+            Some(carried) if carried != grant => self.taken_by_another(view, slot, decision),
             Some(_) => self.claimed(view, grant, decision),
             None if view.state.reboot_under_way() => self.claimed(view, grant, decision),
             None => self.unclaimed(view, slot, decision),
@@ -474,17 +491,48 @@ impl<'a> Round<'a> {
         decision.release(&node, reason);
     }
 
-    fn outside_the_protocol(&self, view: &NodeView, decision: &mut Decision) {
+    /// Our slot's node carries a grant that is not ours (another pool's controller claimed it
+    /// after a relabel; ours was never claimed): the slot is dropped from our ledger, with no
+    /// write to the node, once our grant can no longer be claimed.
+    fn taken_by_another(&self, view: &NodeView, slot: &Slot, decision: &mut Decision) {
+        let node = view.name().to_owned();
+        decision.foreign.push(node.clone());
+        let decided_on = slot.node_version.as_deref();
+        if decided_on.is_none() || version_is_newer(view.version(), decided_on) {
+            decision.release(&node, ReleaseReason::Unclaimed);
+        } else {
+            decision.act(NodeAction::Refetch(node));
+        }
+    }
+
+    /// A node without a slot in our ledger.
+    fn without_slot(&self, view: &NodeView, decision: &mut Decision) {
         let node = view.name().to_owned();
         if let Some(carried) = &view.state.grant {
-            // The node carries a grant the ledger lacks (the ledger was lost or edited, or
-            // our copy of the node is behind): record it, whatever the budget, so it counts.
-            decision
-                .ledger
-                .grant
-                .push(Grant::adopt(&node, carried, view.version()));
+            match self.ledger.owner_of(carried) {
+                // Our grant the ledger lacks (the ledger was lost or edited, or our copy of
+                // the node is behind): record it, whatever the budget and wherever the node's
+                // labels put it now, so it counts and is finished.
+                Owner::Us => {
+                    decision
+                        .ledger
+                        .grant
+                        .push(Grant::adopt(&node, carried, view.version()))
+                }
+                // Another ledger's (or, from an earlier version, unknown to ours): its own
+                // controller finishes it; here it only counts as unavailable.
+                Owner::Another | Owner::Unnamed if view.in_pool => decision.foreign.push(node),
+                Owner::Another | Owner::Unnamed => {}
+            }
             return;
         }
+        if view.in_pool {
+            self.outside_the_protocol(view, decision);
+        }
+    }
+
+    fn outside_the_protocol(&self, view: &NodeView, decision: &mut Decision) {
+        let node = view.name().to_owned();
         if view.state.reboot_under_way() {
             // A reboot under way without a grant (from before grants, or a hand edit).
             decision
@@ -558,10 +606,15 @@ impl<'a> Round<'a> {
             match usage.admits(view) {
                 Admission::Granted => {
                     usage.take(view);
+                    let grant = Grant::new(view.name(), view.version());
                     decision
                         .ledger
                         .grant
-                        .push(Grant::new(view.name(), view.version()));
+                        .push(grant.in_zone(view.zone.as_deref()));
+                }
+                Admission::NoZone => {
+                    decision.zone_unknown.insert(view.name().to_owned());
+                    decision.waiting.push(view.name().to_owned());
                 }
                 Admission::ZoneFull => {
                     decision.zone_full.insert(view.name().to_owned());
@@ -573,7 +626,7 @@ impl<'a> Round<'a> {
     }
 
     /// Requested nodes of the pool without a slot, oldest request first.
-    fn candidates(&self, slots: &BTreeSet<String>) -> Vec<&'a NodeView> {
+    fn candidates(&self, slots: &Holders) -> Vec<&'a NodeView> {
         let mut candidates: Vec<&NodeView> = self
             .nodes
             .iter()
@@ -595,12 +648,12 @@ impl<'a> Round<'a> {
         !self.fence.window_open && !self.finish_after_window
     }
 
-    fn is_candidate(&self, view: &NodeView, slots: &BTreeSet<String>) -> bool {
+    fn is_candidate(&self, view: &NodeView, slots: &Holders) -> bool {
         view.in_pool
             && !view.opted_out
             && view.state.request == Request::Needed
             && view.state.grant.is_none()
-            && !slots.contains(view.name())
+            && !slots.contains_key(view.name())
             && !view.state.reboot_under_way()
             && view.not_before.is_none_or(|t| t <= self.now)
     }

@@ -5,7 +5,7 @@ use crate::ledger::Slot;
 use common::{AnnotationKeys, NodeFacts};
 use k8s_openapi::api::core::v1::Node;
 use serde_json::{Value, json};
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 pub(super) fn node_json(name: &str, ready: bool) -> Value {
     json!({
@@ -42,9 +42,13 @@ pub(super) fn annotate(obj: &mut Value, key: &str, value: &str) {
     obj["metadata"]["annotations"][key] = value.into();
 }
 
+/// The identity of the ledger of these tests (`ledger_of`).
+const LEDGER: &str = "ns/slots";
+
 /// A ledger whose node `n` holds grant `g-n`, decided on the node's version 1.
 fn ledger_of(names: &[&str]) -> Ledger {
     Ledger {
+        id: LEDGER.into(),
         resource_version: Some("7".into()),
         slots: names
             .iter()
@@ -53,6 +57,7 @@ fn ledger_of(names: &[&str]) -> Ledger {
                     grant: format!("g-{n}"),
                     granted_at: "t".into(),
                     node_version: Some("1".into()),
+                    zone: None,
                 };
                 ((*n).to_owned(), slot)
             })
@@ -315,10 +320,25 @@ fn a_reboot_under_way_without_a_slot_is_recorded_whatever_the_budget() {
     let others = [view(&node_json("x", false)), view(&obj)];
     let d = decide(&others, &Ledger::default(), 1, false);
     assert_eq!(granted(&d), ["n"]);
+    // A grant of this ledger that the ledger lost is adopted, in a zone not known.
+    let lost = format!("{LEDGER}/g-lost");
     let mut carrying = node_json("m", true);
-    annotate(&mut carrying, "reboot-grant", "g-lost");
-    let d = decide(&[view(&carrying)], &Ledger::default(), 1, false);
-    assert_eq!(d.ledger.grant[0].adopted.as_deref(), Some("g-lost"));
+    annotate(&mut carrying, "reboot-grant", &lost);
+    let d = decide(&[view(&carrying)], &ledger_of(&[]), 1, false);
+    assert_eq!(d.ledger.grant[0].adopted.as_deref(), Some(lost.as_str()));
+    assert_eq!(d.ledger.grant[0].zone, None);
+    // So is one outside the pool: its own ledger's controller finishes it.
+    let mut outside = view(&carrying);
+    outside.in_pool = false;
+    let d = decide(&[outside], &ledger_of(&[]), 1, false);
+    assert_eq!(d.ledger.grant[0].adopted.as_deref(), Some(lost.as_str()));
+    // A grant of an earlier version (its id names no ledger) that this ledger does not hold
+    // may be another pool's: counted, never adopted (fail-safe).
+    let mut unnamed = node_json("m", true);
+    annotate(&mut unnamed, "reboot-grant", "g-lost");
+    let d = decide(&[view(&unnamed)], &ledger_of(&[]), 1, false);
+    assert!(d.ledger.grant.is_empty(), "{:?}", d.ledger.grant);
+    assert_eq!(d.foreign, ["m"]);
 }
 
 #[test]
@@ -456,6 +476,7 @@ fn without_finish_after_window_a_closed_window_gives_back_what_was_not_told_to_r
             grant: "g-told".into(),
             granted_at: "t".into(),
             node_version: Some("1".into()),
+            zone: None,
         },
     );
     let nodes = [view(&going), view(&granted_only), view(&told)];
@@ -812,10 +833,12 @@ fn an_overdue_node_given_up_by_hand_releases_its_slot_and_grants_resume() {
 #[test]
 fn a_slot_is_re_keyed_only_on_a_fresh_read_of_the_node() {
     let ledger = ledger_of(&["n"]);
+    // Another grant of this very ledger (one of another replica's writes).
+    let other = format!("{LEDGER}/other");
     let mut obj = node_json("n", true);
     annotate(&mut obj, "reboot-needed", "true");
     obj["spec"]["unschedulable"] = true.into();
-    claimed(&mut obj, "g-other");
+    claimed(&mut obj, &other);
     let cached = view(&obj);
     let d = decide(std::slice::from_ref(&cached), &ledger, 1, true);
     assert!(
@@ -831,6 +854,124 @@ fn a_slot_is_re_keyed_only_on_a_fresh_read_of_the_node() {
     };
     let d = decide(&[read], &ledger, 1, true);
     assert_eq!(d.ledger.release, ["n"]);
-    assert_eq!(d.ledger.grant, [Grant::adopt("n", "g-other", Some("2"))]);
+    assert_eq!(d.ledger.grant, [Grant::adopt("n", &other, Some("2"))]);
     assert!(d.node_actions.is_empty(), "{:?}", d.node_actions);
+}
+
+// Relabels (issue 24, section 4): a slot counts against the zone and the ledger it was
+// granted in until it is released.
+
+/// A round with a zone budget of one node per zone and a pool budget of `budget`.
+fn decide_zoned(nodes: &[NodeView], ledger: &Ledger, budget: usize) -> Decision {
+    Round {
+        nodes,
+        others: &PoolCounts::default(),
+        ledger,
+        deleted: &BTreeSet::new(),
+        budget,
+        zone_budget: Some(common::MaxUnavailable::Count(1)),
+        drain_enabled: true,
+        now: 0,
+        fence: OPEN,
+        finish_after_window: true,
+        min_ready: 0,
+        clock: 0,
+        reboot_timeout: u64::MAX,
+        blocked: &BTreeSet::new(),
+    }
+    .decide()
+}
+
+fn requested_in(name: &str, zone: Option<&str>, at: u64) -> NodeView {
+    let mut obj = node_json(name, true);
+    annotate(&mut obj, "reboot-needed", "true");
+    let mut v = view(&obj);
+    v.zone = zone.map(str::to_owned);
+    v.requested_at = Some(at);
+    v
+}
+
+#[test]
+fn a_slot_relabelled_into_another_zone_still_counts_against_the_zone_it_was_granted_in() {
+    // `a1` is granted in zone a, and the ledger records that zone.
+    let d = decide_zoned(&[requested_in("a1", Some("a"), 1)], &Ledger::default(), 4);
+    assert_eq!(granted(&d), ["a1"]);
+    assert_eq!(d.ledger.grant[0].zone.as_deref(), Some("a"));
+    let ledger = Ledger {
+        resource_version: Some("8".into()),
+        slots: d.ledger.apply(&BTreeMap::new(), "t", || "g-a1".to_owned()),
+        ..Ledger::default()
+    };
+    // Claimed and draining, then relabelled into zone b by an administrator.
+    let mut obj = node_json("a1", true);
+    annotate(&mut obj, "reboot-needed", "true");
+    claimed(&mut obj, "g-a1");
+    obj["spec"]["unschedulable"] = true.into();
+    let mut draining = view(&obj);
+    draining.zone = Some("b".into());
+    let a2 = requested_in("a2", Some("a"), 2);
+    let d = decide_zoned(&[draining, a2], &ledger, 4);
+    assert!(
+        granted(&d).is_empty(),
+        "zone a granted {:?} while the slot granted in zone a is still held (relabelled to b)",
+        granted(&d)
+    );
+    assert_eq!(d.waiting, ["a2"]);
+    assert!(d.zone_full.contains("a2"));
+}
+
+#[test]
+fn with_zone_budgets_a_node_without_a_zone_label_is_not_granted() {
+    let zoneless = requested_in("late", None, 1);
+    let d = decide_zoned(&[zoneless], &Ledger::default(), 4);
+    assert!(
+        granted(&d).is_empty(),
+        "a node without a zone label was granted {:?}: it formed a zone of its own",
+        granted(&d)
+    );
+    assert_eq!(d.waiting, ["late"]);
+    // Without a zone budget zones only order the grants: it is granted.
+    let d = decide(
+        &[requested_in("late", None, 1)],
+        &Ledger::default(),
+        4,
+        true,
+    );
+    assert_eq!(granted(&d), ["late"]);
+}
+
+/// A grant of the ledger `other/pool-a-slots`, as its controller names it.
+const FOREIGN: &str = "other/pool-a-slots/0123456789abcdef";
+
+#[test]
+fn a_node_relabelled_into_this_pool_with_another_ledgers_grant_is_counted_but_never_driven() {
+    // It was granted by pool a, and is draining when it is relabelled into this pool.
+    let mut obj = node_json("moved", true);
+    annotate(&mut obj, "reboot-needed", "true");
+    claimed(&mut obj, FOREIGN);
+    obj["spec"]["unschedulable"] = true.into();
+    let moved = view(&obj);
+    let wants = requested_in("wants", None, 1);
+    let d = decide(&[moved.clone(), wants], &Ledger::default(), 1, true);
+    assert!(
+        d.ledger.grant.is_empty(),
+        "adopted or granted {:?}: the node holds another ledger's grant",
+        d.ledger.grant
+    );
+    assert!(
+        d.node_actions.iter().all(|a| a.node() != "moved"),
+        "drove another ledger's node: {:?}",
+        d.node_actions
+    );
+    assert_eq!(d.waiting, ["wants"], "it still counts against the budget");
+    // Rebooting, and later proven: still not this controller's to complete.
+    let mut obj = node_json("moved", true);
+    claimed(&mut obj, FOREIGN);
+    annotate(&mut obj, "reboot-done", "true");
+    annotate(&mut obj, "reboot-boot-id", "moved-boot-0");
+    let d = decide(&[view(&obj)], &Ledger::default(), 1, true);
+    assert!(
+        d.ledger.grant.is_empty() && d.node_actions.is_empty(),
+        "{d:?}"
+    );
 }

@@ -35,6 +35,11 @@ pub enum Reason {
     UnexpectedPauseValue,
     /// A requested node waits for a slot in its zone (`--max-unavailable-per-zone`).
     ZoneBudgetFull,
+    /// A requested node has no zone label while zone budgets are on: not granted until it has.
+    ZoneLabelMissing,
+    /// A node of the pool carries another ledger's grant (relabelled from another pool
+    /// mid-reboot): counted here, driven by that pool's controller only.
+    ForeignGrant,
     /// A requested node is opted out (`reboot-disabled=true`): it is never granted.
     RebootDisabled,
     /// A node went NotReady within `--min-ready-seconds` of its reboot; the pool holds.
@@ -70,6 +75,8 @@ impl Reason {
             Self::Paused => "Paused",
             Self::UnexpectedPauseValue => "UnexpectedPauseValue",
             Self::ZoneBudgetFull => "ZoneBudgetFull",
+            Self::ZoneLabelMissing => "ZoneLabelMissing",
+            Self::ForeignGrant => "ForeignGrant",
             Self::RebootDisabled => "RebootDisabled",
             Self::NotReadyAfterReboot => "NotReadyAfterReboot",
             Self::RebootOverdue => "RebootOverdue",
@@ -90,6 +97,7 @@ impl Reason {
             | Self::UnexpectedPauseValue
             | Self::NotReadyAfterReboot
             | Self::RebootOverdue
+            | Self::ZoneLabelMissing
             | Self::PrometheusUnreachable => EventType::Warning,
             _ => EventType::Normal,
         }

@@ -63,8 +63,10 @@ fn node_at(stage: Stage) -> (NodeView, Ledger) {
         grant: "g-n".into(),
         granted_at: "t".into(),
         node_version: Some("1".into()),
+        zone: None,
     };
     let ledger = Ledger {
+        id: "test/slots".into(),
         resource_version: Some("7".into()),
         slots: [("n".to_owned(), slot)].into(),
         paused: false,

@@ -5,11 +5,14 @@
 //! cannot both spend the last slot.
 
 pub use common::ledger::Slot;
-use std::collections::{BTreeMap, BTreeSet};
+use common::ledger::ledger_of_grant;
+use std::collections::BTreeMap;
 
 /// The slots as last read from or written to the API server.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Ledger {
+    /// Which ledger this is (`<namespace>/<name>` of its Lease): the ledger its grant ids name.
+    pub id: String,
     /// resourceVersion of the coordination object this copy came from; the precondition of
     /// the next write.
     pub resource_version: Option<String>,
@@ -29,6 +32,15 @@ impl Ledger {
         self.slots.get(node).map(|s| s.grant.as_str())
     }
 
+    /// Whose a grant carried by a node is.
+    pub fn owner_of(&self, grant: &str) -> Owner {
+        match ledger_of_grant(grant) {
+            Some(ledger) if ledger == self.id => Owner::Us,
+            Some(_) => Owner::Another,
+            None => Owner::Unnamed,
+        }
+    }
+
     /// Whether `other` is a later version of the same object than `self`.
     pub fn is_older_than(&self, other: &Ledger) -> bool {
         common::ledger::version_is_newer(
@@ -36,6 +48,18 @@ impl Ledger {
             self.resource_version.as_deref(),
         )
     }
+}
+
+/// Whose a grant is, as its id says (`common::ledger::ledger_of_grant`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Owner {
+    /// Made by this ledger.
+    Us,
+    /// Made by another pool's ledger: its controller drives the node, this one never does.
+    Another,
+    /// Written by an earlier version, whose ids name no ledger: this ledger's only when it
+    /// holds that very grant for the node.
+    Unnamed,
 }
 
 /// A slot to record: a new grant, or one a node already carries (adopted).
@@ -46,6 +70,8 @@ pub struct Grant {
     pub adopted: Option<String>,
     /// The node's resourceVersion the grant is decided on.
     pub node_version: Option<String>,
+    /// The zone the node is granted in; `None` when not known (an adopted grant).
+    pub zone: Option<String>,
 }
 
 impl Grant {
@@ -54,6 +80,15 @@ impl Grant {
             node: node.to_owned(),
             adopted: None,
             node_version: node_version.map(str::to_owned),
+            zone: None,
+        }
+    }
+
+    /// The same grant, recorded as made in `zone`.
+    pub fn in_zone(self, zone: Option<&str>) -> Self {
+        Self {
+            zone: zone.map(str::to_owned),
+            ..self
         }
     }
 
@@ -77,13 +112,24 @@ impl LedgerChange {
         self.grant.is_empty() && self.release.is_empty()
     }
 
-    /// The nodes holding a slot after this change.
-    pub fn holders_after(&self, slots: &BTreeMap<String, Slot>) -> BTreeSet<String> {
-        let mut holders: BTreeSet<String> = slots.keys().cloned().collect();
+    /// The nodes holding a slot after this change, each with the zone its slot was granted
+    /// in (`None`: not known), as [`LedgerChange::apply`] will record them.
+    pub fn holders_after(
+        &self,
+        slots: &BTreeMap<String, Slot>,
+    ) -> BTreeMap<String, Option<String>> {
+        let mut holders: BTreeMap<String, Option<String>> = slots
+            .iter()
+            .map(|(node, slot)| (node.clone(), slot.zone.clone()))
+            .collect();
         for node in &self.release {
             holders.remove(node);
         }
-        holders.extend(self.grant.iter().map(|g| g.node.clone()));
+        for grant in &self.grant {
+            holders
+                .entry(grant.node.clone())
+                .or_insert_with(|| grant.zone.clone());
+        }
         holders
     }
 
@@ -103,6 +149,7 @@ impl LedgerChange {
                 grant: grant.adopted.clone().unwrap_or_else(&mut new_grant_id),
                 granted_at: now.to_owned(),
                 node_version: grant.node_version.clone(),
+                zone: grant.zone.clone(),
             });
         }
         next

@@ -54,7 +54,8 @@ pub struct ReadLedger {
     pub deleted: bool,
 }
 
-fn read(lease: &Lease) -> ReadLedger {
+/// The ledger in `lease`, whose identity in grant ids is `id` ([`common::ledger::ledger_id`]).
+fn read(id: &str, lease: &Lease) -> ReadLedger {
     let (slots, damage) = match slots_of(lease.metadata.annotations.as_ref()) {
         Ok(slots) => (slots, None),
         Err(error) => (BTreeMap::new(), Some(error.to_string())),
@@ -62,6 +63,7 @@ fn read(lease: &Lease) -> ReadLedger {
     let pause = Pause::of(lease.metadata.annotations.as_ref());
     ReadLedger {
         ledger: Ledger {
+            id: id.to_owned(),
             resource_version: lease.metadata.resource_version.clone(),
             slots,
             paused: pause.pauses(),
@@ -86,28 +88,27 @@ pub fn recreated_annotations(last: &Ledger) -> BTreeMap<String, String> {
 /// What the ledger watch publishes for one of its events, if anything. `seen` says whether
 /// the list under way has brought the Lease: a list that ends without it means it was deleted
 /// while the watch was not looking.
-fn on_watch_event(event: watcher::Event<Lease>, seen: &mut bool) -> Option<ReadLedger> {
+fn on_watch_event(id: &str, event: watcher::Event<Lease>, seen: &mut bool) -> Option<ReadLedger> {
+    let gone = |resource_version| ReadLedger {
+        ledger: Ledger {
+            id: id.to_owned(),
+            resource_version,
+            ..Ledger::default()
+        },
+        deleted: true,
+        ..ReadLedger::default()
+    };
     match event {
         watcher::Event::Apply(lease) | watcher::Event::InitApply(lease) => {
             *seen = true;
-            Some(read(&lease))
+            Some(read(id, &lease))
         }
-        watcher::Event::Delete(lease) => Some(ReadLedger {
-            ledger: Ledger {
-                resource_version: lease.metadata.resource_version,
-                ..Ledger::default()
-            },
-            deleted: true,
-            ..ReadLedger::default()
-        }),
+        watcher::Event::Delete(lease) => Some(gone(lease.metadata.resource_version)),
         watcher::Event::Init => {
             *seen = false;
             None
         }
-        watcher::Event::InitDone => (!*seen).then(|| ReadLedger {
-            deleted: true,
-            ..ReadLedger::default()
-        }),
+        watcher::Event::InitDone => (!*seen).then(|| gone(None)),
     }
 }
 
@@ -125,6 +126,11 @@ impl LedgerStore {
             name: name.to_owned(),
             namespace: namespace.to_owned(),
         }
+    }
+
+    /// This ledger's identity in grant ids: `<namespace>/<name>`.
+    pub fn id(&self) -> String {
+        common::ledger::ledger_id(&self.namespace, &self.name)
     }
 
     /// The Lease, for Events about the ledger.
@@ -152,8 +158,14 @@ impl LedgerStore {
     pub async fn peek(&self) -> Result<ReadLedger, LedgerError> {
         let err = |e| LedgerError::Api(self.name.clone(), e);
         Ok(match self.api.get_opt(&self.name).await.map_err(err)? {
-            Some(lease) => read(&lease),
-            None => ReadLedger::default(),
+            Some(lease) => read(&self.id(), &lease),
+            None => ReadLedger {
+                ledger: Ledger {
+                    id: self.id(),
+                    ..Ledger::default()
+                },
+                ..ReadLedger::default()
+            },
         })
     }
 
@@ -165,7 +177,7 @@ impl LedgerStore {
             .get_opt(&self.name)
             .await
             .map_err(err)?
-            .map(|l| read(&l)))
+            .map(|l| read(&self.id(), &l)))
     }
 
     /// Creates the Lease again from `last`, the last good copy (see [`recreated_annotations`]).
@@ -181,10 +193,11 @@ impl LedgerStore {
             spec: None,
         };
         match self.api.create(&PostParams::default(), &lease).await {
-            Ok(lease) => Ok(read(&lease)),
-            Err(e) if ApiErrorKind::of(&e) == ApiErrorKind::AlreadyExists => {
-                Ok(read(&self.api.get(&self.name).await.map_err(err)?))
-            }
+            Ok(lease) => Ok(read(&self.id(), &lease)),
+            Err(e) if ApiErrorKind::of(&e) == ApiErrorKind::AlreadyExists => Ok(read(
+                &self.id(),
+                &self.api.get(&self.name).await.map_err(err)?,
+            )),
             Err(e) => Err(err(e)),
         }
     }
@@ -193,7 +206,7 @@ impl LedgerStore {
     pub async fn load(&self) -> Result<ReadLedger, LedgerError> {
         let err = |e| LedgerError::Api(self.name.clone(), e);
         if let Some(lease) = self.api.get_opt(&self.name).await.map_err(err)? {
-            return Ok(read(&lease));
+            return Ok(read(&self.id(), &lease));
         }
         let empty = Lease {
             metadata: ObjectMeta {
@@ -207,10 +220,11 @@ impl LedgerStore {
             spec: None,
         };
         match self.api.create(&PostParams::default(), &empty).await {
-            Ok(lease) => Ok(read(&lease)),
-            Err(e) if ApiErrorKind::of(&e) == ApiErrorKind::AlreadyExists => {
-                Ok(read(&self.api.get(&self.name).await.map_err(err)?))
-            }
+            Ok(lease) => Ok(read(&self.id(), &lease)),
+            Err(e) if ApiErrorKind::of(&e) == ApiErrorKind::AlreadyExists => Ok(read(
+                &self.id(),
+                &self.api.get(&self.name).await.map_err(err)?,
+            )),
             Err(e) => Err(err(e)),
         }
     }
@@ -231,7 +245,7 @@ impl LedgerStore {
             .patch(&self.name, &PatchParams::default(), &Patch::Merge(&patch))
             .await
         {
-            Ok(written) => Ok(read(&written).ledger),
+            Ok(written) => Ok(read(&self.id(), &written).ledger),
             Err(e) if ApiErrorKind::of(&e) == ApiErrorKind::Conflict => Err(LedgerError::Conflict),
             Err(e) if ApiErrorKind::of(&e) == ApiErrorKind::NotFound => Err(LedgerError::Gone),
             Err(e) => Err(LedgerError::Api(self.name.clone(), e)),
@@ -247,13 +261,14 @@ impl LedgerStore {
         let (tx, rx) = watch::channel(ReadLedger::default());
         let config = watcher::Config::default().fields(&format!("metadata.name={}", self.name));
         let stream = watcher(self.api.clone(), config).default_backoff();
+        let id = self.id();
         tokio::spawn(async move {
             futures::pin_mut!(stream);
             let mut seen = false;
             while let Some(event) = stream.next().await {
                 match event {
                     Ok(event) => {
-                        if let Some(ledger) = on_watch_event(event, &mut seen) {
+                        if let Some(ledger) = on_watch_event(&id, event, &mut seen) {
                             let _ = tx.send(ledger);
                             on_change();
                         }
@@ -288,19 +303,33 @@ mod tests {
     #[test]
     fn the_watch_says_when_the_ledger_is_deleted_or_missing_from_a_list() {
         let mut seen = false;
-        let applied = on_watch_event(watcher::Event::Apply(lease("5", "{}")), &mut seen).unwrap();
+        let applied = on_watch_event(
+            "ns/ledger",
+            watcher::Event::Apply(lease("5", "{}")),
+            &mut seen,
+        )
+        .unwrap();
         assert!(!applied.deleted);
-        let deleted = on_watch_event(watcher::Event::Delete(lease("6", "{}")), &mut seen).unwrap();
+        let deleted = on_watch_event(
+            "ns/ledger",
+            watcher::Event::Delete(lease("6", "{}")),
+            &mut seen,
+        )
+        .unwrap();
         assert!(deleted.deleted);
         assert_eq!(deleted.ledger.resource_version.as_deref(), Some("6"));
         // Deleted while the watch was down: the list that follows does not bring it.
-        assert!(on_watch_event(watcher::Event::Init, &mut seen).is_none());
-        let missing = on_watch_event(watcher::Event::InitDone, &mut seen).unwrap();
+        assert!(on_watch_event("ns/ledger", watcher::Event::Init, &mut seen).is_none());
+        let missing = on_watch_event("ns/ledger", watcher::Event::InitDone, &mut seen).unwrap();
         assert!(missing.deleted);
         // A list that brings it says nothing more than the Lease it brought.
-        on_watch_event(watcher::Event::Init, &mut seen);
-        on_watch_event(watcher::Event::InitApply(lease("7", "{}")), &mut seen);
-        assert!(on_watch_event(watcher::Event::InitDone, &mut seen).is_none());
+        on_watch_event("ns/ledger", watcher::Event::Init, &mut seen);
+        on_watch_event(
+            "ns/ledger",
+            watcher::Event::InitApply(lease("7", "{}")),
+            &mut seen,
+        );
+        assert!(on_watch_event("ns/ledger", watcher::Event::InitDone, &mut seen).is_none());
     }
 
     #[test]
@@ -309,8 +338,10 @@ mod tests {
             grant: "g1".into(),
             granted_at: "2026-11-25T00:00:00Z".into(),
             node_version: Some("42".into()),
+            zone: None,
         };
         let last = Ledger {
+            id: "test/slots".into(),
             resource_version: Some("9".into()),
             slots: BTreeMap::from([("soaking".to_owned(), slot)]),
             paused: true,

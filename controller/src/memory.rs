@@ -22,6 +22,8 @@ pub struct Memory {
     warned_invalid: HashMap<String, String>,
     not_ready_after_reboot: HashSet<String>,
     reboots_overdue: HashSet<String>,
+    /// Nodes carrying a grant that is not this ledger's, as of the last round.
+    foreign: HashSet<String>,
     /// `--dry-run`: what was said already, per node.
     said_dry_run: HashSet<(String, String)>,
 }
@@ -189,6 +191,12 @@ impl Memory {
             })
             .map(|(name, _)| name.clone())
             .collect()
+    }
+
+    /// Of the nodes carrying a grant that is not ours now, those that were not in the last
+    /// round (said once per episode).
+    pub fn first_foreign(&mut self, now: &[String]) -> Vec<String> {
+        first_in_episode(&mut self.foreign, now)
     }
 
     /// True the first time a node is seen waiting for `reason` (a slot, the window, the

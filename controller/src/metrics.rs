@@ -421,8 +421,10 @@ mod tests {
             grant: "g".into(),
             granted_at: "2026-01-01T00:00:00Z".into(),
             node_version: None,
+            zone: None,
         };
         let ledger = Ledger {
+            id: "ns/slots".into(),
             resource_version: Some("1".into()),
             slots: ["granted", "now", "going", "back", "cancelled"]
                 .into_iter()

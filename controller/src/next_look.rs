@@ -7,14 +7,19 @@
 //! (The maintenance windows are not an input of the round: `Schedule::until_next_change`.)
 
 use super::{NodeView, Round};
-use std::collections::BTreeSet;
+use crate::budget::Holders;
 
 impl Round<'_> {
     /// In how many milliseconds (the unit of `now` and `clock`) the earliest time-based
     /// predicate of this round turns for one of its nodes; `None` when only an event can
     /// change the decision.
     pub fn next_look(&self) -> Option<u64> {
-        let slots: BTreeSet<String> = self.ledger.slots.keys().cloned().collect();
+        let slots: Holders = self
+            .ledger
+            .slots
+            .iter()
+            .map(|(node, slot)| (node.clone(), slot.zone.clone()))
+            .collect();
         self.nodes
             .iter()
             .flat_map(|view| {
@@ -39,7 +44,7 @@ impl Round<'_> {
     }
 
     /// A request whose drain failed: it may be granted again at its `not_before`.
-    fn retry_due(&self, view: &NodeView, slots: &BTreeSet<String>) -> Option<u64> {
+    fn retry_due(&self, view: &NodeView, slots: &Holders) -> Option<u64> {
         let at = view.not_before?;
         let turns = at > self.now && Round { now: at, ..*self }.is_candidate(view, slots);
         turns.then(|| at - self.now)

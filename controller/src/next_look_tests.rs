@@ -43,6 +43,7 @@ fn view(obj: &Value) -> NodeView {
 /// `holders` hold grants `g-<name>`, decided on the nodes' version 1.
 fn ledger(holders: &[&str]) -> Ledger {
     Ledger {
+        id: "test/slots".into(),
         resource_version: Some("7".into()),
         slots: holders
             .iter()
@@ -51,6 +52,7 @@ fn ledger(holders: &[&str]) -> Ledger {
                     grant: format!("g-{n}"),
                     granted_at: "2026-11-25T00:00:00Z".into(),
                     node_version: Some("1".into()),
+                    zone: None,
                 };
                 ((*n).to_owned(), slot)
             })

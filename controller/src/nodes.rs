@@ -48,9 +48,10 @@ impl KeptLabels {
         }
     }
 
-    /// The node's zone: its zone label's value.
+    /// The node's zone: its zone label's value; an empty value names no zone.
     pub fn zone_of(&self, node: &Node) -> Option<String> {
-        node.metadata.labels.as_ref()?.get(&self.zone).cloned()
+        let zone = node.metadata.labels.as_ref()?.get(&self.zone)?;
+        (!zone.trim().is_empty()).then(|| zone.clone())
     }
 }
 
@@ -125,6 +126,11 @@ impl Indexing {
     /// The node's zone (`--zone-label`).
     pub fn zone_of(&self, node: &Node) -> Option<String> {
         self.kept.zone_of(node)
+    }
+
+    /// `--zone-label`, for what the controller says about a node without it.
+    pub fn zone_label(&self) -> &str {
+        &self.kept.zone
     }
 
     fn entry(&self, node: &Node, print: u64) -> Entry {

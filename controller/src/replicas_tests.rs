@@ -33,6 +33,8 @@ use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet};
 
 const NODES: usize = 6;
+/// The identity of the model's ledger, which its grant ids name.
+const LEDGER: &str = "ns/slots";
 /// `--reboot-timeout` in steps of the simulation: short enough that crashed and slow nodes
 /// pass it.
 const REBOOT_TIMEOUT: u64 = 30;
@@ -171,6 +173,7 @@ impl Server {
                 .map(|i| node_json(&format!("n{i}"), !not_ready[i]))
                 .collect(),
             ledger: Ledger {
+                id: LEDGER.into(),
                 resource_version: Some("1".into()),
                 slots: BTreeMap::new(),
                 paused: false,
@@ -261,6 +264,10 @@ impl Server {
         let before_grant = annotation(&before, "reboot-grant");
         if before_grant.is_none() && annotation(after, "reboot-grant").is_some() {
             assert!(!opted_out(&before), "n{i} claimed a grant while opted out");
+            assert!(
+                !self.waits_for_a_zone(i),
+                "n{i} claimed a grant without a zone label while zone budgets are on"
+            );
         }
         if let Some(zone_budget) = self.zone_budget {
             for zone in (0..NODES).map(zone_of) {
@@ -275,6 +282,12 @@ impl Server {
             }
         }
         true
+    }
+
+    /// With zone budgets on, a node without a zone label is never granted: its request waits
+    /// until it is labelled.
+    fn waits_for_a_zone(&self, i: usize) -> bool {
+        self.zone_budget.is_some() && zone_of(i).is_none()
     }
 
     /// What the disturbances outside the operator leave: the scheduler puts a workload pod
@@ -513,10 +526,11 @@ impl Replica {
             let next_grant = &mut server.next_grant;
             let slots = decision.ledger.apply(&self.ledger.slots, "t", || {
                 *next_grant += 1;
-                format!("g{next_grant}")
+                common::ledger::grant_id(LEDGER, &format!("g{next_grant}"))
             });
             server.revision += 1;
             server.ledger = Ledger {
+                id: LEDGER.into(),
                 resource_version: Some(server.revision.to_string()),
                 slots,
                 paused: server.ledger.paused,
@@ -653,13 +667,14 @@ impl Model {
     ) -> Self {
         let mut server = Server::new(budget, drain_enabled, not_ready);
         for &i in soaking.iter().take(budget) {
-            let grant = format!("g-soak-{i}");
+            let grant = common::ledger::grant_id(LEDGER, &format!("g-soak-{i}"));
             annotate(&mut server.nodes[i], "reboot-last-grant", &grant);
             server.bump(i);
             let slot = Slot {
                 grant,
                 granted_at: "t".into(),
                 node_version: Some("1".into()),
+                zone: zone_of(i),
             };
             server.ledger.slots.insert(format!("n{i}"), slot);
         }
@@ -798,9 +813,9 @@ impl Model {
     /// No request, no slot, nothing in the protocol: nothing more can happen.
     fn quiet(&self) -> bool {
         self.server.ledger.slots.is_empty()
-            && self.server.nodes.iter().all(|n| {
+            && self.server.nodes.iter().enumerate().all(|(i, n)| {
                 let state = facts(n).protocol(&keys());
-                state.request == Request::Absent
+                (state.request == Request::Absent || self.server.waits_for_a_zone(i))
                     && state.phase == Phase::Idle
                     && state.grant.is_none()
                     && !state.cordoned_by_operator
@@ -835,6 +850,7 @@ impl Model {
         let requested: Vec<usize> = (0..NODES)
             .filter(|&i| {
                 annotation(&self.server.nodes[i], "reboot-needed").as_deref() == Some("true")
+                    && !self.server.waits_for_a_zone(i)
             })
             .collect();
         let boots_before = self.server.boots.clone();

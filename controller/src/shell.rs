@@ -340,6 +340,7 @@ impl Shell {
         self.announce_waiting(&decision, &by_name, pool, scheduled, &gates);
         self.warn_not_ready_after_reboot(&decision, &by_name);
         self.warn_reboots_overdue(&decision, &by_name);
+        self.announce_foreign(&decision, &by_name);
         self.announce_opted_out(&decision, &by_name);
         if self.dry_run {
             self.say_dry_run(&decision, &by_name, budget).await;
@@ -713,6 +714,39 @@ impl Shell {
         }
     }
 
+    /// A node of the pool carrying a grant that is not this ledger's: said once per episode.
+    /// It counts against this pool's budget; its own ledger's controller finishes it.
+    fn announce_foreign(&mut self, decision: &Decision, nodes: &HashMap<&str, &Arc<Node>>) {
+        for name in self.memory.first_foreign(&decision.foreign) {
+            let Some(node) = nodes.get(name.as_str()) else {
+                continue;
+            };
+            let grant = NodeFacts::from_node(node)
+                .protocol(&self.keys)
+                .grant
+                .unwrap_or_default();
+            let ours = &self.ledger.id;
+            let note = match common::ledger::ledger_of_grant(&grant) {
+                Some(theirs) => format!(
+                    "carries {}={grant} of the ledger {theirs} (another pool's; the node was \
+                     relabelled into this pool during its reboot): that pool's controller \
+                     finishes the reboot; this one ({ours}) counts the node as unavailable and \
+                     does not drive it",
+                    self.keys.grant
+                ),
+                None => format!(
+                    "carries {}={grant}, written by an earlier version and not in this \
+                     controller's ledger {ours}: counted as unavailable, not driven. If no \
+                     controller finishes it (its ledger was lost), hand it over: kubectl \
+                     annotate node {name} {}-",
+                    self.keys.grant, self.keys.grant
+                ),
+            };
+            tracing::info!(node = %name, %grant, "{note}");
+            self.events.publish(node, Reason::ForeignGrant, note);
+        }
+    }
+
     /// A slot is released after the soak only on a fresh read of the node: a node that crashed
     /// stays Ready in the cache for the node monitor's grace period, and another replica's copy
     /// may lag. Not Ready (or not readable) now: the release and the round's new grants wait
@@ -805,6 +839,15 @@ impl Shell {
         for name in &decision.waiting {
             let event = if decision.blocked.contains(name) {
                 Some(gates.blocked_event(name))
+            } else if decision.zone_unknown.contains(name) {
+                let label = self.overlay.indexing().zone_label();
+                let note = format!(
+                    "reboot requested; waiting: the node has no {label} label, and with \
+                     --max-unavailable-per-zone a node is granted only in a known zone (so that \
+                     it counts against its real zone's budget); label it with its zone: \
+                     kubectl label node {name} {label}=<zone>"
+                );
+                Some((Reason::ZoneLabelMissing, note))
             } else if decision.zone_full.contains(name) {
                 let note = format!(
                     "reboot requested; waiting for a slot in its zone \
@@ -834,9 +877,10 @@ impl Shell {
         nodes: &HashMap<&str, &Arc<Node>>,
     ) -> Result<(), LedgerError> {
         let now = Timestamp::now().to_string();
-        let slots = decision
-            .ledger
-            .apply(&self.ledger.slots, &now, new_grant_id);
+        let id = self.ledger.id.clone();
+        let slots = decision.ledger.apply(&self.ledger.slots, &now, || {
+            common::ledger::grant_id(&id, &new_grant_id())
+        });
         self.ledger = self.ledger_store.swap(&self.ledger, &slots).await?;
         self.ledger_damage = None;
         let ledger = &self.ledger;

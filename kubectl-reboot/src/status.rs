@@ -149,6 +149,9 @@ pub enum WaitReason {
     BudgetFull,
     /// Its zone's `--max-unavailable-per-zone` is taken (`ZoneBudgetFull`).
     ZoneBudgetFull,
+    /// Zone budgets are on and the node has no zone label: not granted until it has one
+    /// (`ZoneLabelMissing`).
+    NoZoneLabel,
     /// Outside every `--reboot-window` (`OutsideWindow`).
     OutsideWindow,
     /// `reboot-paused=true` on the ledger Lease (`Paused`).
@@ -176,6 +179,7 @@ impl WaitReason {
         match self {
             Self::BudgetFull => "budget full",
             Self::ZoneBudgetFull => "zone budget full",
+            Self::NoZoneLabel => "no zone label",
             Self::OutsideWindow => "outside window",
             Self::Paused => "paused",
             Self::AlertsFiring => "gate closed: alerts firing",
@@ -193,6 +197,7 @@ impl WaitReason {
         Some(match reason {
             "Requested" => Self::BudgetFull,
             "ZoneBudgetFull" => Self::ZoneBudgetFull,
+            "ZoneLabelMissing" => Self::NoZoneLabel,
             "OutsideWindow" => Self::OutsideWindow,
             "Paused" => Self::Paused,
             "AlertsFiring" => Self::AlertsFiring,
@@ -694,6 +699,18 @@ impl Context<'_> {
                 Request::Needed => since = self.waiting(node, opted_out, &mut status),
             },
         }
+        if let Some(theirs) = state
+            .grant
+            .as_deref()
+            .and_then(common::ledger::ledger_of_grant)
+            .filter(|theirs| *theirs != self.ledger.name)
+        {
+            // Relabelled into this pool during its reboot: counted here, driven there.
+            status.detail = format!(
+                "{}; granted by the ledger {theirs}: that pool's controller finishes it",
+                status.detail
+            );
+        }
         if let Some(since) = since {
             status.since = Some(since.to_string());
             status.seconds = Some((self.now.as_second() - since.as_second()).max(0));
@@ -744,6 +761,7 @@ impl Context<'_> {
             &[
                 "Requested",
                 "ZoneBudgetFull",
+                "ZoneLabelMissing",
                 "OutsideWindow",
                 "Paused",
                 "AlertsFiring",

@@ -51,6 +51,7 @@ fn slot(grant: &str, at: &str) -> Slot {
         grant: grant.into(),
         granted_at: at.into(),
         node_version: None,
+        zone: None,
     }
 }
 
@@ -120,6 +121,7 @@ fn each_waiting_reason_comes_from_the_controllers_latest_event() {
     let cases = [
         ("Requested", WaitReason::BudgetFull),
         ("ZoneBudgetFull", WaitReason::ZoneBudgetFull),
+        ("ZoneLabelMissing", WaitReason::NoZoneLabel),
         ("OutsideWindow", WaitReason::OutsideWindow),
         ("AlertsFiring", WaitReason::AlertsFiring),
         ("PrometheusUnreachable", WaitReason::PrometheusUnreachable),
@@ -598,4 +600,29 @@ fn a_node_past_its_reboot_timeout_holds_the_pool_and_says_why() {
     ));
     assert_ne!(of(&s, "b").reason, Some(WaitReason::RebootOverdue));
     assert_ne!(s.estimate.held_by, Some(WaitReason::RebootOverdue));
+}
+
+#[test]
+fn a_node_carrying_another_pools_grant_says_whose_it_is() {
+    let theirs = "node-reboot-operator/pool-a-slots/0f";
+    let ours = "node-reboot-operator/node-reboot-operator-slots/0e";
+    let input = pool(
+        vec![
+            node("moved", &[NEEDED, ("reboot-grant", theirs)]),
+            node("mine", &[NEEDED, ("reboot-grant", ours)]),
+        ],
+        &[("mine", slot(ours, "2026-01-01T09:00:00Z"))],
+        false,
+    );
+    let s = classify(&input);
+    let moved = of(&s, "moved");
+    assert_eq!(moved.state, State::Draining);
+    assert!(
+        moved
+            .detail
+            .ends_with("granted by the ledger node-reboot-operator/pool-a-slots: that pool's controller finishes it"),
+        "{}",
+        moved.detail
+    );
+    assert!(!of(&s, "mine").detail.contains("granted by the ledger"));
 }

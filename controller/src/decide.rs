@@ -327,9 +327,11 @@ impl<'a> Round<'a> {
             }
         }
         self.missing_slot_holders(&mut decision);
+        // Its own pool's: a node of this pool, or one holding this ledger's slot.
         decision.overdue = self
             .nodes
             .iter()
+            .filter(|v| v.in_pool || self.ledger.slots.contains_key(v.name()))
             .filter(|v| self.overdue(v))
             .map(|v| v.name().to_owned())
             .collect();

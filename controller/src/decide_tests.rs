@@ -776,6 +776,42 @@ fn a_node_that_does_not_come_back_past_the_reboot_timeout_holds_new_grants() {
     }
 }
 
+/// A bad kernel stops the rollout of its own pool: a node of another pool (another
+/// controller's grant, outside this pool's selector) that is past its reboot timeout is that
+/// pool's to hold, not this one's.
+#[test]
+fn another_pools_overdue_node_does_not_hold_this_pool() {
+    let mut a = node_json("a", false);
+    claimed(&mut a, "other/pool-a-slots/0123456789abcdef");
+    annotate(&mut a, "reboot-in-progress", "true");
+    annotate(&mut a, "reboot-boot-id", "a-boot-0");
+    let mut nodes = told_to_reboot(&a);
+    nodes[0].in_pool = false;
+    let d = Round {
+        nodes: &nodes,
+        others: &PoolCounts::default(),
+        ledger: &ledger_of(&[]),
+        deleted: &BTreeSet::new(),
+        budget: 3,
+        zone_budget: None,
+        drain_enabled: false,
+        now: 0,
+        fence: OPEN,
+        finish_after_window: true,
+        min_ready: 0,
+        clock: 1600,
+        reboot_timeout: 600,
+        blocked: &BTreeSet::new(),
+    }
+    .decide();
+    assert!(
+        d.overdue.is_empty(),
+        "another pool's overdue node held this pool: {:?}",
+        d.overdue
+    );
+    assert_eq!(granted(&d), ["b", "c"]);
+}
+
 #[test]
 fn within_the_reboot_timeout_a_reboot_under_way_does_not_hold_the_pool() {
     let nodes = told_to_reboot(&back_in_a_new_boot(false));

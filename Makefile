@@ -58,7 +58,7 @@ test: test-inputs
 # parts of their time (downloads, links, package installs), so side by side they finish
 # minutes sooner on a fresh machine than one after the other. The host's package installs go
 # first: apt allows one at a time, and `make images` uses apt too.
-BUILD_JOBS ?= 4
+BUILD_JOBS ?= 8
 test-inputs:
 	@$(MAKE) --no-print-directory vm-tools
 	@$(MAKE) --no-print-directory -j$(BUILD_JOBS) testenv lint static bins vm-image images

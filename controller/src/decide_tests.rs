@@ -710,10 +710,15 @@ fn told_to_reboot(a: &Value) -> Vec<NodeView> {
 }
 
 fn decide_at_clock(nodes: &[NodeView], clock: u64) -> Decision {
+    decide_at_clock_with(nodes, clock, &ledger_of(&["a"]))
+}
+
+/// [`decide_at_clock`] with `ledger`.
+fn decide_at_clock_with(nodes: &[NodeView], clock: u64, ledger: &Ledger) -> Decision {
     Round {
         nodes,
         others: &PoolCounts::default(),
-        ledger: &ledger_of(&["a"]),
+        ledger,
         deleted: &BTreeSet::new(),
         budget: 3,
         zone_budget: None,
@@ -787,23 +792,7 @@ fn another_pools_overdue_node_does_not_hold_this_pool() {
     annotate(&mut a, "reboot-boot-id", "a-boot-0");
     let mut nodes = told_to_reboot(&a);
     nodes[0].in_pool = false;
-    let d = Round {
-        nodes: &nodes,
-        others: &PoolCounts::default(),
-        ledger: &ledger_of(&[]),
-        deleted: &BTreeSet::new(),
-        budget: 3,
-        zone_budget: None,
-        drain_enabled: false,
-        now: 0,
-        fence: OPEN,
-        finish_after_window: true,
-        min_ready: 0,
-        clock: 1600,
-        reboot_timeout: 600,
-        blocked: &BTreeSet::new(),
-    }
-    .decide();
+    let d = decide_at_clock_with(&nodes, 1600, &ledger_of(&[]));
     assert!(
         d.overdue.is_empty(),
         "another pool's overdue node held this pool: {:?}",

@@ -465,7 +465,8 @@ impl Shell {
             Hold::Paused => (
                 Reason::Paused,
                 format!(
-                    "the pool is paused ({} on the ledger Lease); {stays} until an administrator                      resumes; reboots already told to go finish",
+                    "the pool is paused ({} on the ledger Lease); {stays} until an administrator \
+                     resumes; reboots already told to go finish",
                     common::ledger::PAUSED_ANNOTATION
                 ),
             ),
@@ -477,7 +478,8 @@ impl Shell {
                 (
                     Reason::OutsideWindow,
                     format!(
-                        "outside the maintenance windows ({}); {stays} until the next one opens                          at {next}",
+                        "outside the maintenance windows ({}); {stays} until the next one opens \
+                         at {next}",
                         self.schedule.windows
                     ),
                 )

@@ -123,7 +123,13 @@ async fn a_pause_after_the_grant_keeps_the_drained_node_from_rebooting_until_res
         PHASE,
         Some(&watch),
         || async {
-            has_event(&client, &name, "Paused", &[HELD]).await
+            has_event(
+                &client,
+                &name,
+                "Paused",
+                &[HELD, "until an administrator resumes"],
+            )
+            .await
                 || sb.fleet.reboots(&name) > 0
                 || protocol_annotations(&node(&client, &name).await)
                     .iter()

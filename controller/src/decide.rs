@@ -156,15 +156,14 @@ impl Fence {
             | NodeAction::Promote { .. } => false,
             _ => return None,
         };
-        if self.paused {
-            Some(Hold::Paused)
-        } else if !self.window_open && (claim || !finish_after_window) {
-            Some(Hold::OutsideWindow)
-        } else if self.gates_closed {
-            Some(Hold::Unhealthy)
-        } else {
-            blocked.then_some(Hold::BlockingPod)
+        // Once claimed, a closed window holds only with `--finish-after-window=false`.
+        let window_open = self.window_open || (!claim && finish_after_window);
+        Fence {
+            window_open,
+            ..*self
         }
+        .hold()
+        .or(blocked.then_some(Hold::BlockingPod))
     }
 
     /// Splits `actions` into those that may be made now and the nodes held back, with why.

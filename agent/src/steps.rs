@@ -79,6 +79,12 @@ impl NodeAgent {
         let go_ahead = action == AgentAction::BeginReboot;
         if !action.reboots() {
             self.not_stopped();
+        } else if let Some(made) = self.attempt(go_ahead) {
+            // Decided before any write or log of a reboot: a stopped agent sees every update
+            // of its node, and must neither say nor count "rebooting again" for each. A go-ahead
+            // starts the count again before it is written.
+            self.stop_rebooting(node, made).await;
+            return Ok(Outcome::Settled { written: None });
         }
         let (reason, note) = match action {
             AgentAction::Nothing => {
@@ -127,10 +133,6 @@ impl NodeAgent {
                 (Reason::Rebooting, note)
             }
         };
-        if let Some(made) = self.attempt(go_ahead) {
-            self.stop_rebooting(node, made).await;
-            return Ok(Outcome::Settled { written: None });
-        }
         self.events.publish(node, reason, note).await;
         self.observed.metrics.reboots_started.inc();
         Ok(self.trigger(node).await?)

@@ -211,7 +211,7 @@ async fn a_slot_holder_deleted_from_the_cluster_frees_its_slot() {
     let outcome = eventually(
         "sim-1's slot is released and sim-2 rebooted",
         PATIENCE,
-        None,
+        Some(&watch),
         || async {
             let slots = slots(&client).await.unwrap_or_default();
             (!slots.contains_key("sim-1") && sb.fleet.reboots("sim-2") == 1).then_some(slots)
@@ -219,6 +219,7 @@ async fn a_slot_holder_deleted_from_the_cluster_frees_its_slot() {
     )
     .await;
     println!("the ledger after: {outcome:?}");
+    watch.check().unwrap();
     sb.stop().await;
 }
 

@@ -358,13 +358,14 @@ impl<'a> Round<'a> {
             }
             // The node, as read now, is the truth about which of our grants it holds (another
             // controller re-keyed the slot, or the ledger was rebuilt): record that one instead,
-            // in a zone not known.
+            // in the zone the slot was granted in.
             Some(carried) if carried != grant && self.ledger.owner_of(carried) == Owner::Us => {
                 decision.ledger.release.push(node.clone());
+                let adopted = Grant::adopt(&node, carried, view.version());
                 decision
                     .ledger
                     .grant
-                    .push(Grant::adopt(&node, carried, view.version()));
+                    .push(adopted.in_zone(slot.zone.as_deref()));
             }
             Some(carried) if carried != grant => self.taken_by_another(view, slot, decision),
             Some(_) => self.claimed(view, grant, decision),

@@ -89,10 +89,9 @@ pub fn recreated_annotations(last: &Ledger) -> BTreeMap<String, String> {
 /// the list under way has brought the Lease: a list that ends without it means it was deleted
 /// while the watch was not looking.
 fn on_watch_event(id: &str, event: watcher::Event<Lease>, seen: &mut bool) -> Option<ReadLedger> {
-    let gone = |resource_version| ReadLedger {
+    let gone = || ReadLedger {
         ledger: Ledger {
             id: id.to_owned(),
-            resource_version,
             ..Ledger::default()
         },
         deleted: true,
@@ -103,12 +102,17 @@ fn on_watch_event(id: &str, event: watcher::Event<Lease>, seen: &mut bool) -> Op
             *seen = true;
             Some(read(id, &lease))
         }
-        watcher::Event::Delete(lease) => Some(gone(lease.metadata.resource_version)),
+        // The deleted Lease's last contents: the newest copy to recreate it from, which may
+        // hold another replica's writes that this one has not taken in yet.
+        watcher::Event::Delete(lease) => Some(ReadLedger {
+            deleted: true,
+            ..read(id, &lease)
+        }),
         watcher::Event::Init => {
             *seen = false;
             None
         }
-        watcher::Event::InitDone => (!*seen).then(|| gone(None)),
+        watcher::Event::InitDone => (!*seen).then(gone),
     }
 }
 
@@ -310,14 +314,18 @@ mod tests {
         )
         .unwrap();
         assert!(!applied.deleted);
+        let last = r#"{"n1":{"grant":"ns/ledger/abc","grantedAt":"t","nodeVersion":"7"}}"#;
         let deleted = on_watch_event(
             "ns/ledger",
-            watcher::Event::Delete(lease("6", "{}")),
+            watcher::Event::Delete(lease("6", last)),
             &mut seen,
         )
         .unwrap();
         assert!(deleted.deleted);
         assert_eq!(deleted.ledger.resource_version.as_deref(), Some("6"));
+        // Its last contents come with it: another replica's grant in them is not lost when
+        // the Lease is recreated.
+        assert!(deleted.ledger.slots.contains_key("n1"), "{deleted:?}");
         // Deleted while the watch was down: the list that follows does not bring it.
         assert!(on_watch_event("ns/ledger", watcher::Event::Init, &mut seen).is_none());
         let missing = on_watch_event("ns/ledger", watcher::Event::InitDone, &mut seen).unwrap();

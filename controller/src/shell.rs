@@ -200,6 +200,14 @@ impl Shell {
             let after_ours = watched.ledger.resource_version.is_none()
                 || self.ledger.is_older_than(&watched.ledger);
             self.ledger_gone |= changed && after_ours;
+            // The deletion brings the Lease's last contents: when they are newer than our copy
+            // (another replica wrote meanwhile), they are what it is recreated from.
+            if watched.damage.is_none()
+                && watched.ledger.resource_version.is_some()
+                && self.ledger.is_older_than(&watched.ledger)
+            {
+                self.ledger = watched.ledger;
+            }
             return;
         }
         if watched.ledger.resource_version.is_some() && self.ledger.is_older_than(&watched.ledger) {
@@ -214,6 +222,8 @@ impl Shell {
     async fn restore_ledger(&mut self) -> bool {
         let restored = match self.ledger_store.get().await {
             Ok(Some(read)) => Ok(read),
+            // A deposed leader must not put back its own copy over what the new one does.
+            Ok(None) if !self.leadership.is_leading() => return false,
             Ok(None) => self
                 .ledger_store
                 .recreate(&self.ledger)
@@ -266,6 +276,8 @@ impl Shell {
     /// should follow at once (the next step of a node often depends on this one).
     pub async fn round(&mut self) -> bool {
         self.failed = false;
+        // A round that ends early asks for no look: a past one would wake the loop at once.
+        self.look_at = None;
         if !self.leadership.is_leading() {
             return false;
         }

@@ -62,8 +62,11 @@ else
   echo "doc-tests" >> "$logs/failed.txt"; echo "test-binaries: FAILED the doc tests:"; cat "$logs/doc-tests.log"
 fi) &
 doc=$!
-xargs -P "$jobs" -L 1 bash -c 'run_one "$@"' run_one < "$logs/order.txt"
+xargs -P "$jobs" -L 1 bash -c 'run_one "$@"' run_one < "$logs/order.txt" \
+  || echo "xargs (a binary's run was killed; not every binary ran)" >> "$logs/failed.txt"
 wait "$doc"
+ran=$(wc -l < "$logs/times.txt" 2>/dev/null || echo 0)
+((ran == count)) || echo "only $ran of $count binaries ran" >> "$logs/failed.txt"
 [ -s "$logs/times.txt" ] && sort -k2,2nr "$logs/times.txt" > "$times"
 
 total() { cat "$logs"/*.log | sed -n "s/^test result: .* \([0-9]*\) $1;.*/\1/p" | awk '{ n += $1 } END { print n + 0 }'; }

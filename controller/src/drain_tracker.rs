@@ -7,10 +7,12 @@ use crate::{
     drain::{DrainOutcome, Drainer},
 };
 use backon::{BackoffBuilder, ExponentialBackoff, ExponentialBuilder};
+use futures::{FutureExt, future::BoxFuture};
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
 use std::{
     collections::HashMap,
+    fmt,
     sync::Arc,
     time::{Duration, Instant},
 };
@@ -19,6 +21,32 @@ use tokio::{
     task::JoinHandle,
 };
 use tracing::Instrument;
+
+/// What runs drains: the [`Drainer`], or the model test's drains, which end when it says.
+pub trait Drain: Send + Sync {
+    /// Starts draining `node` (the copy the round decided on) for `grant`; the future ends
+    /// with the outcome.
+    fn start(&self, node: Node, grant: String) -> BoxFuture<'static, DrainOutcome>;
+    /// The pods a drain of `node` would evict now (`--dry-run`).
+    fn would_evict(&self, node: &str) -> BoxFuture<'_, Result<Vec<String>, String>>;
+}
+
+impl Drain for Drainer {
+    fn start(&self, node: Node, grant: String) -> BoxFuture<'static, DrainOutcome> {
+        let drainer = self.clone();
+        async move { drainer.drain(&node, &grant).await }.boxed()
+    }
+
+    fn would_evict(&self, node: &str) -> BoxFuture<'_, Result<Vec<String>, String>> {
+        let node = node.to_owned();
+        async move {
+            Drainer::would_evict(self, &node)
+                .await
+                .map_err(|e| e.to_string())
+        }
+        .boxed()
+    }
+}
 
 /// A drain that ended.
 #[derive(Debug)]
@@ -60,9 +88,8 @@ struct Retry {
 }
 
 /// Drains by grant, and when nodes whose drain failed may be granted again.
-#[derive(Debug)]
 pub struct DrainTracker {
-    drainer: Option<Drainer>,
+    drainer: Option<Arc<dyn Drain>>,
     grants: HashMap<String, Tracked>,
     retries: HashMap<String, Retry>,
     done_tx: mpsc::UnboundedSender<Finished>,
@@ -71,9 +98,19 @@ pub struct DrainTracker {
     changed: Arc<Notify>,
 }
 
+impl fmt::Debug for DrainTracker {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DrainTracker")
+            .field("enabled", &self.enabled())
+            .field("grants", &self.grants)
+            .field("retries", &self.retries)
+            .finish_non_exhaustive()
+    }
+}
+
 impl DrainTracker {
     /// `drainer` is `None` with `--drain=false`.
-    pub fn new(drainer: Option<Drainer>, changed: Arc<Notify>) -> Self {
+    pub fn new(drainer: Option<Arc<dyn Drain>>, changed: Arc<Notify>) -> Self {
         let (done_tx, done_rx) = mpsc::unbounded_channel();
         Self {
             drainer,
@@ -85,8 +122,8 @@ impl DrainTracker {
         }
     }
 
-    pub fn drainer(&self) -> Option<&Drainer> {
-        self.drainer.as_ref()
+    pub fn drainer(&self) -> Option<&dyn Drain> {
+        self.drainer.as_deref()
     }
 
     pub fn enabled(&self) -> bool {
@@ -113,17 +150,18 @@ impl DrainTracker {
     /// carries `grant` and is cordoned: a drain that finds nothing to evict stands for that
     /// very version, with no further read (the reasoning is at [`Drainer::drain`]).
     pub fn start(&mut self, node: &Node, grant: &str) {
-        let Some(drainer) = self.drainer.clone() else {
+        let Some(drainer) = &self.drainer else {
             return;
         };
         let done = self.done_tx.clone();
         let changed = self.changed.clone();
         let (node, grant_id) = (node.clone(), grant.to_owned());
         let span = tracing::info_span!("drain", node = %node.name_any(), grant = %grant);
+        let drain = drainer.start(node.clone(), grant_id.clone());
         let task = tokio::spawn(
             async move {
                 let started = Instant::now();
-                let outcome = drainer.drain(&node, &grant_id).await;
+                let outcome = drain.await;
                 let took = started.elapsed();
                 let _ = done.send(Finished {
                     grant: grant_id,

@@ -226,11 +226,37 @@ impl Events {
         })));
     }
 
+    /// Events that are kept for the caller to read instead of being published (the model
+    /// test of the controller).
+    pub fn captured() -> (Self, CapturedEvents) {
+        let (queue, pending) = mpsc::unbounded_channel();
+        (Self { queue }, CapturedEvents(pending))
+    }
+
     /// Waits until the Events queued so far are written, at most `limit` (at shutdown).
     pub async fn flush(&self, limit: Duration) {
         let (done, flushed) = oneshot::channel();
         if self.queue.send(Message::Flush(done)).is_ok() {
             let _ = tokio::time::timeout(limit, flushed).await;
         }
+    }
+}
+
+/// The Events of [`Events::captured`].
+#[derive(Debug)]
+pub struct CapturedEvents(mpsc::UnboundedReceiver<Message>);
+
+impl CapturedEvents {
+    /// The Events published since the last call: the name of the object each is about, its
+    /// reason and its note.
+    pub fn take(&mut self) -> Vec<(String, Reason, String)> {
+        let mut taken = Vec::new();
+        while let Ok(message) = self.0.try_recv() {
+            if let Message::Publish(queued) = message {
+                let name = queued.reference.name.clone().unwrap_or_default();
+                taken.push((name, queued.reason, queued.note));
+            }
+        }
+        taken
     }
 }

@@ -3,17 +3,17 @@
 //! controller are seen. A write changes only the slots annotation: labels and annotations
 //! that others put on the Lease stay.
 
-use crate::{api_error::ApiErrorKind, ledger::Ledger, metrics::Metrics};
+use crate::{api::LeaseApi, api_error::ApiErrorKind, ledger::Ledger, metrics::Metrics};
 use common::ledger::{PAUSED_ANNOTATION, Pause, SLOTS_ANNOTATION, Slot, slots_json, slots_of};
 use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::{
     Api, Client, Resource,
-    api::{ObjectMeta, Patch, PatchParams, PostParams},
+    api::ObjectMeta,
     runtime::{WatchStreamExt, watcher},
 };
 use serde_json::json;
-use std::collections::BTreeMap;
+use std::{collections::BTreeMap, fmt, sync::Arc};
 use thiserror::Error;
 use tokio::sync::watch;
 
@@ -88,7 +88,11 @@ pub fn recreated_annotations(last: &Ledger) -> BTreeMap<String, String> {
 /// What the ledger watch publishes for one of its events, if anything. `seen` says whether
 /// the list under way has brought the Lease: a list that ends without it means it was deleted
 /// while the watch was not looking.
-fn on_watch_event(id: &str, event: watcher::Event<Lease>, seen: &mut bool) -> Option<ReadLedger> {
+pub fn on_watch_event(
+    id: &str,
+    event: watcher::Event<Lease>,
+    seen: &mut bool,
+) -> Option<ReadLedger> {
     let gone = || ReadLedger {
         ledger: Ledger {
             id: id.to_owned(),
@@ -116,17 +120,32 @@ fn on_watch_event(id: &str, event: watcher::Event<Lease>, seen: &mut bool) -> Op
     }
 }
 
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct LedgerStore {
-    api: Api<Lease>,
+    api: Arc<dyn LeaseApi>,
     name: String,
     namespace: String,
 }
 
+impl fmt::Debug for LedgerStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LedgerStore")
+            .field("namespace", &self.namespace)
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
 impl LedgerStore {
     pub fn new(client: Client, namespace: &str, name: &str) -> Self {
+        let api: Api<Lease> = Api::namespaced(client, namespace);
+        Self::with_api(Arc::new(api), namespace, name)
+    }
+
+    /// The ledger `namespace/name` through `api` (the model API server of the model test).
+    pub fn with_api(api: Arc<dyn LeaseApi>, namespace: &str, name: &str) -> Self {
         Self {
-            api: Api::namespaced(client, namespace),
+            api,
             name: name.to_owned(),
             namespace: namespace.to_owned(),
         }
@@ -161,7 +180,7 @@ impl LedgerStore {
     /// Reads the ledger without creating it (`--dry-run`): none yet is an empty one.
     pub async fn peek(&self) -> Result<ReadLedger, LedgerError> {
         let err = |e| LedgerError::Api(self.name.clone(), e);
-        Ok(match self.api.get_opt(&self.name).await.map_err(err)? {
+        Ok(match self.api.get(&self.name).await.map_err(err)? {
             Some(lease) => read(&self.id(), &lease),
             None => ReadLedger {
                 ledger: Ledger {
@@ -178,7 +197,7 @@ impl LedgerStore {
         let err = |e| LedgerError::Api(self.name.clone(), e);
         Ok(self
             .api
-            .get_opt(&self.name)
+            .get(&self.name)
             .await
             .map_err(err)?
             .map(|l| read(&self.id(), &l)))
@@ -187,7 +206,6 @@ impl LedgerStore {
     /// Creates the Lease again from `last`, the last good copy (see [`recreated_annotations`]).
     /// Another controller that recreated it first wins: its ledger is returned as read.
     pub async fn recreate(&self, last: &Ledger) -> Result<ReadLedger, LedgerError> {
-        let err = |e| LedgerError::Api(self.name.clone(), e);
         let lease = Lease {
             metadata: ObjectMeta {
                 name: Some(self.name.clone()),
@@ -196,12 +214,21 @@ impl LedgerStore {
             },
             spec: None,
         };
-        match self.api.create(&PostParams::default(), &lease).await {
+        self.create(lease).await
+    }
+
+    /// Creates the Lease; another controller that created it first wins: its ledger is
+    /// returned as read.
+    async fn create(&self, lease: Lease) -> Result<ReadLedger, LedgerError> {
+        let err = |e| LedgerError::Api(self.name.clone(), e);
+        match self.api.create(lease).await {
             Ok(lease) => Ok(read(&self.id(), &lease)),
-            Err(e) if ApiErrorKind::of(&e) == ApiErrorKind::AlreadyExists => Ok(read(
-                &self.id(),
-                &self.api.get(&self.name).await.map_err(err)?,
-            )),
+            Err(e) if ApiErrorKind::of(&e) == ApiErrorKind::AlreadyExists => {
+                match self.api.get(&self.name).await.map_err(err)? {
+                    Some(lease) => Ok(read(&self.id(), &lease)),
+                    None => Err(LedgerError::Gone),
+                }
+            }
             Err(e) => Err(err(e)),
         }
     }
@@ -209,7 +236,7 @@ impl LedgerStore {
     /// Reads the ledger, creating an empty one the first time.
     pub async fn load(&self) -> Result<ReadLedger, LedgerError> {
         let err = |e| LedgerError::Api(self.name.clone(), e);
-        if let Some(lease) = self.api.get_opt(&self.name).await.map_err(err)? {
+        if let Some(lease) = self.api.get(&self.name).await.map_err(err)? {
             return Ok(read(&self.id(), &lease));
         }
         let empty = Lease {
@@ -223,14 +250,7 @@ impl LedgerStore {
             },
             spec: None,
         };
-        match self.api.create(&PostParams::default(), &empty).await {
-            Ok(lease) => Ok(read(&self.id(), &lease)),
-            Err(e) if ApiErrorKind::of(&e) == ApiErrorKind::AlreadyExists => Ok(read(
-                &self.id(),
-                &self.api.get(&self.name).await.map_err(err)?,
-            )),
-            Err(e) => Err(err(e)),
-        }
+        self.create(empty).await
     }
 
     /// Replaces the slots if nobody changed the Lease since `current` was read. A merge patch
@@ -244,11 +264,7 @@ impl LedgerStore {
             "resourceVersion": current.resource_version,
             "annotations": {SLOTS_ANNOTATION: slots_json(slots)},
         }});
-        match self
-            .api
-            .patch(&self.name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-        {
+        match self.api.merge(&self.name, patch).await {
             Ok(written) => Ok(read(&self.id(), &written).ledger),
             Err(e) if ApiErrorKind::of(&e) == ApiErrorKind::Conflict => Err(LedgerError::Conflict),
             Err(e) if ApiErrorKind::of(&e) == ApiErrorKind::NotFound => Err(LedgerError::Gone),
@@ -259,12 +275,14 @@ impl LedgerStore {
     /// Publishes every version of the ledger the watch sees, and its deletion.
     pub fn spawn_watch(
         &self,
+        client: Client,
         metrics: Metrics,
         on_change: impl Fn() + Send + 'static,
     ) -> watch::Receiver<ReadLedger> {
         let (tx, rx) = watch::channel(ReadLedger::default());
         let config = watcher::Config::default().fields(&format!("metadata.name={}", self.name));
-        let stream = watcher(self.api.clone(), config).default_backoff();
+        let api: Api<Lease> = Api::namespaced(client, &self.namespace);
+        let stream = watcher(api, config).default_backoff();
         let id = self.id();
         tokio::spawn(async move {
             futures::pin_mut!(stream);

@@ -4,10 +4,12 @@
 
 pub mod alert_watch;
 pub mod alerts;
+pub mod api;
 pub mod api_error;
 pub mod args;
 pub mod blocking_pods;
 pub mod budget;
+pub mod clock;
 pub mod decide;
 pub mod drain;
 pub mod drain_tracker;
@@ -21,6 +23,7 @@ pub mod memory;
 pub mod metrics;
 pub mod node_pods;
 pub mod nodes;
+pub mod plan;
 pub mod pool;
 pub mod pool_index;
 pub mod run;

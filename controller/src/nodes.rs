@@ -195,6 +195,42 @@ pub fn spawn_reflector(
     (store, index)
 }
 
+/// A node cache fed by hand, one watch event at a time, kept exactly as [`spawn_reflector`]
+/// keeps its store and index (the model test of the controller feeds it its replicas'
+/// views).
+#[allow(missing_debug_implementations)] // the reflector's writer has no Debug
+pub struct NodeFeed {
+    writer: reflector::store::Writer<Node>,
+    indexer: Indexer,
+}
+
+impl NodeFeed {
+    pub fn new(indexing: Indexing) -> (Store<Node>, SharedIndex, Self) {
+        let writer = reflector::store::Writer::default();
+        let store = writer.as_reader();
+        let index = SharedIndex::default();
+        let indexer = Indexer {
+            indexing,
+            index: index.clone(),
+            relisted: None,
+        };
+        (store, index, Self { writer, indexer })
+    }
+
+    /// Takes in one watch event, trimmed as the reflector trims it.
+    pub fn apply(&mut self, mut event: watcher::Event<Node>) {
+        let kept = &self.indexer.indexing.kept;
+        match &mut event {
+            watcher::Event::Apply(node)
+            | watcher::Event::InitApply(node)
+            | watcher::Event::Delete(node) => trim(node, kept),
+            watcher::Event::Init | watcher::Event::InitDone => {}
+        }
+        self.writer.apply_watcher_event(&event);
+        self.indexer.apply(&event);
+    }
+}
+
 /// What a round views of the pool: the nodes in the protocol and the slot holders (`slots`),
 /// each as `overlay` has it; and the rest of the pool, counted by the index.
 pub fn gather<'s>(

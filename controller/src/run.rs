@@ -13,8 +13,9 @@ use crate::{
     api_error::ApiErrorKind,
     args::Args,
     blocking_pods::BlockingPods,
+    clock::SystemClock,
     drain::{DrainSettings, Drainer},
-    drain_tracker::DrainTracker,
+    drain_tracker::{Drain, DrainTracker},
     events::Events,
     gates::{AlertChecks, Gates},
     leader::{Election, Elector, Leadership},
@@ -137,7 +138,7 @@ impl Context {
             metrics.clone(),
         );
         let ledger_store = LedgerStore::new(client.clone(), &args.namespace, &args.ledger_name);
-        let ledger_watch = ledger_store.spawn_watch(metrics.clone(), {
+        let ledger_watch = ledger_store.spawn_watch(client.clone(), metrics.clone(), {
             let changed = changed.clone();
             move || changed.notify_one()
         });
@@ -286,10 +287,14 @@ impl Context {
             )
         });
         let mut shell = Shell::new(ShellParts {
-            client: self.client.clone(),
+            node_api: Arc::new(Api::<Node>::all(self.client.clone())),
+            clock: Arc::new(SystemClock::default()),
             keys: args.annotation_prefix.clone(),
             max_unavailable: args.max_unavailable,
-            drains: DrainTracker::new(drainer, self.changed.clone()),
+            drains: DrainTracker::new(
+                drainer.map(|d| Arc::new(d) as Arc<dyn Drain>),
+                self.changed.clone(),
+            ),
             nodes: self.store.clone(),
             index: self.index.clone(),
             overlay: Overlay::new(args.indexing()),

@@ -1,0 +1,108 @@
+//! The pure half of the shell: what a decision becomes once the world has been looked at
+//! again. Which patch each node action writes, which grants a damaged ledger or a fence
+//! keeps back, which releases a fresh read of a soaked node withdraws, and in what order the
+//! writes go. No I/O: the shell calls these, and the model test runs the shell.
+
+use crate::decide::{Decision, Fence, Hold, NodeAction, ReleaseReason};
+use common::{NodeFacts, Transition};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// The patch a node action writes, if it writes one: a grant's claim, a cordon again, the
+/// promotion, the completion, or the release of a node that carries what a release removes.
+/// Reads (`Refetch`), drain starts and warnings write nothing. `now` is the wall-clock time
+/// the patch records.
+pub fn node_patch(
+    action: &NodeAction,
+    facts: &NodeFacts,
+    t: &Transition<'_>,
+    now: &str,
+) -> Option<json_patch::Patch> {
+    match action {
+        NodeAction::Claim {
+            grant,
+            node_version,
+            promote,
+            ..
+        } => Some(t.claim(facts, grant, node_version, *promote, now)),
+        NodeAction::Recordon { grant, .. } => Some(t.recordon(facts, grant)),
+        NodeAction::Promote { grant, .. } => Some(t.promote(facts, grant, now)),
+        NodeAction::Complete { grant, .. } => Some(t.complete(facts, Some(grant), now)),
+        NodeAction::Release { .. } => t.release(facts),
+        NodeAction::Refetch(_)
+        | NodeAction::StartDrain { .. }
+        | NodeAction::WarnInvalidRequest { .. } => None,
+    }
+}
+
+/// No new grant in this decision: adoptions of what the nodes carry stay.
+pub fn drop_new_grants(decision: &mut Decision) {
+    decision.ledger.grant.retain(|g| g.adopted.is_some());
+}
+
+/// A damaged ledger is rebuilt first, from what the nodes carry, and grants only once it is
+/// written back: nothing new, and nobody waits on it this round.
+pub fn rebuild_only(decision: &mut Decision) {
+    drop_new_grants(decision);
+    decision.waiting.clear();
+}
+
+/// A soaked node a fresh read found not Ready keeps its slot, and the round grants nothing
+/// new: the next round decides on the node as read.
+pub fn keep_soaking(decision: &mut Decision, node: &str) {
+    decision.ledger.release.retain(|n| n != node);
+    decision.release_reasons.retain(|(n, _)| n != node);
+    drop_new_grants(decision);
+}
+
+/// The nodes whose soak the decision ends: read fresh before their slot goes.
+pub fn soaked(decision: &Decision) -> Vec<String> {
+    decision
+        .release_reasons
+        .iter()
+        .filter(|(_, reason)| *reason == ReleaseReason::Completed)
+        .map(|(name, _)| name.clone())
+        .collect()
+}
+
+/// The node actions a fence as it stands at write time lets through, and every granted node
+/// held back with why: those the decision already held and those the fence holds now.
+pub fn fence_actions(
+    decision: &mut Decision,
+    fence: Fence,
+    blocked: &BTreeSet<String>,
+    finish_after_window: bool,
+) -> (Vec<NodeAction>, Vec<(String, Hold)>) {
+    let actions = std::mem::take(&mut decision.node_actions);
+    let (actions, held) = fence.hold_back(actions, blocked, finish_after_window);
+    let mut all_held = std::mem::take(&mut decision.held);
+    all_held.extend(held);
+    (actions, all_held)
+}
+
+/// The writes grouped by node, each group in the decision's order, each write with its place
+/// in `writes`: groups go out at once, one node's writes one after the other.
+pub fn by_node<W>(writes: Vec<W>, node: impl Fn(&W) -> &str) -> Vec<Vec<(usize, W)>> {
+    let mut groups: BTreeMap<String, Vec<(usize, W)>> = BTreeMap::new();
+    for (i, write) in writes.into_iter().enumerate() {
+        groups
+            .entry(node(&write).to_owned())
+            .or_default()
+            .push((i, write));
+    }
+    groups.into_values().collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_nodes_writes_stay_in_order_and_keep_their_place() {
+        let writes = vec![("b", 1), ("a", 2), ("b", 3)];
+        let groups = by_node(writes, |w| w.0);
+        assert_eq!(
+            groups,
+            vec![vec![(1, ("a", 2))], vec![(0, ("b", 1)), (2, ("b", 3))]]
+        );
+    }
+}

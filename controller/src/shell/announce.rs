@@ -1,0 +1,383 @@
+//! What a round says: Events, logs and gauges about waiting, held, failing and foreign nodes,
+//! drains that ended, and a dry run's plan.
+
+use super::*;
+
+/// A gate's waiting note without the words that say a request waits for a slot.
+fn waiting_words(note: &str) -> &str {
+    note.strip_prefix("reboot requested; ")
+        .unwrap_or(note)
+        .trim_start_matches("waiting while ")
+        .trim_start_matches("waiting: ")
+}
+
+impl Shell {
+    /// An Event on each granted node a fence holds back, once per reason and episode: it keeps
+    /// its slot and is not moved further. A gate whose check is under way is not worth one.
+    pub(super) fn announce_held(
+        &mut self,
+        held: &[(String, Hold)],
+        nodes: &HashMap<&str, &Arc<Node>>,
+        gates: &GateReading,
+    ) {
+        self.metrics.held_grants.set(held.len() as i64);
+        let now = self.clock.now();
+        let said: Vec<(String, Reason, String)> = held
+            .iter()
+            .filter_map(|(name, hold)| {
+                let (reason, note) = self.held_event(name, *hold, gates, now)?;
+                Some((name.clone(), reason, note))
+            })
+            .collect();
+        let named: Vec<(String, &'static str)> = said
+            .iter()
+            .map(|(name, reason, _)| (name.clone(), reason.as_str()))
+            .collect();
+        let first: BTreeSet<String> = self.memory.first_held(&named).into_iter().collect();
+        for (name, reason, note) in said {
+            if !first.contains(&name) {
+                continue;
+            }
+            tracing::info!(node = %name, "{note}");
+            if let Some(node) = nodes.get(name.as_str()) {
+                // Its own action: the recorder would fold it into the waiting Event's series.
+                self.events.publish_action(node, reason, "Held", note);
+            }
+        }
+    }
+
+    /// The Event of a granted node held back by `hold`, if it is worth one.
+    fn held_event(
+        &self,
+        name: &str,
+        hold: Hold,
+        gates: &GateReading,
+        now: Timestamp,
+    ) -> Option<(Reason, String)> {
+        let stays = "it keeps its slot and is not moved further (cordon, drain, reboot-now)";
+        let (reason, why) = match hold {
+            Hold::Paused => (
+                Reason::Paused,
+                format!(
+                    "the pool is paused ({} on the ledger Lease); {stays} until an administrator \
+                     resumes; reboots already told to go finish",
+                    common::ledger::PAUSED_ANNOTATION
+                ),
+            ),
+            Hold::OutsideWindow => {
+                let next = self
+                    .schedule
+                    .next_opening(now)
+                    .map_or_else(|| "never".to_owned(), |t| t.to_string());
+                (
+                    Reason::OutsideWindow,
+                    format!(
+                        "outside the maintenance windows ({}); {stays} until the next one opens \
+                         at {next}",
+                        self.schedule.windows
+                    ),
+                )
+            }
+            Hold::Unhealthy => {
+                let (reason, note) = gates.pool.as_ref()?.event.clone()?;
+                (
+                    reason,
+                    format!("{}; {stays} until then", waiting_words(&note)),
+                )
+            }
+            Hold::BlockingPod => {
+                let (reason, note) = gates.blocked_event(name);
+                (
+                    reason,
+                    format!("{}; {stays} until then", waiting_words(&note)),
+                )
+            }
+        };
+        Some((reason, format!("slot granted, held: {why}")))
+    }
+
+    /// `--dry-run`: logs and reports (once each) the writes this round would make.
+    pub(super) async fn say_dry_run(
+        &mut self,
+        decision: &Decision,
+        nodes: &HashMap<&str, &Arc<Node>>,
+        budget: usize,
+    ) {
+        for step in dry_run::plan(decision, budget, self.drains.enabled()) {
+            if !self.memory.first_dry_run(&step.node, &step.what) {
+                continue;
+            }
+            let mut what = step.what;
+            if let (true, Some(drainer)) = (step.new_grant, self.drains.drainer()) {
+                match drainer.would_evict(&step.node).await {
+                    Ok(pods) if pods.is_empty() => what.push_str("; no pod to evict now"),
+                    Ok(pods) => what.push_str(&format!("; pods to evict now: {}", pods.join(", "))),
+                    Err(error) => what.push_str(&format!("; cannot list its pods: {error}")),
+                }
+            }
+            tracing::info!(node = %step.node, dry_run = true, "dry run: {what}");
+            if let Some(node) = nodes.get(step.node.as_str()) {
+                self.events.publish(node, Reason::DryRun, what);
+            }
+        }
+    }
+
+    pub(super) fn collect_drain_outcomes(&mut self) {
+        for Finished {
+            grant,
+            node,
+            outcome,
+            took,
+        } in self.drains.finished()
+        {
+            let name = node.metadata.name.clone().unwrap_or_default();
+            match outcome {
+                DrainOutcome::Drained { evicted, .. } => {
+                    self.metrics.drain_finished("drained", took);
+                    tracing::info!(node = %name, %grant, evicted, took = ?took, "drained");
+                }
+                DrainOutcome::Superseded => {
+                    tracing::info!(node = %name, %grant, "drain stopped: the node no longer holds its grant");
+                }
+                DrainOutcome::TimedOut { blocking } => {
+                    let pods: Vec<String> = blocking
+                        .iter()
+                        .map(|(pod, why)| format!("{pod}: {why}"))
+                        .collect();
+                    self.metrics.drain_finished("timed_out", took);
+                    self.metrics.drain_timeouts.inc();
+                    self.metrics.reboot_failed("drain_timeout");
+                    tracing::warn!(node = %name, blocking = ?pods, "drain timed out; giving the slot back");
+                    let mut note = format!(
+                        "drain timed out; node uncordoned and slot released, retried later; blocked by {}",
+                        pods.join("; ")
+                    );
+                    // An Event's note may have 1 KiB; cut at a character boundary.
+                    let cut = (0..=note.len().min(1000))
+                        .rev()
+                        .find(|&i| note.is_char_boundary(i))
+                        .unwrap_or(0);
+                    note.truncate(cut);
+                    self.events.publish(&node, Reason::DrainBlocked, note);
+                }
+            }
+        }
+    }
+
+    /// A node that went NotReady during its soak holds the pool: a Warning once per episode.
+    pub(super) fn warn_not_ready_after_reboot(
+        &mut self,
+        decision: &Decision,
+        nodes: &HashMap<&str, &Arc<Node>>,
+    ) {
+        let sick = &decision.not_ready_after_reboot;
+        self.metrics.not_ready_after_reboot.set(sick.len() as i64);
+        for name in self.memory.first_not_ready_after_reboot(sick) {
+            tracing::warn!(node = %name, "NotReady after its reboot: no new reboots until it is Ready");
+            if let Some(node) = nodes.get(name.as_str()) {
+                let note = format!(
+                    "NotReady within --min-ready-seconds ({}s) of its reboot: it keeps its slot and \
+                     no new reboot starts in this pool until it is Ready again (or an \
+                     administrator clears it: kubectl annotate node {name} {}-)",
+                    self.schedule.min_ready.as_secs(),
+                    self.keys.last_grant
+                );
+                self.events.publish(node, Reason::NotReadyAfterReboot, note);
+            }
+        }
+    }
+
+    /// A node told to reboot and not completed within `--reboot-timeout` holds the pool: a
+    /// Warning once per episode, and the metric.
+    pub(super) fn warn_reboots_overdue(
+        &mut self,
+        decision: &Decision,
+        nodes: &HashMap<&str, &Arc<Node>>,
+    ) {
+        let late = &decision.overdue;
+        self.metrics.reboots_overdue.set(late.len() as i64);
+        for name in self.memory.first_reboots_overdue(late) {
+            let Some(node) = nodes.get(name.as_str()) else {
+                continue;
+            };
+            let facts = NodeFacts::from_node(node);
+            let state = facts.protocol(&self.keys);
+            let what = match &state.phase {
+                common::Phase::RebootNow => format!(
+                    "the agent has not taken {} (is the reboot-agent pod running on it?)",
+                    self.keys.now
+                ),
+                common::Phase::InProgress { .. } => {
+                    "the node has not come back in a new boot (hung at shutdown, firmware or boot?)"
+                        .to_owned()
+                }
+                common::Phase::Done { .. } if facts.readiness != common::Readiness::Ready => {
+                    "the node came back in a new boot but is not Ready (a bad kernel or a broken \
+                     kubelet, most often)"
+                        .to_owned()
+                }
+                _ => "the kubelet has not reported the new boot".to_owned(),
+            };
+            tracing::warn!(node = %name, "{what}: reboot overdue; no new reboots until it completes");
+            // Giving it up: removing the protocol annotations it has (a cancel, by hand).
+            let give_up: Vec<String> = [
+                &self.keys.now,
+                &self.keys.in_progress,
+                &self.keys.done,
+                &self.keys.boot_id,
+            ]
+            .into_iter()
+            .filter(|key| facts.annotations.contains_key(*key))
+            .map(|key| format!("{key}-"))
+            .collect();
+            let note = format!(
+                "not completed within --reboot-timeout ({}): {what}. It keeps its slot and cordon, \
+                 and no new reboot starts in this pool until the kubelet reports its new boot \
+                 and it is Ready; the rollout then goes on by itself. Fix the node, or give it \
+                 up (its slot is released): kubectl annotate node {name} {} (or delete the Node)",
+                crate::drain::humantime(self.schedule.reboot_timeout),
+                give_up.join(" "),
+            );
+            self.events.publish(node, Reason::RebootOverdue, note);
+        }
+    }
+
+    /// A node of the pool carrying a grant that is not this ledger's: said once per episode.
+    /// It counts against this pool's budget; its own ledger's controller finishes it.
+    pub(super) fn announce_foreign(
+        &mut self,
+        decision: &Decision,
+        nodes: &HashMap<&str, &Arc<Node>>,
+    ) {
+        for name in self.memory.first_foreign(&decision.foreign) {
+            let Some(node) = nodes.get(name.as_str()) else {
+                continue;
+            };
+            let grant = NodeFacts::from_node(node)
+                .protocol(&self.keys)
+                .grant
+                .unwrap_or_default();
+            let ours = &self.ledger.id;
+            let note = match common::ledger::ledger_of_grant(&grant) {
+                Some(theirs) => format!(
+                    "carries {}={grant} of the ledger {theirs} (another pool's; the node was \
+                     relabelled into this pool during its reboot): that pool's controller \
+                     finishes the reboot; this one ({ours}) counts the node as unavailable and \
+                     does not drive it",
+                    self.keys.grant
+                ),
+                None => format!(
+                    "carries {}={grant}, written by an earlier version and not in this \
+                     controller's ledger {ours}: counted as unavailable, not driven. If no \
+                     controller finishes it (its ledger was lost), hand it over: kubectl \
+                     annotate node {name} {}-",
+                    self.keys.grant, self.keys.grant
+                ),
+            };
+            tracing::info!(node = %name, %grant, "{note}");
+            self.events.publish(node, Reason::ForeignGrant, note);
+        }
+    }
+
+    /// A request on an opted-out node: an Event once per request, and the metric.
+    pub(super) fn announce_opted_out(
+        &mut self,
+        decision: &Decision,
+        nodes: &HashMap<&str, &Arc<Node>>,
+    ) {
+        self.metrics
+            .opted_out_requests
+            .set(decision.opted_out.len() as i64);
+        for name in &decision.opted_out {
+            let reason = Reason::RebootDisabled;
+            if let Some(node) = nodes
+                .get(name.as_str())
+                .filter(|_| self.memory.first_wait(name, reason.as_str()))
+            {
+                let note = format!(
+                    "reboot requested, but the node is labelled {}=true: it is never rebooted \
+                     while the label is there",
+                    self.keys.disabled
+                );
+                tracing::info!(node = %name, "{note}");
+                self.events.publish(node, reason, note);
+            }
+        }
+    }
+
+    /// An Event on each waiting node, once per reason: why it waits. A check under way
+    /// (the gates have not answered yet) is not worth one.
+    pub(super) fn announce_waiting(
+        &mut self,
+        decision: &Decision,
+        nodes: &HashMap<&str, &Arc<Node>>,
+        pool: usize,
+        scheduled: Option<Hold>,
+        gates: &GateReading,
+    ) {
+        let now = self.clock.now();
+        let pool_event = match (self.schedule.waiting_event(scheduled, now), &gates.pool) {
+            (Some(event), _) => Some(event),
+            (None, Some(hold)) => hold.event.clone(),
+            (None, None) if !decision.overdue.is_empty() => Some((
+                Reason::Requested,
+                format!(
+                    "reboot requested; waiting: no new reboot while {} has not completed its \
+                     reboot within --reboot-timeout",
+                    decision.overdue.join(", ")
+                ),
+            )),
+            (None, None) => Some((
+                Reason::Requested,
+                format!(
+                    "reboot requested; waiting for a slot (max-unavailable {} of {pool} nodes)",
+                    self.max_unavailable
+                ),
+            )),
+        };
+        for name in &decision.waiting {
+            let event = if decision.blocked.contains(name) {
+                Some(gates.blocked_event(name))
+            } else if decision.zone_unknown.contains(name) {
+                let label = self.overlay.indexing().zone_label();
+                let note = format!(
+                    "reboot requested; waiting: the node has no {label} label, and with \
+                     --max-unavailable-per-zone a node is granted only in a known zone (so that \
+                     it counts against its real zone's budget); label it with its zone: \
+                     kubectl label node {name} {label}=<zone>"
+                );
+                Some((Reason::ZoneLabelMissing, note))
+            } else if decision.zone_full.contains(name) {
+                let note = format!(
+                    "reboot requested; waiting for a slot in its zone \
+                     (max-unavailable-per-zone {})",
+                    self.zone_budget.map(|b| b.to_string()).unwrap_or_default()
+                );
+                Some((Reason::ZoneBudgetFull, note))
+            } else {
+                pool_event.clone()
+            };
+            let Some((reason, note)) = event else {
+                continue;
+            };
+            if let Some(node) = nodes
+                .get(name.as_str())
+                .filter(|_| self.memory.first_wait(name, reason.as_str()))
+            {
+                tracing::info!(node = %name, "{note}");
+                self.events.publish(node, reason, note);
+            }
+        }
+    }
+
+    pub(super) fn warn_invalid(&mut self, node: &Node, name: &str, value: &str) {
+        if self.memory.first_warning(name, value) {
+            tracing::warn!(node = %name, %value, "ignoring reboot-needed: not `true`");
+            let note = format!(
+                "{}={value:?} is not a reboot request: only \"true\" is; fix the value or remove the annotation",
+                self.keys.needed
+            );
+            self.events.publish(node, Reason::InvalidRequest, note);
+        }
+    }
+}

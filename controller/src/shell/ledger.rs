@@ -1,0 +1,183 @@
+//! The shell's copy of the slot ledger: taking in what was read or watched, writing a
+//! round's changes with a compare-and-swap, and recreating the Lease when it was deleted.
+
+use super::*;
+
+impl Shell {
+    /// Uses a ledger as read; a damaged one is reported (once per version) and rebuilt.
+    pub(super) fn take_ledger(&mut self, read: ReadLedger) {
+        if let Some(damage) = &read.damage
+            && read.ledger.resource_version != self.ledger.resource_version
+        {
+            self.metrics.ledger_damaged.inc();
+            tracing::warn!(%damage, "the slot ledger is unreadable; rebuilding it from the nodes");
+            let note = format!(
+                "{damage}; rebuilt from the nodes' protocol state (no new slot until it is \
+                 written back). Do not edit this annotation by hand; pause instead"
+            );
+            self.events
+                .publish_about(self.ledger_store.reference(), Reason::LedgerDamaged, note);
+        }
+        if read.unexpected_pause != self.warned_pause {
+            if let Some(value) = &read.unexpected_pause {
+                let note = self.ledger_store.unexpected_pause_note(value);
+                tracing::warn!("{note}");
+                self.events.publish_about(
+                    self.ledger_store.reference(),
+                    Reason::UnexpectedPauseValue,
+                    note,
+                );
+            }
+            self.warned_pause = read.unexpected_pause;
+        }
+        self.ledger_damage = read.damage;
+        self.ledger = read.ledger;
+    }
+
+    /// Takes a newer ledger from the watch (another controller's writes), or notes that the
+    /// Lease was deleted after the copy we hold.
+    pub(super) fn catch_up_ledger(&mut self) {
+        let changed = self.ledger_watch.has_changed().unwrap_or(false);
+        let watched = self.ledger_watch.borrow_and_update().clone();
+        if watched.deleted {
+            // A list that found no Lease carries no version: read again to know.
+            let after_ours = watched.ledger.resource_version.is_none()
+                || self.ledger.is_older_than(&watched.ledger);
+            self.ledger_gone |= changed && after_ours;
+            // The deletion brings the Lease's last contents: when they are newer than our copy
+            // (another replica wrote meanwhile), they are what it is recreated from.
+            if watched.damage.is_none()
+                && watched.ledger.resource_version.is_some()
+                && self.ledger.is_older_than(&watched.ledger)
+            {
+                self.ledger = watched.ledger;
+            }
+            return;
+        }
+        if watched.ledger.resource_version.is_some() && self.ledger.is_older_than(&watched.ledger) {
+            self.take_ledger(watched);
+        }
+    }
+
+    /// The ledger Lease was deleted: reads it again and, if it is still gone, recreates it
+    /// from our last good copy, whose slots include the soaks under way (no node carries a
+    /// grant for those, so a ledger rebuilt from the nodes would forget them). False when it
+    /// could not be done; the next round tries again.
+    pub(super) async fn restore_ledger(&mut self) -> bool {
+        let restored = match self.ledger_store.get().await {
+            Ok(Some(read)) => Ok(read),
+            // A deposed leader must not put back its own copy over what the new one does.
+            Ok(None) if !self.leadership.is_leading() => return false,
+            Ok(None) => self
+                .ledger_store
+                .recreate(&self.ledger)
+                .await
+                .inspect(|read| {
+                    self.say_ledger_recreated(&read.ledger);
+                }),
+            Err(error) => Err(error),
+        };
+        match restored {
+            Ok(read) => {
+                self.ledger_gone = false;
+                self.take_ledger(read);
+                true
+            }
+            Err(error) => {
+                self.metrics.api_error("ledger", error.kind());
+                tracing::warn!(%error, "the slot ledger Lease is gone and could not be recreated; retrying");
+                self.failed = true;
+                false
+            }
+        }
+    }
+
+    /// A Warning on the Lease (and the log, and the metric): it was deleted and recreated.
+    fn say_ledger_recreated(&self, recreated: &Ledger) {
+        self.metrics.ledger_recreated.inc();
+        let holders: Vec<&str> = recreated.slots.keys().map(String::as_str).collect();
+        let held = if holders.is_empty() {
+            "no slot".to_owned()
+        } else {
+            format!("the slots of {}", holders.join(", "))
+        };
+        let pause = if recreated.paused {
+            " and its pause (reboot-paused=true)"
+        } else {
+            ""
+        };
+        let note = format!(
+            "the slot ledger Lease was deleted; recreated from this controller's last copy \
+             with {held}{pause}: reboots and soaks under way keep their slots. Do not delete \
+             it; to stop new reboots, pause instead (kubectl reboot pause)"
+        );
+        tracing::warn!(slots = holders.len(), "{note}");
+        self.events
+            .publish_about(self.ledger_store.reference(), Reason::LedgerRecreated, note);
+    }
+
+    pub(super) async fn reload_ledger(&mut self) -> bool {
+        match self.ledger_store.load().await {
+            Ok(read) => {
+                self.take_ledger(read);
+                true
+            }
+            Err(error) => {
+                self.metrics.api_error("ledger", error.kind());
+                tracing::warn!(%error, "could not read the slot ledger");
+                false
+            }
+        }
+    }
+
+    pub(super) async fn write_ledger(
+        &mut self,
+        decision: &Decision,
+        nodes: &HashMap<&str, &Arc<Node>>,
+    ) -> Result<(), LedgerError> {
+        let now = self.clock.now().to_string();
+        let id = self.ledger.id.clone();
+        let slots = decision.ledger.apply(&self.ledger.slots, &now, || {
+            common::ledger::grant_id(&id, &new_grant_id())
+        });
+        self.ledger = self.ledger_store.swap(&self.ledger, &slots).await?;
+        self.ledger_damage = None;
+        let ledger = &self.ledger;
+        self.drains
+            .retain(|grant| ledger.slots.values().any(|s| s.grant == grant));
+        for grant in &decision.ledger.grant {
+            let id = self.ledger.grant_of(&grant.node).unwrap_or_default();
+            tracing::info!(node = %grant.node, grant = %id, adopted = grant.adopted.is_some(),
+                           slots = self.ledger.slots.len(), "slot granted");
+        }
+        for (name, reason) in &decision.release_reasons {
+            tracing::info!(node = %name, ?reason, slots = self.ledger.slots.len(), "slot released");
+            match reason {
+                ReleaseReason::Completed
+                | ReleaseReason::Unclaimed
+                | ReleaseReason::WindowClosed => {}
+                ReleaseReason::NodeDeleted => self.metrics.reboot_failed("node_removed"),
+                ReleaseReason::SoakCleared => {
+                    tracing::warn!(node = %name, "soak cleared by hand: slot released");
+                    if let Some(node) = nodes.get(name.as_str()) {
+                        let note = format!(
+                            "{} was removed during the soak: the soak is cleared by hand and \
+                             the slot released",
+                            self.keys.last_grant
+                        );
+                        self.events.publish(node, Reason::SoakCleared, note);
+                    }
+                }
+                ReleaseReason::DrainFailed => self.drains.schedule_retry(name, self.now_ms()),
+                ReleaseReason::Cancelled => {
+                    self.metrics.reboots_cancelled.inc();
+                    if let Some(node) = nodes.get(name.as_str()) {
+                        let note = "reboot-needed was removed: reboot cancelled, slot released";
+                        self.events.publish(node, Reason::Cancelled, note.into());
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}

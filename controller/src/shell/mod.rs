@@ -1,0 +1,349 @@
+//! The I/O shell around the decision core: feeds it from the cache, the ledger and its
+//! memory, executes what it decides, and feeds the results straight back.
+
+use crate::{
+    api::NodeApi,
+    api_error::ApiErrorKind,
+    clock::Clock,
+    decide::{Decision, Fence, Hold, NodeAction, ReleaseReason, Round},
+    drain::DrainOutcome,
+    drain_tracker::{DrainTracker, Finished},
+    dry_run,
+    events::{Events, Reason},
+    gates::{GateReading, Gates},
+    leader::Leadership,
+    ledger::{Ledger, new_grant_id},
+    ledger_store::{LedgerError, LedgerStore, ReadLedger},
+    memory::{Memory, ViewInputs},
+    metrics::Metrics,
+    nodes::{self, Overlay, SharedIndex},
+    plan,
+    pool_index::PoolCounts,
+    schedule::Schedule,
+};
+use common::{AnnotationKeys, MaxUnavailable, NodeFacts, Transition};
+use futures::{StreamExt, stream};
+use k8s_openapi::{api::core::v1::Node, jiff::Timestamp};
+use kube::runtime::reflector::Store;
+use std::{
+    collections::{BTreeSet, HashMap},
+    sync::Arc,
+    time::Duration,
+};
+use tokio::sync::watch;
+
+/// Where the shell's inputs come from, built by `run` (or by the model test).
+#[allow(missing_debug_implementations)] // the API traits have no Debug
+pub struct ShellParts {
+    pub node_api: Arc<dyn NodeApi>,
+    pub clock: Arc<dyn Clock>,
+    pub keys: AnnotationKeys,
+    pub max_unavailable: MaxUnavailable,
+    pub zone_budget: Option<MaxUnavailable>,
+    pub drains: DrainTracker,
+    pub nodes: Store<Node>,
+    pub index: SharedIndex,
+    pub overlay: Overlay,
+    pub ledger: ReadLedger,
+    pub ledger_store: LedgerStore,
+    pub ledger_watch: watch::Receiver<ReadLedger>,
+    pub events: Events,
+    pub schedule: Schedule,
+    pub gates: Gates,
+    pub metrics: Metrics,
+    /// Nothing is written once this replica no longer leads.
+    pub leadership: Leadership,
+    /// `--dry-run`: say what would be written instead of writing it.
+    pub dry_run: bool,
+}
+
+/// One leading replica's rounds: decide, write, and remember what was written.
+#[allow(missing_debug_implementations)] // the API traits have no Debug
+pub struct Shell {
+    api: Arc<dyn NodeApi>,
+    clock: Arc<dyn Clock>,
+    keys: AnnotationKeys,
+    max_unavailable: MaxUnavailable,
+    zone_budget: Option<MaxUnavailable>,
+    drains: DrainTracker,
+    nodes: Store<Node>,
+    index: SharedIndex,
+    overlay: Overlay,
+    ledger: Ledger,
+    /// Why the ledger as last read could not be used (it is rebuilt before any new grant).
+    ledger_damage: Option<String>,
+    /// The ledger Lease was deleted (the watch saw it, or a write found it gone): read it
+    /// again, and recreate it from our last good copy if it is still gone.
+    ledger_gone: bool,
+    /// The unexpected `reboot-paused` value last warned about.
+    warned_pause: Option<String>,
+    ledger_store: LedgerStore,
+    ledger_watch: watch::Receiver<ReadLedger>,
+    events: Events,
+    schedule: Schedule,
+    gates: Gates,
+    /// Why the last round granted nothing new, to log when that changes.
+    hold: Option<Hold>,
+    memory: Memory,
+    /// When, on the decision clock, the last round's decision may change with time alone
+    /// (`Round::next_look`).
+    look_at: Option<u64>,
+    /// Some write of the last round failed for a reason other than a stale read.
+    failed: bool,
+    metrics: Metrics,
+    leadership: Leadership,
+    dry_run: bool,
+}
+
+mod announce;
+mod ledger;
+mod writes;
+
+impl Shell {
+    pub fn new(parts: ShellParts) -> Self {
+        let mut shell = Self {
+            api: parts.node_api,
+            clock: parts.clock,
+            keys: parts.keys,
+            max_unavailable: parts.max_unavailable,
+            zone_budget: parts.zone_budget,
+            drains: parts.drains,
+            nodes: parts.nodes,
+            index: parts.index,
+            overlay: parts.overlay,
+            ledger: Ledger::default(),
+            ledger_damage: None,
+            ledger_gone: false,
+            warned_pause: None,
+            ledger_store: parts.ledger_store,
+            ledger_watch: parts.ledger_watch,
+            events: parts.events,
+            schedule: parts.schedule,
+            gates: parts.gates,
+            hold: None,
+            memory: Memory::default(),
+            look_at: None,
+            failed: false,
+            metrics: parts.metrics,
+            leadership: parts.leadership,
+            dry_run: parts.dry_run,
+        };
+        shell.take_ledger(parts.ledger);
+        shell
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.clock.elapsed_ms()
+    }
+
+    /// One round: decide and execute. True when something was written and another round
+    /// should follow at once (the next step of a node often depends on this one).
+    pub async fn round(&mut self) -> bool {
+        self.failed = false;
+        // A round that ends early asks for no look: a past one would wake the loop at once.
+        self.look_at = None;
+        if !self.leadership.is_leading() {
+            return false;
+        }
+        self.catch_up_ledger();
+        if self.ledger_gone && !self.dry_run && !self.restore_ledger().await {
+            return false;
+        }
+        self.collect_drain_outcomes();
+        let (nodes, others) = self.gather();
+        let views = self.memory.views(
+            &nodes,
+            ViewInputs {
+                keys: &self.keys,
+                ledger: &self.ledger,
+                drains: &self.drains,
+                overlay: &self.overlay,
+                now: self.now_ms(),
+            },
+        );
+        // What was read fresh for this round has been taken in.
+        self.overlay.end_round();
+        let pool = views.iter().filter(|v| v.in_pool).count() + others.nodes();
+        let budget = self.max_unavailable.resolve(pool);
+        let (scheduled, window_open) = self.hold_now();
+        let gates = self.gates.read(&self.metrics);
+        let fence = Fence {
+            paused: self.ledger.paused,
+            window_open,
+            gates_closed: gates.pool.is_some(),
+        };
+        let blocked = gates.blocked_nodes();
+        let now = self.now_ms();
+        let round = Round {
+            nodes: &views,
+            others: &others,
+            ledger: &self.ledger,
+            deleted: self.overlay.deleted(),
+            budget,
+            zone_budget: self.zone_budget,
+            drain_enabled: self.drains.enabled(),
+            now,
+            fence,
+            finish_after_window: self.schedule.finish_after_window,
+            min_ready: u64::try_from(self.schedule.min_ready.as_millis()).unwrap_or(u64::MAX),
+            clock: u64::try_from(self.clock.now().as_millisecond()).unwrap_or_default(),
+            reboot_timeout: u64::try_from(self.schedule.reboot_timeout.as_millis())
+                .unwrap_or(u64::MAX),
+            blocked: &blocked,
+        };
+        let mut decision = round.decide();
+        let look = round.next_look();
+        self.look_at = look.map(|ms| now.saturating_add(ms));
+        // Alerts are asked about only while requests wait and nothing else holds them, or while
+        // a granted node waits for the gates to let it go on.
+        let gated = |(_, hold): &(String, Hold)| *hold == Hold::Unhealthy;
+        self.gates.want_checks(
+            (scheduled.is_none() && !decision.waiting.is_empty())
+                || decision.held.iter().any(gated),
+        );
+        if self.ledger_damage.is_some() {
+            plan::rebuild_only(&mut decision);
+        }
+        let by_name: HashMap<&str, &Arc<Node>> = nodes
+            .iter()
+            .map(|n| (n.metadata.name.as_deref().unwrap_or_default(), n))
+            .collect();
+        self.announce_waiting(&decision, &by_name, pool, scheduled, &gates);
+        self.warn_not_ready_after_reboot(&decision, &by_name);
+        self.warn_reboots_overdue(&decision, &by_name);
+        self.announce_foreign(&decision, &by_name);
+        self.announce_opted_out(&decision, &by_name);
+        if self.dry_run {
+            self.say_dry_run(&decision, &by_name, budget).await;
+            return false;
+        }
+        let mut progressed = false;
+        if !self.leadership.is_leading() {
+            return false;
+        }
+        self.confirm_soaks(&mut decision).await;
+        // What holds new grants is read again now: the round may have waited on the API.
+        if self.fence_now().0.hold().is_some() {
+            plan::drop_new_grants(&mut decision);
+        }
+        if !decision.ledger.is_empty() || self.ledger_damage.is_some() {
+            if !self.leadership.is_leading() {
+                return false;
+            }
+            match self.write_ledger(&decision, &by_name).await {
+                Ok(()) => progressed = true,
+                // Another controller moved first: decide again on the ledger as it is now.
+                Err(LedgerError::Conflict) => {
+                    self.metrics.api_error("ledger", ApiErrorKind::Conflict);
+                    return self.reload_ledger().await;
+                }
+                // Deleted by hand: recreate it, then decide again on it.
+                Err(LedgerError::Gone) => {
+                    self.metrics.api_error("ledger", ApiErrorKind::NotFound);
+                    self.ledger_gone = true;
+                    return self.restore_ledger().await;
+                }
+                Err(error) => {
+                    self.metrics.api_error("ledger", error.kind());
+                    tracing::warn!(%error, "could not write the slot ledger");
+                    self.failed = true;
+                    return false;
+                }
+            }
+        }
+        if !self.leadership.is_leading() {
+            return false;
+        }
+        // Each step that takes a granted node further is checked against the pause, the window
+        // and the gates as they are now, not as the round began: this round (or the replica
+        // that wrote the grant) may have decided on an older reading.
+        let (fence, gates) = self.fence_now();
+        let (actions, held) = plan::fence_actions(
+            &mut decision,
+            fence,
+            &gates.blocked_nodes(),
+            self.schedule.finish_after_window,
+        );
+        self.announce_held(&held, &by_name, &gates);
+        progressed | self.execute(actions, &by_name).await
+    }
+
+    /// The fence as it stands now: the pause as last seen (the ledger watch may have seen it
+    /// after this round's copy), the window by the clock, the gates' latest answers.
+    fn fence_now(&mut self) -> (Fence, GateReading) {
+        let paused = {
+            let watched = self.ledger_watch.borrow();
+            if self.ledger.is_older_than(&watched.ledger) {
+                watched.ledger.paused
+            } else {
+                self.ledger.paused
+            }
+        };
+        let gates = self.gates.read(&self.metrics);
+        let fence = Fence {
+            paused,
+            window_open: self.schedule.windows.is_open(self.clock.now()),
+            gates_closed: gates.pool.is_some(),
+        };
+        (fence, gates)
+    }
+
+    /// The nodes a round views (in the protocol, or holding a slot) and the rest counted.
+    fn gather(&mut self) -> (Vec<Arc<Node>>, PoolCounts) {
+        nodes::gather(
+            &self.nodes,
+            &self.index,
+            &mut self.overlay,
+            self.ledger.slots.keys(),
+        )
+    }
+
+    /// Publishes the pool gauges as this replica sees the pool now.
+    pub fn publish_pool(&mut self) {
+        let summary = nodes::pool_summary(
+            &self.nodes,
+            &self.index,
+            &mut self.overlay,
+            &self.ledger,
+            &self.keys,
+        );
+        let budget = self.max_unavailable.resolve(summary.nodes);
+        self.metrics.pool(&summary, budget);
+    }
+
+    pub fn last_round_failed(&self) -> bool {
+        self.failed
+    }
+
+    /// Why no new grant may be made now, if so; logged and published when it changes.
+    /// Also whether a window is open, computed once for the round.
+    fn hold_now(&mut self) -> (Option<Hold>, bool) {
+        let now = self.clock.now();
+        let window_open = self.schedule.windows.is_open(now);
+        let hold = Schedule::hold(self.ledger.paused, window_open);
+        if hold != self.hold {
+            match self.schedule.waiting_event(hold, now) {
+                Some((_, why)) => tracing::info!(?hold, "no new reboots: {why}"),
+                None => tracing::info!("new reboots may start (window open, not paused)"),
+            }
+            self.hold = hold;
+        }
+        self.metrics.paused.set(i64::from(self.ledger.paused));
+        self.metrics.window_open.set(i64::from(window_open));
+        let next = self.schedule.windows.next_opening(now).unwrap_or(now);
+        self.metrics.window_next_open.set(next.as_second());
+        (hold, window_open)
+    }
+
+    /// How long until a round must look again though nothing else changes: the earliest of
+    /// what the last round said (a soak ends, a drain may be retried, a reboot becomes overdue)
+    /// and the next opening or closing of a window.
+    pub fn next_look(&self) -> Option<Duration> {
+        let now = self.now_ms();
+        let round = self
+            .look_at
+            .map(|at| Duration::from_millis(at.saturating_sub(now)));
+        let window = self.schedule.until_next_change(self.clock.now());
+        round.into_iter().chain(window).min()
+    }
+}

@@ -1,0 +1,276 @@
+//! The round's node writes and reads, and what each result means for the next round.
+
+use super::*;
+
+/// What happened to one node write.
+enum Written {
+    Ok(Box<Node>),
+    /// The node changed under us: read it again before the next decision.
+    Stale,
+    Deleted,
+    Failed,
+}
+
+/// What a node action needs once its local effects are done.
+enum Prepared {
+    Write(NodeAction, json_patch::Patch),
+    /// Read the node again; its resourceVersion as the round saw it, and whether the round
+    /// needs a fresh copy of it (to re-key its slot).
+    Refetch(String, Option<String>, bool),
+    Done,
+}
+
+/// Node writes of one round in flight at once: a round that grants k slots writes k nodes.
+const WRITES_IN_FLIGHT: usize = 16;
+
+impl Shell {
+    /// Executes a round's node actions; true when any changed something. The writes go out
+    /// together (each is a compare-and-swap on its own node), so that a round that grants ten
+    /// slots starts ten reboots at once rather than one after the other; one node's actions
+    /// keep their order. What the writes did is then taken in, in the decision's order.
+    pub(super) async fn execute(
+        &mut self,
+        actions: Vec<NodeAction>,
+        nodes: &HashMap<&str, &Arc<Node>>,
+    ) -> bool {
+        let mut progressed = false;
+        let mut writes = Vec::new();
+        for action in actions {
+            match self.prepare(action, nodes) {
+                Prepared::Write(action, patch) => writes.push((action, patch)),
+                Prepared::Refetch(name, before, for_fresh_copy) => {
+                    let known_deleted = self.overlay.deleted().contains(&name);
+                    let after = self.refetch(&name).await;
+                    let found_deleted = !known_deleted && self.overlay.deleted().contains(&name);
+                    // A read asked for so that the next round decides on a fresh copy is
+                    // progress even when the node did not change.
+                    progressed |=
+                        after != before || found_deleted || (for_fresh_copy && after.is_some());
+                }
+                Prepared::Done => {}
+            }
+        }
+        for (action, written) in self.write_all(writes).await {
+            progressed |= self.take_in(&action, written).await;
+        }
+        progressed
+    }
+
+    /// The write an action makes, after its local effects (a drain started, a warning said).
+    fn prepare(&mut self, action: NodeAction, nodes: &HashMap<&str, &Arc<Node>>) -> Prepared {
+        let name = action.node().to_owned();
+        let Some(node) = nodes.get(name.as_str()).map(|n| (*n).clone()) else {
+            // A slot holder the round does not have (deleted, most likely): a read tells.
+            return match action {
+                NodeAction::Refetch(_) => {
+                    let before = self.overlay.version_of(&name);
+                    Prepared::Refetch(name, before, false)
+                }
+                _ => Prepared::Done,
+            };
+        };
+        let facts = NodeFacts::from_node(&node);
+        let t = Transition::new(&self.keys);
+        if let Some(patch) = plan::node_patch(&action, &facts, &t, &self.clock.now().to_string()) {
+            return Prepared::Write(action, patch);
+        }
+        match &action {
+            NodeAction::Refetch(_) => {
+                let carried = facts.protocol(&self.keys).grant;
+                let rekey = carried.is_some() && carried.as_deref() != self.ledger.grant_of(&name);
+                Prepared::Refetch(name, node.metadata.resource_version.clone(), rekey)
+            }
+            NodeAction::StartDrain { grant, .. } => {
+                // The drain publishes `Draining` once it knows it has pods to evict.
+                tracing::info!(node = %name, %grant, "draining");
+                self.drains.start(&node, grant);
+                Prepared::Done
+            }
+            NodeAction::WarnInvalidRequest { value, .. } => {
+                self.warn_invalid(&node, &name, value);
+                Prepared::Done
+            }
+            // A release with nothing to remove.
+            _ => Prepared::Done,
+        }
+    }
+
+    /// Makes the writes, up to [`WRITES_IN_FLIGHT`] at once, one node's in order; the results
+    /// in the order of `writes`.
+    async fn write_all(
+        &self,
+        writes: Vec<(NodeAction, json_patch::Patch)>,
+    ) -> Vec<(NodeAction, Written)> {
+        let groups = plan::by_node(writes, |(action, _)| action.node());
+        let mut done: Vec<(usize, NodeAction, Written)> = stream::iter(groups)
+            .map(|node_writes| async move {
+                let mut done = Vec::with_capacity(node_writes.len());
+                for (i, (action, patch)) in node_writes {
+                    let written = self.patch(action.node(), patch).await;
+                    done.push((i, action, written));
+                }
+                done
+            })
+            .buffer_unordered(WRITES_IN_FLIGHT)
+            .flat_map(stream::iter)
+            .collect()
+            .await;
+        done.sort_by_key(|(i, _, _)| *i);
+        done.into_iter().map(|(_, a, w)| (a, w)).collect()
+    }
+
+    /// Takes in what a write did; true when it changed something.
+    async fn take_in(&mut self, action: &NodeAction, written: Written) -> bool {
+        let name = action.node();
+        match written {
+            Written::Ok(updated) => {
+                self.after_write(action, &updated);
+                self.overlay.record(*updated);
+                true
+            }
+            Written::Stale => {
+                self.refetch(name).await;
+                true
+            }
+            Written::Deleted => {
+                self.overlay.record_deleted(name);
+                true
+            }
+            Written::Failed => {
+                self.failed = true;
+                false
+            }
+        }
+    }
+
+    fn after_write(&mut self, action: &NodeAction, node: &Node) {
+        let name = node.metadata.name.as_deref().unwrap_or_default();
+        match action {
+            NodeAction::Claim {
+                promote: true,
+                grant,
+                ..
+            }
+            | NodeAction::Promote { grant, .. } => {
+                self.metrics.reboots_approved.inc();
+                tracing::info!(node = %name, "reboot-now set: the agent reboots the node");
+                let note = self.drains.approval_note(grant);
+                self.events.publish(node, Reason::RebootApproved, note);
+            }
+            NodeAction::Complete { .. } => self.completed(node, name),
+            NodeAction::Claim { grant, .. } => {
+                tracing::info!(node = %name, %grant, "cordoned");
+            }
+            NodeAction::Recordon { grant, .. } => {
+                // Pods may have landed while it was uncordoned: its drain starts over.
+                self.drains.restart(grant);
+                tracing::info!(node = %name, "cordoned again");
+            }
+            NodeAction::Release { reason, .. } => {
+                tracing::info!(node = %name, ?reason, "grant dropped; uncordoned if ours");
+            }
+            _ => {}
+        }
+    }
+
+    fn completed(&mut self, node: &Node, name: &str) {
+        self.drains.forget_retries(name);
+        let since = self
+            .ledger
+            .slots
+            .get(name)
+            .map(|s| s.granted_at.clone())
+            .unwrap_or_default();
+        let took = since.parse::<Timestamp>().ok().map(|granted| {
+            self.clock
+                .now()
+                .duration_since(granted)
+                .as_secs_f64()
+                .max(0.0)
+        });
+        self.metrics.reboots_completed.inc();
+        if let Some(took) = took {
+            self.metrics.reboot_duration.observe(took);
+        }
+        let took_seconds = took.unwrap_or(-1.0);
+        tracing::info!(node = %name, %since, took_seconds, "reboot completed");
+        let boot_id = NodeFacts::from_node(node).boot_id.unwrap_or_default();
+        self.events.publish(
+            node,
+            Reason::Rebooted,
+            format!(
+                "reboot proven by the new boot id {boot_id}, reported by the kubelet; node Ready \
+                 (slot held since {since})"
+            ),
+        );
+    }
+
+    async fn patch(&self, name: &str, patch: json_patch::Patch) -> Written {
+        match self.api.patch(name, patch).await {
+            Ok(node) => Written::Ok(Box::new(node)),
+            Err(error) => {
+                let kind = ApiErrorKind::of(&error);
+                self.metrics.api_error("node", kind);
+                if kind.is_stale_read() {
+                    tracing::debug!(node = %name, %error, "node changed under us; re-reading");
+                    Written::Stale
+                } else if kind == ApiErrorKind::NotFound {
+                    Written::Deleted
+                } else {
+                    tracing::warn!(node = %name, %error, kind = kind.as_str(), "node write failed");
+                    Written::Failed
+                }
+            }
+        }
+    }
+
+    /// Reads the node again into the overlay; its resourceVersion now (`None`: deleted, or
+    /// the read failed).
+    async fn refetch(&mut self, name: &str) -> Option<String> {
+        match self.api.get(name).await {
+            Ok(Some(node)) => {
+                let version = node.metadata.resource_version.clone();
+                self.overlay.record_read(node);
+                version
+            }
+            Ok(None) => {
+                self.overlay.record_deleted(name);
+                None
+            }
+            Err(error) => {
+                self.metrics.api_error("node", ApiErrorKind::of(&error));
+                tracing::warn!(node = %name, %error, "could not re-read node");
+                None
+            }
+        }
+    }
+
+    /// A slot is released after the soak only on a fresh read of the node: a node that crashed
+    /// stays Ready in the cache for the node monitor's grace period, and another replica's copy
+    /// may lag. Not Ready (or not readable) now: the release and the round's new grants wait
+    /// for the next round, which sees the node as read here.
+    pub(super) async fn confirm_soaks(&mut self, decision: &mut Decision) {
+        if self.schedule.min_ready.is_zero() {
+            return;
+        }
+        for name in plan::soaked(decision) {
+            let ready = match self.api.get(&name).await {
+                Ok(Some(node)) => {
+                    let ready = NodeFacts::from_node(&node).readiness == common::Readiness::Ready;
+                    self.overlay.record_read(node);
+                    ready
+                }
+                Ok(None) => true,
+                Err(error) => {
+                    self.metrics.api_error("node", ApiErrorKind::of(&error));
+                    self.failed = true;
+                    false
+                }
+            };
+            if !ready {
+                tracing::info!(node = %name, "soaked, but not Ready on a fresh read: slot kept");
+                plan::keep_soaking(decision, &name);
+            }
+        }
+    }
+}

@@ -121,6 +121,14 @@ impl BlockingPods {
         Self { scope, stores }
     }
 
+    /// A watch of `selector` fed by hand (the model test): its pods are what the writer gets.
+    pub fn fed(selector: &str, scope: Scope) -> (Self, reflector::store::Writer<Pod>) {
+        let writer = reflector::store::Writer::default();
+        let listed = Arc::new(AtomicBool::new(true));
+        let stores = vec![(selector.to_owned(), writer.as_reader(), listed)];
+        (Self { scope, stores }, writer)
+    }
+
     /// The blocking pods, or the selectors whose pods are not listed yet (then nothing is
     /// known, and the pool holds).
     pub fn now(&self) -> Result<Blocking, Vec<String>> {

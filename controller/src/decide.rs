@@ -672,7 +672,3 @@ mod tests;
 #[cfg(test)]
 #[path = "fence_tests.rs"]
 mod fence_tests;
-
-#[cfg(test)]
-#[path = "replicas_tests.rs"]
-mod replicas_tests;

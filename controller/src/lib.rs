@@ -21,6 +21,8 @@ pub mod ledger;
 pub mod ledger_store;
 pub mod memory;
 pub mod metrics;
+#[cfg(test)]
+mod model;
 pub mod node_pods;
 pub mod nodes;
 pub mod plan;

@@ -44,6 +44,7 @@ impl Shell {
             let after_ours = watched.ledger.resource_version.is_none()
                 || self.ledger.is_older_than(&watched.ledger);
             self.ledger_gone |= changed && after_ours;
+            self.deletion_seen |= after_ours;
             // The deletion brings the Lease's last contents: when they are newer than our copy
             // (another replica wrote meanwhile), they are what it is recreated from.
             if watched.damage.is_none()
@@ -63,11 +64,22 @@ impl Shell {
     /// from our last good copy, whose slots include the soaks under way (no node carries a
     /// grant for those, so a ledger rebuilt from the nodes would forget them). False when it
     /// could not be done; the next round tries again.
+    ///
+    /// It is recreated only once the watch has brought the deletion, with the Lease's last
+    /// contents: a write that found it gone may come from a copy older than another
+    /// replica's grants, and recreated from that copy, the Lease would forget them and grant
+    /// their slots again.
     pub(super) async fn restore_ledger(&mut self) -> bool {
         let restored = match self.ledger_store.get().await {
             Ok(Some(read)) => Ok(read),
             // A deposed leader must not put back its own copy over what the new one does.
             Ok(None) if !self.leadership.is_leading() => return false,
+            Ok(None) if !self.deletion_seen => {
+                tracing::info!(
+                    "the slot ledger Lease is gone; recreated once the watch brings its last contents"
+                );
+                return false;
+            }
             Ok(None) => self
                 .ledger_store
                 .recreate(&self.ledger)
@@ -80,6 +92,7 @@ impl Shell {
         match restored {
             Ok(read) => {
                 self.ledger_gone = false;
+                self.deletion_seen = false;
                 self.take_ledger(read);
                 true
             }

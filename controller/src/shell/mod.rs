@@ -75,6 +75,9 @@ pub struct Shell {
     /// The ledger Lease was deleted (the watch saw it, or a write found it gone): read it
     /// again, and recreate it from our last good copy if it is still gone.
     ledger_gone: bool,
+    /// The watch has brought the Lease's deletion (and its last contents, taken into
+    /// `ledger` when newer): what it is recreated from is the newest copy there was.
+    deletion_seen: bool,
     /// The unexpected `reboot-paused` value last warned about.
     warned_pause: Option<String>,
     ledger_store: LedgerStore,
@@ -114,6 +117,7 @@ impl Shell {
             ledger: Ledger::default(),
             ledger_damage: None,
             ledger_gone: false,
+            deletion_seen: false,
             warned_pause: None,
             ledger_store: parts.ledger_store,
             ledger_watch: parts.ledger_watch,

@@ -1,0 +1,311 @@
+//! The safety invariants, checked against the model server's truth: at every node write, at
+//! every ledger write and after every step.
+
+use super::{
+    NODES, POOL,
+    server::{Server, Workload, annotation, facts, index, keys},
+};
+use common::{Phase, Readiness};
+use kube::runtime::reflector::ObjectRef;
+use serde_json::{Value, json};
+use std::collections::BTreeSet;
+
+fn needed(o: &Value) -> bool {
+    annotation(o, "reboot-needed").as_deref() == Some("true")
+}
+
+fn now_set(o: &Value) -> bool {
+    annotation(o, "reboot-now").as_deref() == Some("true")
+}
+
+fn opted_out(o: &Value) -> bool {
+    o["metadata"]["labels"]["reboot-disabled"] == json!("true")
+}
+
+/// Unavailable, as invariant 1 counts it: Ready is not True, or cordoned, or in the protocol.
+fn unavailable(o: &Value) -> bool {
+    let f = facts(o);
+    let state = f.protocol(&super::server::keys());
+    f.readiness != Readiness::Ready
+        || f.unschedulable
+        || state.grant.is_some()
+        || state.phase != Phase::Idle
+        || state.cordoned_by_operator
+}
+
+/// The nodes the operator holds: a slot in the ledger, one of its grants, a reboot under way,
+/// or its cordon.
+pub fn held_by_operator(s: &Server) -> BTreeSet<String> {
+    // A deleted node is no longer unavailable, whatever slot it left behind.
+    let mut held: BTreeSet<String> = s
+        .slots()
+        .into_keys()
+        .filter(|n| s.node(index(n)).is_some())
+        .collect();
+    for node in s.nodes.iter().flatten() {
+        let f = facts(node);
+        let state = f.protocol(&super::server::keys());
+        if state.grant.is_some() || state.reboot_under_way() || state.cordoned_by_operator {
+            held.insert(f.name);
+        }
+    }
+    held
+}
+
+/// A controller's write of node `i`, from `before` to `after`, by replica `k`.
+pub fn node_write(s: &Server, k: usize, i: usize, before: &Value, after: &Value) {
+    if needed(before) && !needed(after) {
+        assert!(now_set(after), "lost request on n{i}");
+    }
+    if now_set(after) && !now_set(before) && s.drain_enabled {
+        // A pod stuck terminating on a NotReady node counts as gone (`kubectl drain
+        // --skip-wait-for-delete-timeout`): its kubelet will never confirm it.
+        let left = match s.pods[i] {
+            Workload::None => false,
+            Workload::Running => true,
+            Workload::Terminating => s.ready(i),
+        };
+        assert!(
+            !left,
+            "reboot-now on n{i} while a workload pod is bound to it"
+        );
+    }
+    let was_done = annotation(before, "reboot-done").is_some();
+    if was_done && annotation(after, "reboot-done").is_none() {
+        assert!(
+            facts(before).kubelet_reports_boot(annotation(before, "reboot-boot-id").as_deref())
+                && facts(after).boot_id == Some(format!("n{i}-boot-{}", s.boots[i]))
+                && facts(after).readiness == Readiness::Ready,
+            "n{i} completed before the kubelet reported the proven boot, Ready"
+        );
+    }
+    let claimed =
+        annotation(before, "reboot-grant").is_none() && annotation(after, "reboot-grant").is_some();
+    let recordoned = facts(after).unschedulable && !facts(before).unschedulable;
+    let promoted = now_set(after) && !now_set(before);
+    if claimed {
+        assert!(!opted_out(before), "n{i} claimed a grant while opted out");
+        assert!(
+            s.zone_budget.is_none() || s.zone(i).is_some(),
+            "n{i} claimed a grant without a zone label while zone budgets are on"
+        );
+    }
+    if claimed || recordoned || promoted {
+        let what = format!(
+            "n{i} moved further (claimed {claimed}, cordoned {recordoned}, reboot-now {promoted})"
+        );
+        // A claim needs the window open; once claimed, `--finish-after-window` decides.
+        let window_open = s.window_open() || (!claimed && s.finish_after_window);
+        assert!(window_open, "{what} outside the windows");
+        assert!(!s.unhealthy, "{what} while a health gate was closed");
+        assert!(
+            !s.blocked.contains(&format!("n{i}")),
+            "{what} while a blocking pod runs on it"
+        );
+        assert!(
+            !(s.paused() && s.pause_known_to(k)),
+            "{what} while paused (a pause replica {k} had seen)"
+        );
+    }
+    budget_held(s);
+}
+
+/// The operator holds no more nodes than the budget, unless the pool shrank since its last
+/// grant (then the budget it granted under is what it answers for).
+pub fn budget_held(s: &Server) {
+    let held = held_by_operator(s);
+    let budget = s
+        .max_unavailable
+        .resolve(s.pool_size())
+        .max(s.budget_at_grant);
+    assert!(
+        held.len() <= budget,
+        "the operator holds {held:?} with a budget of {budget}"
+    );
+}
+
+/// A compare-and-swap of the ledger by replica `k`, from the slots `before`.
+pub fn ledger_write(
+    s: &mut Server,
+    k: usize,
+    before: &std::collections::BTreeMap<String, common::ledger::Slot>,
+) {
+    let after = s.slots();
+    let new: Vec<&String> = after
+        .iter()
+        .filter(|(node, slot)| before.get(*node).is_none_or(|b| b.grant != slot.grant))
+        .map(|(node, _)| node)
+        .collect();
+    // A slot is re-keyed (to a grant its node carried) only on a fresh read of its node: the
+    // grant the node carries now. Re-keyed from stale copies, two replicas flip it back and
+    // forth and stop its drain at every flip. (A free slot adopted from a stale copy only
+    // holds a node too many until the next read: safe.)
+    let carried = |node: &str| {
+        s.node(index(node))
+            .and_then(|n| annotation(n, "reboot-grant"))
+    };
+    for node in &new {
+        let grant = &after[*node].grant;
+        if before.contains_key(*node) && s.ever_carried.contains(grant) {
+            assert_eq!(
+                carried(node).as_deref(),
+                Some(grant.as_str()),
+                "{node} re-keyed from a stale copy by replica {k}: slots {before:?} -> {after:?}"
+            );
+        }
+    }
+    // A slot whose grant no node ever carried is a new grant (an adoption takes the grant its
+    // node carries: a ledger rebuilt from the nodes).
+    let granted: Vec<&String> = new
+        .into_iter()
+        .filter(|n| !s.ever_carried.contains(&after[*n].grant))
+        .collect();
+    if granted.is_empty() {
+        return;
+    }
+    let Some((_, fences)) = s.round.clone() else {
+        return;
+    };
+    assert!(!s.paused(), "granted {granted:?} while paused");
+    assert!(
+        fences.window_open,
+        "granted {granted:?} outside the windows"
+    );
+    assert!(
+        !fences.unhealthy,
+        "granted {granted:?} while a health gate was closed"
+    );
+    for node in &granted {
+        assert!(
+            !fences.blocked.contains(*node),
+            "granted {node}, which a blocking pod runs on"
+        );
+    }
+    // Invariant 1 in full: the slots, and every node the truth and this replica's cache both
+    // show unavailable (a node that went down after the replica last saw it is not a decision
+    // it could have taken into account), within the budget of the pool.
+    let seen = |i: usize, what: &dyn Fn(&Server, &Value) -> bool| -> bool {
+        let cached = s.views[k]
+            .get(&ObjectRef::new(&format!("n{i}")))
+            .map(|n| serde_json::to_value(&*n).unwrap_or_default());
+        cached.is_some_and(|c| what(s, &c)) && s.node(i).is_some_and(|n| what(s, n))
+    };
+    let mut counted: BTreeSet<String> = after
+        .keys()
+        .filter(|n| s.node(index(n)).is_some())
+        .cloned()
+        .collect();
+    for i in 0..NODES {
+        let in_pool = |_: &Server, n: &Value| n["metadata"]["labels"][POOL] == json!("a");
+        if seen(i, &in_pool) && seen(i, &|_, n| unavailable(n)) {
+            counted.insert(format!("n{i}"));
+        }
+    }
+    let seen_pool = s.views[k]
+        .state()
+        .iter()
+        .filter(|n| {
+            n.metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(POOL))
+                .map(String::as_str)
+                == Some("a")
+        })
+        .count();
+    // Invariant 7: no new grant while a node is past its reboot timeout, or NotReady in its
+    // soak, as this replica saw it and as it still is.
+    for i in 0..NODES {
+        // As the round saw the clock: a window step during it moves the clock by hours.
+        let late = |s: &Server, n: &Value| overdue(s, n, fences.wall);
+        assert!(
+            !seen(i, &late),
+            "granted {granted:?} while n{i} is past its reboot timeout"
+        );
+        let slot = before.get(&format!("n{i}")).map(|slot| slot.grant.clone());
+        let soaking_not_ready = |s: &Server, n: &Value| {
+            let f = facts(n);
+            s.min_ready_ms > 0
+                && slot.is_some()
+                && f.protocol(&keys()).last_grant == slot
+                && f.readiness != Readiness::Ready
+        };
+        assert!(
+            !(s.node(i).is_some_and(|n| soaking_not_ready(s, n))
+                && s.views[k]
+                    .get(&ObjectRef::new(&format!("n{i}")))
+                    .is_some_and(|c| soaking_not_ready(
+                        s,
+                        &serde_json::to_value(&*c).unwrap_or_default()
+                    ))),
+            "granted {granted:?} while n{i} is NotReady in its soak"
+        );
+    }
+    let budget = s.max_unavailable.resolve(s.pool_size().max(seen_pool));
+    assert!(
+        counted.len() <= budget,
+        "granted {granted:?}: unavailable {counted:?} with a budget of {budget}"
+    );
+    if let Some(zone_budget) = s.zone_budget {
+        for node in &granted {
+            let zone = after[*node].zone.clone();
+            let in_zone = after
+                .iter()
+                .filter(|(n, slot)| slot.zone == zone && s.node(index(n)).is_some())
+                .count();
+            // The zone as the truth has it, or as the replica saw it (a node deleted since).
+            let size = (0..NODES)
+                .filter(|&i| s.in_pool(i) && s.zone(i) == zone)
+                .count();
+            let seen_size = s.views[k]
+                .state()
+                .iter()
+                .filter(|n| {
+                    let labels = n.metadata.labels.as_ref();
+                    let label = |key: &str| labels.and_then(|l| l.get(key)).cloned();
+                    label(POOL).as_deref() == Some("a") && label(super::ZONE) == zone
+                })
+                .count();
+            let size = size.max(seen_size);
+            let per_zone = zone_budget.resolve(size);
+            assert!(
+                in_zone <= per_zone,
+                "granted {node} in zone {zone:?}: {in_zone} slots with a zone budget of {per_zone}"
+            );
+        }
+    }
+    s.budget_at_grant = budget;
+}
+
+/// Told to reboot and not completed (the kubelet reports the proven boot, Ready) within the
+/// reboot timeout.
+fn overdue(s: &Server, n: &Value, now: k8s_openapi::jiff::Timestamp) -> bool {
+    let f = facts(n);
+    let state = f.protocol(&keys());
+    let completing = match &state.phase {
+        Phase::Done { boot_id } => {
+            f.kubelet_reports_boot(boot_id.as_deref()) && f.readiness == Readiness::Ready
+        }
+        _ => false,
+    };
+    let approved: Option<k8s_openapi::jiff::Timestamp> =
+        state.approved_at.as_deref().and_then(|t| t.parse().ok());
+    let timeout = k8s_openapi::jiff::SignedDuration::from_millis(
+        i64::try_from(s.reboot_timeout_ms).unwrap_or(i64::MAX),
+    );
+    state.reboot_under_way() && !completing && approved.is_some_and(|at| now >= at + timeout)
+}
+
+/// What must hold after every step, whoever made it.
+pub fn every_step(s: &Server) {
+    for &i in &s.admin_cordoned {
+        if let Some(node) = s.node(i) {
+            assert_eq!(
+                node["spec"]["unschedulable"],
+                json!(true),
+                "stolen cordon on n{i}"
+            );
+        }
+    }
+    budget_held(s);
+}

@@ -1,0 +1,482 @@
+//! The model test of the controller: one to three replicas of the real round ([`Shell`]) act
+//! at once (leader election off, or a deposed leader that has not noticed), each with its own
+//! node cache and ledger watch that lag as the steps say, in random interleavings against one
+//! model API server behind the round's own traits ([`NodeApi`], [`LeaseApi`], [`Drain`],
+//! [`Clock`]). Around them, what real nodes and people do: agents; kubelets that report a new
+//! boot late, come back NotReady (a bad kernel), never come back, or hang and confirm no pod
+//! deletion; a scheduler that puts a workload pod back on every schedulable node; an
+//! administrator who requests, cancels, cordons, relabels pools and zones, deletes and
+//! re-creates nodes, deletes or damages the ledger, and types pause values; windows and gates
+//! that change, also between a round's decision and its write. The invariants are checked
+//! in [`checks`] at every write and after every step; once disturbances stop, every request
+//! ends in exactly one proven reboot.
+
+mod checks;
+mod server;
+
+use crate::{
+    api::{LeaseApi, NodeApi},
+    blocking_pods::{BlockingPods, Scope},
+    clock::Clock,
+    drain::DrainOutcome,
+    drain_tracker::{Drain, DrainTracker},
+    events::{CapturedEvents, Events},
+    gates::{AlertChecks, Gates},
+    leader::Leadership,
+    ledger_store::{LedgerStore, ReadLedger, on_watch_event},
+    metrics::Metrics,
+    nodes::{Indexing, NodeFeed, Overlay},
+    pool::PoolSelector,
+    schedule::Schedule,
+    shell::{Shell, ShellParts},
+    window::{Window, Windows},
+};
+use common::MaxUnavailable;
+use futures::{FutureExt, future::BoxFuture};
+use k8s_openapi::{
+    api::{coordination::v1::Lease, core::v1::Node},
+    jiff::Timestamp,
+};
+use kube::runtime::{reflector, reflector::Store, watcher};
+use proptest::prelude::*;
+use serde_json::Value;
+use server::{Disturbance, Fences, Kubelet, Server, Workload, annotation, keys};
+use std::{
+    collections::BTreeMap,
+    sync::{Arc, Mutex, MutexGuard},
+    time::Duration,
+};
+use tokio::sync::{Notify, oneshot, watch};
+
+const NODES: usize = 6;
+/// The identity of the model's ledger (`ns/slots`), which its grant ids name.
+const LEDGER: &str = "ns/slots";
+const POOL: &str = "pool";
+const ZONE: &str = "zone";
+/// A step of the model takes a second on both clocks.
+const STEP_MS: u64 = 1_000;
+
+type Shared = Arc<Mutex<Server>>;
+
+fn lock(server: &Shared) -> MutexGuard<'_, Server> {
+    server
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// The model server as one replica's API client sees it.
+#[derive(Clone)]
+struct Api {
+    server: Shared,
+    replica: usize,
+}
+
+impl NodeApi for Api {
+    fn patch(&self, name: &str, patch: json_patch::Patch) -> BoxFuture<'_, kube::Result<Node>> {
+        let written = lock(&self.server).patch_node(self.replica, name, &patch);
+        async move { written }.boxed()
+    }
+
+    fn get(&self, name: &str) -> BoxFuture<'_, kube::Result<Option<Node>>> {
+        let node = lock(&self.server).get_node(name);
+        async move { Ok(node) }.boxed()
+    }
+}
+
+impl LeaseApi for Api {
+    fn get(&self, _: &str) -> BoxFuture<'_, kube::Result<Option<Lease>>> {
+        let lease = lock(&self.server).get_lease(self.replica);
+        async move { Ok(lease) }.boxed()
+    }
+
+    fn create(&self, lease: Lease) -> BoxFuture<'_, kube::Result<Lease>> {
+        let created = lock(&self.server).create_lease_by(self.replica, &lease);
+        async move { created }.boxed()
+    }
+
+    fn merge(&self, _: &str, patch: Value) -> BoxFuture<'_, kube::Result<Lease>> {
+        let written = lock(&self.server).merge_lease(self.replica, &patch);
+        async move { written }.boxed()
+    }
+}
+
+/// The model server's clocks, which only its steps move.
+struct ModelClock(Shared);
+
+impl std::fmt::Debug for ModelClock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ModelClock")
+    }
+}
+
+impl Clock for ModelClock {
+    fn now(&self) -> Timestamp {
+        lock(&self.0).wall
+    }
+
+    fn elapsed_ms(&self) -> u64 {
+        lock(&self.0).mono_ms
+    }
+}
+
+/// A drain that runs until the model says how it ends.
+struct Pending {
+    grant: String,
+    node: Node,
+    end: oneshot::Sender<DrainOutcome>,
+}
+
+/// One replica's drains, which end on the model's `DrainEnds` steps.
+#[derive(Clone)]
+struct Drains {
+    api: Api,
+    pending: Arc<Mutex<BTreeMap<String, Pending>>>,
+}
+
+impl Drain for Drains {
+    fn start(&self, node: Node, grant: String) -> BoxFuture<'static, DrainOutcome> {
+        let (end, ended) = oneshot::channel();
+        let name = node.metadata.name.clone().unwrap_or_default();
+        {
+            // Starting a drain moves a granted node further: the fences must let it.
+            let s = lock(&self.api.server);
+            assert!(
+                s.window_open() || s.finish_after_window,
+                "drain of {name} started outside the windows"
+            );
+            assert!(
+                !s.unhealthy,
+                "drain of {name} started while a health gate was closed"
+            );
+            assert!(
+                !s.blocked.contains(&name),
+                "drain of {name} started under a blocking pod"
+            );
+            assert!(
+                !(s.paused() && s.pause_known_to(self.api.replica)),
+                "drain of {name} started while paused"
+            );
+        }
+        let pending = Pending { grant, node, end };
+        if let Ok(mut drains) = self.pending.lock() {
+            drains.insert(name, pending);
+        }
+        async move { ended.await.unwrap_or(DrainOutcome::Superseded) }.boxed()
+    }
+
+    fn would_evict(&self, _: &str) -> BoxFuture<'_, Result<Vec<String>, String>> {
+        async { Ok(Vec::new()) }.boxed()
+    }
+}
+
+impl Drains {
+    /// The drain of node `i` ends, as `Drainer::drain` ends: a drain whose list of the node's
+    /// pods has nothing to evict stands for the copy it was started with; one with pods evicts
+    /// only while the node, read now, carries the grant the drain is for, and stands for the
+    /// version read. A pod whose deletion its hung kubelet never confirms counts as gone once
+    /// the node is NotReady; on a Ready node it holds the drain until it times out.
+    fn end(&self, i: usize, ok: bool) {
+        let Some(pending) = self
+            .pending
+            .lock()
+            .ok()
+            .and_then(|mut p| p.remove(&format!("n{i}")))
+        else {
+            return;
+        };
+        let mut s = lock(&self.api.server);
+        let holds = s
+            .node(i)
+            .and_then(|n| annotation(n, "reboot-grant"))
+            .is_some_and(|g| g == pending.grant);
+        let version = s
+            .node(i)
+            .and_then(|n| n["metadata"]["resourceVersion"].as_str().map(str::to_owned));
+        let timed_out = DrainOutcome::TimedOut {
+            blocking: BTreeMap::from([(format!("default/pod-{i}"), "model".to_owned())]),
+        };
+        let outcome = if !ok {
+            timed_out
+        } else if s.pods[i] == Workload::None {
+            DrainOutcome::Drained {
+                evicted: 0,
+                unconfirmed: Vec::new(),
+                node_version: pending.node.metadata.resource_version.clone(),
+            }
+        } else if !holds {
+            DrainOutcome::Superseded
+        } else if s.kubelets[i] != Kubelet::Wedged {
+            s.pods[i] = Workload::None;
+            DrainOutcome::Drained {
+                evicted: 1,
+                unconfirmed: Vec::new(),
+                node_version: version,
+            }
+        } else if s.ready(i) {
+            s.pods[i] = Workload::Terminating;
+            timed_out
+        } else {
+            s.pods[i] = Workload::Terminating;
+            DrainOutcome::Drained {
+                evicted: 1,
+                unconfirmed: vec![format!("default/pod-{i}")],
+                node_version: version,
+            }
+        };
+        let _ = pending.end.send(outcome);
+    }
+}
+
+/// One controller replica: the real round, and the lagging views the model feeds it.
+struct Replica {
+    shell: Shell,
+    feed: NodeFeed,
+    store: Store<Node>,
+    ledger_tx: watch::Sender<ReadLedger>,
+    listed: bool,
+    drains: Drains,
+    events: CapturedEvents,
+}
+
+/// What a case is made of, drawn by proptest.
+#[derive(Debug, Clone)]
+struct Setup {
+    replicas: usize,
+    max_unavailable: MaxUnavailable,
+    drain_enabled: bool,
+    finish_after_window: bool,
+    zone_budget: Option<MaxUnavailable>,
+    min_ready_ms: u64,
+    soaking: Vec<usize>,
+    not_ready: Vec<bool>,
+    kubelets: Vec<Kubelet>,
+}
+
+struct Model {
+    server: Shared,
+    replicas: Vec<Replica>,
+    runtime: tokio::runtime::Runtime,
+}
+
+fn windows() -> Windows {
+    // Open twelve hours a day: a step is a second, so only the model's window steps move
+    // the clock across an opening or a closing.
+    let window: Window = "Mon-Sun 00:00-12:00 UTC".parse().expect("a window");
+    Windows(vec![window])
+}
+
+impl Model {
+    fn new(setup: &Setup) -> Self {
+        let mut server = Server::new(setup.max_unavailable, windows(), &setup.not_ready);
+        server.drain_enabled = setup.drain_enabled;
+        server.finish_after_window = setup.finish_after_window;
+        server.zone_budget = setup.zone_budget;
+        server.min_ready_ms = setup.min_ready_ms;
+        server.kubelets.clone_from(&setup.kubelets);
+        let budget = setup.max_unavailable.resolve(NODES);
+        server.start_soaks(&setup.soaking, budget);
+        server.budget_at_grant = budget;
+        let server = Arc::new(Mutex::new(server));
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a runtime");
+        let mut model = Self {
+            server,
+            replicas: Vec::new(),
+            runtime,
+        };
+        for k in 0..setup.replicas {
+            let replica = model.replica(k, setup);
+            model.replicas.push(replica);
+        }
+        model
+    }
+
+    fn replica(&self, k: usize, setup: &Setup) -> Replica {
+        let api = Api {
+            server: self.server.clone(),
+            replica: k,
+        };
+        let indexing = Indexing::new(
+            PoolSelector::parse(&format!("{POOL}=a")).expect("a selector"),
+            ZONE,
+            keys(),
+        );
+        let (store, index, mut feed) = NodeFeed::new(indexing.clone());
+        feed.apply(watcher::Event::Init);
+        for node in lock(&self.server).nodes.iter().flatten() {
+            feed.apply(watcher::Event::InitApply(server::node_of(node)));
+        }
+        feed.apply(watcher::Event::InitDone);
+        lock(&self.server).views.push(store.clone());
+        let ledger_store = LedgerStore::with_api(Arc::new(api.clone()), "ns", "slots");
+        let _guard = self.runtime.enter();
+        let ledger = self
+            .runtime
+            .block_on(ledger_store.load())
+            .expect("the model ledger loads");
+        let (ledger_tx, ledger_watch) = watch::channel(ledger.clone());
+        let drains = Drains {
+            api: api.clone(),
+            pending: Arc::default(),
+        };
+        let (pods_gate, pods) = BlockingPods::fed("app=backup", Scope::Node);
+        lock(&self.server).pod_watches.push(pods);
+        let (wanted, _) = watch::channel(false);
+        let alert_checks = AlertChecks {
+            readings: lock(&self.server).alerts.subscribe(),
+            period: Duration::from_secs(3600),
+            prometheus: "model".into(),
+            wanted,
+        };
+        let (events, captured) = Events::captured();
+        let (metrics, _) = Metrics::new();
+        let drainer = setup
+            .drain_enabled
+            .then(|| Arc::new(drains.clone()) as Arc<dyn Drain>);
+        let shell = Shell::new(ShellParts {
+            node_api: Arc::new(api),
+            clock: Arc::new(ModelClock(self.server.clone())),
+            keys: keys(),
+            max_unavailable: setup.max_unavailable,
+            zone_budget: setup.zone_budget,
+            drains: DrainTracker::new(drainer, Arc::new(Notify::new())),
+            nodes: store.clone(),
+            index,
+            overlay: Overlay::new(indexing),
+            ledger,
+            ledger_store,
+            ledger_watch,
+            events,
+            schedule: Schedule {
+                windows: windows(),
+                finish_after_window: setup.finish_after_window,
+                min_ready: Duration::from_millis(setup.min_ready_ms),
+                reboot_timeout: Duration::from_millis(lock(&self.server).reboot_timeout_ms),
+            },
+            gates: Gates::new(Some(pods_gate), Some(alert_checks)),
+            metrics,
+            leadership: Leadership::always(),
+            dry_run: false,
+        });
+        Replica {
+            shell,
+            feed,
+            store,
+            ledger_tx,
+            listed: true,
+            drains,
+            events: captured,
+        }
+    }
+
+    fn s(&self) -> MutexGuard<'_, Server> {
+        lock(&self.server)
+    }
+
+    /// Both clocks move on by `ms`, for the server and every replica.
+    fn tick(&self, ms: u64) {
+        self.s().tick(ms);
+    }
+
+    /// One round of replica `k`, with `disturbance` landing between its decision and its
+    /// first ledger write.
+    fn round(&mut self, k: usize, disturbance: Option<Disturbance>) {
+        {
+            let mut s = self.s();
+            let fences = Fences {
+                wall: s.wall,
+                window_open: s.window_open(),
+                unhealthy: s.unhealthy,
+                blocked: s.blocked.clone(),
+            };
+            s.round = Some((k, fences));
+            s.disturbance = disturbance;
+        }
+        let replica = &mut self.replicas[k];
+        self.runtime.block_on(replica.shell.round());
+        replica.events.take();
+        let mut s = self.s();
+        s.round = None;
+        s.disturbance = None;
+    }
+
+    /// Node `i` as replica `k`'s watch delivers it.
+    fn sync_node(&mut self, k: usize, i: usize) {
+        let (now, last) = {
+            let s = self.s();
+            (s.node(i).map(server::node_of), server::node_of(&s.last[i]))
+        };
+        let replica = &mut self.replicas[k];
+        match now {
+            Some(node) => replica.feed.apply(watcher::Event::Apply(node)),
+            None if replica
+                .store
+                .get(&reflector::ObjectRef::new(&format!("n{i}")))
+                .is_some() =>
+            {
+                replica.feed.apply(watcher::Event::Delete(last));
+            }
+            None => {}
+        }
+    }
+
+    /// The ledger as replica `k`'s watch delivers it: the Lease, or its deletion.
+    fn sync_ledger(&mut self, k: usize) {
+        let (lease, last) = {
+            let s = self.s();
+            (s.lease.clone(), s.lease_last.clone())
+        };
+        let replica = &mut self.replicas[k];
+        let event = match lease {
+            Some(lease) => watcher::Event::Apply(server::lease_of(&lease)),
+            None => watcher::Event::Delete(server::lease_of(&last)),
+        };
+        if let Some(read) = on_watch_event(LEDGER, event, &mut replica.listed) {
+            let _ = replica.ledger_tx.send(read);
+        }
+        let mut s = self.s();
+        if let Some(version) = lease_version(&s) {
+            s.lease_seen[k] = s.lease_seen[k].max(version);
+        }
+    }
+
+    /// Lets the replicas' drain tasks hand their outcomes over.
+    fn run_tasks(&self) {
+        self.runtime.block_on(async {
+            for _ in 0..4 {
+                tokio::task::yield_now().await;
+            }
+        });
+    }
+}
+
+fn lease_version(s: &Server) -> Option<u64> {
+    s.lease.as_ref()?["metadata"]["resourceVersion"]
+        .as_str()?
+        .parse()
+        .ok()
+}
+
+mod world;
+
+proptest! {
+    // 100 cases by default; `PROPTEST_CASES=2000` for a longer hunt.
+    #![proptest_config(ProptestConfig {
+        cases: std::env::var("PROPTEST_CASES").ok().and_then(|c| c.parse().ok()).unwrap_or(100),
+        ..ProptestConfig::default()
+    })]
+
+    #[test]
+    fn replicas_of_the_real_round_keep_the_invariants_on_misbehaving_nodes(
+        setup in world::setup(),
+        steps in proptest::collection::vec(world::step(), 0..200),
+    ) {
+        let mut model = Model::new(&setup);
+        for step in &steps {
+            model.apply(step);
+        }
+        model.settle();
+    }
+}

@@ -1,0 +1,512 @@
+//! The model API server: Nodes and the ledger Lease as JSON, changed by the controller's own
+//! patches, with resourceVersions from one revision counter so that `test` operations and the
+//! ledger's compare-and-swap behave as on a real API server; and the world around it: pods,
+//! kubelets, the clock, the windows and the gates. Every controller write is checked here,
+//! against the truth, as it lands.
+
+use super::{LEDGER, NODES, POOL, ZONE, checks};
+use crate::alert_watch::{AlertGate, AlertReading};
+use crate::window::Windows;
+use common::{
+    AnnotationKeys, MaxUnavailable, NodeFacts,
+    ledger::{PAUSED_ANNOTATION, SLOTS_ANNOTATION, Slot, slots_json, slots_of},
+};
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::{
+    api::{coordination::v1::Lease, core::v1::Node},
+    jiff::{SignedDuration, Timestamp},
+};
+use kube::{
+    core::Status,
+    runtime::{reflector, reflector::Store, watcher},
+};
+use serde_json::{Value, json};
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Instant;
+use tokio::sync::watch;
+
+/// What a node's kubelet does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kubelet {
+    /// Reports each boot, Ready; confirms pod deletions.
+    Healthy,
+    /// A bad kernel: reports the new boot, NotReady, until fixed.
+    BackNotReady,
+    /// The machine does not come back from its reboot until fixed: no new boot, NotReady.
+    NeverBack,
+    /// Hung: NotReady, confirms no pod deletion; the next boot cures it.
+    Wedged,
+}
+
+/// The workload pod of a node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Workload {
+    None,
+    Running,
+    /// Evicted, but its deletion is not confirmed (the kubelet is hung).
+    Terminating,
+}
+
+/// What the model changes in the middle of a round, at its first ledger write: between the
+/// decision and its compare-and-swap.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Disturbance {
+    CloseWindow,
+    FireGate,
+    Block(usize),
+}
+
+/// The fences as they stood when a round began.
+#[derive(Debug, Clone, Default)]
+pub struct Fences {
+    pub wall: Timestamp,
+    pub window_open: bool,
+    pub unhealthy: bool,
+    pub blocked: BTreeSet<String>,
+}
+
+#[derive(Debug)]
+pub struct Server {
+    pub nodes: Vec<Option<Value>>,
+    /// Each node's last object, for the watch's deletion event.
+    pub last: Vec<Value>,
+    pub lease: Option<Value>,
+    pub lease_last: Value,
+    pub revision: u64,
+    pub pods: Vec<Workload>,
+    /// The boot each node really runs (the kubelet reports it when it gets to it).
+    pub boots: Vec<u32>,
+    pub kubelets: Vec<Kubelet>,
+    /// Nodes whose machine is down (rebooting, or not coming back).
+    pub down: BTreeSet<usize>,
+    pub admin_cordoned: BTreeSet<usize>,
+    pub max_unavailable: MaxUnavailable,
+    pub zone_budget: Option<MaxUnavailable>,
+    pub drain_enabled: bool,
+    pub finish_after_window: bool,
+    pub min_ready_ms: u64,
+    pub reboot_timeout_ms: u64,
+    pub windows: Windows,
+    /// The wall clock and the decision clock every replica reads.
+    pub wall: Timestamp,
+    pub mono_ms: u64,
+    pub unhealthy: bool,
+    pub blocked: BTreeSet<String>,
+    /// By replica: the ledger revision it last got (a read, a write or its watch).
+    pub lease_seen: Vec<u64>,
+    /// The revision at which the pause last changed.
+    pub pause_changed: u64,
+    /// Set when a round begins; what it decided on.
+    pub round: Option<(usize, Fences)>,
+    pub disturbance: Option<Disturbance>,
+    /// The budget the last new grant was made under: a pool that shrank since may hold more
+    /// than its budget now, not because of the operator.
+    pub budget_at_grant: usize,
+    pub next_uid: u64,
+    /// By replica: its node cache, as the checks of its writes read it.
+    pub views: Vec<Store<Node>>,
+    /// Every grant id a node has carried.
+    pub ever_carried: BTreeSet<String>,
+    /// What the replicas' gates read: the alerts, and by replica the blocking pods' watch.
+    pub alerts: watch::Sender<AlertReading>,
+    pub pod_watches: Vec<reflector::store::Writer<Pod>>,
+}
+
+pub fn keys() -> AnnotationKeys {
+    AnnotationKeys::default()
+}
+
+pub fn annotation(obj: &Value, key: &str) -> Option<String> {
+    obj["metadata"]["annotations"][key]
+        .as_str()
+        .map(str::to_owned)
+}
+
+pub fn facts(obj: &Value) -> NodeFacts {
+    NodeFacts::from_node(&node_of(obj))
+}
+
+pub fn node_of(obj: &Value) -> Node {
+    serde_json::from_value(obj.clone()).expect("a model node is a Node")
+}
+
+pub fn index(name: &str) -> usize {
+    name[1..].parse().expect("model nodes are n0, n1, ...")
+}
+
+/// Three zones of two, two and one nodes, and one node without a zone label.
+pub fn first_zone(i: usize) -> Option<String> {
+    (i + 1 < NODES).then(|| format!("z{}", i % 3))
+}
+
+fn error(code: u16, reason: &str) -> kube::Error {
+    kube::Error::Api(
+        Status::failure(&format!("model: {reason}"), reason)
+            .with_code(code)
+            .boxed(),
+    )
+}
+
+impl Server {
+    pub fn new(max_unavailable: MaxUnavailable, windows: Windows, not_ready: &[bool]) -> Self {
+        let mut server = Self {
+            nodes: vec![None; NODES],
+            last: vec![Value::Null; NODES],
+            lease: None,
+            lease_last: Value::Null,
+            revision: 1,
+            pods: vec![Workload::Running; NODES],
+            boots: vec![0; NODES],
+            kubelets: vec![Kubelet::Healthy; NODES],
+            down: BTreeSet::new(),
+            admin_cordoned: BTreeSet::new(),
+            max_unavailable,
+            zone_budget: None,
+            drain_enabled: true,
+            finish_after_window: true,
+            min_ready_ms: 0,
+            reboot_timeout_ms: 30_000,
+            windows,
+            wall: "2026-11-23T01:00:00Z".parse().expect("a time"),
+            mono_ms: 0,
+            unhealthy: false,
+            blocked: BTreeSet::new(),
+            lease_seen: vec![0; 3],
+            pause_changed: 0,
+            round: None,
+            disturbance: None,
+            budget_at_grant: 0,
+            next_uid: 0,
+            views: Vec::new(),
+            ever_carried: BTreeSet::new(),
+            alerts: watch::channel(alert_reading(false)).0,
+            pod_watches: Vec::new(),
+        };
+        for (i, ready) in not_ready.iter().enumerate() {
+            server.create_node(i);
+            server.set_ready(i, !ready);
+        }
+        server
+    }
+
+    pub fn bump(&mut self, i: usize) {
+        self.revision += 1;
+        if let Some(node) = self.nodes[i].as_mut() {
+            node["metadata"]["resourceVersion"] = self.revision.to_string().into();
+            self.last[i] = node.clone();
+        }
+    }
+
+    /// Node `i` created (again), Ready, in the pool and its first zone.
+    pub fn create_node(&mut self, i: usize) {
+        self.next_uid += 1;
+        let mut labels = json!({ POOL: "a" });
+        if let Some(zone) = first_zone(i) {
+            labels[ZONE] = zone.into();
+        }
+        self.nodes[i] = Some(json!({
+            "metadata": {"name": format!("n{i}"), "uid": format!("uid-{}", self.next_uid),
+                         "resourceVersion": "0", "labels": labels, "annotations": {}},
+            "spec": {},
+            "status": {"conditions": [{"type": "Ready", "status": "True"}],
+                       "nodeInfo": {"bootID": format!("n{i}-boot-{}", self.boots[i])}}
+        }));
+        self.bump(i);
+    }
+
+    pub fn node(&self, i: usize) -> Option<&Value> {
+        self.nodes[i].as_ref()
+    }
+
+    pub fn delete_node(&mut self, i: usize) {
+        if self.nodes[i].take().is_some() {
+            self.revision += 1;
+            self.last[i]["metadata"]["resourceVersion"] = self.revision.to_string().into();
+            self.admin_cordoned.remove(&i);
+        }
+    }
+
+    pub fn node_mut(&mut self, i: usize) -> Option<&mut Value> {
+        self.nodes[i].as_mut()
+    }
+
+    pub fn set_ready(&mut self, i: usize, ready: bool) {
+        if let Some(node) = self.node_mut(i) {
+            node["status"]["conditions"][0]["status"] =
+                (if ready { "True" } else { "False" }).into();
+            self.bump(i);
+        }
+    }
+
+    pub fn ready(&self, i: usize) -> bool {
+        self.node(i)
+            .is_some_and(|n| facts(n).readiness == common::Readiness::Ready)
+    }
+
+    /// The ledger Lease, created empty.
+    pub fn create_lease(&mut self, annotations: Value) {
+        self.revision += 1;
+        let lease = json!({"metadata": {"name": "slots", "namespace": "ns",
+            "resourceVersion": self.revision.to_string(), "annotations": annotations}});
+        self.lease_last = lease.clone();
+        self.lease = Some(lease);
+    }
+
+    pub fn change_lease(&mut self, change: impl FnOnce(&mut serde_json::Map<String, Value>)) {
+        let Some(lease) = self.lease.as_mut() else {
+            return;
+        };
+        if let Some(annotations) = lease["metadata"]["annotations"].as_object_mut() {
+            change(annotations);
+        }
+        self.revision += 1;
+        lease["metadata"]["resourceVersion"] = self.revision.to_string().into();
+        self.lease_last = lease.clone();
+    }
+
+    /// The slots as the Lease holds them (none when it is gone or damaged).
+    pub fn slots(&self) -> BTreeMap<String, Slot> {
+        self.lease
+            .as_ref()
+            .and_then(|l| slots_of(lease_of(l).metadata.annotations.as_ref()).ok())
+            .unwrap_or_default()
+    }
+
+    pub fn paused(&self) -> bool {
+        self.lease.as_ref().is_some_and(|l| {
+            common::ledger::Pause::of(lease_of(l).metadata.annotations.as_ref()).pauses()
+        })
+    }
+
+    pub fn window_open(&self) -> bool {
+        self.windows.is_open(self.wall)
+    }
+
+    /// Moves the wall clock to the next opening or closing of the windows, if it is not
+    /// already where `open` says.
+    pub fn set_window(&mut self, open: bool) {
+        if self.window_open() != open
+            && let Some(next) = self.windows.next_change(self.wall)
+        {
+            self.wall = next + SignedDuration::from_secs(1);
+        }
+    }
+
+    /// Time passes: `ms` on both clocks.
+    pub fn tick(&mut self, ms: u64) {
+        self.mono_ms += ms;
+        self.wall += SignedDuration::from_millis(i64::try_from(ms).unwrap_or(i64::MAX));
+    }
+
+    /// A node of the pool, as the truth has it.
+    pub fn in_pool(&self, i: usize) -> bool {
+        self.node(i)
+            .is_some_and(|n| n["metadata"]["labels"][POOL] == json!("a"))
+    }
+
+    pub fn zone(&self, i: usize) -> Option<String> {
+        self.node(i)
+            .and_then(|n| n["metadata"]["labels"][ZONE].as_str())
+            .map(str::to_owned)
+    }
+
+    pub fn pool_size(&self) -> usize {
+        (0..NODES).filter(|&i| self.in_pool(i)).count()
+    }
+
+    /// Whether replica `k` has seen the ledger since the pause last changed.
+    pub fn pause_known_to(&self, k: usize) -> bool {
+        self.lease_seen[k] >= self.pause_changed
+    }
+
+    /// The round's disturbance, once: between its decision and its first ledger write.
+    fn disturb(&mut self) {
+        match self.disturbance.take() {
+            Some(Disturbance::CloseWindow) => self.set_window(false),
+            Some(Disturbance::FireGate) => self.set_unhealthy(true),
+            Some(Disturbance::Block(i)) => self.set_blocked(i, true),
+            None => {}
+        }
+    }
+
+    /// An alert fires or resolves; the gates read it at once.
+    pub fn set_unhealthy(&mut self, unhealthy: bool) {
+        self.unhealthy = unhealthy;
+        let _ = self.alerts.send(alert_reading(unhealthy));
+    }
+
+    /// A blocking pod starts or ends on node `i`; every replica's watch shows it at once.
+    pub fn set_blocked(&mut self, i: usize, running: bool) {
+        let name = format!("n{i}");
+        if running {
+            self.blocked.insert(name);
+        } else {
+            self.blocked.remove(&name);
+        }
+        self.show_blocked();
+    }
+
+    pub fn show_blocked(&mut self) {
+        for watch in &mut self.pod_watches {
+            watch.apply_watcher_event(&watcher::Event::Init);
+            for name in &self.blocked {
+                let pod: Pod = serde_json::from_value(json!({
+                    "metadata": {"name": format!("backup-{name}"), "namespace": "default",
+                                 "labels": {"app": "backup"}},
+                    "spec": {"nodeName": name, "containers": []},
+                    "status": {"phase": "Running"},
+                }))
+                .expect("a pod");
+                watch.apply_watcher_event(&watcher::Event::InitApply(pod));
+            }
+            watch.apply_watcher_event(&watcher::Event::InitDone);
+        }
+    }
+
+    // ---- the API, as the controller's traits call it ----
+
+    pub fn get_node(&mut self, name: &str) -> Option<Node> {
+        self.node(index(name)).map(node_of)
+    }
+
+    /// A controller's JSON Patch of a node: all of it or nothing, as the API server applies
+    /// one; the invariants every write must keep are checked on what it did.
+    pub fn patch_node(
+        &mut self,
+        k: usize,
+        name: &str,
+        patch: &json_patch::Patch,
+    ) -> kube::Result<Node> {
+        let i = index(name);
+        let Some(before) = self.node(i).cloned() else {
+            return Err(error(404, "NotFound"));
+        };
+        let mut after = before.clone();
+        if json_patch::patch(&mut after, patch).is_err() {
+            return Err(error(422, "Invalid"));
+        }
+        self.nodes[i] = Some(after);
+        self.bump(i);
+        let after = self.node(i).cloned().unwrap_or_default();
+        if let Some(grant) = annotation(&after, "reboot-grant") {
+            self.ever_carried.insert(grant);
+        }
+        checks::node_write(self, k, i, &before, &after);
+        Ok(node_of(&after))
+    }
+
+    pub fn get_lease(&mut self, k: usize) -> Option<Lease> {
+        let lease = self.lease.clone()?;
+        self.saw_lease(k);
+        Some(lease_of(&lease))
+    }
+
+    pub fn create_lease_by(&mut self, k: usize, lease: &Lease) -> kube::Result<Lease> {
+        if self.lease.is_some() {
+            return Err(error(409, "AlreadyExists"));
+        }
+        let annotations = json!(lease.metadata.annotations.clone().unwrap_or_default());
+        self.create_lease(annotations);
+        self.saw_lease(k);
+        Ok(lease_of(self.lease.as_ref().expect("just created")))
+    }
+
+    /// The ledger's compare-and-swap: a merge patch that carries the resourceVersion read.
+    pub fn merge_lease(&mut self, k: usize, patch: &Value) -> kube::Result<Lease> {
+        self.disturb();
+        let Some(current) = self.lease.clone() else {
+            return Err(error(404, "NotFound"));
+        };
+        let expected = patch["metadata"]["resourceVersion"].as_str();
+        if expected.is_some() && expected != current["metadata"]["resourceVersion"].as_str() {
+            return Err(error(409, "Conflict"));
+        }
+        let before = self.slots();
+        let mut next = current;
+        json_patch::merge(&mut next, patch);
+        self.revision += 1;
+        next["metadata"]["resourceVersion"] = self.revision.to_string().into();
+        self.lease_last = next.clone();
+        self.lease = Some(next.clone());
+        self.saw_lease(k);
+        checks::ledger_write(self, k, &before);
+        Ok(lease_of(&next))
+    }
+
+    fn saw_lease(&mut self, k: usize) {
+        if let Some(lease) = &self.lease {
+            let version = lease["metadata"]["resourceVersion"]
+                .as_str()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0);
+            self.lease_seen[k] = self.lease_seen[k].max(version);
+        }
+    }
+
+    /// An administrator's value for `reboot-paused` (`None`: removed).
+    pub fn type_pause(&mut self, value: Option<&str>) {
+        let was = self.paused();
+        self.change_lease(|annotations| match value {
+            Some(value) => {
+                annotations.insert(PAUSED_ANNOTATION.to_owned(), value.into());
+            }
+            None => {
+                annotations.remove(PAUSED_ANNOTATION);
+            }
+        });
+        if was != self.paused() {
+            self.pause_changed = self.revision;
+        }
+    }
+
+    /// The slots annotation overwritten by hand with what no controller can read.
+    pub fn damage_lease(&mut self) {
+        self.change_lease(|annotations| {
+            annotations.insert(SLOTS_ANNOTATION.to_owned(), "{not json".into());
+        });
+    }
+
+    pub fn delete_lease(&mut self) {
+        // The watch's deletion event carries the object at the deletion's revision.
+        if let Some(mut lease) = self.lease.take() {
+            self.revision += 1;
+            lease["metadata"]["resourceVersion"] = self.revision.to_string().into();
+            self.lease_last = lease;
+        }
+    }
+
+    /// Slots for the soaks the model starts with.
+    pub fn start_soaks(&mut self, soaking: &[usize], budget: usize) {
+        let mut slots = BTreeMap::new();
+        for &i in soaking.iter().take(budget) {
+            let grant = common::ledger::grant_id(LEDGER, &format!("g-soak-{i}"));
+            if let Some(node) = self.node_mut(i) {
+                node["metadata"]["annotations"]["reboot-last-grant"] = grant.clone().into();
+            }
+            self.bump(i);
+            let slot = Slot {
+                grant,
+                granted_at: self.wall.to_string(),
+                node_version: None,
+                zone: first_zone(i),
+            };
+            slots.insert(format!("n{i}"), slot);
+        }
+        self.create_lease(json!({ SLOTS_ANNOTATION: slots_json(&slots) }));
+    }
+}
+
+pub fn alert_reading(firing: bool) -> AlertReading {
+    AlertReading {
+        gate: if firing {
+            AlertGate::Firing(vec!["ModelAlert".into()])
+        } else {
+            AlertGate::Clear
+        },
+        at: Some(Instant::now()),
+    }
+}
+
+pub fn lease_of(obj: &Value) -> Lease {
+    serde_json::from_value(obj.clone()).expect("a model Lease is a Lease")
+}

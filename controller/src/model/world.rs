@@ -1,0 +1,499 @@
+//! The steps of the model: what replicas, watches, agents, kubelets, the scheduler and the
+//! administrator do, drawn at random; and the settling that checks no request is lost.
+
+use super::{
+    Model, NODES, POOL, STEP_MS, Setup, ZONE, checks,
+    server::{Disturbance, Kubelet, Workload, annotation, facts, keys},
+};
+use common::{MaxUnavailable, Phase, Request, Transition};
+use proptest::prelude::*;
+use serde_json::json;
+
+#[derive(Debug, Clone)]
+pub enum Step {
+    Round(usize),
+    /// A round during which the window closes, a gate shuts or a blocking pod starts, between
+    /// its decision and its write.
+    DisturbedRound(usize, Disturbance),
+    SyncNode {
+        replica: usize,
+        node: usize,
+    },
+    SyncAll(usize),
+    SyncLedger(usize),
+    DrainEnds {
+        replica: usize,
+        node: usize,
+        ok: bool,
+    },
+    Agent(usize),
+    Kubelet(usize),
+    Request(usize),
+    Cancel(usize),
+    AdminCordon(usize),
+    AdminTakesCordon(usize),
+    Flap(usize),
+    /// The node's kubelet starts misbehaving (or behaves again).
+    Kubelet2(usize, Kubelet),
+    /// The administrator types a pause value (`None`: removes the annotation).
+    Pause(Option<&'static str>),
+    Window(bool),
+    Gate(bool),
+    Block {
+        node: usize,
+        running: bool,
+    },
+    /// The node is relabelled: into or out of the pool, into another zone or none.
+    Relabel {
+        node: usize,
+        in_pool: bool,
+        zone: Option<u8>,
+    },
+    OptOut(usize),
+    DeleteNode(usize),
+    RecreateNode(usize),
+    DeleteLedger,
+    DamageLedger,
+}
+
+fn kubelet() -> impl Strategy<Value = Kubelet> {
+    prop_oneof![
+        4 => Just(Kubelet::Healthy),
+        1 => Just(Kubelet::BackNotReady),
+        1 => Just(Kubelet::NeverBack),
+        1 => Just(Kubelet::Wedged),
+    ]
+}
+
+fn disturbance() -> impl Strategy<Value = Disturbance> {
+    prop_oneof![
+        Just(Disturbance::CloseWindow),
+        Just(Disturbance::FireGate),
+        (0..NODES).prop_map(Disturbance::Block),
+    ]
+}
+
+const PAUSES: [Option<&str>; 6] = [
+    Some("true"),
+    Some("True"),
+    Some("yes"),
+    Some("1"),
+    Some("false"),
+    None,
+];
+
+pub fn step() -> impl Strategy<Value = Step> {
+    let r = 0..3usize;
+    let n = 0..NODES;
+    prop_oneof![
+        10 => r.clone().prop_map(Step::Round),
+        1 => (r.clone(), disturbance()).prop_map(|(k, d)| Step::DisturbedRound(k, d)),
+        5 => (r.clone(), n.clone()).prop_map(|(replica, node)| Step::SyncNode { replica, node }),
+        2 => r.clone().prop_map(Step::SyncAll),
+        2 => r.clone().prop_map(Step::SyncLedger),
+        3 => (r, n.clone(), proptest::bool::weighted(0.85))
+            .prop_map(|(replica, node, ok)| Step::DrainEnds { replica, node, ok }),
+        4 => n.clone().prop_map(Step::Agent),
+        3 => n.clone().prop_map(Step::Kubelet),
+        4 => n.clone().prop_map(Step::Request),
+        1 => n.clone().prop_map(Step::Cancel),
+        1 => n.clone().prop_map(Step::AdminCordon),
+        1 => n.clone().prop_map(Step::AdminTakesCordon),
+        1 => n.clone().prop_map(Step::Flap),
+        1 => (n.clone(), kubelet()).prop_map(|(i, k)| Step::Kubelet2(i, k)),
+        1 => (0..PAUSES.len()).prop_map(|p| Step::Pause(PAUSES[p])),
+        1 => proptest::bool::weighted(0.6).prop_map(Step::Window),
+        1 => proptest::bool::weighted(0.3).prop_map(Step::Gate),
+        1 => (n.clone(), proptest::bool::weighted(0.5))
+            .prop_map(|(node, running)| Step::Block { node, running }),
+        1 => (n.clone(), proptest::bool::weighted(0.7), proptest::option::of(0..4u8))
+            .prop_map(|(node, in_pool, zone)| Step::Relabel { node, in_pool, zone }),
+        1 => n.clone().prop_map(Step::OptOut),
+        1 => n.clone().prop_map(Step::DeleteNode),
+        1 => n.prop_map(Step::RecreateNode),
+        1 => Just(Step::DeleteLedger),
+        1 => Just(Step::DamageLedger),
+    ]
+}
+
+pub fn setup() -> impl Strategy<Value = Setup> {
+    let budget = prop_oneof![
+        3 => (1..3u32).prop_map(MaxUnavailable::Count),
+        1 => Just(MaxUnavailable::Percent(34)),
+        1 => Just(MaxUnavailable::Percent(50)),
+    ];
+    let zone_budget = proptest::option::of(prop_oneof![
+        Just(MaxUnavailable::Count(1)),
+        Just(MaxUnavailable::Percent(50)),
+        Just(MaxUnavailable::Percent(100)),
+    ]);
+    (
+        1..=3usize,
+        budget,
+        proptest::bool::weighted(0.7),
+        proptest::bool::weighted(0.5),
+        zone_budget,
+        prop_oneof![Just(0u64), Just(25_000u64)],
+        proptest::collection::vec(0..NODES, 0..3),
+        proptest::collection::vec(proptest::bool::weighted(0.15), NODES),
+        proptest::collection::vec(kubelet(), NODES),
+    )
+        .prop_map(
+            |(
+                replicas,
+                max_unavailable,
+                drain_enabled,
+                finish_after_window,
+                zone_budget,
+                min_ready_ms,
+                soaking,
+                not_ready,
+                kubelets,
+            )| Setup {
+                replicas,
+                max_unavailable,
+                drain_enabled,
+                finish_after_window,
+                zone_budget,
+                min_ready_ms,
+                soaking,
+                not_ready,
+                kubelets,
+            },
+        )
+}
+
+impl Model {
+    pub(super) fn apply(&mut self, step: &Step) {
+        self.tick(STEP_MS);
+        let replicas = self.replicas.len();
+        let r = |k: usize| k % replicas;
+        match *step {
+            Step::Round(k) => self.round(r(k), None),
+            Step::DisturbedRound(k, d) => self.round(r(k), Some(d)),
+            Step::SyncNode { replica, node } => self.sync_node(r(replica), node),
+            Step::SyncAll(k) => {
+                for i in 0..NODES {
+                    self.sync_node(r(k), i);
+                }
+                self.sync_ledger(r(k));
+            }
+            Step::SyncLedger(k) => self.sync_ledger(r(k)),
+            Step::DrainEnds { replica, node, ok } => {
+                self.replicas[r(replica)].drains.end(node, ok);
+                self.run_tasks();
+            }
+            Step::Agent(i) => self.agent(i),
+            Step::Kubelet(i) => self.kubelet(i),
+            Step::Request(i) => self.annotate(i, "reboot-needed", Some("true")),
+            Step::Cancel(i) => self.annotate(i, "reboot-needed", None),
+            Step::AdminCordon(i) => self.admin_cordon(i),
+            Step::AdminTakesCordon(i) => {
+                // The documented way to keep the operator's cordon after the reboot.
+                let has = self
+                    .s()
+                    .node(i)
+                    .and_then(|n| annotation(n, "reboot-cordoned"));
+                if has.is_some() {
+                    self.annotate(i, "reboot-cordoned", None);
+                    self.s().admin_cordoned.insert(i);
+                }
+            }
+            Step::Flap(i) => {
+                let mut s = self.s();
+                let under_way = s
+                    .node(i)
+                    .is_some_and(|n| facts(n).protocol(&keys()).reboot_under_way());
+                if !under_way && s.kubelets[i] == Kubelet::Healthy {
+                    let ready = s.ready(i);
+                    s.set_ready(i, !ready);
+                }
+            }
+            Step::Kubelet2(i, kubelet) => self.break_kubelet(i, kubelet),
+            Step::Pause(value) => self.s().type_pause(value),
+            Step::Window(open) => self.s().set_window(open),
+            Step::Gate(closed) => self.s().set_unhealthy(closed),
+            Step::Block { node, running } => self.s().set_blocked(node, running),
+            Step::Relabel {
+                node,
+                in_pool,
+                zone,
+            } => self.relabel(node, in_pool, zone),
+            Step::OptOut(i) => {
+                let mut s = self.s();
+                if let Some(labels) = s
+                    .node_mut(i)
+                    .and_then(|n| n["metadata"]["labels"].as_object_mut())
+                    && labels.remove("reboot-disabled").is_none()
+                {
+                    labels.insert("reboot-disabled".into(), "true".into());
+                }
+                s.bump(i);
+            }
+            Step::DeleteNode(i) => self.s().delete_node(i),
+            Step::RecreateNode(i) => {
+                let mut s = self.s();
+                if s.node(i).is_none() {
+                    s.create_node(i);
+                    s.pods[i] = Workload::None;
+                }
+            }
+            Step::DeleteLedger => self.s().delete_lease(),
+            Step::DamageLedger => self.s().damage_lease(),
+        }
+        self.after_step();
+    }
+
+    fn annotate(&self, i: usize, key: &str, value: Option<&str>) {
+        let mut s = self.s();
+        let Some(annotations) = s
+            .node_mut(i)
+            .and_then(|n| n["metadata"]["annotations"].as_object_mut())
+        else {
+            return;
+        };
+        match value {
+            Some(value) => annotations.insert(key.to_owned(), value.into()),
+            None => annotations.remove(key),
+        };
+        s.bump(i);
+    }
+
+    fn admin_cordon(&self, i: usize) {
+        let mut s = self.s();
+        let Some(node) = s.node_mut(i) else { return };
+        if node["spec"]["unschedulable"] != json!(true) {
+            node["spec"]["unschedulable"] = true.into();
+            s.admin_cordoned.insert(i);
+            s.bump(i);
+        }
+    }
+
+    fn relabel(&self, i: usize, in_pool: bool, zone: Option<u8>) {
+        let mut s = self.s();
+        let Some(labels) = s
+            .node_mut(i)
+            .and_then(|n| n["metadata"]["labels"].as_object_mut())
+        else {
+            return;
+        };
+        labels.insert(POOL.into(), (if in_pool { "a" } else { "b" }).into());
+        match zone {
+            Some(z) if z < 3 => labels.insert(ZONE.into(), format!("z{z}").into()),
+            _ => labels.remove(ZONE),
+        };
+        s.bump(i);
+    }
+
+    fn break_kubelet(&self, i: usize, kubelet: Kubelet) {
+        let mut s = self.s();
+        s.kubelets[i] = kubelet;
+        match kubelet {
+            Kubelet::Wedged => s.set_ready(i, false),
+            Kubelet::Healthy if !s.down.contains(&i) => s.set_ready(i, true),
+            _ => {}
+        }
+    }
+
+    /// The agent of node `i`: on `reboot-now` it records the boot and the machine reboots;
+    /// after boot it proves the reboot by the new boot id, possibly before the kubelet has
+    /// reported that boot. A machine that does not come back runs no agent.
+    fn agent(&self, i: usize) {
+        let keys = keys();
+        let t = Transition::new(&keys);
+        let mut s = self.s();
+        let Some(node) = s.node(i).cloned() else {
+            return;
+        };
+        let f = facts(&node);
+        let running = format!("n{i}-boot-{}", s.boots[i]);
+        let agent_patch = |s: &mut super::server::Server, patch: &json_patch::Patch| {
+            let mut next = node.clone();
+            if json_patch::patch(&mut next, patch).is_ok() {
+                s.nodes[i] = Some(next);
+                s.bump(i);
+                true
+            } else {
+                false
+            }
+        };
+        match f.protocol(&keys).phase {
+            Phase::RebootNow if agent_patch(&mut s, &t.begin_reboot(&f, &running)) => {
+                s.boots[i] += 1;
+                s.down.insert(i);
+                if s.kubelets[i] == Kubelet::Wedged {
+                    // A new boot cures a hung kubelet, and its pods with it.
+                    s.kubelets[i] = Kubelet::Healthy;
+                }
+                if s.pods[i] == Workload::Terminating {
+                    s.pods[i] = Workload::None;
+                }
+            }
+            Phase::InProgress { boot_id: recorded }
+                if recorded.as_deref() != Some(&running) && !s.down.contains(&i) =>
+            {
+                assert!(agent_patch(
+                    &mut s,
+                    &t.finish_reboot(&f, recorded.as_deref(), &running)
+                ));
+            }
+            _ => {}
+        }
+    }
+
+    /// The kubelet of node `i` reports the boot it runs, Ready (NotReady with a bad kernel);
+    /// a machine that does not come back reports nothing, and the node monitor marks it
+    /// NotReady.
+    fn kubelet(&self, i: usize) {
+        let mut s = self.s();
+        if s.node(i).is_none() {
+            return;
+        }
+        match s.kubelets[i] {
+            Kubelet::NeverBack if s.down.contains(&i) => {
+                if s.ready(i) {
+                    s.set_ready(i, false);
+                }
+                return;
+            }
+            Kubelet::Wedged => return,
+            _ => {}
+        }
+        s.down.remove(&i);
+        let running = format!("n{i}-boot-{}", s.boots[i]);
+        let ready = s.kubelets[i] != Kubelet::BackNotReady;
+        let node = s.node_mut(i).expect("checked above");
+        if node["status"]["nodeInfo"]["bootID"] != json!(running)
+            || (facts(node).readiness == common::Readiness::Ready) != ready
+        {
+            node["status"]["nodeInfo"]["bootID"] = running.into();
+            node["status"]["conditions"][0]["status"] =
+                (if ready { "True" } else { "False" }).into();
+            s.bump(i);
+        }
+    }
+
+    /// What the world outside the operator leaves after each step: the scheduler puts a
+    /// workload pod on every schedulable Ready node; the invariants of every step hold.
+    fn after_step(&self) {
+        let mut s = self.s();
+        for i in 0..NODES {
+            let schedulable = s.node(i).is_some_and(|n| !facts(n).unschedulable);
+            if schedulable && s.ready(i) && s.pods[i] == Workload::None {
+                s.pods[i] = Workload::Running;
+            }
+        }
+        checks::every_step(&s);
+    }
+
+    /// No request, no slot, nothing in the protocol: nothing more can happen.
+    fn quiet(&self) -> bool {
+        let s = self.s();
+        s.slots().is_empty()
+            && s.lease.is_some()
+            && (0..NODES).all(|i| {
+                s.node(i).is_none_or(|n| {
+                    let state = facts(n).protocol(&keys());
+                    (state.request == Request::Absent || self.waits_for_good(&s, i))
+                        && state.phase == Phase::Idle
+                        && state.grant.is_none()
+                        && !state.cordoned_by_operator
+                })
+            })
+    }
+
+    /// A request that is never granted, rightly: out of the pool, or without a zone label
+    /// while zone budgets are on.
+    fn waits_for_good(&self, s: &super::server::Server, i: usize) -> bool {
+        !s.in_pool(i) || (s.zone_budget.is_some() && s.zone(i).is_none())
+    }
+
+    /// Disturbances stop (pause lifted, window open, gates open, kubelets fixed, cordons
+    /// lifted, watches caught up, drains finish): every standing request must end in exactly
+    /// one proven reboot, and nothing may be left in the protocol.
+    pub(super) fn settle(&mut self) {
+        self.apply(&Step::Pause(None));
+        self.apply(&Step::Window(true));
+        self.apply(&Step::Gate(false));
+        {
+            let mut s = self.s();
+            s.blocked.clear();
+            s.show_blocked();
+            for i in 0..NODES {
+                s.kubelets[i] = Kubelet::Healthy;
+                if let Some(labels) = s
+                    .node_mut(i)
+                    .and_then(|n| n["metadata"]["labels"].as_object_mut())
+                {
+                    labels.remove("reboot-disabled");
+                }
+                s.bump(i);
+            }
+            for i in std::mem::take(&mut s.admin_cordoned) {
+                let ours = s
+                    .node(i)
+                    .and_then(|n| annotation(n, "reboot-cordoned"))
+                    .is_some();
+                if let Some(node) = s.node_mut(i).filter(|_| !ours) {
+                    node["spec"]["unschedulable"] = false.into();
+                    s.bump(i);
+                }
+            }
+        }
+        let (requested, boots_before): (Vec<usize>, Vec<u32>) = {
+            let s = self.s();
+            let requested = (0..NODES)
+                .filter(|&i| {
+                    s.node(i)
+                        .is_some_and(|n| annotation(n, "reboot-needed").as_deref() == Some("true"))
+                        && !self.waits_for_good(&s, i)
+                })
+                .collect();
+            (requested, s.boots.clone())
+        };
+        for _ in 0..60 * NODES {
+            self.tick(10 * STEP_MS);
+            // A ledger recreated from a paused copy keeps the pause: resumed again.
+            if self.s().paused() {
+                self.s().type_pause(None);
+            }
+            for k in 0..self.replicas.len() {
+                self.apply(&Step::SyncAll(k));
+                self.apply(&Step::Round(k));
+                for i in 0..NODES {
+                    self.apply(&Step::DrainEnds {
+                        replica: k,
+                        node: i,
+                        ok: true,
+                    });
+                }
+            }
+            for i in 0..NODES {
+                self.agent(i);
+                self.kubelet(i);
+            }
+            if self.quiet() {
+                break;
+            }
+        }
+        let s = self.s();
+        for i in requested {
+            assert!(
+                s.boots[i] > boots_before[i],
+                "request of n{i} never completed: {:#?}\nledger {:#?}",
+                s.nodes[i],
+                s.lease
+            );
+        }
+        assert!(s.slots().is_empty(), "slots left: {:?}", s.slots());
+        for (i, node) in s.nodes.iter().enumerate() {
+            let Some(node) = node else { continue };
+            let state = facts(node).protocol(&keys());
+            assert_eq!(state.phase, Phase::Idle, "n{i} stuck");
+            assert!(
+                state.grant.is_none() && !state.cordoned_by_operator,
+                "n{i} left in the protocol"
+            );
+        }
+    }
+}

@@ -154,6 +154,19 @@ pub fn ledger_write(
             );
         }
     }
+    // A soak ends on a fresh read of its node: a node that crashed stays Ready in a cache for
+    // a while, and another replica's copy may lag. Released, a soaking node is Ready now.
+    for (node, slot) in before {
+        let soaking = s.node(index(node)).is_some_and(|n| {
+            facts(n).protocol(&keys()).last_grant.as_deref() == Some(slot.grant.as_str())
+        });
+        if s.min_ready_ms > 0 && soaking && !after.contains_key(node) {
+            assert!(
+                s.ready(index(node)),
+                "{node} released from its soak while NotReady"
+            );
+        }
+    }
     // A slot whose grant no node ever carried is a new grant (an adoption takes the grant its
     // node carries: a ledger rebuilt from the nodes).
     let granted: Vec<&String> = new

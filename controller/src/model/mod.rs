@@ -462,9 +462,9 @@ fn lease_version(s: &Server) -> Option<u64> {
 mod world;
 
 proptest! {
-    // 100 cases by default; `PROPTEST_CASES=2000` for a longer hunt.
+    // 300 cases by default (about 20 s); `PROPTEST_CASES=5000` for a longer hunt.
     #![proptest_config(ProptestConfig {
-        cases: std::env::var("PROPTEST_CASES").ok().and_then(|c| c.parse().ok()).unwrap_or(100),
+        cases: std::env::var("PROPTEST_CASES").ok().and_then(|c| c.parse().ok()).unwrap_or(300),
         ..ProptestConfig::default()
     })]
 

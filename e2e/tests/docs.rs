@@ -129,7 +129,9 @@ fn flags_table(flags: &[Flag]) -> String {
             None => format!("`{}`", f.name),
         };
         let mut help = f.help.clone();
-        if !f.possible.is_empty() && !(f.possible.len() == 2 && f.possible[0] == "`true`") {
+        // A boolean's `true, false` says nothing its default does not.
+        let boolean = f.possible.len() == 2 && f.possible[0] == "`true`";
+        if !f.possible.is_empty() && !boolean {
             help.push_str(&format!(" Values: {}.", f.possible.join("; ")));
         }
         out.push_str(&format!(
@@ -597,12 +599,12 @@ fn flags_used(line: &str) -> Vec<(String, String)> {
         }
         let Some(program) = &program else { continue };
         if program == "helm" {
-            if matches!(word.as_str(), "--set" | "--set-string") {
-                if let Some(value) = iter.next() {
-                    for assignment in value.split(',') {
-                        let path = assignment.split('=').next().unwrap_or(assignment);
-                        out.push(("helm".to_string(), path.to_string()));
-                    }
+            if matches!(word.as_str(), "--set" | "--set-string")
+                && let Some(value) = iter.next()
+            {
+                for assignment in value.split(',') {
+                    let path = assignment.split('=').next().unwrap_or(assignment);
+                    out.push(("helm".to_string(), path.to_string()));
                 }
             }
         } else if word.starts_with("--") {
@@ -764,10 +766,11 @@ fn broken_links(dir: &Path) -> Vec<String> {
             let name = file.strip_prefix(dir).unwrap_or(file).display().to_string();
             if !path.exists() {
                 broken.push(format!("{name}: `{link}`: no such file"));
-            } else if let Some(fragment) = fragment.filter(|f| !f.is_empty()) {
-                if path.is_file() && !ids(&path).contains(fragment) {
-                    broken.push(format!("{name}: `{link}`: no such anchor"));
-                }
+            } else if let Some(fragment) = fragment.filter(|f| !f.is_empty())
+                && path.is_file()
+                && !ids(&path).contains(fragment)
+            {
+                broken.push(format!("{name}: `{link}`: no such anchor"));
             }
         }
     }

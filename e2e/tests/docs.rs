@@ -432,7 +432,7 @@ fn with_generated(text: &str, name: &str, content: &str) -> String {
         .find(&end)
         .unwrap_or_else(|| panic!("no `{end}` marker"));
     assert!(s <= e, "the markers of {name} are out of order");
-    format!("{}\n{}\n{}", &text[..s], content.trim_end(), &text[e..])
+    format!("{}\n{}\n\n{}", &text[..s], content.trim_end(), &text[e..])
 }
 
 #[test]

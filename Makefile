@@ -4,7 +4,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 ARGS ?=
 
-.PHONY: all testenv static images bins build test test-inputs lint cluster sandbox demo bench manifests vm-tools vm-image vm-e2e node-image node-e2e
+.PHONY: all testenv static images bins build test test-inputs lint cluster sandbox demo bench manifests vm-tools vm-image vm-e2e node-image node-e2e docs docs-tools docs-reference
 
 all: build
 
@@ -61,7 +61,7 @@ test: test-inputs
 BUILD_JOBS ?= 8
 test-inputs:
 	@$(MAKE) --no-print-directory vm-tools
-	@$(MAKE) --no-print-directory -j$(BUILD_JOBS) testenv lint static bins vm-image images
+	@$(MAKE) --no-print-directory -j$(BUILD_JOBS) testenv lint static bins vm-image images docs-tools
 
 # The VM tier's host tools (QEMU, debootstrap, socat) from Debian's packages, when missing.
 vm-tools:
@@ -73,7 +73,8 @@ vm-image: vm-tools
 	@vm/image/build.sh
 
 # Real reboots: Debian VMs under QEMU with the static agent, the controller on the host
-# (README "Real reboots in virtual machines"). VM_ACCEL=kvm where /dev/kvm works.
+# (docs/src/development.md, "Real reboots in virtual machines"). VM_ACCEL=kvm where /dev/kvm
+# works.
 vm-e2e: testenv static bins vm-image
 	$(CARGO) test --locked -p vmtest --lib --test vm_e2e -- --nocapture
 
@@ -83,8 +84,8 @@ node-image: testenv vm-tools
 	@vm/node/image/build.sh
 
 # Real nodes: three guests join the local control plane, the operator is installed with its
-# chart from `make images`, and every node is drained and rebooted for real (README "Real
-# nodes"). Logs in target/node-e2e/run/.
+# chart from `make images`, and every node is drained and rebooted for real (docs/src/development.md,
+# "Real nodes"). Logs in target/node-e2e/run/.
 node-e2e: testenv images node-image bins
 	$(CARGO) test --locked -p vmtest --test node_e2e -- --nocapture
 
@@ -110,6 +111,28 @@ demo:
 # ARGS=--quick is the reduced mode that `make test` runs (bench/tests/quick.rs).
 bench: testenv
 	$(CARGO) run --release --locked -p bench -- $(ARGS)
+
+# The docs: the mdBook site of docs/, built into target/book/. `make test` checks it
+# (e2e/tests/docs.rs: the book builds, its links and anchors resolve, the commands in it name
+# real flags and chart values, the generated parts agree with the programs). mdBook comes from
+# the Rust crate registry, pinned, built once (about 4 minutes on 2 cores) into
+# $NRO_CACHE/mdbook-<version>/ (default ${XDG_CACHE_HOME:-$HOME/.cache}/node-reboot-operator);
+# the tests find it through MDBOOK.
+MDBOOK_VERSION := 0.5.4
+NRO_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/node-reboot-operator
+MDBOOK ?= $(NRO_CACHE)/mdbook-$(MDBOOK_VERSION)/bin/mdbook
+export MDBOOK
+
+docs-tools:
+	@MDBOOK_VERSION=$(MDBOOK_VERSION) MDBOOK_ROOT=$(NRO_CACHE)/mdbook-$(MDBOOK_VERSION) hack/install-mdbook.sh
+
+docs: docs-tools
+	@$(MDBOOK) build docs
+
+# Rewrites the generated parts of the docs (the flags of both programs, the chart's values,
+# the alerts' runbooks) from the debug binaries, the chart and the alert rules.
+docs-reference: bins
+	DOCS_REFERENCE_WRITE=1 $(CARGO) test --locked -p e2e --test docs -- the_generated_parts
 
 # What `kubectl apply -k manifests/` installs, rendered.
 manifests: testenv

@@ -1,5 +1,5 @@
 //! `kubectl reboot` (issue 16), end to end: the real kubectl finds the plugin on PATH, an
-//! administrator's ServiceAccount (the README's `node-reboot-admin` roles) pauses the pool
+//! administrator's ServiceAccount (the docs' `node-reboot-admin` roles) pauses the pool
 //! and requests reboots with it, a read-only ServiceAccount (`node-reboot-viewer`) sees why
 //! the nodes wait, as text and as JSON that agree, and is refused a request with a clear
 //! error; after the resume the rollout completes and the status shows every node idle, with
@@ -79,7 +79,7 @@ fn rbac_manifest() -> String {
     std::fs::read_to_string(path).expect("kubectl-reboot/rbac.yaml")
 }
 
-/// A ServiceAccount `default/<name>` bound to the README's roles `<role>` (the ClusterRole
+/// A ServiceAccount `default/<name>` bound to the docs' roles `<role>` (the ClusterRole
 /// and the Role in the operator's namespace), and a kubeconfig with a token of it minted by
 /// `kubectl create token`.
 fn service_account(sb: &Sandbox, name: &str, roles: &[&str]) -> PathBuf {
@@ -173,7 +173,7 @@ async fn the_plugin_on_path_shows_why_nodes_wait_and_drives_a_rollout_with_plain
         assert!(help.contains(command), "{help}");
     }
 
-    // The README's roles, and one identity of each kind.
+    // The docs' roles, and one identity of each kind.
     sb.control_plane
         .apply(&rbac_manifest())
         .expect("apply rbac.yaml");

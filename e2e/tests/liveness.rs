@@ -145,7 +145,7 @@ async fn a_ledger_deleted_by_hand_is_recreated_with_its_soaks_and_a_warning() {
     println!("the Warning: {}", warning.unwrap_or_default());
 
     // The leader still grants and releases on the recreated ledger: clear the soak by hand
-    // (the way out the README names), and sim-2 goes next.
+    // (the way out the docs name), and sim-2 goes next.
     let keys = AnnotationKeys::default();
     kubectl(
         &sb.control_plane,

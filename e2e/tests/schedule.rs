@@ -384,7 +384,7 @@ async fn a_node_not_ready_soon_after_its_reboot_stops_the_rollout_until_an_admin
         "{first} kept its slot"
     );
 
-    // The administrator decides to go on without it, as the README and the Warning say.
+    // The administrator decides to go on without it, as the docs and the Warning say.
     kubectl(
         &sb.control_plane,
         &["annotate", "node", first, "reboot-last-grant-"],

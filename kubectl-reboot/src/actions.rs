@@ -1,4 +1,4 @@
-//! `request`, `cancel`, `pause`, `resume`: what the README tells an administrator to do by
+//! `request`, `cancel`, `pause`, `resume`: what the docs tell an administrator to do by
 //! hand, done so that a concurrent change fails the write instead of being overwritten.
 //! Deciding the patch is pure; the I/O reads the object, writes, and on a failed `test`
 //! (the object changed meanwhile) reads it again and decides again.
@@ -97,7 +97,7 @@ pub fn request(keys: &AnnotationKeys, node: &NodeFacts) -> RequestPlan {
     }
 }
 
-/// The README's cancel: remove `reboot-needed` before the node gets `reboot-now`, or remove
+/// The docs' cancel (docs/src/concepts.md): remove `reboot-needed` before the node gets `reboot-now`, or remove
 /// `reboot-now` before the agent takes it. Each removal `test`s the value it removes, so a
 /// go-ahead the agent took meanwhile (it swaps `reboot-now` for `reboot-in-progress` in one
 /// write) fails the cancel instead of being half undone.

@@ -9,9 +9,9 @@ pub enum Error {
 
     /// The API server refused for lack of permission.
     #[error(
-        "forbidden: {what}: {message}\n`kubectl reboot {command}` needs {needs}; see the \
-         README's \"kubectl reboot\" section for the node-reboot-viewer and node-reboot-admin \
-         roles"
+        "forbidden: {what}: {message}\n`kubectl reboot {command}` needs {needs}; see \
+         \"kubectl reboot\" in docs/src/operations.md for the node-reboot-viewer and \
+         node-reboot-admin roles"
     )]
     Forbidden {
         what: String,

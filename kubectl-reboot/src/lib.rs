@@ -1,6 +1,6 @@
 //! `kubectl reboot`: the node-reboot-operator from kubectl. `status` shows every node of the
 //! pool with its state and why it waits, the slots against the budget and when the queue
-//! should be done; `request`, `cancel`, `pause` and `resume` do what the README tells an
+//! should be done; `request`, `cancel`, `pause` and `resume` do what the docs tell an
 //! administrator to do by hand. It reads only what the operator already writes.
 //!
 //! The classification and the estimate are pure functions ([`status`], [`estimate`]) over
@@ -181,16 +181,17 @@ fn with_newline(mut text: String) -> String {
 
 #[cfg(test)]
 mod tests {
-    /// The README shows the roles of `rbac.yaml` as they are, so that what people copy is
-    /// what the end-to-end test applies.
+    /// The docs (docs/src/operations.md) show the roles of `rbac.yaml` as they are, so that
+    /// what people copy is what the end-to-end test applies.
     #[test]
-    fn the_readme_shows_the_rbac_that_the_tests_apply() {
+    fn the_docs_show_the_rbac_that_the_tests_apply() {
         let dir = env!("CARGO_MANIFEST_DIR");
         let rbac = std::fs::read_to_string(format!("{dir}/rbac.yaml")).expect("rbac.yaml");
-        let readme = std::fs::read_to_string(format!("{dir}/../README.md")).expect("README.md");
+        let docs = std::fs::read_to_string(format!("{dir}/../docs/src/operations.md"))
+            .expect("docs/src/operations.md");
         assert!(
-            readme.contains(&format!("```yaml\n{rbac}```")),
-            "README.md must show kubectl-reboot/rbac.yaml verbatim in a yaml block"
+            docs.contains(&format!("```yaml\n{rbac}```")),
+            "docs/src/operations.md must show kubectl-reboot/rbac.yaml verbatim in a yaml block"
         );
     }
 }

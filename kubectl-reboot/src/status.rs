@@ -1,7 +1,7 @@
 //! What `kubectl reboot status` shows, computed from plain data: the nodes (their facts,
 //! labels, the Events about them, the pods left on a draining one), the slot ledger and the
 //! budget. Pure: no client, no clock (the time is an argument). The JSON shape of [`Status`]
-//! is the stable output of `-o json` (documented in the README).
+//! is the stable output of `-o json` (documented in docs/src/operations.md).
 
 use crate::estimate::{self, Estimate};
 use common::{

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the base disk image of the VM test tier (README "Real reboots in virtual machines"):
+# Builds the base disk image of the VM test tier (docs/src/development.md, "Real reboots in virtual machines"):
 # Debian bookworm, debootstrap --variant=minbase, systemd as init, the cloud kernel with an
 # initramfs of just the virtio drivers, a static network and the units of vm/image/rootfs.
 # The result is cached outside the checkout, so that a fresh clone reuses it, in

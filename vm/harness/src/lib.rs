@@ -1,4 +1,4 @@
-//! The VM test tier (README "Real reboots in virtual machines"): Debian guests under QEMU,
+//! The VM test tier (docs/src/development.md, "Real reboots in virtual machines"): Debian guests under QEMU,
 //! each running the real static `reboot-agent` as a systemd service and a small status
 //! reporter in place of the kubelet, against the local control plane on loopback.
 //!

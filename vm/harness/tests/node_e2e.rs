@@ -1,4 +1,4 @@
-//! Real nodes (README "Real nodes"): three Debian guests under QEMU, each a Kubernetes node
+//! Real nodes (docs/src/development.md, "Real nodes"): three Debian guests under QEMU, each a Kubernetes node
 //! with a real kubelet, containerd, runc and CNI, joined to the local control plane. The
 //! operator is installed with its Helm chart from the images of `make images`, its controller
 //! runs as a two-replica Deployment on the guests, a workload with a PodDisruptionBudget runs

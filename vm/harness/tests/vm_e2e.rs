@@ -1,4 +1,4 @@
-//! Real reboots of real Linux machines (README "Real reboots in virtual machines"): Debian
+//! Real reboots of real Linux machines (docs/src/development.md, "Real reboots in virtual machines"): Debian
 //! guests under QEMU, each running the static `reboot-agent` under systemd with a different
 //! reboot method, the real controller on the host, and proof of every reboot from inside the
 //! guest (its kernel's banner and boot id on its serial console) as well as from an

@@ -11,7 +11,7 @@ use std::{
     sync::Arc,
 };
 
-#[derive(Debug, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct Memory {
     requested_at: HashMap<String, u64>,
     soak: SoakClock,

@@ -217,6 +217,16 @@ impl NodeFeed {
         (store, index, Self { writer, indexer })
     }
 
+    /// The index of every node in `store`, counted afresh.
+    #[cfg(test)]
+    pub fn recount(indexing: &Indexing, store: &Store<Node>) -> PoolIndex {
+        let mut index = PoolIndex::default();
+        for node in store.state() {
+            indexing.record(&mut index, &node);
+        }
+        index
+    }
+
     /// Takes in one watch event, trimmed as the reflector trims it.
     pub fn apply(&mut self, mut event: watcher::Event<Node>) {
         let kept = &self.indexer.indexing.kept;
@@ -339,7 +349,7 @@ fn resource_version(node: &Node) -> u64 {
 
 /// The cache as decisions see it: the reflector's nodes, each replaced by a newer copy that
 /// we wrote or read ourselves where there is one, and the nodes a fresh read found deleted.
-#[derive(Debug, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct Overlay {
     indexing: Indexing,
     ours: HashMap<String, Arc<Node>>,

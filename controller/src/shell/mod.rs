@@ -165,8 +165,6 @@ impl Shell {
                 now: self.now_ms(),
             },
         );
-        // What was read fresh for this round has been taken in.
-        self.overlay.end_round();
         let pool = views.iter().filter(|v| v.in_pool).count() + others.nodes();
         let budget = self.max_unavailable.resolve(pool);
         let (scheduled, window_open) = self.hold_now();
@@ -196,8 +194,12 @@ impl Shell {
             blocked: &blocked,
         };
         let mut decision = round.decide();
+        #[cfg(test)]
+        self.check_incremental(&round, &decision);
         let look = round.next_look();
         self.look_at = look.map(|ms| now.saturating_add(ms));
+        // What was read fresh for this round has been taken in.
+        self.overlay.end_round();
         // Alerts are asked about only while requests wait and nothing else holds them, or while
         // a granted node waits for the gates to let it go on.
         let gated = |(_, hold): &(String, Hold)| *hold == Hold::Unhealthy;
@@ -349,5 +351,50 @@ impl Shell {
             .map(|at| Duration::from_millis(at.saturating_sub(now)));
         let window = self.schedule.until_next_change(self.clock.now());
         round.into_iter().chain(window).min()
+    }
+
+    /// The model test's check of the incremental round: deciding on the nodes in the protocol
+    /// and the slot holders, with the rest of the pool counted by the index, decides exactly
+    /// as a round over every node of the cache; and the index is a recount of the cache.
+    #[cfg(test)]
+    fn check_incremental(&self, round: &Round<'_>, decision: &Decision) {
+        let mut overlay = self.overlay.clone();
+        let names = self
+            .nodes
+            .state()
+            .iter()
+            .filter_map(|n| n.metadata.name.clone())
+            .chain(round.nodes.iter().map(|v| v.name().to_owned()))
+            .collect();
+        let all = overlay.nodes_named(&self.nodes, &names);
+        let views = self.memory.clone().views(
+            &all,
+            ViewInputs {
+                keys: &self.keys,
+                ledger: &self.ledger,
+                drains: &self.drains,
+                overlay: &overlay,
+                now: round.now,
+            },
+        );
+        let everyone = PoolCounts::default();
+        let full = Round {
+            nodes: &views,
+            others: &everyone,
+            ..*round
+        };
+        assert_eq!(
+            &full.decide(),
+            decision,
+            "the incremental round decided otherwise than a round over every node"
+        );
+        let recount = nodes::NodeFeed::recount(overlay.indexing(), &self.nodes);
+        let index = nodes::lock(&self.index);
+        assert_eq!(
+            recount.totals(),
+            index.totals(),
+            "the pool index is not a recount"
+        );
+        assert_eq!(recount.in_protocol(), index.in_protocol());
     }
 }

@@ -480,3 +480,58 @@ proptest! {
         model.settle();
     }
 }
+
+/// A slot re-keyed from a cached copy: replica 1 last saw n0 carrying its first grant; the
+/// drain of that grant failed, its slot was released and n0 granted again. Re-keyed to the
+/// grant its stale copy shows, the slot would flip back (and stop the new grant's drain);
+/// it is re-keyed only on a fresh read, which shows the new grant.
+#[test]
+fn a_slot_is_not_re_keyed_from_a_stale_copy_after_a_failed_drain() {
+    use world::Step::*;
+    let setup = Setup {
+        replicas: 2,
+        max_unavailable: MaxUnavailable::Count(1),
+        drain_enabled: true,
+        finish_after_window: true,
+        zone_budget: None,
+        min_ready_ms: 0,
+        soaking: Vec::new(),
+        not_ready: vec![false; NODES],
+        kubelets: vec![server::Kubelet::Healthy; NODES],
+    };
+    let mut model = Model::new(&setup);
+    let mut steps = vec![
+        Request(0),
+        SyncAll(0),
+        SyncAll(1),
+        Round(0),
+        Round(0),
+        Round(0),
+    ];
+    steps.extend([SyncNode {
+        replica: 1,
+        node: 0,
+    }]);
+    steps.extend([
+        DrainEnds {
+            replica: 0,
+            node: 0,
+            ok: false,
+        },
+        Round(0),
+        Round(0),
+    ]);
+    // The failed drain's node waits before its next grant.
+    steps.extend(std::iter::repeat_n(SyncLedger(0), 40));
+    steps.extend([Round(0), Round(0), SyncLedger(1), Round(1), Round(1)]);
+    for step in &steps {
+        model.apply(step);
+    }
+    let carried = annotation(model.s().node(0).expect("n0"), "reboot-grant");
+    assert!(
+        carried.is_some(),
+        "n0 was not granted again: {:?}",
+        model.s().node(0)
+    );
+    model.settle();
+}

@@ -43,8 +43,11 @@ impl Shell {
             // A list that found no Lease carries no version: read again to know.
             let after_ours = watched.ledger.resource_version.is_none()
                 || self.ledger.is_older_than(&watched.ledger);
-            self.ledger_gone |= changed && after_ours;
-            self.deletion_seen |= after_ours;
+            // Only a deletion the watch delivers: the value it keeps after a recreation is no
+            // news, and must not let a later 404 recreate from our copy without the contents.
+            let delivered = changed && after_ours;
+            self.ledger_gone |= delivered;
+            self.deletion_seen |= delivered;
             // The deletion brings the Lease's last contents: when they are newer than our copy
             // (another replica wrote meanwhile), they are what it is recreated from.
             if watched.damage.is_none()
@@ -192,5 +195,27 @@ impl Shell {
             }
         }
         Ok(())
+    }
+
+    /// Whether the ledger Lease is still the version we hold. If not, the version read is taken
+    /// in (or its deletion noted) for the next round to decide on.
+    pub(super) async fn ledger_is_current(&mut self) -> bool {
+        match self.ledger_store.get().await {
+            Ok(Some(read)) if read.ledger.resource_version == self.ledger.resource_version => true,
+            Ok(Some(read)) => {
+                self.take_ledger(read);
+                false
+            }
+            Ok(None) => {
+                self.ledger_gone = true;
+                false
+            }
+            Err(error) => {
+                self.metrics.api_error("ledger", error.kind());
+                tracing::warn!(%error, "could not read the slot ledger before claiming");
+                self.failed = true;
+                false
+            }
+        }
     }
 }

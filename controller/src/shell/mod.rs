@@ -75,6 +75,8 @@ pub struct Shell {
     /// The ledger Lease was deleted (the watch saw it, or a write found it gone): read it
     /// again, and recreate it from our last good copy if it is still gone.
     ledger_gone: bool,
+    /// The damaged ledger version whose rebuild read every node fresh.
+    reread_for: Option<String>,
     /// The watch has brought the Lease's deletion (and its last contents, taken into
     /// `ledger` when newer): what it is recreated from is the newest copy there was.
     deletion_seen: bool,
@@ -118,6 +120,7 @@ impl Shell {
             ledger_damage: None,
             ledger_gone: false,
             deletion_seen: false,
+            reread_for: None,
             warned_pause: None,
             ledger_store: parts.ledger_store,
             ledger_watch: parts.ledger_watch,
@@ -154,6 +157,7 @@ impl Shell {
             return false;
         }
         self.collect_drain_outcomes();
+        self.reread_for_rebuild().await;
         let (nodes, others) = self.gather();
         let views = self.memory.views(
             &nodes,
@@ -260,6 +264,16 @@ impl Shell {
         if !self.leadership.is_leading() {
             return false;
         }
+        // A grant this round did not write is claimed only while the ledger still holds it: a
+        // ledger damaged or deleted since, and rebuilt from the nodes, cannot know a grant no
+        // node carries yet.
+        let claims = decision
+            .node_actions
+            .iter()
+            .any(|a| matches!(a, NodeAction::Claim { .. }));
+        if claims && !progressed && !self.ledger_is_current().await {
+            return true;
+        }
         // Each step that takes a granted node further is checked against the pause, the window
         // and the gates as they are now, not as the round began: this round (or the replica
         // that wrote the grant) may have decided on an older reading.
@@ -351,6 +365,29 @@ impl Shell {
             .map(|at| Duration::from_millis(at.saturating_sub(now)));
         let window = self.schedule.until_next_change(self.clock.now());
         round.into_iter().chain(window).min()
+    }
+
+    /// A damaged ledger is rebuilt from the grants the nodes carry: read fresh, once per damaged
+    /// version. Rebuilt from the cache, it would forget the grant of a node whose update the
+    /// watch has not brought yet (another replica's), and grant that slot again.
+    async fn reread_for_rebuild(&mut self) {
+        if self.ledger_damage.is_none() || self.reread_for == self.ledger.resource_version {
+            return;
+        }
+        let names: Vec<String> = self
+            .nodes
+            .state()
+            .iter()
+            .filter_map(|n| n.metadata.name.clone())
+            .collect();
+        tracing::info!(
+            nodes = names.len(),
+            "reading every node before rebuilding the slot ledger"
+        );
+        for name in names {
+            self.refetch(&name).await;
+        }
+        self.reread_for.clone_from(&self.ledger.resource_version);
     }
 
     /// The model test's check of the incremental round: deciding on the nodes in the protocol

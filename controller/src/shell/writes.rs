@@ -226,7 +226,7 @@ impl Shell {
 
     /// Reads the node again into the overlay; its resourceVersion now (`None`: deleted, or
     /// the read failed).
-    async fn refetch(&mut self, name: &str) -> Option<String> {
+    pub(super) async fn refetch(&mut self, name: &str) -> Option<String> {
         match self.api.get(name).await {
             Ok(Some(node)) => {
                 let version = node.metadata.resource_version.clone();

@@ -6,7 +6,6 @@ use super::{
     server::{Server, Workload, annotation, facts, index, keys},
 };
 use common::{Phase, Readiness};
-use kube::runtime::reflector::ObjectRef;
 use serde_json::{Value, json};
 use std::collections::BTreeSet;
 
@@ -176,9 +175,10 @@ pub fn ledger_write(
     if granted.is_empty() {
         return;
     }
-    let Some((_, fences)) = s.round.clone() else {
-        return;
-    };
+    let (_, fences) = s
+        .round
+        .clone()
+        .expect("every ledger write comes from a round");
     assert!(!s.paused(), "granted {granted:?} while paused");
     assert!(
         fences.window_open,
@@ -197,10 +197,9 @@ pub fn ledger_write(
     // Invariant 1 in full: the slots, and every node the truth and this replica's cache both
     // show unavailable (a node that went down after the replica last saw it is not a decision
     // it could have taken into account), within the budget of the pool.
+    // As the replica knows the node: its cache, or its own newer read or write.
     let seen = |i: usize, what: &dyn Fn(&Server, &Value) -> bool| -> bool {
-        let cached = s.views[k]
-            .get(&ObjectRef::new(&format!("n{i}")))
-            .map(|n| serde_json::to_value(&*n).unwrap_or_default());
+        let cached = s.seen_copy(k, i);
         cached.is_some_and(|c| what(s, &c)) && s.node(i).is_some_and(|n| what(s, n))
     };
     let mut counted: BTreeSet<String> = after
@@ -245,12 +244,7 @@ pub fn ledger_write(
         };
         assert!(
             !(s.node(i).is_some_and(|n| soaking_not_ready(s, n))
-                && s.views[k]
-                    .get(&ObjectRef::new(&format!("n{i}")))
-                    .is_some_and(|c| soaking_not_ready(
-                        s,
-                        &serde_json::to_value(&*c).unwrap_or_default()
-                    ))),
+                && s.seen_copy(k, i).is_some_and(|c| soaking_not_ready(s, &c))),
             "granted {granted:?} while n{i} is NotReady in its soak"
         );
     }

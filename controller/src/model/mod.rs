@@ -78,7 +78,7 @@ impl NodeApi for Api {
     }
 
     fn get(&self, name: &str) -> BoxFuture<'_, kube::Result<Option<Node>>> {
-        let node = lock(&self.server).get_node(name);
+        let node = lock(&self.server).get_node(self.replica, name);
         async move { Ok(node) }.boxed()
     }
 }

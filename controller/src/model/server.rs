@@ -18,7 +18,11 @@ use k8s_openapi::{
 };
 use kube::{
     core::Status,
-    runtime::{reflector, reflector::Store, watcher},
+    runtime::{
+        reflector,
+        reflector::{ObjectRef, Store},
+        watcher,
+    },
 };
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet};
@@ -105,6 +109,8 @@ pub struct Server {
     pub next_uid: u64,
     /// By replica: its node cache, as the checks of its writes read it.
     pub views: Vec<Store<Node>>,
+    /// By replica: each node as it last read or wrote it, at which revision.
+    pub reads: Vec<BTreeMap<usize, (u64, Option<Value>)>>,
     /// Every grant id a node has carried.
     pub ever_carried: BTreeSet<String>,
     /// What the replicas' gates read: the alerts, and by replica the blocking pods' watch.
@@ -179,6 +185,7 @@ impl Server {
             next_uid: 0,
             views: Vec::new(),
             ever_carried: BTreeSet::new(),
+            reads: vec![BTreeMap::new(); 3],
             alerts: watch::channel(alert_reading(false)).0,
             pod_watches: Vec::new(),
         };
@@ -365,8 +372,34 @@ impl Server {
 
     // ---- the API, as the controller's traits call it ----
 
-    pub fn get_node(&mut self, name: &str) -> Option<Node> {
-        self.node(index(name)).map(node_of)
+    pub fn get_node(&mut self, k: usize, name: &str) -> Option<Node> {
+        let i = index(name);
+        self.took(k, i);
+        self.node(i).map(node_of)
+    }
+
+    /// Replica `k` got node `i` as it is now (a read, or a write's answer).
+    fn took(&mut self, k: usize, i: usize) {
+        let copy = (self.revision, self.node(i).cloned());
+        self.reads[k].insert(i, copy);
+    }
+
+    /// Node `i` as replica `k` knows it: the newer of its cache's copy and what it last read
+    /// or wrote itself (`None`: it has none, or read it deleted).
+    pub fn seen_copy(&self, k: usize, i: usize) -> Option<Value> {
+        let cached = self.views[k]
+            .get(&ObjectRef::new(&format!("n{i}")))
+            .map(|n| serde_json::to_value(&*n).unwrap_or_default());
+        let version = |n: &Value| {
+            n["metadata"]["resourceVersion"]
+                .as_str()
+                .and_then(|v| v.parse::<u64>().ok())
+                .unwrap_or(0)
+        };
+        match self.reads[k].get(&i) {
+            Some((at, read)) if cached.as_ref().is_none_or(|c| version(c) <= *at) => read.clone(),
+            _ => cached,
+        }
     }
 
     /// A controller's JSON Patch of a node: all of it or nothing, as the API server applies
@@ -391,6 +424,7 @@ impl Server {
         if let Some(grant) = annotation(&after, "reboot-grant") {
             self.ever_carried.insert(grant);
         }
+        self.took(k, i);
         checks::node_write(self, k, i, &before, &after);
         Ok(node_of(&after))
     }

@@ -34,7 +34,7 @@ pub enum Step {
     AdminTakesCordon(usize),
     Flap(usize),
     /// The node's kubelet starts misbehaving (or behaves again).
-    Kubelet2(usize, Kubelet),
+    KubeletTurns(usize, Kubelet),
     /// The administrator types a pause value (`None`: removes the annotation).
     Pause(Option<&'static str>),
     Window(bool),
@@ -100,7 +100,7 @@ pub fn step() -> impl Strategy<Value = Step> {
         1 => n.clone().prop_map(Step::AdminCordon),
         1 => n.clone().prop_map(Step::AdminTakesCordon),
         1 => n.clone().prop_map(Step::Flap),
-        1 => (n.clone(), kubelet()).prop_map(|(i, k)| Step::Kubelet2(i, k)),
+        1 => (n.clone(), kubelet()).prop_map(|(i, k)| Step::KubeletTurns(i, k)),
         1 => (0..PAUSES.len()).prop_map(|p| Step::Pause(PAUSES[p])),
         1 => proptest::bool::weighted(0.6).prop_map(Step::Window),
         1 => proptest::bool::weighted(0.3).prop_map(Step::Gate),
@@ -209,7 +209,7 @@ impl Model {
                     s.set_ready(i, !ready);
                 }
             }
-            Step::Kubelet2(i, kubelet) => self.break_kubelet(i, kubelet),
+            Step::KubeletTurns(i, kubelet) => self.break_kubelet(i, kubelet),
             Step::Pause(value) => self.s().type_pause(value),
             Step::Window(open) => self.s().set_window(open),
             Step::Gate(closed) => self.s().set_unhealthy(closed),

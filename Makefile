@@ -4,7 +4,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 ARGS ?=
 
-.PHONY: all testenv static images bins build test test-inputs lint cluster sandbox demo bench manifests vm-tools vm-image vm-e2e node-image node-e2e docs docs-tools docs-reference
+.PHONY: all testenv static cross-tools test-arm64 images bins build test test-inputs lint cluster sandbox demo bench manifests vm-tools vm-image vm-e2e node-image node-e2e docs docs-tools docs-reference
 
 all: build
 
@@ -15,15 +15,34 @@ testenv:
 
 # The release binaries of the images, fully static (glibc linked in), built with the very
 # command of Dockerfile.agent and Dockerfile.controller, into target/<arch>-unknown-linux-gnu/
-# release/. --target keeps RUSTFLAGS off build scripts and proc macros.
+# release/: every binary for this machine, and the images' two for the other architecture of
+# the images (arm64 on amd64), cross-compiled with Debian's toolchain (hack/install-cross.sh).
+# --target keeps RUSTFLAGS off build scripts and proc macros.
 STATIC_TARGET ?= $(shell uname -m)-unknown-linux-gnu
-static:
+CROSS_ARCH := $(if $(filter x86_64-%,$(STATIC_TARGET)),aarch64,x86_64)
+CROSS_LINKER := CARGO_TARGET_$(shell echo $(CROSS_ARCH) | tr a-z A-Z)_UNKNOWN_LINUX_GNU_LINKER=$(CROSS_ARCH)-linux-gnu-gcc
+static: cross-tools
 	RUSTFLAGS='-C target-feature=+crt-static' $(CARGO) build --release --locked --target $(STATIC_TARGET) -p agent -p controller -p vm-node-reporter -p kubectl-reboot
+	$(CROSS_LINKER) RUSTFLAGS='-C target-feature=+crt-static' $(CARGO) build --release --locked --target $(CROSS_ARCH)-unknown-linux-gnu -p agent -p controller
+
+# Rust's standard library for the other architecture, Debian's cross toolchain, and QEMU's
+# user mode registered with binfmt_misc (for test-arm64), when missing.
+cross-tools:
+	@hack/install-cross.sh
+
+# The agent's process-level tests against the arm64 binary of its image, under QEMU's user
+# mode (hack/test-arm64.sh). Part of `make test`.
+test-arm64: static
+	@hack/test-arm64.sh
 
 # OCI image archives in target/images/ (reboot-agent, reboot-controller, registry.k8s.io/pause,
-# the test workload) from the static binaries, without a container engine, reproducibly; and
-# target/images/images.txt: a line per image, its name, archive and manifest digest separated
-# by tabs. Import one with `ctr -n k8s.io images import target/images/reboot-agent.oci.tar`.
+# the test workload) from the static binaries, without a container engine, reproducibly.
+# reboot-agent and reboot-controller are one OCI image index each, for amd64 and arm64, with
+# an SPDX SBOM of each platform's binary attached as buildx attaches one (and written beside
+# the archive as <program>.<arch>.spdx.json); pause and the workload are this machine's.
+# target/images/images.txt: a line per image, its name, archive and digest (the index's, for
+# the two programs) separated by tabs. Import one with
+# `ctr -n k8s.io images import --all-platforms target/images/reboot-agent.oci.tar`.
 # pause (compiled with gcc) and Debian's busybox-static are cached in
 # ${XDG_CACHE_HOME:-$HOME/.cache}/node-reboot-operator.
 images: static
@@ -44,11 +63,13 @@ bins:
 # with their progress on the terminal. Each runs even when one before it fails, and any
 # failing fails the target. The workspace's test binaries run several at a time
 # (hack/test-binaries.sh; TEST_JOBS, default 4): they mostly wait on simulated reboots, and
-# the real nodes' disk image builds beside them (only the last tier needs it).
+# the real nodes' disk image builds beside them (only the last tier needs it). Then the arm64
+# agent's process-level tests under QEMU's user mode (hack/test-arm64.sh).
 test: test-inputs
 	@status=0; \
 	$(MAKE) --no-print-directory node-image & image=$$!; \
 	hack/test-binaries.sh || status=1; \
+	hack/test-arm64.sh || status=1; \
 	wait $$image || status=1; \
 	$(CARGO) test --locked -p vmtest --no-fail-fast --lib --test vm_e2e --test node_e2e -- --nocapture || status=1; \
 	exit $$status
@@ -61,6 +82,7 @@ test: test-inputs
 BUILD_JOBS ?= 8
 test-inputs:
 	@$(MAKE) --no-print-directory vm-tools
+	@$(MAKE) --no-print-directory cross-tools
 	@$(MAKE) --no-print-directory -j$(BUILD_JOBS) testenv lint static bins vm-image images docs-tools
 
 # The VM tier's host tools (QEMU, debootstrap, socat) from Debian's packages, when missing.

@@ -18,7 +18,7 @@ fn syscall_reboots_the_pid_namespace_it_runs_in() {
         .args([
             "--pid",
             "--fork",
-            AGENT,
+            AGENT.as_str(),
             "--reboot-once-for-test",
             "--reboot-method",
             "syscall",
@@ -113,7 +113,7 @@ fn command_runs_in_the_agents_own_mount_namespace_when_told_to() {
 fn in_miniature_host(script: &str, env: &[(&str, &std::ffi::OsStr)]) -> std::process::Output {
     let mut command = Command::new("unshare");
     command.args(["--pid", "--fork", "--mount-proc", "sh", "-c", script]);
-    command.env("AGENT", AGENT);
+    command.env("AGENT", AGENT.as_str());
     for (name, value) in env {
         command.env(name, value);
     }
@@ -169,8 +169,11 @@ fn a_failing_command_is_reported() {
         stderr(&output).contains("the reboot command `false` failed (exit status: 1)"),
         "{output:?}"
     );
+}
 
-    // Through PID 1's mount namespace the command's own error output is reported too.
+/// Through PID 1's mount namespace the command's own error output is reported too.
+#[test]
+fn a_failing_command_in_the_mount_namespace_of_pid_1_is_reported() {
     let script = r#"exec "$AGENT" --reboot-once-for-test --reboot-command "sh -c no-such-thing""#;
     let output = in_miniature_host(script, &[]);
     assert_eq!(output.status.code(), Some(1), "{output:?}");
@@ -192,8 +195,11 @@ fn a_missing_command_is_reported() {
     .unwrap();
     assert_eq!(output.status.code(), Some(1), "{output:?}");
     assert!(stderr(&output).contains("cannot start the reboot command `/no/such/reboot`"));
+}
 
-    // Through PID 1's mount namespace, the re-executed agent reports it (exit 127).
+/// Through PID 1's mount namespace, the re-executed agent reports it (exit 127).
+#[test]
+fn a_missing_command_in_the_mount_namespace_of_pid_1_is_reported() {
     let script = r#"exec "$AGENT" --reboot-once-for-test --reboot-command "/no/such/reboot now""#;
     let output = in_miniature_host(script, &[]);
     assert_eq!(output.status.code(), Some(1), "{output:?}");
@@ -203,4 +209,22 @@ fn a_missing_command_is_reported() {
         err.contains("cannot run the command in the mount namespace /proc/1/ns/mnt: ENOENT"),
         "{err}"
     );
+}
+
+/// The architecture of the agent under test is the one the run asks for
+/// (`REBOOT_AGENT_ARCH`, as Rust names it), else this machine's: hack/test-arm64.sh must not
+/// pass by testing the amd64 binary.
+#[test]
+fn the_agent_under_test_is_the_architecture_asked_for() {
+    let expected =
+        std::env::var("REBOOT_AGENT_ARCH").unwrap_or_else(|_| std::env::consts::ARCH.to_owned());
+    let elf = std::fs::read(AGENT.as_str()).expect("the agent under test");
+    assert!(elf.starts_with(b"\x7fELF"), "{} is not an ELF file", *AGENT);
+    // e_machine, at offset 18 of the ELF header.
+    let machine = match u16::from_le_bytes([elf[18], elf[19]]) {
+        0x3e => "x86_64",
+        0xb7 => "aarch64",
+        other => panic!("{}: e_machine {other:#x}", *AGENT),
+    };
+    assert_eq!(machine, expected, "{}", *AGENT);
 }

@@ -4,14 +4,23 @@
 use std::{
     path::Path,
     process::{Command, Output},
+    sync::LazyLock,
     time::{Duration, Instant},
 };
 
-pub const AGENT: &str = env!("CARGO_BIN_EXE_reboot-agent");
+/// The agent under test: this build's, or the one `REBOOT_AGENT_BIN` names (as for the
+/// simulated nodes), which is how hack/test-arm64.sh runs these tests against the arm64
+/// binary of the image (under QEMU's user-mode emulation, through binfmt_misc).
+pub static AGENT: LazyLock<String> = LazyLock::new(|| {
+    std::env::var("REBOOT_AGENT_BIN")
+        .ok()
+        .filter(|path| !path.is_empty())
+        .unwrap_or_else(|| env!("CARGO_BIN_EXE_reboot-agent").to_owned())
+});
 
 /// The agent binary with a clean environment: no flag comes from the runner's variables.
 pub fn agent() -> Command {
-    let mut command = Command::new(AGENT);
+    let mut command = Command::new(AGENT.as_str());
     command
         .env_clear()
         .env("PATH", std::env::var_os("PATH").unwrap_or_default());

@@ -1,11 +1,14 @@
 //! The release binaries that the Dockerfiles put on `scratch` and distroless/static are fully
 //! static: no ELF interpreter, no shared library needed. No container engine runs here, so
 //! `make static` (a prerequisite of `make build` and `make test`) builds them with the
-//! Dockerfiles' own command, and this test checks the result.
+//! Dockerfiles' own command, and this test checks the result: for this machine, and the
+//! images' two binaries for the other architecture (arm64 on amd64), which run here under
+//! QEMU's user mode (`make cross-tools` registers it with binfmt_misc).
 
 use std::path::{Path, PathBuf};
 
 const BINARIES: [&str; 3] = ["reboot-agent", "reboot-controller", "kubectl-reboot"];
+const IMAGE_BINARIES: [&str; 2] = ["reboot-agent", "reboot-controller"];
 const PT_DYNAMIC: u32 = 2;
 const PT_INTERP: u32 = 3;
 const DT_NULL: u64 = 0;
@@ -13,18 +16,43 @@ const DT_NEEDED: u64 = 1;
 
 /// `target/<arch>-unknown-linux-gnu/release`, next to the `target/<profile>/deps/` this test
 /// runs from.
-fn release_dir() -> PathBuf {
+fn release_dir(arch: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("the test's own path");
     let target = exe
         .ancestors()
         .nth(3)
         .expect("target/<profile>/deps/<test>");
-    let triple = format!("{}-unknown-linux-gnu", std::env::consts::ARCH);
-    target.join(triple).join("release")
+    target
+        .join(format!("{arch}-unknown-linux-gnu"))
+        .join("release")
 }
 
-fn binary(name: &str) -> (PathBuf, Vec<u8>) {
-    let path = release_dir().join(name);
+/// The other architecture of the images.
+fn cross_arch() -> &'static str {
+    match std::env::consts::ARCH {
+        "x86_64" => "aarch64",
+        _ => "x86_64",
+    }
+}
+
+/// Every binary `make static` builds, with its architecture.
+fn static_binaries() -> Vec<(&'static str, &'static str)> {
+    let host = BINARIES.map(|name| (std::env::consts::ARCH, name));
+    let cross = IMAGE_BINARIES.map(|name| (cross_arch(), name));
+    [&host[..], &cross[..]].concat()
+}
+
+/// e_machine of the ELF header, as Rust names the architecture.
+fn machine(path: &Path, elf: &[u8]) -> &'static str {
+    match u16_at(elf, 18) {
+        0x3e => "x86_64",
+        0xb7 => "aarch64",
+        other => panic!("{}: e_machine {other:#x}", path.display()),
+    }
+}
+
+fn binary(arch: &str, name: &str) -> (PathBuf, Vec<u8>) {
+    let path = release_dir(arch).join(name);
     let bytes = std::fs::read(&path).unwrap_or_else(|e| {
         panic!(
             "{}: {e}; the static release binaries are missing: run make build",
@@ -90,8 +118,9 @@ fn dynamic_dependencies(path: &Path, elf: &[u8]) -> Vec<String> {
 
 #[test]
 fn release_binaries_are_static_and_run() {
-    for name in BINARIES {
-        let (path, elf) = binary(name);
+    for (arch, name) in static_binaries() {
+        let (path, elf) = binary(arch, name);
+        assert_eq!(machine(&path, &elf), arch, "{}", path.display());
         let dynamic = dynamic_dependencies(&path, &elf);
         assert!(
             dynamic.is_empty(),

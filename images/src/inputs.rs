@@ -67,6 +67,22 @@ pub fn pause_source(go_module: &Path) -> Result<PauseSource, Error> {
     })
 }
 
+/// The workspace's dependency graph as resolved for `triple` (the crates an SBOM lists),
+/// without changing Cargo.lock.
+pub fn cargo_metadata(workspace: &Path, triple: &str) -> Result<cargo_metadata::Metadata, Error> {
+    cargo_metadata::MetadataCommand::new()
+        .manifest_path(workspace.join("Cargo.toml"))
+        .other_options(["--locked".to_owned(), format!("--filter-platform={triple}")])
+        .exec()
+        .map_err(|e| Error::Command {
+            what: format!(
+                "cargo metadata --filter-platform={triple} in {}",
+                workspace.display()
+            ),
+            detail: e.to_string(),
+        })
+}
+
 /// `TAG ?= 3.10.2` in build/pause/Makefile.
 pub fn makefile_tag(makefile: &str) -> Option<String> {
     makefile.lines().find_map(|line| {

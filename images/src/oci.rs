@@ -20,7 +20,7 @@ pub const LAYER_TYPE: &str = "application/vnd.oci.image.layer.v1.tar";
 pub const CONTAINERD_NAME: &str = "io.containerd.image.name";
 pub const REF_NAME: &str = "org.opencontainers.image.ref.name";
 /// A fixed creation time: the build's time would change the digest.
-const EPOCH: &str = "1970-01-01T00:00:00Z";
+pub const EPOCH: &str = "1970-01-01T00:00:00Z";
 
 /// `sha256:<hex>`.
 pub fn digest(bytes: &[u8]) -> String {
@@ -75,28 +75,29 @@ pub struct Image {
     pub files: Vec<Entry>,
 }
 
-/// A built image: the archive's bytes and the digest that names the image.
+/// A built image: the archive's bytes and the digest that names the image (its manifest's, or
+/// for several platforms its image index's).
 #[derive(Debug, Clone)]
 pub struct Built {
     pub name: String,
-    pub manifest_digest: String,
+    pub digest: String,
     pub archive: Vec<u8>,
 }
 
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
-struct Descriptor {
+pub(crate) struct Descriptor {
     media_type: &'static str,
     digest: String,
     size: usize,
     #[serde(skip_serializing_if = "Option::is_none")]
-    platform: Option<Platform>,
+    pub(crate) platform: Option<Platform>,
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
-    annotations: BTreeMap<&'static str, String>,
+    pub(crate) annotations: BTreeMap<&'static str, String>,
 }
 
 impl Descriptor {
-    fn of(media_type: &'static str, bytes: &[u8]) -> Descriptor {
+    pub(crate) fn of(media_type: &'static str, bytes: &[u8]) -> Descriptor {
         Descriptor {
             media_type,
             digest: digest(bytes),
@@ -159,7 +160,7 @@ struct Manifest {
 struct Index {
     schema_version: u32,
     media_type: &'static str,
-    manifests: [Descriptor; 1],
+    manifests: Vec<Descriptor>,
 }
 
 /// Docker's `manifest.json`, for `docker load` and podman, which predate OCI layouts.
@@ -202,12 +203,22 @@ pub fn config_json(image: &Image, layer_digest: &str) -> Result<Vec<u8>, Error> 
     Ok(serde_json::to_vec(&config)?)
 }
 
-fn manifest_json(config: &[u8], layer: &[u8]) -> Result<Vec<u8>, Error> {
+/// A manifest of one config and one layer (an image's, or an attestation's).
+pub(crate) fn manifest_json(config: Descriptor, layer: Descriptor) -> Result<Vec<u8>, Error> {
     Ok(serde_json::to_vec(&Manifest {
         schema_version: 2,
         media_type: MANIFEST_TYPE,
-        config: Descriptor::of(CONFIG_TYPE, config),
-        layers: [Descriptor::of(LAYER_TYPE, layer)],
+        config,
+        layers: [layer],
+    })?)
+}
+
+/// An image index naming `manifests`.
+pub(crate) fn image_index_json(manifests: Vec<Descriptor>) -> Result<Vec<u8>, Error> {
+    Ok(serde_json::to_vec(&Index {
+        schema_version: 2,
+        media_type: INDEX_TYPE,
+        manifests,
     })?)
 }
 
@@ -221,57 +232,97 @@ pub fn tag_of(name: &str) -> Result<&str, Error> {
     }
 }
 
-/// The index names the manifest twice: containerd reads the full name, other OCI tools the tag.
-pub fn index_json(image: &Image, manifest: &[u8]) -> Result<Vec<u8>, Error> {
-    let mut descriptor = Descriptor::of(MANIFEST_TYPE, manifest);
-    descriptor.platform = Some(image.platform.clone());
-    descriptor.annotations = BTreeMap::from([
-        (CONTAINERD_NAME, image.name.clone()),
-        (REF_NAME, tag_of(&image.name)?.to_owned()),
+/// The layout's index.json: the one thing the archive holds (a manifest or an image index),
+/// named twice: containerd reads the full name, other OCI tools the tag.
+pub(crate) fn layout_index_json(name: &str, mut top: Descriptor) -> Result<Vec<u8>, Error> {
+    top.annotations = BTreeMap::from([
+        (CONTAINERD_NAME, name.to_owned()),
+        (REF_NAME, tag_of(name)?.to_owned()),
     ]);
-    Ok(serde_json::to_vec(&Index {
-        schema_version: 2,
-        media_type: INDEX_TYPE,
-        manifests: [descriptor],
-    })?)
+    image_index_json(vec![top])
 }
 
-fn blob_path(bytes: &[u8]) -> String {
+pub(crate) fn blob_path(bytes: &[u8]) -> String {
     format!("blobs/sha256/{}", &digest(bytes)["sha256:".len()..])
 }
 
-fn docker_manifest_json(image: &Image, config: &[u8], layer: &[u8]) -> Result<Vec<u8>, Error> {
-    Ok(serde_json::to_vec(&[DockerManifest {
-        config: blob_path(config),
-        repo_tags: [image.name.clone()],
-        layers: [blob_path(layer)],
-    }])?)
+/// One platform's image as blobs.
+#[derive(Debug, Clone)]
+pub(crate) struct ImageBlobs {
+    pub manifest: Vec<u8>,
+    pub config: Vec<u8>,
+    pub layer: Vec<u8>,
 }
 
-/// The image's archive, and its manifest's digest: the digest containerd shows for it.
-pub fn build(image: &Image) -> Result<Built, Error> {
-    tag_of(&image.name)?;
-    let layer = layer::tar(&image.files)?;
-    let config = config_json(image, &digest(&layer))?;
-    let manifest = manifest_json(&config, &layer)?;
-    let index = index_json(image, &manifest)?;
-    let docker = docker_manifest_json(image, &config, &layer)?;
-    let files = [
+impl ImageBlobs {
+    pub(crate) fn of(image: &Image) -> Result<ImageBlobs, Error> {
+        let layer = layer::tar(&image.files)?;
+        let config = config_json(image, &digest(&layer))?;
+        let manifest = manifest_json(
+            Descriptor::of(CONFIG_TYPE, &config),
+            Descriptor::of(LAYER_TYPE, &layer),
+        )?;
+        Ok(ImageBlobs {
+            manifest,
+            config,
+            layer,
+        })
+    }
+
+    /// The manifest's descriptor, with the platform that an index selects it by.
+    pub(crate) fn descriptor(&self, platform: &Platform) -> Descriptor {
+        let mut descriptor = Descriptor::of(MANIFEST_TYPE, &self.manifest);
+        descriptor.platform = Some(platform.clone());
+        descriptor
+    }
+}
+
+/// The archive of an OCI layout whose index.json names `top`: `blobs` each once, and Docker's
+/// manifest.json, which can name one platform's image only: `docker_image`'s.
+pub(crate) fn archive(
+    name: &str,
+    top: Descriptor,
+    docker_image: &ImageBlobs,
+    blobs: &[&[u8]],
+) -> Result<Vec<u8>, Error> {
+    let docker = serde_json::to_vec(&[DockerManifest {
+        config: blob_path(&docker_image.config),
+        repo_tags: [name.to_owned()],
+        layers: [blob_path(&docker_image.layer)],
+    }])?;
+    let mut files = vec![
         Entry::file(
             "oci-layout",
             0o644,
             br#"{"imageLayoutVersion":"1.0.0"}"#.to_vec(),
         ),
-        Entry::file("index.json", 0o644, index),
+        Entry::file("index.json", 0o644, layout_index_json(name, top)?),
         Entry::file("manifest.json", 0o644, docker),
-        Entry::file(&blob_path(&manifest), 0o644, manifest.clone()),
-        Entry::file(&blob_path(&config), 0o644, config),
-        Entry::file(&blob_path(&layer), 0o644, layer),
     ];
+    let unique: BTreeMap<String, &[u8]> = blobs.iter().map(|b| (blob_path(b), *b)).collect();
+    files.extend(
+        unique
+            .into_iter()
+            .map(|(path, bytes)| Entry::file(&path, 0o644, bytes.to_vec())),
+    );
+    layer::tar(&files)
+}
+
+/// The image's archive, and its manifest's digest: the digest containerd shows for it.
+pub fn build(image: &Image) -> Result<Built, Error> {
+    tag_of(&image.name)?;
+    let blobs = ImageBlobs::of(image)?;
+    let top = blobs.descriptor(&image.platform);
+    let archive = archive(
+        &image.name,
+        top,
+        &blobs,
+        &[&blobs.manifest, &blobs.config, &blobs.layer],
+    )?;
     Ok(Built {
         name: image.name.clone(),
-        manifest_digest: digest(&manifest),
-        archive: layer::tar(&files)?,
+        digest: digest(&blobs.manifest),
+        archive,
     })
 }
 
@@ -349,7 +400,9 @@ mod tests {
 
     #[test]
     fn the_index_names_the_image_for_containerd_and_for_oci_tools() {
-        let index = json(&index_json(&agent(), b"{}").unwrap());
+        let mut top = Descriptor::of(MANIFEST_TYPE, b"{}");
+        top.platform = Some(platform());
+        let index = json(&layout_index_json(&agent().name, top).unwrap());
         let manifest = &index["manifests"][0];
         assert_eq!(
             manifest["annotations"],
@@ -385,8 +438,8 @@ mod tests {
             }
         }
         let index = json(&files["index.json"]);
-        assert_eq!(index["manifests"][0]["digest"], built.manifest_digest);
-        let manifest_path = format!("blobs/sha256/{}", &built.manifest_digest[7..]);
+        assert_eq!(index["manifests"][0]["digest"], built.digest);
+        let manifest_path = format!("blobs/sha256/{}", &built.digest[7..]);
         let manifest = json(&files[&manifest_path]);
         let layer_path = format!(
             "blobs/sha256/{}",
@@ -408,8 +461,8 @@ mod tests {
     fn another_binary_gives_another_digest() {
         let other = images::agent(&naming(), &platform(), b"\x7fELF other".to_vec());
         assert_ne!(
-            build(&agent()).unwrap().manifest_digest,
-            build(&other).unwrap().manifest_digest
+            build(&agent()).unwrap().digest,
+            build(&other).unwrap().digest
         );
     }
 }

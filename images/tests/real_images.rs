@@ -63,26 +63,111 @@ fn json(bytes: &[u8]) -> Value {
     serde_json::from_slice(bytes).expect("JSON")
 }
 
-/// The image's config and its layer's entries, found through index.json as containerd does.
-fn open(archive_path: &str, name: &str) -> (Value, Entries) {
-    let archive = entries(&std::fs::read(archive_path).expect("the archive"));
-    let blob = |digest: &Value| {
+/// An image archive's blobs, each checked against its name.
+struct Archive(Entries);
+
+impl Archive {
+    fn read(path: &str) -> Archive {
+        Archive(entries(&std::fs::read(path).expect("the archive")))
+    }
+
+    fn blob(&self, digest: &Value) -> Vec<u8> {
         let digest = digest.as_str().expect("a digest");
-        let bytes = &archive[&format!("blobs/sha256/{}", &digest[7..])].2;
+        let bytes = &self.0[&format!("blobs/sha256/{}", &digest[7..])].2;
         assert_eq!(oci_images::oci::digest(bytes), digest, "a blob's name");
         bytes.clone()
+    }
+
+    /// index.json's one descriptor, which names the image as containerd reads it.
+    fn top(&self, name: &str) -> Value {
+        let index = json(&self.0["index.json"].2);
+        let descriptor = index["manifests"][0].clone();
+        assert_eq!(descriptor["annotations"]["io.containerd.image.name"], name);
+        descriptor
+    }
+
+    /// The image index of a multi-platform archive.
+    fn index(&self, name: &str) -> Value {
+        let top = self.top(name);
+        assert_eq!(top["mediaType"], oci_images::oci::INDEX_TYPE, "{name}");
+        json(&self.blob(&top["digest"]))
+    }
+
+    /// A manifest's config and its layer's entries.
+    fn image(&self, manifest_digest: &Value) -> (Value, Entries) {
+        let manifest = json(&self.blob(manifest_digest));
+        let config = json(&self.blob(&manifest["config"]["digest"]));
+        let layer = self.blob(&manifest["layers"][0]["digest"]);
+        assert_eq!(
+            config["rootfs"]["diff_ids"][0],
+            manifest["layers"][0]["digest"]
+        );
+        (config, entries(&layer))
+    }
+}
+
+/// A single-platform image's config and layer, found through index.json as containerd does.
+fn open(archive_path: &str, name: &str) -> (Value, Entries) {
+    let archive = Archive::read(archive_path);
+    let top = archive.top(name);
+    archive.image(&top["digest"])
+}
+
+/// Each platform of a multi-platform image, by architecture: its config, its layer, and the
+/// SPDX document attached to it.
+fn open_index(archive_path: &str, name: &str) -> BTreeMap<String, (Value, Entries, Value)> {
+    let archive = Archive::read(archive_path);
+    let index = archive.index(name);
+    let manifests = index["manifests"].as_array().expect("manifests");
+    let sbom_of = |digest: &Value| {
+        let attestation = manifests
+            .iter()
+            .find(|m| m["annotations"]["vnd.docker.reference.digest"] == *digest)
+            .unwrap_or_else(|| panic!("{name}: no attestation for {digest}"));
+        let manifest = json(&archive.blob(&attestation["digest"]));
+        let statement = json(&archive.blob(&manifest["layers"][0]["digest"]));
+        assert_eq!(statement["predicateType"], "https://spdx.dev/Document");
+        assert_eq!(
+            format!(
+                "sha256:{}",
+                statement["subject"][0]["digest"]["sha256"]
+                    .as_str()
+                    .unwrap()
+            ),
+            digest.as_str().unwrap()
+        );
+        statement["predicate"].clone()
     };
-    let index = json(&archive["index.json"].2);
-    let descriptor = &index["manifests"][0];
-    assert_eq!(descriptor["annotations"]["io.containerd.image.name"], name);
-    let manifest = json(&blob(&descriptor["digest"]));
-    let config = json(&blob(&manifest["config"]["digest"]));
-    let layer = blob(&manifest["layers"][0]["digest"]);
-    assert_eq!(
-        config["rootfs"]["diff_ids"][0],
-        manifest["layers"][0]["digest"]
-    );
-    (config, entries(&layer))
+    manifests
+        .iter()
+        .filter(|m| m["platform"]["os"] == "linux")
+        .map(|m| {
+            let (config, layer) = archive.image(&m["digest"]);
+            assert_eq!(config["architecture"], m["platform"]["architecture"]);
+            let architecture = m["platform"]["architecture"].as_str().unwrap().to_owned();
+            (architecture, (config, layer, sbom_of(&m["digest"])))
+        })
+        .collect()
+}
+
+/// e_machine of an ELF file, as OCI names the architecture.
+fn elf_architecture(elf: &[u8]) -> &'static str {
+    assert!(elf.starts_with(b"\x7fELF"), "not an ELF file");
+    match u16::from_le_bytes([elf[18], elf[19]]) {
+        0x3e => "amd64",
+        0xb7 => "arm64",
+        other => panic!("e_machine {other:#x}"),
+    }
+}
+
+/// The names of the crates an SPDX document lists.
+fn sbom_packages(sbom: &Value) -> Vec<String> {
+    sbom["packages"]
+        .as_array()
+        .expect("packages")
+        .iter()
+        .map(|p| p["name"].as_str().expect("a name").to_owned())
+        .collect()
 }
 
 fn paths(entries: &Entries) -> Vec<&str> {
@@ -155,32 +240,53 @@ fn the_images_are_reproducible_and_hold_what_the_dockerfiles_put_in_them() {
     }
 
     let agent = "ghcr.io/node-reboot-operator/reboot-agent:0.1.0";
-    let (config, layer) = open(&images[agent].0, agent);
-    assert_eq!(paths(&layer), ["reboot-agent"]);
-    assert!(layer["reboot-agent"].2.starts_with(b"\x7fELF"));
-    assert_eq!(layer["reboot-agent"].0, 0o755);
-    assert_eq!(config["config"]["User"], "0:0");
-    assert_eq!(config["config"]["Entrypoint"][0], "/reboot-agent");
+    let platforms = open_index(&images[agent].0, agent);
+    assert_eq!(platforms.keys().collect::<Vec<_>>(), ["amd64", "arm64"]);
+    for (architecture, (config, layer, sbom)) in &platforms {
+        assert_eq!(paths(layer), ["reboot-agent"]);
+        assert_eq!(elf_architecture(&layer["reboot-agent"].2), architecture);
+        assert_eq!(layer["reboot-agent"].0, 0o755);
+        assert_eq!(config["config"]["User"], "0:0");
+        assert_eq!(config["config"]["Entrypoint"][0], "/reboot-agent");
+        check_sbom(sbom, "agent", &["kube-client", "tokio", "nix"]);
+    }
+    assert_eq!(
+        std::fs::read(first.path().join("reboot-agent.arm64.spdx.json")).unwrap(),
+        serde_json::to_vec_pretty(&platforms["arm64"].2).unwrap(),
+        "the SBOM beside the archive is the one in it"
+    );
 
     let controller = "ghcr.io/node-reboot-operator/reboot-controller:0.1.0";
-    let (config, layer) = open(&images[controller].0, controller);
-    assert!(layer["reboot-controller"].2.starts_with(b"\x7fELF"));
-    let passwd = String::from_utf8_lossy(&layer["etc/passwd"].2).into_owned();
-    assert!(passwd.contains("nonroot:x:65532:65532:"), "{passwd}");
-    let group = String::from_utf8_lossy(&layer["etc/group"].2).into_owned();
-    assert!(group.contains("nonroot:x:65532:"), "{group}");
-    let ca = String::from_utf8_lossy(&layer["etc/ssl/certs/ca-certificates.crt"].2).into_owned();
-    assert!(
-        ca.contains("-----BEGIN CERTIFICATE-----"),
-        "an empty CA bundle"
-    );
-    assert_eq!(layer["home/nonroot"].1, 65532);
-    assert_eq!(config["config"]["User"], "65532:65532");
-    assert_eq!(config["config"]["Entrypoint"][0], "/reboot-controller");
-    assert_eq!(
-        config["config"]["ExposedPorts"]["8080/tcp"],
-        Value::Object(Default::default())
-    );
+    let platforms = open_index(&images[controller].0, controller);
+    assert_eq!(platforms.keys().collect::<Vec<_>>(), ["amd64", "arm64"]);
+    for (architecture, (config, layer, sbom)) in &platforms {
+        assert_eq!(
+            elf_architecture(&layer["reboot-controller"].2),
+            architecture
+        );
+        let passwd = String::from_utf8_lossy(&layer["etc/passwd"].2).into_owned();
+        assert!(passwd.contains("nonroot:x:65532:65532:"), "{passwd}");
+        let group = String::from_utf8_lossy(&layer["etc/group"].2).into_owned();
+        assert!(group.contains("nonroot:x:65532:"), "{group}");
+        let ca =
+            String::from_utf8_lossy(&layer["etc/ssl/certs/ca-certificates.crt"].2).into_owned();
+        assert!(
+            ca.contains("-----BEGIN CERTIFICATE-----"),
+            "an empty CA bundle"
+        );
+        assert_eq!(layer["home/nonroot"].1, 65532);
+        assert_eq!(config["config"]["User"], "65532:65532");
+        assert_eq!(config["config"]["Entrypoint"][0], "/reboot-controller");
+        assert_eq!(
+            config["config"]["ExposedPorts"]["8080/tcp"],
+            Value::Object(Default::default())
+        );
+        check_sbom(
+            sbom,
+            "controller",
+            &["kube-client", "jiff", "prometheus-client"],
+        );
+    }
 
     let pause = images
         .keys()
@@ -197,4 +303,54 @@ fn the_images_are_reproducible_and_hold_what_the_dockerfiles_put_in_them() {
     for applet in ["bin/sh", "bin/sleep", "bin/httpd"] {
         assert_eq!(layer[applet].2, b"busybox", "{applet}");
     }
+}
+
+/// An SBOM describes `program` and lists the crates linked into it, with their checksums from
+/// Cargo.lock; test-only and build-time crates are not in the binary, so not in the SBOM.
+fn check_sbom(sbom: &Value, program: &str, linked: &[&str]) {
+    assert_eq!(sbom["spdxVersion"], "SPDX-2.3");
+    let names = sbom_packages(sbom);
+    for crate_name in [program].iter().chain(linked) {
+        assert!(
+            names.iter().any(|n| n == crate_name),
+            "{crate_name} not in {names:?}"
+        );
+    }
+    for absent in ["proptest", "tempfile", "serde_derive", "cc"] {
+        assert!(
+            !names.iter().any(|n| n == absent),
+            "{absent} is not linked: {names:?}"
+        );
+    }
+    let described = sbom["relationships"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["relationshipType"] == "DESCRIBES")
+        .expect("a DESCRIBES relationship");
+    let root = sbom["packages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["SPDXID"] == described["relatedSpdxElement"])
+        .expect("the described package");
+    assert_eq!(root["name"], program);
+    let tokio = sbom["packages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "tokio")
+        .expect("tokio");
+    let purl = &tokio["externalRefs"][0]["referenceLocator"];
+    assert!(
+        purl.as_str().unwrap().starts_with("pkg:cargo/tokio@"),
+        "{purl}"
+    );
+    assert_eq!(tokio["checksums"][0]["algorithm"], "SHA256");
+    assert_eq!(
+        tokio["checksums"][0]["checksumValue"]
+            .as_str()
+            .map(str::len),
+        Some(64)
+    );
 }

@@ -21,9 +21,11 @@ testenv:
 STATIC_TARGET ?= $(shell uname -m)-unknown-linux-gnu
 CROSS_ARCH := $(if $(filter x86_64-%,$(STATIC_TARGET)),aarch64,x86_64)
 CROSS_LINKER := CARGO_TARGET_$(shell echo $(CROSS_ARCH) | tr a-z A-Z)_UNKNOWN_LINUX_GNU_LINKER=$(CROSS_ARCH)-linux-gnu-gcc
+# The images' two for both architectures in one cargo run, so that one's slow final link
+# overlaps the other's compiling.
 static: cross-tools
-	RUSTFLAGS='-C target-feature=+crt-static' $(CARGO) build --release --locked --target $(STATIC_TARGET) -p agent -p controller -p vm-node-reporter -p kubectl-reboot
-	$(CROSS_LINKER) RUSTFLAGS='-C target-feature=+crt-static' $(CARGO) build --release --locked --target $(CROSS_ARCH)-unknown-linux-gnu -p agent -p controller
+	$(CROSS_LINKER) RUSTFLAGS='-C target-feature=+crt-static' $(CARGO) build --release --locked --target $(STATIC_TARGET) --target $(CROSS_ARCH)-unknown-linux-gnu -p agent -p controller
+	RUSTFLAGS='-C target-feature=+crt-static' $(CARGO) build --release --locked --target $(STATIC_TARGET) -p vm-node-reporter -p kubectl-reboot
 
 # Rust's standard library for the other architecture, Debian's cross toolchain, and QEMU's
 # user mode registered with binfmt_misc (for test-arm64), when missing.

@@ -13,8 +13,8 @@
 # `cargo clean`, builds nothing. testenv/go.mod and testenv/bin/ are left alone.
 set -euo pipefail
 usage="usage: build-oldest-k8s.sh vMAJOR.MINOR.PATCH DIR (for example v1.30.14 target/oldest-k8s)"
-release=${1:?$usage}
-dir=${2:?$usage}
+[ $# -eq 2 ] || { echo "oldest-k8s: $usage" >&2; exit 2; }
+release=$1 dir=$2
 [[ $release =~ ^v1\.[0-9]+\.[0-9]+$ ]] || { echo "oldest-k8s: '$release' is not a release like v1.30.14; $usage" >&2; exit 2; }
 command -v go >/dev/null || { echo "oldest-k8s: 'go' is not installed; install Go (see testenv/go.mod) and run it again" >&2; exit 1; }
 mkdir -p "$dir"

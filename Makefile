@@ -4,7 +4,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 ARGS ?=
 
-.PHONY: all testenv static cross-tools test-arm64 images bins build test test-inputs lint cluster sandbox demo bench manifests vm-tools vm-image vm-e2e node-image node-e2e docs docs-tools docs-reference
+.PHONY: all testenv testenv-oldest-k8s test-oldest-k8s static cross-tools test-arm64 images bins build test test-inputs lint cluster sandbox demo bench manifests vm-tools vm-image vm-e2e node-image node-e2e docs docs-tools docs-reference
 
 all: build
 
@@ -75,6 +75,25 @@ test: test-inputs
 	wait $$image || status=1; \
 	$(CARGO) test --locked -p vmtest --no-fail-fast --lib --test vm_e2e --test node_e2e -- --nocapture || status=1; \
 	exit $$status
+
+# The oldest supported Kubernetes release, proven by `make test-oldest-k8s`; the newest patch
+# of that minor on the Go module proxy. docs/src/install.md says which versions are supported.
+OLDEST_K8S := v1.30.14
+
+# Its local control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler,
+# kubectl; no kubelet) built from Kubernetes' own Go modules by testenv/hack/build.sh, from a
+# module generated in target/oldest-k8s/module, into target/oldest-k8s/bin; each binary kept in
+# $NRO_CACHE/oldest-k8s/bin/, so it is built once (testenv/hack/build-oldest-k8s.sh).
+testenv-oldest-k8s:
+	@testenv/hack/build-oldest-k8s.sh $(OLDEST_K8S) target/oldest-k8s
+
+# The protocol and security tests on that control plane, and the test that its API server and
+# kubectl are that release. Not part of `make test`: the first build of the control plane
+# compiles for about 16 minutes on 2 cores (measured beside a cold CI run), then the tests take
+# 1.5 minutes once `make bins` is built (docs/src/development.md, "The oldest supported Kubernetes").
+test-oldest-k8s: testenv-oldest-k8s bins
+	TESTENV_BIN=$(CURDIR)/target/oldest-k8s/bin TESTENV_EXPECT_VERSION=$(OLDEST_K8S) \
+	  $(CARGO) test --locked --no-fail-fast -p testenv --test kubectl_version -p e2e --test protocol --test security
 
 # What the tests need, built at once where it can be: the Go build of testenv/bin, cargo's
 # builds and the agent-as-a-service guests' image (debootstrap) each leave the CPU idle for

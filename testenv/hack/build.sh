@@ -8,12 +8,41 @@
 # Every binary is also kept outside the checkout, in $NRO_CACHE/bin/ (default
 # ${XDG_CACHE_HOME:-$HOME/.cache}/node-reboot-operator), named by the same key, so a fresh
 # clone on the same machine copies it instead of compiling it. `rm -rf` that folder to clear it.
+#
+# Options, for another Kubernetes release (testenv/hack/build-oldest-k8s.sh builds the oldest
+# supported one with them):
+#   --module DIR   the Go module to build from (default testenv/): its go.mod pins the
+#                  release and has a cmd/etcd like testenv/'s
+#   --out DIR      where the binaries go (default testenv/bin)
+#   --cache DIR    where they are kept outside the checkout (default $NRO_CACHE/bin); give each
+#                  module its own, as a new build of a binary drops its older copies there
+#   --control-plane-only   etcd, kube-apiserver, kube-controller-manager, kube-scheduler and
+#                  kubectl only (no kubelet, containerd, CNI plugins, Prometheus or helm)
 set -euo pipefail
+module_dir='' out_dir='' cache_dir='' control_plane_only=''
+while [ $# -gt 0 ]; do
+  case $1 in
+    --module|--out|--cache)
+      [ $# -ge 2 ] && [ -n "$2" ] || { echo "testenv: $1 needs a directory" >&2; exit 2; }
+      [ "$1" = --module ] || mkdir -p "$2"
+      [ -d "$2" ] || { echo "testenv: $1 $2: no such directory" >&2; exit 2; }
+      dir=$(cd "$2" && pwd)
+      case $1 in --module) module_dir=$dir ;; --out) out_dir=$dir ;; --cache) cache_dir=$dir ;; esac
+      shift 2 ;;
+    --control-plane-only) control_plane_only=1; shift ;;
+    *) echo "testenv: unknown argument '$1'; the options are --module DIR, --out DIR, --cache DIR and --control-plane-only" >&2; exit 2 ;;
+  esac
+done
 cd "$(dirname "$0")/.."
+module_name=testenv/ out_name=testenv/bin
+if [ -n "$module_dir" ]; then cd "$module_dir"; module_name=$module_dir/; fi
+[ -z "$out_dir" ] || out_name=$out_dir
+out=${out_dir:-$PWD/bin}
+[ -f go.mod ] || { echo "testenv: ${module_name} has no go.mod; generate it with testenv/hack/gen-gomod.sh" >&2; exit 1; }
 
 release=$(sed -n 's/^\s*k8s.io\/kubernetes \(v[0-9.]*\)$/\1/p' go.mod | head -n1)
 etcd_release=$(sed -n 's/^\s*go.etcd.io\/etcd\/server\/v3 \(v[0-9.]*\)$/\1/p' go.mod | head -n1)
-[ -n "$release" ] || { echo "testenv: cannot read the k8s.io/kubernetes version from testenv/go.mod" >&2; exit 1; }
+[ -n "$release" ] || { echo "testenv: cannot read the k8s.io/kubernetes version from ${module_name}go.mod" >&2; exit 1; }
 command -v go >/dev/null || { echo "testenv: 'go' is not installed; install Go >= $(sed -n 's/^go //p' go.mod) and run 'make testenv'" >&2; exit 1; }
 
 major_minor=${release#v}; major=${major_minor%%.*}; minor=${major_minor#*.}; minor=${minor%%.*}
@@ -33,8 +62,8 @@ stamp_of() { # $1: a target or tool spec
     *) echo "$control_plane_stamp" ;;
   esac
 }
-cache=${NRO_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/node-reboot-operator}/bin
-mkdir -p bin "$cache"
+cache=${cache_dir:-${NRO_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/node-reboot-operator}/bin}
+mkdir -p "$out" "$cache"
 export CGO_ENABLED=0 GOWORK=off GOFLAGS=-mod=mod
 
 targets=(etcd:./cmd/etcd kube-apiserver:k8s.io/kubernetes/cmd/kube-apiserver
@@ -65,25 +94,38 @@ prometheus:github.com/prometheus/prometheus/cmd/prometheus@${prometheus_version}
   promtool:github.com/prometheus/prometheus/cmd/promtool@${prometheus_version}
   alertmanager:without-ui:github.com/prometheus/alertmanager@${alertmanager_version}:./cmd/alertmanager
   helm:helm.sh/helm/v4/cmd/helm@${helm_version})
+if [ -n "$control_plane_only" ]; then
+  control_plane=()
+  for t in "${targets[@]}"; do [ "${t%%:*}" = kubelet ] || control_plane+=("$t"); done
+  targets=("${control_plane[@]}") tools=()
+fi
 
 todo=()
 for t in "${targets[@]}" "${tools[@]}"; do
   name=${t%%:*}
   stamp=$(stamp_of "${t#*:}")
-  if [ -x "bin/$name" ] && [ "$(cat "bin/.$name.stamp" 2>/dev/null)" = "$stamp" ]; then continue; fi
+  if [ -x "$out/$name" ] && [ "$(cat "$out/.$name.stamp" 2>/dev/null)" = "$stamp" ]; then continue; fi
   if [ -x "$cache/$name-$stamp" ]; then
-    cp "$cache/$name-$stamp" "bin/$name.tmp" && mv "bin/$name.tmp" "bin/$name"
-    echo "$stamp" > "bin/.$name.stamp"
+    cp "$cache/$name-$stamp" "$out/$name.tmp" && mv "$out/$name.tmp" "$out/$name"
+    echo "$stamp" > "$out/.$name.stamp"
     echo "testenv: $name from the cache $cache"
     continue
   fi
   todo+=("$t")
 done
 if [ ${#todo[@]} -eq 0 ]; then
-  echo "testenv: control plane and kubelet ${release}, containerd ${containerd_version}, CNI plugins ${cni_version}, Prometheus, promtool, Alertmanager and helm are up to date in testenv/bin"
+  if [ -n "$control_plane_only" ]; then
+    echo "testenv: control plane ${release} (etcd ${etcd_release}) is up to date in ${out_name}"
+  else
+    echo "testenv: control plane and kubelet ${release}, containerd ${containerd_version}, CNI plugins ${cni_version}, Prometheus, promtool, Alertmanager and helm are up to date in ${out_name}"
+  fi
   exit 0
 fi
-echo "testenv: building ${#todo[@]} binaries (Kubernetes ${release}, etcd ${etcd_release}, Prometheus ${prometheus_version}, Alertmanager ${alertmanager_version}, helm ${helm_version}) into testenv/bin."
+if [ -n "$control_plane_only" ]; then
+  echo "testenv: building ${#todo[@]} binaries (Kubernetes ${release}, etcd ${etcd_release}) into ${out_name}."
+else
+  echo "testenv: building ${#todo[@]} binaries (Kubernetes ${release}, etcd ${etcd_release}, Prometheus ${prometheus_version}, Alertmanager ${alertmanager_version}, helm ${helm_version}) into ${out_name}."
+fi
 echo "testenv: the first build downloads the modules and compiles for 15-30 minutes on 2 cores; later builds are cached."
 i=0
 for t in "${todo[@]}"; do
@@ -100,8 +142,8 @@ for t in "${todo[@]}"; do
       chmod -R u+w "$work"
       mkdir -p "$work/ui/app/dist"
       echo '<!doctype html><title>Alertmanager</title><p>The web UI is not built here; the API is at /api/v2/.' > "$work/ui/app/dist/index.html"
-      (cd "$work" && GOFLAGS= go build -trimpath -ldflags "-s -w" -o "$OLDPWD/bin/$name.tmp" "$pkg")
-      mv "bin/$name.tmp" "bin/$name"
+      (cd "$work" && GOFLAGS= go build -trimpath -ldflags "-s -w" -o "$out/$name.tmp" "$pkg")
+      mv "$out/$name.tmp" "$out/$name"
       rm -rf "$work" ;;
     *@*)
       gobin=$(mktemp -d)
@@ -110,18 +152,18 @@ for t in "${todo[@]}"; do
       # containerd: leave out the snapshotters that need cgo (btrfs, devmapper, zfs).
       GOBIN=$gobin GOFLAGS= go install -trimpath -tags "remove_all_sd no_btrfs no_devmapper no_zfs" \
         -ldflags "-s -w" "$target"
-      mv "$gobin/$name" "bin/$name"
+      mv "$gobin/$name" "$out/$name"
       rm -rf "$gobin" ;;
     *)
       ldf=$ldflags
       [ "$name" = etcd ] && ldf="-s -w"
-      go build -trimpath -ldflags "$ldf" -o "bin/$name.tmp" "$target"
-      mv "bin/$name.tmp" "bin/$name" ;;
+      go build -trimpath -ldflags "$ldf" -o "$out/$name.tmp" "$target"
+      mv "$out/$name.tmp" "$out/$name" ;;
   esac
   stamp=$(stamp_of "$target")
-  echo "$stamp" > "bin/.$name.stamp"
+  echo "$stamp" > "$out/.$name.stamp"
   rm -f "$cache/$name"-*
-  cp "bin/$name" "$cache/$name-$stamp.tmp" && mv "$cache/$name-$stamp.tmp" "$cache/$name-$stamp"
+  cp "$out/$name" "$cache/$name-$stamp.tmp" && mv "$cache/$name-$stamp.tmp" "$cache/$name-$stamp"
   echo "testenv: [$i/${#todo[@]}] $name built in $((SECONDS - start))s"
 done
-echo "testenv: done; binaries are in testenv/bin"
+echo "testenv: done; binaries are in ${out_name}"

@@ -1,11 +1,19 @@
 #!/usr/bin/env bash
 # Regenerates testenv/go.mod for one Kubernetes release: the replace list is read from that
 # release's own go.mod, because the set of staging modules changes between releases.
-# Usage: testenv/hack/gen-gomod.sh v1.37.2
+# Usage: testenv/hack/gen-gomod.sh v1.37.2 [DIR]
+# DIR (default testenv/) is where go.mod is written; testenv/hack/build-oldest-k8s.sh writes the
+# oldest supported release's module outside testenv/ with it.
 set -euo pipefail
-release=${1:?usage: gen-gomod.sh vMAJOR.MINOR.PATCH (for example v1.37.2)}
+release=${1:?usage: gen-gomod.sh vMAJOR.MINOR.PATCH [DIR] (for example v1.37.2)}
 staging="v0.${release#v1.}"
+out=${2:-}
+if [ -n "$out" ]; then
+  [ -d "$out" ] || { echo "gen-gomod: $out is not a directory; create it first" >&2; exit 1; }
+  out=$(cd "$out" && pwd)
+fi
 cd "$(dirname "$0")/.."
+out=${out:-$PWD}
 info=$(cd /tmp && GOWORK=off go mod download -json "k8s.io/kubernetes@${release}") || true
 if grep -q '"Error"' <<<"$info"; then
   echo "gen-gomod: k8s.io/kubernetes@${release} cannot be downloaded:" >&2
@@ -24,5 +32,6 @@ modfile=$(sed -n 's/.*"GoMod": "\(.*\)".*/\1/p' <<<"$info")
   echo "replace ("
   sed -n '/^replace (/,/^)/p' "$modfile" | sed -n 's#^\s*\(k8s.io/[a-z0-9-]*\) => ./staging/.*#\t\1 => \1 '"${staging}"'#p'
   echo ")"
-} > go.mod
+} > "$out/go.mod"
+[ "$out" = "$PWD" ] || echo "gen-gomod: in $out"
 echo "gen-gomod: wrote go.mod for k8s.io/kubernetes ${release} (staging modules at ${staging})"

@@ -7,8 +7,8 @@
 use crate::Error;
 use std::path::Path;
 
-/// `text` with the line of each `(path, value)` set to `key: "value"`; an error when a path
-/// has no line of a scalar of its own.
+/// `text` with the line of each `(path, value)` set to `key: "value"` (kept as it is when it
+/// says that value already); an error when a path has no line of a scalar of its own.
 pub fn set(text: &str, path: &Path, values: &[(String, String)]) -> Result<String, Error> {
     let mut found = vec![false; values.len()];
     let mut out = String::with_capacity(text.len() + 200);
@@ -52,12 +52,14 @@ pub fn set(text: &str, path: &Path, values: &[(String, String)]) -> Result<Strin
         match values.iter().position(|(p, _)| *p == dotted) {
             Some(at) if !rest.is_empty() && !rest.starts_with('#') => {
                 found[at] = true;
-                let eol = &line[line.trim_end().len()..];
-                out.push_str(&format!(
-                    "{}{key}: \"{}\"{eol}",
-                    &line[..indent],
-                    values[at].1
-                ));
+                let value = &values[at].1;
+                if rest.trim_matches('"') == value {
+                    // Already so: the line stays as it is written.
+                    out.push_str(line);
+                } else {
+                    let eol = &line[line.trim_end().len()..];
+                    out.push_str(&format!("{}{key}: \"{value}\"{eol}", &line[..indent]));
+                }
             }
             _ => out.push_str(line),
         }
@@ -113,6 +115,12 @@ mod tests {
                 "reboot-agent\n    digest: \"sha256:a\"",
             );
         assert_eq!(out, expected);
+    }
+
+    #[test]
+    fn a_line_that_says_the_value_already_stays_as_written() {
+        let out = set_all(&[("image.registry", "ghcr.io/x"), ("image.tag", "")]).expect("set");
+        assert_eq!(out, VALUES);
     }
 
     #[test]

@@ -433,8 +433,9 @@ fn readme_defaults() -> Vec<(String, String)> {
 /// A YAML document as JSON, read by the real kubectl without a server (wrapped as an object).
 fn yaml_to_json(yaml: &str) -> Value {
     let indented: String = yaml.lines().map(|l| format!("  {l}\n")).collect();
-    let wrapped =
-        format!("apiVersion: e2e.example/v1\nkind: Yaml\nmetadata:\n  name: y\nspec:\n{indented}");
+    let wrapped = format!(
+        "apiVersion: e2e.example/v1\nkind: Yaml\nmetadata:\n  name: values\nspec:\n{indented}"
+    );
     let kubectl = ControlPlane::bin("kubectl").unwrap_or_else(|e| panic!("{e}"));
     let mut child = Command::new(kubectl)
         .args(["label", "--local", "-f", "-", "-o", "json", "e2e-none-"])

@@ -8,12 +8,11 @@
 //! chart README's defaults are what values.yaml says (as kubectl reads both).
 
 use e2e::chart_readme::README;
-use e2e::install::{NS, chart_dir, control_plane, helm, helm_on};
+use e2e::install::{NS, chart_dir, control_plane, helm, helm_on, yaml_to_json};
 use nodesim::workspace_binary;
 use serde_json::Value;
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 use testenv::ControlPlane;
 
 const REGISTRY: &str = "ghcr.io/node-reboot-operator";
@@ -428,37 +427,6 @@ fn readme_defaults() -> Vec<(String, String)> {
             (path.to_string(), default.trim_matches('`').to_string())
         })
         .collect()
-}
-
-/// A YAML document as JSON, read by the real kubectl without a server (wrapped as an object).
-fn yaml_to_json(yaml: &str) -> Value {
-    let indented: String = yaml.lines().map(|l| format!("  {l}\n")).collect();
-    let wrapped = format!(
-        "apiVersion: e2e.example/v1\nkind: Yaml\nmetadata:\n  name: values\nspec:\n{indented}"
-    );
-    let kubectl = ControlPlane::bin("kubectl").unwrap_or_else(|e| panic!("{e}"));
-    let mut child = Command::new(kubectl)
-        .args(["label", "--local", "-f", "-", "-o", "json", "e2e-none-"])
-        .env("KUBECONFIG", "/dev/null")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("kubectl starts");
-    child
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(wrapped.as_bytes())
-        .expect("kubectl reads");
-    let out = child.wait_with_output().expect("kubectl ends");
-    assert!(
-        out.status.success(),
-        "{}\n{yaml}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let object: Value = serde_json::from_slice(&out.stdout).expect("JSON");
-    object["spec"].clone()
 }
 
 #[test]

@@ -4,7 +4,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 ARGS ?=
 
-.PHONY: all testenv testenv-oldest-k8s test-oldest-k8s static cross-tools test-arm64 images bins build test test-inputs lint cluster sandbox demo bench manifests vm-tools vm-image vm-e2e node-image node-e2e docs docs-tools docs-reference
+.PHONY: all testenv testenv-oldest-k8s test-oldest-k8s static cross-tools test-arm64 images chart chart-readme bins build test test-inputs lint cluster sandbox demo bench manifests vm-tools vm-image vm-e2e node-image node-e2e docs docs-tools docs-reference
 
 all: build
 
@@ -49,6 +49,16 @@ test-arm64: static
 # ${XDG_CACHE_HOME:-$HOME/.cache}/node-reboot-operator.
 images: static
 	$(CARGO) run --quiet --locked -p oci-images -- $(ARGS)
+
+# The chart of a release: target/chart/node-reboot-operator-<version>.tgz, its version and
+# appVersion the workspace's, its values.yaml pinning reboot-controller and reboot-agent by
+# the digests of target/images/images.txt (under OCI_IMAGES_REGISTRY, as `make images` named
+# them), linted and rendered by helm before it is kept; the checked-in chart is not changed.
+# Push it with `helm push target/chart/node-reboot-operator-<version>.tgz oci://<registry>`.
+# CHART_ARGS go to the packager (`--help`); ARGS would reach `make images` too.
+CHART_ARGS ?=
+chart: testenv images
+	$(CARGO) run --quiet --locked -p chart-package -- $(CHART_ARGS)
 
 build: static
 	$(CARGO) build --workspace --all-targets --locked
@@ -104,7 +114,7 @@ BUILD_JOBS ?= 8
 test-inputs:
 	@$(MAKE) --no-print-directory vm-tools
 	@$(MAKE) --no-print-directory cross-tools
-	@$(MAKE) --no-print-directory -j$(BUILD_JOBS) testenv lint static bins vm-image images docs-tools
+	@$(MAKE) --no-print-directory -j$(BUILD_JOBS) testenv lint static bins vm-image images chart docs-tools
 
 # The VM tier's host tools (QEMU, debootstrap, socat) from Debian's packages, when missing.
 vm-tools:
@@ -173,9 +183,15 @@ docs: docs-tools
 	@$(MDBOOK) build docs
 
 # Rewrites the generated parts of the docs (the flags of both programs, the chart's values,
-# the alerts' runbooks) from the debug binaries, the chart and the alert rules.
+# the alerts' runbooks) and the chart's README from the debug binaries, the chart and the
+# alert rules.
 docs-reference: bins
 	DOCS_REFERENCE_WRITE=1 $(CARGO) test --locked -p e2e --test docs -- the_generated_parts
+
+# Rewrites charts/node-reboot-operator/README.md (what `helm show readme` shows) from
+# Chart.yaml, values.yaml and values.schema.json.
+chart-readme:
+	DOCS_REFERENCE_WRITE=1 $(CARGO) test --locked -p e2e --test docs -- the_generated_parts_of_the_chart_readme
 
 # What `kubectl apply -k manifests/` installs, rendered.
 manifests: testenv

@@ -723,6 +723,40 @@ pub fn helm(home: &Path) -> Command {
     helm
 }
 
+/// A YAML document that is no Kubernetes object (values.yaml, a rules file) as JSON, read by
+/// the real kubectl without a server: as the `spec` of an object (`kubectl label --local`).
+/// The object's name is `values`: a bare `y` would be YAML's boolean.
+pub fn yaml_to_json(yaml: &str) -> serde_json::Value {
+    let indented: String = yaml.lines().map(|l| format!("  {l}\n")).collect();
+    let wrapped = format!(
+        "apiVersion: e2e.example/v1\nkind: Yaml\nmetadata:\n  name: values\nspec:\n{indented}"
+    );
+    let kubectl = ControlPlane::bin("kubectl").unwrap_or_else(|e| panic!("{e}"));
+    let mut child = Command::new(kubectl)
+        .args(["label", "--local", "-f", "-", "-o", "json", "e2e-none-"])
+        .env("KUBECONFIG", "/dev/null")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("kubectl starts");
+    let mut stdin = child.stdin.take().expect("stdin");
+    // A large document must not wait on kubectl's output that nobody reads yet.
+    let writer = std::thread::spawn(move || stdin.write_all(wrapped.as_bytes()));
+    let out = child.wait_with_output().expect("kubectl ends");
+    writer
+        .join()
+        .expect("writer")
+        .expect("kubectl reads its stdin");
+    assert!(
+        out.status.success(),
+        "kubectl could not read the YAML: {}\n{yaml}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let object: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    object["spec"].clone()
+}
+
 /// helm against the control plane, as its admin.
 pub fn helm_on(cp: &ControlPlane) -> Command {
     let mut helm = helm(&cp.dir().join("helm"));

@@ -8,6 +8,8 @@ pub use nodesim::budget_watch::{BudgetWatch, unavailable};
 use nodesim::observe::{Coverage, Observe, ResumingWatch};
 
 pub mod chaos;
+pub mod chart_readme;
+pub mod chart_values;
 pub mod install;
 pub mod promql;
 pub mod rollout;

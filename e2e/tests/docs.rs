@@ -3,12 +3,15 @@
 //! every command in a code block that runs `reboot-controller` or `reboot-agent` names only
 //! flags that program's `--help` lists, and every `--set` of a helm command names a chart
 //! value; and the generated parts of the pages (the flags, the chart values, the alerts'
-//! runbooks) are what the programs, the chart and the alert rules say today.
+//! runbooks) and the chart's README are what the programs, the chart and the alert rules
+//! say today.
 //!
-//! `make docs-reference` (DOCS_REFERENCE_WRITE=1) rewrites the generated parts instead of
-//! comparing them. mdBook comes from MDBOOK (`make docs` installs it and `make test` passes
+//! `make docs-reference` (DOCS_REFERENCE_WRITE=1) rewrites the generated parts and the
+//! chart's README instead of comparing them; `make chart-readme` the README alone. mdBook comes from MDBOOK (`make docs` installs it and `make test` passes
 //! it on), else from PATH.
 
+use e2e::chart_readme::{self, README};
+use e2e::chart_values::{cell, chart_schema, values_table};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -152,197 +155,8 @@ fn flags_table(flags: &[Flag]) -> String {
     out
 }
 
-/// Markdown table cell text: `|` escaped everywhere (GFM splits cells on it even in code),
-/// `<` and `>` outside code spans so that `<node>` stays text.
-fn cell(text: &str) -> String {
-    let mut out = String::new();
-    let mut code = false;
-    for c in text.chars() {
-        match c {
-            '`' => {
-                code = !code;
-                out.push(c);
-            }
-            '|' => out.push_str("\\|"),
-            '<' if !code => out.push_str("&lt;"),
-            '>' if !code => out.push_str("&gt;"),
-            _ => out.push(c),
-        }
-    }
-    out
-}
-
 // ---------------------------------------------------------------------------------------
-// The chart's values, from values.schema.json and values.yaml.
-
-#[derive(Debug, Default)]
-struct YamlKey {
-    comment: Vec<String>,
-    inline: Option<String>,
-    block: bool,
-}
-
-/// The keys of values.yaml by dotted path, in file order, each with the comment right above
-/// it and its inline value (or that its value is a block). Enough for the chart's own
-/// values.yaml: mappings, block lists and scalars, comments on lines of their own.
-fn parse_values_yaml(text: &str) -> Vec<(String, YamlKey)> {
-    let mut out: Vec<(String, YamlKey)> = Vec::new();
-    let mut stack: Vec<(usize, String)> = Vec::new();
-    let mut comment: Vec<String> = Vec::new();
-    let mut list_indent: Option<usize> = None;
-    for line in text.lines() {
-        let trimmed = line.trim_start();
-        let indent = line.len() - trimmed.len();
-        if trimmed.is_empty() {
-            comment.clear();
-            continue;
-        }
-        if let Some(li) = list_indent {
-            if indent > li || (indent == li && trimmed.starts_with("- ")) {
-                continue;
-            }
-            list_indent = None;
-        }
-        if let Some(c) = trimmed.strip_prefix('#') {
-            comment.push(c.trim().to_string());
-            continue;
-        }
-        if trimmed.starts_with("- ") {
-            if let Some(last) = out.last_mut() {
-                last.1.block = true;
-            }
-            list_indent = Some(indent);
-            continue;
-        }
-        let Some((key, rest)) = trimmed.split_once(':') else {
-            continue;
-        };
-        while stack.last().is_some_and(|(i, _)| *i >= indent) {
-            stack.pop();
-        }
-        let path = stack
-            .iter()
-            .map(|(_, k)| k.as_str())
-            .chain([key])
-            .collect::<Vec<_>>()
-            .join(".");
-        let rest = rest.trim();
-        out.push((
-            path,
-            YamlKey {
-                comment: std::mem::take(&mut comment),
-                inline: (!rest.is_empty()).then(|| rest.to_string()),
-                block: false,
-            },
-        ));
-        if rest.is_empty() {
-            stack.push((indent, key.to_string()));
-        }
-    }
-    out
-}
-
-/// The schema's leaves (a value without `properties` of its own) by dotted path.
-fn schema_leaves(schema: &Value, prefix: &str, out: &mut BTreeMap<String, Value>) {
-    match schema.get("properties").and_then(Value::as_object) {
-        Some(props) => {
-            for (key, sub) in props {
-                let path = if prefix.is_empty() {
-                    key.clone()
-                } else {
-                    format!("{prefix}.{key}")
-                };
-                schema_leaves(sub, &path, out);
-            }
-        }
-        None => {
-            out.insert(prefix.to_string(), schema.clone());
-        }
-    }
-}
-
-fn schema_type(schema: &Value) -> String {
-    if let Some(values) = schema.get("enum").and_then(Value::as_array) {
-        let values = values
-            .iter()
-            .map(|v| match v.as_str() {
-                Some("") => "empty".to_string(),
-                Some(s) => format!("`{s}`"),
-                None => format!("`{v}`"),
-            })
-            .collect::<Vec<_>>();
-        return format!("one of {}", values.join(", "));
-    }
-    if let Some(any) = schema.get("anyOf").and_then(Value::as_array) {
-        let mut types = any.iter().map(schema_type).collect::<Vec<_>>();
-        types.dedup();
-        return types.join(" or ");
-    }
-    if schema.get("const").is_some_and(|c| c == "") {
-        return "empty".to_string();
-    }
-    match schema.get("type") {
-        Some(Value::String(t)) => t.clone(),
-        Some(Value::Array(ts)) => ts
-            .iter()
-            .filter_map(Value::as_str)
-            .collect::<Vec<_>>()
-            .join(" or "),
-        _ => "any".to_string(),
-    }
-}
-
-fn chart_dir() -> PathBuf {
-    repo().join("charts/node-reboot-operator")
-}
-
-fn chart_schema() -> Value {
-    serde_json::from_str(&read(&chart_dir().join("values.schema.json"))).expect("schema JSON")
-}
-
-fn values_table() -> String {
-    let mut leaves = BTreeMap::new();
-    schema_leaves(&chart_schema(), "", &mut leaves);
-    let yaml = parse_values_yaml(&read(&chart_dir().join("values.yaml")));
-    let mut out = String::from("| value | type | default | what it does |\n|---|---|---|---|\n");
-    let mut seen = BTreeSet::new();
-    let row = |path: &str, schema: &Value, key: Option<&YamlKey>| {
-        let default = match key {
-            Some(YamlKey {
-                inline: Some(v), ..
-            }) => format!("`{v}`"),
-            Some(YamlKey { block: true, .. }) => "see `values.yaml`".to_string(),
-            Some(_) => "see `values.yaml`".to_string(),
-            None => "none".to_string(),
-        };
-        let mut what = key.map(|k| k.comment.join(" ")).unwrap_or_default();
-        if let Some(d) = schema.get("description").and_then(Value::as_str) {
-            if what.is_empty() {
-                what = d.to_string();
-            } else {
-                what = format!("{what} (schema: {d})");
-            }
-        }
-        format!(
-            "| `{path}` | {} | {} | {} |\n",
-            cell(&schema_type(schema)),
-            cell(&default),
-            cell(&what)
-        )
-    };
-    for (path, key) in &yaml {
-        if let Some(schema) = leaves.get(path) {
-            out.push_str(&row(path, schema, Some(key)));
-            seen.insert(path.clone());
-        }
-    }
-    for (path, schema) in &leaves {
-        if !seen.contains(path) {
-            out.push_str(&row(path, schema, None));
-        }
-    }
-    out
-}
+// The chart's values: their tables come from e2e::chart_values.
 
 /// Whether `--set PATH=...` names a value of the chart: a path through the schema's
 /// properties, or into a map or list value (labels, annotations, a list's items).
@@ -435,6 +249,37 @@ fn with_generated(text: &str, name: &str, content: &str) -> String {
     format!("{}\n{}\n\n{}", &text[..s], content.trim_end(), &text[e..])
 }
 
+/// Whether DOCS_REFERENCE_WRITE asks to rewrite the generated parts rather than compare them.
+fn writing() -> bool {
+    std::env::var_os("DOCS_REFERENCE_WRITE").is_some()
+}
+
+/// `page` (relative to the repository) compared with what it should say, or rewritten to it
+/// when [`writing`]; where it differs first, when it does and is not rewritten.
+fn stale_or_rewrite(page: &str, expected: &str) -> Option<String> {
+    let path = repo().join(page);
+    let text = std::fs::read_to_string(&path).unwrap_or_default();
+    if expected == text {
+        return None;
+    }
+    if writing() {
+        std::fs::write(&path, expected).expect("write the page");
+        eprintln!("docs: rewrote {page}");
+        return None;
+    }
+    let line = text
+        .lines()
+        .zip(expected.lines())
+        .position(|(a, b)| a != b)
+        .map_or(text.lines().count().min(expected.lines().count()), |l| l);
+    Some(format!(
+        "{page} line {}:\n  page:      {}\n  generated: {}",
+        line + 1,
+        text.lines().nth(line).unwrap_or("(end)"),
+        expected.lines().nth(line).unwrap_or("(end)")
+    ))
+}
+
 #[test]
 fn the_generated_parts_of_the_docs_say_what_the_programs_the_chart_and_the_rules_say() {
     let pages = [
@@ -454,34 +299,13 @@ fn the_generated_parts_of_the_docs_say_what_the_programs_the_chart_and_the_rules
         ),
         ("docs/src/operations.md", vec![("runbooks", runbooks())]),
     ];
-    let write = std::env::var_os("DOCS_REFERENCE_WRITE").is_some();
     let mut stale = Vec::new();
     for (page, parts) in pages {
-        let path = repo().join(page);
-        let text = read(&path);
-        let mut expected = text.clone();
+        let mut expected = read(&repo().join(page));
         for (name, content) in parts {
             expected = with_generated(&expected, name, &content);
         }
-        if expected == text {
-            continue;
-        }
-        if write {
-            std::fs::write(&path, &expected).expect("write the page");
-            eprintln!("docs: rewrote {page}");
-        } else {
-            let line = text
-                .lines()
-                .zip(expected.lines())
-                .position(|(a, b)| a != b)
-                .map_or(text.lines().count().min(expected.lines().count()), |l| l);
-            stale.push(format!(
-                "{page} line {}:\n  page:     {}\n  programs: {}",
-                line + 1,
-                text.lines().nth(line).unwrap_or("(end)"),
-                expected.lines().nth(line).unwrap_or("(end)")
-            ));
-        }
+        stale.extend(stale_or_rewrite(page, &expected));
     }
     assert!(
         stale.is_empty(),
@@ -489,6 +313,18 @@ fn the_generated_parts_of_the_docs_say_what_the_programs_the_chart_and_the_rules
          `make docs-reference` and commit the result:\n{}",
         stale.join("\n")
     );
+}
+
+/// The chart's README is generated whole (`helm show readme` shows it, so it goes into the
+/// package); `make chart-readme` rewrites it without the programs' builds.
+#[test]
+fn the_generated_parts_of_the_chart_readme_say_what_chart_yaml_and_values_yaml_say() {
+    if let Some(stale) = stale_or_rewrite(README, &chart_readme::readme()) {
+        panic!(
+            "{README} is not what Chart.yaml, values.yaml and values.schema.json say; run \
+             `make chart-readme` and commit the result:\n{stale}"
+        );
+    }
 }
 
 #[test]
@@ -616,7 +452,7 @@ fn flags_used(line: &str) -> Vec<(String, String)> {
 }
 
 fn markdown_files() -> Vec<PathBuf> {
-    let mut files = vec![repo().join("README.md")];
+    let mut files = vec![repo().join("README.md"), repo().join(README)];
     let mut pages = std::fs::read_dir(repo().join("docs/src"))
         .expect("docs/src")
         .map(|e| e.expect("a page").path())

@@ -32,7 +32,7 @@ fn scratch(test: &str) -> PathBuf {
     dir
 }
 
-use e2e::install::{helm, helm_on};
+use e2e::install::{helm, helm_on, yaml_to_json};
 
 fn run(mut command: Command, input: Option<&str>) -> Output {
     command
@@ -114,17 +114,6 @@ fn objects(yaml: &str) -> BTreeMap<String, Value> {
             (key, object)
         })
         .collect()
-}
-
-/// A YAML document that is no Kubernetes object (values.yaml, a rules file) as JSON.
-fn yaml_to_json(yaml: &str) -> Value {
-    let indented: String = yaml.lines().map(|l| format!("  {l}\n")).collect();
-    let wrapped = format!(
-        "apiVersion: e2e.example/v1\nkind: Yaml\nmetadata:\n  name: yaml\nspec:\n{indented}"
-    );
-    let mut parsed = objects(&wrapped);
-    let (_, object) = parsed.pop_first().expect("one object");
-    object["spec"].clone()
 }
 
 /// The chart's default values.

@@ -61,5 +61,5 @@ done
 exe=$(test_exe e2e protocol)
 [[ -x $exe ]] || { echo "test-arm64: cargo built no protocol test binary" >&2; exit 1; }
 echo "test-arm64: e2e/tests/protocol.rs with the $arch agent and controller"
-(cd e2e && REBOOT_AGENT_BIN=$agent REBOOT_CONTROLLER_BIN=$controller "$exe") || status=1
+(cd e2e && REBOOT_AGENT_BIN=$agent REBOOT_CONTROLLER_BIN=$controller REBOOT_PROGRAMS_ARCH=$arch "$exe") || status=1
 exit $status

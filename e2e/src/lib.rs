@@ -10,6 +10,7 @@ use nodesim::observe::{Coverage, Observe, ResumingWatch};
 pub mod chaos;
 pub mod chart_readme;
 pub mod chart_values;
+pub mod elf;
 pub mod install;
 pub mod promql;
 pub mod rollout;

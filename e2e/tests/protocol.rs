@@ -505,3 +505,18 @@ async fn taking_over_the_operators_cordon_keeps_the_node_cordoned_after_its_rebo
     );
     sb.stop().await;
 }
+
+/// The agent and controller these tests run are the architecture asked for (hack/test-arm64.sh
+/// runs them against the arm64 binaries): found as the sandbox finds them.
+#[test]
+fn the_programs_under_test_are_the_architecture_asked_for() {
+    for program in ["reboot-agent", "reboot-controller"] {
+        let path = nodesim::workspace_binary(program).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            e2e::elf::architecture(&path),
+            e2e::elf::expected_architecture(),
+            "{}",
+            path.display()
+        );
+    }
+}

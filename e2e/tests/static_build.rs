@@ -42,15 +42,6 @@ fn static_binaries() -> Vec<(&'static str, &'static str)> {
     [&host[..], &cross[..]].concat()
 }
 
-/// e_machine of the ELF header, as Rust names the architecture.
-fn machine(path: &Path, elf: &[u8]) -> &'static str {
-    match u16_at(elf, 18) {
-        0x3e => "x86_64",
-        0xb7 => "aarch64",
-        other => panic!("{}: e_machine {other:#x}", path.display()),
-    }
-}
-
 fn binary(arch: &str, name: &str) -> (PathBuf, Vec<u8>) {
     let path = release_dir(arch).join(name);
     let bytes = std::fs::read(&path).unwrap_or_else(|e| {
@@ -120,7 +111,7 @@ fn dynamic_dependencies(path: &Path, elf: &[u8]) -> Vec<String> {
 fn release_binaries_are_static_and_run() {
     for (arch, name) in static_binaries() {
         let (path, elf) = binary(arch, name);
-        assert_eq!(machine(&path, &elf), arch, "{}", path.display());
+        assert_eq!(e2e::elf::architecture(&path), arch, "{}", path.display());
         let dynamic = dynamic_dependencies(&path, &elf);
         assert!(
             dynamic.is_empty(),

@@ -8,12 +8,14 @@ use observability::BindAddress;
 pub use observability::LogFormat;
 use std::{path::PathBuf, time::Duration};
 
+use crate::rebooter::SYSTEMD_REBOOT_SIGNAL;
+
 /// How the agent reboots its node (DESIGN.md section 5).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum RebootMethod {
     /// Run `--reboot-command` in the host's mount namespace; honours logind inhibitors.
     Command,
-    /// Send SIGRTMIN+5 (systemd's reboot.target) to `--signal-target-pid`.
+    /// Send `--reboot-signal` (SIGRTMIN+5, systemd's reboot.target) to `--signal-target-pid`.
     Signal,
     /// `sync()` then `reboot(RB_AUTOBOOT)`: the last resort.
     Syscall,
@@ -71,6 +73,17 @@ fn parse_bind_address(value: &str) -> Result<BindAddress, String> {
     value.parse()
 }
 
+/// A signal number the agent can send, as kured's `--reboot-signal` takes it.
+fn parse_reboot_signal(value: &str) -> Result<i32, String> {
+    let number: i32 = value.trim().parse().map_err(|_| {
+        format!(
+            "`{value}` is not a signal number; give a number such as {SYSTEMD_REBOOT_SIGNAL} \
+             (SIGRTMIN+5, on which systemd reboots)"
+        )
+    })?;
+    crate::rebooter::signal_from_number(number).map(|_| number)
+}
+
 fn parse_reboot_timeout(value: &str) -> Result<Duration, String> {
     parse_duration(value).map_err(|e| e.to_string())
 }
@@ -117,6 +130,12 @@ pub struct Args {
     #[arg(long, env = "SIGNAL_TARGET_PID", default_value_t = 1,
           value_parser = clap::value_parser!(i32).range(1..))]
     pub signal_target_pid: i32,
+
+    /// Signal number that `--reboot-method signal` sends, as kured's `--reboot-signal`: 39 is
+    /// SIGRTMIN+5, on which systemd starts reboot.target (counted from glibc's SIGRTMIN, 34).
+    #[arg(long, env = "REBOOT_SIGNAL", default_value_t = SYSTEMD_REBOOT_SIGNAL,
+          value_parser = parse_reboot_signal)]
+    pub reboot_signal: i32,
 
     /// How long a triggered reboot may take before the agent reports that it did not happen
     /// and exits (so that its pod restarts and tries again). Such as `30s`, `10m`.
@@ -211,6 +230,7 @@ mod tests {
         assert_eq!(args.reboot_command.argv(), ["systemctl", "reboot"]);
         assert!(args.host_mount_namespace);
         assert_eq!(args.signal_target_pid, 1);
+        assert_eq!(args.reboot_signal, 39);
         assert_eq!(args.reboot_timeout, Duration::from_secs(600));
         assert_eq!(args.annotation_keys, AnnotationKeys::default());
         assert_eq!(
@@ -231,6 +251,7 @@ mod tests {
     fn flags_are_parsed() {
         let args = parse(&[
             "--reboot-method=signal",
+            "--reboot-signal=10",
             "--host-mount-namespace=false",
             "--reboot-timeout=1h30m",
             "--annotation-prefix=reboot.example.com",
@@ -239,6 +260,7 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(args.reboot_method, RebootMethod::Signal);
+        assert_eq!(args.reboot_signal, 10);
         assert!(!args.host_mount_namespace);
         assert_eq!(args.reboot_timeout, Duration::from_secs(5400));
         assert_eq!(args.annotation_keys.now, "reboot.example.com/reboot-now");
@@ -271,6 +293,13 @@ mod tests {
         assert!(refused(&["--reboot-command", "  "]).contains("reboot command is empty"));
         assert!(refused(&["--reboot-method", "magic"]).contains("syscall"));
         assert!(refused(&["--signal-target-pid", "0"]).contains("--signal-target-pid"));
+        for bad in ["0", "65", "-9", "SIGTERM"] {
+            let err = refused(&[&format!("--reboot-signal={bad}")]);
+            assert!(
+                err.contains("--reboot-signal") && err.contains("39"),
+                "{err}"
+            );
+        }
         assert!(refused(&["--host-mount-namespace", "maybe"]).contains("true"));
         assert!(refused(&["--metrics-bind-address", "8081"]).contains("`0.0.0.0:8080`"));
     }

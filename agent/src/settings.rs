@@ -39,6 +39,7 @@ pub struct RebootSettings {
     pub command: RebootCommand,
     pub host_mount_namespace: bool,
     pub signal_target_pid: i32,
+    pub signal: i32,
 }
 
 impl RebootSettings {
@@ -48,6 +49,7 @@ impl RebootSettings {
             command: args.reboot_command.clone(),
             host_mount_namespace: args.host_mount_namespace,
             signal_target_pid: args.signal_target_pid,
+            signal: args.reboot_signal,
         }
     }
 }

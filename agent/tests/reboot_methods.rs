@@ -46,14 +46,16 @@ fn syscall_test_mode_refuses_to_run_outside_its_own_pid_namespace() {
     );
 }
 
-/// A process that records the signal it got: SIGRTMIN+5 as bash (and systemd) number it.
-#[test]
-fn signal_sends_sigrtmin_plus_5_to_the_target() {
+/// Runs the agent's signal method against a bash process that traps `trap_name` and records
+/// it; whether the target got it.
+fn signal_reaches_a_trap(trap_name: &str, flags: &[&str]) -> bool {
     let dir = tempfile::tempdir().unwrap();
     let (ready, got) = (dir.path().join("ready"), dir.path().join("got"));
-    let script = r#"trap 'echo RTMIN+5 > "$GOT"; exit 0' RTMIN+5; touch "$READY"; while :; do sleep 0.05; done"#;
+    let script = format!(
+        r#"trap 'echo {trap_name} > "$GOT"; exit 0' {trap_name}; touch "$READY"; while :; do sleep 0.05; done"#
+    );
     let mut target = Command::new("bash")
-        .args(["-c", script])
+        .args(["-c", &script])
         .env("READY", &ready)
         .env("GOT", &got)
         .stdin(Stdio::null())
@@ -65,16 +67,36 @@ fn signal_sends_sigrtmin_plus_5_to_the_target() {
     );
 
     let pid = target.id().to_string();
-    let output = reboot_once(&["--reboot-method", "signal", "--signal-target-pid", &pid])
-        .output()
-        .unwrap();
+    let mut args = vec!["--reboot-method", "signal", "--signal-target-pid", &pid];
+    args.extend(flags);
+    let output = reboot_once(&args).output().unwrap();
     assert!(output.status.success(), "{output:?}");
+    let arrived = wait_for_file(&got, Duration::from_secs(10));
+    if arrived {
+        assert_eq!(std::fs::read_to_string(&got).unwrap().trim(), trap_name);
+        assert!(target.wait().unwrap().success());
+    } else {
+        target.kill().unwrap();
+    }
+    arrived
+}
+
+/// SIGRTMIN+5 as bash (and systemd) number it, by default.
+#[test]
+fn signal_sends_sigrtmin_plus_5_to_the_target() {
     assert!(
-        wait_for_file(&got, Duration::from_secs(10)),
-        "the target got no signal"
+        signal_reaches_a_trap("RTMIN+5", &[]),
+        "the target got no RTMIN+5"
     );
-    assert_eq!(std::fs::read_to_string(&got).unwrap().trim(), "RTMIN+5");
-    assert!(target.wait().unwrap().success());
+}
+
+/// `--reboot-signal`, as kured's: the number given.
+#[test]
+fn signal_sends_the_reboot_signal_given() {
+    assert!(
+        signal_reaches_a_trap("USR1", &["--reboot-signal", "10"]),
+        "the target got no USR1"
+    );
 }
 
 #[test]

@@ -431,6 +431,7 @@ fn sample_values() -> Value {
             "rebootCommand": "/sbin/reboot now",
             "hostMountNamespace": false,
             "signalTargetPid": 2,
+            "rebootSignal": 10,
             "rebootTimeout": "20m",
             "maxUnprovenReboots": 5,
             "rebootAttemptsFile": "/var/lib/reboot-agent/attempts",

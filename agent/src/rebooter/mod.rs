@@ -7,7 +7,7 @@ mod signal;
 mod syscall;
 
 pub use command::{CommandRebooter, HOST_MOUNT_NAMESPACE};
-pub use signal::{SYSTEMD_REBOOT_SIGNAL, SignalRebooter};
+pub use signal::{SYSTEMD_REBOOT_SIGNAL, SignalRebooter, signal_from_number};
 pub use syscall::SyscallRebooter;
 
 use crate::{args::RebootMethod, settings::RebootSettings};
@@ -66,7 +66,10 @@ pub fn rebooter_for(settings: &RebootSettings) -> Arc<dyn Rebooter> {
             settings.command.clone(),
             settings.host_mount_namespace,
         )),
-        RebootMethod::Signal => Arc::new(SignalRebooter::new(settings.signal_target_pid)),
+        RebootMethod::Signal => Arc::new(SignalRebooter::new(
+            settings.signal_target_pid,
+            settings.signal,
+        )),
         RebootMethod::Syscall => Arc::new(SyscallRebooter),
     }
 }

@@ -52,6 +52,7 @@ flag of the programs' --help is here and in values.yaml, with the same default.
   (list "rebootCommand" "reboot-command" "systemctl reboot" "value")
   (list "hostMountNamespace" "host-mount-namespace" true "value")
   (list "signalTargetPid" "signal-target-pid" 1 "value")
+  (list "rebootSignal" "reboot-signal" 39 "value")
   (list "rebootTimeout" "reboot-timeout" "10m" "value")
   (list "maxUnprovenReboots" "max-unproven-reboots" 3 "value")
   (list "rebootAttemptsFile" "reboot-attempts-file" "/var/lib/reboot-agent/reboot-attempts" "value")

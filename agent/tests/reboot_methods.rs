@@ -72,11 +72,13 @@ fn signal_reaches_a_trap(trap_name: &str, flags: &[&str]) -> bool {
     let output = reboot_once(&args).output().unwrap();
     assert!(output.status.success(), "{output:?}");
     let arrived = wait_for_file(&got, Duration::from_secs(10));
+    if !arrived {
+        let _ = target.kill();
+    }
+    let status = target.wait().unwrap();
     if arrived {
         assert_eq!(std::fs::read_to_string(&got).unwrap().trim(), trap_name);
-        assert!(target.wait().unwrap().success());
-    } else {
-        target.kill().unwrap();
+        assert!(status.success(), "{status:?}");
     }
     arrived
 }

@@ -1,0 +1,292 @@
+//! Notifications (`--notify-url`, `NOTIFY_URL`), end to end on the real control plane with
+//! real HTTP receivers on loopback: a rollout is told in order (started; each node drained,
+//! rebooting, back; finished), once even with two replicas; and webhooks that hang or fail
+//! neither slow nor stop the rollout, and the metrics say so.
+
+use common::ledger::{LEDGER_NAME, OPERATOR_NAMESPACE};
+use e2e::{
+    BudgetWatch, kubectl,
+    rollout::rollout_completes,
+    scrape::{metric, scrape},
+    wait_until,
+};
+use nodesim::sandbox::{Sandbox, SandboxConfig};
+use serde_json::Value;
+use std::{
+    net::SocketAddr,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+use tokio::{
+    io::{AsyncReadExt, AsyncWriteExt},
+    net::{TcpListener, TcpStream},
+};
+
+/// How a receiver answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Answer {
+    Ok,
+    ServerError,
+    /// Reads the request and never answers.
+    Never,
+}
+
+/// A webhook on loopback that keeps the JSON bodies POSTed to it, in order.
+#[derive(Debug, Clone)]
+struct Receiver {
+    address: SocketAddr,
+    bodies: Arc<Mutex<Vec<Value>>>,
+}
+
+impl Receiver {
+    async fn start(answer: Answer) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let address = listener.local_addr().expect("address");
+        let bodies = Arc::new(Mutex::new(Vec::new()));
+        let kept = bodies.clone();
+        tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                tokio::spawn(serve(stream, answer, kept.clone()));
+            }
+        });
+        Self { address, bodies }
+    }
+
+    fn url(&self) -> String {
+        format!("http://{}/hook", self.address)
+    }
+
+    fn bodies(&self) -> Vec<Value> {
+        self.bodies.lock().expect("lock").clone()
+    }
+
+    fn kinds(&self) -> Vec<String> {
+        self.bodies()
+            .iter()
+            .map(|b| b["kind"].as_str().unwrap_or_default().to_owned())
+            .collect()
+    }
+}
+
+/// Serves the requests of one connection: reads each (headers, then Content-Length bytes),
+/// keeps its body, and answers as told.
+async fn serve(mut stream: TcpStream, answer: Answer, bodies: Arc<Mutex<Vec<Value>>>) {
+    let mut buffer = Vec::new();
+    loop {
+        let Some(end) = find(&buffer, b"\r\n\r\n") else {
+            let mut chunk = [0u8; 4096];
+            match stream.read(&mut chunk).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => buffer.extend_from_slice(&chunk[..n]),
+            }
+            continue;
+        };
+        let head = String::from_utf8_lossy(&buffer[..end]).to_ascii_lowercase();
+        let length: usize = head
+            .lines()
+            .find_map(|l| l.strip_prefix("content-length:"))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0);
+        while buffer.len() < end + 4 + length {
+            let mut chunk = [0u8; 4096];
+            match stream.read(&mut chunk).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => buffer.extend_from_slice(&chunk[..n]),
+            }
+        }
+        let body: Value = serde_json::from_slice(&buffer[end + 4..end + 4 + length])
+            .unwrap_or_else(|e| panic!("a notification that is not JSON: {e}"));
+        buffer.drain(..end + 4 + length);
+        bodies.lock().expect("lock").push(body);
+        let status = match answer {
+            Answer::Ok => "200 OK",
+            Answer::ServerError => "500 Internal Server Error",
+            Answer::Never => return std::future::pending().await,
+        };
+        let response = format!("HTTP/1.1 {status}\r\nContent-Length: 0\r\n\r\n");
+        if stream.write_all(response.as_bytes()).await.is_err() {
+            return;
+        }
+    }
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
+}
+
+async fn sandbox(nodes: usize, controller_args: Vec<String>, start_controller: bool) -> Sandbox {
+    e2e::sandbox_without_pods(SandboxConfig {
+        nodes,
+        max_unavailable: "1".into(),
+        reboot_duration: Duration::from_secs(1),
+        controller_args,
+        start_controller,
+        ..SandboxConfig::default()
+    })
+    .await
+}
+
+/// Every node asks for a reboot; waits until the rollout is done and the receiver has heard
+/// its end.
+async fn roll(sb: &Sandbox, receiver: &Receiver) {
+    let watch = BudgetWatch::start(sb.client.clone(), 1).await;
+    kubectl(
+        &sb.control_plane,
+        &["annotate", "nodes", "--all", "reboot-needed=true"],
+    );
+    rollout_completes(sb, &watch).await;
+    wait_until(
+        "the receiver hears that the rollout finished",
+        Duration::from_secs(30),
+        None,
+        || async { receiver.kinds().iter().any(|k| k == "rollout_finished") },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_rollout_is_told_once_in_order_started_each_node_drained_rebooting_back_then_finished() {
+    let receiver = Receiver::start(Answer::Ok).await;
+    let args = vec![
+        format!("--notify-url={}", receiver.url()),
+        // kured's default drain template, as a kured user passes it.
+        "--message-template-drain=Draining node %s".to_owned(),
+    ];
+    let mut sb = sandbox(3, args, true).await;
+    // A second replica stands by: only the leader notifies.
+    sb.start_controller(&[]).expect("a second replica starts");
+    roll(&sb, &receiver).await;
+    // What comes after the finish would be a second message about the same steps.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let kinds = receiver.kinds();
+    let count = |kind: &str| kinds.iter().filter(|k| *k == kind).count();
+    assert_eq!(
+        kinds.first().map(String::as_str),
+        Some("rollout_started"),
+        "{kinds:?}"
+    );
+    assert_eq!(
+        kinds.last().map(String::as_str),
+        Some("rollout_finished"),
+        "{kinds:?}"
+    );
+    assert_eq!(
+        (count("rollout_started"), count("rollout_finished")),
+        (1, 1),
+        "{kinds:?}"
+    );
+    assert_eq!(count("rollout_stopped"), 0, "{kinds:?}");
+    let bodies = receiver.bodies();
+    for name in sb.fleet.names() {
+        let steps: Vec<&Value> = bodies
+            .iter()
+            .filter(|b| b["node"] == name.as_str())
+            .collect();
+        let order: Vec<&str> = steps.iter().filter_map(|b| b["kind"].as_str()).collect();
+        assert_eq!(
+            order,
+            ["node_drained", "node_rebooting", "node_back"],
+            "{name}: {kinds:?}"
+        );
+        assert_eq!(steps[0]["message"], format!("Draining node {name}"));
+        assert_eq!(steps[1]["message"], format!("Rebooting node {name}"));
+        assert!(
+            steps[2]["details"]["boot_id"]
+                .as_str()
+                .is_some_and(|b| !b.is_empty())
+        );
+    }
+    for body in &bodies {
+        assert_eq!(body["pool"], format!("{OPERATOR_NAMESPACE}/{LEDGER_NAME}"));
+        assert!(
+            body["time"].as_str().is_some_and(|t| t.ends_with('Z')),
+            "{body}"
+        );
+    }
+    let mut sent = 0.0;
+    for controller in &sb.controllers {
+        let address = controller.metrics_address().expect("metrics address");
+        sent += counter(address, "node_reboot_notifications_total{outcome=\"sent\"}").await;
+    }
+    assert_eq!(
+        sent,
+        bodies.len() as f64,
+        "each was sent once, by one replica"
+    );
+    sb.stop().await;
+}
+
+/// The counter `series` of the controller at `address`, 0 when absent.
+async fn counter(address: SocketAddr, series: &str) -> f64 {
+    metric(&scrape(address).await, series).unwrap_or(0.0)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn webhooks_that_hang_or_fail_neither_slow_nor_stop_a_rollout_notified_from_notify_url_in_the_environment()
+ {
+    let hangs = Receiver::start(Answer::Never).await;
+    let fails = Receiver::start(Answer::ServerError).await;
+    let works = Receiver::start(Answer::Ok).await;
+    let sb = sandbox(2, Vec::new(), false).await;
+    // The controller as the sandbox's: NOTIFY_URL in the environment it inherits, several
+    // URLs separated by a comma and a space.
+    let metrics = {
+        let free = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+        free.local_addr().expect("address")
+    };
+    let log = sb.control_plane.dir().join("controller-env.log");
+    let out = std::fs::File::create(&log).expect("log file");
+    let mut controller = tokio::process::Command::new(
+        nodesim::workspace_binary("reboot-controller").expect("reboot-controller is built"),
+    )
+    .args(["--max-unavailable=1", "--notify-timeout=1s"])
+    .arg(format!("--metrics-bind-address={metrics}"))
+    .env("KUBECONFIG", sb.control_plane.kubeconfig_path())
+    .env("POD_NAME", "controller-env")
+    .env(
+        "NOTIFY_URL",
+        format!("{}, {} {}", hangs.url(), fails.url(), works.url()),
+    )
+    .stdout(out.try_clone().expect("log file"))
+    .stderr(out)
+    .kill_on_drop(true)
+    .spawn()
+    .expect("the controller starts");
+    roll(&sb, &works).await;
+    wait_until(
+        "the failed notifications are counted",
+        Duration::from_secs(60),
+        None,
+        || async {
+            counter(
+                metrics,
+                "node_reboot_notifications_total{outcome=\"failed\"}",
+            )
+            .await
+                >= 2.0
+        },
+    )
+    .await;
+    assert!(
+        !hangs.bodies().is_empty() && !fails.bodies().is_empty(),
+        "every webhook was tried"
+    );
+    let tries = fails
+        .kinds()
+        .iter()
+        .filter(|k| *k == "rollout_started")
+        .count();
+    assert!(
+        tries >= 2,
+        "a webhook answering 500 is retried: {tries} tries"
+    );
+    let text = scrape(metrics).await;
+    assert!(
+        text.contains("node_reboot_notifications_dropped_total{reason=\"queue_full\"}"),
+        "{text}"
+    );
+    let logged = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(logged.contains("notification not delivered"), "{logged}");
+    let _ = controller.kill().await;
+    sb.stop().await;
+}

@@ -124,9 +124,6 @@ pub struct Args {
     #[command(flatten)]
     pub gates: GateArgs,
 
-    #[command(flatten)]
-    pub notify: NotifyArgs,
-
     /// Log format: `text`, or `json` (one object per line). The level comes from RUST_LOG
     /// (default `info`).
     #[arg(long, env = "LOG_FORMAT", value_enum, default_value = "text")]
@@ -177,6 +174,10 @@ pub struct Args {
     /// In a pod, the pod's name from the downward API.
     #[arg(long, env = "POD_NAME")]
     pub leader_election_identity: Option<String>,
+
+    // Last: clap's help heading of a flattened group holds for the flags after it.
+    #[command(flatten)]
+    pub notify: NotifyArgs,
 }
 
 /// What holds new reboots while the cluster is unhealthy. Reboots under way always finish.

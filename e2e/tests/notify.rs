@@ -290,3 +290,33 @@ async fn webhooks_that_hang_or_fail_neither_slow_nor_stop_a_rollout_notified_fro
     let _ = controller.kill().await;
     sb.stop().await;
 }
+
+#[test]
+fn a_webhook_url_of_another_kind_stops_the_controller_at_start_without_showing_its_secret() {
+    let bin = nodesim::workspace_binary("reboot-controller").expect("reboot-controller is built");
+    for (how, url) in [
+        ("flag", "smtp://user:s3cret@mail.example.com/?to=ops"),
+        ("env", "https://ok.example.com/hook, slack://T0001/s3cret"),
+    ] {
+        let mut command = std::process::Command::new(&bin);
+        command.env_remove("KUBECONFIG").env_remove("NOTIFY_URL");
+        if how == "flag" {
+            command.arg(format!("--notify-url={url}"));
+        } else {
+            command.env("NOTIFY_URL", url);
+        }
+        let out = command.output().expect("runs");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{how}: {stderr}");
+        assert!(
+            stderr.contains("accepted forms: http(s)://"),
+            "{how}: {stderr}"
+        );
+        assert!(stderr.contains("slack://hook:"), "{how}: {stderr}");
+        assert!(
+            !stderr.contains("s3cret"),
+            "{how}: the secret shows in {stderr}"
+        );
+        assert!(!stderr.contains("panicked"), "{how}: {stderr}");
+    }
+}

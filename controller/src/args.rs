@@ -248,8 +248,9 @@ pub struct NotifyArgs {
     /// reboot and is back, and when a rollout stops (and why) or finishes: a Slack
     /// (`slack://A/B/C`, `slack://hook:A-B-C@webhook`) or Teams
     /// (`teams://GROUP@TENANT/ALT-ID/OWNER?host=ORG.webhook.office.com`) incoming webhook in
-    /// kured's (shoutrrr's) form, or an http(s):// URL (`generic://`, `generic+https://`) that
-    /// gets a JSON POST. Repeat the flag, or separate URLs with commas or spaces, for several.
+    /// kured's (shoutrrr's) form or as it is, or an http(s):// URL (`generic://`,
+    /// `generic+https://`) that gets a JSON POST. Repeat the flag, or separate URLs with commas
+    /// or spaces, for several.
     /// A webhook URL is a secret: it is never logged in full.
     #[arg(
         long = "notify-url",

@@ -6,7 +6,8 @@
 use std::fmt;
 
 /// The forms `--notify-url` accepts, for the message that refuses another one.
-pub const ACCEPTED: &str = "http(s)://HOST/PATH (a JSON POST), generic://HOST/PATH or \
+pub const ACCEPTED: &str = "http(s)://HOST/PATH (a JSON POST; Slack's and Teams' own \
+    webhook URLs get their bodies), generic://HOST/PATH or \
     generic+https://HOST/PATH (shoutrrr's generic webhook, https), generic+http://HOST/PATH, \
     slack://TOKEN-A/TOKEN-B/TOKEN-C or slack://hook:TOKEN-A-TOKEN-B-TOKEN-C@webhook (a Slack \
     incoming webhook), teams://GROUP@TENANT/ALT-ID/GROUP-OWNER[/EXTRA-ID]?host=ORG.webhook.office.com \
@@ -90,9 +91,18 @@ pub fn parse(value: &str) -> Result<Target, String> {
     let uri: http::Uri = url
         .parse()
         .map_err(|e| refuse(&format!("not a URL with a host ({e})")))?;
-    if uri.host().is_none_or(str::is_empty) {
+    let host = uri.host().unwrap_or_default().to_ascii_lowercase();
+    if host.is_empty() {
         return Err(refuse("not a URL with a host"));
     }
+    // A Slack or Teams webhook given as it is (kured's --slack-hook-url) wants its own body.
+    let format = match format {
+        Format::Json if host == "hooks.slack.com" => Format::Slack,
+        Format::Json if host.ends_with(".webhook.office.com") || host == "outlook.office.com" => {
+            Format::Teams
+        }
+        format => format,
+    };
     Ok(Target {
         format,
         shown: redact(&url),
@@ -241,6 +251,14 @@ mod tests {
                 (Format::Json, "http://example.com/hook"),
             ),
             ("slack://T0001/B0002/XXXX3", (Format::Slack, slack)),
+            (slack, (Format::Slack, slack)),
+            (
+                "https://acme.webhook.office.com/webhookb2/g@t/IncomingWebhook/a/o",
+                (
+                    Format::Teams,
+                    "https://acme.webhook.office.com/webhookb2/g@t/IncomingWebhook/a/o",
+                ),
+            ),
             ("slack://kured@T0001/B0002/XXXX3", (Format::Slack, slack)),
             (
                 "slack://hook:T0001-B0002-XXXX3@webhook",

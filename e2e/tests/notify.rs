@@ -3,7 +3,7 @@
 //! rebooting, back; finished), once even with two replicas; and webhooks that hang or fail
 //! neither slow nor stop the rollout, and the metrics say so.
 
-use common::ledger::{LEDGER_NAME, OPERATOR_NAMESPACE};
+use common::ledger::{LEDGER_NAME, OPERATOR_NAMESPACE, PAUSED_ANNOTATION};
 use e2e::{
     BudgetWatch, kubectl,
     rollout::rollout_completes,
@@ -129,11 +129,16 @@ async fn sandbox(nodes: usize, controller_args: Vec<String>, start_controller: b
 /// Every node asks for a reboot; waits until the rollout is done and the receiver has heard
 /// its end.
 async fn roll(sb: &Sandbox, receiver: &Receiver) {
-    let watch = BudgetWatch::start(sb.client.clone(), 1).await;
     kubectl(
         &sb.control_plane,
         &["annotate", "nodes", "--all", "reboot-needed=true"],
     );
+    roll_on(sb, receiver).await;
+}
+
+/// Waits until the rollout under way is done and the receiver has heard its end.
+async fn roll_on(sb: &Sandbox, receiver: &Receiver) {
+    let watch = BudgetWatch::start(sb.client.clone(), 1).await;
     rollout_completes(sb, &watch).await;
     wait_until(
         "the receiver hears that the rollout finished",
@@ -212,6 +217,120 @@ async fn a_rollout_is_told_once_in_order_started_each_node_drained_rebooting_bac
         sent,
         bodies.len() as f64,
         "each was sent once, by one replica"
+    );
+    sb.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_node_not_back_within_the_reboot_timeout_is_told_as_the_rollouts_stop_and_the_rest_follows_once_fixed()
+ {
+    let receiver = Receiver::start(Answer::Ok).await;
+    let args = vec![
+        format!("--notify-url={}", receiver.url()),
+        "--reboot-timeout=5s".to_owned(),
+    ];
+    let sb = sandbox(2, args, true).await;
+    sb.fleet.bad_kernel("sim-1", true);
+    // sim-1 asks first: it is the one granted first.
+    e2e::request_reboot(&sb.control_plane, "sim-1");
+    e2e::request_reboot(&sb.control_plane, "sim-2");
+    let stopped = |b: &Value| b["kind"] == "rollout_stopped";
+    wait_until(
+        "the receiver hears that the rollout stopped",
+        Duration::from_secs(90),
+        None,
+        || async { receiver.bodies().iter().any(stopped) },
+    )
+    .await;
+    let stop = receiver.bodies().into_iter().find(stopped).expect("a stop");
+    assert_eq!(stop["node"], "sim-1", "{stop}");
+    assert_eq!(stop["details"]["reason"], "reboot_timeout", "{stop}");
+    let message = stop["message"].as_str().unwrap_or_default();
+    assert!(message.contains("--reboot-timeout (5s)"), "{message}");
+    // Fixed: sim-1 is Ready in its new boot, and the rollout goes on by itself.
+    sb.fleet.set_ready("sim-1", true).await;
+    roll_on(&sb, &receiver).await;
+    let bodies = receiver.bodies();
+    let at = |kind: &str, node: &str| {
+        bodies
+            .iter()
+            .position(|b| b["kind"] == kind && b["node"] == node)
+            .unwrap_or_else(|| panic!("no {kind} of {node} in {:?}", receiver.kinds()))
+    };
+    let stop = bodies.iter().position(stopped).expect("a stop");
+    assert!(at("node_rebooting", "sim-1") < stop && stop < at("node_back", "sim-1"));
+    assert!(
+        stop < at("node_drained", "sim-2"),
+        "sim-2 went on while stopped"
+    );
+    let kinds = receiver.kinds();
+    let count = |kind: &str| kinds.iter().filter(|k| *k == kind).count();
+    assert_eq!(
+        (
+            count("rollout_started"),
+            count("rollout_stopped"),
+            count("rollout_finished")
+        ),
+        (1, 1, 1),
+        "{kinds:?}"
+    );
+    sb.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pause_while_nodes_wait_is_told_once_as_the_rollouts_stop() {
+    let receiver = Receiver::start(Answer::Ok).await;
+    let sb = sandbox(3, vec![format!("--notify-url={}", receiver.url())], true).await;
+    kubectl(
+        &sb.control_plane,
+        &["annotate", "nodes", "--all", "reboot-needed=true"],
+    );
+    wait_until(
+        "a first node is told to reboot",
+        Duration::from_secs(60),
+        None,
+        || async { receiver.kinds().iter().any(|k| k == "node_rebooting") },
+    )
+    .await;
+    let ledger = format!("lease/{LEDGER_NAME}");
+    let pause = |value: &str| {
+        let set = format!("{PAUSED_ANNOTATION}={value}");
+        kubectl(
+            &sb.control_plane,
+            &[
+                "-n",
+                OPERATOR_NAMESPACE,
+                "annotate",
+                "--overwrite",
+                &ledger,
+                &set,
+            ],
+        );
+    };
+    pause("true");
+    let stopped = |b: &Value| b["kind"] == "rollout_stopped";
+    wait_until(
+        "the receiver hears that the rollout stopped",
+        Duration::from_secs(60),
+        None,
+        || async { receiver.bodies().iter().any(stopped) },
+    )
+    .await;
+    let stop = receiver.bodies().into_iter().find(stopped).expect("a stop");
+    assert_eq!(stop["details"]["reason"], "paused", "{stop}");
+    assert!(stop["node"].is_null(), "the pool's stop: {stop}");
+    pause("false");
+    roll_on(&sb, &receiver).await;
+    let kinds = receiver.kinds();
+    let count = |kind: &str| kinds.iter().filter(|k| *k == kind).count();
+    assert_eq!(
+        (
+            count("rollout_started"),
+            count("rollout_stopped"),
+            count("rollout_finished")
+        ),
+        (1, 1, 1),
+        "{kinds:?}"
     );
     sb.stop().await;
 }

@@ -5,7 +5,7 @@
 
 use common::ledger::{LEDGER_NAME, OPERATOR_NAMESPACE, PAUSED_ANNOTATION};
 use e2e::{
-    BudgetWatch, kubectl,
+    BudgetWatch, eventually, kubectl,
     rollout::rollout_completes,
     scrape::{metric, scrape},
     wait_until,
@@ -58,6 +58,35 @@ impl Receiver {
 
     fn bodies(&self) -> Vec<Value> {
         self.bodies.lock().expect("lock").clone()
+    }
+
+    /// Waits until it has heard a notification of `kind`.
+    async fn hears(&self, kind: &str) {
+        let what = format!("the receiver hears {kind}");
+        wait_until(&what, Duration::from_secs(60), None, || async {
+            self.kinds().iter().any(|k| k == kind)
+        })
+        .await;
+    }
+
+    /// The first `rollout_stopped` it hears.
+    async fn stop(&self) -> Value {
+        let stopped = |b: &&Value| b["kind"] == "rollout_stopped";
+        eventually(
+            "the receiver hears that the rollout stopped",
+            Duration::from_secs(90),
+            None,
+            || async { self.bodies().iter().find(stopped).cloned() },
+        )
+        .await
+    }
+
+    /// It heard of one rollout: one start, `stops` stops and one finish.
+    fn told_once(&self, stops: usize) {
+        let kinds = self.kinds();
+        let count = |kind: &str| kinds.iter().filter(|k| *k == kind).count();
+        let told = ["rollout_started", "rollout_stopped", "rollout_finished"].map(count);
+        assert_eq!(told, [1, stops, 1], "{kinds:?}");
     }
 
     fn kinds(&self) -> Vec<String> {
@@ -140,13 +169,7 @@ async fn roll(sb: &Sandbox, receiver: &Receiver) {
 async fn roll_on(sb: &Sandbox, receiver: &Receiver) {
     let watch = BudgetWatch::start(sb.client.clone(), 1).await;
     rollout_completes(sb, &watch).await;
-    wait_until(
-        "the receiver hears that the rollout finished",
-        Duration::from_secs(30),
-        None,
-        || async { receiver.kinds().iter().any(|k| k == "rollout_finished") },
-    )
-    .await;
+    receiver.hears("rollout_finished").await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -164,7 +187,6 @@ async fn a_rollout_is_told_once_in_order_started_each_node_drained_rebooting_bac
     // What comes after the finish would be a second message about the same steps.
     tokio::time::sleep(Duration::from_secs(2)).await;
     let kinds = receiver.kinds();
-    let count = |kind: &str| kinds.iter().filter(|k| *k == kind).count();
     assert_eq!(
         kinds.first().map(String::as_str),
         Some("rollout_started"),
@@ -175,12 +197,7 @@ async fn a_rollout_is_told_once_in_order_started_each_node_drained_rebooting_bac
         Some("rollout_finished"),
         "{kinds:?}"
     );
-    assert_eq!(
-        (count("rollout_started"), count("rollout_finished")),
-        (1, 1),
-        "{kinds:?}"
-    );
-    assert_eq!(count("rollout_stopped"), 0, "{kinds:?}");
+    receiver.told_once(0);
     let bodies = receiver.bodies();
     for name in sb.fleet.names() {
         let steps: Vec<&Value> = bodies
@@ -234,15 +251,7 @@ async fn a_node_not_back_within_the_reboot_timeout_is_told_as_the_rollouts_stop_
     // sim-1 asks first: it is the one granted first.
     e2e::request_reboot(&sb.control_plane, "sim-1");
     e2e::request_reboot(&sb.control_plane, "sim-2");
-    let stopped = |b: &Value| b["kind"] == "rollout_stopped";
-    wait_until(
-        "the receiver hears that the rollout stopped",
-        Duration::from_secs(90),
-        None,
-        || async { receiver.bodies().iter().any(stopped) },
-    )
-    .await;
-    let stop = receiver.bodies().into_iter().find(stopped).expect("a stop");
+    let stop = receiver.stop().await;
     assert_eq!(stop["node"], "sim-1", "{stop}");
     assert_eq!(stop["details"]["reason"], "reboot_timeout", "{stop}");
     let message = stop["message"].as_str().unwrap_or_default();
@@ -257,23 +266,16 @@ async fn a_node_not_back_within_the_reboot_timeout_is_told_as_the_rollouts_stop_
             .position(|b| b["kind"] == kind && b["node"] == node)
             .unwrap_or_else(|| panic!("no {kind} of {node} in {:?}", receiver.kinds()))
     };
-    let stop = bodies.iter().position(stopped).expect("a stop");
+    let stop = bodies
+        .iter()
+        .position(|b| b["kind"] == "rollout_stopped")
+        .expect("a stop");
     assert!(at("node_rebooting", "sim-1") < stop && stop < at("node_back", "sim-1"));
     assert!(
         stop < at("node_drained", "sim-2"),
         "sim-2 went on while stopped"
     );
-    let kinds = receiver.kinds();
-    let count = |kind: &str| kinds.iter().filter(|k| *k == kind).count();
-    assert_eq!(
-        (
-            count("rollout_started"),
-            count("rollout_stopped"),
-            count("rollout_finished")
-        ),
-        (1, 1, 1),
-        "{kinds:?}"
-    );
+    receiver.told_once(1);
     sb.stop().await;
 }
 
@@ -285,13 +287,7 @@ async fn a_pause_while_nodes_wait_is_told_once_as_the_rollouts_stop() {
         &sb.control_plane,
         &["annotate", "nodes", "--all", "reboot-needed=true"],
     );
-    wait_until(
-        "a first node is told to reboot",
-        Duration::from_secs(60),
-        None,
-        || async { receiver.kinds().iter().any(|k| k == "node_rebooting") },
-    )
-    .await;
+    receiver.hears("node_rebooting").await;
     let ledger = format!("lease/{LEDGER_NAME}");
     let pause = |value: &str| {
         let set = format!("{PAUSED_ANNOTATION}={value}");
@@ -308,30 +304,12 @@ async fn a_pause_while_nodes_wait_is_told_once_as_the_rollouts_stop() {
         );
     };
     pause("true");
-    let stopped = |b: &Value| b["kind"] == "rollout_stopped";
-    wait_until(
-        "the receiver hears that the rollout stopped",
-        Duration::from_secs(60),
-        None,
-        || async { receiver.bodies().iter().any(stopped) },
-    )
-    .await;
-    let stop = receiver.bodies().into_iter().find(stopped).expect("a stop");
+    let stop = receiver.stop().await;
     assert_eq!(stop["details"]["reason"], "paused", "{stop}");
     assert!(stop["node"].is_null(), "the pool's stop: {stop}");
     pause("false");
     roll_on(&sb, &receiver).await;
-    let kinds = receiver.kinds();
-    let count = |kind: &str| kinds.iter().filter(|k| *k == kind).count();
-    assert_eq!(
-        (
-            count("rollout_started"),
-            count("rollout_stopped"),
-            count("rollout_finished")
-        ),
-        (1, 1, 1),
-        "{kinds:?}"
-    );
+    receiver.told_once(1);
     sb.stop().await;
 }
 

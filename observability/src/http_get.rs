@@ -32,15 +32,10 @@ pub fn http_client() -> HttpClient {
 /// GETs `url`: its status and body, or what went wrong (with the error's causes).
 pub async fn get(client: &HttpClient, url: &str) -> Result<(StatusCode, Bytes), String> {
     let uri: hyper::Uri = url.parse().map_err(|e| format!("{e}"))?;
-    let response = client.get(uri).await.map_err(|e| crate::error_chain(&e))?;
-    let status = response.status();
-    let body = response
-        .into_body()
-        .collect()
-        .await
-        .map_err(|e| e.to_string())?
-        .to_bytes();
-    Ok((status, body))
+    let request = hyper::Request::get(uri)
+        .body(Full::default())
+        .map_err(|e| e.to_string())?;
+    send(client, request).await
 }
 
 /// POSTs `body` as `content_type` to `url`: the status and body of the answer, or what went
@@ -55,6 +50,13 @@ pub async fn post(
         .header(hyper::header::CONTENT_TYPE, content_type)
         .body(Full::new(body))
         .map_err(|e| e.to_string())?;
+    send(client, request).await
+}
+
+async fn send(
+    client: &HttpClient,
+    request: hyper::Request<Full<Bytes>>,
+) -> Result<(StatusCode, Bytes), String> {
     let response = client
         .request(request)
         .await

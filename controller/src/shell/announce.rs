@@ -421,10 +421,12 @@ impl Shell {
             let waiting = decision.waiting.len();
             self.notify_stopped(None, reason, &format!("{words}; {waiting} node(s) wait"));
         }
-        if self
-            .rollout
-            .idle(decision.waiting.is_empty() && self.ledger.slots.is_empty())
-        {
+        // A node still to be completed (its slot released, its uncordon not yet written) is
+        // not done: its `node_back` comes first.
+        let nothing_left = decision.waiting.is_empty()
+            && self.ledger.slots.is_empty()
+            && decision.node_actions.is_empty();
+        if self.rollout.idle(nothing_left) {
             let message = format!(
                 "Reboot rollout of {} finished: no node waits for a reboot or holds a slot",
                 self.ledger.id

@@ -235,6 +235,55 @@ async fn a_rollout_is_told_once_in_order_started_each_node_drained_rebooting_bac
         bodies.len() as f64,
         "each was sent once, by one replica"
     );
+
+    // The next rollout is told again, and finishes though a node's request is not one (its
+    // Warning stays as long as the value does).
+    kubectl(
+        &sb.control_plane,
+        &[
+            "annotate",
+            "--overwrite",
+            "node",
+            "sim-1",
+            "reboot-needed=banana",
+        ],
+    );
+    e2e::request_reboot(&sb.control_plane, "sim-2");
+    let finished = || {
+        receiver
+            .kinds()
+            .iter()
+            .filter(|k| *k == "rollout_finished")
+            .count()
+    };
+    wait_until(
+        "the receiver hears that the second rollout finished",
+        Duration::from_secs(60),
+        None,
+        || async { finished() == 2 },
+    )
+    .await;
+    let second: Vec<Value> = receiver.bodies().split_off(bodies.len());
+    let told: Vec<(String, String)> = second
+        .iter()
+        .map(|b| {
+            (
+                b["kind"].as_str().unwrap_or_default().to_owned(),
+                b["node"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect();
+    let want: Vec<(String, String)> = [
+        ("rollout_started", ""),
+        ("node_drained", "sim-2"),
+        ("node_rebooting", "sim-2"),
+        ("node_back", "sim-2"),
+        ("rollout_finished", ""),
+    ]
+    .iter()
+    .map(|(k, n)| ((*k).to_owned(), (*n).to_owned()))
+    .collect();
+    assert_eq!(told, want);
     sb.stop().await;
 }
 

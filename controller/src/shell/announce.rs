@@ -422,10 +422,13 @@ impl Shell {
             self.notify_stopped(None, reason, &format!("{words}; {waiting} node(s) wait"));
         }
         // A node still to be completed (its slot released, its uncordon not yet written) is
-        // not done: its `node_back` comes first.
-        let nothing_left = decision.waiting.is_empty()
-            && self.ledger.slots.is_empty()
-            && decision.node_actions.is_empty();
+        // not done: its `node_back` comes first. A warning about a request that is not one
+        // stays as long as the value does, and is no work left.
+        let acting = decision
+            .node_actions
+            .iter()
+            .any(|a| !matches!(a, NodeAction::WarnInvalidRequest { .. }));
+        let nothing_left = decision.waiting.is_empty() && self.ledger.slots.is_empty() && !acting;
         if self.rollout.idle(nothing_left) {
             let message = format!(
                 "Reboot rollout of {} finished: no node waits for a reboot or holds a slot",

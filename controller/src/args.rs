@@ -174,6 +174,10 @@ pub struct Args {
     /// In a pod, the pod's name from the downward API.
     #[arg(long, env = "POD_NAME")]
     pub leader_election_identity: Option<String>,
+
+    // Last: clap's help heading of a flattened group holds for the flags after it.
+    #[command(flatten)]
+    pub notify: NotifyArgs,
 }
 
 /// What holds new reboots while the cluster is unhealthy. Reboots under way always finish.
@@ -236,6 +240,71 @@ pub struct GateArgs {
     pub alertmanager_url: Option<String>,
 }
 
+/// Messages about a rollout's steps to chat or webhooks, as kured's `--notify-url` sends them.
+#[derive(Debug, Clone, clap::Args)]
+#[command(next_help_heading = "Notifications")]
+pub struct NotifyArgs {
+    /// Where the leader sends a message when a rollout starts, a node is drained, is told to
+    /// reboot and is back, and when a rollout stops (and why) or finishes: a Slack
+    /// (`slack://A/B/C`, `slack://hook:A-B-C@webhook`) or Teams
+    /// (`teams://GROUP@TENANT/ALT-ID/OWNER?host=ORG.webhook.office.com`) incoming webhook in
+    /// kured's (shoutrrr's) form or as it is, or an http(s):// URL (`generic://`,
+    /// `generic+https://`) that gets a JSON POST. Repeat the flag, or separate URLs with commas
+    /// or spaces, for several.
+    /// A webhook URL is a secret: it is never logged in full.
+    #[arg(
+        long = "notify-url",
+        env = "NOTIFY_URL",
+        value_name = "URL",
+        hide_env_values = true
+    )]
+    pub notify_urls: Vec<String>,
+
+    /// How long one attempt to send a notification may take; a failed one is retried 3 times
+    /// with backoff, then dropped (counted). A slow webhook never slows a reboot.
+    #[arg(long, env = "NOTIFY_TIMEOUT", default_value = "10s", allow_hyphen_values = true, value_parser = parse_duration)]
+    pub notify_timeout: Duration,
+
+    /// The message when a node is drained; `{node}` (or kured's `%s`, `{{.}}`) is its name.
+    #[arg(
+        long,
+        env = "MESSAGE_TEMPLATE_DRAIN",
+        default_value = "Node {node} drained"
+    )]
+    pub message_template_drain: String,
+
+    /// The message when a node is told to reboot; `{node}` (or `%s`, `{{.}}`) is its name.
+    #[arg(
+        long,
+        env = "MESSAGE_TEMPLATE_REBOOT",
+        default_value = "Rebooting node {node}"
+    )]
+    pub message_template_reboot: String,
+
+    /// The message when a node is back (new boot, Ready, uncordoned); `{node}` (or `%s`,
+    /// `{{.}}`) is its name.
+    #[arg(
+        long,
+        env = "MESSAGE_TEMPLATE_UNCORDON",
+        default_value = "Node {node} rebooted and uncordoned"
+    )]
+    pub message_template_uncordon: String,
+
+    /// The webhooks of `--notify-url`, read by [`Args::checked`].
+    #[arg(skip)]
+    pub targets: Vec<crate::notify::Target>,
+}
+
+impl NotifyArgs {
+    pub fn templates(&self) -> crate::notify::Templates {
+        crate::notify::Templates {
+            drain: self.message_template_drain.clone(),
+            reboot: self.message_template_reboot.clone(),
+            uncordon: self.message_template_uncordon.clone(),
+        }
+    }
+}
+
 impl GateArgs {
     pub fn alert_filter(&self) -> AlertFilter {
         AlertFilter {
@@ -257,11 +326,19 @@ impl Args {
 
     /// Checks what no single flag's parser can: exits with code 2 and clap's usage message
     /// when flags contradict each other.
-    pub fn checked(self) -> Self {
+    pub fn checked(mut self) -> Self {
         if let Err(message) = self.leader_timing().check() {
             Self::command()
                 .error(clap::error::ErrorKind::ArgumentConflict, message)
                 .exit();
+        }
+        // Read here rather than by a value parser: clap's own error would show the value, and
+        // a webhook URL is a secret.
+        match crate::notify::target::parse_all(&self.notify.notify_urls) {
+            Ok(targets) => self.notify.targets = targets,
+            Err(message) => Self::command()
+                .error(clap::error::ErrorKind::ValueValidation, message)
+                .exit(),
         }
         self
     }

@@ -25,6 +25,7 @@ pub mod metrics;
 mod model;
 pub mod node_pods;
 pub mod nodes;
+pub mod notify;
 pub mod plan;
 pub mod pool;
 pub mod pool_index;

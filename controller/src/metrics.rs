@@ -159,6 +159,8 @@ pub struct Metrics {
     pub opted_out_requests: Gauge,
     pub gates_open: Family<GateLabels, Gauge>,
     pub blocked_nodes: Gauge,
+    pub notifications: Family<OutcomeLabels, Counter>,
+    pub notifications_dropped: Family<ReasonLabels, Counter>,
 }
 
 impl Metrics {
@@ -190,6 +192,8 @@ impl Metrics {
             opted_out_requests: Gauge::default(),
             gates_open: Family::default(),
             blocked_nodes: Gauge::default(),
+            notifications: Family::default(),
+            notifications_dropped: Family::default(),
         };
         let mut registry = Registry::with_prefix("node_reboot");
         let m = metrics.clone();
@@ -321,6 +325,16 @@ impl Metrics {
             "Nodes that a blocking pod (--blocking-pod-selector) runs on",
             m.blocked_nodes,
         );
+        registry.register(
+            "notifications",
+            "Notifications to --notify-url webhooks by outcome: sent, or failed after the retries",
+            m.notifications,
+        );
+        registry.register(
+            "notifications_dropped",
+            "Notifications not sent because the webhook's queue was full (it is slow or hangs)",
+            m.notifications_dropped,
+        );
         // Every state and every known reason from the start, so that a query for one finds 0
         // rather than nothing (and `increase()` sees the first failure).
         metrics.pool(&PoolSummary::default(), 0);
@@ -329,6 +343,14 @@ impl Metrics {
                 reason: reason.into(),
             });
         }
+        for outcome in ["sent", "failed"] {
+            let _ = metrics.notifications.get_or_create(&OutcomeLabels {
+                outcome: outcome.into(),
+            });
+        }
+        let _ = metrics.notifications_dropped.get_or_create(&ReasonLabels {
+            reason: "queue_full".into(),
+        });
         for outcome in ["drained", "timed_out"] {
             let _ = metrics.drain_duration.get_or_create(&OutcomeLabels {
                 outcome: outcome.into(),
@@ -354,6 +376,22 @@ impl Metrics {
 
     pub fn reboot_failed(&self, reason: &str) {
         self.reboots_failed
+            .get_or_create(&ReasonLabels {
+                reason: reason.into(),
+            })
+            .inc();
+    }
+
+    pub fn notification(&self, outcome: &str) {
+        self.notifications
+            .get_or_create(&OutcomeLabels {
+                outcome: outcome.into(),
+            })
+            .inc();
+    }
+
+    pub fn notification_dropped(&self, reason: &str) {
+        self.notifications_dropped
             .get_or_create(&ReasonLabels {
                 reason: reason.into(),
             })
@@ -492,6 +530,8 @@ mod tests {
             "node_reboot_max_unavailable 2",
             "node_reboot_slots_in_use 0",
             "node_reboot_leader 0",
+            "node_reboot_notifications_total{outcome=\"failed\"} 0",
+            "node_reboot_notifications_dropped_total{reason=\"queue_full\"} 0",
         ] {
             assert!(text.contains(line), "{line} in\n{text}");
         }

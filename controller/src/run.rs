@@ -23,6 +23,7 @@ use crate::{
     metrics::Metrics,
     nodes,
     nodes::{Overlay, SharedIndex},
+    notify::{self, Notifier},
     schedule::Schedule,
     shell::{Shell, ShellParts},
     window::Windows,
@@ -109,6 +110,8 @@ struct Context {
     metrics: Metrics,
     /// The watches of `--blocking-pod-selector`, kept warm like the node cache.
     blocking_pods: Option<BlockingPods>,
+    /// The senders of `--notify-url`; only a leader's rounds give them anything to send.
+    notifier: Notifier,
 }
 
 /// Why a replica stopped leading.
@@ -153,6 +156,7 @@ impl Context {
             let scope = args.gates.blocking_pod_selector_scope;
             BlockingPods::spawn(&client, selectors, scope, &changed, &metrics)
         });
+        let notifier = start_notifier(&args, &metrics);
         let began = Instant::now();
         store
             .wait_until_ready()
@@ -177,6 +181,7 @@ impl Context {
             events,
             metrics,
             blocking_pods,
+            notifier,
         })
     }
 
@@ -313,6 +318,7 @@ impl Context {
             metrics: self.metrics.clone(),
             leadership,
             dry_run: args.dry_run,
+            notifier: self.notifier.clone(),
         });
         let mut wait = Duration::ZERO;
         loop {
@@ -388,6 +394,27 @@ impl Context {
             }
         }
     }
+}
+
+/// The webhooks of `--notify-url`; none in a dry run, which must not read like a rollout.
+fn start_notifier(args: &Args, metrics: &Metrics) -> Notifier {
+    let targets = &args.notify.targets;
+    if targets.is_empty() {
+        return Notifier::off();
+    }
+    if args.dry_run {
+        tracing::info!("dry run: no notifications are sent (--notify-url)");
+        return Notifier::off();
+    }
+    let shown: Vec<String> = targets.iter().map(ToString::to_string).collect();
+    tracing::info!(webhooks = ?shown, "notifying the rollout's steps");
+    Notifier::start(
+        targets,
+        args.notify.templates(),
+        args.notify.notify_timeout,
+        notify::QUEUE,
+        metrics.clone(),
+    )
 }
 
 /// How long the loop sleeps unless an event comes first: until the next look the decision asks

@@ -69,6 +69,11 @@ fn parse_help(help: &str) -> Vec<Flag> {
         }
         let trimmed = line.trim();
         let indent = line.len() - line.trim_start().len();
+        // A heading of a group of flags (`Health gates:`): not part of the flag before it.
+        if indent == 0 && trimmed.ends_with(':') {
+            in_possible = false;
+            continue;
+        }
         if (2..=6).contains(&indent) && trimmed.starts_with('-') {
             in_possible = false;
             let long = trimmed

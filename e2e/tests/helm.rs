@@ -424,6 +424,11 @@ fn sample_values() -> Value {
             "leaderElectionRenewDeadline": "20s",
             "leaderElectionRetryPeriod": "5s",
             "leaderElectionIdentity": "fixed",
+            "notifyUrl": ["slack://hook:A-B-C@webhook", "https://hooks.example.com/reboots"],
+            "notifyTimeout": "3s",
+            "messageTemplateDrain": "Draining node %s",
+            "messageTemplateReboot": "Rebooting node %s",
+            "messageTemplateUncordon": "Node %s rebooted & uncordoned successfully!",
         }},
         "agent": {"flags": {
             "bootIdFile": "/host/boot_id",
@@ -573,6 +578,45 @@ fn the_optional_monitoring_objects_render_when_enabled() {
     let file = std::fs::read_to_string(chart_dir().join("files/prometheus-rules.yaml"))
         .expect("files/prometheus-rules.yaml");
     assert_eq!(rule["spec"]["groups"], yaml_to_json(&file)["groups"]);
+}
+
+#[test]
+fn the_webhook_urls_come_from_a_secret_when_one_is_named_and_not_from_both_places() {
+    let home = scratch("notify");
+    let rendered = objects(&template(
+        &home,
+        &["--set", "controller.notify.existingSecret=reboot-notify"],
+    ));
+    let deployment = &rendered[&format!("Deployment apps/v1 {NS}/reboot-controller")];
+    let env = &deployment["spec"]["template"]["spec"]["containers"][0]["env"];
+    let notify_url = env
+        .as_array()
+        .and_then(|env| env.iter().find(|e| e["name"] == "NOTIFY_URL"))
+        .unwrap_or_else(|| panic!("no NOTIFY_URL in {env}"));
+    assert_eq!(
+        notify_url["valueFrom"]["secretKeyRef"],
+        json!({"name": "reboot-notify", "key": "notify-url"})
+    );
+    let args = args_of(&rendered, "Deployment", "reboot-controller");
+    assert!(
+        !args.iter().any(|a| a.starts_with("--notify-url")),
+        "{args:?}"
+    );
+
+    let mut helm = helm(&home);
+    helm.args(["template", RELEASE])
+        .arg(chart_dir())
+        .args(["--namespace", NS])
+        .args(["--set", "controller.notify.existingSecret=reboot-notify"])
+        .args([
+            "--set",
+            "controller.flags.notifyUrl={https://hooks.example.com/x}",
+        ]);
+    let said = fails(helm);
+    assert!(
+        said.contains("give the webhook URLs in one of them"),
+        "{said}"
+    );
 }
 
 #[test]

@@ -1,9 +1,10 @@
 //! A plain HTTP GET for what the programs read from other servers (Prometheus, Alertmanager,
-//! the controller's `/metrics`): http or https with the system's CAs (`SSL_CERT_FILE` names a
-//! bundle), HTTP/1.1. The caller bounds it with its own timeout and words its own errors.
+//! the controller's `/metrics`), and a POST for what the controller tells them (notification
+//! webhooks): http or https with the system's CAs (`SSL_CERT_FILE` names a bundle), HTTP/1.1.
+//! The caller bounds each with its own timeout and words its own errors.
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Empty};
+use http_body_util::{BodyExt, Full};
 use hyper::StatusCode;
 use hyper_rustls::HttpsConnector;
 use hyper_util::{
@@ -11,7 +12,7 @@ use hyper_util::{
     rt::TokioExecutor,
 };
 
-pub type HttpClient = Client<HttpsConnector<HttpConnector>, Empty<Bytes>>;
+pub type HttpClient = Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
 
 /// A client for http and https URLs. Without CA certificates https URLs fail (and it says
 /// so in the log), http ones still work.
@@ -31,7 +32,35 @@ pub fn http_client() -> HttpClient {
 /// GETs `url`: its status and body, or what went wrong (with the error's causes).
 pub async fn get(client: &HttpClient, url: &str) -> Result<(StatusCode, Bytes), String> {
     let uri: hyper::Uri = url.parse().map_err(|e| format!("{e}"))?;
-    let response = client.get(uri).await.map_err(|e| crate::error_chain(&e))?;
+    let request = hyper::Request::get(uri)
+        .body(Full::default())
+        .map_err(|e| e.to_string())?;
+    send(client, request).await
+}
+
+/// POSTs `body` as `content_type` to `url`: the status and body of the answer, or what went
+/// wrong (with the error's causes).
+pub async fn post(
+    client: &HttpClient,
+    url: &str,
+    content_type: &str,
+    body: Bytes,
+) -> Result<(StatusCode, Bytes), String> {
+    let request = hyper::Request::post(url)
+        .header(hyper::header::CONTENT_TYPE, content_type)
+        .body(Full::new(body))
+        .map_err(|e| e.to_string())?;
+    send(client, request).await
+}
+
+async fn send(
+    client: &HttpClient,
+    request: hyper::Request<Full<Bytes>>,
+) -> Result<(StatusCode, Bytes), String> {
+    let response = client
+        .request(request)
+        .await
+        .map_err(|e| crate::error_chain(&e))?;
     let status = response.status();
     let body = response
         .into_body()

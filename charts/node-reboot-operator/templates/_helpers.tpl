@@ -41,6 +41,11 @@ flag of the programs' --help is here and in values.yaml, with the same default.
   (list "leaderElectionRenewDeadline" "leader-election-renew-deadline" "10s" "value")
   (list "leaderElectionRetryPeriod" "leader-election-retry-period" "2s" "value")
   (list "leaderElectionIdentity" "leader-election-identity" "" "value")
+  (list "notifyUrl" "notify-url" list "list")
+  (list "notifyTimeout" "notify-timeout" "10s" "value")
+  (list "messageTemplateDrain" "message-template-drain" "Node {node} drained" "value")
+  (list "messageTemplateReboot" "message-template-reboot" "Rebooting node {node}" "value")
+  (list "messageTemplateUncordon" "message-template-uncordon" "Node {node} rebooted and uncordoned" "value")
 | toJson -}}
 {{- end -}}
 

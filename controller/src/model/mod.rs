@@ -359,6 +359,7 @@ impl Model {
             metrics,
             leadership: Leadership::always(),
             dry_run: false,
+            notifier: crate::notify::Notifier::off(),
         });
         Replica {
             shell,

@@ -1,7 +1,9 @@
 //! What a round says: Events, logs and gauges about waiting, held, failing and foreign nodes,
-//! drains that ended, and a dry run's plan.
+//! drains that ended, and a dry run's plan; and the notifications (`--notify-url`) of the
+//! steps a rollout's followers care about, from the same places.
 
 use super::*;
+use crate::notify::Kind;
 
 /// A gate's waiting note without the words that say a request waits for a slot.
 fn waiting_words(note: &str) -> &str {
@@ -135,6 +137,11 @@ impl Shell {
                 DrainOutcome::Drained { evicted, .. } => {
                     self.metrics.drain_finished("drained", took);
                     tracing::info!(node = %name, %grant, evicted, took = ?took, "drained");
+                    let details = serde_json::json!({
+                        "evicted": evicted,
+                        "seconds": took.as_secs_f64(),
+                    });
+                    self.notify_node(Kind::NodeDrained, &name, details);
                 }
                 DrainOutcome::Superseded => {
                     tracing::info!(node = %name, %grant, "drain stopped: the node no longer holds its grant");
@@ -174,6 +181,11 @@ impl Shell {
         self.metrics.not_ready_after_reboot.set(sick.len() as i64);
         for name in self.memory.first_not_ready_after_reboot(sick) {
             tracing::warn!(node = %name, "NotReady after its reboot: no new reboots until it is Ready");
+            self.notify_stopped(
+                Some(&name),
+                "not_ready_after_reboot",
+                &format!("{name} went NotReady within --min-ready-seconds of its reboot"),
+            );
             if let Some(node) = nodes.get(name.as_str()) {
                 let note = format!(
                     "NotReady within --min-ready-seconds ({}s) of its reboot: it keeps its slot and \
@@ -219,6 +231,11 @@ impl Shell {
                 _ => "the kubelet has not reported the new boot".to_owned(),
             };
             tracing::warn!(node = %name, "{what}: reboot overdue; no new reboots until it completes");
+            let words = format!(
+                "{name} was not back within --reboot-timeout ({}): {what}",
+                crate::drain::humantime(self.schedule.reboot_timeout)
+            );
+            self.notify_stopped(Some(&name), "reboot_timeout", &words);
             // Giving it up: removing the protocol annotations it has (a cancel, by hand).
             let give_up: Vec<String> = [
                 &self.keys.now,
@@ -368,6 +385,86 @@ impl Shell {
                 self.events.publish(node, reason, note);
             }
         }
+    }
+
+    /// A rollout's start is said where its first grant is written; here, whether it stops
+    /// (new grants held while nodes wait) or finishes (nothing waits, no slot held).
+    pub(super) fn announce_rollout(
+        &mut self,
+        decision: &Decision,
+        scheduled: Option<Hold>,
+        gates: &GateReading,
+    ) {
+        let gate_note = || {
+            gates.pool.as_ref().map(|hold| {
+                hold.event.as_ref().map_or_else(
+                    || "a health gate is closed".to_owned(),
+                    |(_, note)| waiting_words(note).to_owned(),
+                )
+            })
+        };
+        let why = match scheduled {
+            _ if decision.waiting.is_empty() => None,
+            Some(Hold::Paused) => Some(("paused", "the pool is paused".to_owned())),
+            Some(Hold::OutsideWindow) => Some((
+                "window_closed",
+                format!(
+                    "outside the maintenance windows ({})",
+                    self.schedule.windows
+                ),
+            )),
+            _ => gate_note().map(|note| ("gate", note)),
+        };
+        if let Some(reason) = self.rollout.held(why.as_ref().map(|(reason, _)| *reason))
+            && let Some((_, words)) = &why
+        {
+            let waiting = decision.waiting.len();
+            self.notify_stopped(None, reason, &format!("{words}; {waiting} node(s) wait"));
+        }
+        // A node still to be completed (its slot released, its uncordon not yet written) is
+        // not done: its `node_back` comes first. A warning about a request that is not one
+        // stays as long as the value does, and is no work left.
+        let acting = decision
+            .node_actions
+            .iter()
+            .any(|a| !matches!(a, NodeAction::WarnInvalidRequest { .. }));
+        let nothing_left = decision.waiting.is_empty() && self.ledger.slots.is_empty() && !acting;
+        if self.rollout.idle(nothing_left) {
+            let message = format!(
+                "Reboot rollout of {} finished: no node waits for a reboot or holds a slot",
+                self.ledger.id
+            );
+            self.notify_rollout(Kind::RolloutFinished, None, message, serde_json::json!({}));
+        }
+    }
+
+    /// The rollout is stopped: no new reboot starts until `words` clears.
+    pub(super) fn notify_stopped(&self, node: Option<&str>, reason: &str, words: &str) {
+        let message = format!(
+            "Reboot rollout of {} stopped: {words}. No new reboot starts until this clears; \
+             reboots under way finish",
+            self.ledger.id
+        );
+        let details = serde_json::json!({ "reason": reason });
+        self.notify_rollout(Kind::RolloutStopped, node, message, details);
+    }
+
+    pub(super) fn notify_rollout(
+        &self,
+        kind: Kind,
+        node: Option<&str>,
+        message: String,
+        details: serde_json::Value,
+    ) {
+        let now = self.clock.now();
+        self.notifier
+            .rollout(kind, node, message, &self.ledger.id, now, details);
+    }
+
+    pub(super) fn notify_node(&self, kind: Kind, node: &str, details: serde_json::Value) {
+        let now = self.clock.now();
+        self.notifier
+            .node(kind, node, &self.ledger.id, now, details);
     }
 
     pub(super) fn warn_invalid(&mut self, node: &Node, name: &str, value: &str) {

@@ -166,6 +166,7 @@ impl Shell {
             tracing::info!(node = %grant.node, grant = %id, adopted = grant.adopted.is_some(),
                            slots = self.ledger.slots.len(), "slot granted");
         }
+        self.announce_started(decision);
         for (name, reason) in &decision.release_reasons {
             tracing::info!(node = %name, ?reason, slots = self.ledger.slots.len(), "slot released");
             match reason {
@@ -195,6 +196,35 @@ impl Shell {
             }
         }
         Ok(())
+    }
+
+    /// New grants (not adoptions of grants the nodes already carry) after a pool with none
+    /// under way start a rollout.
+    fn announce_started(&mut self, decision: &Decision) {
+        let granted: Vec<&str> = decision
+            .ledger
+            .grant
+            .iter()
+            .filter(|g| g.adopted.is_none())
+            .map(|g| g.node.as_str())
+            .collect();
+        if granted.is_empty() || !self.rollout.granted() {
+            return;
+        }
+        let waiting = decision.waiting.len();
+        let message = format!(
+            "Reboot rollout of {} started: {} granted a reboot slot, {waiting} more node(s) \
+             wait (max-unavailable {})",
+            self.ledger.id,
+            granted.join(", "),
+            self.max_unavailable
+        );
+        let details = serde_json::json!({
+            "nodes": granted,
+            "waiting": waiting,
+            "max_unavailable": self.max_unavailable.to_string(),
+        });
+        self.notify_rollout(crate::notify::Kind::RolloutStarted, None, message, details);
     }
 
     /// Whether the ledger Lease is still the version we hold. If not, the version read is taken

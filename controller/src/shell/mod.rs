@@ -17,6 +17,7 @@ use crate::{
     memory::{Memory, ViewInputs},
     metrics::Metrics,
     nodes::{self, Overlay, SharedIndex},
+    notify::{Notifier, Rollout},
     plan,
     pool_index::PoolCounts,
     schedule::Schedule,
@@ -55,6 +56,8 @@ pub struct ShellParts {
     pub leadership: Leadership,
     /// `--dry-run`: say what would be written instead of writing it.
     pub dry_run: bool,
+    /// Where the steps announced are also notified (`--notify-url`).
+    pub notifier: Notifier,
 }
 
 /// One leading replica's rounds: decide, write, and remember what was written.
@@ -98,6 +101,9 @@ pub struct Shell {
     metrics: Metrics,
     leadership: Leadership,
     dry_run: bool,
+    notifier: Notifier,
+    /// Whether a rollout is under way, for its notifications.
+    rollout: Rollout,
 }
 
 mod announce;
@@ -134,8 +140,11 @@ impl Shell {
             metrics: parts.metrics,
             leadership: parts.leadership,
             dry_run: parts.dry_run,
+            notifier: parts.notifier,
+            rollout: Rollout::default(),
         };
         shell.take_ledger(parts.ledger);
+        shell.rollout = Rollout::taken_over(!shell.ledger.slots.is_empty());
         shell
     }
 
@@ -223,6 +232,7 @@ impl Shell {
         self.warn_reboots_overdue(&decision, &by_name);
         self.announce_foreign(&decision, &by_name);
         self.announce_opted_out(&decision, &by_name);
+        self.announce_rollout(&decision, scheduled, &gates);
         if self.dry_run {
             self.say_dry_run(&decision, &by_name, budget).await;
             return false;

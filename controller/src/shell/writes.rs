@@ -156,6 +156,8 @@ impl Shell {
                 tracing::info!(node = %name, "reboot-now set: the agent reboots the node");
                 let note = self.drains.approval_note(grant);
                 self.events.publish(node, Reason::RebootApproved, note);
+                let details = serde_json::json!({ "grant": grant });
+                self.notify_node(crate::notify::Kind::NodeRebooting, name, details);
             }
             NodeAction::Complete { .. } => self.completed(node, name),
             NodeAction::Claim { grant, .. } => {
@@ -195,6 +197,12 @@ impl Shell {
         let took_seconds = took.unwrap_or(-1.0);
         tracing::info!(node = %name, %since, took_seconds, "reboot completed");
         let boot_id = NodeFacts::from_node(node).boot_id.unwrap_or_default();
+        let details = serde_json::json!({
+            "boot_id": boot_id,
+            "seconds": took,
+            "slot_held_since": since,
+        });
+        self.notify_node(crate::notify::Kind::NodeBack, name, details);
         self.events.publish(
             node,
             Reason::Rebooted,

@@ -42,8 +42,11 @@ for name in "${not_emulated[@]}"; do skips+=(--skip "$name"); done
 controller=$PWD/target/$arch-unknown-linux-gnu/release/reboot-controller
 [[ -x $controller ]] || { echo "test-arm64: $controller is missing: run \`make static\`" >&2; exit 1; }
 
+# The test binary of a package's test target, from cargo's build messages: only the artifact of
+# that test target (a build that recompiles the package also names its bins).
 test_exe() { # $1 the package, $2 the test target
   cargo test --locked -p "$1" --test "$2" --no-run --message-format=json-render-diagnostics \
+    | grep -F '"kind":["test"]' | grep -F "\"name\":\"$2\"" \
     | sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -n1
 }
 

@@ -255,18 +255,28 @@ impl Shell {
 
     /// A slot is released after the soak only on a fresh read of the node: a node that crashed
     /// stays Ready in the cache for the node monitor's grace period, and another replica's copy
-    /// may lag. Not Ready (or not readable) now: the release and the round's new grants wait
-    /// for the next round, which sees the node as read here.
-    pub(super) async fn confirm_soaks(&mut self, decision: &mut Decision) {
+    /// may lag. Not Ready (or not readable) now, or cordoned now where the copy the round
+    /// decided on was not (the round would have granted its slot away while it stays
+    /// unavailable): the release and the round's new grants wait for the next round, which
+    /// sees the node as read here.
+    pub(super) async fn confirm_soaks(
+        &mut self,
+        decision: &mut Decision,
+        decided_on: &HashMap<&str, &Arc<Node>>,
+    ) {
         if self.schedule.min_ready.is_zero() {
             return;
         }
         for name in plan::soaked(decision) {
-            let ready = match self.api.get(&name).await {
+            let settled = match self.api.get(&name).await {
                 Ok(Some(node)) => {
-                    let ready = NodeFacts::from_node(&node).readiness == common::Readiness::Ready;
+                    let now = NodeFacts::from_node(&node);
+                    let was_cordoned = decided_on.get(name.as_str()).is_some_and(|n| {
+                        n.spec.as_ref().and_then(|s| s.unschedulable) == Some(true)
+                    });
                     self.overlay.record_read(node);
-                    ready
+                    now.readiness == common::Readiness::Ready
+                        && (!now.unschedulable || was_cordoned)
                 }
                 Ok(None) => true,
                 Err(error) => {
@@ -275,8 +285,11 @@ impl Shell {
                     false
                 }
             };
-            if !ready {
-                tracing::info!(node = %name, "soaked, but not Ready on a fresh read: slot kept");
+            if !settled {
+                tracing::info!(
+                    node = %name,
+                    "soaked, but not Ready, or newly cordoned, on a fresh read: slot kept for now"
+                );
                 plan::keep_soaking(decision, &name);
             }
         }

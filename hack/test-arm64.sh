@@ -42,10 +42,12 @@ for name in "${not_emulated[@]}"; do skips+=(--skip "$name"); done
 controller=$PWD/target/$arch-unknown-linux-gnu/release/reboot-controller
 [[ -x $controller ]] || { echo "test-arm64: $controller is missing: run \`make static\`" >&2; exit 1; }
 
-# The test binary of a package's test target, from cargo's build messages: only the artifact of
-# that test target (a build that recompiles the package also names its bins).
-test_exe() { # $1 the package, $2 the test target
-  cargo test --locked -p "$1" --test "$2" --no-run --message-format=json-render-diagnostics \
+# The test binaries as `make test` built them (hack/test-binaries.sh): the same cargo command,
+# so the same features and nothing rebuilt; a package's own build of one test target would
+# unify features differently and compile its dependencies again.
+artifacts=$(cargo test --workspace --exclude vmtest --locked --no-run --message-format=json-render-diagnostics)
+test_exe() { # $1 the package's directory, $2 the test target
+  grep -F "\"manifest_path\":\"$PWD/$1/Cargo.toml\"" <<<"$artifacts" \
     | grep -F '"kind":["test"]' | grep -F "\"name\":\"$2\"" \
     | sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -n1
 }

@@ -25,7 +25,7 @@ use crate::{
 use common::{AnnotationKeys, MaxUnavailable, NodeFacts, Transition};
 use futures::{StreamExt, stream};
 use k8s_openapi::{api::core::v1::Node, jiff::Timestamp};
-use kube::runtime::reflector::Store;
+use kube::runtime::reflector::{ObjectRef, Store};
 use std::{
     collections::{BTreeSet, HashMap},
     sync::Arc,
@@ -178,7 +178,12 @@ impl Shell {
                 now: self.now_ms(),
             },
         );
-        let pool = views.iter().filter(|v| v.in_pool).count() + others.nodes();
+        // A percentage budget is sized on the nodes the cache has: a copy of ours that the cache
+        // no longer has (kept one round after a read) is most likely deleted, and counting it
+        // would raise the budget above what the pool allows.
+        let cached =
+            |v: &&crate::decide::NodeView| self.nodes.get(&ObjectRef::new(v.name())).is_some();
+        let pool = views.iter().filter(|v| v.in_pool).filter(cached).count() + others.nodes();
         let budget = self.max_unavailable.resolve(pool);
         let (scheduled, window_open) = self.hold_now();
         let gates = self.gates.read(&self.metrics);

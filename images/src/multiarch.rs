@@ -1,9 +1,9 @@
 //! One image for several platforms: an OCI image index that names each platform's manifest
 //! and, beside each, an attestation manifest carrying that platform's SBOM as an in-toto
 //! statement. This is the layout `docker buildx build --platform linux/amd64,linux/arm64
-//! --sbom=true` pushes, so registries, `docker buildx imagetools inspect --format
-//! '{{json .SBOM}}'`, Docker Scout, Trivy and Grype find the SBOM where they look for it, and
-//! `skopeo copy --all` / `crane copy` carry it along with the image.
+//! --sbom=true` pushes, which is where SBOM-aware tools look for it, and which copies of every
+//! platform (`skopeo copy --all`) carry along with the image. Only containerd's import of it
+//! is tested.
 
 use crate::Error;
 use crate::oci::{self, Built, CONFIG_TYPE, Descriptor, Image, ImageBlobs, Platform};

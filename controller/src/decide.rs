@@ -326,11 +326,13 @@ impl<'a> Round<'a> {
             }
         }
         self.missing_slot_holders(&mut decision);
-        // Its own pool's: a node of this pool, or one holding this ledger's slot.
+        // Its own pool's: a node of this pool, one holding this ledger's slot, or one carrying
+        // this ledger's grant (adopted this round by a ledger rebuilt or recreated without it,
+        // after a relabel took it out of the pool).
         decision.overdue = self
             .nodes
             .iter()
-            .filter(|v| v.in_pool || self.ledger.slots.contains_key(v.name()))
+            .filter(|v| v.in_pool || self.ours(v))
             .filter(|v| self.overdue(v))
             .map(|v| v.name().to_owned())
             .collect();
@@ -340,6 +342,16 @@ impl<'a> Round<'a> {
             self.fence
                 .hold_back(actions, self.blocked, self.finish_after_window);
         decision
+    }
+
+    /// Whether the node holds this ledger's slot or carries its grant.
+    fn ours(&self, view: &NodeView) -> bool {
+        self.ledger.slots.contains_key(view.name())
+            || view
+                .state
+                .grant
+                .as_deref()
+                .is_some_and(|g| self.ledger.owner_of(g) == Owner::Us)
     }
 
     fn slot_holder(&self, view: &NodeView, slot: &Slot, decision: &mut Decision) {

@@ -801,6 +801,22 @@ fn another_pools_overdue_node_does_not_hold_this_pool() {
     assert_eq!(granted(&d), ["b", "c"]);
 }
 
+/// A node relabelled out of the pool mid-reboot, whose slot a ledger rebuilt (or recreated)
+/// without it does not hold: the round adopts its grant and must also be held by it.
+#[test]
+fn an_overdue_node_relabelled_out_of_the_pool_and_adopted_holds_new_grants() {
+    let mut a = node_json("a", false);
+    claimed(&mut a, "ns/slots/0123456789abcdef");
+    annotate(&mut a, "reboot-in-progress", "true");
+    annotate(&mut a, "reboot-boot-id", "a-boot-0");
+    let mut nodes = told_to_reboot(&a);
+    nodes[0].in_pool = false;
+    let d = decide_at_clock_with(&nodes, 1600, &ledger_of(&[]));
+    assert_eq!(d.overdue, ["a"]);
+    let adopted: Vec<&str> = d.ledger.grant.iter().map(|g| g.node.as_str()).collect();
+    assert_eq!(adopted, ["a"], "only the adoption: {d:?}");
+}
+
 #[test]
 fn within_the_reboot_timeout_a_reboot_under_way_does_not_hold_the_pool() {
     let nodes = told_to_reboot(&back_in_a_new_boot(false));

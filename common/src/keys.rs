@@ -29,6 +29,12 @@ pub const REBOOT_LAST_GRANT: &str = "reboot-last-grant";
 /// RFC 3339 time at which the controller set `reboot-now`, written in that same patch and
 /// removed when the reboot is completed or given back: `--reboot-timeout` counts from it.
 pub const REBOOT_APPROVED_AT: &str = "reboot-approved-at";
+/// The labels the controller set when it granted the node's slot (`--pre-reboot-node-labels`),
+/// as `key=value,...`: removed as recorded when the node is back or given back.
+pub const REBOOT_LABELLED: &str = "reboot-labelled";
+/// The key of the `PreferNoSchedule` taint (`--prefer-no-schedule-taint`) the controller put on
+/// the node while it waited, so it (and only it) removes it afterwards.
+pub const REBOOT_TAINTED: &str = "reboot-tainted";
 
 /// Who asked for the last reboot and why, when it was not an administrator: written with
 /// `reboot-needed` by an agent that found its node's reboot sentinel
@@ -55,17 +61,19 @@ pub const AGENT_MAY_CHANGE: [&str; 7] = [
 
 /// The controller's alone: the grant keys, so no agent can forge a slot, and the cordon marker
 /// and completion time, so no agent can mark an administrator's cordon as the operator's.
-pub const CONTROLLER_ONLY: [&str; 5] = [
+pub const CONTROLLER_ONLY: [&str; 7] = [
     REBOOT_CORDONED,
     REBOOT_LAST_COMPLETED,
     REBOOT_GRANT,
     REBOOT_LAST_GRANT,
     REBOOT_APPROVED_AT,
+    REBOOT_LABELLED,
+    REBOOT_TAINTED,
 ];
 
 /// Every key, for documentation: the agent's, then the controller's.
-pub const ALL: [&str; 12] = {
-    let mut all = [""; 12];
+pub const ALL: [&str; 14] = {
+    let mut all = [""; 14];
     let mut i = 0;
     while i < all.len() {
         all[i] = if i < AGENT_MAY_CHANGE.len() {
@@ -102,6 +110,8 @@ pub struct AnnotationKeys {
     pub grant: String,
     pub last_grant: String,
     pub approved_at: String,
+    pub labelled: String,
+    pub tainted: String,
     pub requested_by: String,
     pub sentinel: String,
     /// A label, not an annotation: `reboot-disabled`.
@@ -141,6 +151,8 @@ impl AnnotationKeys {
             grant: key(REBOOT_GRANT),
             last_grant: key(REBOOT_LAST_GRANT),
             approved_at: key(REBOOT_APPROVED_AT),
+            labelled: key(REBOOT_LABELLED),
+            tainted: key(REBOOT_TAINTED),
             requested_by: key(REBOOT_REQUESTED_BY),
             sentinel: key(REBOOT_SENTINEL),
             disabled: key(REBOOT_DISABLED),
@@ -148,7 +160,7 @@ impl AnnotationKeys {
     }
 
     /// Every annotation key in use, in the order of [`ALL`].
-    pub fn all(&self) -> [&str; 12] {
+    pub fn all(&self) -> [&str; 14] {
         [
             &self.needed,
             &self.now,
@@ -162,6 +174,8 @@ impl AnnotationKeys {
             &self.grant,
             &self.last_grant,
             &self.approved_at,
+            &self.labelled,
+            &self.tainted,
         ]
     }
 

@@ -7,10 +7,12 @@ pub mod duration;
 pub mod eviction;
 pub mod keys;
 pub mod ledger;
+pub mod marks;
 pub mod patch;
 pub mod state;
 
 pub use budget::{MaxUnavailable, MaxUnavailableError};
 pub use keys::{AnnotationKeys, PrefixError};
+pub use marks::{MarkError, RebootMarks};
 pub use patch::Transition;
 pub use state::{NodeFacts, Phase, ProtocolState, Readiness, Request, unavailable};

@@ -4,19 +4,22 @@
 
 use crate::{
     keys::AnnotationKeys,
-    state::{NodeFacts, Phase},
+    marks::{self, NO_MARKS, PREFER_NO_SCHEDULE, RebootMarks},
+    state::{NodeFacts, Phase, Request},
 };
 use json_patch::{
     AddOperation, Patch, PatchOperation, RemoveOperation, TestOperation,
     jsonptr::{PointerBuf, Token},
 };
 use serde_json::Value;
+use std::collections::BTreeMap;
 
 /// Accumulates operations on one Node.
 #[derive(Debug)]
 struct Ops {
     ops: Vec<PatchOperation>,
     annotations_exist: bool,
+    labels_exist: bool,
 }
 
 fn annotation_path(key: &str) -> PointerBuf {
@@ -36,6 +39,7 @@ impl Ops {
         Self {
             ops: Vec::new(),
             annotations_exist: node.has_annotations,
+            labels_exist: node.has_labels,
         }
     }
 
@@ -81,6 +85,50 @@ impl Ops {
         self
     }
 
+    fn set_label(mut self, key: &str, value: &str) -> Self {
+        if !self.labels_exist {
+            self = self.add(
+                path(&["metadata", "labels"]),
+                Value::Object(Default::default()),
+            );
+            self.labels_exist = true;
+        }
+        self.add(path(&["metadata", "labels", key]), value.into())
+    }
+
+    /// Removes a label only while it still has `value`: one that somebody changed is theirs.
+    fn remove_label(mut self, key: &str, value: &str) -> Self {
+        let label = path(&["metadata", "labels", key]);
+        self = self.test(label.clone(), value.into());
+        self.ops
+            .push(PatchOperation::Remove(RemoveOperation { path: label }));
+        self
+    }
+
+    fn add_taint(self, node: &NodeFacts, key: &str) -> Self {
+        let taint = serde_json::json!({"key": key, "effect": PREFER_NO_SCHEDULE});
+        match &node.taints {
+            Some(_) => self.add(path(&["spec", "taints", "-"]), taint),
+            None => self.add(path(&["spec", "taints"]), Value::Array(vec![taint])),
+        }
+    }
+
+    /// Removes the taint at `index`, tested to be `key`'s `PreferNoSchedule`: a list that
+    /// changed since it was read fails the write, which is then decided again on a fresh copy.
+    fn remove_taint(mut self, index: usize, key: &str) -> Self {
+        let at = index.to_string();
+        self = self
+            .test(path(&["spec", "taints", &at, "key"]), key.into())
+            .test(
+                path(&["spec", "taints", &at, "effect"]),
+                PREFER_NO_SCHEDULE.into(),
+            );
+        let path = path(&["spec", "taints", &at]);
+        self.ops
+            .push(PatchOperation::Remove(RemoveOperation { path }));
+        self
+    }
+
     fn set_unschedulable(self, unschedulable: bool) -> Self {
         self.add(path(&["spec", "unschedulable"]), unschedulable.into())
     }
@@ -94,11 +142,92 @@ impl Ops {
 #[derive(Debug, Clone, Copy)]
 pub struct Transition<'a> {
     keys: &'a AnnotationKeys,
+    marks: &'a RebootMarks,
+}
+
+/// The index of `key`'s `PreferNoSchedule` taint on the node, if it has one.
+fn taint_index(node: &NodeFacts, key: &str) -> Option<usize> {
+    node.taints
+        .as_ref()?
+        .iter()
+        .position(|(k, effect)| k == key && effect == PREFER_NO_SCHEDULE)
 }
 
 impl<'a> Transition<'a> {
     pub fn new(keys: &'a AnnotationKeys) -> Self {
-        Self { keys }
+        Self {
+            keys,
+            marks: &NO_MARKS,
+        }
+    }
+
+    /// The controller's transitions, which also set and remove `marks` around a reboot.
+    pub fn with_marks(self, marks: &'a RebootMarks) -> Self {
+        Self { marks, ..self }
+    }
+
+    /// At a grant: the pre-reboot labels, and the record of what was set.
+    fn set_pre_labels(&self, mut ops: Ops) -> Ops {
+        let labels = &self.marks.pre_reboot_labels;
+        if labels.is_empty() {
+            return ops;
+        }
+        for (key, value) in labels {
+            ops = ops.set_label(key, value);
+        }
+        ops.set_annotation(&self.keys.labelled, &marks::record(labels))
+    }
+
+    /// The labels recorded at the grant go, unless `replaced` sets them anew; one whose value
+    /// somebody changed since stays.
+    fn remove_pre_labels(
+        &self,
+        node: &NodeFacts,
+        mut ops: Ops,
+        replaced: &BTreeMap<String, String>,
+    ) -> Ops {
+        let Some(record) = node.protocol(self.keys).labelled else {
+            return ops;
+        };
+        for (key, value) in marks::recorded(&record) {
+            if !replaced.contains_key(&key) && node.labels.get(&key) == Some(&value) {
+                ops = ops.remove_label(&key, &value);
+            }
+        }
+        ops.test_annotation(&self.keys.labelled, &record)
+            .remove_annotation(&self.keys.labelled)
+    }
+
+    /// Our waiting taint goes (with its marker), if the node has it.
+    fn remove_waiting_taint(&self, node: &NodeFacts, mut ops: Ops) -> Ops {
+        let Some(key) = node.protocol(self.keys).tainted else {
+            return ops;
+        };
+        if let Some(index) = taint_index(node, &key) {
+            ops = ops.remove_taint(index, &key);
+        }
+        ops.test_annotation(&self.keys.tainted, &key)
+            .remove_annotation(&self.keys.tainted)
+    }
+
+    /// Controller, a node that waits for its slot: the `PreferNoSchedule` taint, so that new
+    /// pods avoid it. `None` when the marks have no taint, the node has one of that key
+    /// already (an administrator's stays theirs), or ours is there.
+    pub fn taint_waiting(&self, node: &NodeFacts) -> Option<Patch> {
+        let key = self.marks.prefer_no_schedule_taint.as_deref()?;
+        let state = node.protocol(self.keys);
+        if state.request != Request::Needed
+            || state.tainted.is_some()
+            || taint_index(node, key).is_some()
+        {
+            return None;
+        }
+        let ops = Ops::on(node)
+            .test_unchanged(node)
+            .test_annotation(&self.keys.needed, "true")
+            .add_taint(node, key)
+            .set_annotation(&self.keys.tainted, key);
+        Some(ops.build())
     }
 
     fn cordon_ops(&self, node: &NodeFacts, ops: Ops) -> Ops {
@@ -161,7 +290,7 @@ impl<'a> Transition<'a> {
             .test(path(&["metadata", "resourceVersion"]), node_version.into())
             .test_annotation(&self.keys.needed, "true")
             .set_annotation(&self.keys.grant, grant);
-        let ops = self.cordon_ops(node, ops);
+        let ops = self.set_pre_labels(self.cordon_ops(node, ops));
         if promote {
             self.promote_ops(ops, now).build()
         } else {
@@ -272,6 +401,12 @@ impl<'a> Transition<'a> {
                 .test_annotation(&self.keys.grant, held)
                 .remove_annotation(&self.keys.grant);
         }
+        let post = &self.marks.post_reboot_labels;
+        ops = self.remove_pre_labels(node, ops, post);
+        for (key, value) in post {
+            ops = ops.set_label(key, value);
+        }
+        ops = self.remove_waiting_taint(node, ops);
         self.uncordon_ops(node, ops).build()
     }
 
@@ -280,7 +415,14 @@ impl<'a> Transition<'a> {
     /// is nothing to undo.
     pub fn release(&self, node: &NodeFacts) -> Option<Patch> {
         let state = node.protocol(self.keys);
-        if !state.cordoned_by_operator && state.grant.is_none() && state.approved_at.is_none() {
+        // A node whose request stands waits again: its waiting taint stays.
+        let untaint = state.tainted.is_some() && state.request != Request::Needed;
+        if !state.cordoned_by_operator
+            && state.grant.is_none()
+            && state.approved_at.is_none()
+            && state.labelled.is_none()
+            && !untaint
+        {
             return None;
         }
         let mut ops = self.forget_approval(node, Ops::on(node).test_unchanged(node));
@@ -288,6 +430,10 @@ impl<'a> Transition<'a> {
             ops = ops
                 .test_annotation(&self.keys.grant, grant)
                 .remove_annotation(&self.keys.grant);
+        }
+        ops = self.remove_pre_labels(node, ops, &BTreeMap::new());
+        if untaint {
+            ops = self.remove_waiting_taint(node, ops);
         }
         Some(self.uncordon_ops(node, ops).build())
     }
@@ -311,6 +457,9 @@ mod tests {
                 .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
                 .collect(),
             boot_id: None,
+            has_labels: false,
+            labels: Default::default(),
+            taints: None,
         }
     }
 
@@ -493,5 +642,128 @@ mod tests {
         apply(&mut obj, &patch).unwrap();
         assert_eq!(obj["metadata"]["annotations"], json!({}));
         assert_eq!(obj["spec"]["unschedulable"], json!(false));
+    }
+
+    fn marks() -> RebootMarks {
+        let labels = |pairs: &[(&str, &str)]| {
+            pairs
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect()
+        };
+        RebootMarks {
+            pre_reboot_labels: labels(&[("ex.com/rebooting", "true"), ("lb", "out")]),
+            post_reboot_labels: labels(&[("lb", "in")]),
+            prefer_no_schedule_taint: Some("ex.com/reboot-pending".into()),
+        }
+    }
+
+    fn facts_of(obj: &Value) -> NodeFacts {
+        let node: k8s_openapi::api::core::v1::Node = serde_json::from_value(obj.clone()).unwrap();
+        NodeFacts::from_node(&node)
+    }
+
+    /// Applies `patch(facts of obj)` to `obj`, bumping its resourceVersion as the API would.
+    fn step(obj: &mut Value, patch: impl Fn(&NodeFacts) -> Option<Patch>) {
+        let patch = patch(&facts_of(obj)).expect("a write");
+        apply(obj, &patch).unwrap();
+        let rv: u64 = obj["metadata"]["resourceVersion"]
+            .as_str()
+            .unwrap()
+            .parse()
+            .unwrap();
+        obj["metadata"]["resourceVersion"] = (rv + 1).to_string().into();
+    }
+
+    #[test]
+    fn labels_and_the_taint_go_on_around_a_reboot_and_come_off_as_they_were_set() {
+        let keys = AnnotationKeys::default();
+        let marks = marks();
+        let t = Transition::new(&keys).with_marks(&marks);
+        let mut obj = json!({"metadata": {"name": "n1", "resourceVersion": "1",
+            "labels": {"kubernetes.io/hostname": "n1"}, "annotations": {"reboot-needed": "true"}},
+            "spec": {"taints": [{"key": "other", "effect": "NoSchedule"}]}});
+        step(&mut obj, |f| t.taint_waiting(f));
+        assert_eq!(
+            obj["spec"]["taints"][1],
+            json!({"key": "ex.com/reboot-pending", "effect": "PreferNoSchedule"})
+        );
+        assert!(t.taint_waiting(&facts_of(&obj)).is_none(), "tainted once");
+        step(&mut obj, |f| Some(t.claim(f, "g1", "2", true, "t0")));
+        assert_eq!(obj["metadata"]["labels"]["ex.com/rebooting"], json!("true"));
+        assert_eq!(obj["metadata"]["labels"]["lb"], json!("out"));
+        // Somebody else took the node taint list's first entry away meanwhile: the index moves.
+        obj["spec"]["taints"].as_array_mut().unwrap().remove(0);
+        for (k, v) in [
+            ("reboot-now", None),
+            ("reboot-done", Some("true")),
+            ("reboot-boot-id", Some("b1")),
+        ] {
+            let annotations = obj["metadata"]["annotations"].as_object_mut().unwrap();
+            match v {
+                Some(v) => annotations.insert(k.into(), v.into()),
+                None => annotations.remove(k),
+            };
+        }
+        step(&mut obj, |f| Some(t.complete(f, Some("g1"), "t1")));
+        assert_eq!(
+            obj["metadata"]["labels"],
+            json!({"kubernetes.io/hostname": "n1", "lb": "in"}),
+            "the pre-reboot labels replaced or removed"
+        );
+        assert_eq!(obj["spec"]["taints"], json!([]));
+        let annotations = obj["metadata"]["annotations"].as_object().unwrap();
+        assert!(
+            !annotations.contains_key("reboot-labelled")
+                && !annotations.contains_key("reboot-tainted")
+        );
+    }
+
+    #[test]
+    fn a_release_removes_what_was_set_but_a_waiting_node_keeps_its_taint() {
+        let keys = AnnotationKeys::default();
+        let marks = marks();
+        let t = Transition::new(&keys).with_marks(&marks);
+        let mut obj = json!({"metadata": {"name": "n1", "resourceVersion": "1",
+            "annotations": {"reboot-needed": "true"}}, "spec": {}});
+        step(&mut obj, |f| t.taint_waiting(f));
+        assert_eq!(
+            obj["spec"]["taints"][0]["key"],
+            json!("ex.com/reboot-pending")
+        );
+        step(&mut obj, |f| Some(t.claim(f, "g1", "2", false, "t0")));
+        // Somebody changed one of our labels: it is theirs now.
+        obj["metadata"]["labels"]["lb"] = "manual".into();
+        // The drain failed: the grant goes, the request and its taint stay.
+        step(&mut obj, |f| t.release(f));
+        assert_eq!(obj["metadata"]["labels"], json!({"lb": "manual"}));
+        assert_eq!(obj["spec"]["taints"].as_array().unwrap().len(), 1);
+        // Cancelled: the taint goes too.
+        obj["metadata"]["annotations"]
+            .as_object_mut()
+            .unwrap()
+            .remove("reboot-needed");
+        step(&mut obj, |f| t.release(f));
+        assert_eq!(obj["spec"]["taints"], json!([]));
+        assert_eq!(obj["metadata"]["annotations"], json!({}));
+        assert!(t.release(&facts_of(&obj)).is_none(), "nothing left to undo");
+    }
+
+    #[test]
+    fn an_administrators_taint_of_the_same_key_is_left_alone() {
+        let keys = AnnotationKeys::default();
+        let marks = marks();
+        let t = Transition::new(&keys).with_marks(&marks);
+        let obj = json!({"metadata": {"name": "n1", "resourceVersion": "1",
+            "annotations": {"reboot-needed": "true"}},
+            "spec": {"taints": [{"key": "ex.com/reboot-pending", "effect": "PreferNoSchedule"}]}});
+        assert!(t.taint_waiting(&facts_of(&obj)).is_none());
+        let without = Transition::new(&keys);
+        let obj = json!({"metadata": {"name": "n1", "resourceVersion": "1",
+            "annotations": {"reboot-needed": "true"}}, "spec": {}});
+        assert!(
+            without.taint_waiting(&facts_of(&obj)).is_none(),
+            "no taint unless asked"
+        );
     }
 }

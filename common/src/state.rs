@@ -44,6 +44,10 @@ pub struct ProtocolState {
     pub last_grant: Option<String>,
     /// RFC 3339 time the controller set `reboot-now` (`reboot-approved-at`).
     pub approved_at: Option<String>,
+    /// The labels the controller set at the grant (`reboot-labelled`), as recorded.
+    pub labelled: Option<String>,
+    /// The key of the waiting taint the controller put on the node (`reboot-tainted`).
+    pub tainted: Option<String>,
 }
 
 impl ProtocolState {
@@ -77,6 +81,8 @@ impl ProtocolState {
             grant: annotations.get(&keys.grant).cloned(),
             last_grant: annotations.get(&keys.last_grant).cloned(),
             approved_at: annotations.get(&keys.approved_at).cloned(),
+            labelled: annotations.get(&keys.labelled).cloned(),
+            tainted: annotations.get(&keys.tainted).cloned(),
         }
     }
 
@@ -108,6 +114,13 @@ pub struct NodeFacts {
     pub annotations: BTreeMap<String, String>,
     /// `status.nodeInfo.bootID`, as the kubelet reports it.
     pub boot_id: Option<String>,
+    /// Whether `metadata.labels` exists at all, and the labels (the controller's cache keeps
+    /// only those it reads).
+    pub has_labels: bool,
+    pub labels: BTreeMap<String, String>,
+    /// `spec.taints` as `(key, effect)`, in the API's order: a taint is removed by its index.
+    /// `None` when the node has no taint list.
+    pub taints: Option<Vec<(String, String)>>,
 }
 
 impl NodeFacts {
@@ -139,6 +152,17 @@ impl NodeFacts {
                 .and_then(|s| s.node_info.as_ref())
                 .map(|i| i.boot_id.clone())
                 .filter(|id| !id.is_empty()),
+            has_labels: node.metadata.labels.is_some(),
+            labels: node.metadata.labels.clone().unwrap_or_default(),
+            taints: node
+                .spec
+                .as_ref()
+                .and_then(|s| s.taints.as_ref())
+                .map(|ts| {
+                    ts.iter()
+                        .map(|t| (t.key.clone(), t.effect.clone()))
+                        .collect()
+                }),
         }
     }
 

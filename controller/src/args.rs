@@ -175,9 +175,48 @@ pub struct Args {
     #[arg(long, env = "POD_NAME")]
     pub leader_election_identity: Option<String>,
 
+    #[command(flatten)]
+    pub marks: MarkArgs,
+
     // Last: clap's help heading of a flattened group holds for the flags after it.
     #[command(flatten)]
     pub notify: NotifyArgs,
+}
+
+/// Labels and a taint around a reboot, for load balancers, monitoring and the scheduler.
+#[derive(Debug, Clone, clap::Args)]
+#[command(next_help_heading = "Node labels and taint")]
+pub struct MarkArgs {
+    /// Labels (`key=value`) set on a node when its reboot slot is granted (just before it is
+    /// cordoned), and removed when it is back or given back: for load balancers and monitoring
+    /// that must leave it out. Repeat the flag or separate labels with `,`. Default: none.
+    #[arg(long = "pre-reboot-node-labels", env = "PRE_REBOOT_NODE_LABELS", value_name = "KEY=VALUE",
+          value_delimiter = ',', value_parser = parse_label)]
+    pub pre_reboot_node_labels: Vec<(String, String)>,
+
+    /// Labels (`key=value`) set on a node when its reboot is completed, and left there; one
+    /// with the key of a pre-reboot label replaces it. Repeat the flag or separate labels with
+    /// `,`. Default: none.
+    #[arg(long = "post-reboot-node-labels", env = "POST_REBOOT_NODE_LABELS", value_name = "KEY=VALUE",
+          value_delimiter = ',', value_parser = parse_label)]
+    pub post_reboot_node_labels: Vec<(String, String)>,
+
+    /// The key of a `PreferNoSchedule` taint put on every node of the pool that waits for its
+    /// reboot (requested, not yet done), so that new pods prefer other nodes; removed when the
+    /// reboot is completed or the request withdrawn. Such as
+    /// `node.example.com/reboot-pending`. Default: no taint.
+    #[arg(long, env = "PREFER_NO_SCHEDULE_TAINT", value_name = "KEY", value_parser = parse_taint_key)]
+    pub prefer_no_schedule_taint: Option<String>,
+}
+
+impl MarkArgs {
+    pub fn marks(&self) -> common::RebootMarks {
+        common::RebootMarks {
+            pre_reboot_labels: self.pre_reboot_node_labels.iter().cloned().collect(),
+            post_reboot_labels: self.post_reboot_node_labels.iter().cloned().collect(),
+            prefer_no_schedule_taint: self.prefer_no_schedule_taint.clone(),
+        }
+    }
 }
 
 /// What holds new reboots while the cluster is unhealthy. Reboots under way always finish.
@@ -351,6 +390,7 @@ impl Args {
             &self.zone_label,
             self.annotation_prefix.clone(),
         )
+        .keeping_labels(self.marks.marks().label_keys())
     }
 
     /// This replica's name: `--leader-election-identity` (POD_NAME), else `<hostname>_<pid>`.
@@ -417,6 +457,14 @@ fn parse_http_url(value: &str) -> Result<String, String> {
 
 fn parse_regex(value: &str) -> Result<regex::Regex, String> {
     regex::Regex::new(value).map_err(|e| format!("not a regular expression: {e}"))
+}
+
+fn parse_label(value: &str) -> Result<(String, String), String> {
+    common::marks::parse_label(value).map_err(|e| e.to_string())
+}
+
+fn parse_taint_key(value: &str) -> Result<String, String> {
+    common::marks::parse_taint_key(value).map_err(|e| e.to_string())
 }
 
 fn parse_prefix(value: &str) -> Result<AnnotationKeys, String> {

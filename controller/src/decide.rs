@@ -218,6 +218,9 @@ pub enum NodeAction {
     Refetch(String),
     /// `reboot-needed` has a value other than `true`.
     WarnInvalidRequest { node: String, value: String },
+    /// The node waits for its slot: put the `PreferNoSchedule` taint on it, if one is asked
+    /// for and it does not have it.
+    Taint(String),
 }
 
 impl NodeAction {
@@ -230,6 +233,7 @@ impl NodeAction {
             | Self::Complete { node, .. }
             | Self::Release { node, .. }
             | Self::Refetch(node)
+            | Self::Taint(node)
             | Self::WarnInvalidRequest { node, .. } => node,
         }
     }
@@ -560,7 +564,12 @@ impl<'a> Round<'a> {
                 node,
                 value: value.clone(),
             }),
-            Request::Absent if view.state.cordoned_by_operator => {
+            // Ours to undo: a cordon, labels or a taint left on a node whose request is gone.
+            Request::Absent
+                if view.state.cordoned_by_operator
+                    || view.state.labelled.is_some()
+                    || view.state.tainted.is_some() =>
+            {
                 decision.act(NodeAction::Release {
                     node,
                     reason: ReleaseReason::Cancelled,

@@ -57,6 +57,7 @@ pub fn plan(decision: &Decision, budget: usize, drain: bool) -> Vec<WouldDo> {
             NodeAction::Promote { .. } => "would set reboot-now",
             NodeAction::Complete { .. } => "would complete its reboot and uncordon it",
             NodeAction::Release { .. } => "would give it back, uncordoned",
+            NodeAction::Taint(_) => "would taint it PreferNoSchedule while it waits",
             NodeAction::Refetch(_) | NodeAction::WarnInvalidRequest { .. } => continue,
         };
         plan.push(line(action.node(), what.to_owned(), false));

@@ -127,6 +127,7 @@ fn steps(d: &Decision) -> Vec<&'static str> {
             NodeAction::Release { .. } => "Release",
             NodeAction::Refetch(_) => "Refetch",
             NodeAction::WarnInvalidRequest { .. } => "WarnInvalidRequest",
+            NodeAction::Taint(_) => "Taint",
         })
         .collect()
 }

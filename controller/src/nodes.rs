@@ -10,7 +10,9 @@ use crate::{
 };
 use common::{AnnotationKeys, NodeFacts};
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeSpec, NodeStatus, NodeSystemInfo};
+use k8s_openapi::api::core::v1::{
+    Node, NodeCondition, NodeSpec, NodeStatus, NodeSystemInfo, Taint,
+};
 use kube::{
     Api, Client,
     runtime::{
@@ -70,8 +72,23 @@ pub fn trim(node: &mut Node, kept: &KeptLabels) {
     }
     meta.owner_references = None;
     meta.finalizers = None;
+    // The taints' keys and effects, in order: the waiting taint is removed by its index.
+    let taints = node
+        .spec
+        .as_ref()
+        .and_then(|s| s.taints.as_ref())
+        .map(|ts| {
+            ts.iter()
+                .map(|t| Taint {
+                    key: t.key.clone(),
+                    effect: t.effect.clone(),
+                    ..Taint::default()
+                })
+                .collect()
+        });
     node.spec = Some(NodeSpec {
         unschedulable: node.spec.as_ref().and_then(|s| s.unschedulable),
+        taints,
         ..NodeSpec::default()
     });
     let status = node.status.take().unwrap_or_default();
@@ -108,6 +125,13 @@ pub struct Indexing {
 }
 
 impl Indexing {
+    /// Also keeps `labels` in the trimmed copies: those the controller sets around a reboot,
+    /// whose values it compares before removing them.
+    pub fn keeping_labels<'a>(mut self, labels: impl IntoIterator<Item = &'a String>) -> Self {
+        self.kept.keys.extend(labels.into_iter().cloned());
+        self
+    }
+
     pub fn new(pool: PoolSelector, zone_label: &str, keys: AnnotationKeys) -> Self {
         Self {
             kept: KeptLabels::new(&pool, zone_label, &keys),

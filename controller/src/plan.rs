@@ -28,10 +28,20 @@ pub fn node_patch(
         NodeAction::Promote { grant, .. } => Some(t.promote(facts, grant, now)),
         NodeAction::Complete { grant, .. } => Some(t.complete(facts, Some(grant), now)),
         NodeAction::Release { .. } => t.release(facts),
+        NodeAction::Taint(_) => t.taint_waiting(facts),
         NodeAction::Refetch(_)
         | NodeAction::StartDrain { .. }
         | NodeAction::WarnInvalidRequest { .. } => None,
     }
+}
+
+/// With `--prefer-no-schedule-taint`, the nodes that wait for their slot and are `untainted`
+/// get the taint. Not fenced: a pause or a closed window is when new pods should most avoid a
+/// node that will be drained.
+pub fn taint_waiting(decision: &mut Decision, untainted: impl Fn(&str) -> bool) {
+    let waiting = decision.waiting.iter().filter(|n| untainted(n));
+    let actions: Vec<NodeAction> = waiting.cloned().map(NodeAction::Taint).collect();
+    decision.node_actions.extend(actions);
 }
 
 /// No new grant in this decision: adoptions of what the nodes carry stay.

@@ -20,6 +20,8 @@ pub fn in_protocol(state: &ProtocolState) -> bool {
         || state.grant.is_some()
         || state.reboot_under_way()
         || state.cordoned_by_operator
+        || state.labelled.is_some()
+        || state.tainted.is_some()
 }
 
 /// What the index keeps of one node.

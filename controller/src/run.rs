@@ -295,6 +295,7 @@ impl Context {
             node_api: Arc::new(Api::<Node>::all(self.client.clone())),
             clock: Arc::new(SystemClock::default()),
             keys: args.annotation_prefix.clone(),
+            marks: args.marks.marks(),
             max_unavailable: args.max_unavailable,
             drains: DrainTracker::new(
                 drainer.map(|d| Arc::new(d) as Arc<dyn Drain>),

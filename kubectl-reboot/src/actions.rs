@@ -321,6 +321,9 @@ mod tests {
                 .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
                 .collect(),
             boot_id: None,
+            has_labels: false,
+            labels: Default::default(),
+            taints: None,
         }
     }
 

@@ -24,6 +24,9 @@ fn node(name: &str, annotations: &[(&str, &str)]) -> NodeInput {
                 .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
                 .collect(),
             boot_id: Some("b1".into()),
+            has_labels: false,
+            labels: Default::default(),
+            taints: None,
         },
         labels: BTreeMap::new(),
         in_pool: true,

@@ -58,6 +58,17 @@ const STEP_MS: u64 = 1_000;
 
 type Shared = Arc<Mutex<Server>>;
 
+/// Every replica sets labels and a waiting taint around a reboot, so that their writes go
+/// through every interleaving with the protocol's.
+fn marks() -> common::RebootMarks {
+    let label = |k: &str, v: &str| [(k.to_owned(), v.to_owned())].into_iter().collect();
+    common::RebootMarks {
+        pre_reboot_labels: label("rebooting", "true"),
+        post_reboot_labels: label("rebooted", "true"),
+        prefer_no_schedule_taint: Some("reboot-pending".into()),
+    }
+}
+
 fn lock(server: &Shared) -> MutexGuard<'_, Server> {
     server
         .lock()
@@ -302,7 +313,8 @@ impl Model {
             PoolSelector::parse(&format!("{POOL}=a")).expect("a selector"),
             ZONE,
             keys(),
-        );
+        )
+        .keeping_labels(marks().label_keys());
         let (store, index, mut feed) = NodeFeed::new(indexing.clone());
         feed.apply(watcher::Event::Init);
         for node in lock(&self.server).nodes.iter().flatten() {
@@ -339,6 +351,7 @@ impl Model {
             node_api: Arc::new(api),
             clock: Arc::new(ModelClock(self.server.clone())),
             keys: keys(),
+            marks: marks(),
             max_unavailable: setup.max_unavailable,
             zone_budget: setup.zone_budget,
             drains: DrainTracker::new(drainer, Arc::new(Notify::new())),

@@ -22,7 +22,7 @@ use crate::{
     pool_index::PoolCounts,
     schedule::Schedule,
 };
-use common::{AnnotationKeys, MaxUnavailable, NodeFacts, Transition};
+use common::{AnnotationKeys, MaxUnavailable, NodeFacts, RebootMarks, Transition};
 use futures::{StreamExt, stream};
 use k8s_openapi::{api::core::v1::Node, jiff::Timestamp};
 use kube::runtime::reflector::{ObjectRef, Store};
@@ -39,6 +39,8 @@ pub struct ShellParts {
     pub node_api: Arc<dyn NodeApi>,
     pub clock: Arc<dyn Clock>,
     pub keys: AnnotationKeys,
+    /// Labels and the taint set around a reboot (`--pre-reboot-node-labels` and the others).
+    pub marks: RebootMarks,
     pub max_unavailable: MaxUnavailable,
     pub zone_budget: Option<MaxUnavailable>,
     pub drains: DrainTracker,
@@ -66,6 +68,7 @@ pub struct Shell {
     api: Arc<dyn NodeApi>,
     clock: Arc<dyn Clock>,
     keys: AnnotationKeys,
+    marks: RebootMarks,
     max_unavailable: MaxUnavailable,
     zone_budget: Option<MaxUnavailable>,
     drains: DrainTracker,
@@ -116,6 +119,7 @@ impl Shell {
             api: parts.node_api,
             clock: parts.clock,
             keys: parts.keys,
+            marks: parts.marks,
             max_unavailable: parts.max_unavailable,
             zone_budget: parts.zone_budget,
             drains: parts.drains,
@@ -238,6 +242,14 @@ impl Shell {
         self.announce_foreign(&decision, &by_name);
         self.announce_opted_out(&decision, &by_name);
         self.announce_rollout(&decision, scheduled, &gates);
+        if self.marks.prefer_no_schedule_taint.is_some() {
+            let t = Transition::new(&self.keys).with_marks(&self.marks);
+            plan::taint_waiting(&mut decision, |name| {
+                by_name
+                    .get(name)
+                    .is_some_and(|n| t.taint_waiting(&NodeFacts::from_node(n)).is_some())
+            });
+        }
         if self.dry_run {
             self.say_dry_run(&decision, &by_name, budget).await;
             return false;

@@ -70,7 +70,7 @@ impl Shell {
             };
         };
         let facts = NodeFacts::from_node(&node);
-        let t = Transition::new(&self.keys);
+        let t = Transition::new(&self.keys).with_marks(&self.marks);
         if let Some(patch) = plan::node_patch(&action, &facts, &t, &self.clock.now().to_string()) {
             return Prepared::Write(action, patch);
         }
@@ -170,6 +170,9 @@ impl Shell {
             }
             NodeAction::Release { reason, .. } => {
                 tracing::info!(node = %name, ?reason, "grant dropped; uncordoned if ours");
+            }
+            NodeAction::Taint(_) => {
+                tracing::info!(node = %name, "tainted PreferNoSchedule while it waits");
             }
             _ => {}
         }

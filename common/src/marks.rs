@@ -1,0 +1,198 @@
+//! What the controller puts on a node around its reboot besides the protocol's annotations,
+//! for load balancers, monitoring and the scheduler: labels while the node holds a slot,
+//! labels once it is back, and a `PreferNoSchedule` taint while it waits for its reboot (so
+//! new pods avoid a node that will soon be drained). kured users know them as
+//! `--pre-reboot-node-labels`, `--post-reboot-node-labels` and `--prefer-no-schedule-taint`.
+
+use std::collections::BTreeMap;
+use thiserror::Error;
+
+/// The effect of the waiting taint: advice to the scheduler, never an eviction.
+pub const PREFER_NO_SCHEDULE: &str = "PreferNoSchedule";
+
+/// The labels and the taint the controller sets around a reboot (all off by default).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RebootMarks {
+    /// Set when the node's slot is granted; removed when it is back or given back.
+    pub pre_reboot_labels: BTreeMap<String, String>,
+    /// Set when the node is back from its reboot, and left there (replacing a pre-reboot
+    /// label of the same key).
+    pub post_reboot_labels: BTreeMap<String, String>,
+    /// The key of a `PreferNoSchedule` taint set while the node waits for its reboot.
+    pub prefer_no_schedule_taint: Option<String>,
+}
+
+/// The empty marks, for transitions that set none (the agent's).
+pub static NO_MARKS: RebootMarks = RebootMarks {
+    pre_reboot_labels: BTreeMap::new(),
+    post_reboot_labels: BTreeMap::new(),
+    prefer_no_schedule_taint: None,
+};
+
+impl RebootMarks {
+    /// Every label key the marks may set, for the controller's trimmed cache to keep.
+    pub fn label_keys(&self) -> impl Iterator<Item = &String> {
+        self.pre_reboot_labels
+            .keys()
+            .chain(self.post_reboot_labels.keys())
+    }
+}
+
+/// A label or taint that Kubernetes would refuse.
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum MarkError {
+    #[error(
+        "invalid node label {given:?}: {why}; write key=value, such as \
+         `node.example.com/rebooting=true` (several: comma-separated or the flag repeated)"
+    )]
+    Label { given: String, why: String },
+    #[error(
+        "invalid taint key {given:?}: {why}; use a label-style key such as \
+         `node.example.com/reboot-pending`"
+    )]
+    Taint { given: String, why: String },
+}
+
+/// Parses one `key=value` label.
+pub fn parse_label(given: &str) -> Result<(String, String), MarkError> {
+    let fail = |why: &str| MarkError::Label {
+        given: given.to_owned(),
+        why: why.to_owned(),
+    };
+    let (key, value) = given.split_once('=').ok_or_else(|| fail("no `=`"))?;
+    let (key, value) = (key.trim(), value.trim());
+    check_key(key).map_err(|why| fail(&why))?;
+    check_name(value, true).map_err(|why| fail(&format!("the value {why}")))?;
+    Ok((key.to_owned(), value.to_owned()))
+}
+
+/// Checks a taint key (the same syntax as a label key).
+pub fn parse_taint_key(given: &str) -> Result<String, MarkError> {
+    let key = given.trim();
+    check_key(key).map_err(|why| MarkError::Taint {
+        given: given.to_owned(),
+        why,
+    })?;
+    Ok(key.to_owned())
+}
+
+/// A qualified name: an optional DNS-subdomain prefix and `/`, then a name.
+fn check_key(key: &str) -> Result<(), String> {
+    let (prefix, name) = match key.rsplit_once('/') {
+        Some((prefix, name)) => (Some(prefix), name),
+        None => (None, key),
+    };
+    if let Some(prefix) = prefix {
+        let dns_part = |p: &str| {
+            !p.is_empty()
+                && p.len() <= 63
+                && p.chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+                && !p.starts_with('-')
+                && !p.ends_with('-')
+        };
+        if prefix.len() > 253 || !prefix.split('.').all(dns_part) {
+            return Err(format!(
+                "the prefix {prefix:?} is not a lowercase DNS subdomain"
+            ));
+        }
+    }
+    check_name(name, false).map_err(|why| format!("the name {why}"))
+}
+
+/// A label value (`may_be_empty`) or the name part of a key: up to 63 letters, digits, `-`,
+/// `_` and `.`, starting and ending with a letter or digit.
+fn check_name(name: &str, may_be_empty: bool) -> Result<(), String> {
+    if name.is_empty() {
+        return if may_be_empty {
+            Ok(())
+        } else {
+            Err("is empty".into())
+        };
+    }
+    let alnum = |c: char| c.is_ascii_alphanumeric();
+    if name.len() > 63 {
+        return Err(format!("{name:?} is longer than 63 characters"));
+    }
+    if !name
+        .chars()
+        .all(|c| alnum(c) || matches!(c, '-' | '_' | '.'))
+    {
+        return Err(format!(
+            "{name:?} may hold only letters, digits, '-', '_' and '.'"
+        ));
+    }
+    if !name.starts_with(alnum) || !name.ends_with(alnum) {
+        return Err(format!(
+            "{name:?} must start and end with a letter or digit"
+        ));
+    }
+    Ok(())
+}
+
+/// The record of the labels the controller set at a grant (`k=v,k=v`), kept in an annotation
+/// so that they are removed as they were set even after the controller's flags changed.
+pub fn record(labels: &BTreeMap<String, String>) -> String {
+    labels
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// The labels a record names; what does not parse (a hand edit) is skipped.
+pub fn recorded(record: &str) -> BTreeMap<String, String> {
+    record
+        .split(',')
+        .filter_map(|pair| parse_label(pair).ok())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn labels_parse_as_kubernetes_accepts_them() {
+        assert_eq!(
+            parse_label("node.example.com/rebooting=true"),
+            Ok(("node.example.com/rebooting".into(), "true".into()))
+        );
+        assert_eq!(
+            parse_label("maintenance="),
+            Ok(("maintenance".into(), "".into()))
+        );
+        for bad in [
+            "noequals",
+            "=v",
+            "Bad_Prefix.com/x=1",
+            "a/-x=1",
+            "k=has space",
+            "k=-leading",
+            &format!("k={}", "x".repeat(64)),
+        ] {
+            let err = parse_label(bad).unwrap_err().to_string();
+            assert!(err.contains("write key=value"), "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn taint_keys_are_checked_like_label_keys() {
+        assert_eq!(
+            parse_taint_key("node.example.com/reboot-pending"),
+            Ok("node.example.com/reboot-pending".into())
+        );
+        let err = parse_taint_key("reboot pending").unwrap_err().to_string();
+        assert!(err.contains("label-style key"), "{err}");
+    }
+
+    #[test]
+    fn a_record_gives_back_the_labels_it_was_made_of() {
+        let labels: BTreeMap<String, String> = [("a/b", "1"), ("c", "")]
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        assert_eq!(recorded(&record(&labels)), labels);
+        assert!(recorded("").is_empty());
+    }
+}

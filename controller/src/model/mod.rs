@@ -549,3 +549,60 @@ fn a_slot_is_not_re_keyed_from_a_stale_copy_after_a_failed_drain() {
     );
     model.settle();
 }
+
+/// A ledger damaged and then deleted: the deletion brings no readable contents, and a replica
+/// whose copy predates another's grants must not recreate the Lease from that copy and grant
+/// their slots again. Recreated, the ledger is rebuilt from a fresh read of every node first.
+#[test]
+fn a_ledger_deleted_while_damaged_is_rebuilt_from_the_nodes_not_from_a_stale_copy() {
+    use world::Step::*;
+    let setup = Setup {
+        replicas: 3,
+        max_unavailable: MaxUnavailable::Count(2),
+        drain_enabled: false,
+        finish_after_window: false,
+        zone_budget: None,
+        min_ready_ms: 0,
+        soaking: Vec::new(),
+        not_ready: vec![false; NODES],
+        kubelets: vec![server::Kubelet::Healthy; NODES],
+    };
+    let mut model = Model::new(&setup);
+    // Replica 0 reads n0 to n2 requested; replica 2 then grants n0 and n1 on a rebuilt ledger
+    // and tells them to reboot; the ledger is damaged, then deleted.
+    let steps = [
+        Request(1),
+        SyncNode {
+            replica: 2,
+            node: 1,
+        },
+        Request(0),
+        DamageLedger,
+        Request(2),
+        Round(2),
+        Round(2),
+        SyncAll(0),
+        Round(2),
+        Round(2),
+        Block {
+            node: 0,
+            running: true,
+        },
+        DamageLedger,
+        DeleteLedger,
+        SyncLedger(0),
+        Round(0),
+    ];
+    for step in &steps {
+        model.apply(step);
+    }
+    let told = |i| annotation(model.s().node(i).expect("a node"), "reboot-now");
+    assert!(
+        told(0).is_some() && told(1).is_some(),
+        "{:?}",
+        model.s().slots()
+    );
+    let granted = annotation(model.s().node(2).expect("n2"), "reboot-grant");
+    assert!(granted.is_none(), "n2 granted beyond the budget");
+    model.settle();
+}

@@ -50,11 +50,16 @@ impl Shell {
             self.deletion_seen |= delivered;
             // The deletion brings the Lease's last contents: when they are newer than our copy
             // (another replica wrote meanwhile), they are what it is recreated from.
-            if watched.damage.is_none()
-                && watched.ledger.resource_version.is_some()
+            // Damaged, they say nothing of the grants made since our copy: it is then recreated
+            // as damaged, and rebuilt from a fresh read of every node before any new grant.
+            if watched.ledger.resource_version.is_some()
                 && self.ledger.is_older_than(&watched.ledger)
             {
-                self.ledger = watched.ledger;
+                if watched.damage.is_some() {
+                    self.take_ledger(watched);
+                } else {
+                    self.ledger = watched.ledger;
+                }
             }
             return;
         }
@@ -83,13 +88,15 @@ impl Shell {
                 );
                 return false;
             }
-            Ok(None) => self
-                .ledger_store
-                .recreate(&self.ledger)
-                .await
-                .inspect(|read| {
-                    self.say_ledger_recreated(&read.ledger);
-                }),
+            // Recreated from a damaged copy, it is still to be rebuilt from the nodes.
+            Ok(None) => {
+                let damage = self.ledger_damage.clone();
+                self.ledger_store
+                    .recreate(&self.ledger)
+                    .await
+                    .map(|read| ReadLedger { damage, ..read })
+                    .inspect(|read| self.say_ledger_recreated(&read.ledger))
+            }
             Err(error) => Err(error),
         };
         match restored {

@@ -19,6 +19,27 @@ fn controller(args: &[&str]) -> (i32, String) {
 }
 
 #[test]
+fn bad_labels_and_taint_keys_stop_the_controller_at_start() {
+    for (flag, value, says) in [
+        ("--pre-reboot-node-labels", "rebooting", "write key=value"),
+        (
+            "--post-reboot-node-labels",
+            "Bad_Prefix.io/x=1",
+            "write key=value",
+        ),
+        (
+            "--prefer-no-schedule-taint",
+            "reboot pending",
+            "label-style key",
+        ),
+    ] {
+        let (code, stderr) = controller(&[&format!("{flag}={value}")]);
+        assert_eq!(code, 2, "{flag}={value}: {stderr}");
+        assert!(stderr.contains(says), "{flag}={value}: {stderr}");
+    }
+}
+
+#[test]
 fn bad_budgets_stop_the_controller_at_start() {
     for (value, why) in [
         ("0", "would never reboot anything"),

@@ -5,6 +5,8 @@
 //! values.schema.json refuses typos and wrong types; it installs, upgrades and uninstalls on
 //! the local control plane; and the objects it installs pass the security checks of
 //! e2e/tests/security.rs.
+// The sample values are one json! literal with a flag per line.
+#![recursion_limit = "256"]
 
 use e2e::install::{
     Identities, NS, chart_dir,
@@ -424,6 +426,9 @@ fn sample_values() -> Value {
             "leaderElectionRenewDeadline": "20s",
             "leaderElectionRetryPeriod": "5s",
             "leaderElectionIdentity": "fixed",
+            "preRebootNodeLabels": ["example.com/rebooting=true", "lb=out"],
+            "postRebootNodeLabels": ["lb=in"],
+            "preferNoScheduleTaint": "example.com/reboot-pending",
             "notifyUrl": ["slack://hook:A-B-C@webhook", "https://hooks.example.com/reboots"],
             "notifyTimeout": "3s",
             "messageTemplateDrain": "Draining node %s",

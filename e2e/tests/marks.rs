@@ -7,6 +7,7 @@
 //! node without a request; and it records that each mark was seen where it belongs, so that a feature
 //! that set nothing cannot pass.
 
+use common::NodeFacts;
 use e2e::{BudgetWatch, NodeState, kubectl, node, wait_until};
 use k8s_openapi::api::core::v1::Node;
 use kube::{Api, Client, runtime::watcher};
@@ -40,21 +41,11 @@ fn has_pre_label(n: &Node) -> bool {
 }
 
 fn has_taint(n: &Node) -> bool {
-    taints(n)
+    NodeFacts::from_node(n)
+        .taints
+        .unwrap_or_default()
         .iter()
         .any(|(k, e)| k == TAINT && e == "PreferNoSchedule")
-}
-
-fn taints(n: &Node) -> Vec<(String, String)> {
-    n.spec
-        .as_ref()
-        .and_then(|s| s.taints.as_ref())
-        .map(|ts| {
-            ts.iter()
-                .map(|t| (t.key.clone(), t.effect.clone()))
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 impl Marks {

@@ -495,6 +495,22 @@ proptest! {
     }
 }
 
+/// A scripted case's setup: healthy nodes, no zone budget, no soak; with `drain`, the drain
+/// is on and a granted node finishes after a window closes.
+fn scripted(replicas: usize, max_unavailable: u32, drain: bool) -> Setup {
+    Setup {
+        replicas,
+        max_unavailable: MaxUnavailable::Count(max_unavailable),
+        drain_enabled: drain,
+        finish_after_window: drain,
+        zone_budget: None,
+        min_ready_ms: 0,
+        soaking: Vec::new(),
+        not_ready: vec![false; NODES],
+        kubelets: vec![server::Kubelet::Healthy; NODES],
+    }
+}
+
 /// A slot re-keyed from a cached copy: replica 1 last saw n0 carrying its first grant; the
 /// drain of that grant failed, its slot was released and n0 granted again. Re-keyed to the
 /// grant its stale copy shows, the slot would flip back (and stop the new grant's drain);
@@ -502,17 +518,7 @@ proptest! {
 #[test]
 fn a_slot_is_not_re_keyed_from_a_stale_copy_after_a_failed_drain() {
     use world::Step::*;
-    let setup = Setup {
-        replicas: 2,
-        max_unavailable: MaxUnavailable::Count(1),
-        drain_enabled: true,
-        finish_after_window: true,
-        zone_budget: None,
-        min_ready_ms: 0,
-        soaking: Vec::new(),
-        not_ready: vec![false; NODES],
-        kubelets: vec![server::Kubelet::Healthy; NODES],
-    };
+    let setup = scripted(2, 1, true);
     let mut model = Model::new(&setup);
     let mut steps = vec![
         Request(0),
@@ -556,17 +562,7 @@ fn a_slot_is_not_re_keyed_from_a_stale_copy_after_a_failed_drain() {
 #[test]
 fn a_ledger_deleted_while_damaged_is_rebuilt_from_the_nodes_not_from_a_stale_copy() {
     use world::Step::*;
-    let setup = Setup {
-        replicas: 3,
-        max_unavailable: MaxUnavailable::Count(2),
-        drain_enabled: false,
-        finish_after_window: false,
-        zone_budget: None,
-        min_ready_ms: 0,
-        soaking: Vec::new(),
-        not_ready: vec![false; NODES],
-        kubelets: vec![server::Kubelet::Healthy; NODES],
-    };
+    let setup = scripted(3, 2, false);
     let mut model = Model::new(&setup);
     // Replica 0 reads n0 to n2 requested; replica 2 then grants n0 and n1 on a rebuilt ledger
     // and tells them to reboot; the ledger is damaged, then deleted.

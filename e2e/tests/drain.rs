@@ -717,7 +717,11 @@ async fn count_drain_requests(streaming: bool) {
     let controller = ControllerProcess::start(
         nodesim::workspace_binary("reboot-controller").unwrap(),
         kubeconfig,
-        vec!["--max-unavailable".into(), "1".into()],
+        vec![
+            "--max-unavailable".into(),
+            "1".into(),
+            nodesim::sandbox::NO_AGENT_PODS.into(),
+        ],
         cp.dir().join("controller-1.log"),
     )
     .unwrap();

@@ -599,7 +599,11 @@ async fn readyz_waits_for_the_cache_sync_while_healthz_stays_up() {
     let mut controller = ControllerProcess::start(
         workspace_binary("reboot-controller").unwrap(),
         kubeconfig,
-        vec!["--max-unavailable".into(), "1".into()],
+        vec![
+            "--max-unavailable".into(),
+            "1".into(),
+            nodesim::sandbox::NO_AGENT_PODS.into(),
+        ],
         cp.dir().join("controller.log"),
     )
     .unwrap();

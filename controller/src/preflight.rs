@@ -399,9 +399,9 @@ impl PreflightReading {
             Preflight::NoAgent => Some((
                 Reason::NoAgent,
                 format!(
-                    "reboot requested; waiting: no agent pod ({}) is running and Ready on the \
-                     node, so nothing would take reboot-now; the node is not cordoned, and \
-                     another node may go first (is the reboot-agent DaemonSet scheduled here?)",
+                    "reboot requested; not cordoned: no agent pod ({}) is running and Ready on \
+                     the node, so nothing would take reboot-now; another node may go first (is \
+                     the reboot-agent DaemonSet scheduled here?)",
                     self.agent_selector
                 ),
             )),
@@ -410,10 +410,10 @@ impl PreflightReading {
                 Some((
                     Reason::DisruptionBudget,
                     format!(
-                        "reboot requested; waiting: the PodDisruptionBudget {} allows no \
+                        "reboot requested; not cordoned: the PodDisruptionBudget {} allows no \
                          disruption and covers a pod of the node, so its drain could not \
-                         finish; the node is not cordoned, and another node may go first; it \
-                         goes once the budget allows a disruption",
+                         finish; another node may go first, and this one goes once the budget \
+                         allows a disruption",
                         names.unwrap_or_default()
                     ),
                 ))

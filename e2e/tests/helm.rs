@@ -6,6 +6,9 @@
 //! the local control plane; and the objects it installs pass the security checks of
 //! e2e/tests/security.rs.
 
+// The sample values of every flag are one json! literal, deeper than the default limit.
+#![recursion_limit = "256"]
+
 use e2e::install::{
     Identities, NS, chart_dir,
     check_an_agent_may_change_only_the_protocol_annotations_of_its_own_node,
@@ -402,6 +405,8 @@ fn sample_values() -> Value {
             "drainGracePeriod": "30s",
             "drainSkipWaitForDeleteMargin": "90s",
             "drainPodSelector": "drain=yes",
+            "checkDisruptionBudgets": false,
+            "agentSelector": "app=my-agent",
             "minReadySeconds": 1_000_000,
             "rebootTimeout": "45m",
             "rebootWindow": ["Mon-Fri 22:00-06:00 Europe/Berlin", "0 2 * * 6 4h"],

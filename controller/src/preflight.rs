@@ -52,23 +52,15 @@ impl AgentPods {
             .default_backoff()
             .modify(trim_pod)
             .reflect(writer);
-        let (changed, metrics, flag) = (changed.clone(), metrics.clone(), listed.clone());
-        let what = selector.to_owned();
-        tokio::spawn(async move {
-            futures::pin_mut!(stream);
-            while let Some(event) = stream.next().await {
-                match event {
-                    Ok(watcher::Event::InitDone) => flag.store(true, Ordering::Release),
-                    Ok(_) => {}
-                    Err(error) => {
-                        metrics.api_error("pod", ApiErrorKind::of_watcher(&error));
-                        tracing::warn!(selector = %what, %error,
-                            "agent pod watch (--agent-selector) failed; retrying");
-                    }
-                }
-                changed.notify_one();
-            }
-        });
+        let what = format!("agent pod watch (--agent-selector {selector})");
+        follow(
+            stream,
+            what,
+            "pod",
+            listed.clone(),
+            metrics,
+            changed.clone(),
+        );
         Self { store, listed }
     }
 
@@ -81,6 +73,36 @@ impl AgentPods {
         let pods = self.store.state();
         Some(agent_nodes(pods.iter().map(AsRef::as_ref)))
     }
+}
+
+/// Drives a reflector's stream: `listed` once its first list is in, errors counted and logged
+/// (the watch retries), and `changed` woken at every event.
+pub fn follow<K, S>(
+    stream: S,
+    what: String,
+    resource: &'static str,
+    listed: Arc<AtomicBool>,
+    metrics: &Metrics,
+    changed: Arc<Notify>,
+) where
+    K: Send + 'static,
+    S: futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
+{
+    let metrics = metrics.clone();
+    tokio::spawn(async move {
+        futures::pin_mut!(stream);
+        while let Some(event) = stream.next().await {
+            match event {
+                Ok(watcher::Event::InitDone) => listed.store(true, Ordering::Release),
+                Ok(_) => {}
+                Err(error) => {
+                    metrics.api_error(resource, ApiErrorKind::of_watcher(&error));
+                    tracing::warn!(%error, "{what} failed; retrying");
+                }
+            }
+            changed.notify_one();
+        }
+    });
 }
 
 /// Only what the check reads: a DaemonSet pod's spec is large, and there is one per node.
@@ -170,22 +192,16 @@ impl DisruptionBudgets {
         .modify(|pdb: &mut PodDisruptionBudget| pdb.metadata.managed_fields = None)
         .reflect(writer);
         let wake = Arc::new(Notify::new());
-        let (flag, metrics_w, wake_w) = (budgets.listed.clone(), metrics.clone(), wake.clone());
-        tokio::spawn(async move {
-            futures::pin_mut!(stream);
-            while let Some(event) = stream.next().await {
-                match event {
-                    Ok(watcher::Event::InitDone) => flag.store(true, Ordering::Release),
-                    Ok(_) => {}
-                    Err(error) => {
-                        metrics_w
-                            .api_error("poddisruptionbudget", ApiErrorKind::of_watcher(&error));
-                        tracing::warn!(%error, "PodDisruptionBudget watch failed; retrying");
-                    }
-                }
-                wake_w.notify_one();
-            }
-        });
+        let what = "PodDisruptionBudget watch".to_owned();
+        let resource = "poddisruptionbudget";
+        follow(
+            stream,
+            what,
+            resource,
+            budgets.listed.clone(),
+            metrics,
+            wake.clone(),
+        );
         let reader = budgets.clone();
         let (client, changed, metrics) = (client.clone(), changed.clone(), metrics.clone());
         let drain_selector = drain_selector.map(str::to_owned);

@@ -87,6 +87,20 @@ pub struct Args {
     #[arg(long, env = "DRAIN_POD_SELECTOR")]
     pub drain_pod_selector: Option<String>,
 
+    /// Before granting a node, look for PodDisruptionBudgets that allow no disruption now and
+    /// cover a pod the drain would evict: such a node is not cordoned (its drain could not
+    /// finish); another requested node goes instead, and it goes once the budget allows a
+    /// disruption. Its Event (`DisruptionBudget`) names the budget. Only with --drain.
+    #[arg(long, env = "CHECK_DISRUPTION_BUDGETS", default_value_t = true, action = clap::ArgAction::Set)]
+    pub check_disruption_budgets: bool,
+
+    /// Label selector of the reboot-agent's pods: a node without one that is Running and Ready
+    /// is not granted (nothing would take `reboot-now`); it waits with an Event (`NoAgent`),
+    /// and another requested node goes instead. On a node that is not Ready a Running agent pod
+    /// is enough. Empty: no such check.
+    #[arg(long, env = "AGENT_SELECTOR", default_value = "app.kubernetes.io/name=reboot-agent", value_parser = parse_agent_selector)]
+    pub agent_selector: String,
+
     /// After a node's reboot is completed, its slot stays taken until the node has been Ready
     /// this many seconds (as a Deployment's minReadySeconds). A node that goes NotReady
     /// meanwhile keeps its slot, gets a Warning Event (`NotReadyAfterReboot`), and no new
@@ -441,6 +455,16 @@ fn parse_pod_selector(value: &str) -> Result<String, String> {
         }
         Ok(_) => Ok(value.trim().to_owned()),
         Err(why) => Err(format!("{why}; use a label selector such as `app=backup`")),
+    }
+}
+
+fn parse_agent_selector(value: &str) -> Result<String, String> {
+    match PoolSelector::parse(value) {
+        Ok(_) => Ok(value.trim().to_owned()),
+        Err(why) => Err(format!(
+            "{why}; use a label selector such as `app.kubernetes.io/name=reboot-agent`, or an \
+             empty value for no agent check"
+        )),
     }
 }
 

@@ -2,8 +2,7 @@
 //! it (kured's semantics), or, with `--blocking-pod-selector-scope=cluster`, anywhere. One
 //! watch per selector, filtered by the API server, keeps the matching pods; nothing polls.
 
-use crate::{api_error::ApiErrorKind, metrics::Metrics};
-use futures::StreamExt as _;
+use crate::metrics::Metrics;
 use k8s_openapi::api::core::v1::Pod;
 use kube::{
     Api, Client, ResourceExt as _,
@@ -98,23 +97,15 @@ impl BlockingPods {
                 let stream = watcher(Api::<Pod>::all(client.clone()), config)
                     .default_backoff()
                     .reflect(writer);
-                let (changed, metrics) = (changed.clone(), metrics.clone());
-                let (flag, what) = (listed.clone(), selector.clone());
-                tokio::spawn(async move {
-                    futures::pin_mut!(stream);
-                    while let Some(event) = stream.next().await {
-                        match event {
-                            Ok(watcher::Event::InitDone) => flag.store(true, Ordering::Release),
-                            Ok(_) => {}
-                            Err(error) => {
-                                metrics.api_error("pod", ApiErrorKind::of_watcher(&error));
-                                tracing::warn!(selector = %what, %error,
-                                    "blocking pod watch failed; retrying");
-                            }
-                        }
-                        changed.notify_one();
-                    }
-                });
+                let what = format!("blocking pod watch (--blocking-pod-selector {selector})");
+                crate::preflight::follow(
+                    stream,
+                    what,
+                    "pod",
+                    listed.clone(),
+                    metrics,
+                    changed.clone(),
+                );
                 (selector.clone(), store, listed)
             })
             .collect();

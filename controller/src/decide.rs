@@ -20,7 +20,7 @@ use crate::budget::{Admission, Holders, Usage};
 use crate::ledger::{Grant, Ledger, LedgerChange, Owner, Slot};
 use crate::pool_index::PoolCounts;
 use common::{NodeFacts, Phase, ProtocolState, Request, ledger::version_is_newer};
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// Where the drain of one grant stands, as this replica knows it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -107,6 +107,21 @@ pub enum Hold {
     Unhealthy,
     /// A blocking pod runs on the node itself (`--blocking-pod-selector`): holds that node only.
     BlockingPod,
+}
+
+/// A pre-flight check that keeps a requested node from being granted (and so cordoned) now:
+/// its reboot would stall once cordoned. Another eligible node goes instead, and this one is
+/// granted once the check passes. Advice, not a fence: a grant decided on an older reading
+/// goes on (its drain waits as any drain does).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Preflight {
+    /// No agent pod is running and Ready on the node: nothing would take `reboot-now`.
+    NoAgent,
+    /// A PodDisruptionBudget that allows no disruption covers a pod the drain would evict:
+    /// the drain could not finish.
+    DisruptionBudget,
+    /// A check cannot tell yet (its watch has not listed, or a budget's pods are being read).
+    Checking,
 }
 
 /// What stops a granted node from moving further (DESIGN.md invariant 9), as read at one
@@ -255,6 +270,8 @@ pub struct Decision {
     pub zone_unknown: BTreeSet<String>,
     /// Of those, the ones a blocking pod on the node holds (`--blocking-pod-selector`).
     pub blocked: BTreeSet<String>,
+    /// Of those, the ones a pre-flight check holds, with which.
+    pub preflight: BTreeMap<String, Preflight>,
     /// Requested nodes of the pool that are opted out (`reboot-disabled=true`).
     pub opted_out: Vec<String>,
     /// Nodes that went NotReady during their soak (`--min-ready-seconds`): they keep their
@@ -308,6 +325,9 @@ pub struct Round<'a> {
     pub fence: Fence,
     /// Nodes that a blocking pod runs on: none of them gets a new grant or moves further.
     pub blocked: &'a BTreeSet<String>,
+    /// Requested nodes that a pre-flight check holds: not granted while it does; the slot goes
+    /// to the next eligible node. A node granted already goes on.
+    pub preflight: &'a BTreeMap<String, Preflight>,
     /// Outside the windows, a node that was granted but not yet told to reboot goes on
     /// (`true`) or is given back until the next window (`false`).
     pub finish_after_window: bool,
@@ -623,6 +643,12 @@ impl<'a> Round<'a> {
         for view in usage.spread(candidates) {
             if self.blocked.contains(view.name()) {
                 decision.blocked.insert(view.name().to_owned());
+                decision.waiting.push(view.name().to_owned());
+                continue;
+            }
+            // Skipped before it takes room: the next candidate may use the slot instead.
+            if let Some(check) = self.preflight.get(view.name()) {
+                decision.preflight.insert(view.name().to_owned(), *check);
                 decision.waiting.push(view.name().to_owned());
                 continue;
             }

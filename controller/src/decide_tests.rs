@@ -102,6 +102,7 @@ fn decide_held(
         clock: 0,
         reboot_timeout: u64::MAX,
         blocked: &BTreeSet::new(),
+        preflight: &BTreeMap::new(),
     }
     .decide()
 }
@@ -363,6 +364,7 @@ fn a_slot_holder_missing_from_the_cache_is_read_again_and_released_only_once_del
         clock: 0,
         reboot_timeout: u64::MAX,
         blocked: &BTreeSet::new(),
+        preflight: &BTreeMap::new(),
     }
     .decide();
     assert_eq!(
@@ -509,6 +511,7 @@ fn without_finish_after_window_a_closed_window_gives_back_what_was_not_told_to_r
         clock: 0,
         reboot_timeout: u64::MAX,
         blocked: &BTreeSet::new(),
+        preflight: &BTreeMap::new(),
     }
     .decide();
     assert_eq!(d.node_actions, [release]);
@@ -548,6 +551,7 @@ fn a_zone_budget_spreads_grants_across_zones_and_counts_a_not_ready_node_in_its_
     ];
     let (ledger, deleted, blocked) = (Ledger::default(), BTreeSet::new(), BTreeSet::new());
     let others = PoolCounts::default();
+    let preflight = BTreeMap::new();
     let round = |zone_budget| Round {
         nodes: &nodes,
         others: &others,
@@ -563,6 +567,7 @@ fn a_zone_budget_spreads_grants_across_zones_and_counts_a_not_ready_node_in_its_
         clock: 0,
         reboot_timeout: u64::MAX,
         blocked: &blocked,
+        preflight: &preflight,
     };
     let d = round(Some(common::MaxUnavailable::Count(1))).decide();
     assert_eq!(
@@ -609,6 +614,7 @@ fn a_completed_node_keeps_its_slot_through_the_soak_and_holds_the_pool_when_not_
             clock: 0,
             reboot_timeout: u64::MAX,
             blocked: &BTreeSet::new(),
+            preflight: &BTreeMap::new(),
         }
         .decide()
     };
@@ -679,6 +685,7 @@ fn a_node_with_a_blocking_pod_waits_and_the_others_go_on() {
         clock: 0,
         reboot_timeout: u64::MAX,
         blocked: &blocked,
+        preflight: &BTreeMap::new(),
     }
     .decide();
     assert_eq!(
@@ -688,6 +695,94 @@ fn a_node_with_a_blocking_pod_waits_and_the_others_go_on() {
     );
     assert_eq!(d.waiting, ["busy"]);
     assert_eq!(d.blocked, blocked);
+}
+
+fn decide_preflight(
+    nodes: &[NodeView],
+    ledger: &Ledger,
+    held: &BTreeMap<String, Preflight>,
+) -> Decision {
+    Round {
+        nodes,
+        others: &PoolCounts::default(),
+        ledger,
+        deleted: &BTreeSet::new(),
+        budget: 1,
+        zone_budget: None,
+        drain_enabled: true,
+        now: 0,
+        fence: OPEN,
+        finish_after_window: true,
+        min_ready: 0,
+        clock: 0,
+        reboot_timeout: u64::MAX,
+        blocked: &BTreeSet::new(),
+        preflight: held,
+    }
+    .decide()
+}
+
+#[test]
+fn a_node_a_preflight_check_holds_is_not_granted_and_the_next_one_takes_the_slot() {
+    let requested = |names: &[&str]| -> Vec<NodeView> {
+        names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| {
+                let mut obj = node_json(n, true);
+                annotate(&mut obj, "reboot-needed", "true");
+                let mut v = view(&obj);
+                v.requested_at = Some(i as u64);
+                v
+            })
+            .collect()
+    };
+    let nodes = requested(&["db", "lost", "free"]);
+    let held = BTreeMap::from([
+        ("db".to_owned(), Preflight::DisruptionBudget),
+        ("lost".to_owned(), Preflight::NoAgent),
+    ]);
+    let d = decide_preflight(&nodes, &Ledger::default(), &held);
+    assert_eq!(granted(&d), ["free"], "the two older requests are held");
+    assert_eq!(d.waiting, ["db", "lost"]);
+    assert_eq!(d.preflight, held);
+    // The budget allows a disruption again: the oldest request comes back first.
+    let d = decide_preflight(&nodes, &Ledger::default(), &BTreeMap::new());
+    assert_eq!(granted(&d), ["db"]);
+    assert!(d.preflight.is_empty());
+    // Only a free slot is given away: with none, a held node waits as the others do.
+    let mut busy = node_json("busy", true);
+    claimed(&mut busy, "g-busy");
+    annotate(&mut busy, "reboot-needed", "true");
+    let mut full = requested(&["db", "free"]);
+    full.push(view(&busy));
+    let held = BTreeMap::from([("db".to_owned(), Preflight::DisruptionBudget)]);
+    let d = decide_preflight(&full, &ledger_of(&["busy"]), &held);
+    assert!(granted(&d).is_empty(), "{:?}", d.ledger);
+    assert_eq!(d.waiting, ["db", "free"]);
+}
+
+#[test]
+fn a_preflight_check_does_not_stop_a_node_granted_before_it() {
+    // Granted on an older reading (another replica's, or before the budget went to 0): the
+    // grant is claimed and the drain starts as usual; the check is advice for new grants.
+    let mut obj = node_json("db", true);
+    annotate(&mut obj, "reboot-needed", "true");
+    let held = BTreeMap::from([("db".to_owned(), Preflight::DisruptionBudget)]);
+    let d = decide_preflight(&[view(&obj)], &ledger_of(&["db"]), &held);
+    assert!(
+        matches!(d.node_actions.as_slice(), [NodeAction::Claim { node, .. }] if node == "db"),
+        "{:?}",
+        d.node_actions
+    );
+    claimed(&mut obj, "g-db");
+    obj["spec"]["unschedulable"] = true.into();
+    let d = decide_preflight(&[view(&obj)], &ledger_of(&["db"]), &held);
+    assert!(
+        matches!(d.node_actions.as_slice(), [NodeAction::StartDrain { node, .. }] if node == "db"),
+        "{:?}",
+        d.node_actions
+    );
 }
 
 /// `a` was told to reboot at 1000 under grant g-a (the timeout is 600); `b` and `c` want
@@ -730,6 +825,7 @@ fn decide_at_clock_with(nodes: &[NodeView], clock: u64, ledger: &Ledger) -> Deci
         clock,
         reboot_timeout: 600,
         blocked: &BTreeSet::new(),
+        preflight: &BTreeMap::new(),
     }
     .decide()
 }
@@ -919,6 +1015,7 @@ fn decide_zoned(nodes: &[NodeView], ledger: &Ledger, budget: usize) -> Decision 
         clock: 0,
         reboot_timeout: u64::MAX,
         blocked: &BTreeSet::new(),
+        preflight: &BTreeMap::new(),
     }
     .decide()
 }

@@ -57,6 +57,11 @@ pub enum Reason {
     PrometheusUnreachable,
     /// A requested node waits while a blocking pod runs (`--blocking-pod-selector`).
     BlockingPod,
+    /// A requested node has no Running and Ready agent pod (`--agent-selector`): not granted.
+    NoAgent,
+    /// A PodDisruptionBudget that allows no disruption covers a pod of a requested node
+    /// (`--check-disruption-budgets`): not granted.
+    DisruptionBudget,
 }
 
 impl Reason {
@@ -85,6 +90,8 @@ impl Reason {
             Self::AlertsFiring => "AlertsFiring",
             Self::PrometheusUnreachable => "PrometheusUnreachable",
             Self::BlockingPod => "BlockingPod",
+            Self::NoAgent => "NoAgent",
+            Self::DisruptionBudget => "DisruptionBudget",
         }
     }
 
@@ -98,6 +105,7 @@ impl Reason {
             | Self::NotReadyAfterReboot
             | Self::RebootOverdue
             | Self::ZoneLabelMissing
+            | Self::NoAgent
             | Self::PrometheusUnreachable => EventType::Warning,
             _ => EventType::Normal,
         }

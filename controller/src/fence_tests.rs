@@ -100,6 +100,7 @@ fn decide_at(stage: Stage, fence: Fence, finish_after_window: bool, blocked: boo
         clock: 0,
         reboot_timeout: u64::MAX,
         blocked: &blocked,
+        preflight: &std::collections::BTreeMap::new(),
     }
     .decide()
 }

@@ -29,6 +29,7 @@ pub mod notify;
 pub mod plan;
 pub mod pool;
 pub mod pool_index;
+pub mod preflight;
 pub mod run;
 pub mod schedule;
 pub mod shell;

@@ -109,6 +109,11 @@ pub struct GateLabels {
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CheckLabels {
+    pub check: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ReasonLabels {
     pub reason: String,
 }
@@ -159,6 +164,7 @@ pub struct Metrics {
     pub opted_out_requests: Gauge,
     pub gates_open: Family<GateLabels, Gauge>,
     pub blocked_nodes: Gauge,
+    pub preflight_held: Family<CheckLabels, Gauge>,
     pub notifications: Family<OutcomeLabels, Counter>,
     pub notifications_dropped: Family<ReasonLabels, Counter>,
 }
@@ -192,6 +198,7 @@ impl Metrics {
             opted_out_requests: Gauge::default(),
             gates_open: Family::default(),
             blocked_nodes: Gauge::default(),
+            preflight_held: Family::default(),
             notifications: Family::default(),
             notifications_dropped: Family::default(),
         };
@@ -326,6 +333,13 @@ impl Metrics {
             m.blocked_nodes,
         );
         registry.register(
+            "preflight_held_nodes",
+            "Requested nodes not granted because a pre-flight check fails, by check (no_agent: no \
+             Running and Ready agent pod; disruption_budget: a PodDisruptionBudget allowing no \
+             disruption covers one of its pods)",
+            m.preflight_held,
+        );
+        registry.register(
             "notifications",
             "Notifications to --notify-url webhooks by outcome: sent, or failed after the retries",
             m.notifications,
@@ -351,6 +365,9 @@ impl Metrics {
         let _ = metrics.notifications_dropped.get_or_create(&ReasonLabels {
             reason: "queue_full".into(),
         });
+        for check in ["no_agent", "disruption_budget"] {
+            metrics.preflight_held(check, 0);
+        }
         for outcome in ["drained", "timed_out"] {
             let _ = metrics.drain_duration.get_or_create(&OutcomeLabels {
                 outcome: outcome.into(),
@@ -372,6 +389,14 @@ impl Metrics {
         self.gates_open
             .get_or_create(&GateLabels { gate: gate.into() })
             .set(i64::from(open));
+    }
+
+    pub fn preflight_held(&self, check: &str, nodes: usize) {
+        self.preflight_held
+            .get_or_create(&CheckLabels {
+                check: check.into(),
+            })
+            .set(i64::try_from(nodes).unwrap_or(i64::MAX));
     }
 
     pub fn reboot_failed(&self, reason: &str) {

@@ -88,6 +88,7 @@ fn with_round<T>(
         clock,
         reboot_timeout: 600_000,
         blocked: &BTreeSet::new(),
+        preflight: &std::collections::BTreeMap::new(),
     })
 }
 

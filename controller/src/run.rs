@@ -24,6 +24,7 @@ use crate::{
     nodes,
     nodes::{Overlay, SharedIndex},
     notify::{self, Notifier},
+    preflight::{AgentPods, DisruptionBudgets, PreflightChecks},
     schedule::Schedule,
     shell::{Shell, ShellParts},
     window::Windows,
@@ -110,6 +111,8 @@ struct Context {
     metrics: Metrics,
     /// The watches of `--blocking-pod-selector`, kept warm like the node cache.
     blocking_pods: Option<BlockingPods>,
+    /// The watches of the pre-flight checks (agent pods, PodDisruptionBudgets), kept warm too.
+    preflight: PreflightChecks,
     /// The senders of `--notify-url`; only a leader's rounds give them anything to send.
     notifier: Notifier,
 }
@@ -156,6 +159,7 @@ impl Context {
             let scope = args.gates.blocking_pod_selector_scope;
             BlockingPods::spawn(&client, selectors, scope, &changed, &metrics)
         });
+        let preflight = start_preflight(&args, &client, &changed, &metrics);
         let notifier = start_notifier(&args, &metrics);
         let began = Instant::now();
         store
@@ -181,6 +185,7 @@ impl Context {
             events,
             metrics,
             blocking_pods,
+            preflight,
             notifier,
         })
     }
@@ -316,6 +321,7 @@ impl Context {
                 reboot_timeout: args.reboot_timeout,
             },
             gates: Gates::new(self.blocking_pods.clone(), self.alert_checks()),
+            preflight: self.preflight.clone(),
             metrics: self.metrics.clone(),
             leadership,
             dry_run: args.dry_run,
@@ -394,6 +400,28 @@ impl Context {
                 }
             }
         }
+    }
+}
+
+/// The watches of the pre-flight checks that are on: `--agent-selector` (unless empty) and
+/// `--check-disruption-budgets` (with --drain only: without a drain no budget is asked).
+fn start_preflight(
+    args: &Args,
+    client: &Client,
+    changed: &Arc<Notify>,
+    metrics: &Metrics,
+) -> PreflightChecks {
+    let selector = args.agent_selector.clone();
+    let agents =
+        (!selector.is_empty()).then(|| AgentPods::spawn(client, &selector, changed, metrics));
+    let budgets = (args.drain && args.check_disruption_budgets).then(|| {
+        let drain_selector = args.drain_pod_selector.as_deref();
+        DisruptionBudgets::spawn(client, drain_selector, changed, metrics)
+    });
+    PreflightChecks {
+        agents,
+        budgets,
+        agent_selector: selector,
     }
 }
 

@@ -21,6 +21,9 @@ use std::{
 };
 
 const ROLLOUT: Duration = Duration::from_secs(240);
+/// Grants a node though a PodDisruptionBudget at 0 covers one of its pods, for the tests of a
+/// drain that such a budget blocks.
+const NO_PDB_CHECK: &str = "--check-disruption-budgets=false";
 
 async fn sandbox(nodes: usize, max_unavailable: &str, controller_args: &[&str]) -> Sandbox {
     let config = SandboxConfig {
@@ -232,7 +235,9 @@ async fn wait_until_the_budget_allows_no_disruption(sb: &Sandbox) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_drain_that_times_out_gives_the_slot_to_another_node() {
-    let sb = sandbox(3, "1", &["--drain-timeout", "6s"]).await;
+    // The drain must start though the budget allows no disruption (the pre-flight would
+    // not grant the node).
+    let sb = sandbox(3, "1", &["--drain-timeout", "6s", NO_PDB_CHECK]).await;
     apply(&sb.control_plane, &pod_that_blocks_the_drain_of("sim-1"));
     wait_until_the_budget_allows_no_disruption(&sb).await;
     let watch = BudgetWatch::start(sb.client.clone(), 1).await;
@@ -305,7 +310,9 @@ spec:
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_drain_resumes_after_the_controller_is_killed() {
-    let mut sb = sandbox(2, "1", &[]).await;
+    // The drain must start though the budget allows no disruption (the pre-flight would
+    // not grant the node).
+    let mut sb = sandbox(2, "1", &[NO_PDB_CHECK]).await;
     apply(&sb.control_plane, PAIR);
     wait_until("2 pair replicas Ready on sim-1", ROLLOUT, None, || async {
         ready_pods(&sb.client, "app=pair").await.len() == 2
@@ -401,7 +408,9 @@ async fn a_bare_pod_is_evicted_with_a_warning_that_it_will_not_come_back() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn removing_the_request_during_the_drain_cancels_it() {
-    let sb = sandbox(2, "1", &[]).await;
+    // The drain must start though the budget allows no disruption (the pre-flight would
+    // not grant the node).
+    let sb = sandbox(2, "1", &[NO_PDB_CHECK]).await;
     apply(&sb.control_plane, &pod_that_blocks_the_drain_of("sim-1"));
     wait_until_the_budget_allows_no_disruption(&sb).await;
     let watch = BudgetWatch::start(sb.client.clone(), 1).await;
@@ -484,10 +493,18 @@ spec:
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_pod_selector_limits_the_drain_and_two_budgets_on_one_pod_are_reported() {
+    // The drain's own report of the two budgets is checked here: the pre-flight would not
+    // grant sim-2 (the disruption controller shows a budget of a doubly covered pod at 0).
     let sb = sandbox(
         2,
         "1",
-        &["--drain-pod-selector", "app=web", "--drain-timeout", "5s"],
+        &[
+            "--drain-pod-selector",
+            "app=web",
+            "--drain-timeout",
+            "5s",
+            NO_PDB_CHECK,
+        ],
     )
     .await;
     apply(&sb.control_plane, SELECTED);
@@ -717,7 +734,11 @@ async fn count_drain_requests(streaming: bool) {
     let controller = ControllerProcess::start(
         nodesim::workspace_binary("reboot-controller").unwrap(),
         kubeconfig,
-        vec!["--max-unavailable".into(), "1".into()],
+        vec![
+            "--max-unavailable".into(),
+            "1".into(),
+            nodesim::sandbox::NO_AGENT_PODS.into(),
+        ],
         cp.dir().join("controller-1.log"),
     )
     .unwrap();

@@ -77,6 +77,8 @@ async fn a_pause_after_the_grant_keeps_the_drained_node_from_rebooting_until_res
         max_unavailable: "1".into(),
         reboot_duration: Duration::from_secs(1),
         control_plane: Options::default(),
+        // The drain must start though the budget allows no disruption.
+        controller_args: vec!["--check-disruption-budgets=false".into()],
         ..SandboxConfig::default()
     })
     .await

@@ -5,7 +5,7 @@
 //! values.schema.json refuses typos and wrong types; it installs, upgrades and uninstalls on
 //! the local control plane; and the objects it installs pass the security checks of
 //! e2e/tests/security.rs.
-// The sample values are one json! literal with a flag per line.
+// The sample values of every flag are one json! literal, deeper than the default limit.
 #![recursion_limit = "256"]
 
 use e2e::install::{
@@ -404,6 +404,8 @@ fn sample_values() -> Value {
             "drainGracePeriod": "30s",
             "drainSkipWaitForDeleteMargin": "90s",
             "drainPodSelector": "drain=yes",
+            "checkDisruptionBudgets": false,
+            "agentSelector": "app=my-agent",
             "minReadySeconds": 1_000_000,
             "rebootTimeout": "45m",
             "rebootWindow": ["Mon-Fri 22:00-06:00 Europe/Berlin", "0 2 * * 6 4h"],

@@ -451,7 +451,11 @@ async fn kubectl_tells_each_nodes_story_in_order_and_a_blocked_drain_is_a_warnin
         nodes: 2,
         max_unavailable: "1".into(),
         reboot_duration: Duration::from_secs(1),
-        controller_args: vec!["--drain-timeout=3s".into()],
+        // The drain must start though a budget allows no disruption (a Warning when it ends).
+        controller_args: vec![
+            "--drain-timeout=3s".into(),
+            "--check-disruption-budgets=false".into(),
+        ],
         ..SandboxConfig::default()
     };
     let sb = sandbox(config).await;
@@ -599,7 +603,11 @@ async fn readyz_waits_for_the_cache_sync_while_healthz_stays_up() {
     let mut controller = ControllerProcess::start(
         workspace_binary("reboot-controller").unwrap(),
         kubeconfig,
-        vec!["--max-unavailable".into(), "1".into()],
+        vec![
+            "--max-unavailable".into(),
+            "1".into(),
+            nodesim::sandbox::NO_AGENT_PODS.into(),
+        ],
         cp.dir().join("controller.log"),
     )
     .unwrap();

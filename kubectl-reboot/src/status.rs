@@ -172,6 +172,11 @@ pub enum WaitReason {
     RebootOverdue,
     /// Its last drain timed out; tried again later (`DrainBlocked`).
     DrainTimedOut,
+    /// No agent pod is Running and Ready on it: not cordoned while that lasts (`NoAgent`).
+    NoAgent,
+    /// A PodDisruptionBudget that allows no disruption covers one of its pods: not cordoned
+    /// until the budget allows one (`DisruptionBudget`, which names the budget).
+    DisruptionBudget,
 }
 
 impl WaitReason {
@@ -189,6 +194,8 @@ impl WaitReason {
             Self::NotReadyAfterReboot => "a node is NotReady after its reboot",
             Self::RebootOverdue => "a node did not come back from its reboot",
             Self::DrainTimedOut => "drain timed out, retried later",
+            Self::NoAgent => "no agent",
+            Self::DisruptionBudget => "PodDisruptionBudget allows no disruption",
         }
     }
 
@@ -205,6 +212,8 @@ impl WaitReason {
             "BlockingPod" => Self::BlockingPod,
             "RebootDisabled" => Self::OptedOut,
             "DrainBlocked" => Self::DrainTimedOut,
+            "NoAgent" => Self::NoAgent,
+            "DisruptionBudget" => Self::DisruptionBudget,
             _ => return None,
         })
     }
@@ -769,6 +778,8 @@ impl Context<'_> {
                 "BlockingPod",
                 "RebootDisabled",
                 "DrainBlocked",
+                "NoAgent",
+                "DisruptionBudget",
                 // Not reasons to wait, but they end a wait: an Event before them is old.
                 "Draining",
                 "RebootApproved",

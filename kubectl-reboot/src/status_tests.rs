@@ -130,6 +130,8 @@ fn each_waiting_reason_comes_from_the_controllers_latest_event() {
         ("PrometheusUnreachable", WaitReason::PrometheusUnreachable),
         ("BlockingPod", WaitReason::BlockingPod),
         ("DrainBlocked", WaitReason::DrainTimedOut),
+        ("NoAgent", WaitReason::NoAgent),
+        ("DisruptionBudget", WaitReason::DisruptionBudget),
     ];
     for (reason, expected) in cases {
         let n = with_events(

@@ -11,6 +11,11 @@ use testenv::{ControlPlane, Options};
 /// The namespace of the controller's ledger (and of the manifests' resources).
 pub use common::ledger::OPERATOR_NAMESPACE;
 
+/// The simulated nodes run their agents as processes, not pods: the controller's agent check
+/// (`--agent-selector`) would find none and grant nothing. A test of that check creates agent
+/// pods and passes its own `--agent-selector`.
+pub const NO_AGENT_PODS: &str = "--agent-selector=";
+
 #[derive(Debug, Clone)]
 pub struct SandboxConfig {
     pub nodes: usize,
@@ -110,6 +115,9 @@ impl Sandbox {
         ];
         args.extend(self.config.controller_args.iter().cloned());
         args.extend(extra.iter().map(|s| (*s).to_owned()));
+        if !args.iter().any(|a| a.starts_with("--agent-selector")) {
+            args.push(NO_AGENT_PODS.to_owned());
+        }
         let log = self
             .control_plane
             .dir()

@@ -208,6 +208,10 @@ pub fn start_controller(
             ledger_name(pool)
         ));
     }
+    if ctx.controller_help.contains("--agent-selector") {
+        // The simulated agents are processes, not pods.
+        args.push(nodesim::sandbox::NO_AGENT_PODS.into());
+    }
     args.extend(ctx.controller_args.iter().cloned());
     Ok(ControllerProcess::start(
         ctx.controller_bin.clone(),

@@ -19,6 +19,8 @@ flag of the programs' --help is here and in values.yaml, with the same default.
   (list "drainGracePeriod" "drain-grace-period" "" "value")
   (list "drainSkipWaitForDeleteMargin" "drain-skip-wait-for-delete-margin" "5m" "value")
   (list "drainPodSelector" "drain-pod-selector" "" "value")
+  (list "checkDisruptionBudgets" "check-disruption-budgets" true "value")
+  (list "agentSelector" "agent-selector" "app.kubernetes.io/name=reboot-agent" "value")
   (list "minReadySeconds" "min-ready-seconds" 0 "value")
   (list "rebootTimeout" "reboot-timeout" "30m" "value")
   (list "rebootWindow" "reboot-window" list "list")

@@ -369,6 +369,7 @@ impl Model {
                 reboot_timeout: Duration::from_millis(lock(&self.server).reboot_timeout_ms),
             },
             gates: Gates::new(Some(pods_gate), Some(alert_checks)),
+            preflight: crate::preflight::PreflightChecks::default(),
             metrics,
             leadership: Leadership::always(),
             dry_run: false,

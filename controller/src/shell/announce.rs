@@ -331,6 +331,7 @@ impl Shell {
         pool: usize,
         scheduled: Option<Hold>,
         gates: &GateReading,
+        preflight: &PreflightReading,
     ) {
         let now = self.clock.now();
         let pool_event = match (self.schedule.waiting_event(scheduled, now), &gates.pool) {
@@ -355,6 +356,8 @@ impl Shell {
         for name in &decision.waiting {
             let event = if decision.blocked.contains(name) {
                 Some(gates.blocked_event(name))
+            } else if decision.preflight.contains_key(name) {
+                preflight.event(name)
             } else if decision.zone_unknown.contains(name) {
                 let label = self.overlay.indexing().zone_label();
                 let note = format!(

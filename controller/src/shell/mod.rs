@@ -20,6 +20,7 @@ use crate::{
     notify::{Notifier, Rollout},
     plan,
     pool_index::PoolCounts,
+    preflight::{PreflightChecks, PreflightReading},
     schedule::Schedule,
 };
 use common::{AnnotationKeys, MaxUnavailable, NodeFacts, RebootMarks, Transition};
@@ -53,6 +54,8 @@ pub struct ShellParts {
     pub events: Events,
     pub schedule: Schedule,
     pub gates: Gates,
+    /// What keeps a requested node from being granted: no agent, a budget at 0.
+    pub preflight: PreflightChecks,
     pub metrics: Metrics,
     /// Nothing is written once this replica no longer leads.
     pub leadership: Leadership,
@@ -93,6 +96,7 @@ pub struct Shell {
     events: Events,
     schedule: Schedule,
     gates: Gates,
+    preflight: PreflightChecks,
     /// Why the last round granted nothing new, to log when that changes.
     hold: Option<Hold>,
     memory: Memory,
@@ -137,6 +141,7 @@ impl Shell {
             events: parts.events,
             schedule: parts.schedule,
             gates: parts.gates,
+            preflight: parts.preflight,
             hold: None,
             memory: Memory::default(),
             look_at: None,
@@ -197,6 +202,7 @@ impl Shell {
             gates_closed: gates.pool.is_some(),
         };
         let blocked = gates.blocked_nodes();
+        let preflight = self.preflight.read(&views, &self.metrics);
         let now = self.now_ms();
         let round = Round {
             nodes: &views,
@@ -214,6 +220,7 @@ impl Shell {
             reboot_timeout: u64::try_from(self.schedule.reboot_timeout.as_millis())
                 .unwrap_or(u64::MAX),
             blocked: &blocked,
+            preflight: &preflight.held,
         };
         let mut decision = round.decide();
         #[cfg(test)]
@@ -236,7 +243,7 @@ impl Shell {
             .iter()
             .map(|n| (n.metadata.name.as_deref().unwrap_or_default(), n))
             .collect();
-        self.announce_waiting(&decision, &by_name, pool, scheduled, &gates);
+        self.announce_waiting(&decision, &by_name, pool, scheduled, &gates, &preflight);
         self.warn_not_ready_after_reboot(&decision, &by_name);
         self.warn_reboots_overdue(&decision, &by_name);
         self.announce_foreign(&decision, &by_name);

@@ -113,7 +113,12 @@ async fn tier() {
         ControllerProcess::start(
             workspace_binary("reboot-controller").expect("controller built"),
             controller_kubeconfig.clone(),
-            vec!["--max-unavailable".into(), budget.into()],
+            // The agents run under systemd; their pods only stand for the DaemonSet's.
+            vec![
+                "--max-unavailable".into(),
+                budget.into(),
+                nodesim::sandbox::NO_AGENT_PODS.into(),
+            ],
             run_dir.join(format!("controller-{n}.log")),
         )
         .expect("controller starts")

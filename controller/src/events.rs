@@ -57,6 +57,8 @@ pub enum Reason {
     PrometheusUnreachable,
     /// A requested node waits while a blocking pod runs (`--blocking-pod-selector`).
     BlockingPod,
+    /// A drain timed out and the node is rebooted anyway with pods on it (`--force-reboot`).
+    RebootForced,
 }
 
 impl Reason {
@@ -85,12 +87,14 @@ impl Reason {
             Self::AlertsFiring => "AlertsFiring",
             Self::PrometheusUnreachable => "PrometheusUnreachable",
             Self::BlockingPod => "BlockingPod",
+            Self::RebootForced => "RebootForced",
         }
     }
 
     fn event_type(self) -> EventType {
         match self {
             Self::DrainBlocked
+            | Self::RebootForced
             | Self::InvalidRequest
             | Self::LedgerDamaged
             | Self::LedgerRecreated

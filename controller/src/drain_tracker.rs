@@ -201,7 +201,14 @@ impl DrainTracker {
         let Some(tracked) = self.grants.get(grant) else {
             return DrainState::NotStarted;
         };
-        drain_state_at(tracked.state, tracked.drained_at.as_deref(), node_version)
+        match drain_state_at(tracked.state, tracked.drained_at.as_deref(), node_version) {
+            // Forced (`--force-reboot`): the node is rebooted with pods on it anyway, so a newer
+            // version (the node lifecycle controller's taint for the cordon, a status update)
+            // is not drained, and timed out, again. An uncordon seen meanwhile starts over
+            // (`restart`), and the promotion still tests the grant and the cordon.
+            DrainState::NotStarted if tracked.forced.is_some() => DrainState::Drained,
+            state => state,
+        }
     }
 
     /// The earliest time (in the shell's clock) the node may be granted again.

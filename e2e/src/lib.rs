@@ -334,6 +334,17 @@ spec:
     )
 }
 
+/// Waits (up to four minutes) until the controller-manager has computed that the
+/// `never-disrupt` budget of [`pod_that_blocks_the_drain_of`] allows nothing.
+pub async fn wait_until_the_budget_allows_no_disruption(cp: &testenv::ControlPlane) {
+    let what = "the PDB allows no disruption";
+    wait_until(what, Duration::from_secs(240), None, || async {
+        let status = "jsonpath={.status.currentHealthy}/{.status.disruptionsAllowed}";
+        kubectl(cp, &["get", "pdb", "never-disrupt", "-o", status]) == "1/0"
+    })
+    .await;
+}
+
 /// A pod that is Ready and not being deleted: one that serves.
 pub fn pod_is_ready(pod: &k8s_openapi::api::core::v1::Pod) -> bool {
     pod.metadata.deletion_timestamp.is_none()

@@ -5,6 +5,7 @@ use e2e::pod_is_ready;
 use e2e::{
     BudgetWatch, apply, has_event, kubectl, node, node_events, pod_that_blocks_the_drain_of,
     protocol_annotations, request_reboot, wait_for_event, wait_until,
+    wait_until_the_budget_allows_no_disruption,
 };
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
@@ -218,23 +219,11 @@ async fn a_rollout_keeps_the_pod_disruption_budget_and_leaves_daemonset_pods_alo
     sb.stop().await;
 }
 
-/// Waits until the controller-manager has computed that `never-disrupt` allows nothing.
-async fn wait_until_the_budget_allows_no_disruption(sb: &Sandbox) {
-    wait_until("the PDB allows no disruption", ROLLOUT, None, || async {
-        let status = "jsonpath={.status.currentHealthy}/{.status.disruptionsAllowed}";
-        kubectl(
-            &sb.control_plane,
-            &["get", "pdb", "never-disrupt", "-o", status],
-        ) == "1/0"
-    })
-    .await;
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn a_drain_that_times_out_gives_the_slot_to_another_node() {
     let sb = sandbox(3, "1", &["--drain-timeout", "6s"]).await;
     apply(&sb.control_plane, &pod_that_blocks_the_drain_of("sim-1"));
-    wait_until_the_budget_allows_no_disruption(&sb).await;
+    wait_until_the_budget_allows_no_disruption(&sb.control_plane).await;
     let watch = BudgetWatch::start(sb.client.clone(), 1).await;
     request_reboot(&sb.control_plane, "sim-1");
     wait_until("sim-1 is draining", ROLLOUT, Some(&watch), || async {
@@ -403,7 +392,7 @@ async fn a_bare_pod_is_evicted_with_a_warning_that_it_will_not_come_back() {
 async fn removing_the_request_during_the_drain_cancels_it() {
     let sb = sandbox(2, "1", &[]).await;
     apply(&sb.control_plane, &pod_that_blocks_the_drain_of("sim-1"));
-    wait_until_the_budget_allows_no_disruption(&sb).await;
+    wait_until_the_budget_allows_no_disruption(&sb.control_plane).await;
     let watch = BudgetWatch::start(sb.client.clone(), 1).await;
     request_reboot(&sb.control_plane, "sim-1");
     wait_until(

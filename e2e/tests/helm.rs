@@ -5,6 +5,9 @@
 //! values.schema.json refuses typos and wrong types; it installs, upgrades and uninstalls on
 //! the local control plane; and the objects it installs pass the security checks of
 //! e2e/tests/security.rs.
+// The sample values, one per flag of both programs, are one `json!` literal deeper than the
+// default limit allows.
+#![recursion_limit = "256"]
 
 use e2e::install::{
     Identities, NS, chart_dir,
@@ -401,6 +404,9 @@ fn sample_values() -> Value {
             "drainTimeout": "1h30m",
             "drainGracePeriod": "30s",
             "drainSkipWaitForDeleteMargin": "90s",
+            "drainDelay": "30s",
+            "rebootDelay": "1m",
+            "forceReboot": true,
             "drainPodSelector": "drain=yes",
             "minReadySeconds": 1_000_000,
             "rebootTimeout": "45m",

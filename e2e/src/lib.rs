@@ -103,17 +103,8 @@ pub fn protocol_annotations(node: &Node) -> Vec<String> {
 
 /// The Events about a node, first stored first, as `(reason, reporting component, message)`.
 pub async fn node_events(client: &Client, node: &str) -> Vec<(String, String, String)> {
-    let params = ListParams::default().fields(&format!("involvedObject.name={node}"));
-    let mut events = Api::<Event>::namespaced(client.clone(), "default")
-        .list(&params)
+    events_about(client, node)
         .await
-        .expect("list events")
-        .items;
-    // In the order the API server stored them (etcd revision), not by `eventTime`: each
-    // reporter stamps that with its own clock, and a node's clock may be off by seconds (the
-    // VM tier's guests are).
-    events.sort_by_key(nodesim::observe::revision);
-    events
         .into_iter()
         .map(|e| {
             (
@@ -123,6 +114,39 @@ pub async fn node_events(client: &Client, node: &str) -> Vec<(String, String, St
             )
         })
         .collect()
+}
+
+/// The Events about the object named `node`, in the order the API server stored them (etcd
+/// revision), not by `eventTime`: each reporter stamps that with its own clock, and a node's
+/// clock may be off by seconds (the VM tier's guests are).
+pub async fn events_about(client: &Client, node: &str) -> Vec<Event> {
+    let params = ListParams::default().fields(&format!("involvedObject.name={node}"));
+    let mut events = Api::<Event>::namespaced(client.clone(), "default")
+        .list(&params)
+        .await
+        .expect("list events")
+        .items;
+    events.sort_by_key(nodesim::observe::revision);
+    events
+}
+
+/// A sandbox on a control plane with the scheduler and the controller-manager, so that
+/// Deployments, DaemonSets and PodDisruptionBudgets are real; reboots take 1 s.
+pub async fn sandbox_with_pods(
+    nodes: usize,
+    max_unavailable: &str,
+    controller_args: &[&str],
+) -> nodesim::sandbox::Sandbox {
+    let config = nodesim::sandbox::SandboxConfig {
+        nodes,
+        max_unavailable: max_unavailable.into(),
+        reboot_duration: Duration::from_secs(1),
+        controller_args: controller_args.iter().map(|s| (*s).to_owned()).collect(),
+        ..nodesim::sandbox::SandboxConfig::default()
+    };
+    nodesim::sandbox::Sandbox::start(config)
+        .await
+        .expect("sandbox starts")
 }
 
 /// Who reported which steps: for each `reportingInstance` of `component` (such as

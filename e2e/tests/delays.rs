@@ -9,23 +9,12 @@ use e2e::{
     scrape::{metric, scrape},
     wait_for_event, wait_until, wait_until_the_budget_allows_no_disruption,
 };
-use k8s_openapi::{api::core::v1::Event, jiff::Timestamp};
+use k8s_openapi::jiff::Timestamp;
 use kube::{Api, Client, api::ListParams};
-use nodesim::sandbox::{Sandbox, SandboxConfig};
+use nodesim::sandbox::Sandbox;
 use std::time::Duration;
 
 const ROLLOUT: Duration = Duration::from_secs(240);
-
-async fn sandbox(nodes: usize, controller_args: &[&str]) -> Sandbox {
-    let config = SandboxConfig {
-        nodes,
-        max_unavailable: "1".into(),
-        reboot_duration: Duration::from_secs(1),
-        controller_args: controller_args.iter().map(|s| (*s).to_owned()).collect(),
-        ..SandboxConfig::default()
-    };
-    Sandbox::start(config).await.expect("sandbox starts")
-}
 
 /// One Event about a node as the reporter wrote it.
 #[derive(Debug)]
@@ -39,14 +28,8 @@ struct Step {
 
 /// The controller's Events about `node`, in the order the API server stored them.
 async fn steps(client: &Client, node: &str) -> Vec<Step> {
-    let params = ListParams::default().fields(&format!("involvedObject.name={node}"));
-    let mut events = Api::<Event>::namespaced(client.clone(), "default")
-        .list(&params)
+    e2e::events_about(client, node)
         .await
-        .expect("list events")
-        .items;
-    events.sort_by_key(nodesim::observe::revision);
-    events
         .into_iter()
         .filter(|e| e.reporting_component.as_deref() == Some("reboot-controller"))
         .map(|e| Step {
@@ -60,6 +43,16 @@ async fn steps(client: &Client, node: &str) -> Vec<Step> {
                 .expect("the controller's Events have an eventTime"),
         })
         .collect()
+}
+
+/// Waits until `sim-1` has rebooted once and is out of the protocol (completed).
+async fn wait_until_sim_1_is_rebooted_and_back(sb: &Sandbox, watch: &BudgetWatch) {
+    let what = "sim-1 rebooted once and back";
+    wait_until(what, ROLLOUT, Some(watch), || async {
+        sb.fleet.reboots("sim-1") == 1
+            && protocol_annotations(&node(&sb.client, "sim-1").await).is_empty()
+    })
+    .await;
 }
 
 /// The first step with this reason and action, with its place.
@@ -88,7 +81,7 @@ spec:
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_drain_and_reboot_now_wait_for_their_delays() {
-    let sb = sandbox(2, &["--drain-delay", "6s", "--reboot-delay", "6s"]).await;
+    let sb = e2e::sandbox_with_pods(2, "1", &["--drain-delay", "6s", "--reboot-delay", "6s"]).await;
     apply(&sb.control_plane, ONE_POD);
     wait_until("the pod of `one` runs on sim-1", ROLLOUT, None, || async {
         let pods = Api::<k8s_openapi::api::core::v1::Pod>::namespaced(sb.client.clone(), "default")
@@ -100,16 +93,7 @@ async fn the_drain_and_reboot_now_wait_for_their_delays() {
     .await;
     let watch = BudgetWatch::start(sb.client.clone(), 1).await;
     request_reboot(&sb.control_plane, "sim-1");
-    wait_until(
-        "sim-1 rebooted once and back",
-        ROLLOUT,
-        Some(&watch),
-        || async {
-            sb.fleet.reboots("sim-1") == 1
-                && protocol_annotations(&node(&sb.client, "sim-1").await).is_empty()
-        },
-    )
-    .await;
+    wait_until_sim_1_is_rebooted_and_back(&sb, &watch).await;
     wait_for_event(
         &sb.client,
         "sim-1",
@@ -154,7 +138,7 @@ async fn the_drain_and_reboot_now_wait_for_their_delays() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn with_force_reboot_a_drain_that_times_out_reboots_the_node_anyway() {
-    let sb = sandbox(2, &["--drain-timeout", "5s", "--force-reboot"]).await;
+    let sb = e2e::sandbox_with_pods(2, "1", &["--drain-timeout", "5s", "--force-reboot"]).await;
     apply(&sb.control_plane, &pod_that_blocks_the_drain_of("sim-1"));
     wait_until_the_budget_allows_no_disruption(&sb.control_plane).await;
     let watch = BudgetWatch::start(sb.client.clone(), 1).await;
@@ -167,16 +151,7 @@ async fn with_force_reboot_a_drain_that_times_out_reboots_the_node_anyway() {
         Some(&watch),
     )
     .await;
-    wait_until(
-        "sim-1 rebooted once and back",
-        ROLLOUT,
-        Some(&watch),
-        || async {
-            sb.fleet.reboots("sim-1") == 1
-                && protocol_annotations(&node(&sb.client, "sim-1").await).is_empty()
-        },
-    )
-    .await;
+    wait_until_sim_1_is_rebooted_and_back(&sb, &watch).await;
     assert!(
         !has_event(&sb.client, "sim-1", "DrainBlocked", &[]).await,
         "the drain was not abandoned"

@@ -24,14 +24,7 @@ use std::{
 const ROLLOUT: Duration = Duration::from_secs(240);
 
 async fn sandbox(nodes: usize, max_unavailable: &str, controller_args: &[&str]) -> Sandbox {
-    let config = SandboxConfig {
-        nodes,
-        max_unavailable: max_unavailable.into(),
-        reboot_duration: Duration::from_secs(1),
-        controller_args: controller_args.iter().map(|s| (*s).to_owned()).collect(),
-        ..SandboxConfig::default()
-    };
-    Sandbox::start(config).await.expect("sandbox starts")
+    e2e::sandbox_with_pods(nodes, max_unavailable, controller_args).await
 }
 
 async fn ready_pods(client: &Client, selector: &str) -> Vec<Pod> {

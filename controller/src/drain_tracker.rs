@@ -400,6 +400,68 @@ mod tests {
     use super::*;
     use std::collections::BTreeMap;
 
+    /// Drains that time out at once, vouching for the version they started at.
+    struct TimesOut;
+
+    impl Drain for TimesOut {
+        fn start(&self, node: Node, _grant: String) -> BoxFuture<'static, DrainOutcome> {
+            let version = node.metadata.resource_version;
+            async move { timed_out(version.as_deref()) }.boxed()
+        }
+
+        fn would_evict(&self, _node: &str) -> BoxFuture<'_, Result<Vec<String>, String>> {
+            async { Ok(Vec::new()) }.boxed()
+        }
+    }
+
+    /// A tracker whose drain of grant `g`, started at the node's version 5, has timed out.
+    async fn timed_out_at_5(force: bool) -> (DrainTracker, Vec<Ended>) {
+        let changed = Arc::new(Notify::new());
+        let mut tracker =
+            DrainTracker::new(Some(Arc::new(TimesOut)), changed.clone()).forcing(force);
+        let node: Node = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "n", "resourceVersion": "5"}
+        }))
+        .expect("a node");
+        tracker.start(&node, "g");
+        changed.notified().await;
+        let ended = tracker
+            .finished(1_000)
+            .into_iter()
+            .map(|(_, e)| e)
+            .collect();
+        (tracker, ended)
+    }
+
+    #[tokio::test]
+    async fn a_forced_drain_is_not_drained_again_at_later_versions_until_a_new_cordon() {
+        let (mut tracker, ended) = timed_out_at_5(true).await;
+        let forced = Ended {
+            first: true,
+            forced: true,
+        };
+        assert_eq!(ended, vec![forced]);
+        assert_eq!(tracker.drained_since("g"), Some(1_000));
+        assert_eq!(tracker.state("g", Some("5")), DrainState::Drained);
+        // The node lifecycle controller's taint for the cordon, a status update: not drained,
+        // and timed out, again.
+        assert_eq!(tracker.state("g", Some("6")), DrainState::Drained);
+        assert_eq!(tracker.state("g", Some("4")), DrainState::Running);
+        // Uncordoned, then cordoned again: pods may be back, the drain starts over.
+        tracker.restart("g");
+        assert_eq!(tracker.state("g", Some("6")), DrainState::NotStarted);
+        assert_eq!(tracker.drained_since("g"), None);
+
+        let (tracker, ended) = timed_out_at_5(false).await;
+        let failed = Ended {
+            first: false,
+            forced: false,
+        };
+        assert_eq!(ended, vec![failed]);
+        assert_eq!(tracker.state("g", Some("6")), DrainState::Failed);
+        assert_eq!(tracker.drained_since("g"), None);
+    }
+
     fn timed_out(node_version: Option<&str>) -> DrainOutcome {
         DrainOutcome::TimedOut {
             blocking: BTreeMap::from([("shop/db-0".to_owned(), "PDB".to_owned())]),

@@ -83,6 +83,31 @@ pub struct Args {
     #[arg(long, env = "DRAIN_SKIP_WAIT_FOR_DELETE_MARGIN", default_value = "5m", allow_hyphen_values = true, value_parser = parse_duration_or_zero)]
     pub drain_skip_wait_for_delete_margin: Duration,
 
+    /// How long to wait between the cordon and the start of the drain (kured's
+    /// `--drain-delay`), such as `30s`: time for what watches cordons (a load balancer taking
+    /// the node out, a job queue moving work elsewhere) before pods are evicted. Counted from
+    /// the cordon; a controller that takes over (restart, new leader) counts from the grant's
+    /// time in the slot ledger, written just before the cordon. `0s`: no delay.
+    #[arg(long, env = "DRAIN_DELAY", default_value = "0s", allow_hyphen_values = true, value_parser = parse_duration_or_zero)]
+    pub drain_delay: Duration,
+
+    /// How long to wait between the end of the drain and `reboot-now` (kured's
+    /// `--reboot-delay`), such as `1m`: the node stays cordoned and drained, holding its slot.
+    /// With `--drain=false`, counted from the cordon. A controller that takes over (restart,
+    /// new leader) drains again (usually nothing is left to evict) and waits the whole delay
+    /// again: the delay may be longer than asked then, never shorter. `0s`: no delay.
+    #[arg(long, env = "REBOOT_DELAY", default_value = "0s", allow_hyphen_values = true, value_parser = parse_duration_or_zero)]
+    pub reboot_delay: Duration,
+
+    /// DANGEROUS: a drain that has not finished within --drain-timeout reboots the node anyway,
+    /// with the pods still on it, instead of being abandoned (kured's `--force-reboot`). A
+    /// PodDisruptionBudget that blocks the drain is then broken: the pods still there stop with
+    /// the node, not gracefully evicted. Each forced reboot gets a Warning Event
+    /// (`RebootForced`) naming those pods, and counts in `node_reboot_reboots_forced_total`.
+    #[arg(long, env = "FORCE_REBOOT", default_value_t = false, action = clap::ArgAction::Set,
+          num_args = 0..=1, default_missing_value = "true")]
+    pub force_reboot: bool,
+
     /// Label selector: evict only matching pods (default: every pod but DaemonSet and mirror pods).
     #[arg(long, env = "DRAIN_POD_SELECTOR")]
     pub drain_pod_selector: Option<String>,

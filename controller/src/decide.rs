@@ -62,6 +62,13 @@ pub struct NodeView {
     /// This copy is what a read of the API server returned since the last round, not the
     /// cache's: only such a copy may re-key a slot to the grant the node carries.
     pub fresh: bool,
+    /// When (Unix milliseconds, as `clock`) the node was cordoned for the grant it holds in the
+    /// ledger: this replica's claim, else the grant's time in the ledger (written just before
+    /// the claim). `--drain-delay` counts from it; `None`: no wait.
+    pub claimed_at: Option<u64>,
+    /// When (as `clock`) the drain of that grant first ended drained; `--reboot-delay` counts
+    /// from it. `None`: no wait.
+    pub drained_at: Option<u64>,
 }
 
 impl NodeView {
@@ -338,6 +345,19 @@ pub struct Round<'a> {
     pub clock: u64,
     /// `--reboot-timeout` in milliseconds.
     pub reboot_timeout: u64,
+    /// `--drain-delay` and `--reboot-delay`.
+    pub delays: Delays,
+}
+
+/// Waits between the steps of a granted node, in milliseconds (the unit of `clock`). A node
+/// that waits keeps its slot: it is cordoned, so it is unavailable anyway.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Delays {
+    /// `--drain-delay`: from the cordon (`claimed_at`) to the drain's start.
+    pub drain: u64,
+    /// `--reboot-delay`: from the drain's end (`drained_at`; the cordon with the drain off) to
+    /// `reboot-now`.
+    pub reboot: u64,
 }
 
 impl<'a> Round<'a> {
@@ -459,17 +479,40 @@ impl<'a> Round<'a> {
     }
 
     /// A claimed node whose request stands: cordoned, drained, promoted.
+    /// Each step waits for its delay (`--drain-delay`, `--reboot-delay`) to be over.
     fn advance(&self, view: &NodeView, grant: String, drain: DrainState, decision: &mut Decision) {
         let node = view.name().to_owned();
         let action = match (view.facts.unschedulable, self.drain_enabled, drain) {
             (false, _, _) => NodeAction::Recordon { node, grant },
             (true, false, _) | (true, true, DrainState::Drained) => {
+                if self.delay_ends(view).is_some() {
+                    return;
+                }
                 NodeAction::Promote { node, grant }
             }
-            (true, true, DrainState::NotStarted) => NodeAction::StartDrain { node, grant },
+            (true, true, DrainState::NotStarted) => {
+                if self.delay_ends(view).is_some() {
+                    return;
+                }
+                NodeAction::StartDrain { node, grant }
+            }
             (true, true, DrainState::Running | DrainState::Failed) => return,
         };
         decision.act(action);
+    }
+
+    /// When (as `clock`) the delay before a cordoned node's next step ends, while it is not
+    /// over: `--drain-delay` before its drain starts, `--reboot-delay` before `reboot-now`
+    /// (from the drain's end, or from the cordon with the drain off).
+    pub(crate) fn delay_ends(&self, view: &NodeView) -> Option<u64> {
+        let (from, delay) = match (self.drain_enabled, view.drain) {
+            (true, DrainState::NotStarted) => (view.claimed_at?, self.delays.drain),
+            (true, DrainState::Drained) => (view.drained_at?, self.delays.reboot),
+            (false, _) => (view.claimed_at?, self.delays.reboot),
+            (true, DrainState::Running | DrainState::Failed) => return None,
+        };
+        let ends = from.saturating_add(delay);
+        (delay > 0 && self.clock < ends).then_some(ends)
     }
 
     /// The ledger holds a grant the node does not carry: claim it if the node is still as it
@@ -486,7 +529,8 @@ impl<'a> Round<'a> {
                     node,
                     grant: grant.to_owned(),
                     node_version: granted_at_version.unwrap_or_default().to_owned(),
-                    promote: !self.drain_enabled,
+                    // With a reboot delay, `reboot-now` waits for it after the cordon.
+                    promote: !self.drain_enabled && self.delays.reboot == 0,
                 });
             }
             return;
@@ -719,3 +763,7 @@ mod tests;
 #[cfg(test)]
 #[path = "fence_tests.rs"]
 mod fence_tests;
+
+#[cfg(test)]
+#[path = "delay_tests.rs"]
+mod delay_tests;

@@ -35,6 +35,8 @@ fn view(obj: &Value) -> NodeView {
         drain: DrainState::NotStarted,
         approved_at: None,
         fresh: false,
+        claimed_at: None,
+        drained_at: None,
     }
 }
 
@@ -101,6 +103,7 @@ fn decide_held(
         min_ready: 0,
         clock: 0,
         reboot_timeout: u64::MAX,
+        delays: Default::default(),
         blocked: &BTreeSet::new(),
         preflight: &BTreeMap::new(),
     }
@@ -363,6 +366,7 @@ fn a_slot_holder_missing_from_the_cache_is_read_again_and_released_only_once_del
         min_ready: 0,
         clock: 0,
         reboot_timeout: u64::MAX,
+        delays: Default::default(),
         blocked: &BTreeSet::new(),
         preflight: &BTreeMap::new(),
     }
@@ -510,6 +514,7 @@ fn without_finish_after_window_a_closed_window_gives_back_what_was_not_told_to_r
         min_ready: 0,
         clock: 0,
         reboot_timeout: u64::MAX,
+        delays: Default::default(),
         blocked: &BTreeSet::new(),
         preflight: &BTreeMap::new(),
     }
@@ -566,6 +571,7 @@ fn a_zone_budget_spreads_grants_across_zones_and_counts_a_not_ready_node_in_its_
         min_ready: 0,
         clock: 0,
         reboot_timeout: u64::MAX,
+        delays: Default::default(),
         blocked: &blocked,
         preflight: &preflight,
     };
@@ -613,6 +619,7 @@ fn a_completed_node_keeps_its_slot_through_the_soak_and_holds_the_pool_when_not_
             min_ready: 30,
             clock: 0,
             reboot_timeout: u64::MAX,
+            delays: Default::default(),
             blocked: &BTreeSet::new(),
             preflight: &BTreeMap::new(),
         }
@@ -684,6 +691,7 @@ fn a_node_with_a_blocking_pod_waits_and_the_others_go_on() {
         min_ready: 0,
         clock: 0,
         reboot_timeout: u64::MAX,
+        delays: Default::default(),
         blocked: &blocked,
         preflight: &BTreeMap::new(),
     }
@@ -716,6 +724,7 @@ fn decide_preflight(
         min_ready: 0,
         clock: 0,
         reboot_timeout: u64::MAX,
+        delays: Default::default(),
         blocked: &BTreeSet::new(),
         preflight: held,
     }
@@ -824,6 +833,7 @@ fn decide_at_clock_with(nodes: &[NodeView], clock: u64, ledger: &Ledger) -> Deci
         min_ready: 0,
         clock,
         reboot_timeout: 600,
+        delays: Default::default(),
         blocked: &BTreeSet::new(),
         preflight: &BTreeMap::new(),
     }
@@ -987,6 +997,8 @@ fn a_slot_is_re_keyed_only_on_a_fresh_read_of_the_node() {
     // Read again and still carrying its grant: the node is the truth, the slot follows it.
     let read = NodeView {
         fresh: true,
+        claimed_at: None,
+        drained_at: None,
         ..cached
     };
     let d = decide(&[read], &ledger, 1, true);
@@ -1014,6 +1026,7 @@ fn decide_zoned(nodes: &[NodeView], ledger: &Ledger, budget: usize) -> Decision 
         min_ready: 0,
         clock: 0,
         reboot_timeout: u64::MAX,
+        delays: Default::default(),
         blocked: &BTreeSet::new(),
         preflight: &BTreeMap::new(),
     }

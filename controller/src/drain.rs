@@ -59,7 +59,12 @@ pub enum DrainOutcome {
         node_version: Option<String>,
     },
     /// Timed out; each blocking pod (`namespace/name`) with the reason it is still there.
-    TimedOut { blocking: BTreeMap<String, String> },
+    TimedOut {
+        blocking: BTreeMap<String, String>,
+        /// The newest version of the node known to hold the grant (as `Drained`'s): where a
+        /// `--force-reboot` promotion stands.
+        node_version: Option<String>,
+    },
     /// The node no longer holds the grant this drain was for (cancelled, or released by
     /// another controller): nothing more is evicted for it.
     Superseded,
@@ -509,6 +514,7 @@ impl Drainer {
             if Instant::now() >= deadline {
                 return DrainOutcome::TimedOut {
                     blocking: progress.blocking(&pods),
+                    node_version: progress.vouched,
                 };
             }
             let leading = self.leadership.is_leading();

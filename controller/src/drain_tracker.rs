@@ -58,6 +58,15 @@ pub struct Finished {
     pub took: Duration,
 }
 
+/// What a drain's end means beyond its outcome.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ended {
+    /// The first time the drain of this grant ended drained (or forced).
+    pub first: bool,
+    /// Timed out, and the node is rebooted anyway (`--force-reboot`).
+    pub forced: bool,
+}
+
 #[derive(Debug)]
 struct Tracked {
     state: DrainState,
@@ -68,7 +77,28 @@ struct Tracked {
     evicted: Option<usize>,
     /// Pods counted as gone without their deletion confirmed (the node was NotReady).
     unconfirmed: usize,
+    /// `--force-reboot`: the drain timed out with these pods still on the node, and the node
+    /// is rebooted anyway.
+    forced: Option<usize>,
     task: Option<JoinHandle<()>>,
+}
+
+/// What a grant's drain ended as: its state, and whether the node is rebooted with pods still
+/// on it. Pure: with `force` (`--force-reboot`), a drain that timed out counts as drained at
+/// the newest version of the node it vouched for (the promotion `test`s that version, so a
+/// node changed since is drained, and timed out, again); without it, it failed.
+pub fn settle(outcome: &DrainOutcome, force: bool) -> (DrainState, Option<String>, bool) {
+    match outcome {
+        DrainOutcome::Drained { node_version, .. } => {
+            (DrainState::Drained, node_version.clone(), false)
+        }
+        DrainOutcome::TimedOut { node_version, .. } if force && node_version.is_some() => {
+            (DrainState::Drained, node_version.clone(), true)
+        }
+        DrainOutcome::TimedOut { .. } | DrainOutcome::Superseded => {
+            (DrainState::Failed, None, false)
+        }
+    }
 }
 
 /// After a failed drain, a node waits 30 s, then 60 s, ... at most 15 minutes before its next
@@ -96,6 +126,14 @@ pub struct DrainTracker {
     done_rx: mpsc::UnboundedReceiver<Finished>,
     /// Woken when a drain ends, so the next decision comes at once.
     changed: Arc<Notify>,
+    /// `--force-reboot`.
+    force: bool,
+    /// By grant: when (Unix milliseconds) this replica cordoned the node for it.
+    claimed: HashMap<String, u64>,
+    /// By grant: when (Unix milliseconds) its drain first ended drained. Kept when the node is
+    /// drained again at a newer version (a status update), so that `--reboot-delay` is not
+    /// waited over and over.
+    drained_since: HashMap<String, u64>,
 }
 
 impl fmt::Debug for DrainTracker {
@@ -119,7 +157,32 @@ impl DrainTracker {
             done_tx,
             done_rx,
             changed,
+            force: false,
+            claimed: HashMap::new(),
+            drained_since: HashMap::new(),
         }
+    }
+
+    /// `--force-reboot`: a drain that times out reboots the node anyway.
+    #[must_use]
+    pub fn forcing(mut self, force: bool) -> Self {
+        self.force = force;
+        self
+    }
+
+    /// This replica cordoned the node for `grant` at `at` (Unix milliseconds).
+    pub fn claimed(&mut self, grant: &str, at: u64) {
+        self.claimed.insert(grant.to_owned(), at);
+    }
+
+    /// When this replica cordoned the node for `grant`, if it did.
+    pub fn claimed_at(&self, grant: &str) -> Option<u64> {
+        self.claimed.get(grant).copied()
+    }
+
+    /// When the drain of `grant` first ended drained (Unix milliseconds).
+    pub fn drained_since(&self, grant: &str) -> Option<u64> {
+        self.drained_since.get(grant).copied()
     }
 
     pub fn drainer(&self) -> Option<&dyn Drain> {
@@ -138,7 +201,14 @@ impl DrainTracker {
         let Some(tracked) = self.grants.get(grant) else {
             return DrainState::NotStarted;
         };
-        drain_state_at(tracked.state, tracked.drained_at.as_deref(), node_version)
+        match drain_state_at(tracked.state, tracked.drained_at.as_deref(), node_version) {
+            // Forced (`--force-reboot`): the node is rebooted with pods on it anyway, so a newer
+            // version (the node lifecycle controller's taint for the cordon, a status update)
+            // is not drained, and timed out, again. An uncordon seen meanwhile starts over
+            // (`restart`), and the promotion still tests the grant and the cordon.
+            DrainState::NotStarted if tracked.forced.is_some() => DrainState::Drained,
+            state => state,
+        }
     }
 
     /// The earliest time (in the shell's clock) the node may be granted again.
@@ -178,6 +248,7 @@ impl DrainTracker {
             drained_at: None,
             evicted: None,
             unconfirmed: 0,
+            forced: None,
             task: Some(task),
         };
         if let Some(old) = self.grants.insert(grant.to_owned(), tracked) {
@@ -185,28 +256,39 @@ impl DrainTracker {
         }
     }
 
-    /// The drains that ended since the last call; their grants' states are updated.
-    pub fn finished(&mut self) -> Vec<Finished> {
+    /// The drains that ended since the last call (`now`: Unix milliseconds); their grants'
+    /// states are updated. With each, whether it is the first end drained of its grant, and
+    /// whether the node is rebooted anyway with pods on it (`--force-reboot`).
+    pub fn finished(&mut self, now: u64) -> Vec<(Finished, Ended)> {
         let mut ended = Vec::new();
         while let Ok(done) = self.done_rx.try_recv() {
             let Some(tracked) = self.grants.get_mut(&done.grant) else {
                 continue;
             };
             tracked.task = None;
-            tracked.state = match &done.outcome {
+            let (state, drained_at, forced) = settle(&done.outcome, self.force);
+            tracked.state = state;
+            tracked.drained_at = drained_at;
+            match &done.outcome {
                 DrainOutcome::Drained {
                     evicted,
                     unconfirmed,
-                    node_version,
+                    ..
                 } => {
-                    tracked.drained_at.clone_from(node_version);
                     tracked.evicted = Some(*evicted);
                     tracked.unconfirmed = unconfirmed.len();
-                    DrainState::Drained
                 }
-                DrainOutcome::TimedOut { .. } | DrainOutcome::Superseded => DrainState::Failed,
-            };
-            ended.push(done);
+                DrainOutcome::TimedOut { blocking, .. } if forced => {
+                    tracked.forced = Some(blocking.len());
+                }
+                DrainOutcome::TimedOut { .. } | DrainOutcome::Superseded => {}
+            }
+            let first =
+                state == DrainState::Drained && !self.drained_since.contains_key(&done.grant);
+            if first {
+                self.drained_since.insert(done.grant.clone(), now);
+            }
+            ended.push((done, Ended { first, forced }));
         }
         ended
     }
@@ -215,8 +297,14 @@ impl DrainTracker {
     pub fn approval_note(&self, grant: &str) -> String {
         let tracked = self.grants.get(grant);
         let evicted = tracked.and_then(|t| t.evicted);
+        let forced = tracked.and_then(|t| t.forced);
         let drained = match (self.enabled(), evicted) {
             (false, _) => "node cordoned (drain off)".to_owned(),
+            (true, None) if forced.is_some() => format!(
+                "drain timed out with {} pod(s) still on the node, rebooted anyway \
+                 (--force-reboot)",
+                forced.unwrap_or_default()
+            ),
             (true, Some(0)) => "node cordoned, no pod to evict".to_owned(),
             (true, Some(1)) => "node drained (1 pod evicted)".to_owned(),
             (true, Some(n)) => format!("node drained ({n} pods evicted)"),
@@ -240,10 +328,14 @@ impl DrainTracker {
         if let Some(task) = self.grants.remove(grant).and_then(|t| t.task) {
             task.abort();
         }
+        // Cordoned again: the drain, and the delay before `reboot-now`, start over.
+        self.drained_since.remove(grant);
     }
 
     /// Forgets the grants that are no longer in the ledger, stopping their drains.
     pub fn retain(&mut self, live: impl Fn(&str) -> bool) {
+        self.claimed.retain(|grant, _| live(grant));
+        self.drained_since.retain(|grant, _| live(grant));
         self.grants.retain(|grant, tracked| {
             let keep = live(grant);
             if !keep && let Some(task) = tracked.task.take() {
@@ -300,5 +392,103 @@ impl Drop for DrainTracker {
                 task.abort();
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    /// Drains that time out at once, vouching for the version they started at.
+    struct TimesOut;
+
+    impl Drain for TimesOut {
+        fn start(&self, node: Node, _grant: String) -> BoxFuture<'static, DrainOutcome> {
+            let version = node.metadata.resource_version;
+            async move { timed_out(version.as_deref()) }.boxed()
+        }
+
+        fn would_evict(&self, _node: &str) -> BoxFuture<'_, Result<Vec<String>, String>> {
+            async { Ok(Vec::new()) }.boxed()
+        }
+    }
+
+    /// A tracker whose drain of grant `g`, started at the node's version 5, has timed out.
+    async fn timed_out_at_5(force: bool) -> (DrainTracker, Vec<Ended>) {
+        let changed = Arc::new(Notify::new());
+        let mut tracker =
+            DrainTracker::new(Some(Arc::new(TimesOut)), changed.clone()).forcing(force);
+        let node: Node = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "n", "resourceVersion": "5"}
+        }))
+        .expect("a node");
+        tracker.start(&node, "g");
+        changed.notified().await;
+        let ended = tracker
+            .finished(1_000)
+            .into_iter()
+            .map(|(_, e)| e)
+            .collect();
+        (tracker, ended)
+    }
+
+    #[tokio::test]
+    async fn a_forced_drain_is_not_drained_again_at_later_versions_until_a_new_cordon() {
+        let (mut tracker, ended) = timed_out_at_5(true).await;
+        let forced = Ended {
+            first: true,
+            forced: true,
+        };
+        assert_eq!(ended, vec![forced]);
+        assert_eq!(tracker.drained_since("g"), Some(1_000));
+        assert_eq!(tracker.state("g", Some("5")), DrainState::Drained);
+        // The node lifecycle controller's taint for the cordon, a status update: not drained,
+        // and timed out, again.
+        assert_eq!(tracker.state("g", Some("6")), DrainState::Drained);
+        assert_eq!(tracker.state("g", Some("4")), DrainState::Running);
+        // Uncordoned, then cordoned again: pods may be back, the drain starts over.
+        tracker.restart("g");
+        assert_eq!(tracker.state("g", Some("6")), DrainState::NotStarted);
+        assert_eq!(tracker.drained_since("g"), None);
+
+        let (tracker, ended) = timed_out_at_5(false).await;
+        let failed = Ended {
+            first: false,
+            forced: false,
+        };
+        assert_eq!(ended, vec![failed]);
+        assert_eq!(tracker.state("g", Some("6")), DrainState::Failed);
+        assert_eq!(tracker.drained_since("g"), None);
+    }
+
+    fn timed_out(node_version: Option<&str>) -> DrainOutcome {
+        DrainOutcome::TimedOut {
+            blocking: BTreeMap::from([("shop/db-0".to_owned(), "PDB".to_owned())]),
+            node_version: node_version.map(str::to_owned),
+        }
+    }
+
+    #[test]
+    fn a_timed_out_drain_fails_unless_forced_then_stands_at_the_version_it_vouched_for() {
+        assert_eq!(
+            settle(&timed_out(Some("9")), false),
+            (DrainState::Failed, None, false),
+            "without --force-reboot the drain is abandoned"
+        );
+        assert_eq!(
+            settle(&timed_out(Some("9")), true),
+            (DrainState::Drained, Some("9".to_owned()), true)
+        );
+        // No version at which the node held the grant: nothing to promote at.
+        assert_eq!(
+            settle(&timed_out(None), true),
+            (DrainState::Failed, None, false)
+        );
+        // Forcing never promotes a node whose grant is gone.
+        assert_eq!(
+            settle(&DrainOutcome::Superseded, true),
+            (DrainState::Failed, None, false)
+        );
     }
 }

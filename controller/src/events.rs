@@ -62,6 +62,8 @@ pub enum Reason {
     /// A PodDisruptionBudget that allows no disruption covers a pod of a requested node
     /// (`--check-disruption-budgets`): not granted.
     DisruptionBudget,
+    /// A drain timed out and the node is rebooted anyway with pods on it (`--force-reboot`).
+    RebootForced,
 }
 
 impl Reason {
@@ -92,12 +94,14 @@ impl Reason {
             Self::BlockingPod => "BlockingPod",
             Self::NoAgent => "NoAgent",
             Self::DisruptionBudget => "DisruptionBudget",
+            Self::RebootForced => "RebootForced",
         }
     }
 
     fn event_type(self) -> EventType {
         match self {
             Self::DrainBlocked
+            | Self::RebootForced
             | Self::InvalidRequest
             | Self::LedgerDamaged
             | Self::LedgerRecreated

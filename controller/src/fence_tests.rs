@@ -11,7 +11,7 @@ use std::collections::BTreeSet;
 
 /// Where a granted node stands.
 #[derive(Debug, Clone, Copy)]
-enum Stage {
+pub(super) enum Stage {
     /// Granted in the ledger; the node does not carry the grant yet.
     Granted,
     /// Carries its grant, cordoned; its drain has not started.
@@ -24,7 +24,7 @@ enum Stage {
     Told,
 }
 
-fn node_at(stage: Stage) -> (NodeView, Ledger) {
+pub(super) fn node_at(stage: Stage) -> (NodeView, Ledger) {
     let mut obj: Value = node_json("n", true);
     let mut drain = DrainState::NotStarted;
     match stage {
@@ -58,6 +58,8 @@ fn node_at(stage: Stage) -> (NodeView, Ledger) {
         drain,
         approved_at: None,
         fresh: false,
+        claimed_at: None,
+        drained_at: None,
     };
     let slot = Slot {
         grant: "g-n".into(),
@@ -99,6 +101,7 @@ fn decide_at(stage: Stage, fence: Fence, finish_after_window: bool, blocked: boo
         min_ready: 0,
         clock: 0,
         reboot_timeout: u64::MAX,
+        delays: Default::default(),
         blocked: &blocked,
         preflight: &std::collections::BTreeMap::new(),
     }

@@ -77,15 +77,17 @@ impl SoakClock {
 /// (`reboot-now` set by a version that did not record it, or a hand edit that does not parse)
 /// the time of its grant, which is earlier.
 fn approved_at(state: &common::ProtocolState, slot: Option<&crate::ledger::Slot>) -> Option<u64> {
-    let millis = |at: &str| {
-        let at: k8s_openapi::jiff::Timestamp = at.parse().ok()?;
-        u64::try_from(at.as_millisecond()).ok()
-    };
     state
         .approved_at
         .as_deref()
         .and_then(millis)
         .or_else(|| slot.and_then(|s| millis(&s.granted_at)))
+}
+
+/// An RFC 3339 time written by the controller, in Unix milliseconds.
+fn millis(at: &str) -> Option<u64> {
+    let at: k8s_openapi::jiff::Timestamp = at.parse().ok()?;
+    u64::try_from(at.as_millisecond()).ok()
 }
 
 /// Of the nodes in `now`, those not in `last`; `last` becomes `now`.
@@ -149,6 +151,14 @@ impl Memory {
                     opted_out: keys.is_disabled(node.metadata.labels.as_ref()),
                     ready_since,
                     approved_at: approved_at(&state, ledger.slots.get(&name)),
+                    claimed_at: ledger.slots.get(&name).and_then(|slot| {
+                        drains
+                            .claimed_at(&slot.grant)
+                            .or_else(|| millis(&slot.granted_at))
+                    }),
+                    drained_at: ledger
+                        .grant_of(&name)
+                        .and_then(|grant| drains.drained_since(grant)),
                     fresh: overlay.is_fresh(&name, facts.resource_version.as_deref()),
                     facts,
                     state,

@@ -151,6 +151,7 @@ pub struct Metrics {
     pub reboot_duration: Histogram,
     pub drain_duration: Family<OutcomeLabels, Histogram>,
     pub drain_timeouts: Counter,
+    pub reboots_forced: Counter,
     pub api_errors: Family<ApiErrorLabels, Counter>,
     pub leader: Gauge,
     pub ledger_damaged: Counter,
@@ -185,6 +186,7 @@ impl Metrics {
             reboot_duration: duration_histogram(),
             drain_duration: Family::new_with_constructor(duration_histogram),
             drain_timeouts: Counter::default(),
+            reboots_forced: Counter::default(),
             api_errors: Family::default(),
             leader: Gauge::default(),
             ledger_damaged: Counter::default(),
@@ -274,6 +276,11 @@ impl Metrics {
             "drain_timeouts",
             "Drains abandoned after --drain-timeout",
             m.drain_timeouts,
+        );
+        registry.register(
+            "reboots_forced",
+            "Nodes rebooted with pods still on them: their drain timed out and --force-reboot is on",
+            m.reboots_forced,
         );
         registry.register(
             "api_errors",

@@ -1,6 +1,6 @@
 //! When a round next needs to look even if nothing changes: time is an input of the decision
 //! core, so a decision taken now can be different later with the very same nodes and ledger (a
-//! soak ends, a failed drain may be retried, a reboot becomes overdue). The shell sleeps until
+//! soak ends, a failed drain may be retried, a reboot becomes overdue, a delay is over). The shell sleeps until
 //! the earliest such moment or the next event, instead of finding out at a periodic resync.
 //! Pure, like the round it belongs to. Each moment is checked against the round's own
 //! predicate at that time, so that a look is asked for exactly when one of them turns.
@@ -27,6 +27,7 @@ impl Round<'_> {
                     self.soak_ends(view),
                     self.retry_due(view, &slots),
                     self.reboot_overdue(view),
+                    self.delay_over(view),
                 ]
             })
             .flatten()
@@ -48,6 +49,18 @@ impl Round<'_> {
         let at = view.not_before?;
         let turns = at > self.now && Round { now: at, ..*self }.is_candidate(view, slots);
         turns.then(|| at - self.now)
+    }
+
+    /// A cordoned node of ours waiting for `--drain-delay` or `--reboot-delay`: its next step
+    /// is due when the delay is over.
+    fn delay_over(&self, view: &NodeView) -> Option<u64> {
+        let slot = self.ledger.slots.get(view.name())?;
+        let waits = view.state.grant.as_deref() == Some(slot.grant.as_str())
+            && view.state.phase == common::Phase::Idle
+            && view.state.request == common::Request::Needed
+            && view.facts.unschedulable;
+        let at = self.delay_ends(view).filter(|_| waits)?;
+        Some(at - self.clock)
     }
 
     /// A node told to reboot and not completed: it holds the pool once `--reboot-timeout` is

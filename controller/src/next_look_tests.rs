@@ -37,6 +37,8 @@ fn view(obj: &Value) -> NodeView {
         drain: DrainState::NotStarted,
         approved_at: None,
         fresh: false,
+        claimed_at: None,
+        drained_at: None,
     }
 }
 
@@ -87,6 +89,7 @@ fn with_round<T>(
         min_ready: 1_000,
         clock,
         reboot_timeout: 600_000,
+        delays: Default::default(),
         blocked: &BTreeSet::new(),
         preflight: &std::collections::BTreeMap::new(),
     })

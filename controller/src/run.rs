@@ -305,7 +305,8 @@ impl Context {
             drains: DrainTracker::new(
                 drainer.map(|d| Arc::new(d) as Arc<dyn Drain>),
                 self.changed.clone(),
-            ),
+            )
+            .forcing(args.force_reboot),
             nodes: self.store.clone(),
             index: self.index.clone(),
             overlay: Overlay::new(args.indexing()),
@@ -319,6 +320,8 @@ impl Context {
                 finish_after_window: args.finish_after_window,
                 min_ready: Duration::from_secs(args.min_ready_seconds),
                 reboot_timeout: args.reboot_timeout,
+                drain_delay: args.drain_delay,
+                reboot_delay: args.reboot_delay,
             },
             gates: Gates::new(self.blocking_pods.clone(), self.alert_checks()),
             preflight: self.preflight.clone(),

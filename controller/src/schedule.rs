@@ -14,9 +14,22 @@ pub struct Schedule {
     pub min_ready: Duration,
     /// `--reboot-timeout`: how long a node told to reboot may take to complete.
     pub reboot_timeout: Duration,
+    /// `--drain-delay`: from the cordon to the drain's start.
+    pub drain_delay: Duration,
+    /// `--reboot-delay`: from the drain's end to `reboot-now`.
+    pub reboot_delay: Duration,
 }
 
 impl Schedule {
+    /// The delays as the decision core takes them (milliseconds).
+    pub fn delays(&self) -> crate::decide::Delays {
+        let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        crate::decide::Delays {
+            drain: ms(self.drain_delay),
+            reboot: ms(self.reboot_delay),
+        }
+    }
+
     /// Why no new grant may be made, if so. A pause outranks a closed window: it is the one
     /// an administrator must lift by hand.
     pub fn hold(paused: bool, window_open: bool) -> Option<Hold> {
@@ -88,6 +101,8 @@ mod tests {
             finish_after_window: true,
             min_ready: Duration::ZERO,
             reboot_timeout: Duration::from_secs(1800),
+            drain_delay: Duration::ZERO,
+            reboot_delay: Duration::ZERO,
         };
         let monday_noon = at("2026-11-23T12:00:00Z");
         let open = |t: Timestamp| schedule.windows.is_open(t);

@@ -103,17 +103,8 @@ pub fn protocol_annotations(node: &Node) -> Vec<String> {
 
 /// The Events about a node, first stored first, as `(reason, reporting component, message)`.
 pub async fn node_events(client: &Client, node: &str) -> Vec<(String, String, String)> {
-    let params = ListParams::default().fields(&format!("involvedObject.name={node}"));
-    let mut events = Api::<Event>::namespaced(client.clone(), "default")
-        .list(&params)
+    events_about(client, node)
         .await
-        .expect("list events")
-        .items;
-    // In the order the API server stored them (etcd revision), not by `eventTime`: each
-    // reporter stamps that with its own clock, and a node's clock may be off by seconds (the
-    // VM tier's guests are).
-    events.sort_by_key(nodesim::observe::revision);
-    events
         .into_iter()
         .map(|e| {
             (
@@ -123,6 +114,39 @@ pub async fn node_events(client: &Client, node: &str) -> Vec<(String, String, St
             )
         })
         .collect()
+}
+
+/// The Events about the object named `node`, in the order the API server stored them (etcd
+/// revision), not by `eventTime`: each reporter stamps that with its own clock, and a node's
+/// clock may be off by seconds (the VM tier's guests are).
+pub async fn events_about(client: &Client, node: &str) -> Vec<Event> {
+    let params = ListParams::default().fields(&format!("involvedObject.name={node}"));
+    let mut events = Api::<Event>::namespaced(client.clone(), "default")
+        .list(&params)
+        .await
+        .expect("list events")
+        .items;
+    events.sort_by_key(nodesim::observe::revision);
+    events
+}
+
+/// A sandbox on a control plane with the scheduler and the controller-manager, so that
+/// Deployments, DaemonSets and PodDisruptionBudgets are real; reboots take 1 s.
+pub async fn sandbox_with_pods(
+    nodes: usize,
+    max_unavailable: &str,
+    controller_args: &[&str],
+) -> nodesim::sandbox::Sandbox {
+    let config = nodesim::sandbox::SandboxConfig {
+        nodes,
+        max_unavailable: max_unavailable.into(),
+        reboot_duration: Duration::from_secs(1),
+        controller_args: controller_args.iter().map(|s| (*s).to_owned()).collect(),
+        ..nodesim::sandbox::SandboxConfig::default()
+    };
+    nodesim::sandbox::Sandbox::start(config)
+        .await
+        .expect("sandbox starts")
 }
 
 /// Who reported which steps: for each `reportingInstance` of `component` (such as
@@ -332,6 +356,17 @@ spec:
   selector: {{matchLabels: {{app: precious}}}}
 "#
     )
+}
+
+/// Waits (up to four minutes) until the controller-manager has computed that the
+/// `never-disrupt` budget of [`pod_that_blocks_the_drain_of`] allows nothing.
+pub async fn wait_until_the_budget_allows_no_disruption(cp: &testenv::ControlPlane) {
+    let what = "the PDB allows no disruption";
+    wait_until(what, Duration::from_secs(240), None, || async {
+        let status = "jsonpath={.status.currentHealthy}/{.status.disruptionsAllowed}";
+        kubectl(cp, &["get", "pdb", "never-disrupt", "-o", status]) == "1/0"
+    })
+    .await;
 }
 
 /// A pod that is Ready and not being deleted: one that serves.

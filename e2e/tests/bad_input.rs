@@ -74,6 +74,18 @@ fn bad_drain_durations_stop_the_controller_at_start() {
             "every part must start with a whole number",
         ),
         ("--drain-grace-period", "-30s", "negative"),
+        (
+            "--drain-delay",
+            "abc",
+            "every part must start with a whole number",
+        ),
+        ("--drain-delay", "30", "needs a unit"),
+        ("--reboot-delay", "-1m", "negative"),
+        (
+            "--reboot-delay",
+            "soon",
+            "every part must start with a whole number",
+        ),
     ] {
         let (code, stderr) = controller(&[flag, value]);
         assert_eq!(code, 2, "{flag} {value}: {stderr}");

@@ -5,6 +5,7 @@ use e2e::pod_is_ready;
 use e2e::{
     BudgetWatch, apply, has_event, kubectl, node, node_events, pod_that_blocks_the_drain_of,
     protocol_annotations, request_reboot, wait_for_event, wait_until,
+    wait_until_the_budget_allows_no_disruption,
 };
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
@@ -26,14 +27,7 @@ const ROLLOUT: Duration = Duration::from_secs(240);
 const NO_PDB_CHECK: &str = "--check-disruption-budgets=false";
 
 async fn sandbox(nodes: usize, max_unavailable: &str, controller_args: &[&str]) -> Sandbox {
-    let config = SandboxConfig {
-        nodes,
-        max_unavailable: max_unavailable.into(),
-        reboot_duration: Duration::from_secs(1),
-        controller_args: controller_args.iter().map(|s| (*s).to_owned()).collect(),
-        ..SandboxConfig::default()
-    };
-    Sandbox::start(config).await.expect("sandbox starts")
+    e2e::sandbox_with_pods(nodes, max_unavailable, controller_args).await
 }
 
 async fn ready_pods(client: &Client, selector: &str) -> Vec<Pod> {
@@ -221,25 +215,13 @@ async fn a_rollout_keeps_the_pod_disruption_budget_and_leaves_daemonset_pods_alo
     sb.stop().await;
 }
 
-/// Waits until the controller-manager has computed that `never-disrupt` allows nothing.
-async fn wait_until_the_budget_allows_no_disruption(sb: &Sandbox) {
-    wait_until("the PDB allows no disruption", ROLLOUT, None, || async {
-        let status = "jsonpath={.status.currentHealthy}/{.status.disruptionsAllowed}";
-        kubectl(
-            &sb.control_plane,
-            &["get", "pdb", "never-disrupt", "-o", status],
-        ) == "1/0"
-    })
-    .await;
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn a_drain_that_times_out_gives_the_slot_to_another_node() {
     // The drain must start though the budget allows no disruption (the pre-flight would
     // not grant the node).
     let sb = sandbox(3, "1", &["--drain-timeout", "6s", NO_PDB_CHECK]).await;
     apply(&sb.control_plane, &pod_that_blocks_the_drain_of("sim-1"));
-    wait_until_the_budget_allows_no_disruption(&sb).await;
+    wait_until_the_budget_allows_no_disruption(&sb.control_plane).await;
     let watch = BudgetWatch::start(sb.client.clone(), 1).await;
     request_reboot(&sb.control_plane, "sim-1");
     wait_until("sim-1 is draining", ROLLOUT, Some(&watch), || async {
@@ -412,7 +394,7 @@ async fn removing_the_request_during_the_drain_cancels_it() {
     // not grant the node).
     let sb = sandbox(2, "1", &[NO_PDB_CHECK]).await;
     apply(&sb.control_plane, &pod_that_blocks_the_drain_of("sim-1"));
-    wait_until_the_budget_allows_no_disruption(&sb).await;
+    wait_until_the_budget_allows_no_disruption(&sb.control_plane).await;
     let watch = BudgetWatch::start(sb.client.clone(), 1).await;
     request_reboot(&sb.control_plane, "sim-1");
     wait_until(

@@ -205,6 +205,8 @@ impl Drains {
             .and_then(|n| n["metadata"]["resourceVersion"].as_str().map(str::to_owned));
         let timed_out = DrainOutcome::TimedOut {
             blocking: BTreeMap::from([(format!("default/pod-{i}"), "model".to_owned())]),
+            // Only a version at which the node held the grant (the model does not force).
+            node_version: version.clone().filter(|_| holds),
         };
         let outcome = if !ok {
             timed_out
@@ -367,6 +369,8 @@ impl Model {
                 finish_after_window: setup.finish_after_window,
                 min_ready: Duration::from_millis(setup.min_ready_ms),
                 reboot_timeout: Duration::from_millis(lock(&self.server).reboot_timeout_ms),
+                drain_delay: Duration::ZERO,
+                reboot_delay: Duration::ZERO,
             },
             gates: Gates::new(Some(pods_gate), Some(alert_checks)),
             preflight: crate::preflight::PreflightChecks::default(),

@@ -125,13 +125,14 @@ impl Shell {
     }
 
     pub(super) fn collect_drain_outcomes(&mut self) {
-        for Finished {
-            grant,
-            node,
-            outcome,
-            took,
-        } in self.drains.finished()
-        {
+        let now = self.wall_ms();
+        for (finished, ended) in self.drains.finished(now) {
+            let Finished {
+                grant,
+                node,
+                outcome,
+                took,
+            } = finished;
             let name = node.metadata.name.clone().unwrap_or_default();
             match outcome {
                 DrainOutcome::Drained { evicted, .. } => {
@@ -146,27 +147,44 @@ impl Shell {
                 DrainOutcome::Superseded => {
                     tracing::info!(node = %name, %grant, "drain stopped: the node no longer holds its grant");
                 }
-                DrainOutcome::TimedOut { blocking } => {
-                    let pods: Vec<String> = blocking
-                        .iter()
-                        .map(|(pod, why)| format!("{pod}: {why}"))
-                        .collect();
+                DrainOutcome::TimedOut { blocking, .. } if ended.forced => {
+                    self.metrics.drain_finished("timed_out", took);
+                    self.metrics.reboots_forced.inc();
+                    let pods = blocking_list(&blocking);
+                    tracing::warn!(node = %name, blocking = ?pods, "drain timed out; rebooting anyway (--force-reboot)");
+                    let note = format!(
+                        "drain timed out after --drain-timeout ({}); --force-reboot: rebooting \
+                         anyway with {} pod(s) still on the node: {}",
+                        crate::drain::humantime(took),
+                        blocking.len(),
+                        pods.join("; ")
+                    );
+                    self.events
+                        .publish(&node, Reason::RebootForced, event_note(note));
+                }
+                DrainOutcome::TimedOut { blocking, .. } => {
+                    let pods = blocking_list(&blocking);
                     self.metrics.drain_finished("timed_out", took);
                     self.metrics.drain_timeouts.inc();
                     self.metrics.reboot_failed("drain_timeout");
                     tracing::warn!(node = %name, blocking = ?pods, "drain timed out; giving the slot back");
-                    let mut note = format!(
+                    let note = format!(
                         "drain timed out; node uncordoned and slot released, retried later; blocked by {}",
                         pods.join("; ")
                     );
-                    // An Event's note may have 1 KiB; cut at a character boundary.
-                    let cut = (0..=note.len().min(1000))
-                        .rev()
-                        .find(|&i| note.is_char_boundary(i))
-                        .unwrap_or(0);
-                    note.truncate(cut);
-                    self.events.publish(&node, Reason::DrainBlocked, note);
+                    self.events
+                        .publish(&node, Reason::DrainBlocked, event_note(note));
                 }
+            }
+            let delay = self.schedule.reboot_delay;
+            if ended.first && !delay.is_zero() {
+                let note = format!(
+                    "drained; reboot-now in {} (--reboot-delay)",
+                    crate::drain::humantime(delay)
+                );
+                tracing::info!(node = %name, %grant, "{note}");
+                self.events
+                    .publish_action(&node, Reason::Draining, "RebootDelayed", note);
             }
         }
     }
@@ -480,4 +498,22 @@ impl Shell {
             self.events.publish(node, Reason::InvalidRequest, note);
         }
     }
+}
+
+/// Each pod still on a node whose drain timed out, with why.
+fn blocking_list(blocking: &std::collections::BTreeMap<String, String>) -> Vec<String> {
+    blocking
+        .iter()
+        .map(|(pod, why)| format!("{pod}: {why}"))
+        .collect()
+}
+
+/// An Event's note may have 1 KiB: cut at a character boundary.
+fn event_note(mut note: String) -> String {
+    let cut = (0..=note.len().min(1000))
+        .rev()
+        .find(|&i| note.is_char_boundary(i))
+        .unwrap_or(0);
+    note.truncate(cut);
+    note
 }

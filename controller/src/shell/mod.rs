@@ -161,6 +161,11 @@ impl Shell {
         self.clock.elapsed_ms()
     }
 
+    /// The wall clock in Unix milliseconds (the unit of the round's `clock`).
+    fn wall_ms(&self) -> u64 {
+        u64::try_from(self.clock.now().as_millisecond()).unwrap_or_default()
+    }
+
     /// One round: decide and execute. True when something was written and another round
     /// should follow at once (the next step of a node often depends on this one).
     pub async fn round(&mut self) -> bool {
@@ -216,9 +221,10 @@ impl Shell {
             fence,
             finish_after_window: self.schedule.finish_after_window,
             min_ready: u64::try_from(self.schedule.min_ready.as_millis()).unwrap_or(u64::MAX),
-            clock: u64::try_from(self.clock.now().as_millisecond()).unwrap_or_default(),
+            clock: self.wall_ms(),
             reboot_timeout: u64::try_from(self.schedule.reboot_timeout.as_millis())
                 .unwrap_or(u64::MAX),
+            delays: self.schedule.delays(),
             blocked: &blocked,
             preflight: &preflight.held,
         };

@@ -162,6 +162,9 @@ impl Shell {
             NodeAction::Complete { .. } => self.completed(node, name),
             NodeAction::Claim { grant, .. } => {
                 tracing::info!(node = %name, %grant, "cordoned");
+                let now = self.wall_ms();
+                self.drains.claimed(grant, now);
+                self.announce_delay(node);
             }
             NodeAction::Recordon { grant, .. } => {
                 // Pods may have landed while it was uncordoned: its drain starts over.
@@ -176,6 +179,34 @@ impl Shell {
             }
             _ => {}
         }
+    }
+
+    /// Right after the cordon, an Event saying how long the next step waits, if it does.
+    fn announce_delay(&self, node: &Node) {
+        let (delay, what, action) = if self.drains.enabled() {
+            (
+                self.schedule.drain_delay,
+                "the drain starts",
+                "DrainDelayed",
+            )
+        } else {
+            (self.schedule.reboot_delay, "reboot-now", "RebootDelayed")
+        };
+        if delay.is_zero() {
+            return;
+        }
+        let flag = if self.drains.enabled() {
+            "--drain-delay"
+        } else {
+            "--reboot-delay"
+        };
+        let note = format!(
+            "cordoned; {what} in {} ({flag})",
+            crate::drain::humantime(delay)
+        );
+        tracing::info!(node = %node.metadata.name.as_deref().unwrap_or_default(), "{note}");
+        self.events
+            .publish_action(node, Reason::Draining, action, note);
     }
 
     fn completed(&mut self, node: &Node, name: &str) {

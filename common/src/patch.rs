@@ -291,6 +291,41 @@ impl<'a> Transition<'a> {
         }
         Some(self.uncordon_ops(node, ops).build())
     }
+    /// Controller, an administrator gives the node up (`reboot-abandon`): clears every key of
+    /// the protocol it has (the request, the go-ahead, the reboot under way, its proof, the
+    /// grant), and uncordons it if the operator cordoned it, all while the node is unchanged
+    /// since it was read (an agent that took `reboot-now` meanwhile fails the write, which is
+    /// then decided again). `reboot-abandon` stays until the slot is out of the ledger
+    /// ([`Self::forget_abandon`]). `None` when there is nothing to clear.
+    pub fn abandon(&self, node: &NodeFacts) -> Option<Patch> {
+        let state = node.protocol(self.keys);
+        if !state.anything_to_abandon() {
+            return None;
+        }
+        let mut ops = self.forget_approval(node, Ops::on(node).test_unchanged(node));
+        for key in [
+            &self.keys.needed,
+            &self.keys.now,
+            &self.keys.in_progress,
+            &self.keys.boot_id,
+            &self.keys.done,
+            &self.keys.grant,
+        ] {
+            if let Some(value) = node.annotations.get(key) {
+                ops = ops.test_annotation(key, value).remove_annotation(key);
+            }
+        }
+        Some(self.uncordon_ops(node, ops).build())
+    }
+
+    /// Controller, the given-up node holds no slot and nothing of the protocol any more: the
+    /// request to give it up is done. Holds only while it is still `value`.
+    pub fn forget_abandon(&self, node: &NodeFacts, value: &str) -> Patch {
+        Ops::on(node)
+            .test_annotation(&self.keys.abandon, value)
+            .remove_annotation(&self.keys.abandon)
+            .build()
+    }
 }
 
 #[cfg(test)]

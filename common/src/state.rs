@@ -44,6 +44,8 @@ pub struct ProtocolState {
     pub last_grant: Option<String>,
     /// RFC 3339 time the controller set `reboot-now` (`reboot-approved-at`).
     pub approved_at: Option<String>,
+    /// An administrator gives the node up (`reboot-abandon`, any value): who and why.
+    pub abandon: Option<String>,
 }
 
 impl ProtocolState {
@@ -77,7 +79,18 @@ impl ProtocolState {
             grant: annotations.get(&keys.grant).cloned(),
             last_grant: annotations.get(&keys.last_grant).cloned(),
             approved_at: annotations.get(&keys.approved_at).cloned(),
+            abandon: annotations.get(&keys.abandon).cloned(),
         }
+    }
+
+    /// Whether the controller has anything to undo or release when the node is given up: a
+    /// request, a grant, a reboot under way, or its cordon.
+    pub fn anything_to_abandon(&self) -> bool {
+        self.request != Request::Absent
+            || self.grant.is_some()
+            || self.reboot_under_way()
+            || self.cordoned_by_operator
+            || self.approved_at.is_some()
     }
 
     /// The node is somewhere between `reboot-now` and the controller's completion.

@@ -319,12 +319,16 @@ impl<'a> Transition<'a> {
     }
 
     /// Controller, the given-up node holds no slot and nothing of the protocol any more: the
-    /// request to give it up is done. Holds only while it is still `value`.
-    pub fn forget_abandon(&self, node: &NodeFacts, value: &str) -> Patch {
-        Ops::on(node)
-            .test_annotation(&self.keys.abandon, value)
-            .remove_annotation(&self.keys.abandon)
-            .build()
+    /// request to give it up is done. Holds only while it is still the value read; `None`
+    /// without one.
+    pub fn forget_abandon(&self, node: &NodeFacts) -> Option<Patch> {
+        let value = node.annotations.get(&self.keys.abandon)?;
+        Some(
+            Ops::on(node)
+                .test_annotation(&self.keys.abandon, value)
+                .remove_annotation(&self.keys.abandon)
+                .build(),
+        )
     }
 }
 

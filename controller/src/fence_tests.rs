@@ -127,6 +127,8 @@ fn steps(d: &Decision) -> Vec<&'static str> {
             NodeAction::Release { .. } => "Release",
             NodeAction::Refetch(_) => "Refetch",
             NodeAction::WarnInvalidRequest { .. } => "WarnInvalidRequest",
+            NodeAction::Abandon { .. } => "Abandon",
+            NodeAction::ForgetAbandon { .. } => "ForgetAbandon",
         })
         .collect()
 }

@@ -28,6 +28,8 @@ pub fn node_patch(
         NodeAction::Promote { grant, .. } => Some(t.promote(facts, grant, now)),
         NodeAction::Complete { grant, .. } => Some(t.complete(facts, Some(grant), now)),
         NodeAction::Release { .. } => t.release(facts),
+        NodeAction::Abandon { .. } => t.abandon(facts),
+        NodeAction::ForgetAbandon { .. } => t.forget_abandon(facts),
         NodeAction::Refetch(_)
         | NodeAction::StartDrain { .. }
         | NodeAction::WarnInvalidRequest { .. } => None,

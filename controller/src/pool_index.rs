@@ -20,6 +20,7 @@ pub fn in_protocol(state: &ProtocolState) -> bool {
         || state.grant.is_some()
         || state.reboot_under_way()
         || state.cordoned_by_operator
+        || state.abandon.is_some()
 }
 
 /// What the index keeps of one node.

@@ -171,8 +171,39 @@ impl Shell {
             NodeAction::Release { reason, .. } => {
                 tracing::info!(node = %name, ?reason, "grant dropped; uncordoned if ours");
             }
+            NodeAction::Abandon { .. } => self.abandoned(node, name),
+            NodeAction::ForgetAbandon { .. } => {
+                tracing::info!(node = %name, "given up: slot released, reboot-abandon removed");
+            }
             _ => {}
         }
+    }
+
+    /// A node given up by an administrator, its protocol cleared: who, why, and what is left.
+    fn abandoned(&mut self, node: &Node, name: &str) {
+        let facts = NodeFacts::from_node(node);
+        let state = facts.protocol(&self.keys);
+        let who = common::abandon::Abandon::read(state.abandon.as_deref().unwrap_or_default());
+        let cordon = if facts.unschedulable {
+            "it stays cordoned: the cordon is not the operator's (kubectl uncordon it when you \
+             want)"
+        } else {
+            "it is schedulable (the operator's cordon, if any, removed)"
+        };
+        let ready = if facts.readiness == common::Readiness::Ready {
+            ""
+        } else {
+            "; while NotReady it still counts as unavailable"
+        };
+        let note = format!(
+            "reboot given up {}: the protocol's annotations are cleared and its slot is \
+             released; {cordon}{ready}",
+            who.describe()
+        );
+        tracing::warn!(node = %name, "{note}");
+        self.drains.forget_retries(name);
+        self.metrics.reboot_failed("abandoned");
+        self.events.publish(node, Reason::RebootAbandoned, note);
     }
 
     fn completed(&mut self, node: &Node, name: &str) {

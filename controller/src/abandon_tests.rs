@@ -56,7 +56,10 @@ fn a_node_given_up_is_cleared_then_its_slot_released_then_the_request_forgotten(
     let d = round(&a, &ledger_of(&["a"]));
     assert_eq!(d.node_actions, [abandon.clone()]);
     assert!(d.ledger.release.is_empty(), "released while carried: {d:?}");
-    assert!(granted(&d).is_empty(), "the overdue node still holds: {d:?}");
+    assert!(
+        granted(&d).is_empty(),
+        "the overdue node still holds: {d:?}"
+    );
     write(&mut a, &abandon);
     assert_eq!(
         a["metadata"]["annotations"],
@@ -124,7 +127,13 @@ fn a_node_being_given_up_is_never_granted_and_its_request_is_cleared() {
 fn a_pause_a_closed_window_or_a_gate_does_not_hold_a_node_given_up() {
     for hold in [Hold::Paused, Hold::OutsideWindow, Hold::Unhealthy] {
         let a = lost_and_given_up();
-        let d = decide_held(&[view(&a)], &ledger_of(&["a"]), (2, true), Some(hold), false);
+        let d = decide_held(
+            &[view(&a)],
+            &ledger_of(&["a"]),
+            (2, true),
+            Some(hold),
+            false,
+        );
         assert_eq!(
             d.node_actions,
             [NodeAction::Abandon { node: "a".into() }],
@@ -172,7 +181,11 @@ fn a_soaking_node_given_up_is_released_at_once() {
 #[test]
 fn another_ledgers_node_is_left_to_its_controller() {
     let mut a = lost_and_given_up();
-    annotate(&mut a, "reboot-grant", "other/pool-b-slots/0123456789abcdef");
+    annotate(
+        &mut a,
+        "reboot-grant",
+        "other/pool-b-slots/0123456789abcdef",
+    );
     let d = round(&a, &ledger_of(&[]));
     assert!(
         !d.node_actions

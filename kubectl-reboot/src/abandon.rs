@@ -91,12 +91,12 @@ pub async fn abandon_node(
         if write_node(&api, name, patch, "abandon").await? {
             let note = note.map(|n| format!("\n{n}")).unwrap_or_default();
             return Ok(format!(
-                "node/{name} given up ({}={}): the controller releases its slot, uncordons it if \
-                 it cordoned it and clears the protocol's annotations; a RebootAbandoned Event \
-                 records it (kubectl get events --field-selector \
+                "node/{name} given up {} ({} written): the controller releases its slot, \
+                 uncordons it if it cordoned it and clears the protocol's annotations; a \
+                 RebootAbandoned Event records it (kubectl get events --field-selector \
                  involvedObject.name={name},reason=RebootAbandoned){note}",
-                keys.abandon,
-                request.describe()
+                request.describe(),
+                keys.abandon
             ));
         }
     }

@@ -54,7 +54,7 @@ fn a_node_given_up_is_cleared_then_its_slot_released_then_the_request_forgotten(
 
     // First the node: cleared and uncordoned, still holding its slot, so nothing new yet.
     let d = round(&a, &ledger_of(&["a"]));
-    assert_eq!(d.node_actions, [abandon.clone()]);
+    assert_eq!(d.node_actions, std::slice::from_ref(&abandon));
     assert!(d.ledger.release.is_empty(), "released while carried: {d:?}");
     assert!(
         granted(&d).is_empty(),

@@ -59,6 +59,18 @@ impl Kubectl {
         String::from_utf8_lossy(&output.stdout).into_owned()
     }
 
+    /// Runs and expects a failure that says `words` on stderr.
+    fn fails(&self, args: &[&str], words: &str) {
+        let output = self.run(args);
+        let said = stderr(&output);
+        assert!(
+            !output.status.success(),
+            "kubectl {} succeeded",
+            args.join(" ")
+        );
+        assert!(said.contains(words), "{words:?} missing: {said}");
+    }
+
     fn json(&self, extra: &[&str]) -> Value {
         let mut args = vec!["reboot", "status", "-o", "json"];
         args.extend_from_slice(extra);
@@ -486,19 +498,10 @@ async fn a_node_that_never_comes_back_is_abandoned_with_the_plugin_and_the_rollo
     assert!(common::NodeFacts::from_node(&n1).unschedulable, "cordoned");
 
     // Bad input first: a read-only user, an unknown node, a node not in the protocol.
-    let refused = viewer.run(&["reboot", "abandon", "sim-1"]);
-    assert!(!refused.status.success(), "a viewer gave a node up");
-    assert!(
-        stderr(&refused).contains("forbidden"),
-        "{}",
-        stderr(&refused)
-    );
-    let unknown = admin.run(&["reboot", "abandon", "no-such-node"]);
-    assert!(!unknown.status.success());
-    assert!(
-        stderr(&unknown).contains("no-such-node not found"),
-        "{}",
-        stderr(&unknown)
+    viewer.fails(&["reboot", "abandon", "sim-1"], "forbidden");
+    admin.fails(
+        &["reboot", "abandon", "no-such-node"],
+        "no-such-node not found",
     );
 
     // The administrator gives sim-1 up.
@@ -544,12 +547,9 @@ async fn a_node_that_never_comes_back_is_abandoned_with_the_plugin_and_the_rollo
     assert_eq!(node_json(&status, "sim-1")["abandon"], Value::Null);
 
     // Given up already: nothing to give up, said and refused.
-    let again = admin.run(&["reboot", "abandon", "sim-1"]);
-    assert!(!again.status.success());
-    assert!(
-        stderr(&again).contains("not in the reboot protocol"),
-        "{}",
-        stderr(&again)
+    admin.fails(
+        &["reboot", "abandon", "sim-1"],
+        "not in the reboot protocol",
     );
 
     // The rollout goes on: sim-2 and sim-3 one at a time, sim-1 NotReady counting (the

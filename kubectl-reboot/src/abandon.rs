@@ -110,16 +110,8 @@ mod tests {
 
     fn node(annotations: &[(&str, &str)], readiness: Readiness) -> NodeFacts {
         NodeFacts {
-            name: "n1".into(),
-            resource_version: Some("42".into()),
             readiness,
-            unschedulable: false,
-            has_annotations: !annotations.is_empty(),
-            annotations: annotations
-                .iter()
-                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-                .collect(),
-            boot_id: None,
+            ..crate::actions::tests::node(annotations)
         }
     }
 

@@ -316,11 +316,12 @@ pub async fn set_paused(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use common::Readiness;
 
-    fn node(annotations: &[(&str, &str)]) -> NodeFacts {
+    /// A Ready node at version 42 with these annotations.
+    pub(crate) fn node(annotations: &[(&str, &str)]) -> NodeFacts {
         NodeFacts {
             name: "n1".into(),
             resource_version: Some("42".into()),

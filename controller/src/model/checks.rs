@@ -240,11 +240,14 @@ pub fn ledger_write(
             "granted {granted:?} while n{i} is past its reboot timeout"
         );
         let slot = before.get(&format!("n{i}")).map(|slot| slot.grant.clone());
+        // Until an administrator gives the node up: its slot goes, and the pool with it.
         let soaking_not_ready = |s: &Server, n: &Value| {
             let f = facts(n);
+            let state = f.protocol(&keys());
             s.min_ready_ms > 0
                 && slot.is_some()
-                && f.protocol(&keys()).last_grant == slot
+                && state.last_grant == slot
+                && state.abandon.is_none()
                 && f.readiness != Readiness::Ready
         };
         assert!(

@@ -31,8 +31,18 @@ impl AgentAction {
     }
 }
 
-/// Decides the agent's next step from its node's protocol state and the current boot id.
+/// Decides the agent's next step from its node's protocol state and the current boot id. A
+/// node an administrator gives up (`reboot-abandon`) is not rebooted, nor rebooted again: the
+/// controller is about to clear its protocol and free its slot.
 pub fn decide(state: &ProtocolState, current_boot_id: &str) -> AgentAction {
+    let action = decide_protocol(state, current_boot_id);
+    if state.abandon.is_some() && action.reboots() {
+        return AgentAction::Nothing;
+    }
+    action
+}
+
+fn decide_protocol(state: &ProtocolState, current_boot_id: &str) -> AgentAction {
     match &state.phase {
         Phase::Idle | Phase::Done { .. } => AgentAction::Nothing,
         Phase::RebootNow => AgentAction::BeginReboot,
@@ -123,6 +133,29 @@ mod tests {
             ),
             // Done is the controller's to finish.
             (&[("reboot-done", "true")], Nothing),
+            // Given up: no reboot starts, and none is made again; a proven one is reported.
+            (
+                &[("reboot-now", "true"), ("reboot-abandon", "lost")],
+                Nothing,
+            ),
+            (
+                &[
+                    ("reboot-in-progress", "true"),
+                    ("reboot-boot-id", CURRENT),
+                    ("reboot-abandon", "lost"),
+                ],
+                Nothing,
+            ),
+            (
+                &[
+                    ("reboot-in-progress", "true"),
+                    ("reboot-boot-id", "boot-a"),
+                    ("reboot-abandon", "lost"),
+                ],
+                FinishReboot {
+                    recorded_boot_id: "boot-a".into(),
+                },
+            ),
             (
                 &[
                     ("reboot-done", "true"),

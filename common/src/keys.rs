@@ -44,6 +44,10 @@ pub const REBOOT_REQUESTED_BY: &str = "reboot-requested-by";
 /// asked in. The same sentinel in a later boot is reported, never acted on again; the record
 /// is removed once the sentinel is gone, so that its return is a new need.
 pub const REBOOT_SENTINEL: &str = "reboot-sentinel";
+/// An administrator gives the node up (`kubectl reboot abandon`): `{"by": .., "reason": ..}`,
+/// or any text by hand. The controller releases its slot, removes its own cordon and clears
+/// the protocol's keys, then removes this one.
+pub const REBOOT_ABANDON: &str = "reboot-abandon";
 /// A node LABEL: `reboot-disabled=true` opts the node out (no grant, no automatic request).
 pub const REBOOT_DISABLED: &str = "reboot-disabled";
 
@@ -71,15 +75,22 @@ pub const CONTROLLER_ONLY: [&str; 7] = [
     REBOOT_TAINTED,
 ];
 
-/// Every key, for documentation: the agent's, then the controller's.
-pub const ALL: [&str; 14] = {
-    let mut all = [""; 14];
+/// The administrator's alone: no agent may give its own node up (it would free its slot while
+/// its reboot may still take the node down).
+pub const ADMINISTRATOR_ONLY: [&str; 1] = [REBOOT_ABANDON];
+
+/// Every key, for documentation: the agent's, the controller's, then the administrator's.
+pub const ALL: [&str; 15] = {
+    let mut all = [""; 15];
     let mut i = 0;
+    let controllers = AGENT_MAY_CHANGE.len() + CONTROLLER_ONLY.len();
     while i < all.len() {
         all[i] = if i < AGENT_MAY_CHANGE.len() {
             AGENT_MAY_CHANGE[i]
-        } else {
+        } else if i < controllers {
             CONTROLLER_ONLY[i - AGENT_MAY_CHANGE.len()]
+        } else {
+            ADMINISTRATOR_ONLY[i - controllers]
         };
         i += 1;
     }
@@ -114,6 +125,7 @@ pub struct AnnotationKeys {
     pub tainted: String,
     pub requested_by: String,
     pub sentinel: String,
+    pub abandon: String,
     /// A label, not an annotation: `reboot-disabled`.
     pub disabled: String,
 }
@@ -155,12 +167,13 @@ impl AnnotationKeys {
             tainted: key(REBOOT_TAINTED),
             requested_by: key(REBOOT_REQUESTED_BY),
             sentinel: key(REBOOT_SENTINEL),
+            abandon: key(REBOOT_ABANDON),
             disabled: key(REBOOT_DISABLED),
         }
     }
 
     /// Every annotation key in use, in the order of [`ALL`].
-    pub fn all(&self) -> [&str; 14] {
+    pub fn all(&self) -> [&str; 15] {
         [
             &self.needed,
             &self.now,
@@ -176,6 +189,7 @@ impl AnnotationKeys {
             &self.approved_at,
             &self.labelled,
             &self.tainted,
+            &self.abandon,
         ]
     }
 
@@ -273,7 +287,7 @@ mod tests {
                 "{key} missing: {listed}"
             );
         }
-        for key in CONTROLLER_ONLY {
+        for key in CONTROLLER_ONLY.iter().chain(&ADMINISTRATOR_ONLY) {
             assert!(
                 !listed.contains(&format!("'{key}'")),
                 "{key} must not be there"

@@ -2,6 +2,7 @@
 //! keys, the protocol state of a node read from its annotations, the JSON patches that move a
 //! node from one state to the next, and the `--max-unavailable` budget. Pure: no I/O, no client.
 
+pub mod abandon;
 pub mod budget;
 pub mod duration;
 pub mod eviction;

@@ -437,6 +437,47 @@ impl<'a> Transition<'a> {
         }
         Some(self.uncordon_ops(node, ops).build())
     }
+    /// Controller, an administrator gives the node up (`reboot-abandon`): clears every key of
+    /// the protocol it has (the request, the go-ahead, the reboot under way, its proof, the
+    /// grant), and uncordons it if the operator cordoned it, all while the node is unchanged
+    /// since it was read (an agent that took `reboot-now` meanwhile fails the write, which is
+    /// then decided again). `reboot-abandon` stays until the slot is out of the ledger
+    /// ([`Self::forget_abandon`]). `None` when there is nothing to clear.
+    pub fn abandon(&self, node: &NodeFacts) -> Option<Patch> {
+        let state = node.protocol(self.keys);
+        if !state.anything_to_abandon() {
+            return None;
+        }
+        let mut ops = self.forget_approval(node, Ops::on(node).test_unchanged(node));
+        for key in [
+            &self.keys.needed,
+            &self.keys.now,
+            &self.keys.in_progress,
+            &self.keys.boot_id,
+            &self.keys.done,
+            &self.keys.grant,
+        ] {
+            if let Some(value) = node.annotations.get(key) {
+                ops = ops.test_annotation(key, value).remove_annotation(key);
+            }
+        }
+        ops = self.remove_pre_labels(node, ops, &BTreeMap::new());
+        ops = self.remove_waiting_taint(node, ops);
+        Some(self.uncordon_ops(node, ops).build())
+    }
+
+    /// Controller, the given-up node holds no slot and nothing of the protocol any more: the
+    /// request to give it up is done. Holds only while it is still the value read; `None`
+    /// without one.
+    pub fn forget_abandon(&self, node: &NodeFacts) -> Option<Patch> {
+        let value = node.annotations.get(&self.keys.abandon)?;
+        Some(
+            Ops::on(node)
+                .test_annotation(&self.keys.abandon, value)
+                .remove_annotation(&self.keys.abandon)
+                .build(),
+        )
+    }
 }
 
 #[cfg(test)]
@@ -765,5 +806,25 @@ mod tests {
             without.taint_waiting(&facts_of(&obj)).is_none(),
             "no taint unless asked"
         );
+    }
+
+    #[test]
+    fn a_node_given_up_loses_the_labels_and_the_taint_the_operator_set() {
+        let keys = AnnotationKeys::default();
+        let marks = marks();
+        let t = Transition::new(&keys).with_marks(&marks);
+        let mut obj = json!({"metadata": {"name": "n1", "resourceVersion": "1",
+            "annotations": {"reboot-needed": "true"}}, "spec": {}});
+        step(&mut obj, |f| t.taint_waiting(f));
+        step(&mut obj, |f| Some(t.claim(f, "g1", "2", true, "t0")));
+        obj["metadata"]["annotations"]["reboot-abandon"] = "by admin".into();
+        step(&mut obj, |f| t.abandon(f));
+        assert_eq!(obj["metadata"]["labels"], json!({}));
+        assert_eq!(obj["spec"]["taints"], json!([]));
+        assert_eq!(
+            obj["metadata"]["annotations"],
+            json!({"reboot-abandon": "by admin"})
+        );
+        assert!(t.abandon(&facts_of(&obj)).is_none(), "nothing left to undo");
     }
 }

@@ -48,6 +48,8 @@ pub struct ProtocolState {
     pub labelled: Option<String>,
     /// The key of the waiting taint the controller put on the node (`reboot-tainted`).
     pub tainted: Option<String>,
+    /// An administrator gives the node up (`reboot-abandon`, any value): who and why.
+    pub abandon: Option<String>,
 }
 
 impl ProtocolState {
@@ -83,7 +85,20 @@ impl ProtocolState {
             approved_at: annotations.get(&keys.approved_at).cloned(),
             labelled: annotations.get(&keys.labelled).cloned(),
             tainted: annotations.get(&keys.tainted).cloned(),
+            abandon: annotations.get(&keys.abandon).cloned(),
         }
+    }
+
+    /// Whether the controller has anything to undo or release when the node is given up: a
+    /// request, a grant, a reboot under way, its cordon, its labels or its taint.
+    pub fn anything_to_abandon(&self) -> bool {
+        self.request != Request::Absent
+            || self.grant.is_some()
+            || self.reboot_under_way()
+            || self.cordoned_by_operator
+            || self.approved_at.is_some()
+            || self.labelled.is_some()
+            || self.tainted.is_some()
     }
 
     /// The node is somewhere between `reboot-now` and the controller's completion.

@@ -97,6 +97,8 @@ pub enum ReleaseReason {
     /// The maintenance window closed before the node was told to reboot, and
     /// `--finish-after-window=false`: it waits for the next window, uncordoned.
     WindowClosed,
+    /// An administrator gave the node up (`reboot-abandon`), and its protocol is cleared.
+    Abandoned,
     /// An administrator removed `reboot-last-grant` from a completed node during its soak
     /// (a node NotReady after its reboot that should not hold the pool any longer).
     SoakCleared,
@@ -243,6 +245,12 @@ pub enum NodeAction {
     /// The node waits for its slot: put the `PreferNoSchedule` taint on it, if one is asked
     /// for and it does not have it.
     Taint(String),
+    /// An administrator gives the node up: clear its protocol, uncordon what we cordoned.
+    /// Its slot is released once the node no longer carries the grant.
+    Abandon { node: String },
+    /// The given-up node holds no slot of ours and nothing of the protocol any more: remove
+    /// `reboot-abandon`.
+    ForgetAbandon { node: String },
 }
 
 impl NodeAction {
@@ -256,7 +264,9 @@ impl NodeAction {
             | Self::Release { node, .. }
             | Self::Refetch(node)
             | Self::Taint(node)
-            | Self::WarnInvalidRequest { node, .. } => node,
+            | Self::WarnInvalidRequest { node, .. }
+            | Self::Abandon { node }
+            | Self::ForgetAbandon { node } => node,
         }
     }
 }
@@ -424,6 +434,10 @@ impl<'a> Round<'a> {
                     .push(adopted.in_zone(slot.zone.as_deref()));
             }
             Some(carried) if carried != grant => self.taken_by_another(view, slot, decision),
+            // Given up: cleared first, the slot released once the node no longer carries it.
+            _ if view.state.abandon.is_some() && view.state.anything_to_abandon() => {
+                decision.act(NodeAction::Abandon { node })
+            }
             Some(_) => self.claimed(view, grant, decision),
             None if view.state.reboot_under_way() => self.claimed(view, grant, decision),
             None => self.unclaimed(view, slot, decision),
@@ -545,6 +559,11 @@ impl<'a> Round<'a> {
             decision.act(NodeAction::Release { node, reason });
             return;
         }
+        if view.state.abandon.is_some() {
+            // Cleared (or never claimed): given up, soaking or not.
+            decision.release(&node, ReleaseReason::Abandoned);
+            return;
+        }
         let completed = view.state.last_grant.as_deref() == Some(grant);
         if completed && !self.soaked(view) {
             if view.facts.readiness != common::Readiness::Ready {
@@ -606,6 +625,15 @@ impl<'a> Round<'a> {
                 Owner::Another | Owner::Unnamed if view.in_pool => decision.foreign.push(node),
                 Owner::Another | Owner::Unnamed => {}
             }
+            return;
+        }
+        if view.in_pool && view.state.abandon.is_some() {
+            // Given up: whatever it has is cleared, then the request to give it up removed.
+            decision.act(if view.state.anything_to_abandon() {
+                NodeAction::Abandon { node }
+            } else {
+                NodeAction::ForgetAbandon { node }
+            });
             return;
         }
         if view.in_pool {
@@ -745,6 +773,7 @@ impl<'a> Round<'a> {
         view.in_pool
             && !view.opted_out
             && view.state.request == Request::Needed
+            && view.state.abandon.is_none()
             && view.state.grant.is_none()
             && !slots.contains_key(view.name())
             && !view.state.reboot_under_way()
@@ -767,3 +796,7 @@ mod fence_tests;
 #[cfg(test)]
 #[path = "delay_tests.rs"]
 mod delay_tests;
+
+#[cfg(test)]
+#[path = "abandon_tests.rs"]
+mod abandon_tests;

@@ -21,7 +21,7 @@ pub(super) fn facts(obj: &Value) -> NodeFacts {
     NodeFacts::from_node(&node)
 }
 
-fn view(obj: &Value) -> NodeView {
+pub(super) fn view(obj: &Value) -> NodeView {
     let facts = facts(obj);
     NodeView {
         state: facts.protocol(&AnnotationKeys::default()),
@@ -48,7 +48,7 @@ pub(super) fn annotate(obj: &mut Value, key: &str, value: &str) {
 const LEDGER: &str = "ns/slots";
 
 /// A ledger whose node `n` holds grant `g-n`, decided on the node's version 1.
-fn ledger_of(names: &[&str]) -> Ledger {
+pub(super) fn ledger_of(names: &[&str]) -> Ledger {
     Ledger {
         id: LEDGER.into(),
         resource_version: Some("7".into()),
@@ -78,7 +78,7 @@ fn decide(nodes: &[NodeView], ledger: &Ledger, budget: usize, drain: bool) -> De
     decide_held(nodes, ledger, (budget, drain), None, true)
 }
 
-fn decide_held(
+pub(super) fn decide_held(
     nodes: &[NodeView],
     ledger: &Ledger,
     (budget, drain): (usize, bool),
@@ -110,11 +110,11 @@ fn decide_held(
     .decide()
 }
 
-fn granted(d: &Decision) -> Vec<String> {
+pub(super) fn granted(d: &Decision) -> Vec<String> {
     d.ledger.grant.iter().map(|g| g.node.clone()).collect()
 }
 
-fn claimed(obj: &mut Value, grant: &str) {
+pub(super) fn claimed(obj: &mut Value, grant: &str) {
     annotate(obj, "reboot-grant", grant);
     obj["metadata"]["resourceVersion"] = "2".into();
 }
@@ -796,7 +796,7 @@ fn a_preflight_check_does_not_stop_a_node_granted_before_it() {
 
 /// `a` was told to reboot at 1000 under grant g-a (the timeout is 600); `b` and `c` want
 /// theirs. The budget (3) has room for both.
-fn told_to_reboot(a: &Value) -> Vec<NodeView> {
+pub(super) fn told_to_reboot(a: &Value) -> Vec<NodeView> {
     let mut a = view(a);
     a.approved_at = Some(1000);
     let wants: Vec<NodeView> = ["b", "c"]
@@ -818,7 +818,7 @@ fn decide_at_clock(nodes: &[NodeView], clock: u64) -> Decision {
 }
 
 /// [`decide_at_clock`] with `ledger`.
-fn decide_at_clock_with(nodes: &[NodeView], clock: u64, ledger: &Ledger) -> Decision {
+pub(super) fn decide_at_clock_with(nodes: &[NodeView], clock: u64, ledger: &Ledger) -> Decision {
     Round {
         nodes,
         others: &PoolCounts::default(),

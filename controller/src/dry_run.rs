@@ -58,6 +58,10 @@ pub fn plan(decision: &Decision, budget: usize, drain: bool) -> Vec<WouldDo> {
             NodeAction::Complete { .. } => "would complete its reboot and uncordon it",
             NodeAction::Release { .. } => "would give it back, uncordoned",
             NodeAction::Taint(_) => "would taint it PreferNoSchedule while it waits",
+            NodeAction::Abandon { .. } => {
+                "would give it up: clear its protocol, uncordon it if the operator cordoned it"
+            }
+            NodeAction::ForgetAbandon { .. } => "would remove its reboot-abandon",
             NodeAction::Refetch(_) | NodeAction::WarnInvalidRequest { .. } => continue,
         };
         plan.push(line(action.node(), what.to_owned(), false));

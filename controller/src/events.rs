@@ -47,6 +47,9 @@ pub enum Reason {
     /// A node told to reboot was not completed (new boot, Ready) within `--reboot-timeout`;
     /// the pool holds.
     RebootOverdue,
+    /// An administrator gave a node up (`kubectl reboot abandon`): its protocol is cleared,
+    /// its slot released.
+    RebootAbandoned,
     /// An administrator cleared a node's soak (removed `reboot-last-grant`); its slot is free.
     SoakCleared,
     /// `--dry-run`: what the controller would do about the node (nothing was written).
@@ -88,6 +91,7 @@ impl Reason {
             Self::NotReadyAfterReboot => "NotReadyAfterReboot",
             Self::RebootOverdue => "RebootOverdue",
             Self::SoakCleared => "SoakCleared",
+            Self::RebootAbandoned => "RebootAbandoned",
             Self::DryRun => "DryRun",
             Self::AlertsFiring => "AlertsFiring",
             Self::PrometheusUnreachable => "PrometheusUnreachable",

@@ -132,6 +132,8 @@ fn steps(d: &Decision) -> Vec<&'static str> {
             NodeAction::Refetch(_) => "Refetch",
             NodeAction::WarnInvalidRequest { .. } => "WarnInvalidRequest",
             NodeAction::Taint(_) => "Taint",
+            NodeAction::Abandon { .. } => "Abandon",
+            NodeAction::ForgetAbandon { .. } => "ForgetAbandon",
         })
         .collect()
 }

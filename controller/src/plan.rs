@@ -29,6 +29,8 @@ pub fn node_patch(
         NodeAction::Complete { grant, .. } => Some(t.complete(facts, Some(grant), now)),
         NodeAction::Release { .. } => t.release(facts),
         NodeAction::Taint(_) => t.taint_waiting(facts),
+        NodeAction::Abandon { .. } => t.abandon(facts),
+        NodeAction::ForgetAbandon { .. } => t.forget_abandon(facts),
         NodeAction::Refetch(_)
         | NodeAction::StartDrain { .. }
         | NodeAction::WarnInvalidRequest { .. } => None,

@@ -544,8 +544,12 @@ pub async fn check_an_agent_may_change_only_the_protocol_annotations_of_its_own_
         "own protocol steps",
     );
     // The grant keys and the cordon marker are the controller's: an agent cannot forge a slot
-    // for its node or claim a cordon.
-    for key in common::keys::CONTROLLER_ONLY {
+    // for its node or claim a cordon; nor give its node up (the administrator's).
+    for key in common::keys::CONTROLLER_ONLY
+        .iter()
+        .chain(&common::keys::ADMINISTRATOR_ONLY)
+        .copied()
+    {
         let forged = merge(json!({"metadata": {"annotations": {key: "forged"}}}));
         refused(
             key,

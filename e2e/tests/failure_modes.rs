@@ -561,7 +561,7 @@ async fn a_node_that_does_not_come_back_holds_the_pool_until_it_is_given_up_by_h
     let command = note
         .split("kubectl annotate node sim-1 ")
         .nth(1)
-        .and_then(|rest| rest.split(" (or delete").next())
+        .and_then(|rest| rest.split("; or delete").next())
         .unwrap_or_else(|| panic!("a command in: {note}"));
     let mut args = vec!["annotate", "node", "sim-1"];
     args.extend(command.split_whitespace());

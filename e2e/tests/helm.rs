@@ -545,7 +545,10 @@ fn every_flag_value_reaches_its_program() {
     );
     // The agent's steps only: never reboot-cordoned, reboot-last-completed or a grant key.
     assert_eq!(keys.matches("reboot.example.com/").count(), 7, "{keys}");
-    for key in common::keys::CONTROLLER_ONLY {
+    for key in common::keys::CONTROLLER_ONLY
+        .iter()
+        .chain(&common::keys::ADMINISTRATOR_ONLY)
+    {
         assert!(!keys.contains(key), "{key} in {keys}");
     }
 

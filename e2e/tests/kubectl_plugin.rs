@@ -3,7 +3,8 @@
 //! and requests reboots with it, a read-only ServiceAccount (`node-reboot-viewer`) sees why
 //! the nodes wait, as text and as JSON that agree, and is refused a request with a clear
 //! error; after the resume the rollout completes and the status shows every node idle, with
-//! the reboots' durations for the estimate.
+//! the reboots' durations for the estimate. A node that never comes back is given up with
+//! `kubectl reboot abandon`, through the controller, and the rollout goes on.
 
 use common::ledger::{LEDGER_NAME, OPERATOR_NAMESPACE};
 use e2e::{BudgetWatch, eventually, kubectl, rollout::rollout_completes, wait_until};
@@ -17,6 +18,8 @@ use std::{
     process::{Command, Output, Stdio},
     time::Duration,
 };
+
+const PATIENCE: Duration = Duration::from_secs(120);
 
 /// The real kubectl, with only the plugin's directory on PATH, as one identity.
 struct Kubectl {
@@ -54,6 +57,18 @@ impl Kubectl {
             String::from_utf8_lossy(&output.stderr)
         );
         String::from_utf8_lossy(&output.stdout).into_owned()
+    }
+
+    /// Runs and expects a failure that says `words` on stderr.
+    fn fails(&self, args: &[&str], words: &str) {
+        let output = self.run(args);
+        let said = stderr(&output);
+        assert!(
+            !output.status.success(),
+            "kubectl {} succeeded",
+            args.join(" ")
+        );
+        assert!(said.contains(words), "{words:?} missing: {said}");
     }
 
     fn json(&self, extra: &[&str]) -> Value {
@@ -113,6 +128,38 @@ fn service_account(sb: &Sandbox, name: &str, roles: &[&str]) -> PathBuf {
     path
 }
 
+/// The plugin on PATH, the docs' roles, and one identity of each kind: the cluster admin,
+/// a read-only user (`node-reboot-viewer`) and an administrator (`node-reboot-admin` too).
+struct Users {
+    dir: PathBuf,
+    root: Kubectl,
+    viewer: Kubectl,
+    admin: Kubectl,
+}
+
+fn users(sb: &Sandbox) -> Users {
+    let dir = plugin_dir(sb);
+    let kubectl_bin = testenv::ControlPlane::bin("kubectl").expect("kubectl");
+    let as_identity = |kubeconfig: PathBuf| Kubectl {
+        kubectl: kubectl_bin.clone(),
+        path: dir.clone(),
+        kubeconfig,
+    };
+    sb.control_plane
+        .apply(&rbac_manifest())
+        .expect("apply rbac.yaml");
+    Users {
+        root: as_identity(sb.control_plane.kubeconfig_path().to_path_buf()),
+        viewer: as_identity(service_account(sb, "viewer", &["node-reboot-viewer"])),
+        admin: as_identity(service_account(
+            sb,
+            "admin",
+            &["node-reboot-viewer", "node-reboot-admin"],
+        )),
+        dir,
+    }
+}
+
 /// The rows of the text table: node name to its STATE and DETAIL.
 fn rows(text: &str) -> BTreeMap<String, (String, String)> {
     let mut lines = text.lines().skip_while(|l| !l.starts_with("NODE "));
@@ -155,34 +202,21 @@ async fn the_plugin_on_path_shows_why_nodes_wait_and_drives_a_rollout_with_plain
     let client = sb.client.clone();
     let names = sb.fleet.names();
     let watch = BudgetWatch::start(client.clone(), 1).await;
-    let dir = plugin_dir(&sb);
-    let kubectl_bin = testenv::ControlPlane::bin("kubectl").expect("kubectl");
-    let as_identity = |kubeconfig: PathBuf| Kubectl {
-        kubectl: kubectl_bin.clone(),
-        path: dir.clone(),
-        kubeconfig,
-    };
-    let root = as_identity(sb.control_plane.kubeconfig_path().to_path_buf());
+    let Users {
+        dir,
+        root,
+        viewer,
+        admin,
+    } = users(&sb);
 
     // The real kubectl finds the plugin on PATH.
     let list = root.ok(&["plugin", "list"]);
     let found = dir.join("kubectl-reboot");
     assert!(list.contains(&found.display().to_string()), "{list}");
     let help = root.ok(&["reboot", "--help"]);
-    for command in ["status", "request", "cancel", "pause", "resume"] {
+    for command in ["status", "request", "cancel", "abandon", "pause", "resume"] {
         assert!(help.contains(command), "{help}");
     }
-
-    // The docs' roles, and one identity of each kind.
-    sb.control_plane
-        .apply(&rbac_manifest())
-        .expect("apply rbac.yaml");
-    let viewer = as_identity(service_account(&sb, "viewer", &["node-reboot-viewer"]));
-    let admin = as_identity(service_account(
-        &sb,
-        "admin",
-        &["node-reboot-viewer", "node-reboot-admin"],
-    ));
 
     // Pausing a ledger that does not exist creates nothing and says why (as the cluster
     // admin: the roles name only the default ledger).
@@ -400,6 +434,140 @@ async fn the_plugin_on_path_shows_why_nodes_wait_and_drives_a_rollout_with_plain
         "no ANSI on a pipe"
     );
 
+    watch.check().unwrap();
+    sb.stop().await;
+}
+
+/// The runbook of a node that will not come back: sim-1 was granted a slot, told to reboot,
+/// and never came back (its reboot swallowed, its agent gone, NotReady); past
+/// `--reboot-timeout` it holds the pool. `kubectl reboot abandon` gives it up through the
+/// controller: its slot leaves the ledger, the operator's cordon and the protocol's
+/// annotations go, an Event names who and why, and the others' reboots go on, with the
+/// NotReady sim-1 still counted against the budget. A node not in the protocol, an unknown
+/// node and a read-only user are refused.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_node_that_never_comes_back_is_abandoned_with_the_plugin_and_the_rollout_goes_on() {
+    let sb = e2e::sandbox_without_pods(SandboxConfig {
+        nodes: 3,
+        max_unavailable: "2".into(),
+        reboot_duration: Duration::from_secs(1),
+        controller_args: vec!["--reboot-timeout".into(), "10s".into()],
+        ..SandboxConfig::default()
+    })
+    .await;
+    let client = sb.client.clone();
+    let watch = BudgetWatch::start(client.clone(), 2).await;
+    let Users { viewer, admin, .. } = users(&sb);
+    let leases: Api<Lease> = Api::namespaced(client.clone(), OPERATOR_NAMESPACE);
+    let slots = async || {
+        let lease = leases.get_opt(LEDGER_NAME).await.ok().flatten();
+        let annotations = lease.and_then(|l| l.metadata.annotations);
+        common::ledger::slots_of(annotations.as_ref()).unwrap_or_default()
+    };
+
+    // sim-1 is told to reboot and never comes back.
+    sb.fleet.swallow_next_reboot("sim-1");
+    admin.ok(&["reboot", "request", "sim-1"]);
+    wait_until("sim-1 is rebooting", PATIENCE, Some(&watch), || async {
+        let n = e2e::node(&client, "sim-1").await;
+        common::NodeFacts::from_node(&n)
+            .annotations
+            .contains_key("reboot-in-progress")
+    })
+    .await;
+    sb.fleet.pause_agent("sim-1").await;
+    sb.fleet.set_ready("sim-1", false).await;
+    admin.ok(&["reboot", "request", "sim-2", "sim-3"]);
+    wait_until(
+        "sim-1 is overdue and holds the pool",
+        PATIENCE,
+        Some(&watch),
+        || async {
+            e2e::has_event(
+                &client,
+                "sim-1",
+                "RebootOverdue",
+                &["kubectl reboot abandon sim-1"],
+            )
+            .await
+        },
+    )
+    .await;
+    assert!(slots().await.contains_key("sim-1"), "sim-1 holds its slot");
+    let n1 = e2e::node(&client, "sim-1").await;
+    assert!(common::NodeFacts::from_node(&n1).unschedulable, "cordoned");
+
+    // Bad input first: a read-only user, an unknown node, a node not in the protocol.
+    viewer.fails(&["reboot", "abandon", "sim-1"], "forbidden");
+    admin.fails(
+        &["reboot", "abandon", "no-such-node"],
+        "no-such-node not found",
+    );
+
+    // The administrator gives sim-1 up.
+    let said = admin.ok(&[
+        "reboot",
+        "abandon",
+        "sim-1",
+        "--reason",
+        "disk failed, replaced",
+    ]);
+    println!("kubectl reboot abandon:\n{said}");
+    assert!(said.contains("node/sim-1 given up"), "{said}");
+    let note: String = eventually(
+        "sim-1 is given up: slot released, uncordoned, annotations cleared, an Event",
+        PATIENCE,
+        Some(&watch),
+        || async {
+            let n = e2e::node(&client, "sim-1").await;
+            let cleared = e2e::protocol_annotations(&n).is_empty()
+                && !common::NodeFacts::from_node(&n).unschedulable
+                && !slots().await.contains_key("sim-1");
+            let event = e2e::node_events(&client, "sim-1")
+                .await
+                .into_iter()
+                .find(|(reason, _, _)| reason == "RebootAbandoned");
+            event.filter(|_| cleared).map(|(_, _, message)| message)
+        },
+    )
+    .await;
+    println!("the Event: {note}");
+    for words in [
+        "system:serviceaccount:default:admin",
+        "disk failed, replaced",
+    ] {
+        assert!(note.contains(words), "{words:?} missing: {note}");
+    }
+    assert!(
+        !e2e::has_event(&client, "sim-1", "Cancelled", &[]).await,
+        "given up, not cancelled"
+    );
+    let status = viewer.json(&["--max-unavailable", "2"]);
+    assert_eq!(node_json(&status, "sim-1")["state"], "idle", "{status}");
+    assert_eq!(node_json(&status, "sim-1")["abandon"], Value::Null);
+
+    // Given up already: nothing to give up, said and refused.
+    admin.fails(
+        &["reboot", "abandon", "sim-1"],
+        "not in the reboot protocol",
+    );
+
+    // The rollout goes on: sim-2 and sim-3 one at a time, sim-1 NotReady counting (the
+    // budget watch checks it at every change).
+    wait_until(
+        "sim-2 and sim-3 rebooted",
+        PATIENCE,
+        Some(&watch),
+        || async {
+            let mut done = sb.fleet.reboots("sim-2") == 1 && sb.fleet.reboots("sim-3") == 1;
+            for name in ["sim-2", "sim-3"] {
+                done &= e2e::protocol_annotations(&e2e::node(&client, name).await).is_empty();
+            }
+            done
+        },
+    )
+    .await;
+    assert_eq!(sb.fleet.reboots("sim-1"), 0, "the swallowed reboot");
     watch.check().unwrap();
     sb.stop().await;
 }

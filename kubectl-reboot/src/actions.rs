@@ -17,7 +17,7 @@ use kube::{
 use serde_json::{Value, json};
 
 /// How often a write is decided again after the object changed under it.
-const ATTEMPTS: usize = 5;
+pub(crate) const ATTEMPTS: usize = 5;
 
 /// What `request` does to one node.
 #[derive(Debug, Clone, PartialEq)]
@@ -91,6 +91,13 @@ pub fn request(keys: &AnnotationKeys, node: &NodeFacts) -> RequestPlan {
     if state.reboot_under_way() {
         notes.push("a reboot is under way: this asks for one more after it".to_owned());
     }
+    if state.abandon.is_some() {
+        notes.push(format!(
+            "the node is being given up ({}): the controller clears this request with it; ask \
+             again once `kubectl reboot status` shows it idle",
+            keys.abandon
+        ));
+    }
     RequestPlan::Write {
         patch: Patch(ops),
         note: (!notes.is_empty()).then(|| notes.join("; ")),
@@ -137,7 +144,11 @@ pub fn cancel(keys: &AnnotationKeys, node: &NodeFacts) -> CancelPlan {
 
 const NODE_NEEDS: &str = "get and patch on nodes (the node-reboot-admin role)";
 
-async fn read_node(api: &Api<Node>, name: &str, command: &'static str) -> Result<Node, Error> {
+pub(crate) async fn read_node(
+    api: &Api<Node>,
+    name: &str,
+    command: &'static str,
+) -> Result<Node, Error> {
     match api.get_opt(name).await {
         Ok(Some(node)) => Ok(node),
         Ok(None) => Err(Error::NodeNotFound(name.to_owned())),
@@ -149,7 +160,7 @@ async fn read_node(api: &Api<Node>, name: &str, command: &'static str) -> Result
     }
 }
 
-async fn write_node(
+pub(crate) async fn write_node(
     api: &Api<Node>,
     name: &str,
     patch: Patch,
@@ -232,7 +243,7 @@ pub async fn cancel_node(
     Err(changing(name))
 }
 
-fn changing(name: &str) -> Error {
+pub(crate) fn changing(name: &str) -> Error {
     Error::TooLate(format!(
         "node/{name} kept changing while it was being written ({ATTEMPTS} attempts); try again"
     ))
@@ -305,11 +316,12 @@ pub async fn set_paused(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use common::Readiness;
 
-    fn node(annotations: &[(&str, &str)]) -> NodeFacts {
+    /// A Ready node at version 42 with these annotations.
+    pub(crate) fn node(annotations: &[(&str, &str)]) -> NodeFacts {
         NodeFacts {
             name: "n1".into(),
             resource_version: Some("42".into()),

@@ -8,7 +8,8 @@ use common::{AnnotationKeys, MaxUnavailable};
 use std::time::Duration;
 
 /// The node-reboot-operator from kubectl: what every node of the pool is doing and why
-/// (`status`), and the administrator's requests (`request`, `cancel`, `pause`, `resume`).
+/// (`status`), and the administrator's requests (`request`, `cancel`, `abandon`, `pause`,
+/// `resume`).
 /// It reads only what the operator already writes: the nodes' annotations, the slot ledger
 /// Lease, the Events, and the controller's metrics if reachable.
 #[derive(Debug, Parser)]
@@ -56,6 +57,11 @@ pub enum Command {
     /// Withdraws each node's request: removes `reboot-needed`, and `reboot-now` if the agent
     /// has not taken it yet. A reboot the agent has started cannot be cancelled.
     Cancel(NodesArgs),
+    /// Gives a node up (it will not come back, or is being replaced), through the controller:
+    /// it releases the node's slot, removes its own cordon (not an administrator's), clears
+    /// the protocol's annotations and records who and why in a `RebootAbandoned` Event. An
+    /// error for a node that is not in the reboot protocol.
+    Abandon(AbandonArgs),
     /// Pauses the pool: no new reboot starts (`reboot-paused=true` on the ledger Lease);
     /// reboots under way finish.
     Pause,
@@ -68,6 +74,17 @@ pub struct NodesArgs {
     /// The nodes.
     #[arg(required = true, value_name = "NODE")]
     pub nodes: Vec<String>,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct AbandonArgs {
+    /// The node.
+    #[arg(value_name = "NODE")]
+    pub node: String,
+
+    /// Why, for the Event and the people who read it later (such as "disk failed, replaced").
+    #[arg(long, env = "KUBECTL_REBOOT_REASON", default_value = "")]
+    pub reason: String,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -168,6 +185,11 @@ mod tests {
     #[test]
     fn bad_values_are_refused_with_the_fix() {
         assert!(parse(&["cancel"]).is_err(), "a node is required");
+        assert!(parse(&["abandon"]).is_err(), "a node is required");
+        let cli = parse(&["abandon", "n1", "--reason", "disk dead"]).unwrap();
+        assert!(
+            matches!(cli.command, Command::Abandon(a) if a.node == "n1" && a.reason == "disk dead")
+        );
         let err = parse(&["status", "--metrics-url", "localhost:8080"]).unwrap_err();
         assert!(err.to_string().contains("http://"), "{err}");
         let err = parse(&["status", "--annotation-prefix", "A_B"]).unwrap_err();

@@ -34,6 +34,13 @@ pub enum Error {
     #[error("node {0} not found")]
     NodeNotFound(String),
 
+    #[error(
+        "node/{0} is not in the reboot protocol (no request, slot, reboot or operator's cordon): \
+         nothing to give up. Check the name with `kubectl reboot status`; a node given up \
+         already has a RebootAbandoned Event"
+    )]
+    NotInProtocol(String),
+
     #[error("{what}: {source}")]
     Api {
         what: String,

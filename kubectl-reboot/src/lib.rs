@@ -1,15 +1,18 @@
 //! `kubectl reboot`: the node-reboot-operator from kubectl. `status` shows every node of the
 //! pool with its state and why it waits, the slots against the budget and when the queue
 //! should be done; `request`, `cancel`, `pause` and `resume` do what the docs tell an
-//! administrator to do by hand. It reads only what the operator already writes.
+//! administrator to do by hand; `abandon` asks the controller to give a node up. It reads
+//! only what the operator already writes.
 //!
 //! The classification and the estimate are pure functions ([`status`], [`estimate`]) over
 //! what [`read`] gathers; [`actions`] decides its patches purely and writes them.
 
+pub mod abandon;
 pub mod actions;
 pub mod cli;
 pub mod error;
 pub mod estimate;
+pub mod identity;
 pub mod metrics;
 pub mod read;
 pub mod render;
@@ -45,6 +48,11 @@ pub async fn run(cli: Cli) -> Result<(), Error> {
             })
             .await
         }
+        Command::Abandon(args) => {
+            let by = identity::caller(&client, global).await;
+            say(&abandon::abandon_node(&client, keys, &args.node, &by, &args.reason).await?);
+            Ok(())
+        }
         Command::Pause | Command::Resume => {
             let pause = matches!(cli.command, Command::Pause);
             let done =
@@ -58,32 +66,45 @@ pub async fn run(cli: Cli) -> Result<(), Error> {
 /// A client as kubectl would make it: `--kubeconfig` (or `KUBECONFIG`, a `:`-separated
 /// list), `--context`, else the usual places (`~/.kube/config`, in-cluster).
 async fn client(global: &Global) -> Result<Client, Error> {
+    let config = config(global).await?;
+    Client::try_from(config).map_err(|e| Error::Config(e.to_string()))
+}
+
+/// The kubeconfig as kubectl reads it, merged from `--kubeconfig` (or `KUBECONFIG`); `None`
+/// for the usual places.
+pub(crate) fn kubeconfig(global: &Global) -> Result<Option<Kubeconfig>, Error> {
+    let fail = |e: &dyn std::fmt::Display| Error::Config(e.to_string());
+    let Some(paths) = global.kubeconfig.as_deref().filter(|k| !k.is_empty()) else {
+        return Ok(None);
+    };
+    let mut merged: Option<Kubeconfig> = None;
+    for path in std::env::split_paths(paths).filter(|p| !p.as_os_str().is_empty()) {
+        let next = Kubeconfig::read_from(&path).map_err(|e| fail(&e))?;
+        merged = Some(match merged {
+            None => next,
+            Some(m) => m.merge(next).map_err(|e| fail(&e))?,
+        });
+    }
+    merged
+        .map(Some)
+        .ok_or_else(|| Error::Config("empty --kubeconfig".into()))
+}
+
+async fn config(global: &Global) -> Result<Config, Error> {
     let fail = |e: &dyn std::fmt::Display| Error::Config(e.to_string());
     let options = KubeConfigOptions {
         context: global.context.clone(),
         ..KubeConfigOptions::default()
     };
-    let config = match global.kubeconfig.as_deref().filter(|k| !k.is_empty()) {
-        Some(paths) => {
-            let mut merged: Option<Kubeconfig> = None;
-            for path in std::env::split_paths(paths).filter(|p| !p.as_os_str().is_empty()) {
-                let next = Kubeconfig::read_from(&path).map_err(|e| fail(&e))?;
-                merged = Some(match merged {
-                    None => next,
-                    Some(m) => m.merge(next).map_err(|e| fail(&e))?,
-                });
-            }
-            let merged = merged.ok_or_else(|| Error::Config("empty --kubeconfig".into()))?;
-            Config::from_custom_kubeconfig(merged, &options)
-                .await
-                .map_err(|e| fail(&e))?
-        }
+    match kubeconfig(global)? {
+        Some(merged) => Config::from_custom_kubeconfig(merged, &options)
+            .await
+            .map_err(|e| fail(&e)),
         None if global.context.is_some() => Config::from_kubeconfig(&options)
             .await
-            .map_err(|e| fail(&e))?,
-        None => Config::infer().await.map_err(|e| fail(&e))?,
-    };
-    Client::try_from(config).map_err(|e| fail(&e))
+            .map_err(|e| fail(&e)),
+        None => Config::infer().await.map_err(|e| fail(&e)),
+    }
 }
 
 /// Does `action` to every node in turn, saying what was done; fails if any failed.

@@ -274,6 +274,9 @@ pub struct NodeStatus {
     /// Selected by `--node-selector`; a node outside holds a slot of this pool.
     pub in_pool: bool,
     pub last_completed: Option<String>,
+    /// An administrator is giving the node up (`reboot-abandon`): by whom and why. The
+    /// controller clears its protocol, releases its slot, then removes the request.
+    pub abandon: Option<String>,
 }
 
 /// Where the budget figure comes from.
@@ -596,6 +599,7 @@ impl Context<'_> {
             opted_out,
             in_pool: node.in_pool,
             last_completed: state.last_completed.clone(),
+            abandon: None,
         };
         let mut since = None;
         match &state.phase {
@@ -719,6 +723,19 @@ impl Context<'_> {
                 "{}; granted by the ledger {theirs}: that pool's controller finishes it",
                 status.detail
             );
+        }
+        if let Some(value) = &state.abandon {
+            let who = common::abandon::Abandon::read(value).describe();
+            let pending = format!(
+                "abandon pending ({who}): the controller clears its protocol and releases its \
+                 slot"
+            );
+            status.detail = if status.detail.is_empty() {
+                pending
+            } else {
+                format!("{pending}; was: {}", status.detail)
+            };
+            status.abandon = Some(who);
         }
         if let Some(since) = since {
             status.since = Some(since.to_string());

@@ -631,3 +631,42 @@ fn a_node_carrying_another_pools_grant_says_whose_it_is() {
     );
     assert!(!of(&s, "mine").detail.contains("granted by the ledger"));
 }
+
+#[test]
+fn an_abandon_pending_says_who_and_why_until_the_controller_is_done() {
+    let given_up = r#"{"by":"alice","reason":"disk dead"}"#;
+    let mut lost = node(
+        "a",
+        &[
+            ("reboot-in-progress", "true"),
+            ("reboot-grant", "g1"),
+            ("reboot-abandon", given_up),
+        ],
+    );
+    lost.facts.readiness = Readiness::NotReady;
+    let s = classify(&pool(
+        vec![
+            lost,
+            // Cleared already; its slot is being released.
+            node("b", &[("reboot-abandon", given_up)]),
+        ],
+        &[
+            ("a", slot("g1", "2026-01-01T09:00:00Z")),
+            ("b", slot("g2", "2026-01-01T09:00:00Z")),
+        ],
+        false,
+    ));
+    let a = of(&s, "a");
+    assert_eq!(a.abandon.as_deref(), Some("by alice: disk dead"));
+    assert!(
+        a.detail
+            .starts_with("abandon pending (by alice: disk dead)")
+            && a.detail.contains("was: rebooting"),
+        "{}",
+        a.detail
+    );
+    assert_eq!(of(&s, "b").state, State::Releasing);
+    assert!(of(&s, "b").detail.starts_with("abandon pending"));
+    let json = serde_json::to_value(&s).unwrap();
+    assert_eq!(json["nodes"][0]["abandon"], "by alice: disk dead");
+}

@@ -53,7 +53,9 @@ pub fn held_by_operator(s: &Server) -> BTreeSet<String> {
 
 /// A controller's write of node `i`, from `before` to `after`, by replica `k`.
 pub fn node_write(s: &Server, k: usize, i: usize, before: &Value, after: &Value) {
-    if needed(before) && !needed(after) {
+    // Only an administrator who gives the node up ends its request without a reboot.
+    let given_up = annotation(before, "reboot-abandon").is_some();
+    if needed(before) && !needed(after) && !given_up {
         assert!(now_set(after), "lost request on n{i}");
     }
     if now_set(after) && !now_set(before) && s.drain_enabled {
@@ -70,7 +72,7 @@ pub fn node_write(s: &Server, k: usize, i: usize, before: &Value, after: &Value)
         );
     }
     let was_done = annotation(before, "reboot-done").is_some();
-    if was_done && annotation(after, "reboot-done").is_none() {
+    if was_done && annotation(after, "reboot-done").is_none() && !given_up {
         assert!(
             facts(before).kubelet_reports_boot(annotation(before, "reboot-boot-id").as_deref())
                 && facts(after).boot_id == Some(format!("n{i}-boot-{}", s.boots[i]))
@@ -84,6 +86,7 @@ pub fn node_write(s: &Server, k: usize, i: usize, before: &Value, after: &Value)
     let promoted = now_set(after) && !now_set(before);
     if claimed {
         assert!(!opted_out(before), "n{i} claimed a grant while opted out");
+        assert!(!given_up, "n{i} claimed a grant while being given up");
         assert!(
             s.zone_budget.is_none() || s.zone(i).is_some(),
             "n{i} claimed a grant without a zone label while zone budgets are on"
@@ -154,10 +157,12 @@ pub fn ledger_write(
         }
     }
     // A soak ends on a fresh read of its node: a node that crashed stays Ready in a cache for
-    // a while, and another replica's copy may lag. Released, a soaking node is Ready now.
+    // a while, and another replica's copy may lag. Released, a soaking node is Ready now,
+    // unless an administrator gave it up.
     for (node, slot) in before {
         let soaking = s.node(index(node)).is_some_and(|n| {
-            facts(n).protocol(&keys()).last_grant.as_deref() == Some(slot.grant.as_str())
+            let state = facts(n).protocol(&keys());
+            state.last_grant.as_deref() == Some(slot.grant.as_str()) && state.abandon.is_none()
         });
         if s.min_ready_ms > 0 && soaking && !after.contains_key(node) {
             assert!(
@@ -235,11 +240,14 @@ pub fn ledger_write(
             "granted {granted:?} while n{i} is past its reboot timeout"
         );
         let slot = before.get(&format!("n{i}")).map(|slot| slot.grant.clone());
+        // Until an administrator gives the node up: its slot goes, and the pool with it.
         let soaking_not_ready = |s: &Server, n: &Value| {
             let f = facts(n);
+            let state = f.protocol(&keys());
             s.min_ready_ms > 0
                 && slot.is_some()
-                && f.protocol(&keys()).last_grant == slot
+                && state.last_grant == slot
+                && state.abandon.is_none()
                 && f.readiness != Readiness::Ready
         };
         assert!(

@@ -30,6 +30,8 @@ pub enum Step {
     Kubelet(usize),
     Request(usize),
     Cancel(usize),
+    /// The administrator gives the node up (`kubectl reboot abandon`).
+    Abandon(usize),
     AdminCordon(usize),
     AdminTakesCordon(usize),
     Flap(usize),
@@ -97,6 +99,7 @@ pub fn step() -> impl Strategy<Value = Step> {
         3 => n.clone().prop_map(Step::Kubelet),
         4 => n.clone().prop_map(Step::Request),
         1 => n.clone().prop_map(Step::Cancel),
+        1 => n.clone().prop_map(Step::Abandon),
         1 => n.clone().prop_map(Step::AdminCordon),
         1 => n.clone().prop_map(Step::AdminTakesCordon),
         1 => n.clone().prop_map(Step::Flap),
@@ -163,6 +166,9 @@ pub fn setup() -> impl Strategy<Value = Setup> {
         )
 }
 
+/// The value `kubectl reboot abandon` writes.
+const ABANDON: &str = r#"{"by":"model","reason":"never coming back"}"#;
+
 impl Model {
     pub(super) fn apply(&mut self, step: &Step) {
         self.tick(STEP_MS);
@@ -187,6 +193,7 @@ impl Model {
             Step::Kubelet(i) => self.kubelet(i),
             Step::Request(i) => self.annotate(i, "reboot-needed", Some("true")),
             Step::Cancel(i) => self.annotate(i, "reboot-needed", None),
+            Step::Abandon(i) => self.annotate(i, "reboot-abandon", Some(ABANDON)),
             Step::AdminCordon(i) => self.admin_cordon(i),
             Step::AdminTakesCordon(i) => {
                 // The documented way to keep the operator's cordon after the reboot.
@@ -317,7 +324,10 @@ impl Model {
                 false
             }
         };
-        match f.protocol(&keys).phase {
+        let state = f.protocol(&keys);
+        match state.phase {
+            // A node being given up is not rebooted (`agent::decision`).
+            Phase::RebootNow if state.abandon.is_some() => {}
             Phase::RebootNow if agent_patch(&mut s, &t.begin_reboot(&f, &running)) => {
                 s.boots[i] += 1;
                 s.down.insert(i);
@@ -397,6 +407,7 @@ impl Model {
                     (state.request == Request::Absent || self.waits_for_good(&s, i))
                         && state.phase == Phase::Idle
                         && state.grant.is_none()
+                        && state.abandon.is_none()
                         && !state.cordoned_by_operator
                 })
             })
@@ -444,9 +455,11 @@ impl Model {
             let s = self.s();
             let requested = (0..NODES)
                 .filter(|&i| {
-                    s.node(i)
-                        .is_some_and(|n| annotation(n, "reboot-needed").as_deref() == Some("true"))
-                        && !self.waits_for_good(&s, i)
+                    s.node(i).is_some_and(|n| {
+                        annotation(n, "reboot-needed").as_deref() == Some("true")
+                            // A node being given up has its request cleared with it.
+                            && annotation(n, "reboot-abandon").is_none()
+                    }) && !self.waits_for_good(&s, i)
                 })
                 .collect();
             (requested, s.boots.clone())
@@ -493,6 +506,10 @@ impl Model {
             assert!(
                 state.grant.is_none() && !state.cordoned_by_operator,
                 "n{i} left in the protocol"
+            );
+            assert!(
+                state.abandon.is_none() || !s.in_pool(i),
+                "n{i} given up, but its reboot-abandon was never removed"
             );
         }
     }

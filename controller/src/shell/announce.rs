@@ -269,7 +269,9 @@ impl Shell {
                 "not completed within --reboot-timeout ({}): {what}. It keeps its slot and cordon, \
                  and no new reboot starts in this pool until the kubelet reports its new boot \
                  and it is Ready; the rollout then goes on by itself. Fix the node, or give it \
-                 up (its slot is released): kubectl annotate node {name} {} (or delete the Node)",
+                 up (its slot is released, the operator's cordon removed): kubectl reboot \
+                 abandon {name} --reason <why> (by hand: kubectl annotate node {name} {}; or \
+                 delete the Node)",
                 crate::drain::humantime(self.schedule.reboot_timeout),
                 give_up.join(" "),
             );

@@ -177,9 +177,11 @@ impl Shell {
         for (name, reason) in &decision.release_reasons {
             tracing::info!(node = %name, ?reason, slots = self.ledger.slots.len(), "slot released");
             match reason {
+                // A given-up node's Event was published when its protocol was cleared.
                 ReleaseReason::Completed
                 | ReleaseReason::Unclaimed
-                | ReleaseReason::WindowClosed => {}
+                | ReleaseReason::WindowClosed
+                | ReleaseReason::Abandoned => {}
                 ReleaseReason::NodeDeleted => self.metrics.reboot_failed("node_removed"),
                 ReleaseReason::SoakCleared => {
                     tracing::warn!(node = %name, "soak cleared by hand: slot released");

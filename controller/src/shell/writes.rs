@@ -177,6 +177,10 @@ impl Shell {
             NodeAction::Taint(_) => {
                 tracing::info!(node = %name, "tainted PreferNoSchedule while it waits");
             }
+            NodeAction::Abandon { .. } => self.abandoned(node, name),
+            NodeAction::ForgetAbandon { .. } => {
+                tracing::info!(node = %name, "given up: slot released, reboot-abandon removed");
+            }
             _ => {}
         }
     }
@@ -207,6 +211,33 @@ impl Shell {
         tracing::info!(node = %node.metadata.name.as_deref().unwrap_or_default(), "{note}");
         self.events
             .publish_action(node, Reason::Draining, action, note);
+    }
+
+    /// A node given up by an administrator, its protocol cleared: who, why, and what is left.
+    fn abandoned(&mut self, node: &Node, name: &str) {
+        let facts = NodeFacts::from_node(node);
+        let state = facts.protocol(&self.keys);
+        let who = common::abandon::Abandon::read(state.abandon.as_deref().unwrap_or_default());
+        let cordon = if facts.unschedulable {
+            "it stays cordoned: the cordon is not the operator's (kubectl uncordon it when you \
+             want)"
+        } else {
+            "it is schedulable (the operator's cordon, if any, removed)"
+        };
+        let ready = if facts.readiness == common::Readiness::Ready {
+            ""
+        } else {
+            "; while NotReady it still counts as unavailable"
+        };
+        let note = format!(
+            "reboot given up {}: the protocol's annotations are cleared and its slot is \
+             released; {cordon}{ready}",
+            who.describe()
+        );
+        tracing::warn!(node = %name, "{note}");
+        self.drains.forget_retries(name);
+        self.metrics.reboot_failed("abandoned");
+        self.events.publish(node, Reason::RebootAbandoned, note);
     }
 
     fn completed(&mut self, node: &Node, name: &str) {

@@ -1,0 +1,167 @@
+//! `abandon`: asks the controller to give a node up. The plugin writes only the request
+//! (`reboot-abandon`, who and why); the controller clears the protocol under the node's
+//! grant, releases the slot through the ledger and removes its own cordon, so that no slot is
+//! freed behind the back of a controller that is still driving the node.
+
+use crate::{
+    actions::{read_node, write_node},
+    error::Error,
+};
+use common::{AnnotationKeys, NodeFacts, Phase, Readiness, abandon::Abandon};
+use json_patch::{
+    AddOperation, Patch, PatchOperation, TestOperation,
+    jsonptr::{PointerBuf, Token},
+};
+use k8s_openapi::api::core::v1::Node;
+use kube::{Api, Client};
+
+/// What `abandon` does to one node.
+#[derive(Debug, Clone, PartialEq)]
+pub enum AbandonPlan {
+    /// Nothing of the protocol on it: nothing to give up.
+    NotInProtocol,
+    /// A request to give it up is there already (`who`).
+    Already(String),
+    /// Write this; say `note` (something the administrator should know), if any.
+    Write { patch: Patch, note: Option<String> },
+}
+
+fn pointer(tokens: &[&str]) -> PointerBuf {
+    PointerBuf::from_tokens(tokens.iter().map(|t| Token::new(*t)))
+}
+
+/// Decided on `node` as read: the request is added only while the node is that version, so
+/// a node that finished its reboot meanwhile is decided again.
+pub fn abandon(keys: &AnnotationKeys, node: &NodeFacts, request: &Abandon) -> AbandonPlan {
+    let state = node.protocol(keys);
+    if let Some(value) = &state.abandon {
+        return AbandonPlan::Already(Abandon::read(value).describe());
+    }
+    if !state.anything_to_abandon() {
+        return AbandonPlan::NotInProtocol;
+    }
+    let rv = node.resource_version.clone().unwrap_or_default();
+    let patch = Patch(vec![
+        PatchOperation::Test(TestOperation {
+            path: pointer(&["metadata", "resourceVersion"]),
+            value: rv.into(),
+        }),
+        PatchOperation::Add(AddOperation {
+            path: pointer(&["metadata", "annotations", &keys.abandon]),
+            value: request.to_value().into(),
+        }),
+    ]);
+    // The agent does not start a reboot of a node being given up, but one it has started may
+    // still take the node down.
+    let note = (matches!(state.phase, Phase::InProgress { .. })
+        && node.readiness == Readiness::Ready)
+        .then(|| {
+            "note: the node is Ready and its agent has started a reboot: the machine may still \
+             go down after it is given up, outside the budget"
+                .to_owned()
+        });
+    AbandonPlan::Write { patch, note }
+}
+
+/// Gives one node up; what was done, for the administrator.
+pub async fn abandon_node(
+    client: &Client,
+    keys: &AnnotationKeys,
+    name: &str,
+    by: &str,
+    reason: &str,
+) -> Result<String, Error> {
+    let api: Api<Node> = Api::all(client.clone());
+    let request = Abandon {
+        by: by.to_owned(),
+        reason: reason.to_owned(),
+    };
+    for _ in 0..crate::actions::ATTEMPTS {
+        let node = NodeFacts::from_node(&read_node(&api, name, "abandon").await?);
+        let (patch, note) = match abandon(keys, &node, &request) {
+            AbandonPlan::NotInProtocol => return Err(Error::NotInProtocol(name.to_owned())),
+            AbandonPlan::Already(who) => {
+                return Ok(format!(
+                    "node/{name} is already being given up ({who}); `kubectl reboot status` \
+                     shows when it is done"
+                ));
+            }
+            AbandonPlan::Write { patch, note } => (patch, note),
+        };
+        if write_node(&api, name, patch, "abandon").await? {
+            let note = note.map(|n| format!("\n{n}")).unwrap_or_default();
+            return Ok(format!(
+                "node/{name} given up {} ({} written): the controller releases its slot, \
+                 uncordons it if it cordoned it and clears the protocol's annotations; a \
+                 RebootAbandoned Event records it (kubectl get events --field-selector \
+                 involvedObject.name={name},reason=RebootAbandoned){note}",
+                request.describe(),
+                keys.abandon
+            ));
+        }
+    }
+    Err(crate::actions::changing(name))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn node(annotations: &[(&str, &str)], readiness: Readiness) -> NodeFacts {
+        NodeFacts {
+            readiness,
+            ..crate::actions::tests::node(annotations)
+        }
+    }
+
+    fn alice() -> Abandon {
+        Abandon {
+            by: "alice".into(),
+            reason: "disk dead".into(),
+        }
+    }
+
+    #[test]
+    fn a_node_in_the_protocol_gets_the_request_only_while_unchanged() {
+        let keys = AnnotationKeys::default();
+        let lost = node(
+            &[("reboot-in-progress", "true"), ("reboot-grant", "g")],
+            Readiness::NotReady,
+        );
+        let AbandonPlan::Write { patch, note } = abandon(&keys, &lost, &alice()) else {
+            panic!("a write")
+        };
+        assert_eq!(note, None);
+        let mut obj = json!({"metadata": {"resourceVersion": "42",
+            "annotations": {"reboot-in-progress": "true", "reboot-grant": "g"}}});
+        json_patch::patch(&mut obj, &patch).unwrap();
+        let written = obj["metadata"]["annotations"]["reboot-abandon"]
+            .as_str()
+            .unwrap();
+        assert_eq!(Abandon::read(written), alice());
+        // It completed meanwhile: decided again.
+        let mut changed = json!({"metadata": {"resourceVersion": "43", "annotations": {}}});
+        assert!(json_patch::patch(&mut changed, &patch).is_err());
+    }
+
+    #[test]
+    fn nothing_to_give_up_twice_given_up_and_a_reboot_that_may_still_happen() {
+        let keys = AnnotationKeys::default();
+        let idle = node(&[("reboot-last-completed", "t")], Readiness::Ready);
+        assert_eq!(abandon(&keys, &idle, &alice()), AbandonPlan::NotInProtocol);
+        let pending = node(
+            &[("reboot-needed", "true"), ("reboot-abandon", "replaced")],
+            Readiness::Ready,
+        );
+        assert!(matches!(
+            abandon(&keys, &pending, &alice()),
+            AbandonPlan::Already(who) if who.contains("replaced")
+        ));
+        let rebooting = node(&[("reboot-in-progress", "true")], Readiness::Ready);
+        let AbandonPlan::Write { note, .. } = abandon(&keys, &rebooting, &alice()) else {
+            panic!("a write")
+        };
+        assert!(note.unwrap().contains("may still go down"));
+    }
+}

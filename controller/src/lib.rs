@@ -29,6 +29,7 @@ pub mod notify;
 pub mod plan;
 pub mod pool;
 pub mod pool_index;
+pub mod rollout_plan;
 pub mod run;
 pub mod schedule;
 pub mod shell;

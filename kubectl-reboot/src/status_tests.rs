@@ -78,6 +78,7 @@ fn pool(nodes: Vec<NodeInput>, slots: &[(&str, Slot)], paused: bool) -> PoolInpu
             ..BudgetInput::default()
         },
         warnings: Vec::new(),
+        windows: Default::default(),
     }
 }
 

@@ -110,6 +110,7 @@ pub struct Shell {
 }
 
 mod announce;
+mod dry_plan;
 mod ledger;
 mod writes;
 
@@ -216,6 +217,7 @@ impl Shell {
             blocked: &blocked,
         };
         let mut decision = round.decide();
+        let rollout = self.dry_run.then(|| self.rollout_plan(&round, &decision));
         #[cfg(test)]
         self.check_incremental(&round, &decision);
         let look = round.next_look();
@@ -252,6 +254,7 @@ impl Shell {
         }
         if self.dry_run {
             self.say_dry_run(&decision, &by_name, budget).await;
+            self.say_rollout_plan(rollout);
             return false;
         }
         let mut progressed = false;

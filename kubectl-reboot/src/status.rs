@@ -355,7 +355,7 @@ pub fn status(input: &PoolInput, keys: &AnnotationKeys, now: Timestamp) -> Statu
     };
     let held_by = held_by(&input.ledger, &nodes, failing)
         // The windows given say when the next one opens: the estimate waits for it.
-        .filter(|h| !(*h == WaitReason::OutsideWindow && !input.windows.0.is_empty()));
+        .filter(|h| *h != WaitReason::OutsideWindow || input.windows.0.is_empty());
     let estimate = estimate::estimate(
         remaining,
         budget.max_unavailable,

@@ -95,6 +95,21 @@ async fn the_plan_shows_the_waves_of_the_window_and_the_spill_into_the_next_week
     let kubeconfig = sb.control_plane.kubeconfig_path().to_path_buf();
     let run = |args: &[&str]| kubectl_reboot(&kubectl_bin, &dir, &kubeconfig, args);
 
+    // The plugin's help names the command and the controller's variables it reads.
+    let help = stdout_of(&run(&["--help"]));
+    assert!(help.contains("plan"), "{help}");
+    let help = stdout_of(&run(&["plan", "--help"]));
+    for var in [
+        "REBOOT_WINDOW",
+        "MAX_UNAVAILABLE",
+        "MAX_UNAVAILABLE_PER_ZONE",
+        "ZONE_LABEL",
+        "NODE_SELECTOR",
+        "MIN_READY_SECONDS",
+    ] {
+        assert!(help.contains(&format!("[env: {var}")), "{var} in {help}");
+    }
+
     let settings = [
         "--max-unavailable",
         "2",

@@ -90,6 +90,7 @@ pub fn rollout(plan: &RolloutPlan, now: Timestamp) -> Vec<String> {
         let start = match wave.start {
             Some(t) if t <= now => "starts now".to_owned(),
             Some(t) => format!("starts at {t}"),
+            None if wave.number == 1 => "after the reboots under way".to_owned(),
             None => format!("after wave {}", wave.number - 1),
         };
         let names: Vec<&str> = wave.nodes.iter().map(|n| n.name.as_str()).collect();

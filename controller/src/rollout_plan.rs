@@ -179,6 +179,9 @@ struct Simulation<'a> {
     hold: Duration,
     /// When the last wave was granted.
     last_wave: Option<Timestamp>,
+    /// A slot came free at a time that is not known (no reboot length): what follows has no
+    /// known start.
+    untimed_free: bool,
     grants: u64,
 }
 
@@ -200,6 +203,7 @@ impl<'a> Simulation<'a> {
             },
             hold,
             last_wave: None,
+            untimed_free: false,
             grants: 0,
             input,
         };
@@ -218,7 +222,11 @@ impl<'a> Simulation<'a> {
             let granted: Option<Timestamp> = slot.granted_at.parse().ok();
             let frees_at = granted
                 .and_then(|g| g.checked_add(self.hold).ok())
-                .map_or(self.input.now, |t| t.max(self.input.now));
+                .map_or(self.input.now, |t| t.max(self.input.now))
+                // Unknown: after now, so that the waves wait for it.
+                .max(
+                    self.input.now + Duration::from_millis(u64::from(self.input.reboot.is_none())),
+                );
             self.busy.insert(name.clone(), Busy { frees_at });
             self.plan.under_way.push(UnderWay {
                 name: name.clone(),
@@ -375,7 +383,9 @@ impl<'a> Simulation<'a> {
         self.plan.waves.push(Wave {
             number: self.plan.waves.len() + 1,
             nodes,
-            start: self.known(t).or((self.plan.waves.is_empty()).then_some(t)),
+            start: self
+                .known(t)
+                .or((self.plan.waves.is_empty() && !self.untimed_free).then_some(t)),
             end: self.known(frees_at),
             window_opening: opening,
         });
@@ -408,6 +418,7 @@ impl<'a> Simulation<'a> {
             .map(|(n, _)| n.clone())
             .collect();
         for name in done {
+            self.untimed_free |= self.input.reboot.is_none();
             self.busy.remove(&name);
             self.ledger.slots.remove(&name);
             if let Some(view) = self.input.nodes.iter_mut().find(|v| v.name() == name) {

@@ -259,3 +259,30 @@ fn without_a_reboot_length_the_waves_have_an_order_and_no_times() {
     assert!(plan.waves.iter().all(|w| w.end.is_none()));
     assert_eq!(plan.done_at, None);
 }
+
+#[test]
+fn without_a_reboot_length_a_wave_behind_a_reboot_under_way_has_no_start() {
+    let mut setup = Setup::new(&[]);
+    setup.ledger.slots.insert(
+        "busy".into(),
+        Slot {
+            grant: "ns/slots/g1".into(),
+            granted_at: "2026-11-24T09:59:00Z".into(),
+            node_version: Some("1".into()),
+            zone: None,
+        },
+    );
+    let mut nodes = requested(&["a"]);
+    let mut busy = node("busy", None, None);
+    busy.state.phase = common::Phase::RebootNow;
+    busy.state.grant = Some("ns/slots/g1".into());
+    busy.facts.unschedulable = true;
+    busy.state.cordoned_by_operator = true;
+    nodes.push(busy);
+    let mut input = setup.input(nodes, 1, "2026-11-24T10:00:00Z");
+    input.reboot = None;
+    let plan = plan(input);
+    assert_eq!(names(&plan.waves[0]), ["a"]);
+    assert_eq!(plan.waves[0].start, None, "{plan:#?}");
+    assert_eq!(plan.under_way[0].frees_at, None);
+}

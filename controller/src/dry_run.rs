@@ -1,7 +1,11 @@
 //! `--dry-run`: what a round would write, in words, instead of writing it. Pure: the shell
 //! adds the pods a drain would evict, logs each line once, and reports it in an Event.
 
-use crate::decide::{Decision, NodeAction};
+use crate::{
+    decide::{Decision, NodeAction},
+    rollout_plan::RolloutPlan,
+};
+use jiff::Timestamp;
 
 /// One write the round would have made, about one node.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -69,9 +73,108 @@ pub fn plan(decision: &Decision, budget: usize, drain: bool) -> Vec<WouldDo> {
     plan
 }
 
+/// The rollout plan in words, a line each: the slots held, each wave with its nodes and its
+/// start (when known), and the requests no wave reaches with why. Empty when nothing waits.
+pub fn rollout(plan: &RolloutPlan, now: Timestamp) -> Vec<String> {
+    if plan.waves.is_empty() && plan.left.is_empty() {
+        return Vec::new();
+    }
+    let mut lines = Vec::new();
+    if let Some(held) = plan.held {
+        lines.push(format!(
+            "held ({}): no wave starts until that changes",
+            held.as_str()
+        ));
+    }
+    if !plan.under_way.is_empty() {
+        let names: Vec<&str> = plan.under_way.iter().map(|u| u.name.as_str()).collect();
+        lines.push(format!("under way: {}", names.join(", ")));
+    }
+    for wave in &plan.waves {
+        let start = match wave.start {
+            Some(t) if t <= now => "starts now".to_owned(),
+            Some(t) => format!("starts at {t}"),
+            None if wave.number == 1 => "after the reboots under way".to_owned(),
+            None => format!("after wave {}", wave.number - 1),
+        };
+        let names: Vec<&str> = wave.nodes.iter().map(|n| n.name.as_str()).collect();
+        lines.push(format!(
+            "wave {} ({start}): {}",
+            wave.number,
+            names.join(", ")
+        ));
+    }
+    if !plan.left.is_empty() {
+        let left: Vec<String> = plan
+            .left
+            .iter()
+            .map(|(name, why)| format!("{name} ({})", why.as_str()))
+            .collect();
+        lines.push(format!("not planned: {}", left.join(", ")));
+    }
+    lines
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::rollout_plan::{Planned, UnderWay, Wait, Wave};
+
+    #[test]
+    fn the_rollout_is_said_wave_by_wave() {
+        let now: Timestamp = "2026-11-24T21:00:00Z".parse().unwrap();
+        let opening: Timestamp = "2026-11-24T22:00:00Z".parse().unwrap();
+        let node = |name: &str| Planned {
+            name: name.into(),
+            zone: None,
+            waited: Vec::new(),
+        };
+        let plan = RolloutPlan {
+            under_way: vec![UnderWay {
+                name: "u".into(),
+                frees_at: None,
+            }],
+            waves: vec![
+                Wave {
+                    number: 1,
+                    nodes: vec![node("a"), node("b")],
+                    start: Some(opening),
+                    end: None,
+                    window_opening: None,
+                },
+                Wave {
+                    number: 2,
+                    nodes: vec![node("c")],
+                    start: None,
+                    end: None,
+                    window_opening: None,
+                },
+            ],
+            left: vec![("x".into(), Wait::OptedOut)],
+            held: None,
+            done_at: None,
+        };
+        assert_eq!(
+            rollout(&plan, now),
+            [
+                "under way: u",
+                "wave 1 (starts at 2026-11-24T22:00:00Z): a, b",
+                "wave 2 (after wave 1): c",
+                "not planned: x (opted out)",
+            ]
+        );
+        assert!(
+            rollout(
+                &RolloutPlan {
+                    waves: vec![],
+                    left: vec![],
+                    ..plan
+                },
+                now
+            )
+            .is_empty()
+        );
+    }
     use crate::{decide::ReleaseReason, ledger::Grant};
 
     #[test]

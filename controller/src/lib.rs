@@ -30,6 +30,7 @@ pub mod plan;
 pub mod pool;
 pub mod pool_index;
 pub mod preflight;
+pub mod rollout_plan;
 pub mod run;
 pub mod schedule;
 pub mod shell;

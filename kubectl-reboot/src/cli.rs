@@ -5,11 +5,12 @@
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use common::{AnnotationKeys, MaxUnavailable};
+use controller::window::Window;
 use std::time::Duration;
 
 /// The node-reboot-operator from kubectl: what every node of the pool is doing and why
-/// (`status`), and the administrator's requests (`request`, `cancel`, `abandon`, `pause`,
-/// `resume`).
+/// (`status`), the whole rollout planned wave by wave (`plan`), and the administrator's
+/// requests (`request`, `cancel`, `abandon`, `pause`, `resume`).
 /// It reads only what the operator already writes: the nodes' annotations, the slot ledger
 /// Lease, the Events, and the controller's metrics if reachable.
 #[derive(Debug, Parser)]
@@ -51,6 +52,12 @@ pub enum Command {
     /// rebooting, soaking), the slots in use against the budget, and when the queue should
     /// be done. Needs only read access (the `node-reboot-viewer` roles).
     Status(StatusArgs),
+    /// The whole rollout, wave by wave: which nodes reboot together, in what order and why,
+    /// which wait (for a window, the pause, a gate, a blocking pod, their zone's budget) and
+    /// when each wave should start and end, the maintenance windows taken into account. The
+    /// controller's own decision run forward on a simulated clock; give it the controller's
+    /// settings (the same flags and environment variables). Needs only read access.
+    Plan(PlanArgs),
     /// Asks for a reboot of each node (`reboot-needed=true`): it happens when the budget,
     /// the windows and the gates allow.
     Request(NodesArgs),
@@ -121,6 +128,77 @@ pub struct StatusArgs {
     /// How often `--watch` refreshes, such as `2s`.
     #[arg(long, env = "KUBECTL_REBOOT_INTERVAL", default_value = "2s", value_parser = parse_duration)]
     pub interval: Duration,
+
+    /// The controller's `--reboot-window`s, for the estimate: new reboots start only inside
+    /// one (repeat the flag, or separate windows with `;` in REBOOT_WINDOW). Default: always.
+    #[arg(long = "reboot-window", env = "REBOOT_WINDOW", value_name = "WINDOW",
+          value_delimiter = ';', value_parser = parse_window)]
+    pub reboot_windows: Vec<Window>,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct PlanArgs {
+    /// Label selector of the pool: the controller's `--node-selector` (default: all nodes).
+    #[arg(long, env = "NODE_SELECTOR", default_value = "")]
+    pub node_selector: String,
+
+    /// The controller's `/metrics` URL: the budget as the controller resolved it, the mean
+    /// reboot length it measured, and whether a health gate holds new reboots now.
+    #[arg(long, env = "KUBECTL_REBOOT_METRICS_URL", value_parser = parse_http_url)]
+    pub metrics_url: Option<String>,
+
+    /// The controller's `--max-unavailable` (a number or a percentage of the pool), when the
+    /// metrics cannot be read.
+    #[arg(long, env = "MAX_UNAVAILABLE", value_parser = parse_max_unavailable)]
+    pub max_unavailable: Option<MaxUnavailable>,
+
+    /// The controller's `--max-unavailable-per-zone` (default: no per-zone limit).
+    #[arg(long, env = "MAX_UNAVAILABLE_PER_ZONE", value_parser = parse_max_unavailable)]
+    pub max_unavailable_per_zone: Option<MaxUnavailable>,
+
+    /// The controller's `--zone-label`.
+    #[arg(
+        long,
+        env = "ZONE_LABEL",
+        default_value = "topology.kubernetes.io/zone"
+    )]
+    pub zone_label: String,
+
+    /// The controller's `--reboot-window`s (repeat the flag, or separate windows with `;` in
+    /// REBOOT_WINDOW). Default: always.
+    #[arg(long = "reboot-window", env = "REBOOT_WINDOW", value_name = "WINDOW",
+          value_delimiter = ';', value_parser = parse_window)]
+    pub reboot_windows: Vec<Window>,
+
+    /// The controller's `--min-ready-seconds`: each wave holds its slots this much longer.
+    #[arg(long, env = "MIN_READY_SECONDS", default_value_t = 0)]
+    pub min_ready_seconds: u64,
+
+    /// How long one reboot takes, grant to completion, such as `4m`. Default: the median of
+    /// the recent reboots in the Events, else the controller's mean; without either the
+    /// waves are planned in order, without times.
+    #[arg(long, env = "KUBECTL_REBOOT_REBOOT_DURATION", value_parser = parse_duration)]
+    pub reboot_duration: Option<Duration>,
+
+    /// `text` for people, `json` for scripts.
+    #[arg(short = 'o', long, env = "KUBECTL_REBOOT_OUTPUT", value_enum, default_value_t = Output::Text)]
+    pub output: Output,
+}
+
+impl PlanArgs {
+    /// What `status` would read for the same pool.
+    pub fn status_args(&self) -> StatusArgs {
+        StatusArgs {
+            node_selector: self.node_selector.clone(),
+            metrics_url: self.metrics_url.clone(),
+            max_unavailable: self.max_unavailable,
+            drain_pod_selector: None,
+            output: self.output,
+            watch: false,
+            interval: Duration::from_secs(2),
+            reboot_windows: self.reboot_windows.clone(),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -139,9 +217,13 @@ fn parse_max_unavailable(value: &str) -> Result<MaxUnavailable, String> {
         .map_err(|e: common::MaxUnavailableError| e.to_string())
 }
 
+fn parse_window(value: &str) -> Result<Window, String> {
+    value.parse()
+}
+
 fn parse_duration(value: &str) -> Result<Duration, String> {
     match common::duration::parse_duration(value) {
-        Ok(d) if d.is_zero() => Err("the interval must be longer than 0".to_owned()),
+        Ok(d) if d.is_zero() => Err("the duration must be longer than 0".to_owned()),
         Ok(d) => Ok(d),
         Err(e) => Err(e.to_string()),
     }
@@ -195,5 +277,38 @@ mod tests {
         let err = parse(&["status", "--annotation-prefix", "A_B"]).unwrap_err();
         assert!(err.to_string().contains("DNS subdomain"), "{err}");
         assert!(parse(&["status", "--interval", "0s"]).is_err());
+        let err = parse(&["plan", "--reboot-window", "Mon 25:00-26:00"]).unwrap_err();
+        assert!(err.to_string().contains("DAYS HH:MM-HH:MM"), "{err}");
+        let err = parse(&["plan", "--max-unavailable-per-zone", "0"]).unwrap_err();
+        assert!(
+            err.to_string().contains("max-unavailable-per-zone"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn the_plan_takes_the_controllers_settings() {
+        let cli = parse(&[
+            "plan",
+            "--reboot-window",
+            "Tue 22:00-23:00",
+            "--reboot-window",
+            "Sat 01:00-05:00 Europe/Berlin",
+            "--max-unavailable-per-zone",
+            "1",
+            "--min-ready-seconds",
+            "30",
+        ])
+        .unwrap();
+        let Command::Plan(plan) = cli.command else {
+            panic!("plan")
+        };
+        assert_eq!(plan.reboot_windows.len(), 2);
+        assert_eq!(
+            plan.max_unavailable_per_zone,
+            Some(MaxUnavailable::Count(1))
+        );
+        assert_eq!(plan.min_ready_seconds, 30);
+        assert_eq!(plan.zone_label, "topology.kubernetes.io/zone");
     }
 }

@@ -48,6 +48,10 @@ pub enum Error {
         source: kube::Error,
     },
 
+    /// `plan` lacks a setting it needs.
+    #[error("cannot plan: {0}")]
+    CannotPlan(String),
+
     #[error("cannot read the controller's metrics: {0}")]
     Metrics(String),
 

@@ -3,10 +3,13 @@
 //! already writes: `reboot-last-completed` on the node, minus the time of its `RebootApproved`
 //! Event (or the agent's `Rebooting`). Events live an hour by default, so the history is
 //! that of the last hour; without any, the controller's reboot duration histogram (a mean)
-//! stands in, and without that the estimate is honestly unknown. Pure.
+//! stands in, and without that the estimate is honestly unknown. With the controller's
+//! `--reboot-window`s, a wave starts only inside one: waves that do not fit wait for the next
+//! opening. Pure.
 
 use crate::status::{AGENT, CONTROLLER, NodeInput, WaitReason};
 use common::AnnotationKeys;
+use controller::window::Windows;
 use k8s_openapi::jiff::Timestamp;
 use serde::Serialize;
 
@@ -89,14 +92,32 @@ pub fn median(values: &[f64]) -> Option<f64> {
     }
 }
 
-/// The estimate for `remaining` nodes with a budget of `budget`.
+/// When `waves` waves of `seconds` each are over, from `now`: each starts only while a
+/// window is open (a wave under way finishes after its window closes, as the controller's
+/// grants do). `None` when a window never opens again.
+pub fn waves_end(
+    now: Timestamp,
+    waves: usize,
+    seconds: f64,
+    windows: &Windows,
+) -> Option<Timestamp> {
+    let length = std::time::Duration::from_secs_f64(seconds.max(0.0));
+    let mut t = now;
+    for _ in 0..waves {
+        t = windows.next_opening(t)?;
+        t = t.checked_add(length).ok()?;
+    }
+    Some(t)
+}
+
+/// The estimate for `remaining` nodes with a budget of `budget`, in `windows` (none: always).
 pub fn estimate(
     remaining: usize,
     budget: Option<usize>,
     durations: &[f64],
     metrics: Option<&crate::metrics::Reading>,
     held_by: Option<WaitReason>,
-    now: Timestamp,
+    (now, windows): (Timestamp, &Windows),
 ) -> Estimate {
     let (reboot_seconds, basis) = match (
         median(durations),
@@ -138,21 +159,41 @@ pub fn estimate(
         ),
         (_, Some(budget), Some(seconds)) => {
             let waves = remaining.div_ceil(budget.max(1));
-            let done_in = (waves as f64 * seconds).round() as u64;
-            estimate.done_in_seconds = Some(done_in);
-            let when = match held_by {
-                Some(hold) => format!(
-                    "~{} once no longer held ({})",
+            let done_in = match held_by {
+                // Held: from when it lifts, whenever that is.
+                Some(_) => Some((waves as f64 * seconds).round() as u64),
+                None => waves_end(now, waves, seconds, windows)
+                    .map(|end| end.duration_since(now).as_secs_f64().round().max(0.0) as u64),
+            };
+            estimate.done_in_seconds = done_in;
+            let in_windows = if windows.0.is_empty() {
+                String::new()
+            } else {
+                format!(", starting waves only in the windows ({windows})")
+            };
+            let when = match (held_by, done_in) {
+                (_, None) => format!("never: no window opens again ({windows})"),
+                (Some(hold), Some(done_in)) => format!(
+                    "~{} once no longer held ({}){in_windows}",
                     human(done_in as i64),
                     hold.as_str()
                 ),
-                None => {
+                (None, Some(done_in)) => {
                     let at = now
                         .checked_add(std::time::Duration::from_secs(done_in))
                         .ok();
                     estimate.done_at = at.map(|t| t.to_string());
-                    let at = at.map(|t| format!(" (about {})", t.strftime("%H:%M:%SZ")));
-                    format!("~{}{}", human(done_in as i64), at.unwrap_or_default())
+                    let format = if done_in >= 86_400 {
+                        "%a %Y-%m-%d %H:%M:%SZ"
+                    } else {
+                        "%H:%M:%SZ"
+                    };
+                    let at = at.map(|t| format!(" (about {})", t.strftime(format)));
+                    format!(
+                        "~{}{}{in_windows}",
+                        human(done_in as i64),
+                        at.unwrap_or_default()
+                    )
                 }
             };
             let plural = if waves == 1 { "" } else { "s" };
@@ -256,7 +297,14 @@ mod tests {
     #[test]
     fn the_queue_takes_whole_waves_of_the_budget() {
         let now = at("2026-01-01T10:00:00Z");
-        let e = estimate(5, Some(2), &[10.0, 20.0, 30.0], None, None, now);
+        let e = estimate(
+            5,
+            Some(2),
+            &[10.0, 20.0, 30.0],
+            None,
+            None,
+            (now, &Windows::default()),
+        );
         assert_eq!(e.basis, Basis::Events);
         assert_eq!(e.reboot_seconds, Some(20.0));
         assert_eq!(e.done_in_seconds, Some(60), "3 waves of 20 s");
@@ -276,7 +324,7 @@ mod tests {
     #[test]
     fn unknown_is_said_honestly() {
         let now = at("2026-01-01T10:00:00Z");
-        let no_history = estimate(3, Some(1), &[], None, None, now);
+        let no_history = estimate(3, Some(1), &[], None, None, (now, &Windows::default()));
         assert_eq!(no_history.done_in_seconds, None);
         assert_eq!(no_history.basis, Basis::None);
         assert!(
@@ -284,14 +332,14 @@ mod tests {
             "{}",
             no_history.summary
         );
-        let no_budget = estimate(3, None, &[5.0], None, None, now);
+        let no_budget = estimate(3, None, &[5.0], None, None, (now, &Windows::default()));
         assert!(
             no_budget.summary.contains("budget is unknown"),
             "{}",
             no_budget.summary
         );
         assert_eq!(
-            estimate(0, None, &[], None, None, now).summary,
+            estimate(0, None, &[], None, None, (now, &Windows::default())).summary,
             "nothing to reboot"
         );
     }
@@ -310,7 +358,7 @@ mod tests {
             &[],
             Some(&metrics),
             Some(WaitReason::Paused),
-            now,
+            (now, &Windows::default()),
         );
         assert_eq!(e.basis, Basis::Metrics);
         assert_eq!(e.done_in_seconds, Some(60));
@@ -320,6 +368,29 @@ mod tests {
             "{}",
             e.summary
         );
+    }
+
+    #[test]
+    fn waves_that_do_not_fit_the_window_wait_for_its_next_opening() {
+        // Tuesday 22:00-23:00 holds three waves of 20 minutes; five waves need next Tuesday.
+        let windows = Windows(vec!["Tue 22:00-23:00".parse().unwrap()]);
+        let now = at("2026-11-24T21:00:00Z");
+        let e = estimate(10, Some(2), &[1200.0], None, None, (now, &windows));
+        assert_eq!(e.done_at.as_deref(), Some("2026-12-01T22:40:00Z"));
+        assert!(
+            e.summary.contains("(about Tue 2026-12-01 22:40:00Z), starting waves only in the windows (Tue 22:00-23:00)"),
+            "{}",
+            e.summary
+        );
+        let always = estimate(
+            10,
+            Some(2),
+            &[1200.0],
+            None,
+            None,
+            (now, &Windows::default()),
+        );
+        assert_eq!(always.done_at.as_deref(), Some("2026-11-24T22:40:00Z"));
     }
 
     #[test]

@@ -1,8 +1,9 @@
 //! `kubectl reboot`: the node-reboot-operator from kubectl. `status` shows every node of the
 //! pool with its state and why it waits, the slots against the budget and when the queue
-//! should be done; `request`, `cancel`, `pause` and `resume` do what the docs tell an
-//! administrator to do by hand; `abandon` asks the controller to give a node up. It reads
-//! only what the operator already writes.
+//! should be done; `plan` shows the whole rollout wave by wave, windows included; `request`,
+//! `cancel`, `pause` and `resume` do what the docs tell an administrator to do by hand;
+//! `abandon` asks the controller to give a node up. It reads only what the operator already
+//! writes.
 //!
 //! The classification and the estimate are pure functions ([`status`], [`estimate`]) over
 //! what [`read`] gathers; [`actions`] decides its patches purely and writes them.
@@ -14,6 +15,8 @@ pub mod error;
 pub mod estimate;
 pub mod identity;
 pub mod metrics;
+pub mod plan;
+pub mod plan_render;
 pub mod read;
 pub mod render;
 pub mod status;
@@ -21,7 +24,7 @@ pub mod status;
 pub use cli::Cli;
 pub use error::Error;
 
-use cli::{Command, Global, Output, StatusArgs};
+use cli::{Command, Global, Output, PlanArgs, StatusArgs};
 use k8s_openapi::jiff::Timestamp;
 use kube::{
     Client, Config,
@@ -36,6 +39,7 @@ pub async fn run(cli: Cli) -> Result<(), Error> {
     let keys = &global.annotation_prefix;
     match &cli.command {
         Command::Status(args) => status(&client, global, args).await,
+        Command::Plan(args) => plan(&client, global, args).await,
         Command::Request(nodes) => {
             each(&nodes.nodes, async |name| {
                 actions::request_node(&client, keys, name).await
@@ -191,6 +195,31 @@ async fn status(client: &Client, global: &Global, args: &StatusArgs) -> Result<(
             () = tokio::time::sleep(args.interval) => {}
         }
     }
+}
+
+/// `plan`: the pool read once, the rollout planned from it.
+async fn plan(client: &Client, global: &Global, args: &PlanArgs) -> Result<(), Error> {
+    let input = read::pool(client, global, &args.status_args()).await?;
+    let settings = plan::Settings {
+        windows: controller::window::Windows(args.reboot_windows.clone()),
+        zone_label: args.zone_label.clone(),
+        zone_budget: args.max_unavailable_per_zone,
+        min_ready: std::time::Duration::from_secs(args.min_ready_seconds),
+        reboot: args.reboot_duration,
+    };
+    let planned = plan::plan(
+        &input,
+        &global.annotation_prefix,
+        &settings,
+        Timestamp::now(),
+    )
+    .map_err(Error::CannotPlan)?;
+    let out = match args.output {
+        Output::Text => plan_render::text(&planned),
+        Output::Json => plan_render::json(&planned),
+    };
+    let _ = write!(std::io::stdout().lock(), "{}", with_newline(out));
+    Ok(())
 }
 
 fn with_newline(mut text: String) -> String {

@@ -16,6 +16,8 @@ pub struct Reading {
     pub leader: Option<bool>,
     pub reboot_duration_sum: Option<f64>,
     pub reboot_duration_count: Option<f64>,
+    /// The health gates that hold new reboots now (`node_reboot_gate_open{gate} 0`).
+    pub gates_closed: Vec<String>,
 }
 
 impl Reading {
@@ -36,6 +38,19 @@ fn value(text: &str, name: &str) -> Option<f64> {
     })
 }
 
+/// The gates of `node_reboot_gate_open{gate="..."}` whose value is 0.
+fn gates_closed(text: &str) -> Vec<String> {
+    text.lines()
+        .filter_map(|line| {
+            let labels = line.strip_prefix("node_reboot_gate_open{")?;
+            let (labels, value) = labels.split_once('}')?;
+            let value: f64 = value.split_whitespace().next()?.parse().ok()?;
+            let gate = labels.split_once("gate=\"")?.1.split_once('"')?.0;
+            (value == 0.0).then(|| gate.to_owned())
+        })
+        .collect()
+}
+
 /// Reads the controller's metrics text; an error when it is not the controller's.
 pub fn parse(text: &str) -> Result<Reading, String> {
     let count = |name| value(text, name).map(|v| v.max(0.0) as usize);
@@ -47,6 +62,7 @@ pub fn parse(text: &str) -> Result<Reading, String> {
         leader: flag("node_reboot_leader"),
         reboot_duration_sum: value(text, "node_reboot_reboot_duration_seconds_sum"),
         reboot_duration_count: value(text, "node_reboot_reboot_duration_seconds_count"),
+        gates_closed: gates_closed(text),
     };
     if reading.max_unavailable.is_none() {
         return Err(
@@ -99,6 +115,8 @@ mod tests {
                     node_reboot_leader 0\n\
                     node_reboot_reboot_duration_seconds_sum 30.5\n\
                     node_reboot_reboot_duration_seconds_count 2\n\
+                    node_reboot_gate_open{gate=\"alerts\"} 0\n\
+                    node_reboot_gate_open{gate=\"blocking_pods\"} 1\n\
                     # EOF\n";
         let reading = parse(text).unwrap();
         assert_eq!(reading.max_unavailable, Some(2));
@@ -106,6 +124,7 @@ mod tests {
         assert_eq!(reading.paused, Some(true));
         assert_eq!(reading.leader, Some(false));
         assert_eq!(reading.mean_reboot_seconds(), Some(15.25));
+        assert_eq!(reading.gates_closed, ["alerts"]);
         assert!(
             parse("up 1\n")
                 .unwrap_err()

@@ -101,6 +101,7 @@ pub async fn pool(client: &Client, global: &Global, args: &StatusArgs) -> Result
             flag: args.max_unavailable,
         },
         warnings,
+        windows: controller::window::Windows(args.reboot_windows.clone()),
     })
 }
 

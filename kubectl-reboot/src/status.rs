@@ -77,6 +77,8 @@ pub struct PoolInput {
     pub budget: BudgetInput,
     /// Things that could not be read (Events, pods): the status is less complete.
     pub warnings: Vec<String>,
+    /// The controller's `--reboot-window`s, as given to the plugin (none: always).
+    pub windows: controller::window::Windows,
 }
 
 /// Where a node is, from the administrator's point of view.
@@ -363,14 +365,16 @@ pub fn status(input: &PoolInput, keys: &AnnotationKeys, now: Timestamp) -> Statu
         (true, false) => Some(WaitReason::NotReadyAfterReboot),
         (true, true) => None,
     };
-    let held_by = held_by(&input.ledger, &nodes, failing);
+    let held_by = held_by(&input.ledger, &nodes, failing)
+        // The windows given say when the next one opens: the estimate waits for it.
+        .filter(|h| *h != WaitReason::OutsideWindow || input.windows.0.is_empty());
     let estimate = estimate::estimate(
         remaining,
         budget.max_unavailable,
         &estimate::durations(&input.nodes, keys),
         input.budget.metrics.as_ref(),
         held_by,
-        now,
+        (now, &input.windows),
     );
     let mut warnings = input.warnings.clone();
     if !input.ledger.found {

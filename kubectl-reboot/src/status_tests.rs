@@ -78,6 +78,7 @@ fn pool(nodes: Vec<NodeInput>, slots: &[(&str, Slot)], paused: bool) -> PoolInpu
             ..BudgetInput::default()
         },
         warnings: Vec::new(),
+        windows: Default::default(),
     }
 }
 
@@ -669,4 +670,39 @@ fn an_abandon_pending_says_who_and_why_until_the_controller_is_done() {
     assert!(of(&s, "b").detail.starts_with("abandon pending"));
     let json = serde_json::to_value(&s).unwrap();
     assert_eq!(json["nodes"][0]["abandon"], "by alice: disk dead");
+}
+
+#[test]
+fn with_the_controllers_windows_the_estimate_waits_for_the_next_opening() {
+    let mut input = pool(
+        vec![with_events(
+            node("a", &[NEEDED]),
+            &[event(
+                "OutsideWindow",
+                CONTROLLER,
+                "2026-01-01T09:59:00Z",
+                "w",
+            )],
+        )],
+        &[],
+        false,
+    );
+    input.budget.metrics = Some(Reading {
+        max_unavailable: Some(1),
+        reboot_duration_sum: Some(600.0),
+        reboot_duration_count: Some(1.0),
+        ..Reading::default()
+    });
+    // Without the windows, a closed one holds the pool: no end time.
+    assert_eq!(classify(&input).estimate.done_at, None);
+    // 2026-01-01 is a Thursday: the window opens at 22:00, the reboot takes 10 minutes.
+    input.windows = controller::window::Windows(vec!["Thu 22:00-23:00".parse().unwrap()]);
+    let s = classify(&input);
+    assert_eq!(s.estimate.held_by, None);
+    assert_eq!(s.estimate.done_at.as_deref(), Some("2026-01-01T22:10:00Z"));
+    assert!(
+        s.estimate.summary.contains("(Thu 22:00-23:00)"),
+        "{}",
+        s.estimate.summary
+    );
 }

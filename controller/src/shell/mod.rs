@@ -114,6 +114,7 @@ pub struct Shell {
 }
 
 mod announce;
+mod dry_plan;
 mod ledger;
 mod writes;
 
@@ -229,6 +230,7 @@ impl Shell {
             preflight: &preflight.held,
         };
         let mut decision = round.decide();
+        let rollout = self.dry_run.then(|| self.rollout_plan(&round, &decision));
         #[cfg(test)]
         self.check_incremental(&round, &decision);
         let look = round.next_look();
@@ -265,6 +267,7 @@ impl Shell {
         }
         if self.dry_run {
             self.say_dry_run(&decision, &by_name, budget).await;
+            self.say_rollout_plan(rollout);
             return false;
         }
         let mut progressed = false;

@@ -1,0 +1,290 @@
+//! The rollout plan: the controller's decision run forward on a simulated clock.
+
+use super::*;
+use crate::{decide::DrainState, ledger::Slot};
+use common::{AnnotationKeys, NodeFacts};
+use k8s_openapi::api::core::v1::Node;
+use serde_json::json;
+
+const MIN: Duration = Duration::from_secs(60);
+
+fn at(t: &str) -> Timestamp {
+    t.parse().unwrap()
+}
+
+/// A Ready node of the pool; `requested` adds `reboot-needed=true`, in the order given.
+fn node(name: &str, zone: Option<&str>, requested: Option<u64>) -> NodeView {
+    let mut obj = json!({
+        "metadata": {"name": name, "resourceVersion": "1"},
+        "spec": {},
+        "status": {"conditions": [{"type": "Ready", "status": "True"}],
+                   "nodeInfo": {"bootID": "b0"}}
+    });
+    if requested.is_some() {
+        obj["metadata"]["annotations"] = json!({"reboot-needed": "true"});
+    }
+    let node: Node = serde_json::from_value(obj).unwrap();
+    let facts = NodeFacts::from_node(&node);
+    NodeView {
+        state: facts.protocol(&AnnotationKeys::default()),
+        facts,
+        in_pool: true,
+        requested_at: requested,
+        not_before: None,
+        drain: DrainState::NotStarted,
+        zone: zone.map(str::to_owned),
+        opted_out: false,
+        ready_since: Some(0),
+        approved_at: None,
+        claimed_at: None,
+        drained_at: None,
+        fresh: false,
+    }
+}
+
+fn requested(names: &[&str]) -> Vec<NodeView> {
+    (0..)
+        .zip(names)
+        .map(|(i, n)| node(n, None, Some(i)))
+        .collect()
+}
+
+struct Setup {
+    ledger: Ledger,
+    windows: Windows,
+    blocked: BTreeSet<String>,
+    others: PoolCounts,
+}
+
+impl Setup {
+    fn new(windows: &[&str]) -> Self {
+        Setup {
+            ledger: Ledger {
+                id: "ns/slots".into(),
+                ..Ledger::default()
+            },
+            windows: Windows(windows.iter().map(|w| w.parse().unwrap()).collect()),
+            blocked: BTreeSet::new(),
+            others: PoolCounts::default(),
+        }
+    }
+
+    fn input(&self, nodes: Vec<NodeView>, budget: usize, now: &str) -> PlanInput<'_> {
+        PlanInput {
+            nodes,
+            others: &self.others,
+            ledger: &self.ledger,
+            budget,
+            zone_budget: None,
+            windows: &self.windows,
+            held: None,
+            blocked: &self.blocked,
+            reboot: Some(20 * MIN),
+            min_ready: Duration::ZERO,
+            now: at(now),
+            now_ms: 0,
+        }
+    }
+}
+
+fn names(wave: &Wave) -> Vec<&str> {
+    wave.nodes.iter().map(|n| n.name.as_str()).collect()
+}
+
+fn starts(plan: &RolloutPlan) -> Vec<String> {
+    plan.waves
+        .iter()
+        .map(|w| w.start.map(|t| t.to_string()).unwrap_or_default())
+        .collect()
+}
+
+#[test]
+fn waves_of_the_budget_follow_one_another_oldest_request_first() {
+    let setup = Setup::new(&[]);
+    let nodes = requested(&["c", "a", "b"]);
+    let plan = plan(setup.input(nodes, 2, "2026-11-24T10:00:00Z"));
+    assert_eq!(plan.waves.len(), 2);
+    assert_eq!(names(&plan.waves[0]), ["c", "a"]);
+    assert_eq!(names(&plan.waves[1]), ["b"]);
+    assert_eq!(plan.waves[1].nodes[0].waited, [Wait::BudgetFull]);
+    assert_eq!(
+        starts(&plan),
+        ["2026-11-24T10:00:00Z", "2026-11-24T10:20:00Z"]
+    );
+    assert_eq!(plan.done_at, Some(at("2026-11-24T10:40:00Z")));
+    assert!(plan.spills().is_empty() && plan.left.is_empty());
+}
+
+#[test]
+fn a_pool_the_window_has_no_room_for_spills_into_the_next_opening() {
+    // Tuesday 22:00-23:00 holds three waves of 20 minutes: six of nine nodes.
+    let setup = Setup::new(&["Tue 22:00-23:00"]);
+    let nodes = requested(&["n1", "n2", "n3", "n4", "n5", "n6", "n7", "n8", "n9"]);
+    let plan = plan(setup.input(nodes, 2, "2026-11-24T21:00:00Z"));
+    assert_eq!(
+        starts(&plan),
+        [
+            "2026-11-24T22:00:00Z",
+            "2026-11-24T22:20:00Z",
+            "2026-11-24T22:40:00Z",
+            "2026-12-01T22:00:00Z",
+            "2026-12-01T22:20:00Z",
+        ]
+    );
+    assert_eq!(names(&plan.waves[3]), ["n7", "n8"]);
+    assert_eq!(plan.waves[0].window_opening, None);
+    assert_eq!(
+        plan.waves[3].window_opening,
+        Some(at("2026-12-01T22:00:00Z"))
+    );
+    assert_eq!(plan.spills(), [(at("2026-12-01T22:00:00Z"), 3)]);
+    assert_eq!(
+        plan.waves[3].nodes[0].waited,
+        [Wait::OutsideWindow, Wait::BudgetFull],
+        "it waited for the first window, then for the budget, then for the next window"
+    );
+    assert_eq!(plan.done_at, Some(at("2026-12-01T22:40:00Z")));
+}
+
+#[test]
+fn the_soak_lengthens_every_wave() {
+    let setup = Setup::new(&[]);
+    let mut input = setup.input(requested(&["a", "b"]), 1, "2026-11-24T10:00:00Z");
+    input.min_ready = 10 * MIN;
+    let plan = plan(input);
+    assert_eq!(
+        starts(&plan),
+        ["2026-11-24T10:00:00Z", "2026-11-24T10:30:00Z"]
+    );
+}
+
+#[test]
+fn zone_budgets_take_the_zones_in_turn() {
+    let setup = Setup::new(&[]);
+    let nodes = vec![
+        node("a1", Some("a"), Some(0)),
+        node("a2", Some("a"), Some(1)),
+        node("b1", Some("b"), Some(2)),
+        node("b2", Some("b"), Some(3)),
+    ];
+    let mut input = setup.input(nodes, 3, "2026-11-24T10:00:00Z");
+    input.zone_budget = Some(MaxUnavailable::Count(1));
+    let plan = plan(input);
+    assert_eq!(plan.waves.len(), 2);
+    assert_eq!(names(&plan.waves[0]), ["a1", "b1"]);
+    assert_eq!(names(&plan.waves[1]), ["a2", "b2"]);
+    assert_eq!(plan.waves[1].nodes[0].waited, [Wait::ZoneFull]);
+    assert_eq!(plan.waves[1].nodes[0].zone.as_deref(), Some("a"));
+}
+
+#[test]
+fn a_paused_pool_plans_no_wave_and_says_why() {
+    let setup = Setup::new(&[]);
+    let mut nodes = requested(&["a", "b"]);
+    nodes[1].opted_out = true;
+    let mut input = setup.input(nodes, 2, "2026-11-24T10:00:00Z");
+    input.held = Some(Wait::Paused);
+    let plan = plan(input);
+    assert!(plan.waves.is_empty());
+    assert_eq!(plan.held, Some(Wait::Paused));
+    assert_eq!(
+        plan.left,
+        [("a".into(), Wait::Paused), ("b".into(), Wait::OptedOut)]
+    );
+    assert_eq!(plan.done_at, None);
+}
+
+#[test]
+fn what_never_gets_a_slot_is_left_with_its_reason() {
+    let mut setup = Setup::new(&[]);
+    setup.blocked.insert("blocked".into());
+    let mut nodes = vec![
+        node("blocked", Some("a"), Some(0)),
+        node("unlabelled", None, Some(1)),
+        node("fine", Some("a"), Some(2)),
+        node("out", Some("a"), Some(3)),
+    ];
+    nodes[3].opted_out = true;
+    let mut input = setup.input(nodes, 2, "2026-11-24T10:00:00Z");
+    input.zone_budget = Some(MaxUnavailable::Count(2));
+    let plan = plan(input);
+    assert_eq!(plan.waves.len(), 1);
+    assert_eq!(names(&plan.waves[0]), ["fine"]);
+    assert_eq!(
+        plan.left,
+        [
+            ("blocked".into(), Wait::BlockingPod),
+            ("out".into(), Wait::OptedOut),
+            ("unlabelled".into(), Wait::NoZoneLabel),
+        ]
+    );
+}
+
+#[test]
+fn slots_held_now_come_free_a_reboot_after_their_grant() {
+    let mut setup = Setup::new(&[]);
+    setup.ledger.slots.insert(
+        "busy".into(),
+        Slot {
+            grant: "ns/slots/g1".into(),
+            granted_at: "2026-11-24T09:50:00Z".into(),
+            node_version: Some("1".into()),
+            zone: None,
+        },
+    );
+    let mut nodes = requested(&["a"]);
+    let mut busy = node("busy", None, None);
+    busy.state.phase = common::Phase::RebootNow;
+    busy.state.grant = Some("ns/slots/g1".into());
+    busy.facts.unschedulable = true;
+    busy.state.cordoned_by_operator = true;
+    nodes.push(busy);
+    let plan = plan(setup.input(nodes, 1, "2026-11-24T10:00:00Z"));
+    assert_eq!(plan.under_way[0].frees_at, Some(at("2026-11-24T10:10:00Z")));
+    assert_eq!(starts(&plan), ["2026-11-24T10:10:00Z"]);
+    assert_eq!(plan.waves[0].nodes[0].waited, [Wait::BudgetFull]);
+}
+
+#[test]
+fn without_a_reboot_length_the_waves_have_an_order_and_no_times() {
+    let setup = Setup::new(&["daily 01:00-02:00"]);
+    let mut input = setup.input(requested(&["a", "b", "c"]), 1, "2026-11-24T10:00:00Z");
+    input.reboot = None;
+    let plan = plan(input);
+    assert_eq!(plan.waves.len(), 3);
+    assert_eq!(
+        starts(&plan),
+        ["2026-11-25T01:00:00Z", "", ""],
+        "the first wave waits for the window; the rest cannot be timed"
+    );
+    assert_eq!(plan.waves[0].nodes[0].waited, [Wait::OutsideWindow]);
+    assert!(plan.waves.iter().all(|w| w.end.is_none()));
+    assert_eq!(plan.done_at, None);
+}
+
+#[test]
+fn without_a_reboot_length_a_wave_behind_a_reboot_under_way_has_no_start() {
+    let mut setup = Setup::new(&[]);
+    setup.ledger.slots.insert(
+        "busy".into(),
+        Slot {
+            grant: "ns/slots/g1".into(),
+            granted_at: "2026-11-24T09:59:00Z".into(),
+            node_version: Some("1".into()),
+            zone: None,
+        },
+    );
+    let mut nodes = requested(&["a"]);
+    let mut busy = node("busy", None, None);
+    busy.state.phase = common::Phase::RebootNow;
+    busy.state.grant = Some("ns/slots/g1".into());
+    busy.facts.unschedulable = true;
+    busy.state.cordoned_by_operator = true;
+    nodes.push(busy);
+    let mut input = setup.input(nodes, 1, "2026-11-24T10:00:00Z");
+    input.reboot = None;
+    let plan = plan(input);
+    assert_eq!(names(&plan.waves[0]), ["a"]);
+    assert_eq!(plan.waves[0].start, None, "{plan:#?}");
+    assert_eq!(plan.under_way[0].frees_at, None);
+}

@@ -1,0 +1,423 @@
+//! What `kubectl reboot plan` shows: the whole rollout, wave by wave, from the controller's
+//! own decision run forward ([`controller::rollout_plan`]) over what `status` reads. Pure: the
+//! pool as read, the controller's settings as given, and the time are arguments. The JSON
+//! shape of [`Plan`] is the stable output of `-o json` (documented in docs/src/operations.md).
+
+use crate::{
+    estimate::Basis,
+    status::{self, CONTROLLER, NodeInput, PoolInput, State, WaitReason},
+};
+use common::{AnnotationKeys, MaxUnavailable};
+use controller::{
+    decide::{DrainState, NodeView},
+    ledger::Ledger,
+    pool_index::PoolCounts,
+    rollout_plan::{self, PlanInput, RolloutPlan, Wait},
+    window::Windows,
+};
+use k8s_openapi::jiff::Timestamp;
+use serde::Serialize;
+use std::{collections::BTreeSet, time::Duration};
+
+pub const KIND: &str = "RebootPlan";
+
+/// The controller's order, as the plan applies it.
+const ORDER: &str = "oldest request first (when the controller first said why it waits), \
+    zones taken in turn, as many at a time as the budgets allow";
+
+/// The controller's settings that the plan needs, as given to the plugin.
+#[derive(Debug, Clone, Default)]
+pub struct Settings {
+    pub windows: Windows,
+    pub zone_label: String,
+    pub zone_budget: Option<MaxUnavailable>,
+    pub min_ready: Duration,
+    /// `--reboot-duration`: a reboot's length, instead of the history's.
+    pub reboot: Option<Duration>,
+}
+
+/// One node of a wave.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PlannedNode {
+    pub name: String,
+    pub zone: Option<String>,
+    /// Why it is not in an earlier wave, each reason once, in the order met.
+    pub waited_for: Vec<&'static str>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WavePlan {
+    pub wave: usize,
+    /// RFC 3339; `null` when unknown (no reboot length).
+    pub start: Option<String>,
+    pub starts_in_seconds: Option<i64>,
+    /// When its slots come free: a reboot and the soak after its start.
+    pub end: Option<String>,
+    pub ends_in_seconds: Option<i64>,
+    /// The window opening it waits for, when that is later than the first wave's.
+    pub window_opening: Option<String>,
+    pub nodes: Vec<PlannedNode>,
+}
+
+/// A requested node that no wave reaches.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LeftNode {
+    pub name: String,
+    pub reason: &'static str,
+    pub detail: String,
+}
+
+/// A node holding a slot now.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct UnderWayNode {
+    pub name: String,
+    /// When its slot should come free (RFC 3339), when known.
+    pub frees_at: Option<String>,
+}
+
+/// Waves that start in a later window opening than the first.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Spill {
+    pub window_opening: String,
+    pub nodes: usize,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SettingsUsed {
+    pub max_unavailable: Option<usize>,
+    pub budget_from: String,
+    pub max_unavailable_per_zone: Option<String>,
+    pub zone_label: String,
+    /// The windows, as given; empty: always.
+    pub windows: Vec<String>,
+    pub min_ready_seconds: u64,
+    /// A reboot's length used, in seconds; `null`: unknown.
+    pub reboot_seconds: Option<f64>,
+    /// `flag` (`--reboot-duration`), `events`, `metrics` or `none`.
+    pub reboot_from: &'static str,
+}
+
+/// The whole plan: the `-o json` document.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Plan {
+    pub kind: &'static str,
+    pub api_version: &'static str,
+    pub time: String,
+    pub selector: String,
+    pub ledger: String,
+    pub settings: SettingsUsed,
+    /// Why the nodes are in this order, in words.
+    pub order: String,
+    /// What holds every wave now, until someone acts (`paused`, `gate closed`, `a node is
+    /// failing`), if anything.
+    pub held_by: Option<&'static str>,
+    pub under_way: Vec<UnderWayNode>,
+    pub waves: Vec<WavePlan>,
+    pub left: Vec<LeftNode>,
+    pub spills: Vec<Spill>,
+    /// When the last wave's slots should come free (RFC 3339), when known.
+    pub done_at: Option<String>,
+    /// One line for people.
+    pub summary: String,
+    /// What the plan cannot know, and what could not be read.
+    pub notes: Vec<String>,
+    pub warnings: Vec<String>,
+}
+
+/// The plan of `input` at `now`; an error saying what to give when the budget is unknown.
+pub fn plan(
+    input: &PoolInput,
+    keys: &AnnotationKeys,
+    settings: &Settings,
+    now: Timestamp,
+) -> Result<Plan, String> {
+    let status = status::status(input, keys, now);
+    let budget = status.budget.max_unavailable.ok_or_else(|| {
+        "the budget is unknown: give the controller's --max-unavailable (MAX_UNAVAILABLE), or \
+         --metrics-url with its /metrics"
+            .to_owned()
+    })?;
+    let (reboot, reboot_from) = match (settings.reboot, status.estimate.reboot_seconds) {
+        (Some(r), _) => (Some(r), "flag"),
+        (None, Some(s)) => (
+            Some(Duration::from_secs_f64(s.max(0.0))),
+            basis_name(status.estimate.basis),
+        ),
+        (None, None) => (None, "none"),
+    };
+    let mut notes = Vec::new();
+    let held = hold(input, &status, &mut notes);
+    let blocked: BTreeSet<String> = status
+        .nodes
+        .iter()
+        .filter(|n| n.state == State::Waiting && n.reason == Some(WaitReason::BlockingPod))
+        .map(|n| n.name.clone())
+        .collect();
+    let ledger = ledger(input);
+    let others = PoolCounts::default();
+    let views: Vec<NodeView> = input
+        .nodes
+        .iter()
+        .map(|n| view(n, keys, &settings.zone_label))
+        .collect();
+    let planned = rollout_plan::plan(PlanInput {
+        nodes: views,
+        others: &others,
+        ledger: &ledger,
+        budget,
+        zone_budget: settings.zone_budget,
+        windows: &settings.windows,
+        held,
+        blocked: &blocked,
+        reboot,
+        min_ready: settings.min_ready,
+        now,
+        now_ms: millis(now),
+    });
+    notes.extend(what_is_not_known(settings, reboot.is_some(), &status));
+    let summary = summary(&planned, budget, now);
+    Ok(Plan {
+        kind: KIND,
+        api_version: status::API_VERSION,
+        time: now.to_string(),
+        selector: input.selector.clone(),
+        ledger: input.ledger.name.clone(),
+        settings: SettingsUsed {
+            max_unavailable: Some(budget),
+            budget_from: status.budget.source_detail.clone(),
+            max_unavailable_per_zone: settings.zone_budget.map(|z| z.to_string()),
+            zone_label: settings.zone_label.clone(),
+            windows: settings.windows.0.iter().map(ToString::to_string).collect(),
+            min_ready_seconds: settings.min_ready.as_secs(),
+            reboot_seconds: reboot.map(|r| r.as_secs_f64()),
+            reboot_from,
+        },
+        order: ORDER.to_owned(),
+        held_by: planned.held.map(Wait::as_str),
+        under_way: planned
+            .under_way
+            .iter()
+            .map(|u| UnderWayNode {
+                name: u.name.clone(),
+                frees_at: u.frees_at.map(|t| t.to_string()),
+            })
+            .collect(),
+        waves: planned.waves.iter().map(|w| wave(w, now)).collect(),
+        left: planned
+            .left
+            .iter()
+            .map(|(name, why)| LeftNode {
+                name: name.clone(),
+                reason: why.as_str(),
+                detail: left_detail(*why),
+            })
+            .collect(),
+        spills: planned
+            .spills()
+            .into_iter()
+            .map(|(at, nodes)| Spill {
+                window_opening: at.to_string(),
+                nodes,
+            })
+            .collect(),
+        done_at: planned.done_at.map(|t| t.to_string()),
+        summary,
+        notes,
+        warnings: status.warnings,
+    })
+}
+
+fn basis_name(basis: Basis) -> &'static str {
+    match basis {
+        Basis::Events => "events",
+        Basis::Metrics => "metrics",
+        Basis::None => "none",
+    }
+}
+
+fn millis(t: Timestamp) -> u64 {
+    u64::try_from(t.as_millisecond()).unwrap_or_default()
+}
+
+/// What holds every grant until someone acts: the pause, a failing node, a closed gate (as
+/// the controller's metrics or its latest Events say).
+fn hold(input: &PoolInput, status: &status::Status, notes: &mut Vec<String>) -> Option<Wait> {
+    let gates_closed = input
+        .budget
+        .metrics
+        .as_ref()
+        .map(|m| m.gates_closed.clone())
+        .unwrap_or_default();
+    let gate_event = status.nodes.iter().any(|n| {
+        n.state == State::Waiting
+            && matches!(
+                n.reason,
+                Some(WaitReason::AlertsFiring | WaitReason::PrometheusUnreachable)
+            )
+    });
+    if !gates_closed.is_empty() {
+        notes.push(format!(
+            "the controller's metrics say a health gate holds new reboots now ({}): no wave \
+             starts until it opens",
+            gates_closed.join(", ")
+        ));
+    }
+    match status.estimate.held_by {
+        _ if input.ledger.paused => Some(Wait::Paused),
+        Some(WaitReason::RebootOverdue | WaitReason::NotReadyAfterReboot) => {
+            Some(Wait::FailingNode)
+        }
+        _ if !gates_closed.is_empty() || gate_event => Some(Wait::GateClosed),
+        _ => None,
+    }
+}
+
+fn what_is_not_known(settings: &Settings, timed: bool, status: &status::Status) -> Vec<String> {
+    let mut notes = vec![
+        "health gates (Prometheus alerts, blocking pods) are not evaluated here: the plan \
+         takes them as the controller last reported them (its metrics with --metrics-url, its \
+         Events); a gate that closes later holds every wave meanwhile"
+            .to_owned(),
+    ];
+    if !timed {
+        notes.push(
+            "no reboot history (no completed reboot in the Events, which last an hour, nor in \
+             the controller's metrics): the waves are in order, without times; give \
+             --reboot-duration to time them"
+                .to_owned(),
+        );
+    }
+    let waits_for_window = status
+        .nodes
+        .iter()
+        .any(|n| n.reason == Some(WaitReason::OutsideWindow));
+    if waits_for_window && settings.windows.0.is_empty() {
+        notes.push(
+            "the controller says requests wait for a maintenance window, and none was given \
+             here: give its --reboot-window (REBOOT_WINDOW) for the times to be right"
+                .to_owned(),
+        );
+    }
+    notes
+}
+
+fn left_detail(why: Wait) -> String {
+    match why {
+        Wait::Paused => "the pool is paused: `kubectl reboot resume` lifts it",
+        Wait::GateClosed => "a health gate holds new reboots: no wave starts until it opens",
+        Wait::FailingNode => {
+            "a node did not come back from its reboot, or is NotReady after it: no new reboot \
+             starts until it recovers or an administrator acts (see `kubectl reboot status`)"
+        }
+        Wait::BlockingPod => "a blocking pod runs on it: not rebooted while it runs",
+        Wait::OptedOut => "labelled reboot-disabled=true: never rebooted",
+        Wait::NoZoneLabel => "no zone label while zone budgets are on: never granted without one",
+        Wait::WindowNeverOpens => "no maintenance window opens again",
+        Wait::BudgetFull | Wait::ZoneFull | Wait::OutsideWindow => "waits",
+    }
+    .to_owned()
+}
+
+fn wave(w: &rollout_plan::Wave, now: Timestamp) -> WavePlan {
+    let seconds = |t: Option<Timestamp>| t.map(|t| t.duration_since(now).as_secs());
+    WavePlan {
+        wave: w.number,
+        start: w.start.map(|t| t.to_string()),
+        starts_in_seconds: seconds(w.start),
+        end: w.end.map(|t| t.to_string()),
+        ends_in_seconds: seconds(w.end),
+        window_opening: w.window_opening.map(|t| t.to_string()),
+        nodes: w
+            .nodes
+            .iter()
+            .map(|n| PlannedNode {
+                name: n.name.clone(),
+                zone: n.zone.clone(),
+                waited_for: n.waited.iter().map(|w| w.as_str()).collect(),
+            })
+            .collect(),
+    }
+}
+
+fn summary(planned: &RolloutPlan, budget: usize, now: Timestamp) -> String {
+    let nodes: usize = planned.waves.iter().map(|w| w.nodes.len()).sum();
+    let waves = planned.waves.len();
+    if nodes == 0 && planned.left.is_empty() {
+        return "nothing to reboot".to_owned();
+    }
+    let mut line = format!(
+        "{nodes} to reboot in {waves} wave{}, {budget} at a time",
+        if waves == 1 { "" } else { "s" }
+    );
+    match planned.done_at {
+        Some(done) if waves > 0 => line.push_str(&format!(
+            ": done in ~{} (about {})",
+            crate::estimate::human(done.duration_since(now).as_secs()),
+            done.strftime("%a %Y-%m-%d %H:%M:%SZ")
+        )),
+        _ if waves > 0 => line.push_str(": done: unknown (no reboot length)"),
+        _ => {}
+    }
+    for (opening, count) in planned.spills() {
+        line.push_str(&format!(
+            "; {count} node{} spill{} into the window opening {}",
+            if count == 1 { "" } else { "s" },
+            if count == 1 { "s" } else { "" },
+            opening.strftime("%a %Y-%m-%d %H:%M:%SZ")
+        ));
+    }
+    if !planned.left.is_empty() {
+        line.push_str(&format!("; {} not planned (see below)", planned.left.len()));
+    }
+    line
+}
+
+fn ledger(input: &PoolInput) -> Ledger {
+    Ledger {
+        id: input.ledger.name.clone(),
+        resource_version: input.ledger.version.clone(),
+        slots: input.ledger.slots.clone(),
+        paused: input.ledger.paused,
+    }
+}
+
+/// A node as the controller's round views it. The order of requests is the controller's
+/// (oldest first): when it first saw the request, which the plugin reads as its first Event
+/// about the node since the last completed reboot (nodes without one come last, by name).
+fn view(node: &NodeInput, keys: &AnnotationKeys, zone_label: &str) -> NodeView {
+    let state = node.facts.protocol(keys);
+    let since: Option<Timestamp> = state.last_completed.as_deref().and_then(|t| t.parse().ok());
+    let requested_at = node
+        .events
+        .iter()
+        .filter(|e| e.component == CONTROLLER)
+        .filter(|e| since.is_none_or(|s| e.time > s))
+        .map(|e| millis(e.time))
+        .min();
+    NodeView {
+        state,
+        in_pool: node.in_pool,
+        requested_at,
+        not_before: None,
+        drain: DrainState::NotStarted,
+        zone: node.labels.get(zone_label).cloned(),
+        opted_out: keys.is_disabled(Some(&node.labels)),
+        ready_since: Some(0),
+        approved_at: None,
+        claimed_at: None,
+        drained_at: None,
+        fresh: true,
+        facts: node.facts.clone(),
+    }
+}
+
+#[cfg(test)]
+#[path = "plan_tests.rs"]
+mod tests;

@@ -139,11 +139,15 @@ pub fn ledger_write(
         .map(|(node, _)| node)
         .collect();
     // A slot is re-keyed (to a grant its node carried) only on a fresh read of its node: the
-    // grant the node carries now. Re-keyed from stale copies, two replicas flip it back and
-    // forth and stop its drain at every flip. (A free slot adopted from a stale copy only
-    // holds a node too many until the next read: safe.)
+    // grant the replica's own last read (or write) of the node showed, not a copy its watch
+    // brought. Re-keyed from stale copies, two replicas flip it back and forth and stop its
+    // drain at every flip. (Another replica may change the node between that read and the
+    // ledger's write: the slot then holds a grant nobody carries until the next round releases
+    // it, as a free slot adopted from a stale copy holds a node too many: safe.)
     let carried = |node: &str| {
-        s.node(index(node))
+        s.reads[k]
+            .get(&index(node))
+            .and_then(|(_, n)| n.as_ref())
             .and_then(|n| annotation(n, "reboot-grant"))
     };
     for node in &new {

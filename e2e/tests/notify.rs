@@ -386,6 +386,8 @@ async fn webhooks_that_hang_or_fail_neither_slow_nor_stop_a_rollout_notified_fro
         nodesim::workspace_binary("reboot-controller").expect("reboot-controller is built"),
     )
     .args(["--max-unavailable=1", "--notify-timeout=1s"])
+    // The sandbox's agents are processes, not pods.
+    .arg(nodesim::sandbox::NO_AGENT_PODS)
     .arg(format!("--metrics-bind-address={metrics}"))
     .env("KUBECONFIG", sb.control_plane.kubeconfig_path())
     .env("POD_NAME", "controller-env")

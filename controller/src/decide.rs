@@ -611,6 +611,11 @@ impl<'a> Round<'a> {
         let node = view.name().to_owned();
         if let Some(carried) = &view.state.grant {
             match self.ledger.owner_of(carried) {
+                // Our copy may be older than a release another replica made once the node no
+                // longer carried the grant (it was deleted and created again): adopted from
+                // that copy, the slot would hold a node that holds nothing and put the ledger
+                // over the budget. Read it first; meanwhile it counts as unavailable anyway.
+                Owner::Us if !view.fresh => decision.act(NodeAction::Refetch(node)),
                 // Our grant the ledger lacks (the ledger was lost or edited, or our copy of
                 // the node is behind): record it, whatever the budget and wherever the node's
                 // labels put it now, so it counts and is finished.

@@ -324,15 +324,25 @@ fn a_reboot_under_way_without_a_slot_is_recorded_whatever_the_budget() {
     let others = [view(&node_json("x", false)), view(&obj)];
     let d = decide(&others, &Ledger::default(), 1, false);
     assert_eq!(granted(&d), ["n"]);
-    // A grant of this ledger that the ledger lost is adopted, in a zone not known.
+    // A grant of this ledger that the ledger lost is adopted, in a zone not known, from a
+    // fresh read of the node.
     let lost = format!("{LEDGER}/g-lost");
     let mut carrying = node_json("m", true);
     annotate(&mut carrying, "reboot-grant", &lost);
-    let d = decide(&[view(&carrying)], &ledger_of(&[]), 1, false);
+    let read = |obj: &Value| NodeView {
+        fresh: true,
+        ..view(obj)
+    };
+    let d = decide(&[read(&carrying)], &ledger_of(&[]), 1, false);
     assert_eq!(d.ledger.grant[0].adopted.as_deref(), Some(lost.as_str()));
     assert_eq!(d.ledger.grant[0].zone, None);
+    // From a cached copy, which may predate another replica's release of it (the node was
+    // deleted and created again), it is read first.
+    let d = decide(&[view(&carrying)], &ledger_of(&[]), 1, false);
+    assert!(d.ledger.grant.is_empty(), "{:?}", d.ledger.grant);
+    assert_eq!(d.node_actions, [NodeAction::Refetch("m".into())]);
     // So is one outside the pool: its own ledger's controller finishes it.
-    let mut outside = view(&carrying);
+    let mut outside = read(&carrying);
     outside.in_pool = false;
     let d = decide(&[outside], &ledger_of(&[]), 1, false);
     assert_eq!(d.ledger.grant[0].adopted.as_deref(), Some(lost.as_str()));
@@ -917,6 +927,7 @@ fn an_overdue_node_relabelled_out_of_the_pool_and_adopted_holds_new_grants() {
     annotate(&mut a, "reboot-boot-id", "a-boot-0");
     let mut nodes = told_to_reboot(&a);
     nodes[0].in_pool = false;
+    nodes[0].fresh = true;
     let d = decide_at_clock_with(&nodes, 1600, &ledger_of(&[]));
     assert_eq!(d.overdue, ["a"]);
     let adopted: Vec<&str> = d.ledger.grant.iter().map(|g| g.node.as_str()).collect();

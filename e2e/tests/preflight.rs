@@ -93,6 +93,13 @@ async fn rebooted_and_done(sb: &Sandbox, name: &str) -> bool {
 fn never_cordoned(history: &NodeHistory, name: &str) {
     history.check().unwrap();
     let states = history.states();
+    // A history that saw nothing would find nothing cordoned: it must have seen the request.
+    assert!(
+        states
+            .iter()
+            .any(|s| s.annotations.iter().any(|a| a == "reboot-needed")),
+        "{name}'s history never saw its request: {states:?}"
+    );
     let touched = states
         .iter()
         .find(|s| s.unschedulable || s.annotations.iter().any(|a| a == "reboot-grant"));

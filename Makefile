@@ -4,7 +4,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 ARGS ?=
 
-.PHONY: all testenv testenv-oldest-k8s test-oldest-k8s static cross-tools test-arm64 images chart chart-readme bins build test test-inputs lint cluster sandbox demo bench manifests vm-tools vm-image vm-e2e node-image node-e2e docs docs-tools docs-reference
+.PHONY: all testenv testenv-oldest-k8s test-oldest-k8s static cross-tools test-arm64 images chart chart-readme bins build test test-inputs lint cluster sandbox demo bench manifests vm-tools vm-image vm-e2e node-image node-e2e docs docs-tools docs-reference soak
 
 all: build
 
@@ -164,6 +164,16 @@ demo:
 # ARGS=--quick is the reduced mode that `make test` runs (bench/tests/quick.rs).
 bench: testenv
 	$(CARGO) run --release --locked -p bench -- $(ARGS)
+
+# A long soak, not part of `make test`: 50 simulated nodes under random reboot requests,
+# cancels and faults (leaders killed and frozen, agents killed, API server restarts,
+# administrators' cordons) for DURATION, watched by the chaos tests' independent observer;
+# prints the figures (target/soak/report.json too) and exits non-zero on any violation,
+# request lost or node left cordoned. ARGS: see `cargo run -p soak -- --help` (SOAK_SEED
+# repeats a run's random choices).
+DURATION ?= 30m
+soak: testenv bins
+	$(CARGO) run --quiet --locked -p soak -- --duration $(DURATION) $(ARGS)
 
 # The docs: the mdBook site of docs/, built into target/book/. `make test` checks it
 # (e2e/tests/docs.rs: the book builds, its links and anchors resolve, the commands in it name

@@ -2,7 +2,10 @@
 //! the Pods of one namespace (resuming after errors, like every observer here) and checks, at
 //! every event, the invariants a user can see:
 //!
-//! - no more unavailable nodes than the budget ([`unavailable`] decides what counts);
+//! - no more unavailable nodes than the budget ([`unavailable`] decides what counts) by the
+//!   operator's doing: when others take the count over it (an administrator cordons a node,
+//!   a node fails on its own), that is counted apart, and the operator must add no node of
+//!   its own until the count is back within the budget;
 //! - no `reboot-now` appears on a node while an evictable pod of the workload (not a
 //!   DaemonSet pod, not a mirror pod, not finished) is bound to it.
 //!
@@ -69,6 +72,8 @@ struct NodeSeen {
     boot_id: Option<String>,
     unschedulable: bool,
     protocol: Vec<String>,
+    /// In the operator's hands: granted a slot, cordoned by it, or told to reboot.
+    held: bool,
 }
 
 impl NodeSeen {
@@ -83,6 +88,7 @@ impl NodeSeen {
             boot_id: facts.boot_id.clone(),
             unschedulable: facts.unschedulable,
             protocol: protocol_annotations(node),
+            held: state.grant.is_some() || state.cordoned_by_operator || state.phase != Phase::Idle,
         }
     }
 }
@@ -113,6 +119,9 @@ struct Record {
     tallies: BTreeMap<String, NodeTally>,
     unavailable_now: usize,
     max_unavailable: usize,
+    /// Times others (an administrator's cordon, a node failing on its own) took the count
+    /// over the budget: the operator cannot prevent those, only add nothing while they last.
+    external_excess: u64,
     violations: Vec<String>,
     /// By pod uid.
     stays: BTreeMap<String, Stay>,
@@ -163,7 +172,11 @@ impl Record {
         }
     }
 
-    fn count_unavailable(&mut self, at: u64) {
+    /// Counts the unavailable nodes after a change to `changed` (`None`: a complete list).
+    /// More than the budget is a violation when the operator's own node made it so: a node
+    /// it holds became unavailable. When others did (an administrator cordoned a node, a
+    /// node failed), it is counted as an external excess; the operator must then add none.
+    fn count_unavailable(&mut self, at: u64, changed: Option<&str>) {
         let down: Vec<&String> = self
             .nodes
             .iter()
@@ -171,12 +184,19 @@ impl Record {
             .map(|(name, _)| name)
             .collect();
         let count = down.len();
-        if count > self.budget && self.unavailable_now <= self.budget {
-            let what = format!(
-                "{count} nodes unavailable at once with a budget of {} at revision {at}: {down:?}",
-                self.budget
-            );
-            self.violation(what);
+        if count > self.budget && count > self.unavailable_now {
+            let by_the_operator =
+                changed.is_none_or(|name| self.nodes.get(name).is_some_and(|n| n.held));
+            if by_the_operator {
+                let what = format!(
+                    "{count} nodes unavailable at once with a budget of {} at revision {at}: \
+                     {down:?}",
+                    self.budget
+                );
+                self.violation(what);
+            } else {
+                self.external_excess += 1;
+            }
         }
         self.unavailable_now = count;
         self.max_unavailable = self.max_unavailable.max(count);
@@ -310,14 +330,14 @@ impl Observe<Node> for NodeFeed {
         let present: BTreeSet<String> = nodes.iter().map(ResourceExt::name_any).collect();
         record.nodes.retain(|name, _| present.contains(name));
         nodes.iter().for_each(|n| record.node_seen(n));
-        record.count_unavailable(nodes.iter().map(revision).max().unwrap_or(0));
+        record.count_unavailable(nodes.iter().map(revision).max().unwrap_or(0), None);
         record.judge();
     }
 
     fn applied(&mut self, node: &Node) {
         let mut record = lock(&self.0);
         record.node_seen(node);
-        record.count_unavailable(revision(node));
+        record.count_unavailable(revision(node), Some(&node.name_any()));
         record.judge();
     }
 
@@ -325,7 +345,7 @@ impl Observe<Node> for NodeFeed {
         let mut record = lock(&self.0);
         record.node_events += 1;
         record.nodes.remove(&node.name_any());
-        record.count_unavailable(revision(node));
+        record.count_unavailable(revision(node), Some(&node.name_any()));
     }
 }
 
@@ -354,6 +374,8 @@ impl Observe<Pod> for PodFeed {
 pub struct Report {
     pub budget: usize,
     pub max_unavailable: usize,
+    /// Times others took the count over the budget (see the observer's rules).
+    pub external_excess: u64,
     pub tallies: BTreeMap<String, NodeTally>,
     pub node_events: u64,
     pub pod_events: u64,
@@ -383,6 +405,14 @@ impl std::fmt::Display for Report {
             "observer: max unavailable {} with a budget of {}",
             self.max_unavailable, self.budget
         )?;
+        if self.external_excess > 0 {
+            writeln!(
+                f,
+                "observer: others took it over the budget {} time(s) (an administrator's \
+                 cordon, a node failing); the operator added none then",
+                self.external_excess
+            )?;
+        }
         writeln!(
             f,
             "observer: {} requests, {} go-aheads, {} reboots, {} cancels",
@@ -434,6 +464,7 @@ impl Observer {
             tallies: BTreeMap::new(),
             unavailable_now: 0,
             max_unavailable: 0,
+            external_excess: 0,
             violations: Vec::new(),
             stays: BTreeMap::new(),
             pod_revision: 0,
@@ -514,6 +545,7 @@ impl Observer {
         Report {
             budget: record.budget,
             max_unavailable: record.max_unavailable,
+            external_excess: record.external_excess,
             tallies: record.tallies.clone(),
             node_events: record.node_events,
             pod_events: record.pod_events,

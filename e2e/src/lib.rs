@@ -15,6 +15,7 @@ pub mod install;
 pub mod promql;
 pub mod rollout;
 pub mod scrape;
+pub mod workload;
 use std::{
     collections::{BTreeMap, BTreeSet},
     future::Future,

@@ -5,25 +5,18 @@
 //! [`Observer`], which checks the budget and the drain at every event, in etcd order, and
 //! accounts for every request at the end.
 
-use e2e::pod_is_ready;
 use e2e::{
     BudgetWatch, NodeHistory, apply, chaos::Observer, has_event, kubectl, label_node, node,
-    pod_that_blocks_the_drain_of, request_reboot,
+    pod_that_blocks_the_drain_of, request_reboot, workload,
 };
-use k8s_openapi::api::{coordination::v1::Lease, core::v1::Pod};
-use kube::{Api, Client, api::ListParams};
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::Api;
 use nodesim::sandbox::{OPERATOR_NAMESPACE, Sandbox, SandboxConfig};
-use std::{
-    collections::{BTreeMap, BTreeSet},
-    time::Duration,
-};
+use std::{collections::BTreeMap, time::Duration};
 use testenv::Options;
 
 /// How long any phase of these scenarios may take before the test fails.
 const PHASE: Duration = Duration::from_secs(240);
-/// The workload every scenario drains: one Deployment, spread over the nodes, whose
-/// PodDisruptionBudget lets one replica be down at a time.
-const WORKLOAD: (&str, &str) = ("app", "web");
 const POOL_A: &str = "pool=a";
 /// Leader election fast enough for a test: a frozen leader is replaced after 4 s.
 const FAST_LEADER_ELECTION: [&str; 3] = [
@@ -32,42 +25,6 @@ const FAST_LEADER_ELECTION: [&str; 3] = [
     "--leader-election-retry-period=1s",
 ];
 const LEASE: Duration = Duration::from_secs(4);
-
-fn web(replicas: usize) -> String {
-    format!(
-        r#"
-apiVersion: apps/v1
-kind: Deployment
-metadata: {{name: web, namespace: default}}
-spec:
-  replicas: {replicas}
-  selector: {{matchLabels: {{app: web}}}}
-  template:
-    metadata: {{labels: {{app: web}}}}
-    spec:
-      topologySpreadConstraints:
-      - {{maxSkew: 1, topologyKey: kubernetes.io/hostname, whenUnsatisfiable: ScheduleAnyway, labelSelector: {{matchLabels: {{app: web}}}}}}
-      containers: [{{name: web, image: registry.example/web:1}}]
----
-apiVersion: policy/v1
-kind: PodDisruptionBudget
-metadata: {{name: web, namespace: default}}
-spec:
-  maxUnavailable: 1
-  selector: {{matchLabels: {{app: web}}}}
----
-apiVersion: apps/v1
-kind: DaemonSet
-metadata: {{name: node-agent, namespace: default}}
-spec:
-  selector: {{matchLabels: {{app: node-agent}}}}
-  template:
-    metadata: {{labels: {{app: node-agent}}}}
-    spec:
-      containers: [{{name: agent, image: registry.example/agent:1}}]
-"#
-    )
-}
 
 struct Setup {
     nodes: usize,
@@ -123,99 +80,24 @@ async fn sandbox(setup: Setup) -> Sandbox {
     Sandbox::start(config).await.expect("sandbox starts")
 }
 
-async fn web_pods(client: &Client) -> Vec<Pod> {
-    Api::<Pod>::namespaced(client.clone(), "default")
-        .list(&ListParams::default().labels("app=web"))
-        .await
-        .map(|l| l.items)
-        .unwrap_or_default()
-}
-
-fn node_of(pod: &Pod) -> Option<String> {
-    pod.spec.as_ref().and_then(|s| s.node_name.clone())
-}
-
-/// The nodes holding a Ready replica of the workload, with how many each.
-async fn web_pods_by_node(client: &Client) -> BTreeMap<String, usize> {
-    let mut by_node = BTreeMap::new();
-    for pod in web_pods(client).await.iter().filter(|p| pod_is_ready(p)) {
-        if let Some(node) = node_of(pod) {
-            *by_node.entry(node).or_insert(0) += 1;
-        }
-    }
-    by_node
-}
-
-/// Deploys the workload (`replicas` replicas) and waits until it is Ready on every node of
-/// `spread_over`.
+/// Deploys the workload (`replicas` replicas, one down at a time) and waits until it is
+/// Ready on every node of `spread_over`.
 async fn deploy_workload(sb: &Sandbox, replicas: usize, spread_over: &[String]) {
-    apply(&sb.control_plane, &web(replicas));
-    wait_for_spread(sb, replicas, spread_over).await;
+    workload::deploy(sb, replicas, 1, spread_over, PHASE).await;
 }
 
-/// How long to wait for the scheduler's (soft) spreading before nudging it.
-const SPREAD_PATIENCE: Duration = Duration::from_secs(30);
-
-async fn wait_for_spread(sb: &Sandbox, replicas: usize, spread_over: &[String]) {
-    let start = std::time::Instant::now();
-    let mut nudged_at = start;
-    loop {
-        let by_node = web_pods_by_node(&sb.client).await;
-        if by_node.values().sum::<usize>() == replicas
-            && spread_over.iter().all(|n| by_node.contains_key(n))
-        {
-            return;
-        }
-        assert!(
-            start.elapsed() < PHASE,
-            "timed out after {PHASE:?} waiting for {replicas} Ready web replicas on each of \
-             {spread_over:?}; Ready replicas by node: {by_node:?}"
-        );
-        if nudged_at.elapsed() > SPREAD_PATIENCE {
-            eprintln!("the workload is not spread yet ({by_node:?}): moving surplus replicas");
-            move_surplus_replicas(sb).await;
-            nudged_at = std::time::Instant::now();
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
-/// Deletes the replicas that keep the workload from covering every node: those not Ready,
-/// and all but one on any node. Spreading is only the scheduler's preference
-/// (`ScheduleAnyway`, so that drains never wait for it); their replacements go where
-/// replicas are missing.
-async fn move_surplus_replicas(sb: &Sandbox) {
-    let mut kept = BTreeSet::new();
-    let mut surplus = Vec::new();
-    for pod in web_pods(&sb.client).await {
-        if pod.metadata.deletion_timestamp.is_some() {
-            continue;
-        }
-        let name = pod.metadata.name.clone().unwrap_or_default();
-        match node_of(&pod) {
-            Some(node) if pod_is_ready(&pod) && kept.insert(node.clone()) => {}
-            _ => surplus.push(name),
-        }
-    }
-    if !surplus.is_empty() {
-        let mut args = vec!["delete", "pod", "--wait=false", "--ignore-not-found"];
-        args.extend(surplus.iter().map(String::as_str));
-        kubectl(&sb.control_plane, &args);
-    }
-}
-
-/// Puts replicas back on every node (after a rollout the last nodes drained hold none), as a
-/// scheduler spreads them when they are all created again.
 async fn respread_workload(sb: &Sandbox, replicas: usize, spread_over: &[String]) {
-    kubectl(
-        &sb.control_plane,
-        &["delete", "pods", "-l", "app=web", "--wait=false"],
-    );
-    wait_for_spread(sb, replicas, spread_over).await;
+    workload::respread(sb, replicas, spread_over, PHASE).await;
 }
 
 async fn start_observer(sb: &Sandbox, budget: usize) -> Observer {
-    Observer::start(sb.client.clone(), budget, "default", WORKLOAD).await
+    Observer::start(
+        sb.client.clone(),
+        budget,
+        workload::NAMESPACE,
+        workload::WORKLOAD,
+    )
+    .await
 }
 
 fn request_all(sb: &Sandbox) {

@@ -199,6 +199,17 @@ impl ControlPlane {
         Ok(())
     }
 
+    /// Stops kube-controller-manager and starts it again: it lists everything anew. After an
+    /// API server restart, the controller-manager of this release can keep a
+    /// PodDisruptionBudget's status stale for many minutes (its informers behind its own
+    /// writes), which holds every drain that budget covers; a restart is the remedy.
+    pub fn restart_controller_manager(&mut self) -> Result<(), Error> {
+        self.proc_mut("kube-controller-manager")
+            .restart(STOP_GRACE)?;
+        tracing::info!("kube-controller-manager restarted");
+        Ok(())
+    }
+
     /// The admin kubeconfig (a token in group `system:masters`).
     pub fn kubeconfig_path(&self) -> &Path {
         &self.kubeconfig
@@ -285,6 +296,13 @@ impl ControlPlane {
     /// The temporary directory: certificates, kubeconfigs, etcd data and `<component>.log`.
     pub fn dir(&self) -> &Path {
         &self.dir_path
+    }
+
+    /// Keeps [`dir`](Self::dir) after the control plane stops (for its logs), as a panic does.
+    pub fn keep_dir(&mut self) {
+        if let Some(dir) = self.dir.take() {
+            let _ = dir.keep();
+        }
     }
 
     /// The process id of a running component (`etcd`, `kube-apiserver`, ...), so that a

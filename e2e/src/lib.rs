@@ -11,6 +11,7 @@ pub mod chaos;
 pub mod chart_readme;
 pub mod chart_values;
 pub mod elf;
+pub mod faketime;
 pub mod install;
 pub mod promql;
 pub mod rollout;

@@ -26,6 +26,9 @@ pub struct Memory {
     foreign: HashSet<String>,
     /// `--dry-run`: what was said already, per node.
     said_dry_run: HashSet<(String, String)>,
+    /// Per grant in the ledger, when (by this replica's wall clock, Unix milliseconds) this
+    /// leader first saw it: a delay it did not start itself counts from no earlier than this.
+    grant_seen: HashMap<String, u64>,
 }
 
 /// What the soak (`--min-ready-seconds`) is measured from: since when each node has been
@@ -84,6 +87,18 @@ fn approved_at(state: &common::ProtocolState, slot: Option<&crate::ledger::Slot>
         .or_else(|| slot.and_then(|s| millis(&s.granted_at)))
 }
 
+/// Since when (Unix milliseconds, by this replica's clock) the node has been cordoned for
+/// `slot`'s grant, for the delays: this replica's claim when it made it; else the grant's time
+/// in the ledger, written by whichever replica granted it, but never before this replica first
+/// saw the grant (`seen`). Another replica's clock may be minutes ahead of ours, or behind:
+/// counted from `seen`, a delay another replica started is waited again in full after a
+/// takeover, longer than asked but never shorter.
+fn claimed_at(drains: &DrainTracker, slot: &crate::ledger::Slot, seen: u64) -> u64 {
+    drains
+        .claimed_at(&slot.grant)
+        .unwrap_or_else(|| millis(&slot.granted_at).map_or(seen, |granted| granted.max(seen)))
+}
+
 /// An RFC 3339 time written by the controller, in Unix milliseconds.
 fn millis(at: &str) -> Option<u64> {
     let at: k8s_openapi::jiff::Timestamp = at.parse().ok()?;
@@ -105,6 +120,8 @@ pub struct ViewInputs<'a> {
     pub drains: &'a DrainTracker,
     pub overlay: &'a Overlay,
     pub now: u64,
+    /// The wall clock now, in Unix milliseconds (the unit of the times in the ledger).
+    pub wall: u64,
 }
 
 impl Memory {
@@ -116,7 +133,14 @@ impl Memory {
             drains,
             overlay,
             now,
+            wall,
         } = inputs;
+        self.grant_seen
+            .retain(|grant, _| ledger.slots.values().any(|s| &s.grant == grant));
+        for slot in ledger.slots.values() {
+            self.grant_seen.entry(slot.grant.clone()).or_insert(wall);
+        }
+        let grant_seen = &self.grant_seen;
         let views: Vec<NodeView> = nodes
             .iter()
             .map(|node| {
@@ -151,10 +175,9 @@ impl Memory {
                     opted_out: keys.is_disabled(node.metadata.labels.as_ref()),
                     ready_since,
                     approved_at: approved_at(&state, ledger.slots.get(&name)),
-                    claimed_at: ledger.slots.get(&name).and_then(|slot| {
-                        drains
-                            .claimed_at(&slot.grant)
-                            .or_else(|| millis(&slot.granted_at))
+                    claimed_at: ledger.slots.get(&name).map(|slot| {
+                        let seen = grant_seen.get(&slot.grant).copied().unwrap_or(wall);
+                        claimed_at(drains, slot, seen)
                     }),
                     drained_at: ledger
                         .grant_of(&name)
@@ -226,5 +249,47 @@ impl Memory {
             .insert(node.to_owned(), value.to_owned())
             .as_deref()
             != Some(value)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+    use tokio::sync::Notify;
+
+    fn slot(granted_at: &str) -> crate::ledger::Slot {
+        crate::ledger::Slot {
+            grant: "g1".into(),
+            granted_at: granted_at.into(),
+            node_version: None,
+            zone: None,
+        }
+    }
+
+    #[test]
+    fn a_delay_another_replica_started_counts_from_no_earlier_than_our_first_sight_of_it() {
+        let drains = DrainTracker::new(None, Arc::new(Notify::new()));
+        let granted = millis("2026-11-25T22:00:00Z").unwrap();
+        // We (5 minutes ahead of the granting replica) first saw it at our 22:05:10.
+        let seen = granted + 310_000;
+        assert_eq!(
+            claimed_at(&drains, &slot("2026-11-25T22:00:00Z"), seen),
+            seen
+        );
+        // We are behind the granting replica: its time is later than our sight, and counts.
+        assert_eq!(
+            claimed_at(&drains, &slot("2026-11-25T22:00:00Z"), granted - 60_000),
+            granted
+        );
+        // A time that does not parse (a hand edit): from our sight, not "no wait".
+        assert_eq!(claimed_at(&drains, &slot("soon"), seen), seen);
+    }
+
+    #[test]
+    fn our_own_claim_is_the_start_of_the_delay() {
+        let mut drains = DrainTracker::new(None, Arc::new(Notify::new()));
+        drains.claimed("g1", 42);
+        assert_eq!(claimed_at(&drains, &slot("2026-11-25T22:00:00Z"), 7), 42);
     }
 }

@@ -191,6 +191,7 @@ impl Shell {
                 drains: &self.drains,
                 overlay: &self.overlay,
                 now: self.now_ms(),
+                wall: self.wall_ms(),
             },
         );
         // A percentage budget is sized on the nodes the cache has: a copy of ours that the cache
@@ -455,6 +456,7 @@ impl Shell {
                 drains: &self.drains,
                 overlay: &overlay,
                 now: round.now,
+                wall: round.clock,
             },
         );
         let everyone = PoolCounts::default();

@@ -294,3 +294,44 @@ async fn a_new_leader_ahead_does_not_cut_the_drain_delay_short() {
     eprintln!("{report}");
     sb.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_new_leader_ahead_does_not_call_a_reboot_under_way_overdue() {
+    // A reboot takes 20 s, well within the timeout of 2 minutes; the new leader's clock is 5
+    // minutes ahead of the time its predecessor wrote in `reboot-approved-at`.
+    let mut sb = sandbox(2, Duration::from_secs(20)).await;
+    let observer = Observer::start(sb.client.clone(), 1, "default", WORKLOAD).await;
+    let mut args = vec!["--reboot-timeout", "2m"];
+    args.extend(FAST_LEADER_ELECTION);
+    let on_time = start_skewed(&mut sb, "+0", &args);
+    wait_for_leader(&sb, &observer, on_time, PHASE).await;
+    let ahead = start_skewed(&mut sb, "+5m", &args);
+    request_reboot(&sb.control_plane, "sim-1");
+    observer
+        .wait_until("sim-1 is rebooting", PHASE, || async {
+            protocol_annotations(&node(&sb.client, "sim-1").await)
+                .contains(&"reboot-in-progress".to_owned())
+        })
+        .await;
+    sb.controllers[on_time].kill().await;
+    wait_for_leader(&sb, &observer, ahead, TAKEOVER).await;
+    observer
+        .wait_until("sim-1 rebooted and back", PHASE, || async {
+            observer.rebooted_and_back("sim-1", 1)
+        })
+        .await;
+    let overdue = e2e::events_about(&sb.client, "sim-1")
+        .await
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some("RebootOverdue"))
+        .filter_map(|e| e.message)
+        .collect::<Vec<_>>();
+    assert!(
+        overdue.is_empty(),
+        "sim-1 rebooted in about 20 s with --reboot-timeout 2m, yet the new leader (5 minutes \
+         ahead) called it overdue: {overdue:?}"
+    );
+    let report = observer.finish(&[]).await;
+    eprintln!("{report}");
+    sb.stop().await;
+}

@@ -3,7 +3,13 @@
 //! their retry times belong to the `DrainTracker`.) Losing all of it on a restart costs
 //! nothing but a possibly different order among waiting requests and a repeated Event.
 
-use crate::{decide::NodeView, drain_tracker::DrainTracker, ledger::Ledger, nodes::Overlay};
+use crate::{
+    decide::NodeView,
+    drain_tracker::DrainTracker,
+    ledger::Ledger,
+    nodes::Overlay,
+    sightings::{self, Seen},
+};
 use common::{AnnotationKeys, NodeFacts, Request};
 use k8s_openapi::api::core::v1::Node;
 use std::{
@@ -26,9 +32,6 @@ pub struct Memory {
     foreign: HashSet<String>,
     /// `--dry-run`: what was said already, per node.
     said_dry_run: HashSet<(String, String)>,
-    /// Per grant in the ledger, when (by this replica's wall clock, Unix milliseconds) this
-    /// leader first saw it: a delay it did not start itself counts from no earlier than this.
-    grant_seen: HashMap<String, u64>,
 }
 
 /// What the soak (`--min-ready-seconds`) is measured from: since when each node has been
@@ -78,7 +81,9 @@ impl SoakClock {
 
 /// When the node was told to reboot, in Unix milliseconds: its `reboot-approved-at`, else
 /// (`reboot-now` set by a version that did not record it, or a hand edit that does not parse)
-/// the time of its grant, which is earlier.
+/// the time of its grant, which is earlier. Written by the clock of the replica that approved
+/// it and compared with ours: `--reboot-timeout` needs the replicas' clocks in step (a
+/// replica ahead calls a reboot overdue early, which holds the pool: the safe side).
 fn approved_at(state: &common::ProtocolState, slot: Option<&crate::ledger::Slot>) -> Option<u64> {
     state
         .approved_at
@@ -88,15 +93,14 @@ fn approved_at(state: &common::ProtocolState, slot: Option<&crate::ledger::Slot>
 }
 
 /// Since when (Unix milliseconds, by this replica's clock) the node has been cordoned for
-/// `slot`'s grant, for the delays: this replica's claim when it made it; else the grant's time
-/// in the ledger, written by whichever replica granted it, but never before this replica first
-/// saw the grant (`seen`). Another replica's clock may be minutes ahead of ours, or behind:
-/// counted from `seen`, a delay another replica started is waited again in full after a
-/// takeover, longer than asked but never shorter.
-fn claimed_at(drains: &DrainTracker, slot: &crate::ledger::Slot, seen: u64) -> u64 {
-    drains
-        .claimed_at(&slot.grant)
-        .unwrap_or_else(|| millis(&slot.granted_at).map_or(seen, |granted| granted.max(seen)))
+/// `slot`'s grant, for the delays: this replica's claim when it made it; else when this
+/// process first saw the grant. The grant's time in the ledger is written by the granting
+/// replica's clock, which may be minutes off ours: counted from it, a new leader ahead would
+/// cut the delay short.
+fn claimed_at(drains: &DrainTracker, slot: &crate::ledger::Slot, seen: &Seen) -> Option<u64> {
+    drains.claimed_at(&slot.grant).or_else(|| {
+        sightings::delay_start(millis(&slot.granted_at), seen.get(&slot.grant).copied())
+    })
 }
 
 /// An RFC 3339 time written by the controller, in Unix milliseconds.
@@ -120,8 +124,8 @@ pub struct ViewInputs<'a> {
     pub drains: &'a DrainTracker,
     pub overlay: &'a Overlay,
     pub now: u64,
-    /// The wall clock now, in Unix milliseconds (the unit of the times in the ledger).
-    pub wall: u64,
+    /// When this process first saw each grant of the ledger.
+    pub seen: &'a Seen,
 }
 
 impl Memory {
@@ -133,14 +137,8 @@ impl Memory {
             drains,
             overlay,
             now,
-            wall,
+            seen,
         } = inputs;
-        self.grant_seen
-            .retain(|grant, _| ledger.slots.values().any(|s| &s.grant == grant));
-        for slot in ledger.slots.values() {
-            self.grant_seen.entry(slot.grant.clone()).or_insert(wall);
-        }
-        let grant_seen = &self.grant_seen;
         let views: Vec<NodeView> = nodes
             .iter()
             .map(|node| {
@@ -175,10 +173,10 @@ impl Memory {
                     opted_out: keys.is_disabled(node.metadata.labels.as_ref()),
                     ready_since,
                     approved_at: approved_at(&state, ledger.slots.get(&name)),
-                    claimed_at: ledger.slots.get(&name).map(|slot| {
-                        let seen = grant_seen.get(&slot.grant).copied().unwrap_or(wall);
-                        claimed_at(drains, slot, seen)
-                    }),
+                    claimed_at: ledger
+                        .slots
+                        .get(&name)
+                        .and_then(|slot| claimed_at(drains, slot, seen)),
                     drained_at: ledger
                         .grant_of(&name)
                         .and_then(|grant| drains.drained_since(grant)),
@@ -268,28 +266,30 @@ mod tests {
     }
 
     #[test]
-    fn a_delay_another_replica_started_counts_from_no_earlier_than_our_first_sight_of_it() {
+    fn a_delay_another_replica_started_counts_from_when_we_saw_its_grant() {
         let drains = DrainTracker::new(None, Arc::new(Notify::new()));
         let granted = millis("2026-11-25T22:00:00Z").unwrap();
-        // We (5 minutes ahead of the granting replica) first saw it at our 22:05:10.
-        let seen = granted + 310_000;
+        // We are 5 minutes ahead of the granting replica, and saw the grant appear.
+        let at = granted + 300_000;
+        let seen = Seen::from([("g1".to_owned(), at)]);
         assert_eq!(
-            claimed_at(&drains, &slot("2026-11-25T22:00:00Z"), seen),
-            seen
+            claimed_at(&drains, &slot("2026-11-25T22:00:00Z"), &seen),
+            Some(at)
         );
-        // We are behind the granting replica: its time is later than our sight, and counts.
         assert_eq!(
-            claimed_at(&drains, &slot("2026-11-25T22:00:00Z"), granted - 60_000),
-            granted
+            claimed_at(&drains, &slot("2026-11-25T22:00:00Z"), &Seen::new()),
+            Some(granted)
         );
-        // A time that does not parse (a hand edit): from our sight, not "no wait".
-        assert_eq!(claimed_at(&drains, &slot("soon"), seen), seen);
     }
 
     #[test]
     fn our_own_claim_is_the_start_of_the_delay() {
         let mut drains = DrainTracker::new(None, Arc::new(Notify::new()));
         drains.claimed("g1", 42);
-        assert_eq!(claimed_at(&drains, &slot("2026-11-25T22:00:00Z"), 7), 42);
+        let seen = Seen::from([("g1".to_owned(), 7)]);
+        assert_eq!(
+            claimed_at(&drains, &slot("2026-11-25T22:00:00Z"), &seen),
+            Some(42)
+        );
     }
 }

@@ -86,27 +86,13 @@ async fn wait_for_leader(sb: &Sandbox, observer: &Observer, index: usize, within
         .await;
 }
 
-/// The node holds a slot: the operator cordoned it, or its reboot is under way.
-async fn holds_a_slot(client: &Client, name: &str) -> bool {
-    let held = [
-        "reboot-cordoned",
-        "reboot-grant",
-        "reboot-now",
-        "reboot-in-progress",
-        "reboot-done",
-    ];
-    protocol_annotations(&node(client, name).await)
-        .iter()
-        .any(|k| held.contains(&k.as_str()))
-}
-
 /// Waits until some node holds a slot: a rollout is under way.
 async fn wait_for_a_reboot_under_way(sb: &Sandbox, observer: &Observer) -> String {
     let names = sb.fleet.names();
     observer
         .eventually("a node holds a slot", PHASE, || async {
             for name in &names {
-                if holds_a_slot(&sb.client, name).await {
+                if e2e::holds_a_slot(&sb.client, name).await {
                     return Some(name.clone());
                 }
             }
@@ -206,7 +192,7 @@ async fn a_window_is_judged_by_the_controllers_own_clock() {
         })
         .await;
     assert!(
-        !holds_a_slot(&sb.client, "sim-1").await,
+        !e2e::holds_a_slot(&sb.client, "sim-1").await,
         "a controller on time granted sim-1 a slot outside {window}"
     );
     sb.controllers[on_time]
@@ -232,26 +218,11 @@ async fn a_window_is_judged_by_the_controllers_own_clock() {
     sb.stop().await;
 }
 
-/// A Deployment with one replica on `sim-1`: its drain has a pod to evict (and says so).
-const ONE_POD: &str = r#"
-apiVersion: apps/v1
-kind: Deployment
-metadata: {name: one, namespace: default}
-spec:
-  replicas: 1
-  selector: {matchLabels: {app: one}}
-  template:
-    metadata: {labels: {app: one}}
-    spec:
-      nodeSelector: {kubernetes.io/hostname: sim-1}
-      containers: [{name: c, image: registry.example/one:1}]
-"#;
-
 #[tokio::test(flavor = "multi_thread")]
 async fn a_new_leader_ahead_does_not_cut_the_drain_delay_short() {
     const DELAY: i64 = 40;
     let mut sb = sandbox(2, Duration::from_secs(1)).await;
-    e2e::apply(&sb.control_plane, ONE_POD);
+    e2e::apply(&sb.control_plane, e2e::ONE_POD_ON_SIM_1);
     let observer = Observer::start(sb.client.clone(), 1, "default", ("app", "one")).await;
     observer
         .wait_until("the pod of `one` runs on sim-1", PHASE, || async {

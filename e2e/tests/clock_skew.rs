@@ -63,6 +63,37 @@ fn start_skewed(sb: &mut Sandbox, offset: &str, args: &[&str]) -> usize {
     sb.controllers.len() - 1
 }
 
+/// Asserts that controller `index` ran `minutes` off the real clock, by its Events: their
+/// `eventTime` is the controller's clock, their `creationTimestamp` the API server's. Proof
+/// that libfaketime took hold (a statically linked binary would ignore `LD_PRELOAD`, and every
+/// scenario here would pass without testing anything).
+async fn assert_clock_off(sb: &Sandbox, index: usize, minutes: i64) {
+    let identity = sb.controllers[index].identity();
+    let events = Api::<Event>::namespaced(sb.client.clone(), "default")
+        .list(&ListParams::default())
+        .await
+        .expect("list Events");
+    let offsets: Vec<i64> = events
+        .items
+        .iter()
+        .filter(|e| e.reporting_instance.as_deref() == Some(identity.as_str()))
+        .filter_map(|e| {
+            let written = e.event_time.as_ref()?.0.as_second();
+            Some(written - e.creation_timestamp()?.0.as_second())
+        })
+        .collect();
+    assert!(
+        !offsets.is_empty(),
+        "{identity} wrote no Event: its clock cannot be checked"
+    );
+    assert!(
+        offsets.iter().all(|o| (o - minutes * 60).abs() <= 30),
+        "{identity} should run {minutes} minutes off the real clock, but its Events were written \
+         {offsets:?} seconds off the API server's: libfaketime did not take hold (is \
+         target/debug/reboot-controller dynamically linked?)"
+    );
+}
+
 async fn lease(client: &Client) -> Option<Lease> {
     Api::<Lease>::namespaced(client.clone(), OPERATOR_NAMESPACE)
         .get_opt("reboot-controller")
@@ -152,6 +183,8 @@ async fn leader_election_does_not_compare_the_clocks_of_replicas() {
     sb.controllers[ahead].kill().await;
     wait_for_leader(&sb, &observer, behind, TAKEOVER).await;
     wait_for_reboots(&observer, &names, "every node rebooted once and back").await;
+    assert_clock_off(&sb, behind, -5).await;
+    assert_clock_off(&sb, ahead, 5).await;
     let report = observer.finish(&[]).await;
     eprintln!("{report}");
     sb.stop().await;
@@ -195,10 +228,11 @@ async fn a_window_is_judged_by_the_controllers_own_clock() {
         !e2e::holds_a_slot(&sb.client, "sim-1").await,
         "a controller on time granted sim-1 a slot outside {window}"
     );
+    assert_clock_off(&sb, on_time, 0).await;
     sb.controllers[on_time]
         .terminate(Duration::from_secs(5))
         .await;
-    start_skewed(&mut sb, "+40m", &args);
+    let ahead = start_skewed(&mut sb, "+40m", &args);
     observer
         .wait_until("sim-1 rebooted and back", PHASE, || async {
             observer.rebooted_and_back("sim-1", 1)
@@ -213,6 +247,7 @@ async fn a_window_is_judged_by_the_controllers_own_clock() {
          the window's opening at {opens} by the real clock: it did not judge {window} by its own \
          clock"
     );
+    assert_clock_off(&sb, ahead, 40).await;
     let report = observer.finish(&[]).await;
     eprintln!("{report}");
     sb.stop().await;
@@ -261,6 +296,8 @@ async fn a_new_leader_ahead_does_not_cut_the_drain_delay_short() {
         "with --drain-delay {DELAY}s, sim-1 was cordoned at {cordoned} and its drain started at \
          {drained} (API server's clock): the new leader, 5 minutes ahead, cut the delay short"
     );
+    assert_clock_off(&sb, on_time, 0).await;
+    assert_clock_off(&sb, ahead, 5).await;
     observer
         .wait_until("sim-1 rebooted and back", PHASE, || async {
             observer.rebooted_and_back("sim-1", 1)
@@ -321,6 +358,8 @@ async fn a_new_leader_ahead_judges_the_reboot_timeout_by_its_clock_on_the_safe_s
         "sim-2 was told to reboot at {approved} while sim-1, called overdue, completed only at \
          {completed} (API server's clock): an overdue node must hold the pool"
     );
+    assert_clock_off(&sb, on_time, 0).await;
+    assert_clock_off(&sb, ahead, 5).await;
     let report = observer.finish(&[]).await;
     eprintln!("{report}");
     sb.stop().await;

@@ -279,8 +279,9 @@ async fn a_new_leader_ahead_does_not_cut_the_drain_delay_short() {
             event_time(&sb.client, "sim-1", "Draining", "DrainDelayed")
         })
         .await;
-    // The leader dies during the delay; the new one's clock is 5 minutes ahead of the time of
-    // the grant in the ledger.
+    // The leader dies halfway through the delay; the new one's clock is 5 minutes ahead of the
+    // time of the grant in the ledger.
+    tokio::time::sleep(Duration::from_secs(u64::try_from(DELAY / 2).unwrap_or(0))).await;
     sb.controllers[on_time].kill().await;
     wait_for_leader(&sb, &observer, ahead, TAKEOVER).await;
     let drained = observer
@@ -295,6 +296,16 @@ async fn a_new_leader_ahead_does_not_cut_the_drain_delay_short() {
         drained >= earliest,
         "with --drain-delay {DELAY}s, sim-1 was cordoned at {cordoned} and its drain started at \
          {drained} (API server's clock): the new leader, 5 minutes ahead, cut the delay short"
+    );
+    // It stood by when the grant was made, so it waits only what is left (about DELAY / 2 after
+    // it takes over); waiting the whole delay again would start the drain at DELAY * 3 / 2 or
+    // later. A quarter of the delay is left either way for a slow machine.
+    let latest = cordoned + SignedDuration::from_secs(DELAY * 5 / 4);
+    assert!(
+        drained < latest,
+        "with --drain-delay {DELAY}s, sim-1 was cordoned at {cordoned} and its drain started only \
+         at {drained} (API server's clock): the new leader, which stood by when the slot was \
+         granted, waited the whole delay again instead of what was left of it"
     );
     assert_clock_off(&sb, on_time, 0).await;
     assert_clock_off(&sb, ahead, 5).await;

@@ -4,7 +4,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 ARGS ?=
 
-.PHONY: all testenv testenv-oldest-k8s test-oldest-k8s static cross-tools test-arm64 images chart chart-readme bins build test test-inputs lint cluster sandbox demo bench manifests vm-tools vm-image vm-e2e node-image node-e2e docs docs-tools docs-reference soak
+.PHONY: all testenv testenv-oldest-k8s test-oldest-k8s static cross-tools faketime-tools test-arm64 images chart chart-readme bins build test test-inputs lint cluster sandbox demo bench manifests vm-tools vm-image vm-e2e node-image node-e2e docs docs-tools docs-reference soak
 
 all: build
 
@@ -114,7 +114,13 @@ BUILD_JOBS ?= 8
 test-inputs:
 	@$(MAKE) --no-print-directory vm-tools
 	@$(MAKE) --no-print-directory cross-tools
+	@$(MAKE) --no-print-directory faketime-tools
 	@$(MAKE) --no-print-directory -j$(BUILD_JOBS) testenv lint static bins vm-image images chart docs-tools
+
+# libfaketime from Debian's packages, when missing: the clock-skew tests
+# (e2e/tests/clock_skew.rs) run controllers whose wall clock is minutes off.
+faketime-tools:
+	@hack/install-faketime.sh
 
 # The VM tier's host tools (QEMU, debootstrap, socat) from Debian's packages, when missing.
 vm-tools:

@@ -76,7 +76,8 @@ pub fn is_paused(annotations: Option<&BTreeMap<String, String>>) -> bool {
 pub struct Slot {
     /// Unique id of this grant; the node carries it in `reboot-grant` once claimed.
     pub grant: String,
-    /// RFC 3339 time of the grant, for durations only: no decision compares clocks.
+    /// RFC 3339 time of the grant by the granting replica's clock, for durations only: a
+    /// replica with another clock counts from no earlier than when it first saw the grant.
     pub granted_at: String,
     /// The node's resourceVersion the grant was decided on. The claim of the grant tests it,
     /// so once the node has changed the grant can never be claimed, and an unclaimed grant

@@ -64,7 +64,8 @@ pub struct NodeView {
     pub fresh: bool,
     /// When (Unix milliseconds, as `clock`) the node was cordoned for the grant it holds in the
     /// ledger: this replica's claim, else the grant's time in the ledger (written just before
-    /// the claim). `--drain-delay` counts from it; `None`: no wait.
+    /// the claim, maybe by another replica whose clock differs), but not before this replica
+    /// first saw the grant. `--drain-delay` counts from it; `None`: no wait.
     pub claimed_at: Option<u64>,
     /// When (as `clock`) the drain of that grant first ended drained; `--reboot-delay` counts
     /// from it. `None`: no wait.

@@ -34,6 +34,7 @@ pub mod rollout_plan;
 pub mod run;
 pub mod schedule;
 pub mod shell;
+pub mod sightings;
 pub mod window;
 
 pub use args::Args;

@@ -3,7 +3,13 @@
 //! their retry times belong to the `DrainTracker`.) Losing all of it on a restart costs
 //! nothing but a possibly different order among waiting requests and a repeated Event.
 
-use crate::{decide::NodeView, drain_tracker::DrainTracker, ledger::Ledger, nodes::Overlay};
+use crate::{
+    decide::NodeView,
+    drain_tracker::DrainTracker,
+    ledger::Ledger,
+    nodes::Overlay,
+    sightings::{self, Seen},
+};
 use common::{AnnotationKeys, NodeFacts, Request};
 use k8s_openapi::api::core::v1::Node;
 use std::{
@@ -75,13 +81,26 @@ impl SoakClock {
 
 /// When the node was told to reboot, in Unix milliseconds: its `reboot-approved-at`, else
 /// (`reboot-now` set by a version that did not record it, or a hand edit that does not parse)
-/// the time of its grant, which is earlier.
+/// the time of its grant, which is earlier. Written by the clock of the replica that approved
+/// it and compared with ours: `--reboot-timeout` needs the replicas' clocks in step (a
+/// replica ahead calls a reboot overdue early, which holds the pool: the safe side).
 fn approved_at(state: &common::ProtocolState, slot: Option<&crate::ledger::Slot>) -> Option<u64> {
     state
         .approved_at
         .as_deref()
         .and_then(millis)
         .or_else(|| slot.and_then(|s| millis(&s.granted_at)))
+}
+
+/// Since when (Unix milliseconds, by this replica's clock) the node has been cordoned for
+/// `slot`'s grant, for the delays: this replica's claim when it made it; else when this
+/// process first saw the grant. The grant's time in the ledger is written by the granting
+/// replica's clock, which may be minutes off ours: counted from it, a new leader ahead would
+/// cut the delay short.
+fn claimed_at(drains: &DrainTracker, slot: &crate::ledger::Slot, seen: &Seen) -> Option<u64> {
+    drains.claimed_at(&slot.grant).or_else(|| {
+        sightings::delay_start(millis(&slot.granted_at), seen.get(&slot.grant).copied())
+    })
 }
 
 /// An RFC 3339 time written by the controller, in Unix milliseconds.
@@ -105,6 +124,8 @@ pub struct ViewInputs<'a> {
     pub drains: &'a DrainTracker,
     pub overlay: &'a Overlay,
     pub now: u64,
+    /// When this process first saw each grant of the ledger.
+    pub seen: &'a Seen,
 }
 
 impl Memory {
@@ -116,6 +137,7 @@ impl Memory {
             drains,
             overlay,
             now,
+            seen,
         } = inputs;
         let views: Vec<NodeView> = nodes
             .iter()
@@ -151,11 +173,10 @@ impl Memory {
                     opted_out: keys.is_disabled(node.metadata.labels.as_ref()),
                     ready_since,
                     approved_at: approved_at(&state, ledger.slots.get(&name)),
-                    claimed_at: ledger.slots.get(&name).and_then(|slot| {
-                        drains
-                            .claimed_at(&slot.grant)
-                            .or_else(|| millis(&slot.granted_at))
-                    }),
+                    claimed_at: ledger
+                        .slots
+                        .get(&name)
+                        .and_then(|slot| claimed_at(drains, slot, seen)),
                     drained_at: ledger
                         .grant_of(&name)
                         .and_then(|grant| drains.drained_since(grant)),
@@ -226,5 +247,49 @@ impl Memory {
             .insert(node.to_owned(), value.to_owned())
             .as_deref()
             != Some(value)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+    use tokio::sync::Notify;
+
+    fn slot(granted_at: &str) -> crate::ledger::Slot {
+        crate::ledger::Slot {
+            grant: "g1".into(),
+            granted_at: granted_at.into(),
+            node_version: None,
+            zone: None,
+        }
+    }
+
+    #[test]
+    fn a_delay_another_replica_started_counts_from_when_we_saw_its_grant() {
+        let drains = DrainTracker::new(None, Arc::new(Notify::new()));
+        let granted = millis("2026-11-25T22:00:00Z").unwrap();
+        // We are 5 minutes ahead of the granting replica, and saw the grant appear.
+        let at = granted + 300_000;
+        let seen = Seen::from([("g1".to_owned(), at)]);
+        assert_eq!(
+            claimed_at(&drains, &slot("2026-11-25T22:00:00Z"), &seen),
+            Some(at)
+        );
+        assert_eq!(
+            claimed_at(&drains, &slot("2026-11-25T22:00:00Z"), &Seen::new()),
+            Some(granted)
+        );
+    }
+
+    #[test]
+    fn our_own_claim_is_the_start_of_the_delay() {
+        let mut drains = DrainTracker::new(None, Arc::new(Notify::new()));
+        drains.claimed("g1", 42);
+        let seen = Seen::from([("g1".to_owned(), 7)]);
+        assert_eq!(
+            claimed_at(&drains, &slot("2026-11-25T22:00:00Z"), &seen),
+            Some(42)
+        );
     }
 }

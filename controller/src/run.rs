@@ -19,6 +19,7 @@ use crate::{
     events::Events,
     gates::{AlertChecks, Gates},
     leader::{Election, Elector, Leadership},
+    ledger::Ledger,
     ledger_store::{LedgerError, LedgerStore, ReadLedger},
     metrics::Metrics,
     nodes,
@@ -27,6 +28,7 @@ use crate::{
     preflight::{AgentPods, DisruptionBudgets, PreflightChecks},
     schedule::Schedule,
     shell::{Shell, ShellParts},
+    sightings::Sightings,
     window::Windows,
 };
 use anyhow::Context as _;
@@ -115,6 +117,8 @@ struct Context {
     preflight: PreflightChecks,
     /// The senders of `--notify-url`; only a leader's rounds give them anything to send.
     notifier: Notifier,
+    /// When this process first saw each grant, kept while following too.
+    sightings: Sightings,
 }
 
 /// Why a replica stopped leading.
@@ -187,6 +191,7 @@ impl Context {
             blocking_pods,
             preflight,
             notifier,
+            sightings: Sightings::default(),
         })
     }
 
@@ -267,10 +272,21 @@ impl Context {
             );
             let budget = self.args.max_unavailable.resolve(summary.nodes);
             self.metrics.pool(&summary, budget);
+            self.look_at_grants(&ledger);
             tokio::select! {
                 () = leadership.acquired() => return,
                 () = tokio::time::sleep(FOLLOWER_REFRESH) => {}
             }
+        }
+    }
+
+    /// Notes when this replica first sees each grant, so that once it leads it counts the
+    /// delays by its own clock (once the ledger was read).
+    fn look_at_grants(&self, ledger: &Ledger) {
+        if ledger.resource_version.is_some() {
+            let now = k8s_openapi::jiff::Timestamp::now().as_millisecond();
+            self.sightings
+                .look(ledger, u64::try_from(now).unwrap_or_default());
         }
     }
 
@@ -329,6 +345,7 @@ impl Context {
             leadership,
             dry_run: args.dry_run,
             notifier: self.notifier.clone(),
+            sightings: self.sightings.clone(),
         });
         let mut wait = Duration::ZERO;
         loop {

@@ -11,6 +11,7 @@ pub mod chaos;
 pub mod chart_readme;
 pub mod chart_values;
 pub mod elf;
+pub mod faketime;
 pub mod install;
 pub mod promql;
 pub mod rollout;
@@ -396,4 +397,33 @@ pub async fn sandbox_without_pods(
     nodesim::sandbox::Sandbox::start(config)
         .await
         .expect("sandbox starts")
+}
+
+/// A Deployment with one replica on `sim-1`: its drain has a pod to evict (and says so).
+pub const ONE_POD_ON_SIM_1: &str = r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: one, namespace: default}
+spec:
+  replicas: 1
+  selector: {matchLabels: {app: one}}
+  template:
+    metadata: {labels: {app: one}}
+    spec:
+      nodeSelector: {kubernetes.io/hostname: sim-1}
+      containers: [{name: c, image: registry.example/one:1}]
+"#;
+
+/// The node holds a slot: the operator cordoned it, or its reboot is under way.
+pub async fn holds_a_slot(client: &Client, name: &str) -> bool {
+    let held = [
+        "reboot-cordoned",
+        "reboot-grant",
+        "reboot-now",
+        "reboot-in-progress",
+        "reboot-done",
+    ];
+    protocol_annotations(&node(client, name).await)
+        .iter()
+        .any(|k| held.contains(&k.as_str()))
 }

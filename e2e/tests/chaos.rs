@@ -539,7 +539,7 @@ async fn leaders_killed_and_frozen_and_an_api_server_restart(
     request_reboot(&sb.control_plane, leaver);
     observer
         .wait_until(&format!("{leaver} holds a slot"), PHASE, || {
-            holds_a_slot(sb, leaver)
+            e2e::holds_a_slot(&sb.client, leaver)
         })
         .await;
     label_node(&sb.control_plane, leaver, "pool=b");
@@ -602,18 +602,4 @@ async fn wait_until_the_blocker_allows_no_disruption(sb: &Sandbox) {
         ) == "1/0"
     })
     .await;
-}
-
-/// The node holds a slot: the operator cordoned it, or its reboot is under way.
-async fn holds_a_slot(sb: &Sandbox, name: &str) -> bool {
-    let held = [
-        "reboot-cordoned",
-        "reboot-grant",
-        "reboot-now",
-        "reboot-in-progress",
-        "reboot-done",
-    ];
-    e2e::protocol_annotations(&node(&sb.client, name).await)
-        .iter()
-        .any(|k| held.contains(&k.as_str()))
 }

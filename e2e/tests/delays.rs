@@ -64,25 +64,10 @@ fn find<'a>(steps: &'a [Step], reason: &str, action: &str) -> (usize, &'a Step) 
         .unwrap_or_else(|| panic!("no {reason}/{action} Event in {steps:#?}"))
 }
 
-/// A Deployment with one replica on `sim-1`: its drain has a pod to evict.
-const ONE_POD: &str = r#"
-apiVersion: apps/v1
-kind: Deployment
-metadata: {name: one, namespace: default}
-spec:
-  replicas: 1
-  selector: {matchLabels: {app: one}}
-  template:
-    metadata: {labels: {app: one}}
-    spec:
-      nodeSelector: {kubernetes.io/hostname: sim-1}
-      containers: [{name: c, image: registry.example/one:1}]
-"#;
-
 #[tokio::test(flavor = "multi_thread")]
 async fn the_drain_and_reboot_now_wait_for_their_delays() {
     let sb = e2e::sandbox_with_pods(2, "1", &["--drain-delay", "6s", "--reboot-delay", "6s"]).await;
-    apply(&sb.control_plane, ONE_POD);
+    apply(&sb.control_plane, e2e::ONE_POD_ON_SIM_1);
     wait_until("the pod of `one` runs on sim-1", ROLLOUT, None, || async {
         let pods = Api::<k8s_openapi::api::core::v1::Pod>::namespaced(sb.client.clone(), "default")
             .list(&ListParams::default().labels("app=one"))

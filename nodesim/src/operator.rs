@@ -22,6 +22,8 @@ pub struct ControllerProcess {
     bin: PathBuf,
     kubeconfig: PathBuf,
     args: Vec<String>,
+    /// Extra environment (kept for restarts), such as a skewed clock's `LD_PRELOAD`.
+    env: Vec<(String, String)>,
     log: PathBuf,
     child: Option<Child>,
     metrics: Option<SocketAddr>,
@@ -33,8 +35,19 @@ impl ControllerProcess {
     pub fn start(
         bin: PathBuf,
         kubeconfig: PathBuf,
+        args: Vec<String>,
+        log: PathBuf,
+    ) -> Result<Self, Error> {
+        Self::start_with_env(bin, kubeconfig, args, log, Vec::new())
+    }
+
+    /// As [`start`](Self::start), with `env` added to its environment (and to every restart's).
+    pub fn start_with_env(
+        bin: PathBuf,
+        kubeconfig: PathBuf,
         mut args: Vec<String>,
         log: PathBuf,
+        env: Vec<(String, String)>,
     ) -> Result<Self, Error> {
         let metrics = match given_metrics_address(&args) {
             Some(given) => given,
@@ -48,6 +61,7 @@ impl ControllerProcess {
             bin,
             kubeconfig,
             args,
+            env,
             log,
             child: None,
             metrics,
@@ -89,6 +103,7 @@ impl ControllerProcess {
                 "RUST_LOG",
                 std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()),
             )
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdout(out)
             .stderr(err)
             .kill_on_drop(true)

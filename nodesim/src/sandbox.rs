@@ -109,6 +109,16 @@ impl Sandbox {
     /// Starts one more controller (its log is `controller-<n>.log` in the sandbox directory),
     /// with the sandbox's controller flags plus `extra`.
     pub fn start_controller(&mut self, extra: &[&str]) -> Result<&mut ControllerProcess, Error> {
+        self.start_controller_with_env(extra, Vec::new())
+    }
+
+    /// As [`start_controller`](Self::start_controller), with `env` added to the process's
+    /// environment (a clock set off with libfaketime, say).
+    pub fn start_controller_with_env(
+        &mut self,
+        extra: &[&str],
+        env: Vec<(String, String)>,
+    ) -> Result<&mut ControllerProcess, Error> {
         let mut args = vec![
             "--max-unavailable".to_owned(),
             self.config.max_unavailable.clone(),
@@ -122,11 +132,12 @@ impl Sandbox {
             .control_plane
             .dir()
             .join(format!("controller-{}.log", self.controllers.len() + 1));
-        let process = ControllerProcess::start(
+        let process = ControllerProcess::start_with_env(
             workspace_binary("reboot-controller")?,
             self.control_plane.kubeconfig_path().to_path_buf(),
             args,
             log,
+            env,
         )?;
         self.controllers.push(process);
         let last = self.controllers.len() - 1;

@@ -378,6 +378,7 @@ impl Model {
             leadership: Leadership::always(),
             dry_run: false,
             notifier: crate::notify::Notifier::off(),
+            sightings: crate::sightings::Sightings::default(),
         });
         Replica {
             shell,

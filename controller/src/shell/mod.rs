@@ -22,6 +22,7 @@ use crate::{
     pool_index::PoolCounts,
     preflight::{PreflightChecks, PreflightReading},
     schedule::Schedule,
+    sightings::{Seen, Sightings},
 };
 use common::{AnnotationKeys, MaxUnavailable, NodeFacts, RebootMarks, Transition};
 use futures::{StreamExt, stream};
@@ -63,6 +64,8 @@ pub struct ShellParts {
     pub dry_run: bool,
     /// Where the steps announced are also notified (`--notify-url`).
     pub notifier: Notifier,
+    /// When this process first saw each grant (shared with its follower).
+    pub sightings: Sightings,
 }
 
 /// One leading replica's rounds: decide, write, and remember what was written.
@@ -111,6 +114,9 @@ pub struct Shell {
     notifier: Notifier,
     /// Whether a rollout is under way, for its notifications.
     rollout: Rollout,
+    sightings: Sightings,
+    /// The sightings of the last round's look.
+    seen: Seen,
 }
 
 mod announce;
@@ -152,6 +158,8 @@ impl Shell {
             dry_run: parts.dry_run,
             notifier: parts.notifier,
             rollout: Rollout::default(),
+            sightings: parts.sightings,
+            seen: Seen::new(),
         };
         shell.take_ledger(parts.ledger);
         shell.rollout = Rollout::taken_over(!shell.ledger.slots.is_empty());
@@ -183,6 +191,7 @@ impl Shell {
         self.collect_drain_outcomes();
         self.reread_for_rebuild().await;
         let (nodes, others) = self.gather();
+        self.seen = self.sightings.look(&self.ledger, self.wall_ms());
         let views = self.memory.views(
             &nodes,
             ViewInputs {
@@ -191,6 +200,7 @@ impl Shell {
                 drains: &self.drains,
                 overlay: &self.overlay,
                 now: self.now_ms(),
+                seen: &self.seen,
             },
         );
         // A percentage budget is sized on the nodes the cache has: a copy of ours that the cache
@@ -455,6 +465,7 @@ impl Shell {
                 drains: &self.drains,
                 overlay: &overlay,
                 now: round.now,
+                seen: &self.seen,
             },
         );
         let everyone = PoolCounts::default();

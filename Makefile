@@ -178,7 +178,7 @@ bench: testenv
 # request lost or node left cordoned. ARGS: see `cargo run -p soak -- --help` (SOAK_SEED
 # repeats a run's random choices).
 DURATION ?= 30m
-soak: testenv bins
+soak: testenv bins faketime-tools
 	$(CARGO) run --quiet --locked -p soak -- --duration $(DURATION) $(ARGS)
 
 # The docs: the mdBook site of docs/, built into target/book/. `make test` checks it

@@ -5,7 +5,8 @@
 //! - no more unavailable nodes than the budget ([`unavailable`] decides what counts) by the
 //!   operator's doing: when others take the count over it (an administrator cordons a node,
 //!   a node fails on its own), that is counted apart, and the operator must add no node of
-//!   its own until the count is back within the budget;
+//!   its own until the count is back within the budget (a grant written within a few seconds
+//!   of such a change, before any cache could show it, is counted as a race);
 //! - no `reboot-now` appears on a node while an evictable pod of the workload (not a
 //!   DaemonSet pod, not a mirror pod, not finished) is bound to it.
 //!
@@ -122,6 +123,10 @@ struct Record {
     /// Times others (an administrator's cordon, a node failing on its own) took the count
     /// over the budget: the operator cannot prevent those, only add nothing while they last.
     external_excess: u64,
+    /// Grants written while someone else made a node unavailable (see [`RACE`]).
+    raced_external: u64,
+    /// When the observer saw each unavailable node become so.
+    unavailable_since: BTreeMap<String, Instant>,
     violations: Vec<String>,
     /// By pod uid.
     stays: BTreeMap<String, Stay>,
@@ -131,6 +136,12 @@ struct Record {
     node_events: u64,
     pod_events: u64,
 }
+
+/// How long a controller's cache may take to show a node that someone else made unavailable.
+/// A grant written within this time of that change cannot have seen it: the operator's
+/// fences cover its own slots, not other people's cordons, so such a grant is counted as a
+/// race (one node over the budget until a reboot finishes), not as a violation.
+const RACE: Duration = Duration::from_secs(5);
 
 /// Violations beyond this many are counted, not described.
 const DESCRIBED: usize = 20;
@@ -177,25 +188,57 @@ impl Record {
     /// it holds became unavailable. When others did (an administrator cordoned a node, a
     /// node failed), it is counted as an external excess; the operator must then add none.
     fn count_unavailable(&mut self, at: u64, changed: Option<&str>) {
-        let down: Vec<&String> = self
+        let now = Instant::now();
+        let down: Vec<String> = self
             .nodes
             .iter()
             .filter(|(_, n)| n.unavailable)
-            .map(|(name, _)| name)
+            .map(|(name, _)| name.clone())
             .collect();
+        self.unavailable_since.retain(|n, _| down.contains(n));
+        for node in &down {
+            self.unavailable_since.entry(node.clone()).or_insert(now);
+        }
         let count = down.len();
         if count > self.budget && count > self.unavailable_now {
             let by_the_operator =
                 changed.is_none_or(|name| self.nodes.get(name).is_some_and(|n| n.held));
-            if by_the_operator {
+            // Others' nodes that became unavailable too recently for a cache to show them.
+            let racing = down
+                .iter()
+                .filter(|n| self.nodes.get(*n).is_some_and(|seen| !seen.held))
+                .filter(|n| {
+                    self.unavailable_since
+                        .get(*n)
+                        .is_some_and(|since| now.duration_since(*since) < RACE)
+                })
+                .count();
+            if !by_the_operator {
+                self.external_excess += 1;
+            } else if count - racing <= self.budget {
+                self.raced_external += 1;
+            } else {
+                let ages: Vec<String> = down
+                    .iter()
+                    .map(|n| {
+                        let age = self
+                            .unavailable_since
+                            .get(n)
+                            .map_or(Duration::ZERO, |since| now.duration_since(*since));
+                        let whose = if self.nodes.get(n).is_some_and(|s| s.held) {
+                            "the operator's"
+                        } else {
+                            "others'"
+                        };
+                        format!("{n} ({whose}, for {age:.1?})")
+                    })
+                    .collect();
                 let what = format!(
-                    "{count} nodes unavailable at once with a budget of {} at revision {at}: \
-                     {down:?}",
-                    self.budget
+                    "{count} nodes unavailable at once with a budget of {} at revision {at}: {}",
+                    self.budget,
+                    ages.join(", ")
                 );
                 self.violation(what);
-            } else {
-                self.external_excess += 1;
             }
         }
         self.unavailable_now = count;
@@ -376,6 +419,8 @@ pub struct Report {
     pub max_unavailable: usize,
     /// Times others took the count over the budget (see the observer's rules).
     pub external_excess: u64,
+    /// Grants that raced someone else's node becoming unavailable (see [`RACE`]).
+    pub raced_external: u64,
     pub tallies: BTreeMap<String, NodeTally>,
     pub node_events: u64,
     pub pod_events: u64,
@@ -405,6 +450,13 @@ impl std::fmt::Display for Report {
             "observer: max unavailable {} with a budget of {}",
             self.max_unavailable, self.budget
         )?;
+        if self.raced_external > 0 {
+            writeln!(
+                f,
+                "observer: {} grant(s) raced another node becoming unavailable (within {RACE:?})",
+                self.raced_external
+            )?;
+        }
         if self.external_excess > 0 {
             writeln!(
                 f,
@@ -465,6 +517,8 @@ impl Observer {
             unavailable_now: 0,
             max_unavailable: 0,
             external_excess: 0,
+            raced_external: 0,
+            unavailable_since: BTreeMap::new(),
             violations: Vec::new(),
             stays: BTreeMap::new(),
             pod_revision: 0,
@@ -546,6 +600,7 @@ impl Observer {
             budget: record.budget,
             max_unavailable: record.max_unavailable,
             external_excess: record.external_excess,
+            raced_external: record.raced_external,
             tallies: record.tallies.clone(),
             node_events: record.node_events,
             pod_events: record.pod_events,

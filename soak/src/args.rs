@@ -19,6 +19,10 @@ pub struct Args {
     /// Controller replicas, with leader election.
     #[arg(long, env = "SOAK_CONTROLLERS", default_value_t = 3)]
     pub controllers: usize,
+    /// How far the second and third controller replicas' wall clocks are off (ahead, then
+    /// behind; libfaketime), as clocks without NTP drift; `0s` for clocks in step.
+    #[arg(long, env = "SOAK_CLOCK_SKEW", default_value = "3m", value_parser = duration_or_zero)]
+    pub clock_skew: Duration,
     /// The seed of every random choice (printed at the start; random when not given).
     #[arg(long, env = "SOAK_SEED")]
     pub seed: Option<u64>,
@@ -41,7 +45,25 @@ fn duration(value: &str) -> Result<Duration, String> {
     common::duration::parse_duration(value).map_err(|e| e.to_string())
 }
 
+fn duration_or_zero(value: &str) -> Result<Duration, String> {
+    match value.trim() {
+        "0" | "0s" => Ok(Duration::ZERO),
+        _ => duration(value),
+    }
+}
+
 impl Args {
+    /// The wall-clock offset of controller replica `i` (counted from 0), in seconds, in
+    /// libfaketime's relative form: the first in step, then one ahead and one behind.
+    pub fn clock_offset(&self, i: usize) -> Option<String> {
+        let skew = self.clock_skew.as_secs();
+        match (skew, i % 3) {
+            (0, _) | (_, 0) => None,
+            (_, 1) => Some(format!("+{skew}")),
+            _ => Some(format!("-{skew}")),
+        }
+    }
+
     /// Rejects what cannot make a soak, naming the fix.
     pub fn check(&self) -> anyhow::Result<()> {
         if self.nodes < 4 {
@@ -91,6 +113,17 @@ mod tests {
         args.check().unwrap();
         assert_eq!(args.duration, Duration::from_secs(30 * 60));
         assert_eq!((args.nodes, args.max_unavailable), (50, 5));
+    }
+
+    #[test]
+    fn replicas_run_in_step_ahead_and_behind() {
+        let args = parse(&["--clock-skew", "2m"]);
+        let offsets: Vec<_> = (0..4).map(|i| args.clock_offset(i)).collect();
+        assert_eq!(
+            offsets,
+            [None, Some("+120".into()), Some("-120".into()), None]
+        );
+        assert_eq!(parse(&["--clock-skew", "0s"]).clock_offset(1), None);
     }
 
     #[test]

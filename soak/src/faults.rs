@@ -73,6 +73,7 @@ struct Recovering {
 
 #[derive(Debug)]
 pub struct Faults {
+    started: Instant,
     every: Duration,
     next_at: Instant,
     held: Option<Held>,
@@ -93,6 +94,7 @@ pub struct Faults {
 impl Faults {
     pub fn new(every: Duration) -> Self {
         Self {
+            started: Instant::now(),
             every,
             next_at: Instant::now() + every,
             held: None,
@@ -135,7 +137,11 @@ impl Faults {
         if self.held.is_none() && Instant::now() >= self.next_at {
             let kind = *Kind::ALL.choose(rng).expect("kinds");
             if let Some(target) = self.inject(kind, sb, observer, rng, load).await? {
-                eprintln!("soak: fault: {} ({target})", kind.describe());
+                eprintln!(
+                    "soak: {:>5}s fault: {} ({target})",
+                    self.started.elapsed().as_secs(),
+                    kind.describe()
+                );
                 *self.injected.entry(kind).or_default() += 1;
             }
             self.next_at = Instant::now() + self.every;

@@ -20,6 +20,7 @@ pub struct Figures {
     pub nodes: usize,
     pub budget: usize,
     pub controllers: usize,
+    pub clock_skew_seconds: u64,
     pub requests: u32,
     pub rollouts_finished: u32,
     pub cancels: u32,
@@ -29,6 +30,9 @@ pub struct Figures {
     /// Times an administrator's cordon took the count over the budget (not the operator's
     /// doing; it must add no node then).
     pub over_budget_by_others: u64,
+    /// Grants written as an administrator's cordon landed (within seconds, before the
+    /// operator's cache could show it): one node over the budget, not a violation.
+    pub grants_that_raced_a_cordon: u64,
     pub requests_lost: Vec<String>,
     pub nodes_left_cordoned: Vec<String>,
     pub admin_cordons_kept: u32,
@@ -79,6 +83,7 @@ impl Figures {
             nodes: args.nodes,
             budget: args.max_unavailable,
             controllers: args.controllers,
+            clock_skew_seconds: args.clock_skew.as_secs(),
             requests: load.requests,
             rollouts_finished: total.reboots,
             cancels: total.cancels,
@@ -86,6 +91,7 @@ impl Figures {
             violations: report.violations.clone(),
             max_unavailable_seen: report.max_unavailable,
             over_budget_by_others: report.external_excess,
+            grants_that_raced_a_cordon: report.raced_external,
             requests_lost: load.lost.clone(),
             nodes_left_cordoned,
             admin_cordons_kept: faults.cordons_kept,
@@ -118,12 +124,15 @@ impl Figures {
             (
                 "ran".into(),
                 format!(
-                    "{} min ({} planned), {} simulated nodes, budget {}, {} controller replicas, seed {}",
+                    "{} min ({} planned), {} simulated nodes, budget {}, {} controller replicas \
+                     (clocks in step, {} s ahead, {} s behind), seed {}",
                     self.ran_seconds / 60,
                     self.planned_seconds / 60,
                     self.nodes,
                     self.budget,
                     self.controllers,
+                    self.clock_skew_seconds,
+                    self.clock_skew_seconds,
                     self.seed
                 ),
             ),
@@ -145,9 +154,12 @@ impl Figures {
             (
                 "most nodes unavailable at once".into(),
                 format!(
-                    "{} (budget {}; over it {} time(s) by an administrator's cordon, not by \
-                     the operator)",
-                    self.max_unavailable_seen, self.budget, self.over_budget_by_others
+                    "{} (budget {}; over it {} time(s) by an administrator's cordon, {} by a \
+                     grant that raced one)",
+                    self.max_unavailable_seen,
+                    self.budget,
+                    self.over_budget_by_others,
+                    self.grants_that_raced_a_cordon
                 ),
             ),
             ("requests lost".into(), count(&self.requests_lost)),

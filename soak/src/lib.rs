@@ -42,16 +42,30 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     args.check()?;
     let seed = args.seed.unwrap_or_else(rand::random);
     eprintln!(
-        "soak: {} nodes, a budget of {}, {} controller replicas, for {:?}, seed {seed} \
-         (SOAK_SEED={seed} repeats the random choices)",
-        args.nodes, args.max_unavailable, args.controllers, args.duration
+        "soak: {} nodes, a budget of {}, {} controller replicas (clocks {}), for {:?}, seed \
+         {seed} (SOAK_SEED={seed} repeats the random choices)",
+        args.nodes,
+        args.max_unavailable,
+        args.controllers,
+        (0..args.controllers)
+            .map(|i| args
+                .clock_offset(i)
+                .map_or("in step".into(), |o| format!("{o} s")))
+            .collect::<Vec<_>>()
+            .join(", "),
+        args.duration
     );
     let mut rng = StdRng::seed_from_u64(seed);
     let mut sb = start_sandbox(&args).await?;
     let names = sb.fleet.names();
     workload::deploy(&sb, names.len(), args.pdb_max_unavailable(), &[], SETUP).await;
-    for _ in 0..args.controllers {
-        sb.start_controller(&[]).context("starting a controller")?;
+    for i in 0..args.controllers {
+        let env = args
+            .clock_offset(i)
+            .map(|offset| e2e::faketime::skewed(&offset))
+            .unwrap_or_default();
+        sb.start_controller_with_env(&[], env)
+            .context("starting a controller")?;
     }
     let observer = Observer::start(
         sb.client.clone(),

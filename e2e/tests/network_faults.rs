@@ -1,0 +1,375 @@
+//! Network faults between each program and the API server, through a real fault proxy
+//! (Toxiproxy; see `nodesim::faults`): every controller and every agent reaches the API server
+//! through a proxy of its own, so one program is slowed or cut while the others, and the
+//! independent [`Observer`] (which goes straight to the API server), are not.
+//!
+//! - A leader cut off while it believes it leads stops acting by its own renew deadline,
+//!   another replica takes over, and what it had in flight lands late and is fenced.
+//! - Seconds of latency on every request and bursts of connection resets, for the controller
+//!   and for the agents: the rollout finishes, nothing is lost.
+//! - An agent that sees `reboot-now` but cannot write `reboot-in-progress`, and one back from
+//!   its reboot that cannot write `reboot-done`: the node stays held, the controller's
+//!   `--reboot-timeout` says so with a Warning, and the node finishes once the cut heals.
+
+use e2e::{apply, chaos::Observer, kubectl, node, pod_is_ready, protocol_annotations};
+use k8s_openapi::api::{coordination::v1::Lease, core::v1::Pod};
+use kube::{Api, api::ListParams};
+use nodesim::sandbox::{OPERATOR_NAMESPACE, Sandbox, SandboxConfig};
+use std::time::Duration;
+use testenv::{
+    Options,
+    toxiproxy::{Proxy, Stream, Toxic},
+};
+
+/// How long any phase may take before the test fails.
+const PHASE: Duration = Duration::from_secs(240);
+const WORKLOAD: (&str, &str) = ("app", "web");
+/// Leader election fast enough for a test, as the chaos scenarios run it.
+const FAST_LEADER_ELECTION: [&str; 3] = [
+    "--leader-election-lease-duration=4s",
+    "--leader-election-renew-deadline=3s",
+    "--leader-election-retry-period=1s",
+];
+
+/// A Deployment spread over the nodes whose PodDisruptionBudget lets one replica be down at a
+/// time: every drain has pods to evict, and evictions are refused (429) while one is down.
+fn web(replicas: usize) -> String {
+    format!(
+        r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: web, namespace: default}}
+spec:
+  replicas: {replicas}
+  selector: {{matchLabels: {{app: web}}}}
+  template:
+    metadata: {{labels: {{app: web}}}}
+    spec:
+      topologySpreadConstraints:
+      - {{maxSkew: 1, topologyKey: kubernetes.io/hostname, whenUnsatisfiable: ScheduleAnyway, labelSelector: {{matchLabels: {{app: web}}}}}}
+      containers: [{{name: web, image: registry.example/web:1}}]
+---
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata: {{name: web, namespace: default}}
+spec:
+  maxUnavailable: 1
+  selector: {{matchLabels: {{app: web}}}}
+"#
+    )
+}
+
+/// A sandbox whose agents each go through a fault proxy, with the scheduler and the
+/// controller-manager (real Deployments and PodDisruptionBudgets), and no controller yet.
+async fn sandbox(nodes: usize, controller_args: &[&str], reboot_duration: Duration) -> Sandbox {
+    let config = SandboxConfig {
+        nodes,
+        max_unavailable: "1".into(),
+        reboot_duration,
+        controller_args: controller_args.iter().map(|s| (*s).to_owned()).collect(),
+        start_controller: false,
+        fault_proxies: true,
+        control_plane: Options {
+            // As in the chaos scenarios: the observer's watches resume from their revision.
+            extra_apiserver_args: vec!["--watch-cache-sizes=nodes#0,pods#0".into()],
+            ..Options::default()
+        },
+        ..SandboxConfig::default()
+    };
+    Sandbox::start(config).await.expect("sandbox starts")
+}
+
+/// Deploys the workload and waits until all its replicas are Ready.
+async fn deploy_workload(sb: &Sandbox, replicas: usize) {
+    apply(&sb.control_plane, &web(replicas));
+    let pods: Api<Pod> = Api::namespaced(sb.client.clone(), "default");
+    e2e::wait_until("the web replicas are Ready", PHASE, None, || async {
+        let list = pods.list(&ListParams::default().labels("app=web")).await;
+        list.is_ok_and(|l| l.items.iter().filter(|p| pod_is_ready(p)).count() == replicas)
+    })
+    .await;
+}
+
+fn proxy<'a>(sb: &'a Sandbox, program: &str) -> &'a Proxy {
+    sb.proxy(program)
+        .unwrap_or_else(|| panic!("no fault proxy for {program}"))
+}
+
+async fn add(proxy: &Proxy, toxic: Toxic) {
+    proxy
+        .add(&toxic)
+        .await
+        .unwrap_or_else(|e| panic!("add {toxic:?} to {}: {e}", proxy.name()));
+}
+
+async fn heal(proxy: &Proxy) {
+    proxy
+        .clear()
+        .await
+        .unwrap_or_else(|e| panic!("heal {}: {e}", proxy.name()));
+}
+
+/// The holder of the leader Lease, read straight from the API server.
+async fn lease_holder(sb: &Sandbox) -> Option<String> {
+    Api::<Lease>::namespaced(sb.client.clone(), OPERATOR_NAMESPACE)
+        .get_opt("reboot-controller")
+        .await
+        .ok()??
+        .spec?
+        .holder_identity
+}
+
+async fn wait_for_leader(observer: &Observer, sb: &Sandbox, identity: &str) {
+    observer
+        .wait_until(&format!("{identity} leads"), PHASE, || async {
+            lease_holder(sb).await.as_deref() == Some(identity)
+        })
+        .await;
+}
+
+fn request_all(sb: &Sandbox) {
+    kubectl(
+        &sb.control_plane,
+        &["annotate", "nodes", "--all", "reboot-needed=true"],
+    );
+}
+
+async fn wait_for_every_reboot(observer: &Observer, names: &[String]) {
+    observer
+        .wait_until("every node rebooted once and back", PHASE, || async {
+            names.iter().all(|n| observer.rebooted_and_back(n, 1))
+        })
+        .await;
+}
+
+async fn has_annotation(sb: &Sandbox, name: &str, key: &str) -> bool {
+    protocol_annotations(&node(&sb.client, name).await).contains(&key.to_owned())
+}
+
+/// Whether the controller's own log says it stopped acting for want of a renewal.
+fn stepped_down(sb: &Sandbox, controller: usize) -> bool {
+    let log = std::fs::read_to_string(sb.controllers[controller].log_path()).unwrap_or_default();
+    log.contains("could not renew the Lease in time; stopped acting")
+}
+
+/// The leader loses the API server in the middle of a drain, while its writes are in flight
+/// (every request it sends is held 2 s on the way: at the cut, what it sent in the last 2 s
+/// has not landed yet). From then on nothing it sends is answered, and what it sends lands
+/// 8 s late, after another replica has taken over: its own clock must make it stop, and the
+/// late writes must be refused by the fences, not obeyed.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_partitioned_leader_stops_acting_and_its_late_writes_are_fenced() {
+    let mut sb = sandbox(4, &FAST_LEADER_ELECTION, Duration::from_secs(1)).await;
+    let names = sb.fleet.names();
+    deploy_workload(&sb, 2 * names.len()).await;
+    let observer = Observer::start(sb.client.clone(), 1, "default", WORKLOAD).await;
+    sb.start_proxied_controller(&[])
+        .await
+        .expect("controller-1");
+    wait_for_leader(&observer, &sb, "controller-1").await;
+    sb.start_proxied_controller(&[])
+        .await
+        .expect("controller-2");
+    let leader = proxy(&sb, "controller-1").clone();
+    add(
+        &leader,
+        Toxic::latency("in-flight", Stream::Upstream, 2000, 0),
+    )
+    .await;
+
+    request_all(&sb);
+    observer
+        .wait_until("a node is being drained", PHASE, || async {
+            for name in &names {
+                let n = node(&sb.client, name).await;
+                let state = protocol_annotations(&n);
+                let has = |k: &str| state.iter().any(|s| s == k);
+                if has("reboot-cordoned") && !has("reboot-now") && !has("reboot-in-progress") {
+                    return true;
+                }
+            }
+            false
+        })
+        .await;
+    // The cut: no answer reaches it (its connections stay open), and what it sends from now
+    // on lands 8 s late.
+    add(&leader, Toxic::timeout("cut", Stream::Downstream, 0)).await;
+    leader
+        .remove("in-flight")
+        .await
+        .expect("replace the latency");
+    add(&leader, Toxic::latency("late", Stream::Upstream, 8000, 0)).await;
+
+    observer
+        .wait_until("controller-1 says it stopped acting", PHASE, || async {
+            stepped_down(&sb, 0)
+        })
+        .await;
+    wait_for_leader(&observer, &sb, "controller-2").await;
+    // Held cut until the new leader has completed a reboot of its own, so that the late
+    // writes land on a rollout that moved on.
+    observer
+        .wait_until("the new leader completes a reboot", PHASE, || async {
+            names.iter().any(|n| observer.rebooted_and_back(n, 1))
+        })
+        .await;
+    heal(&leader).await;
+
+    wait_for_every_reboot(&observer, &names).await;
+    let report = observer.finish(&[]).await;
+    eprintln!("{report}");
+    sb.stop().await;
+}
+
+/// 1-5 s on every answer, for the leader and for every agent, and bursts of connection
+/// resets on all of them: slow, but the rollout finishes within its budget and loses nothing.
+#[tokio::test(flavor = "multi_thread")]
+async fn seconds_of_latency_and_bursts_of_resets_lose_nothing() {
+    let mut sb = sandbox(3, &[], Duration::from_secs(1)).await;
+    let names = sb.fleet.names();
+    deploy_workload(&sb, 2 * names.len()).await;
+    let observer = Observer::start(sb.client.clone(), 1, "default", WORKLOAD).await;
+    sb.start_proxied_controller(&[])
+        .await
+        .expect("controller-1");
+    let mut programs = names.clone();
+    programs.push("controller-1".into());
+    for program in &programs {
+        add(
+            proxy(&sb, program),
+            Toxic::latency("slow", Stream::Downstream, 3000, 2000),
+        )
+        .await;
+    }
+    request_all(&sb);
+    // Bursts of resets until the rollout is over: every connection reset for a second, then
+    // left alone for a few.
+    let mut bursts = 0;
+    while !names.iter().all(|n| observer.rebooted_and_back(n, 1)) {
+        assert!(
+            bursts < 60,
+            "the rollout did not finish in 60 bursts of resets"
+        );
+        if let Err(violation) = observer.check() {
+            observer.fail(&violation);
+        }
+        for program in &programs {
+            add(
+                proxy(&sb, program),
+                Toxic::reset_peer("resets", Stream::Upstream, 0),
+            )
+            .await;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        for program in &programs {
+            proxy(&sb, program)
+                .remove("resets")
+                .await
+                .expect("end the burst");
+        }
+        tokio::time::sleep(Duration::from_secs(4)).await;
+        bursts += 1;
+    }
+    eprintln!("{bursts} bursts of resets during the rollout");
+    let report = observer.finish(&[]).await;
+    eprintln!("{report}");
+    sb.stop().await;
+}
+
+/// What the documentation promises for a node whose agent is cut off: the node keeps its slot
+/// and cordon, the controller's `--reboot-timeout` says so with a `RebootOverdue` Warning, and
+/// the node finishes when the agent is back.
+async fn a_held_node_is_overdue_then_finishes(sb: &Sandbox, observer: &Observer, cut: &Proxy) {
+    let held = cut.name();
+    e2e::wait_for_event(&sb.client, held, "RebootOverdue", &[held], None).await;
+    if let Err(violation) = observer.check() {
+        observer.fail(&violation);
+    }
+    assert!(
+        has_annotation(sb, held, "reboot-cordoned").await,
+        "{held} stays cordoned while its agent is cut off"
+    );
+    heal(cut).await;
+    cut.set_enabled(true).await.expect("enable the proxy");
+    observer
+        .wait_until(&format!("{held} finishes"), PHASE, || async {
+            observer.rebooted_and_back(held, 1)
+        })
+        .await;
+}
+
+/// The agent sees `reboot-now` (its watch answers still come) but cannot write
+/// `reboot-in-progress` (nothing it sends gets through): it must not reboot without that
+/// record, and the node waits, held, until the agent is back.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_agent_cut_off_before_it_records_the_reboot_holds_its_node() {
+    let mut sb = sandbox(2, &["--reboot-timeout=10s"], Duration::from_secs(1)).await;
+    let names = sb.fleet.names();
+    deploy_workload(&sb, names.len()).await;
+    let observer = Observer::start(sb.client.clone(), 1, "default", WORKLOAD).await;
+    sb.start_proxied_controller(&[])
+        .await
+        .expect("controller-1");
+    let cut = proxy(&sb, "sim-1").clone();
+    add(&cut, Toxic::timeout("cut", Stream::Upstream, 0)).await;
+    request_all(&sb);
+    e2e::wait_for_event(&sb.client, "sim-1", "RebootOverdue", &["sim-1"], None).await;
+    assert!(
+        has_annotation(&sb, "sim-1", "reboot-now").await,
+        "sim-1 still holds its go-ahead: the agent could not take it"
+    );
+    assert_eq!(
+        sb.fleet.reboots("sim-1"),
+        0,
+        "the agent rebooted without recording reboot-in-progress"
+    );
+    a_held_node_is_overdue_then_finishes(&sb, &observer, &cut).await;
+    wait_for_every_reboot(&observer, &names).await;
+    let report = observer.finish(&[]).await;
+    eprintln!("{report}");
+    sb.stop().await;
+}
+
+/// The agent recorded `reboot-in-progress` and the node rebooted, but the agent that comes
+/// back cannot reach the API server to write `reboot-done`: the kubelet reports the new boot,
+/// yet the controller must not complete the node on that alone.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_agent_cut_off_after_the_reboot_holds_its_node_until_it_reports() {
+    let mut sb = sandbox(2, &["--reboot-timeout=10s"], Duration::from_secs(4)).await;
+    let names = sb.fleet.names();
+    deploy_workload(&sb, names.len()).await;
+    let observer = Observer::start(sb.client.clone(), 1, "default", WORKLOAD).await;
+    sb.start_proxied_controller(&[])
+        .await
+        .expect("controller-1");
+    let cut = proxy(&sb, "sim-1").clone();
+    kubectl(
+        &sb.control_plane,
+        &["annotate", "node", "sim-1", "reboot-needed=true"],
+    );
+    observer
+        .wait_until("sim-1 records reboot-in-progress", PHASE, || async {
+            has_annotation(&sb, "sim-1", "reboot-in-progress").await
+        })
+        .await;
+    // The simulated reboot takes 4 s: the agent that comes back finds its proxy gone.
+    cut.set_enabled(false).await.expect("disable sim-1's proxy");
+    kubectl(
+        &sb.control_plane,
+        &["annotate", "node", "sim-2", "reboot-needed=true"],
+    );
+    observer
+        .wait_until("sim-1 is back in a new boot", PHASE, || async {
+            sb.fleet.reboots("sim-1") == 1 && sb.fleet.agent_starts("sim-1") >= 2
+        })
+        .await;
+    assert!(
+        has_annotation(&sb, "sim-1", "reboot-in-progress").await,
+        "sim-1 is not reported done while its agent cannot say so"
+    );
+    a_held_node_is_overdue_then_finishes(&sb, &observer, &cut).await;
+    wait_for_every_reboot(&observer, &names).await;
+    let report = observer.finish(&[]).await;
+    eprintln!("{report}");
+    sb.stop().await;
+}

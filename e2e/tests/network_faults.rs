@@ -24,10 +24,11 @@ use testenv::{
 /// How long any phase may take before the test fails.
 const PHASE: Duration = Duration::from_secs(240);
 const WORKLOAD: (&str, &str) = ("app", "web");
-/// Leader election fast enough for a test, as the chaos scenarios run it.
+/// Leader election fast enough for a test, with room for the 1 s each request of the leader
+/// is held before the cut (a new connection takes three such trips).
 const FAST_LEADER_ELECTION: [&str; 3] = [
-    "--leader-election-lease-duration=4s",
-    "--leader-election-renew-deadline=3s",
+    "--leader-election-lease-duration=6s",
+    "--leader-election-renew-deadline=4s",
     "--leader-election-retry-period=1s",
 ];
 
@@ -137,7 +138,7 @@ fn request_all(sb: &Sandbox) {
 async fn wait_for_every_reboot(observer: &Observer, names: &[String]) {
     observer
         .wait_until("every node rebooted once and back", PHASE, || async {
-            names.iter().all(|n| observer.rebooted_and_back(n, 1))
+            rolled_out(observer, names)
         })
         .await;
 }
@@ -146,14 +147,31 @@ async fn has_annotation(sb: &Sandbox, name: &str, key: &str) -> bool {
     protocol_annotations(&node(&sb.client, name).await).contains(&key.to_owned())
 }
 
-/// Whether the controller's own log says it stopped acting for want of a renewal.
-fn stepped_down(sb: &Sandbox, controller: usize) -> bool {
-    let log = std::fs::read_to_string(sb.controllers[controller].log_path()).unwrap_or_default();
-    log.contains("could not renew the Lease in time; stopped acting")
+fn log_of(sb: &Sandbox, controller: usize) -> String {
+    std::fs::read_to_string(sb.controllers[controller].log_path()).unwrap_or_default()
+}
+
+/// Whether the controller says it leads (`node_reboot_leader`, from its own /metrics).
+async fn says_it_leads(sb: &Sandbox, controller: usize) -> Option<bool> {
+    let address = sb.controllers[controller].metrics_address()?;
+    let text = e2e::scrape::scrape(address).await;
+    e2e::scrape::metric(&text, "node_reboot_leader").map(|v| v == 1.0)
+}
+
+/// Whether a node is being drained: cordoned by the operator, not yet told to reboot.
+async fn a_node_is_draining(sb: &Sandbox, names: &[String]) -> bool {
+    for name in names {
+        let state = protocol_annotations(&node(&sb.client, name).await);
+        let has = |k: &str| state.iter().any(|s| s == k);
+        if has("reboot-cordoned") && !has("reboot-now") && !has("reboot-in-progress") {
+            return true;
+        }
+    }
+    false
 }
 
 /// The leader loses the API server in the middle of a drain, while its writes are in flight
-/// (every request it sends is held 2 s on the way: at the cut, what it sent in the last 2 s
+/// (every request it sends is held 1 s on the way: at the cut, what it sent in the last second
 /// has not landed yet). From then on nothing it sends is answered, and what it sends lands
 /// 8 s late, after another replica has taken over: its own clock must make it stop, and the
 /// late writes must be refused by the fences, not obeyed.
@@ -173,40 +191,39 @@ async fn a_partitioned_leader_stops_acting_and_its_late_writes_are_fenced() {
     let leader = proxy(&sb, "controller-1").clone();
     add(
         &leader,
-        Toxic::latency("in-flight", Stream::Upstream, 2000, 0),
+        Toxic::latency("in-flight", Stream::Upstream, 1000, 0),
     )
     .await;
 
     request_all(&sb);
     observer
-        .wait_until("a node is being drained", PHASE, || async {
-            for name in &names {
-                let n = node(&sb.client, name).await;
-                let state = protocol_annotations(&n);
-                let has = |k: &str| state.iter().any(|s| s == k);
-                if has("reboot-cordoned") && !has("reboot-now") && !has("reboot-in-progress") {
-                    return true;
-                }
-            }
-            false
-        })
+        .wait_until(
+            "controller-1 says it leads while a node is being drained",
+            PHASE,
+            || async {
+                says_it_leads(&sb, 0).await == Some(true) && a_node_is_draining(&sb, &names).await
+            },
+        )
         .await;
+    let before_the_cut = log_of(&sb, 0).len();
     // The cut: no answer reaches it (its connections stay open), and what it sends from now
-    // on lands 8 s late.
+    // on lands 8 s late (longer than the lease: after the other replica has taken over).
     add(&leader, Toxic::timeout("cut", Stream::Downstream, 0)).await;
+    add(&leader, Toxic::latency("late", Stream::Upstream, 8000, 0)).await;
     leader
         .remove("in-flight")
         .await
         .expect("replace the latency");
-    add(&leader, Toxic::latency("late", Stream::Upstream, 8000, 0)).await;
 
+    // Its own word that it stopped: the log line and the gauge, both after the cut.
     observer
         .wait_until("controller-1 says it stopped acting", PHASE, || async {
-            stepped_down(&sb, 0)
+            log_of(&sb, 0)[before_the_cut..].contains("no longer leading: stopped acting")
+                && says_it_leads(&sb, 0).await == Some(false)
         })
         .await;
     wait_for_leader(&observer, &sb, "controller-2").await;
-    // Held cut until the new leader has completed a reboot of its own, so that the late
+    // The cut holds until the new leader has completed a reboot of its own, so that the late
     // writes land on a rollout that moved on.
     observer
         .wait_until("the new leader completes a reboot", PHASE, || async {
@@ -243,37 +260,50 @@ async fn seconds_of_latency_and_bursts_of_resets_lose_nothing() {
     }
     request_all(&sb);
     // Bursts of resets until the rollout is over: every connection reset for a second, then
-    // left alone for a few.
+    // left alone for 15 s (a new connection takes two round trips of 1-5 s before its first
+    // answer: more frequent bursts would leave no connection alive at all).
     let mut bursts = 0;
-    while !names.iter().all(|n| observer.rebooted_and_back(n, 1)) {
+    while !rolled_out(&observer, &names) {
         assert!(
-            bursts < 60,
-            "the rollout did not finish in 60 bursts of resets"
+            bursts < 40,
+            "the rollout did not finish within 40 bursts of resets"
         );
         if let Err(violation) = observer.check() {
             observer.fail(&violation);
         }
-        for program in &programs {
-            add(
-                proxy(&sb, program),
-                Toxic::reset_peer("resets", Stream::Upstream, 0),
-            )
-            .await;
-        }
-        tokio::time::sleep(Duration::from_secs(1)).await;
-        for program in &programs {
-            proxy(&sb, program)
-                .remove("resets")
-                .await
-                .expect("end the burst");
-        }
-        tokio::time::sleep(Duration::from_secs(4)).await;
+        reset_burst(&sb, &programs).await;
         bursts += 1;
+        let quiet = std::time::Instant::now();
+        while quiet.elapsed() < Duration::from_secs(15) && !rolled_out(&observer, &names) {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
     }
     eprintln!("{bursts} bursts of resets during the rollout");
     let report = observer.finish(&[]).await;
     eprintln!("{report}");
     sb.stop().await;
+}
+
+fn rolled_out(observer: &Observer, names: &[String]) -> bool {
+    names.iter().all(|n| observer.rebooted_and_back(n, 1))
+}
+
+/// Every connection of every program in `programs` reset, for a second.
+async fn reset_burst(sb: &Sandbox, programs: &[String]) {
+    for program in programs {
+        add(
+            proxy(sb, program),
+            Toxic::reset_peer("resets", Stream::Upstream, 0),
+        )
+        .await;
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    for program in programs {
+        proxy(sb, program)
+            .remove("resets")
+            .await
+            .expect("end the burst");
+    }
 }
 
 /// What the documentation promises for a node whose agent is cut off: the node keeps its slot

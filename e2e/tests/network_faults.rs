@@ -91,6 +91,20 @@ async fn deploy_workload(sb: &Sandbox, replicas: usize) {
     .await;
 }
 
+/// The workload deployed, and the observer watching it with a budget of 1.
+async fn observe_workload(sb: &Sandbox, replicas: usize) -> Observer {
+    deploy_workload(sb, replicas).await;
+    Observer::start(sb.client.clone(), 1, "default", WORKLOAD).await
+}
+
+/// Waits for every node's one reboot, then has the observer account for everything.
+async fn finish(sb: Sandbox, observer: &Observer, names: &[String]) {
+    wait_for_every_reboot(observer, names).await;
+    let report = observer.finish(&[]).await;
+    eprintln!("{report}");
+    sb.stop().await;
+}
+
 fn proxy<'a>(sb: &'a Sandbox, program: &str) -> &'a Proxy {
     sb.proxy(program)
         .unwrap_or_else(|| panic!("no fault proxy for {program}"))
@@ -179,8 +193,7 @@ async fn a_node_is_draining(sb: &Sandbox, names: &[String]) -> bool {
 async fn a_partitioned_leader_stops_acting_and_its_late_writes_are_fenced() {
     let mut sb = sandbox(4, &FAST_LEADER_ELECTION, Duration::from_secs(1)).await;
     let names = sb.fleet.names();
-    deploy_workload(&sb, 2 * names.len()).await;
-    let observer = Observer::start(sb.client.clone(), 1, "default", WORKLOAD).await;
+    let observer = observe_workload(&sb, 2 * names.len()).await;
     sb.start_proxied_controller(&[])
         .await
         .expect("controller-1");
@@ -232,10 +245,7 @@ async fn a_partitioned_leader_stops_acting_and_its_late_writes_are_fenced() {
         .await;
     heal(&leader).await;
 
-    wait_for_every_reboot(&observer, &names).await;
-    let report = observer.finish(&[]).await;
-    eprintln!("{report}");
-    sb.stop().await;
+    finish(sb, &observer, &names).await;
 }
 
 /// 1-5 s on every answer, for the leader and for every agent, and bursts of connection
@@ -244,8 +254,7 @@ async fn a_partitioned_leader_stops_acting_and_its_late_writes_are_fenced() {
 async fn seconds_of_latency_and_bursts_of_resets_lose_nothing() {
     let mut sb = sandbox(3, &[], Duration::from_secs(1)).await;
     let names = sb.fleet.names();
-    deploy_workload(&sb, 2 * names.len()).await;
-    let observer = Observer::start(sb.client.clone(), 1, "default", WORKLOAD).await;
+    let observer = observe_workload(&sb, 2 * names.len()).await;
     sb.start_proxied_controller(&[])
         .await
         .expect("controller-1");
@@ -279,9 +288,7 @@ async fn seconds_of_latency_and_bursts_of_resets_lose_nothing() {
         }
     }
     eprintln!("{bursts} bursts of resets during the rollout");
-    let report = observer.finish(&[]).await;
-    eprintln!("{report}");
-    sb.stop().await;
+    finish(sb, &observer, &names).await;
 }
 
 fn rolled_out(observer: &Observer, names: &[String]) -> bool {
@@ -335,8 +342,7 @@ async fn a_held_node_is_overdue_then_finishes(sb: &Sandbox, observer: &Observer,
 async fn an_agent_cut_off_before_it_records_the_reboot_holds_its_node() {
     let mut sb = sandbox(2, &["--reboot-timeout=10s"], Duration::from_secs(1)).await;
     let names = sb.fleet.names();
-    deploy_workload(&sb, names.len()).await;
-    let observer = Observer::start(sb.client.clone(), 1, "default", WORKLOAD).await;
+    let observer = observe_workload(&sb, names.len()).await;
     sb.start_proxied_controller(&[])
         .await
         .expect("controller-1");
@@ -354,10 +360,7 @@ async fn an_agent_cut_off_before_it_records_the_reboot_holds_its_node() {
         "the agent rebooted without recording reboot-in-progress"
     );
     a_held_node_is_overdue_then_finishes(&sb, &observer, &cut).await;
-    wait_for_every_reboot(&observer, &names).await;
-    let report = observer.finish(&[]).await;
-    eprintln!("{report}");
-    sb.stop().await;
+    finish(sb, &observer, &names).await;
 }
 
 /// The agent recorded `reboot-in-progress` and the node rebooted, but the agent that comes
@@ -367,8 +370,7 @@ async fn an_agent_cut_off_before_it_records_the_reboot_holds_its_node() {
 async fn an_agent_cut_off_after_the_reboot_holds_its_node_until_it_reports() {
     let mut sb = sandbox(2, &["--reboot-timeout=10s"], Duration::from_secs(4)).await;
     let names = sb.fleet.names();
-    deploy_workload(&sb, names.len()).await;
-    let observer = Observer::start(sb.client.clone(), 1, "default", WORKLOAD).await;
+    let observer = observe_workload(&sb, names.len()).await;
     sb.start_proxied_controller(&[])
         .await
         .expect("controller-1");
@@ -398,8 +400,5 @@ async fn an_agent_cut_off_after_the_reboot_holds_its_node_until_it_reports() {
         "sim-1 is not reported done while its agent cannot say so"
     );
     a_held_node_is_overdue_then_finishes(&sb, &observer, &cut).await;
-    wait_for_every_reboot(&observer, &names).await;
-    let report = observer.finish(&[]).await;
-    eprintln!("{report}");
-    sb.stop().await;
+    finish(sb, &observer, &names).await;
 }

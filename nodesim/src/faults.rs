@@ -41,6 +41,11 @@ impl Faults {
         Ok(kubeconfig)
     }
 
+    /// The proxies' server (to freeze them all at once, say).
+    pub fn toxiproxy(&self) -> &Toxiproxy {
+        &self.toxiproxy
+    }
+
     /// The proxy between `program` (`sim-1`, `controller-2`) and the API server.
     pub fn proxy(&self, program: &str) -> Option<&Proxy> {
         self.proxies.get(program)

@@ -49,6 +49,7 @@ pub struct Toxiproxy {
 
 impl Drop for Toxiproxy {
     fn drop(&mut self) {
+        self.proc.pause(false);
         self.proc.stop(Duration::from_secs(2));
     }
 }
@@ -79,6 +80,13 @@ impl Toxiproxy {
             api,
             dir: dir.to_path_buf(),
         })
+    }
+
+    /// Freezes the server (SIGSTOP) or thaws it: while frozen, every byte on the way through
+    /// any of its proxies stays where it is, and the connections stay open, as in a network
+    /// that stops forwarding for a while. Its API does not answer meanwhile.
+    pub fn freeze(&self, frozen: bool) {
+        self.proc.pause(frozen);
     }
 
     /// A new proxy named `name` from a free loopback port to `upstream` (`host:port`).

@@ -3,8 +3,8 @@
 //! through a proxy of its own, so one program is slowed or cut while the others, and the
 //! independent [`Observer`] (which goes straight to the API server), are not.
 //!
-//! - A leader cut off while it believes it leads stops acting by its own renew deadline,
-//!   another replica takes over, and what it had in flight lands late and is fenced.
+//! - A leader cut off while it believes it leads stops acting by its own renew deadline and
+//!   another replica takes over; what a frozen leader had in flight lands late and is fenced.
 //! - Seconds of latency on every request and bursts of connection resets, for the controller
 //!   and for the agents: the rollout finishes, nothing is lost.
 //! - An agent that sees `reboot-now` but cannot write `reboot-in-progress`, and one back from
@@ -12,10 +12,17 @@
 //!   `--reboot-timeout` says so with a Warning, and the node finishes once the cut heals.
 
 use e2e::{apply, chaos::Observer, kubectl, node, pod_is_ready, protocol_annotations};
+use futures::StreamExt as _;
 use k8s_openapi::api::{coordination::v1::Lease, core::v1::Pod};
-use kube::{Api, api::ListParams};
+use kube::{
+    Api,
+    api::{ListParams, WatchEvent, WatchParams},
+};
 use nodesim::sandbox::{OPERATOR_NAMESPACE, Sandbox, SandboxConfig};
-use std::time::Duration;
+use std::{
+    sync::{Arc, Mutex},
+    time::Duration,
+};
 use testenv::{
     Options,
     toxiproxy::{Proxy, Stream, Toxic},
@@ -142,6 +149,38 @@ async fn wait_for_leader(observer: &Observer, sb: &Sandbox, identity: &str) {
         .await;
 }
 
+/// Every holder the leader Lease names from now on, change by change (a watch straight to the
+/// API server from the Lease's current revision); `<watch failed>` if the watch did.
+async fn watch_lease_holders(sb: &Sandbox) -> Arc<Mutex<Vec<String>>> {
+    let leases = Api::<Lease>::namespaced(sb.client.clone(), OPERATOR_NAMESPACE);
+    let lease = leases
+        .get("reboot-controller")
+        .await
+        .expect("the leader Lease");
+    let from = lease.metadata.resource_version.unwrap_or_default();
+    let params = WatchParams::default().fields("metadata.name=reboot-controller");
+    let mut stream = leases
+        .watch(&params, &from)
+        .await
+        .expect("watch the Lease")
+        .boxed();
+    let holders = Arc::new(Mutex::new(Vec::new()));
+    let seen = holders.clone();
+    tokio::spawn(async move {
+        while let Some(event) = stream.next().await {
+            let holder = match event {
+                Ok(WatchEvent::Added(l) | WatchEvent::Modified(l)) => {
+                    l.spec.and_then(|s| s.holder_identity).unwrap_or_default()
+                }
+                Ok(WatchEvent::Bookmark(_)) => continue,
+                _ => "<watch failed>".to_owned(),
+            };
+            seen.lock().expect("holders").push(holder);
+        }
+    });
+    holders
+}
+
 fn request_all(sb: &Sandbox) {
     kubectl(
         &sb.control_plane,
@@ -187,10 +226,12 @@ async fn a_node_is_draining(sb: &Sandbox, names: &[String]) -> bool {
 /// The leader loses the API server in the middle of a drain, while its writes are in flight
 /// (every request it sends is held 1 s on the way: at the cut, what it sent in the last second
 /// has not landed yet). From then on nothing it sends is answered, and what it sends lands
-/// 8 s late, after another replica has taken over: its own clock must make it stop, and the
-/// late writes must be refused by the fences, not obeyed.
+/// 8 s late: its own clock must make it stop within its renew deadline, another replica takes
+/// over, and the Lease never names it again. (What it gives up on lands with its connection
+/// closed, and the API server drops it; writes landing late on open connections are
+/// [`writes_a_frozen_leader_had_in_flight_land_late_and_are_fenced`].)
 #[tokio::test(flavor = "multi_thread")]
-async fn a_partitioned_leader_stops_acting_and_its_late_writes_are_fenced() {
+async fn a_partitioned_leader_stops_acting_by_its_own_clock_and_another_takes_over() {
     let mut sb = sandbox(4, &FAST_LEADER_ELECTION, Duration::from_secs(1)).await;
     let names = sb.fleet.names();
     let observer = observe_workload(&sb, 2 * names.len()).await;
@@ -236,6 +277,8 @@ async fn a_partitioned_leader_stops_acting_and_its_late_writes_are_fenced() {
         })
         .await;
     wait_for_leader(&observer, &sb, "controller-2").await;
+    // What controller-1 sends after the cut lands from now on: it must not win the Lease back.
+    let holders = watch_lease_holders(&sb).await;
     // The cut holds until the new leader has completed a reboot of its own, so that the late
     // writes land on a rollout that moved on.
     observer
@@ -245,7 +288,83 @@ async fn a_partitioned_leader_stops_acting_and_its_late_writes_are_fenced() {
         .await;
     heal(&leader).await;
 
+    wait_for_every_reboot(&observer, &names).await;
+    assert_only_controller_2_held(&holders);
     finish(sb, &observer, &names).await;
+}
+
+/// What a leader had in flight lands late, on connections still open: the leader froze (a
+/// long pause of its process or its VM) with requests on the way, the network stopped
+/// forwarding them (its proxy frozen), another replica took over; then the network delivers
+/// what it held. Each late request must fail on its condition (the Lease's revision, the
+/// slot's grant): the Lease never names the frozen leader again, no budget is exceeded and no
+/// drain skipped. Thawed, the old leader finds by its own clock that it no longer leads.
+#[tokio::test(flavor = "multi_thread")]
+async fn writes_a_frozen_leader_had_in_flight_land_late_and_are_fenced() {
+    let mut sb = sandbox(4, &FAST_LEADER_ELECTION, Duration::from_secs(1)).await;
+    let names = sb.fleet.names();
+    let observer = observe_workload(&sb, 2 * names.len()).await;
+    sb.start_proxied_controller(&[])
+        .await
+        .expect("controller-1");
+    wait_for_leader(&observer, &sb, "controller-1").await;
+    // Straight to the API server: it must take over while the proxies are frozen.
+    sb.start_controller(&[]).expect("controller-2");
+    let leader = proxy(&sb, "controller-1").clone();
+    // Every request of the leader spends a second on the way: at any instant its last
+    // renewal, and what it does for the drain, is in flight.
+    add(
+        &leader,
+        Toxic::latency("in-flight", Stream::Upstream, 1000, 0),
+    )
+    .await;
+    request_all(&sb);
+    observer
+        .wait_until(
+            "controller-1 says it leads while a node is being drained",
+            PHASE,
+            || async {
+                says_it_leads(&sb, 0).await == Some(true) && a_node_is_draining(&sb, &names).await
+            },
+        )
+        .await;
+    let toxiproxy = sb.faults.as_ref().expect("fault proxies").toxiproxy();
+    sb.controllers[0].freeze();
+    toxiproxy.freeze(true);
+    wait_for_leader(&observer, &sb, "controller-2").await;
+    let holders = watch_lease_holders(&sb).await;
+    toxiproxy.freeze(false);
+    // Gives what was held the time to land (at most the second of the latency; this only
+    // waits).
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let before_the_thaw = log_of(&sb, 0).len();
+    sb.controllers[0].thaw();
+    observer
+        .wait_until(
+            "controller-1, thawed, says it stopped acting",
+            PHASE,
+            || async {
+                log_of(&sb, 0)[before_the_thaw..].contains("no longer leading: stopped acting")
+            },
+        )
+        .await;
+    heal(&leader).await;
+
+    wait_for_every_reboot(&observer, &names).await;
+    assert_only_controller_2_held(&holders);
+    finish(sb, &observer, &names).await;
+}
+
+/// The Lease named only controller-2 since it took it (read before the sandbox stops: then
+/// controller-2 releases it, and it names nobody).
+fn assert_only_controller_2_held(holders: &Mutex<Vec<String>>) {
+    let holders = holders.lock().expect("holders").clone();
+    eprintln!("the Lease's holders after controller-2 took it: {holders:?}");
+    assert!(
+        holders.iter().all(|h| h == "controller-2"),
+        "after controller-2 took the Lease, it named {holders:?}: a late write of the \
+         old leader won it back, or the watch failed"
+    );
 }
 
 /// 1-5 s on every answer, for the leader and for every agent, and bursts of connection

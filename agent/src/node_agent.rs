@@ -130,9 +130,13 @@ impl NodeAgent {
                 event = watch.next() => {
                     let event = event.ok_or_else(|| AgentError::WatchEnded(self.name().into()))?;
                     let node = self.on_watch_event(event, &mut found_since_init, &own_write);
-                    // Whatever the watch says is newer than the state a retry would act on.
-                    retry = None;
+                    // A node from the watch is newer than the state a retry would act on. An
+                    // event without one (the end of the initial list, a watch error) is not:
+                    // dropping the retry then left a failed step undone until the node changed
+                    // again (an agent back from its reboot whose first write failed while its
+                    // watch was still listing never reported the reboot done).
                     if node.is_some() {
+                        retry = None;
                         last_seen.clone_from(&node);
                     }
                     node

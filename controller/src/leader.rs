@@ -360,8 +360,13 @@ impl Elector {
         Ok(())
     }
 
+    /// How long one read or write of the Lease may take: the renew deadline, as client-go
+    /// allows. An API server that answers in seconds (more than the retry period, 2 s by
+    /// default) must still let a replica lead; abandoning each attempt after the retry period
+    /// meant that none ever did. Acting stays bounded all the same: the leader acts only until
+    /// its last successful attempt's start plus the renew deadline, whatever is in flight.
     fn attempt_timeout(&self) -> Duration {
-        self.timing.retry_period.max(Duration::from_secs(1))
+        self.timing.renew_deadline
     }
 
     /// A failed attempt: still leading until the renew deadline passes.

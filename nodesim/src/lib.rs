@@ -8,6 +8,7 @@
 
 pub mod binaries;
 pub mod budget_watch;
+pub mod faults;
 pub mod fleet;
 pub mod identities;
 pub mod kubelet;

@@ -2,10 +2,10 @@
 //! agents, and the real controller. Used by `make sandbox`, the demo, the end-to-end tests and
 //! the benchmark.
 
-use crate::{ControllerProcess, Error, Fleet, FleetConfig, workspace_binary};
+use crate::{ControllerProcess, Error, Fleet, FleetConfig, faults::Faults, workspace_binary};
 use k8s_openapi::api::core::v1::Namespace;
 use kube::{Api, Client, api::PostParams};
-use std::{collections::BTreeMap, time::Duration};
+use std::{collections::BTreeMap, path::PathBuf, sync::Arc, time::Duration};
 use testenv::{ControlPlane, Options};
 
 /// The namespace of the controller's ledger (and of the manifests' resources).
@@ -30,6 +30,9 @@ pub struct SandboxConfig {
     /// Start the controller (tests of two controllers start their own).
     pub start_controller: bool,
     pub control_plane: Options,
+    /// Each agent and each controller reaches the API server through a fault proxy of its
+    /// own ([`Sandbox::proxy`]; see [`crate::faults`]).
+    pub fault_proxies: bool,
 }
 
 impl Default for SandboxConfig {
@@ -44,6 +47,7 @@ impl Default for SandboxConfig {
             agent_args: Vec::new(),
             start_controller: true,
             control_plane: Options::default(),
+            fault_proxies: false,
         }
     }
 }
@@ -53,6 +57,8 @@ pub struct Sandbox {
     pub controllers: Vec<ControllerProcess>,
     pub client: Client,
     pub config: SandboxConfig,
+    /// With [`SandboxConfig::fault_proxies`].
+    pub faults: Option<Faults>,
     // Last: dropped after the processes that talk to it.
     pub control_plane: ControlPlane,
 }
@@ -81,6 +87,16 @@ impl Sandbox {
         fleet_config.kubelet_reports_boot_after = config.kubelet_reports_boot_after;
         fleet_config.labels = config.node_labels.clone();
         fleet_config.agent.args = config.agent_args.clone();
+        let faults = if config.fault_proxies {
+            let (faults, kubeconfigs) =
+                agents_behind_proxies(&control_plane, &fleet_config).await?;
+            fleet_config.agent_kubeconfig = Some(Arc::new(move |node: &str| {
+                kubeconfigs.get(node).cloned().unwrap_or_default()
+            }));
+            Some(faults)
+        } else {
+            None
+        };
         // Many agents on one host: each serves /metrics on a port of its own, named in its log.
         if !config
             .agent_args
@@ -98,16 +114,26 @@ impl Sandbox {
             controllers: Vec::new(),
             client,
             config,
+            faults,
             control_plane,
         };
         if sandbox.config.start_controller {
-            sandbox.start_controller(&[])?;
+            if sandbox.faults.is_some() {
+                sandbox.start_proxied_controller(&[]).await?;
+            } else {
+                sandbox.start_controller(&[])?;
+            }
         }
         Ok(sandbox)
     }
 
+    /// The fault proxy between `program` (`sim-1`, `controller-2`) and the API server.
+    pub fn proxy(&self, program: &str) -> Option<&testenv::toxiproxy::Proxy> {
+        self.faults.as_ref().and_then(|f| f.proxy(program))
+    }
+
     /// Starts one more controller (its log is `controller-<n>.log` in the sandbox directory),
-    /// with the sandbox's controller flags plus `extra`.
+    /// with the sandbox's controller flags plus `extra`, straight to the API server.
     pub fn start_controller(&mut self, extra: &[&str]) -> Result<&mut ControllerProcess, Error> {
         self.start_controller_with_env(extra, Vec::new())
     }
@@ -117,6 +143,44 @@ impl Sandbox {
     pub fn start_controller_with_env(
         &mut self,
         extra: &[&str],
+        env: Vec<(String, String)>,
+    ) -> Result<&mut ControllerProcess, Error> {
+        let kubeconfig = self.control_plane.kubeconfig_path().to_path_buf();
+        self.spawn_controller(extra, kubeconfig, env)
+    }
+
+    /// As [`start_controller`](Self::start_controller), but through a fault proxy of its own
+    /// ([`proxy`](Self::proxy) with its identity, `controller-<n>`); needs
+    /// [`SandboxConfig::fault_proxies`].
+    pub async fn start_proxied_controller(
+        &mut self,
+        extra: &[&str],
+    ) -> Result<&mut ControllerProcess, Error> {
+        self.start_proxied_controller_with_env(extra, Vec::new())
+            .await
+    }
+
+    /// As [`start_proxied_controller`](Self::start_proxied_controller), with `env` added to
+    /// the process's environment.
+    pub async fn start_proxied_controller_with_env(
+        &mut self,
+        extra: &[&str],
+        env: Vec<(String, String)>,
+    ) -> Result<&mut ControllerProcess, Error> {
+        let identity = format!("controller-{}", self.controllers.len() + 1);
+        let Some(faults) = &mut self.faults else {
+            return Err(Error::Setup(
+                "start_proxied_controller needs SandboxConfig::fault_proxies".into(),
+            ));
+        };
+        let kubeconfig = faults.add(&self.control_plane, &identity).await?;
+        self.spawn_controller(extra, kubeconfig, env)
+    }
+
+    fn spawn_controller(
+        &mut self,
+        extra: &[&str],
+        kubeconfig: PathBuf,
         env: Vec<(String, String)>,
     ) -> Result<&mut ControllerProcess, Error> {
         let mut args = vec![
@@ -134,7 +198,7 @@ impl Sandbox {
             .join(format!("controller-{}.log", self.controllers.len() + 1));
         let process = ControllerProcess::start_with_env(
             workspace_binary("reboot-controller")?,
-            self.control_plane.kubeconfig_path().to_path_buf(),
+            kubeconfig,
             args,
             log,
             env,
@@ -151,6 +215,21 @@ impl Sandbox {
         }
         self.fleet.stop().await;
     }
+}
+
+/// A fault proxy for each node's agent, and the kubeconfigs through them by node name.
+async fn agents_behind_proxies(
+    cp: &ControlPlane,
+    fleet: &FleetConfig,
+) -> Result<(Faults, BTreeMap<String, PathBuf>), Error> {
+    let mut faults = Faults::start(cp).await?;
+    let mut kubeconfigs = BTreeMap::new();
+    for i in 1..=fleet.nodes {
+        let node = format!("{}-{i}", fleet.name_prefix);
+        let kubeconfig = faults.add(cp, &node).await?;
+        kubeconfigs.insert(node, kubeconfig);
+    }
+    Ok((faults, kubeconfigs))
 }
 
 pub async fn create_namespace(client: &Client, name: &str) -> Result<(), Error> {

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the local control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler,
 # kubectl), the node's programs for the real-node tier (kubelet, containerd and its runc shim,
-# the CNI plugins), Prometheus, promtool, Alertmanager and helm into testenv/bin/. A binary is
+# the CNI plugins), Prometheus, promtool, Alertmanager, helm and toxiproxy-server into testenv/bin/. A binary is
 # rebuilt only when what it is built from changed (go.mod and go.sum for the control plane and
 # the kubelet, the pinned version for the others), so a warm `make test` spends no time here,
 # and pinning a new tool does not rebuild the control plane.
@@ -70,8 +70,9 @@ targets=(etcd:./cmd/etcd kube-apiserver:k8s.io/kubernetes/cmd/kube-apiserver
   kube-controller-manager:k8s.io/kubernetes/cmd/kube-controller-manager
   kube-scheduler:k8s.io/kubernetes/cmd/kube-scheduler kubectl:k8s.io/kubernetes/cmd/kubectl
   kubelet:k8s.io/kubernetes/cmd/kubelet)
-# Prometheus, its promtool and Alertmanager for the health-gate and alert tests, and helm for
-# the chart's tests, each built from its
+# Prometheus, its promtool and Alertmanager for the health-gate and alert tests, helm for
+# the chart's tests, and Toxiproxy (the fault proxy the network-fault tests put between each
+# program and the API server), each built from its
 # own module: their go.mod, not ours, picks their dependencies. Prometheus builds with
 # `go install pkg@version` (its web UI is left out without the builtinassets tag).
 # Alertmanager's module lacks the UI bundle it embeds (ui/app/dist is built by npm in its
@@ -79,6 +80,7 @@ targets=(etcd:./cmd/etcd kube-apiserver:k8s.io/kubernetes/cmd/kube-apiserver
 prometheus_version=v0.316.0  # Prometheus 3.16
 alertmanager_version=v0.34.1
 helm_version=v4.3.1
+toxiproxy_version=v2.12.0
 # The real nodes' runtime (vm/node): containerd 2.x, because kubelet v1.38 drops the 1.x
 # fallback that Debian's containerd 1.6/1.7 needs; static (no cgo) without the snapshotters
 # that need C. runc needs cgo and libseccomp, so the guests take Debian's.
@@ -93,7 +95,8 @@ tools=(containerd:github.com/containerd/containerd/v2/cmd/containerd@${container
 prometheus:github.com/prometheus/prometheus/cmd/prometheus@${prometheus_version}
   promtool:github.com/prometheus/prometheus/cmd/promtool@${prometheus_version}
   alertmanager:without-ui:github.com/prometheus/alertmanager@${alertmanager_version}:./cmd/alertmanager
-  helm:helm.sh/helm/v4/cmd/helm@${helm_version})
+  helm:helm.sh/helm/v4/cmd/helm@${helm_version}
+  toxiproxy-server:github.com/Shopify/toxiproxy/v2/cmd/server@${toxiproxy_version})
 if [ -n "$control_plane_only" ]; then
   control_plane=()
   for t in "${targets[@]}"; do [ "${t%%:*}" = kubelet ] || control_plane+=("$t"); done
@@ -117,14 +120,14 @@ if [ ${#todo[@]} -eq 0 ]; then
   if [ -n "$control_plane_only" ]; then
     echo "testenv: control plane ${release} (etcd ${etcd_release}) is up to date in ${out_name}"
   else
-    echo "testenv: control plane and kubelet ${release}, containerd ${containerd_version}, CNI plugins ${cni_version}, Prometheus, promtool, Alertmanager and helm are up to date in ${out_name}"
+    echo "testenv: control plane and kubelet ${release}, containerd ${containerd_version}, CNI plugins ${cni_version}, Prometheus, promtool, Alertmanager, helm and toxiproxy-server are up to date in ${out_name}"
   fi
   exit 0
 fi
 if [ -n "$control_plane_only" ]; then
   echo "testenv: building ${#todo[@]} binaries (Kubernetes ${release}, etcd ${etcd_release}) into ${out_name}."
 else
-  echo "testenv: building ${#todo[@]} binaries (Kubernetes ${release}, etcd ${etcd_release}, Prometheus ${prometheus_version}, Alertmanager ${alertmanager_version}, helm ${helm_version}) into ${out_name}."
+  echo "testenv: building ${#todo[@]} binaries (Kubernetes ${release}, etcd ${etcd_release}, Prometheus ${prometheus_version}, Alertmanager ${alertmanager_version}, helm ${helm_version}, Toxiproxy ${toxiproxy_version}) into ${out_name}."
 fi
 echo "testenv: the first build downloads the modules and compiles for 15-30 minutes on 2 cores; later builds are cached."
 i=0
@@ -152,7 +155,9 @@ for t in "${todo[@]}"; do
       # containerd: leave out the snapshotters that need cgo (btrfs, devmapper, zfs).
       GOBIN=$gobin GOFLAGS= go install -trimpath -tags "remove_all_sd no_btrfs no_devmapper no_zfs" \
         -ldflags "-s -w" "$target"
-      mv "$gobin/$name" "$out/$name"
+      # go install names the binary after its package's folder (toxiproxy's is cmd/server).
+      pkg_path=${target%@*}
+      mv "$gobin/${pkg_path##*/}" "$out/$name"
       rm -rf "$gobin" ;;
     *)
       ldf=$ldflags

@@ -229,6 +229,16 @@ impl ControlPlane {
         kubeconfig::write(path, &self.server_url, &self.ca_pem, token)
     }
 
+    /// The admin kubeconfig, but with `server` as the API server's address: a proxy in front
+    /// of it (the server's certificate is valid for 127.0.0.1 on any port).
+    pub fn write_admin_kubeconfig_for_server(
+        &self,
+        server: &str,
+        path: &Path,
+    ) -> Result<(), Error> {
+        kubeconfig::write(path, server, &self.ca_pem, &self.admin_token)
+    }
+
     /// The real `kubectl` of `testenv/bin`, talking to this control plane as the admin.
     pub fn kubectl(&self) -> Command {
         let mut kubectl = Command::new(bins::bin_dir().join("kubectl"));

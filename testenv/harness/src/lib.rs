@@ -26,6 +26,7 @@ mod options;
 mod pki;
 mod ports;
 mod process;
+pub mod toxiproxy;
 mod wait;
 
 pub use bins::{bin_dir, kubernetes_version};

@@ -84,6 +84,15 @@ impl Proc {
         self.signal(Signal::SIGHUP);
     }
 
+    /// SIGSTOP, then SIGCONT with `false`: the process holds still, its connections open.
+    pub fn pause(&self, paused: bool) {
+        self.signal(if paused {
+            Signal::SIGSTOP
+        } else {
+            Signal::SIGCONT
+        });
+    }
+
     /// Fails with the log's tail when the process has exited.
     pub fn ensure_running(&mut self) -> Result<(), Error> {
         let status = match self.child.as_mut().map(Child::try_wait) {

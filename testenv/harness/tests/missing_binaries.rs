@@ -52,4 +52,15 @@ async fn check_in_child() {
         message.contains("kubectl") && message.contains("make testenv"),
         "{message}"
     );
+
+    // The network-fault tests fail, never skip, without the fault proxy.
+    let dir = tempfile::tempdir().expect("temp dir");
+    let message = testenv::toxiproxy::Toxiproxy::start(dir.path())
+        .await
+        .expect_err("no toxiproxy-server")
+        .to_string();
+    assert!(
+        message.contains("toxiproxy-server") && message.contains("make testenv"),
+        "{message}"
+    );
 }

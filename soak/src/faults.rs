@@ -13,6 +13,7 @@ use std::{
     collections::{BTreeMap, BTreeSet},
     time::{Duration, Instant},
 };
+use testenv::toxiproxy::{Proxy, Stream, Toxic};
 
 /// The leader Lease's duration in the soak (`--leader-election-lease-duration`).
 const LEASE: Duration = Duration::from_secs(4);
@@ -33,15 +34,32 @@ pub enum Kind {
     /// An administrator cordons an idle node, then requests its reboot: the cordon must
     /// outlive the reboot.
     AdminCordon,
+    /// The leader cut off from the API server (through its fault proxy: nothing reaches the
+    /// API server, no answer comes back) for three times its renew deadline.
+    LeaderPartitioned,
+    /// Every answer to every controller 1-5 s late, for half a minute.
+    ControllersSlowed,
+    /// Every answer to every agent 1-5 s late, for half a minute.
+    AgentsSlowed,
+    /// A second of connection resets for every controller and agent.
+    ResetBurst,
+    /// The agent of a node in the middle of its reboot cut off for 20 s (its connections
+    /// closed, new ones refused).
+    AgentCut,
 }
 
 impl Kind {
-    const ALL: [Kind; 5] = [
+    const ALL: [Kind; 10] = [
         Kind::LeaderKilled,
         Kind::LeaderFrozen,
         Kind::AgentKilled,
         Kind::ApiServerRestarted,
         Kind::AdminCordon,
+        Kind::LeaderPartitioned,
+        Kind::ControllersSlowed,
+        Kind::AgentsSlowed,
+        Kind::ResetBurst,
+        Kind::AgentCut,
     ];
 
     pub fn describe(self) -> &'static str {
@@ -51,6 +69,11 @@ impl Kind {
             Kind::AgentKilled => "agent killed",
             Kind::ApiServerRestarted => "API server and controller-manager restarted",
             Kind::AdminCordon => "node cordoned by an administrator, then requested",
+            Kind::LeaderPartitioned => "leader cut off from the API server for 3 renew deadlines",
+            Kind::ControllersSlowed => "every controller's API answers 1-5 s late for 30 s",
+            Kind::AgentsSlowed => "every agent's API answers 1-5 s late for 30 s",
+            Kind::ResetBurst => "a second of connection resets for every program",
+            Kind::AgentCut => "the agent of a rebooting node cut off for 20 s",
         }
     }
 }
@@ -60,8 +83,16 @@ impl Kind {
 struct Held {
     kind: Kind,
     heal_at: Instant,
+    /// The frozen controller.
     controller: usize,
+    /// The fault proxies whose toxics go at the heal, and the one disabled.
+    proxies: Vec<String>,
 }
+
+/// The leader's renew deadline in the soak (`--leader-election-renew-deadline`).
+const RENEW_DEADLINE: Duration = Duration::from_secs(3);
+/// How long the slow-answer faults last.
+const SLOW_FOR: Duration = Duration::from_secs(30);
 
 /// A fault healed, waiting for the operator to finish a reboot again.
 #[derive(Debug)]
@@ -131,7 +162,7 @@ impl Faults {
             && Instant::now() >= held.heal_at
         {
             let held = self.held.take().expect("held");
-            heal(sb, &held);
+            heal(sb, &held).await?;
             self.healed(held.kind, observer);
         }
         if self.held.is_none() && Instant::now() >= self.next_at {
@@ -178,8 +209,63 @@ impl Faults {
                     kind,
                     heal_at: Instant::now() + 2 * LEASE,
                     controller: leader,
+                    proxies: Vec::new(),
                 });
                 format!("controller-{}", leader + 1)
+            }
+            Kind::LeaderPartitioned => {
+                let Some(leader) = leader(sb).await else {
+                    return Ok(None);
+                };
+                let name = format!("controller-{}", leader + 1);
+                let cut = [
+                    Toxic::timeout("cut-answers", Stream::Downstream, 0),
+                    Toxic::timeout("cut-requests", Stream::Upstream, 0),
+                ];
+                self.hold(sb, kind, vec![name.clone()], &cut, 3 * RENEW_DEADLINE)
+                    .await?;
+                name
+            }
+            Kind::ControllersSlowed | Kind::AgentsSlowed => {
+                let names = if kind == Kind::ControllersSlowed {
+                    (1..=sb.controllers.len())
+                        .map(|i| format!("controller-{i}"))
+                        .collect()
+                } else {
+                    sb.fleet.names()
+                };
+                let slow = [Toxic::latency("slow", Stream::Downstream, 3000, 2000)];
+                self.hold(sb, kind, names, &slow, SLOW_FOR).await?;
+                "all".to_owned()
+            }
+            Kind::ResetBurst => {
+                let names = (1..=sb.controllers.len())
+                    .map(|i| format!("controller-{i}"))
+                    .chain(sb.fleet.names())
+                    .collect();
+                let resets = [Toxic::reset_peer("resets", Stream::Downstream, 0)];
+                self.hold(sb, kind, names, &resets, Duration::from_secs(1))
+                    .await?;
+                "all".to_owned()
+            }
+            Kind::AgentCut => {
+                let busy: Vec<String> = sb
+                    .fleet
+                    .names()
+                    .into_iter()
+                    .filter(|n| load.is_pending(n))
+                    .collect();
+                let Some(node) = busy.choose(rng).cloned() else {
+                    return Ok(None);
+                };
+                proxy(sb, &node)?.set_enabled(false).await?;
+                self.held = Some(Held {
+                    kind,
+                    heal_at: Instant::now() + Duration::from_secs(20),
+                    controller: 0,
+                    proxies: vec![node.clone()],
+                });
+                node
             }
             Kind::AgentKilled => {
                 // A node in the middle of its reboot when there is one.
@@ -287,11 +373,35 @@ impl Faults {
     }
 
     /// Heals the fault held now (the administrator's cordon stays: it is the administrator's).
-    pub async fn heal_all(&mut self, sb: &mut Sandbox, observer: &Observer) {
+    pub async fn heal_all(&mut self, sb: &mut Sandbox, observer: &Observer) -> anyhow::Result<()> {
         if let Some(held) = self.held.take() {
-            heal(sb, &held);
+            heal(sb, &held).await?;
             self.healed(held.kind, observer);
         }
+        Ok(())
+    }
+
+    /// Puts `toxics` on the proxies of `programs` and holds them for `long`.
+    async fn hold(
+        &mut self,
+        sb: &Sandbox,
+        kind: Kind,
+        programs: Vec<String>,
+        toxics: &[Toxic],
+        long: Duration,
+    ) -> anyhow::Result<()> {
+        for program in &programs {
+            for toxic in toxics {
+                proxy(sb, program)?.add(toxic).await?;
+            }
+        }
+        self.held = Some(Held {
+            kind,
+            heal_at: Instant::now() + long,
+            controller: 0,
+            proxies: programs,
+        });
+        Ok(())
     }
 
     pub fn summary(&self) -> String {
@@ -308,11 +418,22 @@ impl Faults {
     }
 }
 
-fn heal(sb: &mut Sandbox, held: &Held) {
-    match held.kind {
-        Kind::LeaderFrozen => sb.controllers[held.controller].thaw(),
-        Kind::LeaderKilled | Kind::AgentKilled | Kind::ApiServerRestarted | Kind::AdminCordon => {}
+async fn heal(sb: &mut Sandbox, held: &Held) -> anyhow::Result<()> {
+    if held.kind == Kind::LeaderFrozen {
+        sb.controllers[held.controller].thaw();
     }
+    for program in &held.proxies {
+        let proxy = proxy(sb, program)?;
+        proxy.clear().await?;
+        proxy.set_enabled(true).await?;
+    }
+    Ok(())
+}
+
+/// The fault proxy between `program` (`controller-2`, `sim-7`) and the API server.
+fn proxy<'a>(sb: &'a Sandbox, program: &str) -> anyhow::Result<&'a Proxy> {
+    sb.proxy(program)
+        .ok_or_else(|| anyhow::anyhow!("{program} has no fault proxy"))
 }
 
 fn kubectl(sb: &Sandbox, args: &[&str]) -> bool {

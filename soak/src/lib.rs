@@ -64,7 +64,8 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
             .clock_offset(i)
             .map(|offset| e2e::faketime::skewed(&offset))
             .unwrap_or_default();
-        sb.start_controller_with_env(&[], env)
+        sb.start_proxied_controller_with_env(&[], env)
+            .await
             .context("starting a controller")?;
     }
     let observer = Observer::start(
@@ -105,7 +106,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         tokio::time::sleep(TICK).await;
     }
     eprintln!("soak: time is up; healing every fault and waiting for the requests left");
-    faults.heal_all(&mut sb, &observer).await;
+    faults.heal_all(&mut sb, &observer).await?;
     load.finish(&observer, args.finish_timeout).await;
     faults.recoveries(&observer);
     faults.look_after_the_admin_cordon(&sb, &load);
@@ -158,6 +159,7 @@ async fn start_sandbox(args: &Args) -> anyhow::Result<Sandbox> {
         reboot_duration: args.reboot_duration,
         controller_args,
         start_controller: false,
+        fault_proxies: true,
         control_plane: Options {
             // Nodes and Pods straight from etcd, so that the observer's watches resume from
             // their last revision after an API server restart instead of listing again.

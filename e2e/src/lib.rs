@@ -13,6 +13,7 @@ pub mod chart_values;
 pub mod elf;
 pub mod install;
 pub mod promql;
+pub mod protocol_steps;
 pub mod rollout;
 pub mod scrape;
 use std::{

@@ -8,12 +8,12 @@
 use common::ledger::{FORMAT_ANNOTATION, LEDGER_NAME, OPERATOR_NAMESPACE};
 use e2e::{
     BudgetWatch, has_event, kubectl, node, protocol_annotations, request_reboot,
-    rollout::rollout_completes,
+    rollout::{annotate_ledger, ledger_events, rollout_completes},
     scrape::{metric, scrape},
     wait_for_event, wait_until,
 };
-use k8s_openapi::api::{coordination::v1::Lease, core::v1::Event};
-use kube::{Api, Client, api::ListParams};
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::{Api, Client};
 use nodesim::sandbox::{Sandbox, SandboxConfig};
 use std::time::Duration;
 
@@ -47,15 +47,11 @@ async fn granted(client: &Client, name: &str) -> bool {
 
 /// The messages of the UnknownFormat Events about the ledger Lease.
 async fn ledger_refusals(client: &Client) -> Vec<String> {
-    let params = ListParams::default().fields(&format!("involvedObject.name={LEDGER_NAME}"));
-    Api::<Event>::namespaced(client.clone(), OPERATOR_NAMESPACE)
-        .list(&params)
+    ledger_events(client)
         .await
-        .expect("list events")
-        .items
         .into_iter()
-        .filter(|e| e.reason.as_deref() == Some("UnknownFormat"))
-        .filter_map(|e| e.message)
+        .filter(|(_, reason, _)| reason == "UnknownFormat")
+        .map(|(_, _, message)| message)
         .collect()
 }
 
@@ -141,23 +137,11 @@ async fn a_ledger_a_newer_operator_wrote_holds_every_grant() {
     let client = sb.client.clone();
     let names = sb.fleet.names();
     let watch = BudgetWatch::start(client.clone(), 1).await;
-    let lease = format!("lease/{LEDGER_NAME}");
     wait_until("the ledger exists", PHASE, Some(&watch), || async {
         e2e::rollout::ledger_is_empty_on(&client).await
     })
     .await;
-    let newer = format!("{FORMAT_ANNOTATION}=2");
-    kubectl(
-        &sb.control_plane,
-        &[
-            "annotate",
-            "-n",
-            OPERATOR_NAMESPACE,
-            &lease,
-            &newer,
-            "--overwrite",
-        ],
-    );
+    annotate_ledger(&sb.control_plane, &format!("{FORMAT_ANNOTATION}=2"));
     wait_until("the refusal is said", PHASE, Some(&watch), || async {
         ledger_refusals(&client).await.iter().any(|m| {
             m.contains("\"2\"") && m.contains("up to 1") && m.contains("upgrade the operator")
@@ -199,11 +183,7 @@ async fn a_ledger_a_newer_operator_wrote_holds_every_grant() {
         Some("2")
     );
     // Readable again: the rollout finishes within budget.
-    let readable = format!("{FORMAT_ANNOTATION}-");
-    kubectl(
-        &sb.control_plane,
-        &["annotate", "-n", OPERATOR_NAMESPACE, &lease, &readable],
-    );
+    annotate_ledger(&sb.control_plane, &format!("{FORMAT_ANNOTATION}-"));
     rollout_completes(&sb, &watch).await;
     watch.check().expect("budget held");
 }

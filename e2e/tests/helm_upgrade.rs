@@ -6,11 +6,12 @@
 //! with the new arguments starts, the old one is stopped, and every agent restarts. The
 //! budget observer watches across it, and every node finishes its reboot exactly once.
 
-use e2e::install::{NS, chart_dir, control_plane, helm_on};
-use e2e::{BudgetWatch, kubectl, node, protocol_annotations, request_reboot, wait_until};
-use k8s_openapi::api::apps::v1::DaemonSet;
-use kube::{Api, Client};
-use nodesim::{ControllerProcess, Fleet, FleetConfig, identities, workspace_binary};
+use e2e::install::{
+    NS, chart_dir, control_plane, controller_args, fleet_under_service_accounts, helm_on,
+};
+use e2e::{BudgetWatch, node, protocol_annotations, request_reboot, rollout::back_in, wait_until};
+use kube::Client;
+use nodesim::{ControllerProcess, workspace_binary};
 use std::{path::PathBuf, process::Command, time::Duration};
 use testenv::ControlPlane;
 
@@ -30,23 +31,6 @@ fn helm(cp: &ControlPlane, args: &[&str]) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
-/// The arguments the chart gives the controller's container.
-fn controller_args(cp: &ControlPlane) -> Vec<String> {
-    let json = kubectl(
-        cp,
-        &[
-            "get",
-            "deployment",
-            "reboot-controller",
-            "-n",
-            NS,
-            "-o",
-            "jsonpath={.spec.template.spec.containers[0].args}",
-        ],
-    );
-    serde_json::from_str(&json).expect("the args are a JSON list")
-}
-
 /// The step a node is at, by its annotations: (rebooting, granted and not yet told to reboot).
 async fn where_is(client: &Client, name: &str) -> (bool, bool) {
     let n = node(client, name).await;
@@ -56,17 +40,6 @@ async fn where_is(client: &Client, name: &str) -> (bool, bool) {
         has("reboot-in-progress") || has("reboot-now"),
         has("reboot-grant") && !has("reboot-now") && !has("reboot-in-progress"),
     )
-}
-
-async fn back(fleet: &Fleet, client: &Client, name: &str) -> bool {
-    if fleet.reboots(name) != 1 {
-        return false;
-    }
-    let n = node(client, name).await;
-    let facts = common::NodeFacts::from_node(&n);
-    facts.readiness == common::Readiness::Ready
-        && !facts.unschedulable
-        && protocol_annotations(&n).is_empty()
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -92,37 +65,8 @@ async fn a_helm_upgrade_in_the_middle_of_a_rollout_finishes_it_within_budget() {
         ],
     );
     let names: Vec<String> = (1..=NODES).map(|i| format!("sim-{i}")).collect();
-    for name in &names {
-        identities::ensure_node(&admin, name).await.expect("node");
-    }
-    let daemonset = Api::<DaemonSet>::namespaced(admin.clone(), NS)
-        .get("reboot-agent")
-        .await
-        .expect("the chart's agent DaemonSet");
-    let dir = cp.dir().join("identities");
-    let agent_kubeconfig = identities::agent_kubeconfigs(&cp, &admin, &daemonset, &names, &dir)
-        .await
-        .expect("agent identities");
-    let controller_kubeconfig = identities::service_account_kubeconfig(
-        &cp,
-        &admin,
-        NS,
-        "reboot-controller",
-        &dir.join("controller.kubeconfig"),
-    )
-    .await
-    .expect("controller identity");
-    let mut fleet_config = FleetConfig::new(
-        names.len(),
-        workspace_binary("reboot-agent").expect("agent built"),
-        cp.dir().join("nodes"),
-        cp.kubeconfig_path().to_path_buf(),
-    );
-    fleet_config.reboot_duration = Duration::from_secs(4);
-    fleet_config.agent_kubeconfig = Some(agent_kubeconfig);
-    let fleet = Fleet::start(admin.clone(), fleet_config)
-        .await
-        .expect("fleet");
+    let (fleet, controller_kubeconfig) =
+        fleet_under_service_accounts(&cp, &admin, &names, Duration::from_secs(4)).await;
     let start = |args: Vec<String>, log: PathBuf| {
         ControllerProcess::start(
             workspace_binary("reboot-controller").expect("controller built"),
@@ -199,7 +143,7 @@ async fn a_helm_upgrade_in_the_middle_of_a_rollout_finishes_it_within_budget() {
         Some(&watch),
         || async {
             for name in &names {
-                if !back(&fleet, &admin, name).await {
+                if !back_in(&fleet, &admin, name, 1).await {
                     return false;
                 }
             }

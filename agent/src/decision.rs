@@ -19,6 +19,10 @@ pub enum AgentAction {
     /// `reboot-in-progress` without a recorded boot id: nothing proves a reboot, so record
     /// the current boot id and reboot.
     RecordBootIdAndReboot,
+    /// The node's protocol annotations are in a format this build does not know (a newer
+    /// operator wrote them): nothing is done on a guess; the agent says so and waits to be
+    /// upgraded.
+    UnknownFormat { found: String },
 }
 
 impl AgentAction {
@@ -35,6 +39,11 @@ impl AgentAction {
 /// node an administrator gives up (`reboot-abandon`) is not rebooted, nor rebooted again: the
 /// controller is about to clear its protocol and free its slot.
 pub fn decide(state: &ProtocolState, current_boot_id: &str) -> AgentAction {
+    if let Some(unknown) = state.unknown_format() {
+        return AgentAction::UnknownFormat {
+            found: unknown.found,
+        };
+    }
     let action = decide_protocol(state, current_boot_id);
     if state.abandon.is_some() && action.reboots() {
         return AgentAction::Nothing;
@@ -168,6 +177,23 @@ mod tests {
         for (annotations, expected) in table {
             assert_eq!(&decide_for(annotations), expected, "{annotations:?}");
         }
+    }
+
+    /// A newer operator's node is left alone, even with a go-ahead (its meaning may have
+    /// changed); today's nodes carry no version, or version 1, and are read as always.
+    #[test]
+    fn a_node_in_an_unknown_format_is_left_alone() {
+        let newer = [("reboot-now", "true"), ("reboot-protocol-version", "2")];
+        assert_eq!(
+            decide_for(&newer),
+            AgentAction::UnknownFormat { found: "2".into() }
+        );
+        let known = [("reboot-now", "true"), ("reboot-protocol-version", "1")];
+        assert_eq!(decide_for(&known), AgentAction::BeginReboot);
+        assert_eq!(
+            decide_for(&[("reboot-now", "true")]),
+            AgentAction::BeginReboot
+        );
     }
 
     #[test]

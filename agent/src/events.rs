@@ -34,6 +34,8 @@ pub enum Reason {
     SentinelPersists,
     /// `--max-unproven-reboots` reboots from the same boot id proved nothing: stopped.
     RebootUnproven,
+    /// The node's protocol annotations are in a format this agent does not know.
+    UnknownFormat,
 }
 
 impl Reason {
@@ -46,6 +48,7 @@ impl Reason {
             Self::RebootRequired => "RebootRequired",
             Self::SentinelPersists => "SentinelPersists",
             Self::RebootUnproven => "RebootUnproven",
+            Self::UnknownFormat => "UnknownFormat",
         }
     }
 
@@ -56,7 +59,8 @@ impl Reason {
             | Self::RebootTimedOut
             | Self::RebootFailed
             | Self::SentinelPersists
-            | Self::RebootUnproven => EventType::Warning,
+            | Self::RebootUnproven
+            | Self::UnknownFormat => EventType::Warning,
         }
     }
 }

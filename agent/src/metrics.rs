@@ -31,6 +31,7 @@ pub struct Metrics {
     pub reboots_requested: Counter,
     pub sentinel_persists: Gauge,
     pub reboots_stopped: Gauge,
+    pub unknown_format: Gauge,
 }
 
 impl Metrics {
@@ -84,6 +85,12 @@ impl Metrics {
             "1 while the agent has stopped rebooting its node: --max-unproven-reboots reboots \
              from the same boot id proved nothing",
             m.reboots_stopped,
+        );
+        registry.register(
+            "unknown_format",
+            "1 while the node's reboot annotations are in a format this agent does not know (a \
+             newer operator wrote them): it does nothing on them; upgrade the operator",
+            m.unknown_format,
         );
         // Every known reason from the start: a query finds 0, and increase() sees the first.
         for reason in ["method_failed", "timed_out", "unproven"] {

@@ -48,6 +48,24 @@ impl From<AgentError> for StepError {
 }
 
 impl NodeAgent {
+    /// Says once per episode (the gauge goes from 0 to 1) that the node is in a format this
+    /// agent does not know: an error in the log, a Warning Event, the gauge.
+    async fn refuse_format(&self, node: &Node, found: &str) {
+        let unknown = common::format::UnknownFormat {
+            found: found.to_owned(),
+        };
+        if self.observed.metrics.unknown_format.set(1) == 1 {
+            return;
+        }
+        let key = &self.settings.keys.protocol_version;
+        let note = format!(
+            "{key}={found:?}: this node's reboot annotations are in {unknown}. Until then this \
+             agent does nothing on them (no reboot, no report)"
+        );
+        error!(found, known = common::format::CURRENT, "{note}");
+        self.events.publish(node, Reason::UnknownFormat, note).await;
+    }
+
     pub(crate) async fn handle(&self, mut node: Node) -> Result<Outcome, AgentError> {
         for _ in 0..MAX_REFUSED_WRITES {
             let facts = NodeFacts::from_node(&node);
@@ -77,6 +95,11 @@ impl NodeAgent {
         let boot_id = &self.settings.boot_id;
         let transition = Transition::new(&self.settings.keys);
         let go_ahead = action == AgentAction::BeginReboot;
+        if let AgentAction::UnknownFormat { found } = &action {
+            self.refuse_format(node, found).await;
+            return Ok(Outcome::Settled { written: None });
+        }
+        self.observed.metrics.unknown_format.set(0);
         if !action.reboots() {
             self.not_stopped();
         } else if let Some(made) = self.attempt(go_ahead) {
@@ -87,7 +110,7 @@ impl NodeAgent {
             return Ok(Outcome::Settled { written: None });
         }
         let (reason, note) = match action {
-            AgentAction::Nothing => {
+            AgentAction::Nothing | AgentAction::UnknownFormat { .. } => {
                 debug!("nothing to do");
                 return Ok(Outcome::Settled { written: None });
             }

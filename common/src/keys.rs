@@ -35,6 +35,10 @@ pub const REBOOT_LABELLED: &str = "reboot-labelled";
 /// The key of the `PreferNoSchedule` taint (`--prefer-no-schedule-taint`) the controller put on
 /// the node while it waited, so it (and only it) removes it afterwards.
 pub const REBOOT_TAINTED: &str = "reboot-tainted";
+/// The format version of the node's protocol annotations (`common::format`), written by the
+/// controller with the grant and removed with it. None (every node before versions existed)
+/// reads as version 1; a version this build does not know makes it leave the node alone.
+pub const REBOOT_PROTOCOL_VERSION: &str = "reboot-protocol-version";
 
 /// Who asked for the last reboot and why, when it was not an administrator: written with
 /// `reboot-needed` by an agent that found its node's reboot sentinel
@@ -65,7 +69,7 @@ pub const AGENT_MAY_CHANGE: [&str; 7] = [
 
 /// The controller's alone: the grant keys, so no agent can forge a slot, and the cordon marker
 /// and completion time, so no agent can mark an administrator's cordon as the operator's.
-pub const CONTROLLER_ONLY: [&str; 7] = [
+pub const CONTROLLER_ONLY: [&str; 8] = [
     REBOOT_CORDONED,
     REBOOT_LAST_COMPLETED,
     REBOOT_GRANT,
@@ -73,6 +77,7 @@ pub const CONTROLLER_ONLY: [&str; 7] = [
     REBOOT_APPROVED_AT,
     REBOOT_LABELLED,
     REBOOT_TAINTED,
+    REBOOT_PROTOCOL_VERSION,
 ];
 
 /// The administrator's alone: no agent may give its own node up (it would free its slot while
@@ -80,8 +85,8 @@ pub const CONTROLLER_ONLY: [&str; 7] = [
 pub const ADMINISTRATOR_ONLY: [&str; 1] = [REBOOT_ABANDON];
 
 /// Every key, for documentation: the agent's, the controller's, then the administrator's.
-pub const ALL: [&str; 15] = {
-    let mut all = [""; 15];
+pub const ALL: [&str; 16] = {
+    let mut all = [""; 16];
     let mut i = 0;
     let controllers = AGENT_MAY_CHANGE.len() + CONTROLLER_ONLY.len();
     while i < all.len() {
@@ -123,6 +128,7 @@ pub struct AnnotationKeys {
     pub approved_at: String,
     pub labelled: String,
     pub tainted: String,
+    pub protocol_version: String,
     pub requested_by: String,
     pub sentinel: String,
     pub abandon: String,
@@ -165,6 +171,7 @@ impl AnnotationKeys {
             approved_at: key(REBOOT_APPROVED_AT),
             labelled: key(REBOOT_LABELLED),
             tainted: key(REBOOT_TAINTED),
+            protocol_version: key(REBOOT_PROTOCOL_VERSION),
             requested_by: key(REBOOT_REQUESTED_BY),
             sentinel: key(REBOOT_SENTINEL),
             abandon: key(REBOOT_ABANDON),
@@ -173,7 +180,7 @@ impl AnnotationKeys {
     }
 
     /// Every annotation key in use, in the order of [`ALL`].
-    pub fn all(&self) -> [&str; 15] {
+    pub fn all(&self) -> [&str; 16] {
         [
             &self.needed,
             &self.now,
@@ -189,6 +196,7 @@ impl AnnotationKeys {
             &self.approved_at,
             &self.labelled,
             &self.tainted,
+            &self.protocol_version,
             &self.abandon,
         ]
     }

@@ -17,6 +17,22 @@ pub const LEDGER_NAME: &str = "node-reboot-operator-slots";
 /// The Lease annotation that holds the slots as JSON.
 pub const SLOTS_ANNOTATION: &str = "node-reboot-operator/slots";
 
+/// The Lease annotation that holds the ledger's format version (see [`crate::format`]),
+/// written with every write of the slots. A ledger without it was written before versions
+/// existed and reads as version 1.
+pub const FORMAT_ANNOTATION: &str = "node-reboot-operator/format";
+
+/// The ledger's format version as its Lease's annotations say (see [`crate::format::check`]).
+pub fn format_of(
+    annotations: Option<&BTreeMap<String, String>>,
+) -> Result<u32, crate::format::UnknownFormat> {
+    crate::format::check(
+        annotations
+            .and_then(|a| a.get(FORMAT_ANNOTATION))
+            .map(String::as_str),
+    )
+}
+
 /// The Lease annotation that pauses new grants in the pool: `reboot-paused=true`
 /// (`kubectl annotate lease -n node-reboot-operator node-reboot-operator-slots
 /// reboot-paused=true`). Reboots under way finish.
@@ -221,6 +237,16 @@ mod tests {
         // Other annotations of the Lease do not pause it.
         let slots = BTreeMap::from([(SLOTS_ANNOTATION.to_owned(), "{}".to_owned())]);
         assert_eq!(Pause::of(Some(&slots)), Off);
+    }
+
+    /// A ledger of today (no format annotation) reads as version 1; a newer one is refused.
+    #[test]
+    fn a_ledger_without_a_format_is_the_first_and_a_newer_one_is_unknown() {
+        assert_eq!(format_of(None), Ok(1));
+        let today = BTreeMap::from([(SLOTS_ANNOTATION.to_owned(), "{}".to_owned())]);
+        assert_eq!(format_of(Some(&today)), Ok(1));
+        let newer = BTreeMap::from([(FORMAT_ANNOTATION.to_owned(), "2".to_owned())]);
+        assert_eq!(format_of(Some(&newer)).unwrap_err().found, "2");
     }
 
     #[test]

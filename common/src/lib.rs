@@ -6,6 +6,7 @@ pub mod abandon;
 pub mod budget;
 pub mod duration;
 pub mod eviction;
+pub mod format;
 pub mod keys;
 pub mod ledger;
 pub mod marks;

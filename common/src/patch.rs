@@ -267,6 +267,17 @@ impl<'a> Transition<'a> {
             .set_unschedulable(false)
     }
 
+    /// The format version goes with the grant it was written with: a node back at rest carries
+    /// none, so an operator of any version reads it.
+    fn forget_format(&self, node: &NodeFacts, ops: Ops) -> Ops {
+        match node.annotations.get(&self.keys.protocol_version) {
+            Some(version) => ops
+                .test_annotation(&self.keys.protocol_version, version)
+                .remove_annotation(&self.keys.protocol_version),
+            None => ops,
+        }
+    }
+
     /// Ops of a write that belongs to `grant`: it fails unless the node still holds it.
     fn of_grant(&self, node: &NodeFacts, grant: &str) -> Ops {
         Ops::on(node).test_annotation(&self.keys.grant, grant)
@@ -289,7 +300,8 @@ impl<'a> Transition<'a> {
         let ops = Ops::on(node)
             .test(path(&["metadata", "resourceVersion"]), node_version.into())
             .test_annotation(&self.keys.needed, "true")
-            .set_annotation(&self.keys.grant, grant);
+            .set_annotation(&self.keys.grant, grant)
+            .set_annotation(&self.keys.protocol_version, &crate::format::current());
         let ops = self.set_pre_labels(self.cordon_ops(node, ops));
         if promote {
             self.promote_ops(ops, now).build()
@@ -401,6 +413,7 @@ impl<'a> Transition<'a> {
                 .test_annotation(&self.keys.grant, held)
                 .remove_annotation(&self.keys.grant);
         }
+        ops = self.forget_format(node, ops);
         let post = &self.marks.post_reboot_labels;
         ops = self.remove_pre_labels(node, ops, post);
         for (key, value) in post {
@@ -431,6 +444,7 @@ impl<'a> Transition<'a> {
                 .test_annotation(&self.keys.grant, grant)
                 .remove_annotation(&self.keys.grant);
         }
+        ops = self.forget_format(node, ops);
         ops = self.remove_pre_labels(node, ops, &BTreeMap::new());
         if untaint {
             ops = self.remove_waiting_taint(node, ops);
@@ -456,6 +470,7 @@ impl<'a> Transition<'a> {
             &self.keys.boot_id,
             &self.keys.done,
             &self.keys.grant,
+            &self.keys.protocol_version,
         ] {
             if let Some(value) = node.annotations.get(key) {
                 ops = ops.test_annotation(key, value).remove_annotation(key);
@@ -523,9 +538,50 @@ mod tests {
             obj,
             json!({"metadata": {"resourceVersion": "42", "annotations": {
                 "reboot-now": "true", "reboot-cordoned": "true", "reboot-grant": "g1",
-                "reboot-approved-at": "t0"}},
+                "reboot-protocol-version": "1", "reboot-approved-at": "t0"}},
                 "spec": {"unschedulable": true}})
         );
+    }
+
+    /// The format version goes with the grant: a node back at rest, or given back, carries
+    /// none (so any operator reads it); one written before versions existed needs no removal.
+    #[test]
+    fn the_format_version_leaves_with_the_grant() {
+        let keys = AnnotationKeys::default();
+        let t = Transition::new(&keys);
+        let done = [
+            ("reboot-done", "true"),
+            ("reboot-boot-id", "b2"),
+            ("reboot-grant", "g1"),
+            ("reboot-protocol-version", "1"),
+        ];
+        let given_back = [
+            ("reboot-grant", "g1"),
+            ("reboot-cordoned", "true"),
+            ("reboot-protocol-version", "1"),
+        ];
+        for (pairs, write) in [
+            (&done[..], t.complete(&node(&done, true), Some("g1"), "t1")),
+            (
+                &given_back[..],
+                t.release(&node(&given_back, true)).unwrap(),
+            ),
+            (
+                &given_back[..2],
+                t.release(&node(&given_back[..2], true)).unwrap(),
+            ),
+        ] {
+            let annotations: serde_json::Map<String, Value> = pairs
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), json!(v)))
+                .collect();
+            let mut obj = json!({"metadata": {"resourceVersion": "42", "annotations": annotations},
+                "spec": {"unschedulable": true}});
+            apply(&mut obj, &write).unwrap();
+            let left = &obj["metadata"]["annotations"];
+            assert!(left.get("reboot-protocol-version").is_none(), "{left}");
+            assert!(left.get("reboot-grant").is_none(), "{left}");
+        }
     }
 
     #[test]

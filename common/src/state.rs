@@ -50,6 +50,9 @@ pub struct ProtocolState {
     pub tainted: Option<String>,
     /// An administrator gives the node up (`reboot-abandon`, any value): who and why.
     pub abandon: Option<String>,
+    /// The format version of these annotations (`reboot-protocol-version`) as found; none
+    /// reads as version 1 (see [`crate::format`]).
+    pub format: Option<String>,
 }
 
 impl ProtocolState {
@@ -86,6 +89,7 @@ impl ProtocolState {
             labelled: annotations.get(&keys.labelled).cloned(),
             tainted: annotations.get(&keys.tainted).cloned(),
             abandon: annotations.get(&keys.abandon).cloned(),
+            format: annotations.get(&keys.protocol_version).cloned(),
         }
     }
 
@@ -99,6 +103,12 @@ impl ProtocolState {
             || self.approved_at.is_some()
             || self.labelled.is_some()
             || self.tainted.is_some()
+    }
+
+    /// The annotations are in a format this build does not know (a newer operator wrote them):
+    /// the node is left alone, and counted as unavailable, whatever they seem to say.
+    pub fn unknown_format(&self) -> Option<crate::format::UnknownFormat> {
+        crate::format::check(self.format.as_deref()).err()
     }
 
     /// The node is somewhere between `reboot-now` and the controller's completion.
@@ -200,8 +210,14 @@ impl NodeFacts {
 
 /// DESIGN.md invariant 1, the one rule every count of the budget uses: a node is unavailable
 /// when it is not Ready, cordoned, in the reboot protocol, or holding a slot.
+/// A node whose annotations are in a format this build does not know counts as unavailable:
+/// what they say cannot be read, so it may be anywhere in a reboot.
 pub fn unavailable(facts: &NodeFacts, state: &ProtocolState, holds_slot: bool) -> bool {
-    facts.unavailable_by_itself() || state.reboot_under_way() || state.grant.is_some() || holds_slot
+    facts.unavailable_by_itself()
+        || state.reboot_under_way()
+        || state.grant.is_some()
+        || holds_slot
+        || state.unknown_format().is_some()
 }
 
 #[cfg(test)]

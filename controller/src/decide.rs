@@ -306,6 +306,13 @@ pub struct Decision {
     /// relabelled into this pool mid-reboot), or one of an earlier version that this ledger
     /// does not hold. Counted as unavailable, never driven nor adopted here.
     pub foreign: Vec<String>,
+    /// Nodes whose protocol annotations are in a format this build does not know (a newer
+    /// operator wrote them): counted as unavailable, never driven, granted nor released.
+    pub unknown_format: Vec<String>,
+    /// The ledger is in a format this build does not know: nothing is decided at all, so
+    /// every grant is held and nothing is released or driven (a ledger that cannot be read is
+    /// not an empty one).
+    pub ledger_unknown_format: bool,
 }
 
 impl Decision {
@@ -374,7 +381,15 @@ pub struct Delays {
 impl<'a> Round<'a> {
     pub fn decide(&self) -> Decision {
         let mut decision = Decision::default();
+        if self.ledger.unknown_format.is_some() {
+            decision.ledger_unknown_format = true;
+            return decision;
+        }
         for view in self.nodes {
+            if view.state.unknown_format().is_some() {
+                decision.unknown_format.push(view.name().to_owned());
+                continue;
+            }
             match self.ledger.slots.get(view.name()) {
                 Some(slot) => self.slot_holder(view, slot, &mut decision),
                 None => self.without_slot(view, &mut decision),
@@ -783,6 +798,7 @@ impl<'a> Round<'a> {
             && view.state.grant.is_none()
             && !slots.contains_key(view.name())
             && !view.state.reboot_under_way()
+            && view.state.unknown_format().is_none()
             && view.not_before.is_none_or(|t| t <= self.now)
     }
 }
@@ -794,6 +810,10 @@ mod next_look;
 #[cfg(test)]
 #[path = "decide_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "format_tests.rs"]
+mod format_tests;
 
 #[cfg(test)]
 #[path = "fence_tests.rs"]

@@ -65,6 +65,7 @@ pub(super) fn ledger_of(names: &[&str]) -> Ledger {
             })
             .collect(),
         paused: false,
+        unknown_format: None,
     }
 }
 

@@ -27,6 +27,9 @@ pub enum Reason {
     LedgerDamaged,
     /// The ledger Lease was deleted; recreated from the leader's last copy.
     LedgerRecreated,
+    /// A node's protocol annotations or the ledger are in a format this build does not know
+    /// (a newer operator wrote them): left alone until an operator that knows it takes over.
+    UnknownFormat,
     /// A requested node waits for the next maintenance window.
     OutsideWindow,
     /// A requested node waits while the pool is paused.
@@ -81,6 +84,7 @@ impl Reason {
             Self::InvalidRequest => "InvalidRequest",
             Self::LedgerDamaged => "LedgerDamaged",
             Self::LedgerRecreated => "LedgerRecreated",
+            Self::UnknownFormat => "UnknownFormat",
             Self::OutsideWindow => "OutsideWindow",
             Self::Paused => "Paused",
             Self::UnexpectedPauseValue => "UnexpectedPauseValue",
@@ -109,6 +113,7 @@ impl Reason {
             | Self::InvalidRequest
             | Self::LedgerDamaged
             | Self::LedgerRecreated
+            | Self::UnknownFormat
             | Self::UnexpectedPauseValue
             | Self::NotReadyAfterReboot
             | Self::RebootOverdue

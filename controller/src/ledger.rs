@@ -20,6 +20,10 @@ pub struct Ledger {
     /// An administrator paused new grants ([`common::ledger::PAUSED_ANNOTATION`]). Part of
     /// the ledger object, so a grant decided before the pause fails its compare-and-swap.
     pub paused: bool,
+    /// The ledger's format version as found, when this build does not know it (a newer
+    /// operator wrote it): its slots are not read, and no round grants, releases or drives
+    /// anything until an operator that knows it takes over.
+    pub unknown_format: Option<String>,
 }
 
 impl Ledger {

@@ -4,7 +4,10 @@
 //! that others put on the Lease stay.
 
 use crate::{api::LeaseApi, api_error::ApiErrorKind, ledger::Ledger, metrics::Metrics};
-use common::ledger::{PAUSED_ANNOTATION, Pause, SLOTS_ANNOTATION, Slot, slots_json, slots_of};
+use common::ledger::{
+    FORMAT_ANNOTATION, PAUSED_ANNOTATION, Pause, SLOTS_ANNOTATION, Slot, format_of, slots_json,
+    slots_of,
+};
 use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::{
@@ -55,8 +58,15 @@ pub struct ReadLedger {
 }
 
 /// The ledger in `lease`, whose identity in grant ids is `id` ([`common::ledger::ledger_id`]).
+///
+/// A ledger of a format this build does not know is not read at all (its slots might mean
+/// something else): it is neither damaged (a damaged ledger is rebuilt and written back, which
+/// would put this build's format over a newer one) nor empty, and says so in `unknown_format`.
 fn read(id: &str, lease: &Lease) -> ReadLedger {
-    let (slots, damage) = match slots_of(lease.metadata.annotations.as_ref()) {
+    let annotations = lease.metadata.annotations.as_ref();
+    let unknown_format = format_of(annotations).err().map(|unknown| unknown.found);
+    let (slots, damage) = match slots_of(annotations) {
+        _ if unknown_format.is_some() => (BTreeMap::new(), None),
         Ok(slots) => (slots, None),
         Err(error) => (BTreeMap::new(), Some(error.to_string())),
     };
@@ -67,6 +77,7 @@ fn read(id: &str, lease: &Lease) -> ReadLedger {
             resource_version: lease.metadata.resource_version.clone(),
             slots,
             paused: pause.pauses(),
+            unknown_format,
         },
         damage,
         unexpected_pause: pause.unexpected().map(str::to_owned),
@@ -78,7 +89,10 @@ fn read(id: &str, lease: &Lease) -> ReadLedger {
 /// under way among them, which no node shows as a grant) and its pause (fail-safe: a pause
 /// typed before the Lease was deleted still holds).
 pub fn recreated_annotations(last: &Ledger) -> BTreeMap<String, String> {
-    let mut annotations = BTreeMap::from([(SLOTS_ANNOTATION.to_owned(), slots_json(&last.slots))]);
+    let mut annotations = BTreeMap::from([
+        (SLOTS_ANNOTATION.to_owned(), slots_json(&last.slots)),
+        (FORMAT_ANNOTATION.to_owned(), common::format::current()),
+    ]);
     if last.paused {
         annotations.insert(PAUSED_ANNOTATION.to_owned(), "true".to_owned());
     }
@@ -242,10 +256,7 @@ impl LedgerStore {
         let empty = Lease {
             metadata: ObjectMeta {
                 name: Some(self.name.clone()),
-                annotations: Some(BTreeMap::from([(
-                    SLOTS_ANNOTATION.to_owned(),
-                    slots_json(&BTreeMap::new()),
-                )])),
+                annotations: Some(recreated_annotations(&Ledger::default())),
                 ..ObjectMeta::default()
             },
             spec: None,
@@ -262,7 +273,10 @@ impl LedgerStore {
     ) -> Result<Ledger, LedgerError> {
         let patch = json!({"metadata": {
             "resourceVersion": current.resource_version,
-            "annotations": {SLOTS_ANNOTATION: slots_json(slots)},
+            "annotations": {
+                SLOTS_ANNOTATION: slots_json(slots),
+                FORMAT_ANNOTATION: common::format::current(),
+            },
         }});
         match self.api.merge(&self.name, patch).await {
             Ok(written) => Ok(read(&self.id(), &written).ledger),
@@ -358,6 +372,33 @@ mod tests {
         assert!(on_watch_event("ns/ledger", watcher::Event::InitDone, &mut seen).is_none());
     }
 
+    /// A ledger a newer operator wrote is neither read (its slots might mean something else)
+    /// nor damaged (a damaged one is rebuilt and written back over it); today's ledgers, with
+    /// no format annotation, read as always.
+    #[test]
+    fn a_ledger_in_an_unknown_format_is_not_read_nor_rebuilt() {
+        let slots = r#"{"n1":{"grant":"ns/ledger/abc","grantedAt":"t","nodeVersion":"7"}}"#;
+        let today = read("ns/ledger", &lease("5", slots));
+        assert_eq!(today.ledger.unknown_format, None);
+        assert!(today.ledger.slots.contains_key("n1"));
+        for (found, slots) in [("2", slots), ("2", "{not json"), ("x", slots)] {
+            let mut newer = lease("6", slots);
+            newer
+                .metadata
+                .annotations
+                .as_mut()
+                .unwrap()
+                .insert(FORMAT_ANNOTATION.to_owned(), found.to_owned());
+            let read = read("ns/ledger", &newer);
+            assert_eq!(read.ledger.unknown_format.as_deref(), Some(found));
+            assert!(read.ledger.slots.is_empty(), "{read:?}");
+            assert_eq!(read.damage, None, "{read:?}");
+        }
+        // What this build writes says its format.
+        let written = recreated_annotations(&today.ledger);
+        assert_eq!(written[FORMAT_ANNOTATION], common::format::current());
+    }
+
     #[test]
     fn a_recreated_ledger_keeps_the_slots_and_the_pause_of_the_last_good_copy() {
         let slot = Slot {
@@ -371,12 +412,14 @@ mod tests {
             resource_version: Some("9".into()),
             slots: BTreeMap::from([("soaking".to_owned(), slot)]),
             paused: true,
+            unknown_format: None,
         };
         let annotations = recreated_annotations(&last);
         assert_eq!(slots_of(Some(&annotations)).unwrap(), last.slots);
         assert!(Pause::of(Some(&annotations)).pauses());
         let resumed = Ledger {
             paused: false,
+            unknown_format: None,
             ..last
         };
         assert!(!Pause::of(Some(&recreated_annotations(&resumed))).pauses());

@@ -30,6 +30,8 @@ pub struct Memory {
     reboots_overdue: HashSet<String>,
     /// Nodes carrying a grant that is not this ledger's, as of the last round.
     foreign: HashSet<String>,
+    /// Nodes in a format this build does not know, as of the last round.
+    unknown_format: HashSet<String>,
     /// `--dry-run`: what was said already, per node.
     said_dry_run: HashSet<(String, String)>,
 }
@@ -228,6 +230,12 @@ impl Memory {
     /// round (said once per episode).
     pub fn first_foreign(&mut self, now: &[String]) -> Vec<String> {
         first_in_episode(&mut self.foreign, now)
+    }
+
+    /// Of the nodes in a format this build does not know now, those that were not in the last
+    /// round (said once per episode).
+    pub fn first_unknown_format(&mut self, now: &[String]) -> Vec<String> {
+        first_in_episode(&mut self.unknown_format, now)
     }
 
     /// True the first time a node is seen waiting for `reason` (a slot, the window, the

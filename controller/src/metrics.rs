@@ -114,6 +114,11 @@ pub struct CheckLabels {
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ObjectLabels {
+    pub object: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ReasonLabels {
     pub reason: String,
 }
@@ -168,6 +173,7 @@ pub struct Metrics {
     pub preflight_held: Family<CheckLabels, Gauge>,
     pub notifications: Family<OutcomeLabels, Counter>,
     pub notifications_dropped: Family<ReasonLabels, Counter>,
+    pub unknown_format: Family<ObjectLabels, Gauge>,
 }
 
 impl Metrics {
@@ -203,6 +209,7 @@ impl Metrics {
             preflight_held: Family::default(),
             notifications: Family::default(),
             notifications_dropped: Family::default(),
+            unknown_format: Family::default(),
         };
         let mut registry = Registry::with_prefix("node_reboot");
         let m = metrics.clone();
@@ -356,6 +363,14 @@ impl Metrics {
             "Notifications not sent because the webhook's queue was full (it is slow or hangs)",
             m.notifications_dropped,
         );
+        registry.register(
+            "unknown_format",
+            "Objects this controller leaves alone because a newer operator wrote them in a format \
+             it does not know, by object (node: nodes whose protocol annotations it cannot read, \
+             counted as unavailable; ledger: 1 while the slot ledger cannot be read, every grant \
+             held). Upgrade the operator",
+            m.unknown_format.clone(),
+        );
         // Every state and every known reason from the start, so that a query for one finds 0
         // rather than nothing (and `increase()` sees the first failure).
         metrics.pool(&PoolSummary::default(), 0);
@@ -375,6 +390,9 @@ impl Metrics {
         for check in ["no_agent", "disruption_budget"] {
             metrics.preflight_held(check, 0);
         }
+        for object in ["node", "ledger"] {
+            metrics.unknown_format(object, 0);
+        }
         for outcome in ["drained", "timed_out"] {
             let _ = metrics.drain_duration.get_or_create(&OutcomeLabels {
                 outcome: outcome.into(),
@@ -390,6 +408,15 @@ impl Metrics {
                 kind: kind.as_str().into(),
             })
             .inc();
+    }
+
+    /// How many objects of `object` (`node`, `ledger`) are in a format this build does not know.
+    pub fn unknown_format(&self, object: &str, count: usize) {
+        self.unknown_format
+            .get_or_create(&ObjectLabels {
+                object: object.into(),
+            })
+            .set(i64::try_from(count).unwrap_or(i64::MAX));
     }
 
     pub fn gate_open(&self, gate: &str, open: bool) {
@@ -501,6 +528,7 @@ mod tests {
                 .map(|n| (n.to_owned(), slot()))
                 .collect(),
             paused: false,
+            unknown_format: None,
         };
         // The rest of the pool, as the index counts it: 10 idle nodes, 3 of them NotReady.
         let mut others = PoolCounts::default();

@@ -60,6 +60,7 @@ fn ledger(holders: &[&str]) -> Ledger {
             })
             .collect(),
         paused: false,
+        unknown_format: None,
     }
 }
 

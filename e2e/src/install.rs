@@ -26,6 +26,67 @@ use testenv::{ControlPlane, Options};
 /// The operator's namespace.
 pub const NS: &str = "node-reboot-operator";
 
+/// The arguments the installed Deployment gives the controller's container.
+pub fn controller_args(cp: &ControlPlane) -> Vec<String> {
+    let json = kubectl(
+        cp,
+        &[
+            "get",
+            "deployment",
+            "reboot-controller",
+            "-n",
+            NS,
+            "-o",
+            "jsonpath={.spec.template.spec.containers[0].args}",
+        ],
+    );
+    serde_json::from_str(&json).expect("the args are a JSON list")
+}
+
+/// The installed operator's programs as processes under its own ServiceAccounts: simulated
+/// nodes `names` whose agents use tokens bound to the agent DaemonSet's pods (created here),
+/// and the kubeconfig of the controller's ServiceAccount. The nodes are created first: a token
+/// bound to a pod names the pod's node only if the Node exists.
+pub async fn fleet_under_service_accounts(
+    cp: &ControlPlane,
+    admin: &Client,
+    names: &[String],
+    reboot_duration: Duration,
+) -> (nodesim::Fleet, PathBuf) {
+    for name in names {
+        identities::ensure_node(admin, name).await.expect("node");
+    }
+    let daemonset = Api::<DaemonSet>::namespaced(admin.clone(), NS)
+        .get("reboot-agent")
+        .await
+        .expect("the agent's DaemonSet");
+    let dir = cp.dir().join("identities");
+    let agent_kubeconfig = identities::agent_kubeconfigs(cp, admin, &daemonset, names, &dir)
+        .await
+        .expect("agent identities");
+    let controller_kubeconfig = identities::service_account_kubeconfig(
+        cp,
+        admin,
+        NS,
+        "reboot-controller",
+        &dir.join("controller.kubeconfig"),
+    )
+    .await
+    .expect("controller identity");
+    let mut config = nodesim::FleetConfig::new(
+        names.len(),
+        nodesim::workspace_binary("reboot-agent").expect("agent built"),
+        cp.dir().join("nodes"),
+        cp.kubeconfig_path().to_path_buf(),
+    );
+    config.reboot_duration = reboot_duration;
+    config.agent_kubeconfig = Some(agent_kubeconfig);
+    let fleet = nodesim::Fleet::start(admin.clone(), config)
+        .await
+        .expect("fleet");
+    (fleet, controller_kubeconfig)
+}
+
 /// Without a controller-manager unless asked: its DaemonSet controller would replace the agent
 /// pods these tests create by hand (they stand for the DaemonSet's pods on simulated nodes).
 pub async fn control_plane(controller_manager: bool) -> ControlPlane {

@@ -14,6 +14,7 @@ pub mod elf;
 pub mod faketime;
 pub mod install;
 pub mod promql;
+pub mod protocol_steps;
 pub mod rollout;
 pub mod scrape;
 pub mod workload;

@@ -14,10 +14,20 @@ pub const ROLLOUT: Duration = Duration::from_secs(180);
 
 /// The node rebooted exactly `times` times and is back: Ready, schedulable, out of the protocol.
 pub async fn back(sb: &Sandbox, name: &str, times: u32) -> bool {
-    if sb.fleet.reboots(name) != times {
+    back_in(&sb.fleet, &sb.client, name, times).await
+}
+
+/// [`back`], for a fleet outside a sandbox.
+pub async fn back_in(
+    fleet: &nodesim::Fleet,
+    client: &kube::Client,
+    name: &str,
+    times: u32,
+) -> bool {
+    if fleet.reboots(name) != times {
         return false;
     }
-    let n = node(&sb.client, name).await;
+    let n = node(client, name).await;
     let facts = common::NodeFacts::from_node(&n);
     facts.readiness == common::Readiness::Ready
         && !facts.unschedulable
@@ -72,4 +82,41 @@ pub async fn rollout_completes(sb: &Sandbox, watch: &BudgetWatch) {
         "some node rebooted twice"
     );
     watch.check().unwrap();
+}
+
+/// The Events about the ledger Lease, as `(type, reason, message)`.
+pub async fn ledger_events(client: &kube::Client) -> Vec<(String, String, String)> {
+    let params =
+        kube::api::ListParams::default().fields(&format!("involvedObject.name={LEDGER_NAME}"));
+    Api::<k8s_openapi::api::core::v1::Event>::namespaced(client.clone(), OPERATOR_NAMESPACE)
+        .list(&params)
+        .await
+        .expect("list events")
+        .items
+        .into_iter()
+        .map(|e| {
+            (
+                e.type_.unwrap_or_default(),
+                e.reason.unwrap_or_default(),
+                e.message.unwrap_or_default(),
+            )
+        })
+        .collect()
+}
+
+/// `kubectl annotate --overwrite` of the ledger Lease with `annotation` (`key=value`, or
+/// `key-` to remove it).
+pub fn annotate_ledger(cp: &testenv::ControlPlane, annotation: &str) {
+    let lease = format!("lease/{LEDGER_NAME}");
+    crate::kubectl(
+        cp,
+        &[
+            "annotate",
+            "-n",
+            OPERATOR_NAMESPACE,
+            &lease,
+            annotation,
+            "--overwrite",
+        ],
+    );
 }

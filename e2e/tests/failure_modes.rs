@@ -7,14 +7,12 @@
 use common::ledger::{LEDGER_NAME, OPERATOR_NAMESPACE, slots_of};
 use e2e::{
     BudgetWatch, apply, eventually, has_event, kubectl, node, request_reboot,
+    rollout::ledger_events,
     scrape::{metric, scrape},
     wait_until,
 };
-use k8s_openapi::api::{
-    coordination::v1::Lease,
-    core::v1::{Event, Pod},
-};
-use kube::{Api, Client, api::ListParams};
+use k8s_openapi::api::{coordination::v1::Lease, core::v1::Pod};
+use kube::{Api, Client};
 use nodesim::sandbox::{Sandbox, SandboxConfig};
 use std::time::Duration;
 
@@ -36,25 +34,6 @@ async fn ledger(client: &Client) -> Option<Lease> {
         .get_opt(LEDGER_NAME)
         .await
         .expect("read the ledger Lease")
-}
-
-/// The Events about the ledger Lease, as `(type, reason, message)`.
-async fn ledger_events(client: &Client) -> Vec<(String, String, String)> {
-    let params = ListParams::default().fields(&format!("involvedObject.name={LEDGER_NAME}"));
-    Api::<Event>::namespaced(client.clone(), OPERATOR_NAMESPACE)
-        .list(&params)
-        .await
-        .expect("list events")
-        .items
-        .into_iter()
-        .map(|e| {
-            (
-                e.type_.unwrap_or_default(),
-                e.reason.unwrap_or_default(),
-                e.message.unwrap_or_default(),
-            )
-        })
-        .collect()
 }
 
 /// Whether the node carries a grant or was cordoned or rebooted: anything a grant starts.

@@ -773,18 +773,7 @@ async fn helm_install_upgrade_and_uninstall_on_the_local_control_plane() {
         "privileged"
     );
     let args = |cp: &ControlPlane| {
-        e2e::kubectl(
-            cp,
-            &[
-                "get",
-                "deployment",
-                "reboot-controller",
-                "-n",
-                NS,
-                "-o",
-                "jsonpath={.spec.template.spec.containers[0].args}",
-            ],
-        )
+        serde_json::to_string(&e2e::install::controller_args(cp)).expect("JSON")
     };
     assert_eq!(args(&cp), r#"["--max-unavailable=1","--log-format=json"]"#);
 

@@ -7,12 +7,12 @@ use common::{
     AnnotationKeys, NodeFacts,
     ledger::{LEDGER_NAME, OPERATOR_NAMESPACE, slots_of},
 };
-use e2e::{BudgetWatch, eventually, kubectl, node, node_events, request_reboot, wait_until};
-use k8s_openapi::api::{coordination::v1::Lease, core::v1::Event};
-use kube::{
-    Api, Client,
-    api::{DeleteParams, ListParams},
+use e2e::{
+    BudgetWatch, eventually, kubectl, node, node_events, request_reboot, rollout::ledger_events,
+    wait_until,
 };
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::{Api, Client, api::DeleteParams};
 use nodesim::sandbox::{Sandbox, SandboxConfig};
 use std::{collections::BTreeMap, time::Duration};
 
@@ -42,25 +42,6 @@ async fn slots(client: &Client) -> Option<BTreeMap<String, String>> {
         .expect("read the ledger Lease")?;
     let slots = slots_of(lease.metadata.annotations.as_ref()).expect("a readable ledger");
     Some(slots.into_iter().map(|(n, s)| (n, s.grant)).collect())
-}
-
-/// The Events about the ledger Lease, as `(type, reason, message)`.
-async fn ledger_events(client: &Client) -> Vec<(String, String, String)> {
-    let params = ListParams::default().fields(&format!("involvedObject.name={LEDGER_NAME}"));
-    Api::<Event>::namespaced(client.clone(), OPERATOR_NAMESPACE)
-        .list(&params)
-        .await
-        .expect("list events")
-        .items
-        .into_iter()
-        .map(|e| {
-            (
-                e.type_.unwrap_or_default(),
-                e.reason.unwrap_or_default(),
-                e.message.unwrap_or_default(),
-            )
-        })
-        .collect()
 }
 
 /// Whether the node is in its soak: completed (`reboot-last-grant`), grant gone from it.

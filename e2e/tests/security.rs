@@ -4,19 +4,19 @@
 //! must not do is tried and refused.
 
 use e2e::install::{
-    Identities, NS, apply_manifests,
+    Identities, apply_manifests,
     check_an_agent_may_change_only_the_protocol_annotations_of_its_own_node,
     check_the_controller_pod_meets_restricted_pod_security,
-    check_what_the_programs_must_not_do_is_refused, control_plane, object,
-    wait_until_the_policy_is_type_checked,
+    check_what_the_programs_must_not_do_is_refused, control_plane, fleet_under_service_accounts,
+    object, wait_until_the_policy_is_type_checked,
 };
-use e2e::{BudgetWatch, kubectl, node, node_events, protocol_annotations, wait_until};
-use k8s_openapi::api::{apps::v1::DaemonSet, core::v1::Pod};
+use e2e::{BudgetWatch, kubectl, node_events, rollout::back_in, wait_until};
+use k8s_openapi::api::core::v1::Pod;
 use kube::{
-    Api, Client,
+    Api,
     api::{ListParams, PostParams},
 };
-use nodesim::{ControllerProcess, Fleet, FleetConfig, identities, workspace_binary};
+use nodesim::{ControllerProcess, workspace_binary};
 use serde_json::json;
 use std::{path::Path, time::Duration};
 
@@ -42,18 +42,6 @@ async fn manifests_apply_and_the_controller_pod_meets_restricted_pod_security() 
 
     wait_until_the_policy_is_type_checked(&client).await;
     check_the_controller_pod_meets_restricted_pod_security(&cp, &client).await;
-}
-
-/// A simulated node is back: rebooted `times` times, Ready, schedulable, out of the protocol.
-async fn back(fleet: &Fleet, client: &Client, name: &str, times: u32) -> bool {
-    if fleet.reboots(name) != times {
-        return false;
-    }
-    let n = node(client, name).await;
-    let facts = common::NodeFacts::from_node(&n);
-    facts.readiness == common::Readiness::Ready
-        && !facts.unschedulable
-        && protocol_annotations(&n).is_empty()
 }
 
 /// The API server's refusal of a streaming list where its `WatchList` feature is off (Kubernetes
@@ -82,27 +70,8 @@ async fn twenty_nodes_reboot_once_each_with_each_program_under_its_own_service_a
     let admin = cp.client().await.expect("admin client");
     apply_manifests(&cp);
     let names: Vec<String> = (1..=20).map(|i| format!("sim-{i}")).collect();
-    // Nodes first: a token bound to a pod names the pod's node only if the Node exists.
-    for name in &names {
-        identities::ensure_node(&admin, name).await.expect("node");
-    }
-    let daemonset = Api::<DaemonSet>::namespaced(admin.clone(), NS)
-        .get("reboot-agent")
-        .await
-        .expect("the agent's DaemonSet");
-    let dir = cp.dir().join("identities");
-    let agent_kubeconfig = identities::agent_kubeconfigs(&cp, &admin, &daemonset, &names, &dir)
-        .await
-        .expect("agent identities");
-    let controller_kubeconfig = identities::service_account_kubeconfig(
-        &cp,
-        &admin,
-        NS,
-        "reboot-controller",
-        &dir.join("controller.kubeconfig"),
-    )
-    .await
-    .expect("controller identity");
+    let (fleet, controller_kubeconfig) =
+        fleet_under_service_accounts(&cp, &admin, &names, Duration::from_secs(1)).await;
     // Workload pods, so that the controller drains (lists and evicts) with its own token.
     let workload: Api<Pod> = Api::default_namespaced(admin.clone());
     for name in &names[..4] {
@@ -116,17 +85,6 @@ async fn twenty_nodes_reboot_once_each_with_each_program_under_its_own_service_a
             .expect("workload pod");
     }
 
-    let mut fleet_config = FleetConfig::new(
-        names.len(),
-        workspace_binary("reboot-agent").expect("agent built"),
-        cp.dir().join("nodes"),
-        cp.kubeconfig_path().to_path_buf(),
-    );
-    fleet_config.reboot_duration = Duration::from_secs(1);
-    fleet_config.agent_kubeconfig = Some(agent_kubeconfig);
-    let fleet = Fleet::start(admin.clone(), fleet_config)
-        .await
-        .expect("fleet");
     let controller_log = cp.dir().join("controller.log");
     let mut controller = ControllerProcess::start(
         workspace_binary("reboot-controller").expect("controller built"),
@@ -144,7 +102,7 @@ async fn twenty_nodes_reboot_once_each_with_each_program_under_its_own_service_a
         Some(&watch),
         || async {
             for name in &names {
-                if !back(&fleet, &admin, name, 1).await {
+                if !back_in(&fleet, &admin, name, 1).await {
                     return false;
                 }
             }

@@ -385,6 +385,8 @@ fn ledger(input: &PoolInput) -> Ledger {
         resource_version: input.ledger.version.clone(),
         slots: input.ledger.slots.clone(),
         paused: input.ledger.paused,
+        // A ledger in a format this plugin does not know is read as damaged (no slots).
+        unknown_format: None,
     }
 }
 

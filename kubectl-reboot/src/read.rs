@@ -155,9 +155,18 @@ async fn ledger(client: &Client, global: &Global) -> Result<LedgerInput, Error> 
         });
     };
     let annotations = lease.metadata.annotations.as_ref();
-    let (slots, damage) = match common::ledger::slots_of(annotations) {
-        Ok(slots) => (slots, None),
-        Err(error) => (BTreeMap::new(), Some(error.to_string())),
+    let format = annotations.and_then(|a| a.get(common::ledger::FORMAT_ANNOTATION));
+    let (slots, damage) = match common::format::check(format.map(String::as_str)) {
+        // A newer operator's ledger is not read as this version's: its slots may mean
+        // something else.
+        Err(unknown) => (
+            BTreeMap::new(),
+            Some(format!("{unknown}; upgrade kubectl-reboot to read it")),
+        ),
+        Ok(_) => match common::ledger::slots_of(annotations) {
+            Ok(slots) => (slots, None),
+            Err(error) => (BTreeMap::new(), Some(error.to_string())),
+        },
     };
     Ok(LedgerInput {
         name,

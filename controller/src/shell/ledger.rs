@@ -18,6 +18,7 @@ impl Shell {
             self.events
                 .publish_about(self.ledger_store.reference(), Reason::LedgerDamaged, note);
         }
+        self.warn_unknown_ledger_format(read.ledger.unknown_format.as_deref());
         if read.unexpected_pause != self.warned_pause {
             if let Some(value) = &read.unexpected_pause {
                 let note = self.ledger_store.unexpected_pause_note(value);
@@ -85,6 +86,15 @@ impl Shell {
             Ok(None) if !self.deletion_seen => {
                 tracing::info!(
                     "the slot ledger Lease is gone; recreated once the watch brings its last contents"
+                );
+                return false;
+            }
+            // Our last copy could not be read: recreated from it, the Lease would forget the
+            // grants the newer operator recorded. An operator that knows the format recreates it.
+            Ok(None) if self.ledger.unknown_format.is_some() => {
+                tracing::error!(
+                    "the slot ledger Lease is gone and its last copy is in a format this \
+                     controller does not know: not recreated; upgrade the operator"
                 );
                 return false;
             }

@@ -94,6 +94,8 @@ pub struct Shell {
     deletion_seen: bool,
     /// The unexpected `reboot-paused` value last warned about.
     warned_pause: Option<String>,
+    /// The unknown ledger format last warned about.
+    warned_format: Option<String>,
     ledger_store: LedgerStore,
     ledger_watch: watch::Receiver<ReadLedger>,
     events: Events,
@@ -121,6 +123,7 @@ pub struct Shell {
 
 mod announce;
 mod dry_plan;
+mod format;
 mod ledger;
 mod writes;
 
@@ -143,6 +146,7 @@ impl Shell {
             deletion_seen: false,
             reread_for: None,
             warned_pause: None,
+            warned_format: None,
             ledger_store: parts.ledger_store,
             ledger_watch: parts.ledger_watch,
             events: parts.events,
@@ -265,6 +269,7 @@ impl Shell {
         self.warn_not_ready_after_reboot(&decision, &by_name);
         self.warn_reboots_overdue(&decision, &by_name);
         self.announce_foreign(&decision, &by_name);
+        self.announce_unknown_format(&decision, &by_name);
         self.announce_opted_out(&decision, &by_name);
         self.announce_rollout(&decision, scheduled, &gates);
         if self.marks.prefer_no_schedule_taint.is_some() {

@@ -50,6 +50,16 @@ const NO_SCHEDULER: &str = "e2e-observer-no-scheduler";
 /// How long [`Observer::finish`] waits for the watches to catch up with the API server.
 const CATCH_UP: Duration = Duration::from_secs(60);
 
+/// The control plane the observer needs: its API server serves Nodes and Pods straight from
+/// etcd, so that a watch resumes from its last revision after an API server restart instead of
+/// listing again, and the observer sees every change one by one, through the restart too.
+pub fn observed_control_plane() -> testenv::Options {
+    testenv::Options {
+        extra_apiserver_args: vec!["--watch-cache-sizes=nodes#0,pods#0".into()],
+        ..testenv::Options::default()
+    }
+}
+
 /// What one node went through, as the observer counted it.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct NodeTally {
@@ -595,6 +605,10 @@ impl Observer {
     }
 
     pub fn report(&self) -> Report {
+        // The watches' coverage first: a watch feeds the record while it holds its own lock,
+        // so taking them in the other order deadlocks with an event being fed.
+        let nodes = self.nodes.coverage();
+        let pods = self.pods.coverage();
         let record = lock(&self.record);
         Report {
             budget: record.budget,
@@ -604,8 +618,8 @@ impl Observer {
             tallies: record.tallies.clone(),
             node_events: record.node_events,
             pod_events: record.pod_events,
-            nodes: self.nodes.coverage(),
-            pods: self.pods.coverage(),
+            nodes,
+            pods,
             violations: record.violations.clone(),
         }
     }

@@ -428,3 +428,27 @@ pub async fn holds_a_slot(client: &Client, name: &str) -> bool {
         .iter()
         .any(|k| held.contains(&k.as_str()))
 }
+
+/// The controller's default leader Lease (`--leader-election-lease-name`).
+pub const LEADER_LEASE: &str = "reboot-controller";
+
+/// Who holds the controller's leader Lease, read straight from the API server; `None` when
+/// nobody does (or it cannot be read).
+pub async fn leader_identity(client: &Client) -> Option<String> {
+    Api::<k8s_openapi::api::coordination::v1::Lease>::namespaced(
+        client.clone(),
+        nodesim::sandbox::OPERATOR_NAMESPACE,
+    )
+    .get_opt(LEADER_LEASE)
+    .await
+    .ok()??
+    .spec?
+    .holder_identity
+    .filter(|h| !h.is_empty())
+}
+
+/// Which of the sandbox's controllers holds the leader Lease.
+pub async fn leading_controller(sb: &nodesim::sandbox::Sandbox) -> Option<usize> {
+    let holder = leader_identity(&sb.client).await?;
+    sb.controllers.iter().position(|c| c.identity() == holder)
+}

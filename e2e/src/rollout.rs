@@ -34,6 +34,21 @@ pub async fn back_in(
         && protocol_annotations(&n).is_empty()
 }
 
+/// [`back_in`] for every node of `names`.
+pub async fn all_back_in(
+    fleet: &nodesim::Fleet,
+    client: &kube::Client,
+    names: &[String],
+    times: u32,
+) -> bool {
+    for name in names {
+        if !back_in(fleet, client, name, times).await {
+            return false;
+        }
+    }
+    true
+}
+
 /// Every node of the fleet is [`back`] after `times` reboots.
 pub async fn all_back(sb: &Sandbox, times: u32) -> bool {
     for name in sb.fleet.names() {

@@ -9,9 +9,7 @@ use e2e::{
     BudgetWatch, NodeHistory, apply, chaos::Observer, has_event, kubectl, label_node, node,
     pod_that_blocks_the_drain_of, request_reboot, workload,
 };
-use k8s_openapi::api::coordination::v1::Lease;
-use kube::Api;
-use nodesim::sandbox::{OPERATOR_NAMESPACE, Sandbox, SandboxConfig};
+use nodesim::sandbox::{Sandbox, SandboxConfig};
 use std::{collections::BTreeMap, time::Duration};
 use testenv::Options;
 
@@ -68,13 +66,7 @@ async fn sandbox(setup: Setup) -> Sandbox {
             .map(|s| (*s).to_owned())
             .collect(),
         start_controller: false,
-        control_plane: Options {
-            // Nodes and Pods are watched straight from etcd, so that a watch resumes from its
-            // last revision after an API server restart instead of listing again: then the
-            // observer sees every change one by one, through the restart too.
-            extra_apiserver_args: vec!["--watch-cache-sizes=nodes#0,pods#0".into()],
-            ..Options::default()
-        },
+        control_plane: e2e::chaos::observed_control_plane(),
         ..SandboxConfig::default()
     };
     Sandbox::start(config).await.expect("sandbox starts")
@@ -359,17 +351,6 @@ async fn the_observers_resume_after_an_api_server_restart() {
     sb.stop().await;
 }
 
-/// The current leader among `controllers`, by the leader Lease.
-async fn leader(sb: &Sandbox) -> Option<usize> {
-    let holder = Api::<Lease>::namespaced(sb.client.clone(), OPERATOR_NAMESPACE)
-        .get_opt("reboot-controller")
-        .await
-        .ok()??
-        .spec?
-        .holder_identity?;
-    sb.controllers.iter().position(|c| c.identity() == holder)
-}
-
 /// What the scenario did to the system, for the figures at the end.
 #[derive(Debug, Default)]
 struct Faults {
@@ -587,7 +568,7 @@ async fn kill_agents(sb: &Sandbox, faults: &mut Faults, nodes: &[&str]) {
 
 async fn wait_for_a_leader(sb: &Sandbox, observer: &Observer) -> usize {
     observer
-        .eventually("a controller leads", PHASE, || leader(sb))
+        .eventually("a controller leads", PHASE, || e2e::leading_controller(sb))
         .await
 }
 

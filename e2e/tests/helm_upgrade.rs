@@ -171,12 +171,8 @@ async fn a_helm_upgrade_in_the_middle_of_a_rollout_finishes_it_within_budget() {
         ROLLOUT,
         Some(&watch),
         || async {
-            for name in &names {
-                if !back_in(&fleet, &admin, name, 1).await {
-                    return false;
-                }
-            }
-            e2e::rollout::ledger_is_empty_on(&admin).await
+            e2e::rollout::all_back_in(&fleet, &admin, &names, 1).await
+                && e2e::rollout::ledger_is_empty_on(&admin).await
         },
     )
     .await;

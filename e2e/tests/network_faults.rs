@@ -11,26 +11,22 @@
 //!   its reboot that cannot write `reboot-done`: the node stays held, the controller's
 //!   `--reboot-timeout` says so with a Warning, and the node finishes once the cut heals.
 
-use e2e::{apply, chaos::Observer, kubectl, node, pod_is_ready, protocol_annotations};
+use e2e::{chaos::Observer, kubectl, node, protocol_annotations, workload};
 use futures::StreamExt as _;
-use k8s_openapi::api::{coordination::v1::Lease, core::v1::Pod};
+use k8s_openapi::api::coordination::v1::Lease;
 use kube::{
     Api,
-    api::{ListParams, WatchEvent, WatchParams},
+    api::{WatchEvent, WatchParams},
 };
 use nodesim::sandbox::{OPERATOR_NAMESPACE, Sandbox, SandboxConfig};
 use std::{
     sync::{Arc, Mutex},
     time::Duration,
 };
-use testenv::{
-    Options,
-    toxiproxy::{Proxy, Stream, Toxic},
-};
+use testenv::toxiproxy::{Proxy, Stream, Toxic};
 
 /// How long any phase may take before the test fails.
 const PHASE: Duration = Duration::from_secs(240);
-const WORKLOAD: (&str, &str) = ("app", "web");
 /// Leader election fast enough for a test, with room for the 1 s each request of the leader
 /// is held before the cut (a new connection takes three such trips).
 const FAST_LEADER_ELECTION: [&str; 3] = [
@@ -38,34 +34,6 @@ const FAST_LEADER_ELECTION: [&str; 3] = [
     "--leader-election-renew-deadline=4s",
     "--leader-election-retry-period=1s",
 ];
-
-/// A Deployment spread over the nodes whose PodDisruptionBudget lets one replica be down at a
-/// time: every drain has pods to evict, and evictions are refused (429) while one is down.
-fn web(replicas: usize) -> String {
-    format!(
-        r#"
-apiVersion: apps/v1
-kind: Deployment
-metadata: {{name: web, namespace: default}}
-spec:
-  replicas: {replicas}
-  selector: {{matchLabels: {{app: web}}}}
-  template:
-    metadata: {{labels: {{app: web}}}}
-    spec:
-      topologySpreadConstraints:
-      - {{maxSkew: 1, topologyKey: kubernetes.io/hostname, whenUnsatisfiable: ScheduleAnyway, labelSelector: {{matchLabels: {{app: web}}}}}}
-      containers: [{{name: web, image: registry.example/web:1}}]
----
-apiVersion: policy/v1
-kind: PodDisruptionBudget
-metadata: {{name: web, namespace: default}}
-spec:
-  maxUnavailable: 1
-  selector: {{matchLabels: {{app: web}}}}
-"#
-    )
-}
 
 /// A sandbox whose agents each go through a fault proxy, with the scheduler and the
 /// controller-manager (real Deployments and PodDisruptionBudgets), and no controller yet.
@@ -77,31 +45,23 @@ async fn sandbox(nodes: usize, controller_args: &[&str], reboot_duration: Durati
         controller_args: controller_args.iter().map(|s| (*s).to_owned()).collect(),
         start_controller: false,
         fault_proxies: true,
-        control_plane: Options {
-            // As in the chaos scenarios: the observer's watches resume from their revision.
-            extra_apiserver_args: vec!["--watch-cache-sizes=nodes#0,pods#0".into()],
-            ..Options::default()
-        },
+        control_plane: e2e::chaos::observed_control_plane(),
         ..SandboxConfig::default()
     };
     Sandbox::start(config).await.expect("sandbox starts")
 }
 
-/// Deploys the workload and waits until all its replicas are Ready.
-async fn deploy_workload(sb: &Sandbox, replicas: usize) {
-    apply(&sb.control_plane, &web(replicas));
-    let pods: Api<Pod> = Api::namespaced(sb.client.clone(), "default");
-    e2e::wait_until("the web replicas are Ready", PHASE, None, || async {
-        let list = pods.list(&ListParams::default().labels("app=web")).await;
-        list.is_ok_and(|l| l.items.iter().filter(|p| pod_is_ready(p)).count() == replicas)
-    })
-    .await;
-}
-
 /// The workload deployed, and the observer watching it with a budget of 1.
 async fn observe_workload(sb: &Sandbox, replicas: usize) -> Observer {
-    deploy_workload(sb, replicas).await;
-    Observer::start(sb.client.clone(), 1, "default", WORKLOAD).await
+    // Every drain has pods to evict, and evictions are refused (429) while one is down.
+    workload::deploy(sb, replicas, 1, &[], PHASE).await;
+    Observer::start(
+        sb.client.clone(),
+        1,
+        workload::NAMESPACE,
+        workload::WORKLOAD,
+    )
+    .await
 }
 
 /// Waits for every node's one reboot, then has the observer account for everything.
@@ -131,20 +91,37 @@ async fn heal(proxy: &Proxy) {
         .unwrap_or_else(|e| panic!("heal {}: {e}", proxy.name()));
 }
 
-/// The holder of the leader Lease, read straight from the API server.
-async fn lease_holder(sb: &Sandbox) -> Option<String> {
-    Api::<Lease>::namespaced(sb.client.clone(), OPERATOR_NAMESPACE)
-        .get_opt("reboot-controller")
-        .await
-        .ok()??
-        .spec?
-        .holder_identity
+/// Holds every request of controller-1 a second on the way (at any instant its last renewal,
+/// and what it does for the drain, is in flight), requests every node's reboot, and waits
+/// until controller-1 says it leads while a node drains. Returns its proxy.
+async fn leading_mid_drain_with_requests_in_flight(
+    sb: &Sandbox,
+    observer: &Observer,
+    names: &[String],
+) -> Proxy {
+    let leader = proxy(sb, "controller-1").clone();
+    add(
+        &leader,
+        Toxic::latency("in-flight", Stream::Upstream, 1000, 0),
+    )
+    .await;
+    request_all(sb);
+    observer
+        .wait_until(
+            "controller-1 says it leads while a node is being drained",
+            PHASE,
+            || async {
+                says_it_leads(sb, 0).await == Some(true) && a_node_is_draining(sb, names).await
+            },
+        )
+        .await;
+    leader
 }
 
 async fn wait_for_leader(observer: &Observer, sb: &Sandbox, identity: &str) {
     observer
         .wait_until(&format!("{identity} leads"), PHASE, || async {
-            lease_holder(sb).await.as_deref() == Some(identity)
+            e2e::leader_identity(&sb.client).await.as_deref() == Some(identity)
         })
         .await;
 }
@@ -242,23 +219,7 @@ async fn a_partitioned_leader_stops_acting_by_its_own_clock_and_another_takes_ov
     sb.start_proxied_controller(&[])
         .await
         .expect("controller-2");
-    let leader = proxy(&sb, "controller-1").clone();
-    add(
-        &leader,
-        Toxic::latency("in-flight", Stream::Upstream, 1000, 0),
-    )
-    .await;
-
-    request_all(&sb);
-    observer
-        .wait_until(
-            "controller-1 says it leads while a node is being drained",
-            PHASE,
-            || async {
-                says_it_leads(&sb, 0).await == Some(true) && a_node_is_draining(&sb, &names).await
-            },
-        )
-        .await;
+    let leader = leading_mid_drain_with_requests_in_flight(&sb, &observer, &names).await;
     let before_the_cut = log_of(&sb, 0).len();
     // The cut: no answer reaches it (its connections stay open), and what it sends from now
     // on lands 8 s late (longer than the lease: after the other replica has taken over).
@@ -310,24 +271,7 @@ async fn writes_a_frozen_leader_had_in_flight_land_late_and_are_fenced() {
     wait_for_leader(&observer, &sb, "controller-1").await;
     // Straight to the API server: it must take over while the proxies are frozen.
     sb.start_controller(&[]).expect("controller-2");
-    let leader = proxy(&sb, "controller-1").clone();
-    // Every request of the leader spends a second on the way: at any instant its last
-    // renewal, and what it does for the drain, is in flight.
-    add(
-        &leader,
-        Toxic::latency("in-flight", Stream::Upstream, 1000, 0),
-    )
-    .await;
-    request_all(&sb);
-    observer
-        .wait_until(
-            "controller-1 says it leads while a node is being drained",
-            PHASE,
-            || async {
-                says_it_leads(&sb, 0).await == Some(true) && a_node_is_draining(&sb, &names).await
-            },
-        )
-        .await;
+    let leader = leading_mid_drain_with_requests_in_flight(&sb, &observer, &names).await;
     let toxiproxy = sb.faults.as_ref().expect("fault proxies").toxiproxy();
     sb.controllers[0].freeze();
     toxiproxy.freeze(true);

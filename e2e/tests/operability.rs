@@ -10,8 +10,6 @@ use e2e::{
     scrape::{get, metric, scrape},
     wait_until,
 };
-use k8s_openapi::api::coordination::v1::Lease;
-use kube::{Api, Client};
 use nodesim::{
     ControllerProcess,
     sandbox::{OPERATOR_NAMESPACE, Sandbox, SandboxConfig, create_namespace},
@@ -31,8 +29,6 @@ use tokio::{
     net::{TcpListener, TcpStream},
 };
 
-const LEASE_NAME: &str = "reboot-controller";
-
 fn light_control_plane() -> Options {
     Options {
         controller_manager: false,
@@ -51,19 +47,9 @@ fn metrics_address(controller: &ControllerProcess) -> SocketAddr {
         .expect("the controller serves metrics")
 }
 
-async fn lease_holder(client: &Client) -> Option<String> {
-    Api::<Lease>::namespaced(client.clone(), OPERATOR_NAMESPACE)
-        .get_opt(LEASE_NAME)
-        .await
-        .ok()??
-        .spec?
-        .holder_identity
-        .filter(|h| !h.is_empty())
-}
-
 /// The leader gauge of every live controller: exactly one is 1, and it is the Lease holder.
 async fn the_one_leader(sb: &Sandbox, live: &[usize]) -> Option<usize> {
-    let holder = lease_holder(&sb.client).await?;
+    let holder = e2e::leader_identity(&sb.client).await?;
     let mut leaders = Vec::new();
     for &i in live {
         let text = get(metrics_address(&sb.controllers[i]), "/metrics")
@@ -151,7 +137,7 @@ async fn two_replicas_one_leads_and_hands_over_on_sigterm_at_once_and_on_sigkill
         "the other replica holds the Lease",
         LEASE_DURATION * 2,
         Some(&watch),
-        || async { lease_holder(&sb.client).await.as_deref() == Some(next.as_str()) },
+        || async { e2e::leader_identity(&sb.client).await.as_deref() == Some(next.as_str()) },
     )
     .await;
     let handover = sigterm.elapsed();
@@ -198,7 +184,7 @@ async fn two_replicas_one_leads_and_hands_over_on_sigterm_at_once_and_on_sigkill
         "the standby holds the Lease",
         LEASE_DURATION * 3,
         Some(&watch),
-        || async { lease_holder(&sb.client).await.as_deref() == Some(last.as_str()) },
+        || async { e2e::leader_identity(&sb.client).await.as_deref() == Some(last.as_str()) },
     )
     .await;
     let takeover = sigkill.elapsed();
@@ -246,7 +232,7 @@ async fn a_frozen_leader_is_replaced_and_stops_acting_when_it_wakes_up() {
         "the other replica holds the Lease",
         Duration::from_secs(30),
         Some(&watch),
-        || async { lease_holder(&sb.client).await.as_deref() == Some(next.as_str()) },
+        || async { e2e::leader_identity(&sb.client).await.as_deref() == Some(next.as_str()) },
     )
     .await;
     wait_until("two more nodes rebooted", ROLLOUT, Some(&watch), || async {

@@ -10,7 +10,7 @@ use e2e::install::{
     check_what_the_programs_must_not_do_is_refused, control_plane, fleet_under_service_accounts,
     object, wait_until_the_policy_is_type_checked,
 };
-use e2e::{BudgetWatch, kubectl, node_events, rollout::back_in, wait_until};
+use e2e::{BudgetWatch, kubectl, node_events, wait_until};
 use k8s_openapi::api::core::v1::Pod;
 use kube::{
     Api,
@@ -100,14 +100,7 @@ async fn twenty_nodes_reboot_once_each_with_each_program_under_its_own_service_a
         "every node rebooted once and back",
         ROLLOUT,
         Some(&watch),
-        || async {
-            for name in &names {
-                if !back_in(&fleet, &admin, name, 1).await {
-                    return false;
-                }
-            }
-            true
-        },
+        || async { e2e::rollout::all_back_in(&fleet, &admin, &names, 1).await },
     )
     .await;
     wait_until(

@@ -4,9 +4,7 @@
 
 use crate::load::Load;
 use e2e::chaos::Observer;
-use k8s_openapi::api::coordination::v1::Lease;
-use kube::Api;
-use nodesim::sandbox::{OPERATOR_NAMESPACE, Sandbox};
+use nodesim::sandbox::Sandbox;
 use rand::{rngs::StdRng, seq::IndexedRandom};
 use serde::Serialize;
 use std::{
@@ -192,7 +190,7 @@ impl Faults {
     ) -> anyhow::Result<Option<String>> {
         let target = match kind {
             Kind::LeaderKilled => {
-                let Some(leader) = leader(sb).await else {
+                let Some(leader) = e2e::leading_controller(sb).await else {
                     return Ok(None);
                 };
                 sb.controllers[leader].kill().await;
@@ -201,7 +199,7 @@ impl Faults {
                 format!("controller-{}", leader + 1)
             }
             Kind::LeaderFrozen => {
-                let Some(leader) = leader(sb).await else {
+                let Some(leader) = e2e::leading_controller(sb).await else {
                     return Ok(None);
                 };
                 sb.controllers[leader].freeze();
@@ -214,7 +212,7 @@ impl Faults {
                 format!("controller-{}", leader + 1)
             }
             Kind::LeaderPartitioned => {
-                let Some(leader) = leader(sb).await else {
+                let Some(leader) = e2e::leading_controller(sb).await else {
                     return Ok(None);
                 };
                 let name = format!("controller-{}", leader + 1);
@@ -323,17 +321,14 @@ impl Faults {
             return;
         }
         if !self.admin_verified {
-            let cordoned = sb
-                .control_plane
-                .kubectl()
-                .args(["get", "node", &node, "-o", "jsonpath={.spec.unschedulable}"])
-                .output();
             // Without an answer (the API server restarting), look again at the next tick.
-            let Ok(out) = cordoned else { return };
-            if !out.status.success() {
+            let Some(cordoned) = crate::kubectl(
+                sb,
+                &["get", "node", &node, "-o", "jsonpath={.spec.unschedulable}"],
+            ) else {
                 return;
-            }
-            if String::from_utf8_lossy(&out.stdout).trim() == "true" {
+            };
+            if cordoned.trim() == "true" {
                 self.cordons_kept += 1;
             } else {
                 self.cordons_lost.push(node.clone());
@@ -437,20 +432,5 @@ fn proxy<'a>(sb: &'a Sandbox, program: &str) -> anyhow::Result<&'a Proxy> {
 }
 
 fn kubectl(sb: &Sandbox, args: &[&str]) -> bool {
-    sb.control_plane
-        .kubectl()
-        .args(args)
-        .output()
-        .is_ok_and(|o| o.status.success())
-}
-
-/// The controller that holds the leader Lease now.
-async fn leader(sb: &Sandbox) -> Option<usize> {
-    let holder = Api::<Lease>::namespaced(sb.client.clone(), OPERATOR_NAMESPACE)
-        .get_opt("reboot-controller")
-        .await
-        .ok()??
-        .spec?
-        .holder_identity?;
-    sb.controllers.iter().position(|c| c.identity() == holder)
+    crate::kubectl(sb, args).is_some()
 }

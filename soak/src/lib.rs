@@ -21,7 +21,6 @@ use std::{
     process::ExitCode,
     time::{Duration, Instant},
 };
-use testenv::Options;
 
 /// Leader election fast enough that a frozen or killed leader is replaced within seconds.
 const FAST_LEADER_ELECTION: [&str; 3] = [
@@ -160,15 +159,21 @@ async fn start_sandbox(args: &Args) -> anyhow::Result<Sandbox> {
         controller_args,
         start_controller: false,
         fault_proxies: true,
-        control_plane: Options {
-            // Nodes and Pods straight from etcd, so that the observer's watches resume from
-            // their last revision after an API server restart instead of listing again.
-            extra_apiserver_args: vec!["--watch-cache-sizes=nodes#0,pods#0".into()],
-            ..Options::default()
-        },
+        control_plane: e2e::chaos::observed_control_plane(),
         ..SandboxConfig::default()
     };
     Sandbox::start(config).await.context("starting the sandbox")
+}
+
+/// Runs the real kubectl against the sandbox; its output, or `None` when it failed (the API
+/// server restarting, say). The sandbox's kubelets and the observer run on this runtime: the
+/// wait for kubectl must not hold up one of its few threads.
+pub(crate) fn kubectl(sb: &Sandbox, args: &[&str]) -> Option<String> {
+    let out = tokio::task::block_in_place(|| sb.control_plane.kubectl().args(args).output());
+    match out {
+        Ok(out) if out.status.success() => Some(String::from_utf8_lossy(&out.stdout).into_owned()),
+        _ => None,
+    }
 }
 
 /// What a user would look at when requests are stuck: the nodes, the workload's budget and
@@ -208,13 +213,14 @@ fn diagnose(sb: &Sandbox, stuck: &[String]) {
         );
     }
     for args in looks {
-        let text = match sb.control_plane.kubectl().args(&args).output() {
-            Ok(o) => {
-                String::from_utf8_lossy(&o.stdout).into_owned()
-                    + &String::from_utf8_lossy(&o.stderr)
-            }
-            Err(e) => e.to_string(),
-        };
+        let text =
+            match tokio::task::block_in_place(|| sb.control_plane.kubectl().args(&args).output()) {
+                Ok(o) => {
+                    String::from_utf8_lossy(&o.stdout).into_owned()
+                        + &String::from_utf8_lossy(&o.stderr)
+                }
+                Err(e) => e.to_string(),
+            };
         eprintln!("soak: kubectl {}\n{text}", args.join(" "));
     }
 }

@@ -129,12 +129,7 @@ impl Load {
     }
 
     fn kubectl(&mut self, sb: &Sandbox, args: &[&str]) -> bool {
-        let ok = sb
-            .control_plane
-            .kubectl()
-            .args(args)
-            .output()
-            .is_ok_and(|o| o.status.success());
+        let ok = crate::kubectl(sb, args).is_some();
         if !ok {
             self.kubectl_failures += 1;
         }

@@ -291,6 +291,58 @@ async fn a_node_is_completed_only_once_the_kubelet_reports_the_new_boot() {
     sb.stop().await;
 }
 
+// The observer answers while its watches feed it: the soak asks for its report every second.
+// Its report once took the record's lock and then a watch's, while a watch feeding an event
+// takes its own and then the record's: the two deadlocked, and with them the runtime.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_observer_reports_while_its_watches_feed_it() {
+    let mut sb = sandbox(Setup::default()).await;
+    let names = sb.fleet.names();
+    deploy_workload(&sb, names.len(), &names).await;
+    let observer = start_observer(&sb, 1).await;
+    sb.start_controller(&[]).unwrap();
+    let done = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|threads| {
+        // A deadlock holds every thread of the runtime: only a thread of its own can say so.
+        threads.spawn(|| {
+            let start = std::time::Instant::now();
+            while !done.load(std::sync::atomic::Ordering::SeqCst) {
+                if start.elapsed() > 2 * PHASE {
+                    eprintln!("the observer deadlocked: its report and a watch wait on each other");
+                    std::process::exit(1);
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        });
+        threads.spawn(|| {
+            let mut reports = 0u64;
+            while !done.load(std::sync::atomic::Ordering::SeqCst) {
+                let _ = observer.report();
+                reports += 1;
+            }
+            eprintln!("{reports} reports taken while the watches fed the observer");
+        });
+        // Set even when the wait fails, so that the threads end and the failure shows.
+        let _done = SetOnDrop(&done);
+        tokio::task::block_in_place(|| {
+            tokio::runtime::Handle::current().block_on(async {
+                request_all(&sb);
+                wait_for_reboots(&observer, &each(&names, 1), "every node rebooted once").await;
+            });
+        });
+    });
+    observer.finish(&[]).await;
+    sb.stop().await;
+}
+
+struct SetOnDrop<'a>(&'a std::sync::atomic::AtomicBool);
+
+impl Drop for SetOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
 // The observers themselves: they resume after an API server restart and still catch what
 // happens afterwards.
 #[tokio::test(flavor = "multi_thread")]

@@ -38,6 +38,11 @@ impl PoolSelector {
         &self.keys
     }
 
+    /// The requirements as parsed (the fuzz target writes them out and parses them again).
+    pub fn expressions(&self) -> &Selector {
+        &self.selector
+    }
+
     /// The selector as given, for logs and for the API server's own check.
     pub fn text(&self) -> Option<&str> {
         self.text.as_deref()

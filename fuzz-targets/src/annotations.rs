@@ -16,9 +16,9 @@ pub fn annotations(data: &[u8]) {
     let all = keys.all();
     let mut annotations = BTreeMap::new();
     for line in text.split('\n') {
-        let Some(first) = line.bytes().next() else { continue };
-        let key = all[usize::from(first) % all.len()];
-        let value = &line[1..];
+        let Some(first) = line.chars().next() else { continue };
+        let key = all[first as usize % all.len()];
+        let value = &line[first.len_utf8()..];
         annotations.insert(key.to_owned(), value.to_owned());
         value_readers(value);
     }

@@ -11,12 +11,16 @@ use std::collections::BTreeMap;
 /// read from them keeps the protocol's rules (only `true` is a request or a step), and each
 /// value's own reader is total and round-trips what it writes.
 pub fn annotations(data: &[u8]) {
-    let Some(text) = crate::text(data) else { return };
+    let Some(text) = crate::text(data) else {
+        return;
+    };
     let keys = AnnotationKeys::default();
     let all = keys.all();
     let mut annotations = BTreeMap::new();
     for line in text.split('\n') {
-        let Some(first) = line.chars().next() else { continue };
+        let Some(first) = line.chars().next() else {
+            continue;
+        };
         let key = all[first as usize % all.len()];
         let value = &line[first.len_utf8()..];
         annotations.insert(key.to_owned(), value.to_owned());
@@ -56,13 +60,23 @@ fn value_readers(value: &str) {
     // reboot-grant: a grant names the ledger that made it.
     if !value.contains('/') {
         let ledger = ledger_id("ns", "slots");
-        assert_eq!(ledger_of_grant(&grant_id(&ledger, value)), Some(ledger.as_str()));
+        assert_eq!(
+            ledger_of_grant(&grant_id(&ledger, value)),
+            Some(ledger.as_str())
+        );
     }
     let _ = ledger_of_grant(value);
     // reboot-paused on the ledger: only absent or `false` lets reboots start.
-    let paused = BTreeMap::from([(common::ledger::PAUSED_ANNOTATION.to_owned(), value.to_owned())]);
+    let paused = BTreeMap::from([(
+        common::ledger::PAUSED_ANNOTATION.to_owned(),
+        value.to_owned(),
+    )]);
     let pause = Pause::of(Some(&paused));
-    assert_eq!(!pause.pauses(), value.trim().eq_ignore_ascii_case("false"), "{value:?}");
+    assert_eq!(
+        !pause.pauses(),
+        value.trim().eq_ignore_ascii_case("false"),
+        "{value:?}"
+    );
     // --annotation-prefix.
     if let Ok(keys) = AnnotationKeys::new(value) {
         keys.all();

@@ -4,8 +4,12 @@ use std::time::Duration;
 /// `--reboot-timeout` and the other duration flags: a parsed duration is longer than zero,
 /// and its canonical text (`1h2m3s4ms`) parses back to it.
 pub fn duration(data: &[u8]) {
-    let Some(text) = crate::text(data) else { return };
-    let Ok(parsed) = parse_duration(text) else { return };
+    let Some(text) = crate::text(data) else {
+        return;
+    };
+    let Ok(parsed) = parse_duration(text) else {
+        return;
+    };
     assert!(!parsed.is_zero(), "{text:?} parsed as zero");
     if let Some(canonical) = canonical(parsed) {
         assert_eq!(

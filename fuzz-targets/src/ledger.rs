@@ -11,7 +11,9 @@ const ID: &str = "node-reboot-operator/node-reboot-operator-slots";
 /// decodes equal; a ledger recreated from it holds the same slots and the same pause; one
 /// that does not decode is read as damaged and empty, never half read.
 pub fn ledger(data: &[u8]) {
-    let Some(text) = crate::text(data) else { return };
+    let Some(text) = crate::text(data) else {
+        return;
+    };
     let (slots, pause) = match text.split_once('\0') {
         Some((slots, pause)) => (slots, Some(pause)),
         None => (text, None),
@@ -22,18 +24,27 @@ pub fn ledger(data: &[u8]) {
     }
     let read = read_lease(annotations);
     if let Some(damage) = &read.damage {
-        assert!(read.ledger.slots.is_empty(), "a damaged ledger kept slots: {slots:?}");
+        assert!(
+            read.ledger.slots.is_empty(),
+            "a damaged ledger kept slots: {slots:?}"
+        );
         assert!(damage.contains(SLOTS_ANNOTATION), "{damage}");
         return;
     }
     let ledger = &read.ledger;
     let encoded = slots_json(&ledger.slots);
-    let decoded = slots_of(Some(&BTreeMap::from([(SLOTS_ANNOTATION.to_owned(), encoded)])));
+    let decoded = slots_of(Some(&BTreeMap::from([(
+        SLOTS_ANNOTATION.to_owned(),
+        encoded,
+    )])));
     assert_eq!(decoded.ok().as_ref(), Some(&ledger.slots), "{slots:?}");
     let again = read_lease(recreated_annotations(ledger));
     assert_eq!(again.damage, None, "{slots:?}");
     assert_eq!(again.ledger.slots, ledger.slots, "{slots:?}");
-    assert_eq!(again.ledger.paused, ledger.paused, "{slots:?} paused {pause:?}");
+    assert_eq!(
+        again.ledger.paused, ledger.paused,
+        "{slots:?} paused {pause:?}"
+    );
     for slot in ledger.slots.values() {
         ledger.owner_of(&slot.grant);
     }

@@ -8,9 +8,15 @@ pub fn metrics(data: &[u8]) {
     if let Ok(reading) = parse(&text) {
         assert!(reading.max_unavailable.is_some(), "{text:?}");
         if let Some(mean) = reading.mean_reboot_seconds() {
-            assert!(reading.reboot_duration_count.is_some_and(|c| c > 0.0), "{mean}");
+            assert!(
+                reading.reboot_duration_count.is_some_and(|c| c > 0.0),
+                "{mean}"
+            );
         }
     }
     let url = metrics_url(&text);
-    assert!(url.starts_with(text.trim_end_matches('/')), "{text:?} gave {url:?}");
+    assert!(
+        url.starts_with(text.trim_end_matches('/')),
+        "{text:?} gave {url:?}"
+    );
 }

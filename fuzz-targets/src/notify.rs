@@ -8,7 +8,9 @@ use controller::notify::{
 /// redaction of its URL, which never holds the URL's path or query, where webhooks keep
 /// their secrets.
 pub fn notify(data: &[u8]) {
-    let Some(value) = crate::text(data) else { return };
+    let Some(value) = crate::text(data) else {
+        return;
+    };
     let _ = parse_all(&[value.to_owned()]);
     let _ = redact(value);
     let Ok(target) = parse(value) else { return };
@@ -18,12 +20,19 @@ pub fn notify(data: &[u8]) {
     assert_eq!(again.url, target.url, "{value:?}");
     // shoutrrr's Teams form names its host: the body is Teams' whatever the host, which the
     // plain URL cannot say.
-    let http = value.trim().get(..4).is_some_and(|s| s.eq_ignore_ascii_case("http"));
+    let http = value
+        .trim()
+        .get(..4)
+        .is_some_and(|s| s.eq_ignore_ascii_case("http"));
     if http || target.format == Format::Slack {
         assert_eq!(again.format, target.format, "{value:?}");
     }
     if let Some(secret) = secret_of(&target.url) {
-        assert!(!target.shown.contains(secret), "{value:?} shows {:?}", target.shown);
+        assert!(
+            !target.shown.contains(secret),
+            "{value:?} shows {:?}",
+            target.shown
+        );
     }
 }
 

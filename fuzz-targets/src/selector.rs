@@ -8,13 +8,19 @@ use std::collections::BTreeMap;
 /// must be refused here too, not read as a pool that silently selects nothing), its
 /// requirements written out parse back to the same selector, and matching never panics.
 pub fn selector(data: &[u8]) {
-    let Some(text) = crate::text(data) else { return };
+    let Some(text) = crate::text(data) else {
+        return;
+    };
     let Ok(pool) = PoolSelector::parse(text) else {
         return;
     };
     for expression in pool.expressions().clone() {
         let (key, values) = parts(&expression);
-        for value in values.iter().copied().chain(values.is_empty().then_some("")) {
+        for value in values
+            .iter()
+            .copied()
+            .chain(values.is_empty().then_some(""))
+        {
             let label = format!("{key}={value}");
             assert!(
                 parse_label(&label).is_ok(),
@@ -25,7 +31,11 @@ pub fn selector(data: &[u8]) {
     let written = pool.expressions().to_string();
     let again = PoolSelector::parse(&written)
         .unwrap_or_else(|e| panic!("{text:?} written {written:?} no longer parses: {e}"));
-    assert_eq!(again.expressions(), pool.expressions(), "{text:?} written {written:?}");
+    assert_eq!(
+        again.expressions(),
+        pool.expressions(),
+        "{text:?} written {written:?}"
+    );
     // Labels made of the selector's own keys and values, so that matching has work to do.
     let labels: BTreeMap<String, String> = pool
         .expressions()
@@ -33,7 +43,10 @@ pub fn selector(data: &[u8]) {
         .into_iter()
         .map(|e| {
             let (key, values) = parts(&e);
-            (key.to_owned(), values.first().copied().unwrap_or("").to_owned())
+            (
+                key.to_owned(),
+                values.first().copied().unwrap_or("").to_owned(),
+            )
         })
         .collect();
     pool.matches(&labels);

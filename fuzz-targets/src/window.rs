@@ -17,7 +17,9 @@ const INSTANTS: [&str; 7] = [
 /// instants above its answers agree with each other: the next opening is not in the past
 /// and is open, the next change is in the future, `is_open` is `next_opening == now`.
 pub fn window(data: &[u8]) {
-    let Some(text) = crate::text(data) else { return };
+    let Some(text) = crate::text(data) else {
+        return;
+    };
     // `--reboot-window` takes several, separated by `;`.
     let windows: Vec<Window> = text.split(';').filter_map(|t| t.parse().ok()).collect();
     for window in &windows {
@@ -39,12 +41,25 @@ pub fn window(data: &[u8]) {
 
 fn check_at(windows: &Windows, now: Timestamp) {
     let opening = windows.next_opening(now);
-    assert_eq!(windows.is_open(now), opening == Some(now), "{windows} at {now}");
+    assert_eq!(
+        windows.is_open(now),
+        opening == Some(now),
+        "{windows} at {now}"
+    );
     if let Some(at) = opening {
-        assert!(at >= now, "{windows} at {now}: next opening {at} is in the past");
-        assert!(windows.is_open(at), "{windows} at {now}: not open at its opening {at}");
+        assert!(
+            at >= now,
+            "{windows} at {now}: next opening {at} is in the past"
+        );
+        assert!(
+            windows.is_open(at),
+            "{windows} at {now}: not open at its opening {at}"
+        );
     }
     if let Some(at) = windows.next_change(now) {
-        assert!(at > now, "{windows} at {now}: next change {at} is not after now");
+        assert!(
+            at > now,
+            "{windows} at {now}: next change {at} is not after now"
+        );
     }
 }

@@ -64,5 +64,8 @@ fn every_fuzz_target_is_run_here() {
         .collect();
     on_disk.sort();
     let listed: Vec<&str> = fuzz_targets::TARGETS.iter().map(|(n, _)| *n).collect();
-    assert_eq!(on_disk, listed, "fuzz/fuzz_targets/ and fuzz_targets::TARGETS differ");
+    assert_eq!(
+        on_disk, listed,
+        "fuzz/fuzz_targets/ and fuzz_targets::TARGETS differ"
+    );
 }

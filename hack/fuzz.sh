@@ -49,7 +49,8 @@ for t in $targets; do
   else
     artifact=$(sed -n 's/.*Test unit written to \(.*\)$/\1/p' "$log" | tail -n1)
     echo "fuzz: FAILED $t (log: $log):"
-    grep -E "panicked at|^thread '|assert|deadly signal|timeout|out-of-memory" "$log" | head -n 8 | sed 's/^/  /'
+    # The panic and its message, or libFuzzer's own verdict (a timeout, out of memory).
+    { grep -A1 "panicked at" "$log" || grep -E "^==[0-9]+== ERROR|^SUMMARY" "$log"; } | head -n 6 | sed 's/^/  /'
     if [ -n "$artifact" ]; then
       echo "  the input: $artifact"
       echo "  reproduce: cargo +nightly fuzz run ${flags[*]} $t $artifact"

@@ -32,7 +32,7 @@ fn canonical(d: Duration) -> Option<String> {
         (millis / 1000 % 60, "s"),
         (millis % 1000, "ms"),
     ];
-    (d.subsec_nanos() % 1_000_000 == 0).then(|| {
+    d.subsec_nanos().is_multiple_of(1_000_000).then(|| {
         parts
             .iter()
             .filter(|(n, _)| *n > 0)

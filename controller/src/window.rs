@@ -23,6 +23,9 @@ pub const SYNTAX: &str = "a window is `DAYS HH:MM-HH:MM [ZONE]`, such as \
     optional), each match opens the window for DURATION (`8h`, `90m`, `1h30m`); ZONE is an \
     IANA time zone (default UTC)";
 
+/// The longest opening of a cron window: a year's.
+const MAX_LENGTH: SignedDuration = SignedDuration::from_hours(24 * 366);
+
 const WEEK: [Weekday; 7] = [
     Weekday::Monday,
     Weekday::Tuesday,
@@ -140,6 +143,14 @@ impl CronWindow {
         if length < SignedDuration::from_mins(1) {
             return Err(format!(
                 "a window must last a minute or more, not `{length}`"
+            ));
+        }
+        // Longer, and the start of the opening under way falls outside the time range (jiff's
+        // years -9999 to 9999): the window never opened (found by fuzzing).
+        if length > MAX_LENGTH {
+            return Err(format!(
+                "a window lasts at most 366 days (8784h), not `{length}`; for reboots at any \
+                 time, give no window"
             ));
         }
         let window = CronWindow { schedule, length };

@@ -220,6 +220,13 @@ fn a_cron_window_at_a_local_time_the_clock_skips_or_repeats() {
 }
 
 #[test]
+fn a_cron_window_may_last_a_year() {
+    let window: Window = "0 0 1 1 * 8784h".parse().unwrap();
+    let now: Timestamp = "2026-06-17T12:00:00Z".parse().unwrap();
+    assert!(window.is_open(now));
+}
+
+#[test]
 fn bad_cron_windows_are_refused_with_the_syntax() {
     for (text, why) in [
         ("0 22 30 2 * 2h", "never opens"),
@@ -227,6 +234,11 @@ fn bad_cron_windows_are_refused_with_the_syntax() {
         ("0 25 * * * 2h", "is not a cron schedule"),
         ("0 22 * * 1-5 8 Europe/Berlin", "`8` is not a duration"),
         ("0 22 * * 1-5 0s", "a minute or more"),
+        // Found by fuzzing: accepted, and never open (the opening under way started before
+        // the year -9999).
+        ("0 0 * * * 1000000000h", "at most 366 days"),
+        ("0 0 * * * 4:00:188888888888888,88", "at most 366 days"),
+        ("0 0 * * * 8785h", "at most 366 days"),
         (
             "0 22 * * 1-5 8h Mars/Olympus_Mons",
             "not a known IANA time zone",

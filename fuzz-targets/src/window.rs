@@ -33,6 +33,15 @@ pub fn window(data: &[u8]) {
         return;
     }
     let windows = Windows(windows);
+    // A window is accepted only when it opens within four years of now (a weekly one, within
+    // a week): one that never opens after all would hold every reboot back without a word.
+    // Now, not a fixed instant: a rare schedule (the fifth Sunday of February) is accepted in
+    // some years only.
+    let now = Timestamp::now();
+    assert!(
+        windows.next_opening(now).is_some(),
+        "{windows} never opens after {now}"
+    );
     for now in INSTANTS {
         let now: Timestamp = now.parse().expect("a valid instant");
         check_at(&windows, now);

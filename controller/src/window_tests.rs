@@ -253,3 +253,22 @@ fn bad_cron_windows_are_refused_with_the_syntax() {
         );
     }
 }
+
+/// Found by fuzzing: cronexpr never returns at a clock change of half an hour (Lord Howe
+/// Island's, when its clocks go back: advancing an hour lands in the same hour, earlier), so
+/// the controller would have spun at the first look at the window that night.
+#[test]
+fn a_cron_window_in_a_zone_whose_clocks_change_by_half_an_hour_is_refused() {
+    let error = "0 3 * * * 4h Australia/Lord_Howe"
+        .parse::<Window>()
+        .unwrap_err();
+    assert!(error.contains("by 30 minutes"), "{error}");
+    assert!(error.contains("a weekly window"), "{error}");
+    // The weekly form does not use cronexpr, and its days and hours work there.
+    let weekly: Window = "daily 03:00-07:00 Australia/Lord_Howe".parse().unwrap();
+    let fold: Timestamp = "2026-04-04T14:30:00Z".parse().unwrap();
+    assert_eq!(
+        weekly.next_opening(fold),
+        Some("2026-04-04T16:30:00Z".parse().unwrap())
+    );
+}

@@ -29,9 +29,16 @@ pub fn notify(data: &[u8]) {
     }
     // Shown is `scheme://host` and, when the URL has more, `/***`: nothing of the path, the
     // query or the user.
-    let (_, after) = target.shown.split_once("://").expect("shown with its scheme");
+    let (_, after) = target
+        .shown
+        .split_once("://")
+        .expect("shown with its scheme");
     let host = after.strip_suffix("/***").unwrap_or(after);
-    assert!(!host.contains(['/', '?', '#', '@']), "{value:?} shows {:?}", target.shown);
+    assert!(
+        !host.contains(['/', '?', '#', '@']),
+        "{value:?} shows {:?}",
+        target.shown
+    );
     if secret_of(&target.url).is_some() {
         assert!(after.ends_with("***"), "{value:?} shows {:?}", target.shown);
     }

@@ -4,7 +4,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 ARGS ?=
 
-.PHONY: all testenv testenv-oldest-k8s test-oldest-k8s static cross-tools faketime-tools test-arm64 images chart chart-readme bins build test test-inputs lint cluster sandbox demo bench manifests vm-tools vm-image vm-e2e node-image node-e2e docs docs-tools docs-reference soak
+.PHONY: fuzz all testenv testenv-oldest-k8s test-oldest-k8s static cross-tools faketime-tools test-arm64 images chart chart-readme bins build test test-inputs lint cluster sandbox demo bench manifests vm-tools vm-image vm-e2e node-image node-e2e docs docs-tools docs-reference soak
 
 all: build
 
@@ -85,6 +85,14 @@ test: test-inputs
 	wait $$image || status=1; \
 	$(CARGO) test --locked -p vmtest --no-fail-fast --lib --test vm_e2e --test node_e2e -- --nocapture || status=1; \
 	exit $$status
+
+# Fuzzing (hack/fuzz.sh): every cargo-fuzz target of fuzz/ for FUZZ_SECONDS each (default
+# 60), from its corpus in fuzz/corpus/; fails naming the crashing input and how to reproduce
+# and keep it. Nightly Rust and cargo-fuzz (pinned) are installed when missing. Not part of
+# `make test`, which runs every kept input through the targets on stable (fuzz-targets/).
+FUZZ_SECONDS ?= 60
+fuzz:
+	@FUZZ_SECONDS=$(FUZZ_SECONDS) NRO_CACHE=$(NRO_CACHE) hack/fuzz.sh
 
 # The oldest supported Kubernetes release, proven by `make test-oldest-k8s`; the newest patch
 # of that minor on the Go module proxy. docs/src/install.md says which versions are supported.

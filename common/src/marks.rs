@@ -76,6 +76,16 @@ pub fn parse_taint_key(given: &str) -> Result<String, MarkError> {
     Ok(key.to_owned())
 }
 
+/// Whether Kubernetes accepts `key` as a label key; the reason when not (for label selectors).
+pub fn check_label_key(key: &str) -> Result<(), String> {
+    check_key(key)
+}
+
+/// Whether Kubernetes accepts `value` as a label value (empty included); the reason when not.
+pub fn check_label_value(value: &str) -> Result<(), String> {
+    check_name(value, true).map_err(|why| format!("the value {why}"))
+}
+
 /// A qualified name: an optional DNS-subdomain prefix and `/`, then a name.
 fn check_key(key: &str) -> Result<(), String> {
     let (prefix, name) = match key.rsplit_once('/') {

@@ -2,6 +2,7 @@
 //! node holding one of this pool's slots is still seen, and finished, after its labels take
 //! it out of the pool; membership is the selector evaluated here on each node's labels.
 
+use common::marks::{check_label_key, check_label_value};
 use kube::core::{Expression, Selector, SelectorExt};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -36,6 +37,11 @@ impl PoolSelector {
     /// The label keys the selector reads: the only labels the node cache keeps.
     pub fn keys(&self) -> &BTreeSet<String> {
         &self.keys
+    }
+
+    /// The requirements as parsed (the fuzz target writes them out and parses them again).
+    pub fn expressions(&self) -> &Selector {
+        &self.selector
     }
 
     /// The selector as given, for logs and for the API server's own check.
@@ -85,22 +91,26 @@ fn split_requirements(text: &str) -> Result<Vec<String>, String> {
     }
 }
 
+/// A key and values are checked as Kubernetes checks labels: one it would refuse can match no
+/// node, so a selector naming it would select nothing without a word (and the API server
+/// refuses it where the selector reaches it: `--agent-selector`, `--drain-pod-selector`).
 fn parse_requirement(text: &str) -> Result<Expression, String> {
     let key = |k: &str| -> Result<String, String> {
         let k = k.trim();
-        let valid = !k.is_empty()
-            && k.chars()
-                .all(|c| c.is_ascii_alphanumeric() || "-_./".contains(c));
-        valid
-            .then(|| k.to_owned())
-            .ok_or(format!("{k:?} is not a label key"))
+        check_label_key(k).map_err(|why| format!("{k:?} is not a label key: {why}"))?;
+        Ok(k.to_owned())
+    };
+    let value = |v: &str| -> Result<String, String> {
+        let v = v.trim();
+        check_label_value(v).map_err(|why| format!("{v:?} is not a label value: {why}"))?;
+        Ok(v.to_owned())
     };
     if let Some(rest) = text.strip_prefix('!') {
         return Ok(Expression::DoesNotExist(key(rest)?));
     }
     for (operator, negated) in [("!=", true), ("==", false), ("=", false)] {
         if let Some((k, v)) = text.split_once(operator) {
-            let (k, v) = (key(k)?, v.trim().to_owned());
+            let (k, v) = (key(k)?, value(v)?);
             return Ok(if negated {
                 Expression::NotEqual(k, v)
             } else {
@@ -126,7 +136,7 @@ fn parse_requirement(text: &str) -> Result<Expression, String> {
             .ok_or(format!(
                 "{text:?}: the values go in parentheses, like `zone in (a,b)`"
             ))?;
-        let values: BTreeSet<String> = values.split(',').map(|v| v.trim().to_owned()).collect();
+        let values: BTreeSet<String> = values.split(',').map(value).collect::<Result<_, _>>()?;
         let k = key(k)?;
         return Ok(if negated {
             Expression::NotIn(k, values)
@@ -177,5 +187,22 @@ mod tests {
         ] {
             assert!(PoolSelector::parse(bad).is_err(), "{bad}");
         }
+    }
+
+    /// Found by fuzzing: keys and values that Kubernetes refuses were taken, and selected
+    /// nothing (no node can carry them) instead of being refused with the reason.
+    #[test]
+    fn keys_and_values_kubernetes_refuses_are_refused_with_the_reason() {
+        for (bad, why) in [
+            ("-x=y", "\"-x\" is not a label key"),
+            ("pool=a b", "\"a b\" is not a label value"),
+            ("zone in (z1, z 2)", "\"z 2\" is not a label value"),
+            ("Example.com/pool=a", "lowercase DNS subdomain"),
+            ("pool!=a=b", "\"a=b\" is not a label value"),
+        ] {
+            let error = PoolSelector::parse(bad).unwrap_err();
+            assert!(error.contains(why), "{bad}: {error}");
+        }
+        assert!(PoolSelector::parse("example.com/pool=a, zone in (z1,), tier=").is_ok());
     }
 }

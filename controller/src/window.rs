@@ -23,6 +23,9 @@ pub const SYNTAX: &str = "a window is `DAYS HH:MM-HH:MM [ZONE]`, such as \
     optional), each match opens the window for DURATION (`8h`, `90m`, `1h30m`); ZONE is an \
     IANA time zone (default UTC)";
 
+/// The longest opening of a cron window: a year's.
+const MAX_LENGTH: SignedDuration = SignedDuration::from_hours(24 * 366);
+
 const WEEK: [Weekday; 7] = [
     Weekday::Monday,
     Weekday::Tuesday,
@@ -131,7 +134,13 @@ impl CronWindow {
         let fields = words[..5].join(" ");
         let length = words[5];
         let zone = words.get(6).copied().unwrap_or("UTC");
-        zone_named(Some(zone))?;
+        if let Some(minutes) = uneven_clock_change(&zone_named(Some(zone))?) {
+            return Err(format!(
+                "the clocks of {zone} change by {minutes} minutes, where cron schedules never \
+                 find their next match; give a weekly window (`DAYS HH:MM-HH:MM {zone}`), or \
+                 the cron schedule in another zone"
+            ));
+        }
         let schedule = cronexpr::parse_crontab(&format!("{fields} {zone}"))
             .map_err(|e| format!("`{fields}` is not a cron schedule ({e})"))?;
         let length: SignedDuration = length
@@ -140,6 +149,14 @@ impl CronWindow {
         if length < SignedDuration::from_mins(1) {
             return Err(format!(
                 "a window must last a minute or more, not `{length}`"
+            ));
+        }
+        // Longer, and the start of the opening under way falls outside the time range (jiff's
+        // years -9999 to 9999): the window never opened (found by fuzzing).
+        if length > MAX_LENGTH {
+            return Err(format!(
+                "a window lasts at most 366 days (8784h), not `{length}`; for reboots at any \
+                 time, give no window"
             ));
         }
         let window = CronWindow { schedule, length };
@@ -169,6 +186,31 @@ impl CronWindow {
         let start = self.next_start_after(since).filter(|start| *start <= now)?;
         start.checked_add(self.length).ok()
     }
+}
+
+/// A change of the zone's offset by other than whole hours, in minutes, from a year ago to
+/// five years ahead (what a search of cronexpr, four years long, may cross). cronexpr (1.7)
+/// advances an hour and truncates to the hour: in a fold of half an hour (Lord Howe Island,
+/// when its clocks go back) that lands on the same hour, earlier, and it loops for ever
+/// (found by fuzzing).
+fn uneven_clock_change(zone: &TimeZone) -> Option<i32> {
+    let now = Timestamp::now();
+    let from = now.checked_sub(SignedDuration::from_hours(24 * 366)).ok()?;
+    let until = now
+        .checked_add(SignedDuration::from_hours(24 * 366 * 5))
+        .ok()?;
+    let mut offset = zone.to_offset(from).seconds();
+    for transition in zone.following(from) {
+        if transition.timestamp() > until {
+            break;
+        }
+        let next = transition.offset().seconds();
+        if (next - offset) % 3600 != 0 {
+            return Some((next - offset).abs() / 60);
+        }
+        offset = next;
+    }
+    None
 }
 
 fn parse_weekday(name: &str) -> Result<usize, String> {

@@ -220,6 +220,13 @@ fn a_cron_window_at_a_local_time_the_clock_skips_or_repeats() {
 }
 
 #[test]
+fn a_cron_window_may_last_a_year() {
+    let window: Window = "0 0 1 1 * 8784h".parse().unwrap();
+    let now: Timestamp = "2026-06-17T12:00:00Z".parse().unwrap();
+    assert!(window.is_open(now));
+}
+
+#[test]
 fn bad_cron_windows_are_refused_with_the_syntax() {
     for (text, why) in [
         ("0 22 30 2 * 2h", "never opens"),
@@ -227,6 +234,11 @@ fn bad_cron_windows_are_refused_with_the_syntax() {
         ("0 25 * * * 2h", "is not a cron schedule"),
         ("0 22 * * 1-5 8 Europe/Berlin", "`8` is not a duration"),
         ("0 22 * * 1-5 0s", "a minute or more"),
+        // Found by fuzzing: accepted, and never open (the opening under way started before
+        // the year -9999).
+        ("0 0 * * * 1000000000h", "at most 366 days"),
+        ("0 0 * * * 4:00:188888888888888,88", "at most 366 days"),
+        ("0 0 * * * 8785h", "at most 366 days"),
         (
             "0 22 * * 1-5 8h Mars/Olympus_Mons",
             "not a known IANA time zone",
@@ -240,4 +252,23 @@ fn bad_cron_windows_are_refused_with_the_syntax() {
             "{error}"
         );
     }
+}
+
+/// Found by fuzzing: cronexpr never returns at a clock change of half an hour (Lord Howe
+/// Island's, when its clocks go back: advancing an hour lands in the same hour, earlier), so
+/// the controller would have spun at the first look at the window that night.
+#[test]
+fn a_cron_window_in_a_zone_whose_clocks_change_by_half_an_hour_is_refused() {
+    let error = "0 3 * * * 4h Australia/Lord_Howe"
+        .parse::<Window>()
+        .unwrap_err();
+    assert!(error.contains("by 30 minutes"), "{error}");
+    assert!(error.contains("a weekly window"), "{error}");
+    // The weekly form does not use cronexpr, and its days and hours work there.
+    let weekly: Window = "daily 03:00-07:00 Australia/Lord_Howe".parse().unwrap();
+    let fold: Timestamp = "2026-04-04T14:30:00Z".parse().unwrap();
+    assert_eq!(
+        weekly.next_opening(fold),
+        Some("2026-04-04T16:30:00Z".parse().unwrap())
+    );
 }

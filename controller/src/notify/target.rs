@@ -79,6 +79,14 @@ pub fn parse(value: &str) -> Result<Target, String> {
     let value = value.trim();
     let shown = redact(value);
     let refuse = |why: &str| format!("--notify-url {shown}: {why}; accepted forms: {ACCEPTED}");
+    // http::Uri passes what follows a `#` unchecked, so a space or a line break there would
+    // reach the webhook's URL (and make it differ from the value it came from).
+    if value.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(refuse(
+            "a URL holds no spaces, line breaks or control characters; percent-encode them \
+             (a space is %20), or separate several URLs with commas",
+        ));
+    }
     let (scheme, rest) = value.split_once("://").ok_or_else(|| refuse("not a URL"))?;
     let (url, format) = match scheme.to_ascii_lowercase().as_str() {
         "http" | "https" => (value.to_owned(), Format::Json),
@@ -315,6 +323,9 @@ mod tests {
             ("teams://secret/a3/o4", "teams://GROUP@TENANT"),
             ("http:///secret", "not a URL with a host"),
             ("https://", "not a URL with a host"),
+            // Found by fuzzing: taken with the space, after a `#` that http::Uri skips.
+            ("generic://example.com/hook#x?a=b secret", "no spaces"),
+            ("https://example.com/secret\rhook", "control characters"),
         ] {
             let error = parse(value).expect_err(value);
             assert!(error.contains(why), "{value}: {error}");

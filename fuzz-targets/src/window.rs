@@ -1,0 +1,76 @@
+use controller::window::{Window, Windows};
+use jiff::Timestamp;
+
+/// Instants where windows go wrong if they ever do: both daylight saving changes of Europe
+/// and of the US in 2026, Lord Howe Island's, a leap day, the end of a year, and an ordinary noon.
+const INSTANTS: [&str; 8] = [
+    "2026-03-29T00:30:00Z",
+    "2026-10-25T00:30:00Z",
+    "2026-03-08T09:59:59Z",
+    "2026-11-01T06:00:00Z",
+    "2028-02-29T23:30:00Z",
+    "2026-12-31T23:59:59Z",
+    "2026-06-17T12:00:00Z",
+    // Lord Howe Island's clocks going back half an hour (cronexpr once looped there).
+    "2026-04-04T14:30:00Z",
+];
+
+/// `--reboot-window`: a window's text parses back to the same window, and at each of the
+/// instants above its answers agree with each other: the next opening is not in the past
+/// and is open, the next change is in the future, `is_open` is `next_opening == now`.
+pub fn window(data: &[u8]) {
+    let Some(text) = crate::text(data) else {
+        return;
+    };
+    // `--reboot-window` takes several, separated by `;`.
+    let windows: Vec<Window> = text.split(';').filter_map(|t| t.parse().ok()).collect();
+    for window in &windows {
+        let written = window.to_string();
+        let again: Window = written
+            .parse()
+            .unwrap_or_else(|e| panic!("{text:?} written {written:?} no longer parses: {e}"));
+        assert_eq!(&again, window, "{text:?} written {written:?}");
+    }
+    if windows.is_empty() {
+        return;
+    }
+    let windows = Windows(windows);
+    // A window is accepted only when it opens within four years of now (a weekly one, within
+    // a week): one that never opens after all would hold every reboot back without a word.
+    // Now, not a fixed instant: a rare schedule (the fifth Sunday of February) is accepted in
+    // some years only.
+    let now = Timestamp::now();
+    assert!(
+        windows.next_opening(now).is_some(),
+        "{windows} never opens after {now}"
+    );
+    for now in INSTANTS {
+        let now: Timestamp = now.parse().expect("a valid instant");
+        check_at(&windows, now);
+    }
+}
+
+fn check_at(windows: &Windows, now: Timestamp) {
+    let opening = windows.next_opening(now);
+    assert_eq!(
+        windows.is_open(now),
+        opening == Some(now),
+        "{windows} at {now}"
+    );
+    if let Some(at) = opening {
+        assert!(
+            at >= now,
+            "{windows} at {now}: next opening {at} is in the past"
+        );
+        assert!(
+            windows.is_open(at),
+            "{windows} at {now}: not open at its opening {at}"
+        );
+    }
+    if let Some(at) = windows.next_change(now) {
+        assert!(
+            at > now,
+            "{windows} at {now}: next change {at} is not after now"
+        );
+    }
+}

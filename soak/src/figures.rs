@@ -33,6 +33,9 @@ pub struct Figures {
     /// Grants written as an administrator's cordon landed (within seconds, before the
     /// operator's cache could show it): one node over the budget, not a violation.
     pub grants_that_raced_a_cordon: u64,
+    /// Pods a scheduler bound to a cordoned node as its `reboot-now` was written (no drain
+    /// can see those): counted, not violations.
+    pub pods_bound_as_reboot_now_was_written: Vec<String>,
     pub requests_lost: Vec<String>,
     pub nodes_left_cordoned: Vec<String>,
     pub admin_cordons_kept: u32,
@@ -92,6 +95,7 @@ impl Figures {
             max_unavailable_seen: report.max_unavailable,
             over_budget_by_others: report.external_excess,
             grants_that_raced_a_cordon: report.raced_external,
+            pods_bound_as_reboot_now_was_written: report.late_bindings.clone(),
             requests_lost: load.lost.clone(),
             nodes_left_cordoned,
             admin_cordons_kept: faults.cordons_kept,
@@ -161,6 +165,10 @@ impl Figures {
                     self.over_budget_by_others,
                     self.grants_that_raced_a_cordon
                 ),
+            ),
+            (
+                "pods a scheduler bound to a cordoned node as its reboot-now was written".into(),
+                self.pods_bound_as_reboot_now_was_written.len().to_string(),
             ),
             ("requests lost".into(), count(&self.requests_lost)),
             (

@@ -154,6 +154,12 @@ async fn ledger(client: &Client, global: &Global) -> Result<LedgerInput, Error> 
             ..LedgerInput::default()
         });
     };
+    Ok(ledger_of(name, &lease))
+}
+
+/// What the ledger Lease says: its slots (none, with the reason, when they cannot be read)
+/// and the pause.
+fn ledger_of(name: String, lease: &Lease) -> LedgerInput {
     let annotations = lease.metadata.annotations.as_ref();
     let format = annotations.and_then(|a| a.get(common::ledger::FORMAT_ANNOTATION));
     let (slots, damage) = match common::format::check(format.map(String::as_str)) {
@@ -168,14 +174,14 @@ async fn ledger(client: &Client, global: &Global) -> Result<LedgerInput, Error> 
             Err(error) => (BTreeMap::new(), Some(error.to_string())),
         },
     };
-    Ok(LedgerInput {
+    LedgerInput {
         name,
         version: lease.metadata.resource_version.clone(),
         found: true,
         slots,
         paused: common::ledger::is_paused(annotations),
         damage,
-    })
+    }
 }
 
 /// The operator's Events about nodes, by node.
@@ -271,6 +277,26 @@ mod tests {
 
     fn pod(value: serde_json::Value) -> Pod {
         serde_json::from_value(value).unwrap()
+    }
+
+    #[test]
+    fn a_ledger_of_a_newer_format_is_read_as_damaged_not_misread() {
+        let lease = |format: &str| -> Lease {
+            serde_json::from_value(json!({"metadata": {"name": "slots", "annotations": {
+                common::ledger::FORMAT_ANNOTATION: format,
+                common::ledger::SLOTS_ANNOTATION: "{}",
+            }}}))
+            .unwrap()
+        };
+        let today = ledger_of("ns/slots".into(), &lease("1"));
+        assert_eq!(today.damage, None);
+        let newer = ledger_of("ns/slots".into(), &lease("2"));
+        let damage = newer.damage.expect("a newer format is not read");
+        assert!(
+            damage.contains("\"2\"") && damage.contains("upgrade"),
+            "{damage}"
+        );
+        assert!(newer.slots.is_empty());
     }
 
     #[test]

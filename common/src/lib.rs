@@ -12,6 +12,9 @@ pub mod ledger;
 pub mod marks;
 pub mod patch;
 pub mod state;
+// The unit tests of every crate write their Nodes with it (`test-util` in [dev-dependencies]).
+#[cfg(any(test, feature = "test-util"))]
+pub mod test_util;
 
 pub use budget::{MaxUnavailable, MaxUnavailableError};
 pub use keys::{AnnotationKeys, PrefixError};

@@ -498,25 +498,16 @@ impl<'a> Transition<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::state::Readiness;
+    use crate::test_util::NodeBuilder;
     use serde_json::json;
 
+    /// A Ready node `n1` at version 42 with these annotations.
     fn node(annotations: &[(&str, &str)], unschedulable: bool) -> NodeFacts {
-        NodeFacts {
-            name: "n1".into(),
-            resource_version: Some("42".into()),
-            readiness: Readiness::Ready,
-            unschedulable,
-            has_annotations: !annotations.is_empty(),
-            annotations: annotations
-                .iter()
-                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-                .collect(),
-            boot_id: None,
-            has_labels: false,
-            labels: Default::default(),
-            taints: None,
-        }
+        NodeBuilder::new("n1")
+            .resource_version("42")
+            .annotations(annotations)
+            .unschedulable(unschedulable)
+            .facts()
     }
 
     fn apply(node_json: &mut Value, patch: &Patch) -> Result<(), json_patch::PatchError> {

@@ -1,0 +1,234 @@
+//! Test fixtures shared by the crates' unit tests (the `test-util` feature): one way to write a
+//! Node, so that each test says only what differs from a plain Ready node and the crates do not
+//! each keep a hand-written `fn node(...)` that drifts from the others.
+
+use crate::state::{NodeFacts, Readiness};
+use k8s_openapi::api::core::v1::Node;
+use serde_json::{Map, Value, json};
+
+/// A Node as a test wants it. Without a call: Ready, schedulable, at resourceVersion `1`, with
+/// no annotations, labels, taints or boot id (the kubelet has not reported one).
+///
+/// The node comes out as JSON (`json`), as the API object (`object`) or as the protocol's
+/// facts (`facts`); all three are the same node, the facts read out of the object exactly as
+/// the programs read a Node from the API server.
+#[derive(Debug, Clone)]
+pub struct NodeBuilder {
+    name: String,
+    resource_version: String,
+    readiness: Readiness,
+    unschedulable: bool,
+    annotations: Option<Map<String, Value>>,
+    labels: Option<Map<String, Value>>,
+    taints: Option<Vec<Value>>,
+    boot_id: Option<String>,
+    heartbeat: Option<String>,
+}
+
+impl NodeBuilder {
+    pub fn new(name: &str) -> Self {
+        Self {
+            name: name.to_owned(),
+            resource_version: "1".to_owned(),
+            readiness: Readiness::Ready,
+            unschedulable: false,
+            annotations: None,
+            labels: None,
+            taints: None,
+            boot_id: None,
+            heartbeat: None,
+        }
+    }
+
+    pub fn resource_version(mut self, version: &str) -> Self {
+        self.resource_version = version.to_owned();
+        self
+    }
+
+    /// The Ready condition: `True`, `False`, `Unknown`, or none at all for `Missing`.
+    pub fn readiness(mut self, readiness: Readiness) -> Self {
+        self.readiness = readiness;
+        self
+    }
+
+    /// Ready or NotReady.
+    pub fn ready(self, ready: bool) -> Self {
+        self.readiness(if ready {
+            Readiness::Ready
+        } else {
+            Readiness::NotReady
+        })
+    }
+
+    /// Cordoned (`spec.unschedulable`).
+    pub fn unschedulable(mut self, unschedulable: bool) -> Self {
+        self.unschedulable = unschedulable;
+        self
+    }
+
+    /// Adds these annotations. The map exists only once it holds one, as the API server stores
+    /// a Node: `has_annotations` is false for a node given none (see `annotation_map`).
+    pub fn annotations(mut self, pairs: &[(&str, &str)]) -> Self {
+        for (key, value) in pairs {
+            self = self.annotation(key, value);
+        }
+        self
+    }
+
+    pub fn annotation(mut self, key: &str, value: &str) -> Self {
+        self.annotations
+            .get_or_insert_with(Map::new)
+            .insert(key.to_owned(), Value::from(value));
+        self
+    }
+
+    /// `metadata.annotations` present even when empty, as a client may write `{}`.
+    pub fn annotation_map(mut self) -> Self {
+        self.annotations.get_or_insert_with(Map::new);
+        self
+    }
+
+    pub fn label(mut self, key: &str, value: &str) -> Self {
+        self.labels
+            .get_or_insert_with(Map::new)
+            .insert(key.to_owned(), Value::from(value));
+        self
+    }
+
+    /// Adds a taint to `spec.taints`, after those already given (the API keeps their order).
+    pub fn taint(mut self, key: &str, effect: &str) -> Self {
+        self.taints
+            .get_or_insert_with(Vec::new)
+            .push(json!({"key": key, "effect": effect}));
+        self
+    }
+
+    /// `status.nodeInfo.bootID`.
+    pub fn boot_id(mut self, boot_id: &str) -> Self {
+        self.boot_id = Some(boot_id.to_owned());
+        self
+    }
+
+    /// The Ready condition's `lastHeartbeatTime` (the kubelet renews it without other change).
+    pub fn heartbeat(mut self, time: &str) -> Self {
+        self.heartbeat = Some(time.to_owned());
+        self
+    }
+
+    /// The Node as the API server would send it.
+    pub fn json(&self) -> Value {
+        let mut metadata = json!({"name": self.name, "resourceVersion": self.resource_version});
+        if let Some(annotations) = &self.annotations {
+            metadata["annotations"] = Value::Object(annotations.clone());
+        }
+        if let Some(labels) = &self.labels {
+            metadata["labels"] = Value::Object(labels.clone());
+        }
+        let mut spec = json!({});
+        if self.unschedulable {
+            spec["unschedulable"] = Value::Bool(true);
+        }
+        if let Some(taints) = &self.taints {
+            spec["taints"] = Value::Array(taints.clone());
+        }
+        let mut status = json!({"conditions": self.conditions()});
+        if let Some(boot_id) = &self.boot_id {
+            status["nodeInfo"] = json!({"bootID": boot_id});
+        }
+        json!({"metadata": metadata, "spec": spec, "status": status})
+    }
+
+    fn conditions(&self) -> Vec<Value> {
+        let status = match self.readiness {
+            Readiness::Ready => "True",
+            Readiness::NotReady => "False",
+            Readiness::Unknown => "Unknown",
+            Readiness::Missing => return Vec::new(),
+        };
+        let mut ready = json!({"type": "Ready", "status": status});
+        if let Some(time) = &self.heartbeat {
+            ready["lastHeartbeatTime"] = Value::from(time.as_str());
+        }
+        vec![ready]
+    }
+
+    /// The Node as the API object.
+    pub fn object(&self) -> Node {
+        serde_json::from_value(self.json()).expect("the builder writes a valid Node")
+    }
+
+    /// The protocol's facts, read out of the object as the programs read them.
+    pub fn facts(&self) -> NodeFacts {
+        NodeFacts::from_node(&self.object())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    #[test]
+    fn a_plain_node_is_ready_schedulable_and_bare() {
+        assert_eq!(
+            NodeBuilder::new("n1").facts(),
+            NodeFacts {
+                name: "n1".into(),
+                resource_version: Some("1".into()),
+                readiness: Readiness::Ready,
+                unschedulable: false,
+                has_annotations: false,
+                annotations: BTreeMap::new(),
+                boot_id: None,
+                has_labels: false,
+                labels: BTreeMap::new(),
+                taints: None,
+            }
+        );
+    }
+
+    #[test]
+    fn each_call_shows_in_the_facts() {
+        let facts = NodeBuilder::new("n2")
+            .resource_version("42")
+            .readiness(Readiness::Unknown)
+            .unschedulable(true)
+            .annotations(&[("a", "1"), ("b", "2")])
+            .label("zone", "z1")
+            .taint("t1", "NoSchedule")
+            .taint("t0", "NoExecute")
+            .boot_id("b1")
+            .facts();
+        assert_eq!(facts.resource_version.as_deref(), Some("42"));
+        assert_eq!(facts.readiness, Readiness::Unknown);
+        assert!(facts.unschedulable);
+        assert!(facts.has_annotations);
+        assert_eq!(facts.annotations.len(), 2);
+        assert_eq!(facts.annotations["b"], "2");
+        assert!(facts.has_labels);
+        assert_eq!(facts.labels["zone"], "z1");
+        assert_eq!(
+            facts.taints,
+            Some(vec![
+                ("t1".into(), "NoSchedule".into()),
+                ("t0".into(), "NoExecute".into())
+            ])
+        );
+        assert_eq!(facts.boot_id.as_deref(), Some("b1"));
+    }
+
+    #[test]
+    fn readiness_missing_is_no_condition_and_an_empty_map_is_kept() {
+        let builder = NodeBuilder::new("n3")
+            .readiness(Readiness::Missing)
+            .annotation_map();
+        assert_eq!(builder.json()["status"]["conditions"], json!([]));
+        let facts = builder.facts();
+        assert_eq!(facts.readiness, Readiness::Missing);
+        assert!(facts.has_annotations && facts.annotations.is_empty());
+        assert_eq!(
+            NodeBuilder::new("n4").ready(false).facts().readiness,
+            Readiness::NotReady
+        );
+    }
+}

@@ -106,13 +106,16 @@ pub async fn abandon_node(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use common::test_util::NodeBuilder;
     use serde_json::json;
 
+    /// A node `n1` at version 42 with these annotations.
     fn node(annotations: &[(&str, &str)], readiness: Readiness) -> NodeFacts {
-        NodeFacts {
-            readiness,
-            ..crate::actions::tests::node(annotations)
-        }
+        NodeBuilder::new("n1")
+            .resource_version("42")
+            .readiness(readiness)
+            .annotations(annotations)
+            .facts()
     }
 
     fn alice() -> Abandon {

@@ -316,27 +316,16 @@ pub async fn set_paused(
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
+mod tests {
     use super::*;
-    use common::Readiness;
+    use common::test_util::NodeBuilder;
 
-    /// A Ready node at version 42 with these annotations.
-    pub(crate) fn node(annotations: &[(&str, &str)]) -> NodeFacts {
-        NodeFacts {
-            name: "n1".into(),
-            resource_version: Some("42".into()),
-            readiness: Readiness::Ready,
-            unschedulable: false,
-            has_annotations: !annotations.is_empty(),
-            annotations: annotations
-                .iter()
-                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-                .collect(),
-            boot_id: None,
-            has_labels: false,
-            labels: Default::default(),
-            taints: None,
-        }
+    /// A Ready node `n1` at version 42 with these annotations.
+    fn node(annotations: &[(&str, &str)]) -> NodeFacts {
+        NodeBuilder::new("n1")
+            .resource_version("42")
+            .annotations(annotations)
+            .facts()
     }
 
     fn apply(object: &mut Value, patch: &Patch) -> Result<(), json_patch::PatchError> {

@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::status::{BudgetInput, LedgerInput, NodeEvent};
-use common::{NodeFacts, Readiness};
+use common::test_util::NodeBuilder;
 use std::collections::BTreeMap;
 
 const NOW: &str = "2026-11-24T21:00:00Z";
@@ -13,26 +13,17 @@ fn at(t: &str) -> Timestamp {
 
 /// A Ready node of the pool in `zone`; requested (first seen by the controller at `seen`).
 fn node(name: &str, zone: &str, seen: Option<&str>) -> NodeInput {
-    let mut annotations = BTreeMap::new();
+    let mut builder = NodeBuilder::new(name)
+        .annotation_map()
+        .label("topology.kubernetes.io/zone", zone)
+        .boot_id("b1");
     if seen.is_some() {
-        annotations.insert("reboot-needed".to_owned(), "true".to_owned());
+        builder = builder.annotation("reboot-needed", "true");
     }
-    let labels: BTreeMap<String, String> =
-        [("topology.kubernetes.io/zone".to_owned(), zone.to_owned())].into();
+    let facts = builder.facts();
     NodeInput {
-        facts: NodeFacts {
-            name: name.into(),
-            resource_version: Some("1".into()),
-            readiness: Readiness::Ready,
-            unschedulable: false,
-            has_annotations: true,
-            annotations,
-            boot_id: Some("b1".into()),
-            has_labels: true,
-            labels: labels.clone(),
-            taints: None,
-        },
-        labels,
+        labels: facts.labels.clone(),
+        facts,
         in_pool: true,
         events: seen
             .map(|t| NodeEvent {

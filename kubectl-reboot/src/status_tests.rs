@@ -2,7 +2,8 @@
 
 use super::*;
 use crate::metrics::Reading;
-use common::{MaxUnavailable, NodeFacts};
+use common::MaxUnavailable;
+use common::test_util::NodeBuilder;
 
 const NOW: &str = "2026-01-01T10:00:00Z";
 
@@ -13,21 +14,10 @@ fn at(t: &str) -> Timestamp {
 /// A Ready, schedulable node with these annotations.
 fn node(name: &str, annotations: &[(&str, &str)]) -> NodeInput {
     NodeInput {
-        facts: NodeFacts {
-            name: name.into(),
-            resource_version: Some("1".into()),
-            readiness: Readiness::Ready,
-            unschedulable: false,
-            has_annotations: !annotations.is_empty(),
-            annotations: annotations
-                .iter()
-                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-                .collect(),
-            boot_id: Some("b1".into()),
-            has_labels: false,
-            labels: Default::default(),
-            taints: None,
-        },
+        facts: NodeBuilder::new(name)
+            .annotations(annotations)
+            .boot_id("b1")
+            .facts(),
         labels: BTreeMap::new(),
         in_pool: true,
         events: Vec::new(),

@@ -2,18 +2,17 @@
 
 use super::*;
 use crate::ledger::Slot;
+use common::test_util::NodeBuilder;
 use common::{AnnotationKeys, NodeFacts};
 use k8s_openapi::api::core::v1::Node;
-use serde_json::{Value, json};
+use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 
 pub(super) fn node_json(name: &str, ready: bool) -> Value {
-    json!({
-        "metadata": {"name": name, "resourceVersion": "1"},
-        "spec": {},
-        "status": {"conditions": [{"type": "Ready", "status": if ready { "True" } else { "False" }}],
-                   "nodeInfo": {"bootID": format!("{name}-boot-0")}}
-    })
+    NodeBuilder::new(name)
+        .ready(ready)
+        .boot_id(&format!("{name}-boot-0"))
+        .json()
 }
 
 pub(super) fn facts(obj: &Value) -> NodeFacts {

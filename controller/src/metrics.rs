@@ -487,32 +487,30 @@ impl Metrics {
 mod tests {
     use super::*;
     use crate::{ledger::Slot, pool_index::ZoneCount};
+    use common::test_util::NodeBuilder;
     use prometheus_client::encoding::text::encode;
-    use serde_json::json;
 
-    fn node(name: &str, ready: bool, annotations: serde_json::Value) -> Arc<Node> {
-        let status = if ready { "True" } else { "False" };
+    fn node(name: &str, ready: bool, annotations: &[(&str, &str)]) -> Arc<Node> {
         Arc::new(
-            serde_json::from_value(json!({
-                "metadata": {"name": name, "annotations": annotations},
-                "status": {"conditions": [{"type": "Ready", "status": status}]},
-            }))
-            .unwrap(),
+            NodeBuilder::new(name)
+                .ready(ready)
+                .annotations(annotations)
+                .object(),
         )
     }
 
     #[test]
     fn nodes_are_counted_by_state() {
         let nodes = vec![
-            node("idle", true, json!({})),
-            node("down", false, json!({})),
-            node("waiting", true, json!({"reboot-needed": "true"})),
-            node("banana", true, json!({"reboot-needed": "banana"})),
-            node("granted", true, json!({"reboot-needed": "true"})),
-            node("now", true, json!({"reboot-now": "true"})),
-            node("going", false, json!({"reboot-in-progress": "true"})),
-            node("back", true, json!({"reboot-done": "true"})),
-            node("cancelled", true, json!({})),
+            node("idle", true, &[]),
+            node("down", false, &[]),
+            node("waiting", true, &[("reboot-needed", "true")]),
+            node("banana", true, &[("reboot-needed", "banana")]),
+            node("granted", true, &[("reboot-needed", "true")]),
+            node("now", true, &[("reboot-now", "true")]),
+            node("going", false, &[("reboot-in-progress", "true")]),
+            node("back", true, &[("reboot-done", "true")]),
+            node("cancelled", true, &[]),
         ];
         let slot = || Slot {
             grant: "g".into(),

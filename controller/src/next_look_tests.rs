@@ -4,22 +4,20 @@
 use crate::decide::{Decision, DrainState, Fence, NodeView, Round};
 use crate::ledger::{Ledger, Slot};
 use crate::pool_index::PoolCounts;
+use common::test_util::NodeBuilder;
 use common::{AnnotationKeys, NodeFacts};
 use k8s_openapi::api::core::v1::Node;
-use serde_json::{Value, json};
+use serde_json::Value;
 use std::collections::BTreeSet;
 
 fn node(name: &str, ready: bool, annotations: &[(&str, &str)]) -> Value {
-    let annotations: serde_json::Map<String, Value> = annotations
-        .iter()
-        .map(|(k, v)| ((*k).to_owned(), Value::from(*v)))
-        .collect();
-    json!({
-        "metadata": {"name": name, "resourceVersion": "5", "annotations": annotations},
-        "spec": {},
-        "status": {"conditions": [{"type": "Ready", "status": if ready { "True" } else { "False" }}],
-                   "nodeInfo": {"bootID": format!("{name}-boot-1")}}
-    })
+    NodeBuilder::new(name)
+        .resource_version("5")
+        .ready(ready)
+        .annotation_map()
+        .annotations(annotations)
+        .boot_id(&format!("{name}-boot-1"))
+        .json()
 }
 
 fn view(obj: &Value) -> NodeView {

@@ -492,21 +492,18 @@ impl Overlay {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use common::test_util::NodeBuilder;
 
-    fn node(version: &str, heartbeat: &str, ready: &str, annotations: serde_json::Value) -> Node {
-        serde_json::from_value(json!({
-            "metadata": {"name": "n1", "resourceVersion": version, "annotations": annotations},
-            "spec": {},
-            "status": {
-                "conditions": [{"type": "Ready", "status": ready, "lastHeartbeatTime": heartbeat,
-                                "lastTransitionTime": "2026-11-23T10:00:00Z"}],
-                "nodeInfo": {"bootID": "b1", "machineID": "", "systemUUID": "", "kernelVersion": "",
-                             "osImage": "", "containerRuntimeVersion": "", "kubeletVersion": "",
-                             "kubeProxyVersion": "", "operatingSystem": "linux", "architecture": "amd64"}
-            }
-        }))
-        .unwrap()
+    /// `n1`, with an annotation map even when given none.
+    fn node(version: &str, heartbeat: &str, ready: bool, annotations: &[(&str, &str)]) -> Node {
+        NodeBuilder::new("n1")
+            .resource_version(version)
+            .heartbeat(heartbeat)
+            .ready(ready)
+            .annotation_map()
+            .annotations(annotations)
+            .boot_id("b1")
+            .object()
     }
 
     #[test]
@@ -517,39 +514,19 @@ mod tests {
             relisted: None,
         };
         let apply = |n: Node| watcher::Event::Apply(n);
-        let none = json!({});
-        assert!(prints.apply(&apply(node(
-            "1",
-            "2026-11-23T10:00:00Z",
-            "True",
-            none.clone()
-        ))));
+        let none: &[(&str, &str)] = &[];
+        assert!(prints.apply(&apply(node("1", "2026-11-23T10:00:00Z", true, none))));
         assert!(
-            !prints.apply(&apply(node(
-                "2",
-                "2026-11-23T10:05:00Z",
-                "True",
-                none.clone()
-            ))),
+            !prints.apply(&apply(node("2", "2026-11-23T10:05:00Z", true, none))),
             "a status report with a new heartbeat and version only"
         );
-        assert!(prints.apply(&apply(node(
-            "3",
-            "2026-11-23T10:05:00Z",
-            "False",
-            none.clone()
-        ))));
-        let requested = json!({"reboot-needed": "true"});
-        assert!(prints.apply(&apply(node(
-            "4",
-            "2026-11-23T10:05:00Z",
-            "False",
-            requested
-        ))));
+        assert!(prints.apply(&apply(node("3", "2026-11-23T10:05:00Z", false, none))));
+        let requested = &[("reboot-needed", "true")];
+        assert!(prints.apply(&apply(node("4", "2026-11-23T10:05:00Z", false, requested))));
         assert!(prints.apply(&watcher::Event::Delete(node(
             "5",
             "2026-11-23T10:05:00Z",
-            "False",
+            false,
             none
         ))));
         assert!(prints.apply(&watcher::Event::InitDone));
@@ -565,13 +542,13 @@ mod tests {
             index: index.clone(),
             relisted: None,
         };
-        let requested = json!({"reboot-needed": "true"});
-        let named = |name: &str, annotations| {
-            let mut n = node("1", "2026-11-23T10:00:00Z", "True", annotations);
+        let requested: &[(&str, &str)] = &[("reboot-needed", "true")];
+        let named = |name: &str, annotations: &[(&str, &str)]| {
+            let mut n = node("1", "2026-11-23T10:00:00Z", true, annotations);
             n.metadata.name = Some(name.into());
             n
         };
-        indexer.apply(&watcher::Event::Apply(named("gone", requested.clone())));
+        indexer.apply(&watcher::Event::Apply(named("gone", requested)));
         indexer.apply(&watcher::Event::Init);
         indexer.apply(&watcher::Event::InitApply(named("kept", requested)));
         let before: Vec<String> = lock(&index).in_protocol().iter().cloned().collect();
@@ -591,13 +568,13 @@ mod tests {
         let (store, mut writer) = reflector::store::<Node>();
         let names = BTreeSet::from(["n1".to_owned()]);
         let mut overlay = Overlay::default();
-        let cached = node("4", "2026-11-23T10:00:00Z", "True", json!({}));
+        let cached = node("4", "2026-11-23T10:00:00Z", true, &[]);
         writer.apply_watcher_event(&watcher::Event::Apply(cached.clone()));
         overlay.record(node(
             "5",
             "2026-11-23T10:00:00Z",
-            "True",
-            json!({"reboot-grant": "g"}),
+            true,
+            &[("reboot-grant", "g")],
         ));
         assert_eq!(
             overlay.nodes_named(&store, &names).len(),
@@ -619,13 +596,16 @@ mod tests {
     fn the_trim_keeps_the_protocol_and_the_existence_of_annotations() {
         let keys = AnnotationKeys::default();
         let kept = KeptLabels::new(&PoolSelector::parse("pool=a").unwrap(), "zone", &keys);
-        let foreign = json!({"node.alpha.kubernetes.io/ttl": "0"});
-        let mut bare = node("1", "2026-11-23T10:00:00Z", "True", foreign);
+        let foreign = &[("node.alpha.kubernetes.io/ttl", "0")];
+        let mut bare = node("1", "2026-11-23T10:00:00Z", true, foreign);
         trim(&mut bare, &kept);
         assert_eq!(bare.metadata.annotations, Some(Default::default()));
         assert!(NodeFacts::from_node(&bare).has_annotations);
-        let both = json!({"node.alpha.kubernetes.io/ttl": "0", "reboot-needed": "true"});
-        let mut requested = node("2", "2026-11-23T10:00:00Z", "False", both);
+        let both = &[
+            ("node.alpha.kubernetes.io/ttl", "0"),
+            ("reboot-needed", "true"),
+        ];
+        let mut requested = node("2", "2026-11-23T10:00:00Z", false, both);
         trim(&mut requested, &kept);
         let annotations = requested.metadata.annotations.clone().unwrap();
         assert_eq!(annotations.keys().collect::<Vec<_>>(), ["reboot-needed"]);

@@ -2,9 +2,8 @@
 
 use super::*;
 use crate::{decide::DrainState, ledger::Slot};
-use common::{AnnotationKeys, NodeFacts};
-use k8s_openapi::api::core::v1::Node;
-use serde_json::json;
+use common::AnnotationKeys;
+use common::test_util::NodeBuilder;
 
 const MIN: Duration = Duration::from_secs(60);
 
@@ -14,17 +13,11 @@ fn at(t: &str) -> Timestamp {
 
 /// A Ready node of the pool; `requested` adds `reboot-needed=true`, in the order given.
 fn node(name: &str, zone: Option<&str>, requested: Option<u64>) -> NodeView {
-    let mut obj = json!({
-        "metadata": {"name": name, "resourceVersion": "1"},
-        "spec": {},
-        "status": {"conditions": [{"type": "Ready", "status": "True"}],
-                   "nodeInfo": {"bootID": "b0"}}
-    });
+    let mut builder = NodeBuilder::new(name).boot_id("b0");
     if requested.is_some() {
-        obj["metadata"]["annotations"] = json!({"reboot-needed": "true"});
+        builder = builder.annotation("reboot-needed", "true");
     }
-    let node: Node = serde_json::from_value(obj).unwrap();
-    let facts = NodeFacts::from_node(&node);
+    let facts = builder.facts();
     NodeView {
         state: facts.protocol(&AnnotationKeys::default()),
         facts,

@@ -76,9 +76,7 @@ impl NodeBuilder {
     }
 
     pub fn annotation(mut self, key: &str, value: &str) -> Self {
-        self.annotations
-            .get_or_insert_with(Map::new)
-            .insert(key.to_owned(), Value::from(value));
+        insert(&mut self.annotations, key, value);
         self
     }
 
@@ -89,9 +87,7 @@ impl NodeBuilder {
     }
 
     pub fn label(mut self, key: &str, value: &str) -> Self {
-        self.labels
-            .get_or_insert_with(Map::new)
-            .insert(key.to_owned(), Value::from(value));
+        insert(&mut self.labels, key, value);
         self
     }
 
@@ -161,6 +157,12 @@ impl NodeBuilder {
     pub fn facts(&self) -> NodeFacts {
         NodeFacts::from_node(&self.object())
     }
+}
+
+/// Puts `key: value` in a metadata map, creating the map.
+fn insert(map: &mut Option<Map<String, Value>>, key: &str, value: &str) {
+    map.get_or_insert_with(Map::new)
+        .insert(key.to_owned(), Value::from(value));
 }
 
 #[cfg(test)]

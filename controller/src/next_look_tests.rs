@@ -1,12 +1,10 @@
 //! The next look of a round: each time-based predicate of the decision core, and only those
 //! that can still turn.
 
-use crate::decide::{Decision, DrainState, Fence, NodeView, Round};
+use crate::decide::{Decision, Fence, NodeView, Round};
 use crate::ledger::{Ledger, Slot};
 use crate::pool_index::PoolCounts;
 use common::test_util::NodeBuilder;
-use common::{AnnotationKeys, NodeFacts};
-use k8s_openapi::api::core::v1::Node;
 use serde_json::Value;
 use std::collections::BTreeSet;
 
@@ -20,23 +18,13 @@ fn node(name: &str, ready: bool, annotations: &[(&str, &str)]) -> Value {
         .json()
 }
 
+/// The decision tests' view, Ready since 0 when Ready, requested at 0.
 fn view(obj: &Value) -> NodeView {
-    let node: Node = serde_json::from_value(obj.clone()).unwrap();
-    let facts = NodeFacts::from_node(&node);
+    let view = crate::decide::tests::view(obj);
     NodeView {
-        state: facts.protocol(&AnnotationKeys::default()),
-        ready_since: (facts.readiness == common::Readiness::Ready).then_some(0),
-        facts,
-        in_pool: true,
-        zone: None,
-        opted_out: false,
+        ready_since: (view.facts.readiness == common::Readiness::Ready).then_some(0),
         requested_at: Some(0),
-        not_before: None,
-        drain: DrainState::NotStarted,
-        approved_at: None,
-        fresh: false,
-        claimed_at: None,
-        drained_at: None,
+        ..view
     }
 }
 

@@ -2,7 +2,7 @@
 //! that can still turn.
 
 use crate::decide::{Decision, Fence, NodeView, Round};
-use crate::ledger::{Ledger, Slot};
+use crate::ledger::Ledger;
 use crate::pool_index::PoolCounts;
 use common::test_util::NodeBuilder;
 use serde_json::Value;
@@ -30,24 +30,12 @@ fn view(obj: &Value) -> NodeView {
 
 /// `holders` hold grants `g-<name>`, decided on the nodes' version 1.
 fn ledger(holders: &[&str]) -> Ledger {
-    Ledger {
-        id: "test/slots".into(),
-        resource_version: Some("7".into()),
-        slots: holders
-            .iter()
-            .map(|n| {
-                let slot = Slot {
-                    grant: format!("g-{n}"),
-                    granted_at: "2026-11-25T00:00:00Z".into(),
-                    node_version: Some("1".into()),
-                    zone: None,
-                };
-                ((*n).to_owned(), slot)
-            })
-            .collect(),
-        paused: false,
-        unknown_format: None,
+    let mut ledger = crate::decide::tests::ledger_of(holders);
+    ledger.id = "test/slots".into();
+    for slot in ledger.slots.values_mut() {
+        slot.granted_at = "2026-11-25T00:00:00Z".into();
     }
+    ledger
 }
 
 /// A round at `now` (and `clock`, its wall clock) with a soak of 1,000 ms and a reboot timeout

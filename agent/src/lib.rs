@@ -17,6 +17,7 @@ pub mod node_watch;
 mod own_write;
 pub mod rebooter;
 mod retry;
+mod run_loop;
 pub mod sentinel;
 pub mod settings;
 mod steps;

@@ -36,7 +36,6 @@ impl NodeAgent {
         }
     }
 
-
     pub(crate) fn name(&self) -> &str {
         &self.settings.node_name
     }

@@ -3,9 +3,9 @@
 //! it reads.
 
 use crate::{
-    node_agent::NodeAgent,
     error::AgentError,
     events::Reason,
+    node_agent::NodeAgent,
     node_watch::{WatchItem, node_watch},
     own_write::OwnWrite,
     retry::Backoff,

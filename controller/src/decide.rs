@@ -18,8 +18,8 @@
 
 use crate::budget::{Admission, Holders, Usage};
 // Re-exported: the view is the core's input, and callers name it beside the core's types.
-pub use crate::node_view::{DrainState, NodeView};
 use crate::ledger::{Grant, Ledger, LedgerChange, Owner, Slot};
+pub use crate::node_view::{DrainState, NodeView};
 use crate::pool_index::PoolCounts;
 use common::{Phase, Request, ledger::version_is_newer};
 use std::collections::{BTreeMap, BTreeSet};
@@ -522,7 +522,7 @@ impl<'a> Round<'a> {
             decision.release(&node, ReleaseReason::Abandoned);
             return;
         }
-        let completed = view.state.last_grant.as_deref() == Some(grant);
+        let completed = view.state.completed(grant);
         if completed && !self.soaked(view) {
             if view.facts.readiness != common::Readiness::Ready {
                 decision.not_ready_after_reboot.push(node);

@@ -1,8 +1,10 @@
 //! The classification of nodes, on plain data.
 
 use super::*;
+use crate::input::{BudgetInput, LedgerInput};
 use crate::metrics::Reading;
-use common::{MaxUnavailable, NodeFacts};
+use common::{MaxUnavailable, NodeFacts, ledger::Slot};
+use std::collections::BTreeMap;
 
 const NOW: &str = "2026-01-01T10:00:00Z";
 

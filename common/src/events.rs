@@ -18,12 +18,21 @@ pub struct UnknownReason {
     pub program: &'static str,
 }
 
+/// The reasons of one program's Events, for code that reads the Events of both.
+pub trait Reason: Copy + fmt::Display + FromStr<Err = UnknownReason> {
+    /// The `reportingController` of these Events.
+    const COMPONENT: &'static str;
+
+    /// The Event's `reason`.
+    fn as_str(self) -> &'static str;
+}
+
 /// One enum of reasons: `as_str` (the Event's `reason`), `ALL`, `FromStr`, `Display` and
 /// whether the Event is a Warning (else Normal).
 macro_rules! reasons {
     (
         $(#[$meta:meta])*
-        $name:ident, $program:literal,
+        $name:ident, $program:literal, $component:path,
         warnings: [$($warning:ident),* $(,)?],
         $($(#[$vmeta:meta])* $variant:ident,)+
     ) => {
@@ -48,6 +57,14 @@ macro_rules! reasons {
             }
         }
 
+        impl Reason for $name {
+            const COMPONENT: &'static str = $component;
+
+            fn as_str(self) -> &'static str {
+                $name::as_str(self)
+            }
+        }
+
         impl FromStr for $name {
             type Err = UnknownReason;
 
@@ -69,7 +86,7 @@ macro_rules! reasons {
 
 reasons! {
     /// The reasons of the controller's Events.
-    ControllerReason, "controller",
+    ControllerReason, "controller", CONTROLLER,
     warnings: [
         DrainBlocked, RebootForced, InvalidRequest, LedgerDamaged, LedgerRecreated,
         UnknownFormat, UnexpectedPauseValue, NotReadyAfterReboot, RebootOverdue,
@@ -133,7 +150,7 @@ reasons! {
 
 reasons! {
     /// The reasons of the agent's Events.
-    AgentReason, "agent",
+    AgentReason, "agent", AGENT,
     warnings: [
         RebootRetried, RebootTimedOut, RebootFailed, SentinelPersists, RebootUnproven,
         UnknownFormat,
@@ -222,6 +239,13 @@ mod tests {
         for r in AgentReason::ALL {
             assert_eq!(r.to_string().parse::<AgentReason>(), Ok(*r));
         }
+    }
+
+    #[test]
+    fn each_program_reports_its_own() {
+        assert_eq!(<ControllerReason as Reason>::COMPONENT, "reboot-controller");
+        assert_eq!(<AgentReason as Reason>::COMPONENT, "reboot-agent");
+        assert_eq!(Reason::as_str(AgentReason::RebootFailed), "RebootFailed");
     }
 
     #[test]

@@ -15,7 +15,7 @@ pub mod patch;
 pub mod state;
 
 pub use budget::{MaxUnavailable, MaxUnavailableError};
-pub use events::{AgentReason, ControllerReason};
+pub use events::{AgentReason, ControllerReason, Reason};
 pub use keys::{AnnotationKeys, PrefixError};
 pub use marks::{MarkError, RebootMarks};
 pub use patch::Transition;

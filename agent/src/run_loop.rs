@@ -1,4 +1,4 @@
-//! The run loop of the node agent: watch its own Node and act on each state of it (the steps module).
+//! The run loop of the agent: watch its own Node and act on each state of it (`steps`).
 //! All state lives on the Node, so the agent can be killed at any point and resumes from what
 //! it reads.
 

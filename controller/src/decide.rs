@@ -17,12 +17,13 @@
 //! controller of that ledger finishes it.
 
 use crate::budget::{Admission, Holders, Usage};
-// Re-exported: the view is the core's input, and callers name it beside the core's types.
 use crate::ledger::{Grant, Ledger, LedgerChange, Owner, Slot};
-pub use crate::node_view::{DrainState, NodeView};
 use crate::pool_index::PoolCounts;
 use common::{Phase, Request, ledger::version_is_newer};
 use std::collections::{BTreeMap, BTreeSet};
+
+// Re-exported: the view is the core's input, and callers name it beside the core's types.
+pub use crate::node_view::{DrainState, NodeView};
 
 /// Why a slot is given back.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

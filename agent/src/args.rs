@@ -1,69 +1,14 @@
 //! The command line. Every flag can also be set through the environment variable named next
 //! to it, as a DaemonSet does; values are validated into [`crate::Settings`].
 
-use clap::{ArgAction, Parser, ValueEnum};
+use clap::{ArgAction, Parser};
 use common::AnnotationKeys;
 use common::duration::parse_duration;
 use observability::BindAddress;
 pub use observability::LogFormat;
 use std::{path::PathBuf, time::Duration};
 
-use crate::rebooter::SYSTEMD_REBOOT_SIGNAL;
-
-/// How the agent reboots its node (DESIGN.md section 5).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum RebootMethod {
-    /// Run `--reboot-command` in the host's mount namespace; honours logind inhibitors.
-    Command,
-    /// Send `--reboot-signal` (SIGRTMIN+5, systemd's reboot.target) to `--signal-target-pid`.
-    Signal,
-    /// `sync()` then `reboot(RB_AUTOBOOT)`: the last resort.
-    Syscall,
-}
-
-/// A `--reboot-command`: a program and its arguments, split on whitespace, run without a shell.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RebootCommand(Vec<String>);
-
-impl RebootCommand {
-    pub fn argv(&self) -> &[String] {
-        &self.0
-    }
-
-    pub fn program(&self) -> &str {
-        &self.0[0]
-    }
-
-    pub fn args(&self) -> &[String] {
-        &self.0[1..]
-    }
-}
-
-impl std::fmt::Display for RebootCommand {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0.join(" "))
-    }
-}
-
-impl std::str::FromStr for RebootCommand {
-    type Err = String;
-
-    fn from_str(value: &str) -> Result<Self, String> {
-        parse_reboot_command(value)
-    }
-}
-
-fn parse_reboot_command(value: &str) -> Result<RebootCommand, String> {
-    let argv: Vec<String> = value.split_whitespace().map(str::to_owned).collect();
-    if argv.is_empty() {
-        return Err(
-            "the reboot command is empty; give a program and its arguments, \
-                    such as `systemctl reboot`"
-                .into(),
-        );
-    }
-    Ok(RebootCommand(argv))
-}
+use crate::rebooter::{RebootCommand, RebootMethod, SYSTEMD_REBOOT_SIGNAL, parse_reboot_command};
 
 fn parse_annotation_prefix(value: &str) -> Result<AnnotationKeys, String> {
     AnnotationKeys::new(value).map_err(|e| e.to_string())

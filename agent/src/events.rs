@@ -10,58 +10,17 @@ use kube::{
 use observability::ApiErrorKind;
 use std::time::Duration;
 
-/// The `reportingController` of the agent's Events.
-pub const REPORTING_COMPONENT: &str = "reboot-agent";
+// The vocabulary is the protocol's, shared with the controller and `kubectl reboot`.
+pub use common::events::{AGENT as REPORTING_COMPONENT, AgentReason as Reason};
 
 /// An API server that does not answer must not hold up a reboot or a shutdown.
 const PUBLISH_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Why the agent writes an Event.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Reason {
-    /// The agent is rebooting the node. (Its proof after the boot has no Event of the agent:
-    /// the controller's `Rebooted` at completion tells of it.)
-    Rebooting,
-    /// The reboot had not happened (same boot id); the agent reboots again.
-    RebootRetried,
-    /// A triggered reboot did not happen within `--reboot-timeout`.
-    RebootTimedOut,
-    /// The reboot method itself failed.
-    RebootFailed,
-    /// The node's reboot sentinel asked for a reboot; the agent requested one.
-    RebootRequired,
-    /// The sentinel a reboot was requested for is still there after that reboot.
-    SentinelPersists,
-    /// `--max-unproven-reboots` reboots from the same boot id proved nothing: stopped.
-    RebootUnproven,
-    /// The node's protocol annotations are in a format this agent does not know.
-    UnknownFormat,
-}
-
-impl Reason {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Rebooting => "Rebooting",
-            Self::RebootRetried => "RebootRetried",
-            Self::RebootTimedOut => "RebootTimedOut",
-            Self::RebootFailed => "RebootFailed",
-            Self::RebootRequired => "RebootRequired",
-            Self::SentinelPersists => "SentinelPersists",
-            Self::RebootUnproven => "RebootUnproven",
-            Self::UnknownFormat => "UnknownFormat",
-        }
-    }
-
-    fn event_type(self) -> EventType {
-        match self {
-            Self::Rebooting | Self::RebootRequired => EventType::Normal,
-            Self::RebootRetried
-            | Self::RebootTimedOut
-            | Self::RebootFailed
-            | Self::SentinelPersists
-            | Self::RebootUnproven
-            | Self::UnknownFormat => EventType::Warning,
-        }
+fn event_type(reason: Reason) -> EventType {
+    if reason.is_warning() {
+        EventType::Warning
+    } else {
+        EventType::Normal
     }
 }
 
@@ -94,7 +53,7 @@ impl NodeEvents {
     pub async fn publish(&self, node: &Node, reason: Reason, note: String) {
         let reference: ObjectReference = node.object_ref(&());
         let event = Event {
-            type_: reason.event_type(),
+            type_: event_type(reason),
             reason: reason.as_str().into(),
             note: Some(note),
             action: "Reboot".into(),

@@ -17,18 +17,20 @@ pub mod node_watch;
 mod own_write;
 pub mod rebooter;
 mod retry;
+mod run_loop;
 pub mod sentinel;
 pub mod settings;
 mod steps;
 pub mod test_hook;
 
-pub use args::{Args, LogFormat, RebootCommand, RebootMethod};
+pub use args::{Args, LogFormat};
 pub use decision::{AgentAction, decide};
 pub use error::AgentError;
 pub use metrics::Metrics;
 pub use observability::Health;
+pub use rebooter::{RebootCommand, RebootMethod, RebootSettings};
 pub use rebooter::{RebootError, Rebooter, rebooter_for};
-pub use settings::{ConfigError, RebootSettings, Settings};
+pub use settings::{ConfigError, Settings};
 
 use std::{future::Future, sync::Arc};
 use tracing::Instrument;

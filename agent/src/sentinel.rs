@@ -12,7 +12,7 @@
 //! Once the sentinel is gone the record is forgotten, so the next need, even identical, is
 //! a new one.
 
-use crate::{args::RebootCommand, rebooter::command::host_command};
+use crate::rebooter::{RebootCommand, command::host_command};
 use common::{Phase, ProtocolState, Request};
 use std::{io::Read, path::PathBuf, process::Stdio};
 

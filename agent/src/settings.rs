@@ -1,7 +1,8 @@
 //! The validated configuration of a running agent: [`crate::Args`] plus what they point to.
 
-use crate::args::{Args, RebootCommand, RebootMethod};
+use crate::args::Args;
 use crate::attempts::AttemptsFile;
+use crate::rebooter::RebootSettings;
 use crate::sentinel::Sentinel;
 use common::AnnotationKeys;
 use std::{path::PathBuf, time::Duration};
@@ -32,16 +33,7 @@ pub enum ConfigError {
     BootIdEmpty { path: PathBuf },
 }
 
-/// How to reboot, as configured.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RebootSettings {
-    pub method: RebootMethod,
-    pub command: RebootCommand,
-    pub host_mount_namespace: bool,
-    pub signal_target_pid: i32,
-    pub signal: i32,
-}
-
+// Built here, beside the rest of the configuration; the type is the rebooter's.
 impl RebootSettings {
     pub fn from_args(args: &Args) -> Self {
         Self {

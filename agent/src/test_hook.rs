@@ -2,9 +2,8 @@
 //! once, without an API server, so that tests run each method's real code path.
 
 use crate::{
-    args::{Args, RebootMethod},
-    rebooter::rebooter_for,
-    settings::RebootSettings,
+    args::Args,
+    rebooter::{RebootMethod, RebootSettings, rebooter_for},
 };
 use std::process::ExitCode;
 

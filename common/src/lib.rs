@@ -1,10 +1,11 @@
 //! The node reboot protocol shared by `reboot-agent` and `reboot-controller`: the annotation
-//! keys, the protocol state of a node read from its annotations, the JSON patches that move a
+//! keys, the Events' reasons and reporters, the protocol state of a node read from its annotations, the JSON patches that move a
 //! node from one state to the next, and the `--max-unavailable` budget. Pure: no I/O, no client.
 
 pub mod abandon;
 pub mod budget;
 pub mod duration;
+pub mod events;
 pub mod eviction;
 pub mod format;
 pub mod keys;
@@ -17,6 +18,7 @@ pub mod state;
 pub mod test_util;
 
 pub use budget::{MaxUnavailable, MaxUnavailableError};
+pub use events::{AgentReason, ControllerReason, Reason};
 pub use keys::{AnnotationKeys, PrefixError};
 pub use marks::{MarkError, RebootMarks};
 pub use patch::Transition;

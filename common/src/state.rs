@@ -115,6 +115,21 @@ impl ProtocolState {
     pub fn reboot_under_way(&self) -> bool {
         self.phase != Phase::Idle
     }
+
+    /// The reboot of `grant` is the one this node completed last (`reboot-last-grant`).
+    pub fn completed(&self, grant: &str) -> bool {
+        self.last_grant.as_deref() == Some(grant)
+    }
+
+    /// The soak (`--min-ready-seconds`): the node is done with its reboot (no phase, no grant)
+    /// while the ledger still holds `slot_grant`, the slot of the very grant it completed. The
+    /// controller gives that slot back once the node has been Ready long enough, or at once
+    /// when an administrator removes `reboot-last-grant`.
+    pub fn soaking(&self, slot_grant: Option<&str>) -> bool {
+        !self.reboot_under_way()
+            && self.grant.is_none()
+            && slot_grant.is_some_and(|g| self.completed(g))
+    }
 }
 
 /// The Node's Ready condition, as the kubelet last reported it.
@@ -240,6 +255,17 @@ mod tests {
             state(&[("reboot-needed", "banana")]).request,
             Request::Invalid("banana".into())
         );
+    }
+
+    #[test]
+    fn a_node_soaks_while_the_slot_of_its_completed_grant_is_held() {
+        let done = state(&[("reboot-last-grant", "g1")]);
+        assert!(done.soaking(Some("g1")));
+        // Another grant's slot, no slot, or the next reboot under way: not soaking.
+        assert!(!done.soaking(Some("g2")));
+        assert!(!done.soaking(None));
+        assert!(!state(&[("reboot-last-grant", "g1"), ("reboot-now", "true")]).soaking(Some("g1")));
+        assert!(!state(&[("reboot-last-grant", "g1"), ("reboot-grant", "g1")]).soaking(Some("g1")));
     }
 
     #[test]

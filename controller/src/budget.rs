@@ -2,7 +2,7 @@
 //! `--max-unavailable` and, with `--max-unavailable-per-zone`, each zone's. Part of the pure
 //! decision core.
 
-use crate::{decide::NodeView, pool_index::PoolCounts};
+use crate::{node_view::NodeView, pool_index::PoolCounts};
 use common::MaxUnavailable;
 use std::collections::BTreeMap;
 

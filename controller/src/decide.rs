@@ -19,68 +19,11 @@
 use crate::budget::{Admission, Holders, Usage};
 use crate::ledger::{Grant, Ledger, LedgerChange, Owner, Slot};
 use crate::pool_index::PoolCounts;
-use common::{NodeFacts, Phase, ProtocolState, Request, ledger::version_is_newer};
+use common::{Phase, Request, ledger::version_is_newer};
 use std::collections::{BTreeMap, BTreeSet};
 
-/// Where the drain of one grant stands, as this replica knows it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum DrainState {
-    #[default]
-    NotStarted,
-    Running,
-    Drained,
-    /// The drain gave up (timeout): the node leaves its slot and waits its turn again.
-    Failed,
-}
-
-/// One node as the decision core sees it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NodeView {
-    pub facts: NodeFacts,
-    pub state: ProtocolState,
-    /// Selected by `--node-selector`. A node outside the pool is acted on only while it holds
-    /// one of this pool's slots.
-    pub in_pool: bool,
-    /// When this controller first saw the request (any monotonic unit); oldest goes first.
-    pub requested_at: Option<u64>,
-    /// A node whose drain failed is not granted again before this time.
-    pub not_before: Option<u64>,
-    /// The drain of the grant the node holds in the ledger (`NotStarted` without one).
-    pub drain: DrainState,
-    /// The value of its `--zone-label`; `None` without one (such nodes form one zone).
-    pub zone: Option<String>,
-    /// Labelled `reboot-disabled=true`: never granted.
-    pub opted_out: bool,
-    /// Since when (same unit as `now`) this controller has seen the node Ready without a
-    /// break and after its last completed reboot (a short reboot may never show NotReady);
-    /// `None` while it is not Ready.
-    pub ready_since: Option<u64>,
-    /// When (Unix milliseconds, as `clock`) the node was told to reboot: its
-    /// `reboot-approved-at`, else the time of the grant it holds (a `reboot-now` set by a
-    /// version that did not record it). `--reboot-timeout` counts from it.
-    pub approved_at: Option<u64>,
-    /// This copy is what a read of the API server returned since the last round, not the
-    /// cache's: only such a copy may re-key a slot to the grant the node carries.
-    pub fresh: bool,
-    /// When (Unix milliseconds, as `clock`) the node was cordoned for the grant it holds in the
-    /// ledger: this replica's claim, else the grant's time in the ledger (written just before
-    /// the claim, maybe by another replica whose clock differs), but not before this replica
-    /// first saw the grant. `--drain-delay` counts from it; `None`: no wait.
-    pub claimed_at: Option<u64>,
-    /// When (as `clock`) the drain of that grant first ended drained; `--reboot-delay` counts
-    /// from it. `None`: no wait.
-    pub drained_at: Option<u64>,
-}
-
-impl NodeView {
-    pub fn name(&self) -> &str {
-        &self.facts.name
-    }
-
-    fn version(&self) -> Option<&str> {
-        self.facts.resource_version.as_deref()
-    }
-}
+// Re-exported: the view is the core's input, and callers name it beside the core's types.
+pub use crate::node_view::{DrainState, NodeView};
 
 /// Why a slot is given back.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -580,7 +523,7 @@ impl<'a> Round<'a> {
             decision.release(&node, ReleaseReason::Abandoned);
             return;
         }
-        let completed = view.state.last_grant.as_deref() == Some(grant);
+        let completed = view.state.completed(grant);
         if completed && !self.soaked(view) {
             if view.facts.readiness != common::Readiness::Ready {
                 decision.not_ready_after_reboot.push(node);

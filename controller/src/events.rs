@@ -11,117 +11,14 @@ use observability::ApiErrorKind;
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 
-pub const REPORTER: &str = "reboot-controller";
+// The vocabulary is the protocol's, shared with the agent and `kubectl reboot`.
+pub use common::events::{CONTROLLER as REPORTER, ControllerReason as Reason};
 
-/// The reasons of the controller's Events.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Reason {
-    Requested,
-    Draining,
-    DrainBlocked,
-    RebootApproved,
-    Rebooted,
-    Cancelled,
-    InvalidRequest,
-    /// The ledger Lease's slots annotation could not be read; rebuilt from the nodes.
-    LedgerDamaged,
-    /// The ledger Lease was deleted; recreated from the leader's last copy.
-    LedgerRecreated,
-    /// A node's protocol annotations or the ledger are in a format this build does not know
-    /// (a newer operator wrote them): left alone until an operator that knows it takes over.
-    UnknownFormat,
-    /// A requested node waits for the next maintenance window.
-    OutsideWindow,
-    /// A requested node waits while the pool is paused.
-    Paused,
-    /// The ledger's `reboot-paused` has a value other than `true` or `false`: read as paused.
-    UnexpectedPauseValue,
-    /// A requested node waits for a slot in its zone (`--max-unavailable-per-zone`).
-    ZoneBudgetFull,
-    /// A requested node has no zone label while zone budgets are on: not granted until it has.
-    ZoneLabelMissing,
-    /// A node of the pool carries another ledger's grant (relabelled from another pool
-    /// mid-reboot): counted here, driven by that pool's controller only.
-    ForeignGrant,
-    /// A requested node is opted out (`reboot-disabled=true`): it is never granted.
-    RebootDisabled,
-    /// A node went NotReady within `--min-ready-seconds` of its reboot; the pool holds.
-    NotReadyAfterReboot,
-    /// A node told to reboot was not completed (new boot, Ready) within `--reboot-timeout`;
-    /// the pool holds.
-    RebootOverdue,
-    /// An administrator gave a node up (`kubectl reboot abandon`): its protocol is cleared,
-    /// its slot released.
-    RebootAbandoned,
-    /// An administrator cleared a node's soak (removed `reboot-last-grant`); its slot is free.
-    SoakCleared,
-    /// `--dry-run`: what the controller would do about the node (nothing was written).
-    DryRun,
-    /// A requested node waits while alerts are active (`--prometheus-url`).
-    AlertsFiring,
-    /// A requested node waits because Prometheus cannot be asked (fail-safe).
-    PrometheusUnreachable,
-    /// A requested node waits while a blocking pod runs (`--blocking-pod-selector`).
-    BlockingPod,
-    /// A requested node has no Running and Ready agent pod (`--agent-selector`): not granted.
-    NoAgent,
-    /// A PodDisruptionBudget that allows no disruption covers a pod of a requested node
-    /// (`--check-disruption-budgets`): not granted.
-    DisruptionBudget,
-    /// A drain timed out and the node is rebooted anyway with pods on it (`--force-reboot`).
-    RebootForced,
-}
-
-impl Reason {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Requested => "Requested",
-            Self::Draining => "Draining",
-            Self::DrainBlocked => "DrainBlocked",
-            Self::RebootApproved => "RebootApproved",
-            Self::Rebooted => "Rebooted",
-            Self::Cancelled => "Cancelled",
-            Self::InvalidRequest => "InvalidRequest",
-            Self::LedgerDamaged => "LedgerDamaged",
-            Self::LedgerRecreated => "LedgerRecreated",
-            Self::UnknownFormat => "UnknownFormat",
-            Self::OutsideWindow => "OutsideWindow",
-            Self::Paused => "Paused",
-            Self::UnexpectedPauseValue => "UnexpectedPauseValue",
-            Self::ZoneBudgetFull => "ZoneBudgetFull",
-            Self::ZoneLabelMissing => "ZoneLabelMissing",
-            Self::ForeignGrant => "ForeignGrant",
-            Self::RebootDisabled => "RebootDisabled",
-            Self::NotReadyAfterReboot => "NotReadyAfterReboot",
-            Self::RebootOverdue => "RebootOverdue",
-            Self::SoakCleared => "SoakCleared",
-            Self::RebootAbandoned => "RebootAbandoned",
-            Self::DryRun => "DryRun",
-            Self::AlertsFiring => "AlertsFiring",
-            Self::PrometheusUnreachable => "PrometheusUnreachable",
-            Self::BlockingPod => "BlockingPod",
-            Self::NoAgent => "NoAgent",
-            Self::DisruptionBudget => "DisruptionBudget",
-            Self::RebootForced => "RebootForced",
-        }
-    }
-
-    fn event_type(self) -> EventType {
-        match self {
-            Self::DrainBlocked
-            | Self::RebootForced
-            | Self::InvalidRequest
-            | Self::LedgerDamaged
-            | Self::LedgerRecreated
-            | Self::UnknownFormat
-            | Self::UnexpectedPauseValue
-            | Self::NotReadyAfterReboot
-            | Self::RebootOverdue
-            | Self::ZoneLabelMissing
-            | Self::NoAgent
-            | Self::PrometheusUnreachable => EventType::Warning,
-            _ => EventType::Normal,
-        }
+fn event_type(reason: Reason) -> EventType {
+    if reason.is_warning() {
+        EventType::Warning
+    } else {
+        EventType::Normal
     }
 }
 
@@ -180,7 +77,7 @@ impl Events {
                     }
                 };
                 let event = Event {
-                    type_: reason.event_type(),
+                    type_: event_type(reason),
                     reason: reason.as_str().to_owned(),
                     note: Some(format!("{mark}{note}")),
                     action: action.unwrap_or(reason.as_str()).to_owned(),

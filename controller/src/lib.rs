@@ -24,6 +24,7 @@ pub mod metrics;
 #[cfg(test)]
 mod model;
 pub mod node_pods;
+pub mod node_view;
 pub mod nodes;
 pub mod notify;
 pub mod plan;

@@ -7,7 +7,7 @@ pub mod view;
 use anyhow::Context;
 use clap::Parser;
 use common::{
-    AnnotationKeys, MaxUnavailable,
+    AnnotationKeys, ControllerReason, MaxUnavailable,
     ledger::{LEDGER_NAME, OPERATOR_NAMESPACE, slots_of},
 };
 use k8s_openapi::api::{
@@ -298,18 +298,22 @@ fn label_zones(sandbox: &Sandbox, zones: u8) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The controller's Events that say why a request waits, as the demo words them.
-const WAITING: [(&str, &str); 9] = [
-    ("Requested", "budget full"),
-    ("ZoneBudgetFull", "zone budget full"),
-    ("OutsideWindow", "outside the window"),
-    ("Paused", "paused"),
-    ("NotReadyAfterReboot", "NotReady after reboot"),
-    ("AlertsFiring", "alerts firing"),
-    ("PrometheusUnreachable", "Prometheus unreachable"),
-    ("BlockingPod", "blocking pod"),
-    ("RebootDisabled", "opted out"),
-];
+/// Why a request waits, as the demo words the reason of the controller's Event that says so.
+fn waiting(reason: ControllerReason) -> Option<&'static str> {
+    use ControllerReason as R;
+    Some(match reason {
+        R::Requested => "budget full",
+        R::ZoneBudgetFull => "zone budget full",
+        R::OutsideWindow => "outside the window",
+        R::Paused => "paused",
+        R::NotReadyAfterReboot => "NotReady after reboot",
+        R::AlertsFiring => "alerts firing",
+        R::PrometheusUnreachable => "Prometheus unreachable",
+        R::BlockingPod => "blocking pod",
+        R::RebootDisabled => "opted out",
+        _ => return None,
+    })
+}
 
 /// Each node's state, and what to show next to its name: its zone, and for a waiting node
 /// the reason from the controller's latest Event about it.
@@ -338,7 +342,7 @@ async fn snapshot(
     let mut why: BTreeMap<String, &str> = BTreeMap::new();
     for event in &events {
         let reason = event.reason.as_deref().unwrap_or_default();
-        if let Some((_, words)) = WAITING.iter().find(|(r, _)| *r == reason) {
+        if let Some(words) = reason.parse().ok().and_then(waiting) {
             let node = event.involved_object.name.clone().unwrap_or_default();
             why.insert(node, words);
         }

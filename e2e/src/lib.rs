@@ -1,7 +1,7 @@
 //! Support for end-to-end scenarios: the independent budget watcher (from `nodesim`), waiting
 //! with a deadline, and the real kubectl.
 
-use common::{AnnotationKeys, NodeFacts};
+use common::{AnnotationKeys, NodeFacts, Reason};
 use k8s_openapi::api::core::v1::{Event, Node};
 use kube::{Api, Client, api::ListParams, runtime::watcher};
 pub use nodesim::budget_watch::{BudgetWatch, unavailable};
@@ -317,18 +317,18 @@ pub async fn event_reasons(client: &Client, node: &str) -> Vec<String> {
 }
 
 /// Whether an Event with this reason, whose message contains every one of `words`, is there.
-pub async fn has_event(client: &Client, node: &str, reason: &str, words: &[&str]) -> bool {
+pub async fn has_event(client: &Client, node: &str, reason: impl Reason, words: &[&str]) -> bool {
     node_events(client, node)
         .await
         .iter()
-        .any(|(r, _, message)| r == reason && words.iter().all(|w| message.contains(w)))
+        .any(|(r, _, message)| r == reason.as_str() && words.iter().all(|w| message.contains(w)))
 }
 
 /// Waits (up to four minutes) for an Event like [`has_event`] describes.
 pub async fn wait_for_event(
     client: &Client,
     node: &str,
-    reason: &str,
+    reason: impl Reason,
     words: &[&str],
     budget: Option<&BudgetWatch>,
 ) {

@@ -5,6 +5,7 @@
 //! [`Observer`], which checks the budget and the drain at every event, in etcd order, and
 //! accounts for every request at the end.
 
+use common::ControllerReason;
 use e2e::{
     BudgetWatch, NodeHistory, apply, chaos::Observer, has_event, kubectl, label_node, node,
     pod_that_blocks_the_drain_of, request_reboot, workload,
@@ -499,7 +500,7 @@ async fn replicas_without_leader_election(
     request_all(sb);
     observer
         .wait_until(&format!("{cancelled} is draining"), PHASE, || {
-            has_event(&sb.client, cancelled, "Draining", &[])
+            has_event(&sb.client, cancelled, ControllerReason::Draining, &[])
         })
         .await;
     kubectl(

@@ -9,6 +9,7 @@
 //! Times are taken from the API server's clock (an object's `creationTimestamp`), never from a
 //! skewed controller's nor from how long the test waited.
 
+use common::ControllerReason;
 use e2e::{
     chaos::Observer, faketime, has_event, kubectl, node, protocol_annotations, request_reboot,
 };
@@ -197,12 +198,17 @@ fn daily_window(start: Timestamp, end: Timestamp) -> String {
 }
 
 /// The API server's time of the first Event about `node` with this reason and action.
-async fn event_time(client: &Client, node: &str, reason: &str, action: &str) -> Option<Timestamp> {
+async fn event_time(
+    client: &Client,
+    node: &str,
+    reason: ControllerReason,
+    action: &str,
+) -> Option<Timestamp> {
     e2e::events_about(client, node)
         .await
         .into_iter()
         .find(|e: &Event| {
-            e.reason.as_deref() == Some(reason) && e.action.as_deref() == Some(action)
+            e.reason.as_deref() == Some(reason.as_str()) && e.action.as_deref() == Some(action)
         })
         .and_then(|e| e.creation_timestamp())
         .map(|t| t.0)
@@ -221,7 +227,7 @@ async fn a_window_is_judged_by_the_controllers_own_clock() {
     request_reboot(&sb.control_plane, "sim-1");
     observer
         .wait_until("sim-1 is told it waits for the window", PHASE, || {
-            has_event(&sb.client, "sim-1", "OutsideWindow", &[])
+            has_event(&sb.client, "sim-1", ControllerReason::OutsideWindow, &[])
         })
         .await;
     assert!(
@@ -238,9 +244,14 @@ async fn a_window_is_judged_by_the_controllers_own_clock() {
             observer.rebooted_and_back("sim-1", 1)
         })
         .await;
-    let approved = event_time(&sb.client, "sim-1", "RebootApproved", "RebootApproved")
-        .await
-        .expect("a RebootApproved Event");
+    let approved = event_time(
+        &sb.client,
+        "sim-1",
+        ControllerReason::RebootApproved,
+        "RebootApproved",
+    )
+    .await
+    .expect("a RebootApproved Event");
     assert!(
         approved < opens,
         "the controller 40 minutes ahead approved at {approved} (API server's clock), not before \
@@ -276,7 +287,12 @@ async fn a_new_leader_ahead_does_not_cut_the_drain_delay_short() {
     request_reboot(&sb.control_plane, "sim-1");
     let cordoned = observer
         .eventually("sim-1 is cordoned, its drain delayed", PHASE, || {
-            event_time(&sb.client, "sim-1", "Draining", "DrainDelayed")
+            event_time(
+                &sb.client,
+                "sim-1",
+                ControllerReason::Draining,
+                "DrainDelayed",
+            )
         })
         .await;
     // The leader dies halfway through the delay; the new one's clock is 5 minutes ahead of the
@@ -286,7 +302,7 @@ async fn a_new_leader_ahead_does_not_cut_the_drain_delay_short() {
     wait_for_leader(&sb, &observer, ahead, TAKEOVER).await;
     let drained = observer
         .eventually("sim-1's drain starts", PHASE, || {
-            event_time(&sb.client, "sim-1", "Draining", "Draining")
+            event_time(&sb.client, "sim-1", ControllerReason::Draining, "Draining")
         })
         .await;
     // The grant is written just before the cordon, whose Event follows it: a second covers the
@@ -344,7 +360,12 @@ async fn a_new_leader_ahead_judges_the_reboot_timeout_by_its_clock_on_the_safe_s
     wait_for_leader(&sb, &observer, ahead, TAKEOVER).await;
     observer
         .wait_until("the new leader calls sim-1 overdue", PHASE, || {
-            has_event(&sb.client, "sim-1", "RebootOverdue", &["--reboot-timeout"])
+            has_event(
+                &sb.client,
+                "sim-1",
+                ControllerReason::RebootOverdue,
+                &["--reboot-timeout"],
+            )
         })
         .await;
     assert!(
@@ -358,12 +379,17 @@ async fn a_new_leader_ahead_judges_the_reboot_timeout_by_its_clock_on_the_safe_s
             observer.rebooted_and_back("sim-1", 1) && observer.rebooted_and_back("sim-2", 1)
         })
         .await;
-    let completed = event_time(&sb.client, "sim-1", "Rebooted", "Rebooted")
+    let completed = event_time(&sb.client, "sim-1", ControllerReason::Rebooted, "Rebooted")
         .await
         .expect("a Rebooted Event on sim-1");
-    let approved = event_time(&sb.client, "sim-2", "RebootApproved", "RebootApproved")
-        .await
-        .expect("a RebootApproved Event on sim-2");
+    let approved = event_time(
+        &sb.client,
+        "sim-2",
+        ControllerReason::RebootApproved,
+        "RebootApproved",
+    )
+    .await
+    .expect("a RebootApproved Event on sim-2");
     assert!(
         approved >= completed,
         "sim-2 was told to reboot at {approved} while sim-1, called overdue, completed only at \

@@ -3,6 +3,7 @@
 //! PodDisruptionBudgets are real. The delays are checked on the times the system wrote (the
 //! slot's grant time, the Events' times), never on how long the test waited.
 
+use common::{ControllerReason, events::CONTROLLER};
 use e2e::{
     BudgetWatch, apply, has_event, node, pod_that_blocks_the_drain_of, protocol_annotations,
     request_reboot,
@@ -31,7 +32,7 @@ async fn steps(client: &Client, node: &str) -> Vec<Step> {
     e2e::events_about(client, node)
         .await
         .into_iter()
-        .filter(|e| e.reporting_component.as_deref() == Some("reboot-controller"))
+        .filter(|e| e.reporting_component.as_deref() == Some(CONTROLLER))
         .map(|e| Step {
             type_: e.type_.unwrap_or_default(),
             reason: e.reason.unwrap_or_default(),
@@ -56,11 +57,11 @@ async fn wait_until_sim_1_is_rebooted_and_back(sb: &Sandbox, watch: &BudgetWatch
 }
 
 /// The first step with this reason and action, with its place.
-fn find<'a>(steps: &'a [Step], reason: &str, action: &str) -> (usize, &'a Step) {
+fn find<'a>(steps: &'a [Step], reason: ControllerReason, action: &str) -> (usize, &'a Step) {
     steps
         .iter()
         .enumerate()
-        .find(|(_, s)| s.reason == reason && s.action == action)
+        .find(|(_, s)| s.reason == reason.as_str() && s.action == action)
         .unwrap_or_else(|| panic!("no {reason}/{action} Event in {steps:#?}"))
 }
 
@@ -82,21 +83,21 @@ async fn the_drain_and_reboot_now_wait_for_their_delays() {
     wait_for_event(
         &sb.client,
         "sim-1",
-        "Rebooted",
+        ControllerReason::Rebooted,
         &["slot held since"],
         Some(&watch),
     )
     .await;
     let steps = steps(&sb.client, "sim-1").await;
-    let (cordoned, _) = find(&steps, "Draining", "DrainDelayed");
-    let (evicting, drain_start) = find(&steps, "Draining", "Draining");
-    let (drained, _) = find(&steps, "Draining", "RebootDelayed");
-    let (approved, approval) = find(&steps, "RebootApproved", "RebootApproved");
+    let (cordoned, _) = find(&steps, ControllerReason::Draining, "DrainDelayed");
+    let (evicting, drain_start) = find(&steps, ControllerReason::Draining, "Draining");
+    let (drained, _) = find(&steps, ControllerReason::Draining, "RebootDelayed");
+    let (approved, approval) = find(&steps, ControllerReason::RebootApproved, "RebootApproved");
     assert!(
         cordoned < evicting && evicting < drained && drained < approved,
         "cordon, drain, reboot-now, in this order: {steps:#?}"
     );
-    let (_, rebooted) = find(&steps, "Rebooted", "Rebooted");
+    let (_, rebooted) = find(&steps, ControllerReason::Rebooted, "Rebooted");
     let granted: Timestamp = rebooted
         .note
         .split("slot held since ")
@@ -138,18 +139,18 @@ async fn with_force_reboot_a_drain_that_times_out_reboots_the_node_anyway() {
     wait_for_event(
         &sb.client,
         "sim-1",
-        "RebootForced",
+        ControllerReason::RebootForced,
         &["default/precious", "never-disrupt", "--force-reboot"],
         Some(&watch),
     )
     .await;
     wait_until_sim_1_is_rebooted_and_back(&sb, &watch).await;
     assert!(
-        !has_event(&sb.client, "sim-1", "DrainBlocked", &[]).await,
+        !has_event(&sb.client, "sim-1", ControllerReason::DrainBlocked, &[]).await,
         "the drain was not abandoned"
     );
     let forced = steps(&sb.client, "sim-1").await;
-    let (_, warning) = find(&forced, "RebootForced", "RebootForced");
+    let (_, warning) = find(&forced, ControllerReason::RebootForced, "RebootForced");
     assert_eq!(warning.type_, "Warning", "{warning:?}");
     assert!(warning.note.contains("still on the node"), "{warning:?}");
     let address = sb.controllers[0]

@@ -3,6 +3,7 @@
 //! survives the reboot is reported and not acted on; once it is gone, the next need (even
 //! the same) is a new one; a node can opt out.
 
+use common::{AgentReason, ControllerReason};
 use e2e::{BudgetWatch, eventually, kubectl, node_events, wait_until};
 use nodesim::sandbox::{Sandbox, SandboxConfig};
 use std::{path::PathBuf, time::Duration};
@@ -89,7 +90,7 @@ async fn a_sentinel_file_gets_its_node_rebooted_once_and_one_that_survives_is_re
             reasons(&sb, stays)
                 .await
                 .iter()
-                .any(|r| r == "SentinelPersists")
+                .any(|r| r == AgentReason::SentinelPersists.as_str())
                 .then_some(())
         },
     )
@@ -107,14 +108,17 @@ async fn a_sentinel_file_gets_its_node_rebooted_once_and_one_that_survives_is_re
         );
         assert_eq!(annotation(&sb, node, "reboot-needed").await, None, "{node}");
         let requested = reasons(&sb, node).await;
-        let count = requested.iter().filter(|r| *r == "RebootRequired").count();
+        let count = requested
+            .iter()
+            .filter(|r| *r == AgentReason::RebootRequired.as_str())
+            .count();
         assert_eq!(count, 1, "{node}: {requested:?}");
     }
     assert!(
         !reasons(&sb, gone)
             .await
             .iter()
-            .any(|r| r == "SentinelPersists")
+            .any(|r| r == AgentReason::SentinelPersists.as_str())
     );
     sb.stop().await;
 }
@@ -151,11 +155,11 @@ async fn a_sentinel_command_that_exits_0_gets_its_node_rebooted_once() {
     sb.stop().await;
 }
 
-async fn count(sb: &Sandbox, node: &str, reason: &str) -> usize {
+async fn count(sb: &Sandbox, node: &str, reason: AgentReason) -> usize {
     reasons(sb, node)
         .await
         .iter()
-        .filter(|r| *r == reason)
+        .filter(|r| *r == reason.as_str())
         .count()
 }
 
@@ -189,7 +193,7 @@ async fn a_command_that_keeps_its_answer_is_reported_then_requests_again_after_s
         "the agent reports that the command still says so after the reboot",
         WAIT,
         Some(&watch),
-        || async { (count(&sb, node, "SentinelPersists").await > 0).then_some(()) },
+        || async { (count(&sb, node, AgentReason::SentinelPersists).await > 0).then_some(()) },
     )
     .await;
     several_checks_later(&watch).await;
@@ -199,9 +203,9 @@ async fn a_command_that_keeps_its_answer_is_reported_then_requests_again_after_s
         "a sentinel that persists rebooted again"
     );
     assert_eq!(annotation(&sb, node, "reboot-needed").await, None);
-    assert_eq!(count(&sb, node, "RebootRequired").await, 1);
+    assert_eq!(count(&sb, node, AgentReason::RebootRequired).await, 1);
     assert_eq!(
-        count(&sb, node, "SentinelPersists").await,
+        count(&sb, node, AgentReason::SentinelPersists).await,
         1,
         "reported once"
     );
@@ -235,7 +239,7 @@ async fn a_command_that_keeps_its_answer_is_reported_then_requests_again_after_s
         "the agent reports again that the command still says so after the second reboot",
         WAIT,
         Some(&watch),
-        || async { (count(&sb, node, "SentinelPersists").await == 2).then_some(()) },
+        || async { (count(&sb, node, AgentReason::SentinelPersists).await == 2).then_some(()) },
     )
     .await;
     several_checks_later(&watch).await;
@@ -244,7 +248,7 @@ async fn a_command_that_keeps_its_answer_is_reported_then_requests_again_after_s
         2,
         "rebooted again after the second need"
     );
-    assert_eq!(count(&sb, node, "RebootRequired").await, 2);
+    assert_eq!(count(&sb, node, AgentReason::RebootRequired).await, 2);
     assert_eq!(
         annotation(&sb, node, "reboot-needed").await,
         None,
@@ -277,7 +281,7 @@ async fn an_opted_out_node_is_never_granted_and_its_agent_never_requests() {
         reasons(&sb, other)
             .await
             .iter()
-            .any(|r| r == "RebootRequired")
+            .any(|r| r == AgentReason::RebootRequired.as_str())
     );
     assert_eq!(
         annotation(&sb, out, "reboot-needed").await,
@@ -298,7 +302,7 @@ async fn an_opted_out_node_is_never_granted_and_its_agent_never_requests() {
             reasons(&sb, out)
                 .await
                 .iter()
-                .any(|r| r == "RebootDisabled")
+                .any(|r| r == ControllerReason::RebootDisabled.as_str())
                 .then_some(())
         },
     )

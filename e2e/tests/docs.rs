@@ -10,6 +10,7 @@
 //! chart's README instead of comparing them; `make chart-readme` the README alone. mdBook comes from MDBOOK (`make docs` installs it and `make test` passes
 //! it on), else from PATH.
 
+use common::{AgentReason, ControllerReason};
 use e2e::chart_readme::{self, README};
 use e2e::chart_values::{cell, chart_schema, values_table};
 use serde_json::Value;
@@ -344,6 +345,66 @@ fn every_alert_in_the_operations_table_links_to_its_runbook() {
         missing.is_empty(),
         "docs/src/operations.md: the alerts table must link each alert to its runbook, as \
          [`Name`](#name); missing: {missing:?}"
+    );
+}
+
+/// The rows of the Events table of operations.md: reason, type, the programs that write it.
+fn events_table(page: &str) -> BTreeMap<String, (String, String)> {
+    let table = page
+        .split("## Events")
+        .nth(1)
+        .expect("docs/src/operations.md has a section ## Events");
+    table
+        .lines()
+        .skip_while(|l| !l.starts_with("| reason"))
+        .skip(2)
+        .take_while(|l| l.starts_with('|'))
+        .map(|row| {
+            let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+            let reason = cells[1].trim_matches('`').to_owned();
+            (reason, (cells[2].to_owned(), cells[3].to_owned()))
+        })
+        .collect()
+}
+
+/// What the Events table should say of each reason, from the programs' own vocabulary.
+fn events_expected() -> BTreeMap<String, (String, String)> {
+    let mut expected: BTreeMap<String, (String, Vec<&str>)> = BTreeMap::new();
+    let kind = |warning: bool| if warning { "Warning" } else { "Normal" }.to_owned();
+    for r in ControllerReason::ALL {
+        expected.insert(r.to_string(), (kind(r.is_warning()), vec!["controller"]));
+    }
+    for r in AgentReason::ALL {
+        let row = expected
+            .entry(r.to_string())
+            .or_insert((kind(r.is_warning()), vec![]));
+        row.1.push("agent");
+    }
+    expected
+        .into_iter()
+        .map(|(reason, (kind, from))| (reason, (kind, from.join(", "))))
+        .collect()
+}
+
+#[test]
+fn the_events_table_names_every_reason_of_both_programs_with_its_type() {
+    let table = events_table(&read(&repo().join("docs/src/operations.md")));
+    let expected = events_expected();
+    let wrong: Vec<_> = expected
+        .iter()
+        .filter(|(reason, row)| table.get(*reason) != Some(row))
+        .map(|(reason, row)| format!("{reason}: {row:?}, the table says {:?}", table.get(reason)))
+        .chain(
+            table
+                .keys()
+                .filter(|r| !expected.contains_key(*r))
+                .map(|r| format!("{r}: no program writes it")),
+        )
+        .collect();
+    assert!(
+        wrong.is_empty(),
+        "docs/src/operations.md, the Events table (reason | type | from) against \
+         common::events: {wrong:#?}"
     );
 }
 

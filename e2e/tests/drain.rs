@@ -1,6 +1,7 @@
 //! Draining before every reboot (issue 4), on a control plane with the scheduler and the
 //! controller-manager, so that Deployments, DaemonSets and PodDisruptionBudgets are real.
 
+use common::ControllerReason;
 use e2e::pod_is_ready;
 use e2e::{
     BudgetWatch, apply, has_event, kubectl, node, node_events, pod_that_blocks_the_drain_of,
@@ -211,7 +212,10 @@ async fn a_rollout_keeps_the_pod_disruption_budget_and_leaves_daemonset_pods_alo
         .into_iter()
         .map(|e| e.0)
         .collect();
-    assert!(reasons.contains(&"Draining".to_owned()), "{reasons:?}");
+    assert!(
+        reasons.contains(&ControllerReason::Draining.to_string()),
+        "{reasons:?}"
+    );
     sb.stop().await;
 }
 
@@ -225,14 +229,14 @@ async fn a_drain_that_times_out_gives_the_slot_to_another_node() {
     let watch = BudgetWatch::start(sb.client.clone(), 1).await;
     request_reboot(&sb.control_plane, "sim-1");
     wait_until("sim-1 is draining", ROLLOUT, Some(&watch), || async {
-        has_event(&sb.client, "sim-1", "Draining", &[]).await
+        has_event(&sb.client, "sim-1", ControllerReason::Draining, &[]).await
     })
     .await;
     request_reboot(&sb.control_plane, "sim-2");
     wait_for_event(
         &sb.client,
         "sim-1",
-        "DrainBlocked",
+        ControllerReason::DrainBlocked,
         &["default/precious", "never-disrupt"],
         Some(&watch),
     )
@@ -303,7 +307,7 @@ async fn a_drain_resumes_after_the_controller_is_killed() {
     let watch = BudgetWatch::start(sb.client.clone(), 1).await;
     request_reboot(&sb.control_plane, "sim-1");
     wait_until("sim-1 is draining", ROLLOUT, Some(&watch), || async {
-        has_event(&sb.client, "sim-1", "Draining", &[]).await
+        has_event(&sb.client, "sim-1", ControllerReason::Draining, &[]).await
     })
     .await;
     tokio::time::sleep(Duration::from_secs(2)).await;
@@ -337,7 +341,7 @@ async fn a_drain_resumes_after_the_controller_is_killed() {
     let drains = node_events(&sb.client, "sim-1")
         .await
         .into_iter()
-        .filter(|e| e.0 == "Draining")
+        .filter(|e| e.0 == ControllerReason::Draining.as_str())
         .count();
     assert!(
         drains >= 2,
@@ -404,7 +408,7 @@ async fn removing_the_request_during_the_drain_cancels_it() {
         || async {
             let n = node(&sb.client, "sim-1").await;
             n.spec.as_ref().and_then(|s| s.unschedulable) == Some(true)
-                && has_event(&sb.client, "sim-1", "Draining", &[]).await
+                && has_event(&sb.client, "sim-1", ControllerReason::Draining, &[]).await
         },
     )
     .await;
@@ -420,7 +424,7 @@ async fn removing_the_request_during_the_drain_cancels_it() {
             let n = node(&sb.client, "sim-1").await;
             n.spec.as_ref().and_then(|s| s.unschedulable) != Some(true)
                 && protocol_annotations(&n).is_empty()
-                && has_event(&sb.client, "sim-1", "Cancelled", &[]).await
+                && has_event(&sb.client, "sim-1", ControllerReason::Cancelled, &[]).await
         },
     )
     .await;
@@ -512,7 +516,7 @@ async fn the_pod_selector_limits_the_drain_and_two_budgets_on_one_pod_are_report
     wait_for_event(
         &sb.client,
         "sim-2",
-        "DrainBlocked",
+        ControllerReason::DrainBlocked,
         &["default/double", "more than one PodDisruptionBudget"],
         None,
     )
@@ -775,7 +779,7 @@ async fn count_drain_requests(streaming: bool) {
         let draining = node_events(&sb.client, name)
             .await
             .into_iter()
-            .filter(|(reason, _, _)| reason == "Draining")
+            .filter(|(reason, _, _)| reason == ControllerReason::Draining.as_str())
             .collect::<Vec<_>>();
         let got = DrainRequests {
             pod_views: count("list pods") + count("watch pods"),
@@ -808,7 +812,13 @@ async fn count_drain_requests(streaming: bool) {
             n => format!("({n} pods evicted)"),
         };
         assert!(
-            has_event(&sb.client, name, "RebootApproved", &[&approved]).await,
+            has_event(
+                &sb.client,
+                name,
+                ControllerReason::RebootApproved,
+                &[&approved]
+            )
+            .await,
             "RebootApproved on {name} says {approved:?}: {:?}",
             node_events(&sb.client, name).await
         );

@@ -1,6 +1,7 @@
 //! `--dry-run` (issue 16), on the real control plane: the controller decides and says what it
 //! would do, in its log and in `DryRun` Events, and writes nothing to any Node or Lease.
 
+use common::{ControllerReason, events::CONTROLLER};
 use e2e::{BudgetWatch, has_event, kubectl, wait_until};
 use k8s_openapi::api::{coordination::v1::Lease, core::v1::Node};
 use kube::{Api, api::ListParams};
@@ -71,7 +72,7 @@ async fn a_dry_run_rollout_changes_no_node_and_no_lease_and_names_the_nodes_it_w
             has_event(
                 &client,
                 name,
-                "DryRun",
+                ControllerReason::DryRun,
                 &["nothing was written", "would grant"]
             )
             .await,
@@ -83,7 +84,7 @@ async fn a_dry_run_rollout_changes_no_node_and_no_lease_and_names_the_nodes_it_w
     let mut published = 0;
     for name in ["sim-1", "sim-2", "sim-3", "sim-4"] {
         for (reason, component, message) in e2e::node_events(&client, name).await {
-            if component == "reboot-controller" {
+            if component == CONTROLLER {
                 published += 1;
                 assert!(
                     message.starts_with("dry run, nothing was written: "),

@@ -4,6 +4,7 @@
 //! a node that comes back from its reboot NotReady (a bad kernel) stops the rollout once past
 //! `--reboot-timeout`, says so, and the rollout goes on once the node is fixed.
 
+use common::ControllerReason;
 use common::ledger::{LEDGER_NAME, OPERATOR_NAMESPACE, slots_of};
 use e2e::{
     BudgetWatch, apply, eventually, has_event, kubectl, node, request_reboot,
@@ -89,7 +90,7 @@ async fn a_pause_typed_as_true_with_a_capital_pauses_and_a_warning_says_how_it_w
             if let Some(what) = granted(&sb, "sim-1").await {
                 return Some(Some(what));
             }
-            has_event(&client, "sim-1", "Paused", &[])
+            has_event(&client, "sim-1", ControllerReason::Paused, &[])
                 .await
                 .then_some(None)
         },
@@ -118,7 +119,7 @@ async fn a_pause_typed_as_true_with_a_capital_pauses_and_a_warning_says_how_it_w
         || async {
             ledger_events(&client).await.iter().any(|(kind, reason, message)| {
                 kind == "Warning"
-                    && reason == "UnexpectedPauseValue"
+                    && reason == ControllerReason::UnexpectedPauseValue.as_str()
                     && message.contains("reboot-paused=\"True\"")
                     && message.contains("read as paused")
                     && message.contains(&format!(
@@ -131,7 +132,7 @@ async fn a_pause_typed_as_true_with_a_capital_pauses_and_a_warning_says_how_it_w
     let warning = ledger_events(&client)
         .await
         .into_iter()
-        .find(|(_, reason, _)| reason == "UnexpectedPauseValue")
+        .find(|(_, reason, _)| reason == ControllerReason::UnexpectedPauseValue.as_str())
         .map(|(_, _, message)| message);
     println!("the Warning: {}", warning.unwrap_or_default());
 
@@ -229,7 +230,10 @@ async fn a_wedged_node_is_drained_by_counting_its_unconfirmed_pod_as_gone_and_re
         Some(&watch),
         || async {
             let events = e2e::node_events(&client, "sim-1").await;
-            if let Some((_, _, message)) = events.iter().find(|(r, _, _)| r == "DrainBlocked") {
+            if let Some((_, _, message)) = events
+                .iter()
+                .find(|(r, _, _)| r == ControllerReason::DrainBlocked.as_str())
+            {
                 return Some(Some(message.clone()));
             }
             (sb.fleet.reboots("sim-1") == 1).then_some(None)
@@ -241,7 +245,7 @@ async fn a_wedged_node_is_drained_by_counting_its_unconfirmed_pod_as_gone_and_re
         has_event(
             &client,
             "sim-1",
-            "Draining",
+            ControllerReason::Draining,
             &[
                 "node NotReady",
                 "counted as gone",
@@ -257,7 +261,7 @@ async fn a_wedged_node_is_drained_by_counting_its_unconfirmed_pod_as_gone_and_re
         has_event(
             &client,
             "sim-1",
-            "RebootApproved",
+            ControllerReason::RebootApproved,
             &["1 pod counted as gone without its deletion confirmed"],
         )
         .await,
@@ -306,7 +310,7 @@ async fn on_a_ready_node_a_pod_stuck_terminating_is_waited_for() {
             has_event(
                 &client,
                 "sim-1",
-                "DrainBlocked",
+                ControllerReason::DrainBlocked,
                 &["default/stuck", "still terminating"],
             )
             .await
@@ -317,11 +321,17 @@ async fn on_a_ready_node_a_pod_stuck_terminating_is_waited_for() {
     assert!(common::eviction::node_is_ready(&n), "sim-1 stayed Ready");
     assert_eq!(sb.fleet.reboots("sim-1"), 0, "sim-1 was not rebooted");
     assert!(
-        !has_event(&client, "sim-1", "RebootApproved", &[]).await,
+        !has_event(&client, "sim-1", ControllerReason::RebootApproved, &[]).await,
         "no reboot approved while the pod terminates on a Ready node"
     );
     assert!(
-        !has_event(&client, "sim-1", "Draining", &["counted as gone"]).await,
+        !has_event(
+            &client,
+            "sim-1",
+            ControllerReason::Draining,
+            &["counted as gone"]
+        )
+        .await,
         "nothing counted as gone on a Ready node"
     );
     assert!(
@@ -394,7 +404,7 @@ async fn a_node_back_not_ready_past_the_reboot_timeout_stops_the_rollout_until_i
             has_event(
                 &client,
                 "sim-1",
-                "RebootOverdue",
+                ControllerReason::RebootOverdue,
                 &[
                     "--reboot-timeout (10s)",
                     "new boot but is not Ready",
@@ -430,8 +440,8 @@ async fn a_node_back_not_ready_past_the_reboot_timeout_stops_the_rollout_until_i
         PATIENCE,
         Some(&watch),
         || async {
-            has_event(&client, "sim-2", "Requested", &[]).await
-                && has_event(&client, "sim-3", "Requested", &[]).await
+            has_event(&client, "sim-2", ControllerReason::Requested, &[]).await
+                && has_event(&client, "sim-3", ControllerReason::Requested, &[]).await
         },
     )
     .await;
@@ -522,7 +532,7 @@ async fn a_node_that_does_not_come_back_holds_the_pool_until_it_is_given_up_by_h
             e2e::node_events(&client, "sim-1")
                 .await
                 .into_iter()
-                .find(|(reason, _, _)| reason == "RebootOverdue")
+                .find(|(reason, _, _)| reason == ControllerReason::RebootOverdue.as_str())
                 .map(|(_, _, message)| message)
         },
     )
@@ -531,7 +541,7 @@ async fn a_node_that_does_not_come_back_holds_the_pool_until_it_is_given_up_by_h
     assert!(note.contains("has not come back in a new boot"), "{note}");
     request_reboot(&sb.control_plane, "sim-2");
     wait_until("sim-2 is told it waits", PATIENCE, Some(&watch), || async {
-        has_event(&client, "sim-2", "Requested", &["sim-1"]).await
+        has_event(&client, "sim-2", ControllerReason::Requested, &["sim-1"]).await
     })
     .await;
     assert_eq!(granted(&sb, "sim-2").await, None, "sim-2 granted");
@@ -558,7 +568,7 @@ async fn a_node_that_does_not_come_back_holds_the_pool_until_it_is_given_up_by_h
         },
     )
     .await;
-    assert!(has_event(&client, "sim-1", "Cancelled", &[]).await);
+    assert!(has_event(&client, "sim-1", ControllerReason::Cancelled, &[]).await);
     assert_eq!(sb.fleet.reboots("sim-1"), 0, "the swallowed reboot");
     watch.check().unwrap();
     sb.stop().await;

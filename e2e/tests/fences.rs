@@ -4,6 +4,7 @@
 //! replica wrote after an alert fired (it had decided before), does not move its node further
 //! (cordon, drain, `reboot-now`) until the fence lifts; then the node goes on.
 
+use common::ControllerReason;
 use common::ledger::{LEDGER_NAME, OPERATOR_NAMESPACE, slots_of};
 use e2e::{
     BudgetWatch, NodeState, apply, has_event, kubectl, node, pod_that_blocks_the_drain_of,
@@ -102,7 +103,7 @@ async fn a_pause_after_the_grant_keeps_the_drained_node_from_rebooting_until_res
     .await;
     request_reboot(&sb.control_plane, &name);
     wait_until("the node is draining", PHASE, Some(&watch), || {
-        has_event(&client, &name, "Draining", &[])
+        has_event(&client, &name, ControllerReason::Draining, &[])
     })
     .await;
 
@@ -128,7 +129,7 @@ async fn a_pause_after_the_grant_keeps_the_drained_node_from_rebooting_until_res
             has_event(
                 &client,
                 &name,
-                "Paused",
+                ControllerReason::Paused,
                 &[HELD, "until an administrator resumes"],
             )
             .await
@@ -201,7 +202,7 @@ async fn a_grant_written_after_an_alert_fired_is_not_claimed_until_the_gate_open
     let watch = BudgetWatch::start(client.clone(), 1).await;
     request_reboot(&sb.control_plane, &name);
     wait_until("the alert holds the request", PHASE, Some(&watch), || {
-        has_event(&client, &name, "AlertsFiring", &[ALERT])
+        has_event(&client, &name, ControllerReason::AlertsFiring, &[ALERT])
     })
     .await;
 
@@ -246,7 +247,7 @@ async fn a_grant_written_after_an_alert_fired_is_not_claimed_until_the_gate_open
         Some(&watch),
         || async {
             holds_slot(&client, &name).await
-                && (has_event(&client, &name, "AlertsFiring", &[HELD]).await
+                && (has_event(&client, &name, ControllerReason::AlertsFiring, &[HELD]).await
                     || moved(&client, &name).await)
         },
     )
@@ -266,7 +267,8 @@ async fn a_grant_written_after_an_alert_fired_is_not_claimed_until_the_gate_open
         PHASE,
         Some(&watch),
         || async {
-            has_event(&client, &name, "Paused", &[HELD]).await || moved(&client, &name).await
+            has_event(&client, &name, ControllerReason::Paused, &[HELD]).await
+                || moved(&client, &name).await
         },
     )
     .await;

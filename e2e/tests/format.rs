@@ -6,6 +6,7 @@
 //! is not taken for an empty one); once the state is readable again the rollout finishes.
 
 use common::ledger::{FORMAT_ANNOTATION, LEDGER_NAME, OPERATOR_NAMESPACE};
+use common::{AgentReason, ControllerReason, Reason};
 use e2e::{
     BudgetWatch, has_event, kubectl, node, protocol_annotations, request_reboot,
     rollout::{annotate_ledger, ledger_events, rollout_completes},
@@ -50,7 +51,7 @@ async fn ledger_refusals(client: &Client) -> Vec<String> {
     ledger_events(client)
         .await
         .into_iter()
-        .filter(|(_, reason, _)| reason == "UnknownFormat")
+        .filter(|(_, reason, _)| reason == ControllerReason::UnknownFormat.as_str())
         .map(|(_, _, message)| message)
         .collect()
 }
@@ -75,13 +76,20 @@ async fn a_node_a_newer_operator_wrote_is_left_alone_and_counts_against_the_budg
         ],
     );
     let words = ["\"2\"", "up to 1", "upgrade the operator"];
-    wait_for_event(&client, newer, "UnknownFormat", &words, Some(&watch)).await;
+    wait_for_event(
+        &client,
+        newer,
+        ControllerReason::UnknownFormat,
+        &words,
+        Some(&watch),
+    )
+    .await;
     wait_until("the controller counts it", PHASE, Some(&watch), || async {
         controller_metric(&sb, "node_reboot_unknown_format{object=\"node\"}").await == Some(1.0)
     })
     .await;
     wait_until("the agent says it refuses", PHASE, Some(&watch), || {
-        events_from(&client, newer, "reboot-agent", "UnknownFormat")
+        events_from(&client, newer, AgentReason::UnknownFormat)
     })
     .await;
     assert_eq!(
@@ -93,7 +101,7 @@ async fn a_node_a_newer_operator_wrote_is_left_alone_and_counts_against_the_budg
     // Counted as unavailable, it uses the budget of 1: a request of this version waits.
     request_reboot(&sb.control_plane, other);
     wait_until("the request is seen", PHASE, Some(&watch), || {
-        has_event(&client, other, "Requested", &[])
+        has_event(&client, other, ControllerReason::Requested, &[])
     })
     .await;
     assert!(!granted(&client, other).await, "granted beyond the budget");
@@ -123,12 +131,12 @@ async fn a_node_a_newer_operator_wrote_is_left_alone_and_counts_against_the_budg
     watch.check().expect("budget held");
 }
 
-/// Whether an Event with this reason from this reporting component is about the node.
-async fn events_from(client: &Client, node: &str, component: &str, reason: &str) -> bool {
+/// Whether an Event with this reason, from the program that writes it, is about the node.
+async fn events_from<R: Reason>(client: &Client, node: &str, reason: R) -> bool {
     e2e::node_events(client, node)
         .await
         .iter()
-        .any(|(r, c, _)| r == reason && c == component)
+        .any(|(r, c, _)| r == reason.as_str() && c == R::COMPONENT)
 }
 
 #[tokio::test(flavor = "multi_thread")]

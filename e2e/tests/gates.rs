@@ -2,6 +2,7 @@
 //! Alertmanager from `testenv/bin`: a firing alert holds a rollout at the nodes under way,
 //! Prometheus down holds it too, a silence lets it go on, and a blocking pod holds its node.
 
+use common::ControllerReason;
 use common::ledger::{LEDGER_NAME, OPERATOR_NAMESPACE, slots_of};
 use e2e::{
     BudgetWatch, has_event, kubectl,
@@ -83,7 +84,7 @@ async fn started(sb: &Sandbox, client: &Client) -> BTreeSet<String> {
 async fn holds_at_the_nodes_under_way(
     sb: &Sandbox,
     watch: &BudgetWatch,
-    reason: &str,
+    reason: ControllerReason,
     words: &[&str],
 ) -> BTreeSet<String> {
     let client = &sb.client;
@@ -178,7 +179,8 @@ async fn a_firing_alert_holds_the_rollout_at_the_nodes_under_way_and_so_does_pro
         alerts.contains(ALERT) && alerts.contains("firing"),
         "{alerts}"
     );
-    let before_alert = holds_at_the_nodes_under_way(&sb, &watch, "AlertsFiring", &[ALERT]).await;
+    let before_alert =
+        holds_at_the_nodes_under_way(&sb, &watch, ControllerReason::AlertsFiring, &[ALERT]).await;
 
     prometheus
         .set_rules(&rules(ALERT, false))
@@ -193,7 +195,13 @@ async fn a_firing_alert_holds_the_rollout_at_the_nodes_under_way_and_so_does_pro
 
     prometheus.stop();
     wait_gate(&sb, &watch, "alerts", false).await;
-    holds_at_the_nodes_under_way(&sb, &watch, "PrometheusUnreachable", &[&url]).await;
+    holds_at_the_nodes_under_way(
+        &sb,
+        &watch,
+        ControllerReason::PrometheusUnreachable,
+        &[&url],
+    )
+    .await;
 
     prometheus
         .start_again()
@@ -238,7 +246,7 @@ async fn an_alertmanager_silence_lets_the_rollout_go_on_while_the_alert_fires() 
         Some(&watch),
         || async {
             for name in &names {
-                if !has_event(&client, name, "AlertsFiring", &[ALERT]).await {
+                if !has_event(&client, name, ControllerReason::AlertsFiring, &[ALERT]).await {
                     return false;
                 }
             }
@@ -297,7 +305,13 @@ async fn a_blocking_pod_holds_its_node_the_others_go_on_and_it_reboots_once_the_
         "{busy} rebooted under its blocking pod"
     );
     assert!(
-        has_event(&client, busy, "BlockingPod", &["default/backup"]).await,
+        has_event(
+            &client,
+            busy,
+            ControllerReason::BlockingPod,
+            &["default/backup"]
+        )
+        .await,
         "{:?}",
         e2e::event_reasons(&client, busy).await
     );
@@ -399,7 +413,7 @@ async fn with_cluster_scope_a_blocking_pod_anywhere_holds_every_node_until_it_fi
         e2e::wait_for_event(
             &client,
             name,
-            "BlockingPod",
+            ControllerReason::BlockingPod,
             &["default/backup"],
             Some(&watch),
         )

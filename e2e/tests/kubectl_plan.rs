@@ -3,6 +3,7 @@
 //! waves of the budget inside that window, the nodes that do not fit spilling into the next
 //! week's opening, as JSON and as text that agree; bad settings are refused with the fix.
 
+use common::ControllerReason;
 use e2e::{kubectl, node_events, wait_until};
 use k8s_openapi::jiff::{Timestamp, ToSpan, civil::Date, tz::TimeZone};
 use nodesim::sandbox::SandboxConfig;
@@ -77,7 +78,7 @@ async fn the_plan_shows_the_waves_of_the_window_and_the_spill_into_the_next_week
                 let events = node_events(&client, name).await;
                 if !events
                     .iter()
-                    .any(|(reason, _, _)| reason == "OutsideWindow")
+                    .any(|(reason, _, _)| reason == ControllerReason::OutsideWindow.as_str())
                 {
                     return false;
                 }

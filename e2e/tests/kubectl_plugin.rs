@@ -6,6 +6,7 @@
 //! the reboots' durations for the estimate. A node that never comes back is given up with
 //! `kubectl reboot abandon`, through the controller, and the rollout goes on.
 
+use common::ControllerReason;
 use common::ledger::{LEDGER_NAME, OPERATOR_NAMESPACE};
 use e2e::{BudgetWatch, eventually, kubectl, rollout::rollout_completes, wait_until};
 use k8s_openapi::api::coordination::v1::Lease;
@@ -282,7 +283,7 @@ async fn the_plugin_on_path_shows_why_nodes_wait_and_drives_a_rollout_with_plain
                 let node = node_json(&status, n);
                 node["state"] == "waiting"
                     && node["reason"] == "paused"
-                    && node["event"]["reason"] == "Paused"
+                    && node["event"]["reason"] == ControllerReason::Paused.as_str()
             });
             all.then_some(status)
         },
@@ -486,7 +487,7 @@ async fn a_node_that_never_comes_back_is_abandoned_with_the_plugin_and_the_rollo
             e2e::has_event(
                 &client,
                 "sim-1",
-                "RebootOverdue",
+                ControllerReason::RebootOverdue,
                 &["kubectl reboot abandon sim-1"],
             )
             .await
@@ -526,7 +527,7 @@ async fn a_node_that_never_comes_back_is_abandoned_with_the_plugin_and_the_rollo
             let event = e2e::node_events(&client, "sim-1")
                 .await
                 .into_iter()
-                .find(|(reason, _, _)| reason == "RebootAbandoned");
+                .find(|(reason, _, _)| reason == ControllerReason::RebootAbandoned.as_str());
             event.filter(|_| cleared).map(|(_, _, message)| message)
         },
     )
@@ -539,7 +540,7 @@ async fn a_node_that_never_comes_back_is_abandoned_with_the_plugin_and_the_rollo
         assert!(note.contains(words), "{words:?} missing: {note}");
     }
     assert!(
-        !e2e::has_event(&client, "sim-1", "Cancelled", &[]).await,
+        !e2e::has_event(&client, "sim-1", ControllerReason::Cancelled, &[]).await,
         "given up, not cancelled"
     );
     let status = viewer.json(&["--max-unavailable", "2"]);

@@ -3,6 +3,7 @@
 //! the soaks under way and said in a Warning; a deleted slot holder frees its slot; an agent
 //! whose reboot keeps the boot id stops after a few unproven attempts and says why.
 
+use common::{AgentReason, ControllerReason};
 use common::{
     AnnotationKeys, NodeFacts,
     ledger::{LEDGER_NAME, OPERATOR_NAMESPACE, slots_of},
@@ -113,7 +114,9 @@ async fn a_ledger_deleted_by_hand_is_recreated_with_its_soaks_and_a_warning() {
                 .await
                 .iter()
                 .any(|(kind, reason, message)| {
-                    kind == "Warning" && reason == "LedgerRecreated" && message.contains("sim-1")
+                    kind == "Warning"
+                        && reason == ControllerReason::LedgerRecreated.as_str()
+                        && message.contains("sim-1")
                 })
         },
     )
@@ -121,7 +124,7 @@ async fn a_ledger_deleted_by_hand_is_recreated_with_its_soaks_and_a_warning() {
     let warning = ledger_events(&client)
         .await
         .into_iter()
-        .find(|(_, reason, _)| reason == "LedgerRecreated")
+        .find(|(_, reason, _)| reason == ControllerReason::LedgerRecreated.as_str())
         .map(|(_, _, message)| message);
     println!("the Warning: {}", warning.unwrap_or_default());
 
@@ -179,7 +182,7 @@ async fn a_slot_holder_deleted_from_the_cluster_frees_its_slot() {
             node_events(&client, "sim-2")
                 .await
                 .iter()
-                .any(|(reason, _, _)| reason == "Requested")
+                .any(|(reason, _, _)| reason == ControllerReason::Requested.as_str())
         },
     )
     .await;
@@ -226,7 +229,7 @@ async fn an_agent_whose_reboot_keeps_the_boot_id_stops_after_a_few_attempts_and_
             let events = node_events(&client, "sim-1").await;
             if let Some((_, _, note)) = events
                 .iter()
-                .find(|(reason, _, _)| reason == "RebootUnproven")
+                .find(|(reason, _, _)| reason == AgentReason::RebootUnproven.as_str())
             {
                 return Some(Some(note.clone()));
             }

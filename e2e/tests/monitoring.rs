@@ -5,6 +5,7 @@
 //! names is one the real controller and agent export, scraped from a sandbox that went
 //! through a reboot and a drain timeout.
 
+use common::ControllerReason;
 use e2e::{
     BudgetWatch, apply, has_event, kubectl,
     promql::{Exposition, dashboard_expressions, rule_expressions, selectors},
@@ -426,11 +427,18 @@ async fn every_metric_the_rules_and_the_dashboard_use_is_exported() {
         "sim-1 is draining",
         Duration::from_secs(120),
         Some(&watch),
-        || async { has_event(&sb.client, "sim-1", "Draining", &[]).await },
+        || async { has_event(&sb.client, "sim-1", ControllerReason::Draining, &[]).await },
     )
     .await;
     request_reboot(&sb.control_plane, "sim-2");
-    wait_for_event(&sb.client, "sim-1", "DrainBlocked", &[], Some(&watch)).await;
+    wait_for_event(
+        &sb.client,
+        "sim-1",
+        ControllerReason::DrainBlocked,
+        &[],
+        Some(&watch),
+    )
+    .await;
     wait_until(
         "sim-2 rebooted and is back",
         Duration::from_secs(120),

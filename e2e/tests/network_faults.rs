@@ -11,6 +11,7 @@
 //!   its reboot that cannot write `reboot-done`: the node stays held, the controller's
 //!   `--reboot-timeout` says so with a Warning, and the node finishes once the cut heals.
 
+use common::ControllerReason;
 use e2e::{chaos::Observer, kubectl, node, protocol_annotations, workload};
 use futures::StreamExt as _;
 use k8s_openapi::api::coordination::v1::Lease;
@@ -381,7 +382,14 @@ async fn reset_burst(sb: &Sandbox, programs: &[String]) {
 /// the node finishes when the agent is back.
 async fn a_held_node_is_overdue_then_finishes(sb: &Sandbox, observer: &Observer, cut: &Proxy) {
     let held = cut.name();
-    e2e::wait_for_event(&sb.client, held, "RebootOverdue", &[held], None).await;
+    e2e::wait_for_event(
+        &sb.client,
+        held,
+        ControllerReason::RebootOverdue,
+        &[held],
+        None,
+    )
+    .await;
     if let Err(violation) = observer.check() {
         observer.fail(&violation);
     }
@@ -412,7 +420,14 @@ async fn an_agent_cut_off_before_it_records_the_reboot_holds_its_node() {
     let cut = proxy(&sb, "sim-1").clone();
     add(&cut, Toxic::timeout("cut", Stream::Upstream, 0)).await;
     request_all(&sb);
-    e2e::wait_for_event(&sb.client, "sim-1", "RebootOverdue", &["sim-1"], None).await;
+    e2e::wait_for_event(
+        &sb.client,
+        "sim-1",
+        ControllerReason::RebootOverdue,
+        &["sim-1"],
+        None,
+    )
+    .await;
     assert!(
         has_annotation(&sb, "sim-1", "reboot-now").await,
         "sim-1 still holds its go-ahead: the agent could not take it"

@@ -3,6 +3,7 @@
 //! agent's DaemonSet pods are real. The agents run as processes (nodesim); the DaemonSet's
 //! pods, started by the simulated kubelet, stand for them, as they would in a cluster.
 
+use common::ControllerReason;
 use e2e::{
     BudgetWatch, NodeHistory, apply, has_event, kubectl, label_node, node, pod_is_ready,
     protocol_annotations, request_reboot, wait_until,
@@ -159,8 +160,20 @@ async fn a_node_a_budget_at_zero_or_a_missing_agent_would_stall_is_not_cordoned_
         ROLLOUT,
         Some(&watch),
         || async {
-            has_event(&sb.client, "sim-1", "DisruptionBudget", &["default/db"]).await
-                && has_event(&sb.client, "sim-2", "NoAgent", &[AGENT_LABEL]).await
+            has_event(
+                &sb.client,
+                "sim-1",
+                ControllerReason::DisruptionBudget,
+                &["default/db"],
+            )
+            .await
+                && has_event(
+                    &sb.client,
+                    "sim-2",
+                    ControllerReason::NoAgent,
+                    &[AGENT_LABEL],
+                )
+                .await
         },
     )
     .await;

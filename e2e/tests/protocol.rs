@@ -3,6 +3,10 @@
 //! watched by an independent budget watcher that fails the test the moment more nodes are
 //! unavailable than the budget allows.
 
+use common::{
+    AgentReason, ControllerReason,
+    events::{AGENT, CONTROLLER},
+};
 use e2e::{
     BudgetWatch, event_reasons, eventually, kubectl, node, node_events, protocol_annotations,
     request_reboot,
@@ -84,9 +88,9 @@ async fn one_node_is_rebooted_and_proven_by_a_new_boot_id() {
     // has no Event of its own: the controller's `Rebooted` at completion tells of it, and is
     // written after the completion itself, so it may still be on its way.
     let steps = [
-        ("RebootApproved", "reboot-controller"),
-        ("Rebooting", "reboot-agent"),
-        ("Rebooted", "reboot-controller"),
+        (ControllerReason::RebootApproved.as_str(), CONTROLLER),
+        (AgentReason::Rebooting.as_str(), AGENT),
+        (ControllerReason::Rebooted.as_str(), CONTROLLER),
     ];
     let events = eventually(
         "sim-1's Events tell each step",
@@ -103,7 +107,7 @@ async fn one_node_is_rebooted_and_proven_by_a_new_boot_id() {
     .await;
     let rebooted: Vec<&String> = events
         .iter()
-        .filter(|(reason, _, _)| reason == "Rebooted")
+        .filter(|(reason, _, _)| reason == ControllerReason::Rebooted.as_str())
         .map(|(_, by, _)| by)
         .collect();
     assert_eq!(rebooted, ["reboot-controller"], "{events:?}");
@@ -194,7 +198,14 @@ async fn withdrawing_the_go_ahead_before_the_agent_takes_it_cancels() {
     )
     .await;
     // Events are sent from a queue after the write they describe: wait for it.
-    wait_for_event(&sb.client, "sim-1", "Cancelled", &[], Some(&watch)).await;
+    wait_for_event(
+        &sb.client,
+        "sim-1",
+        ControllerReason::Cancelled,
+        &[],
+        Some(&watch),
+    )
+    .await;
     // The other node can use the slot now.
     request_reboot(&sb.control_plane, "sim-2");
     wait_until("sim-2 is rebooted", ROLLOUT, Some(&watch), || {
@@ -245,7 +256,10 @@ async fn an_agent_killed_before_the_reboot_reboots_on_restart() {
         }
     }
     let reasons: Vec<String> = event_reasons(&sb.client, "sim-1").await;
-    assert!(reasons.contains(&"RebootRetried".to_owned()), "{reasons:?}");
+    assert!(
+        reasons.contains(&AgentReason::RebootRetried.to_string()),
+        "{reasons:?}"
+    );
     sb.stop().await;
 }
 
@@ -265,7 +279,8 @@ async fn a_request_that_is_not_true_is_ignored_with_a_warning() {
                 .await
                 .iter()
                 .any(|(reason, _, message)| {
-                    reason == "InvalidRequest" && message.contains("banana")
+                    reason == ControllerReason::InvalidRequest.as_str()
+                        && message.contains("banana")
                 })
         },
     )
@@ -292,13 +307,13 @@ async fn steps_reported_by(
     steps: &[&str],
     identities: &[String],
 ) -> BTreeMap<String, BTreeSet<String>> {
-    let mut reporters = step_reporters(&sb.client, "reboot-controller", steps).await;
+    let mut reporters = step_reporters(&sb.client, CONTROLLER, steps).await;
     for _ in 0..100 {
         if identities.iter().all(|i| reporters.contains_key(i)) {
             break;
         }
         tokio::time::sleep(Duration::from_millis(300)).await;
-        reporters = step_reporters(&sb.client, "reboot-controller", steps).await;
+        reporters = step_reporters(&sb.client, CONTROLLER, steps).await;
     }
     reporters
 }
@@ -315,7 +330,12 @@ async fn two_controllers_at_once_keep_the_budget() {
     // Both really acted: each took some node a step further (its identity reports the Event
     // of that step), so the budget held against a real race, not against a bystander.
     let identities: Vec<String> = sb.controllers.iter().map(|c| c.identity()).collect();
-    let steps = ["Draining", "RebootApproved", "Rebooted"];
+    let steps = [
+        ControllerReason::Draining,
+        ControllerReason::RebootApproved,
+        ControllerReason::Rebooted,
+    ]
+    .map(ControllerReason::as_str);
     let reporters = steps_reported_by(&sb, &steps, &identities).await;
     eprintln!("steps of the rollout by controller: {reporters:?}");
     assert!(
@@ -431,7 +451,10 @@ async fn a_damaged_ledger_is_reported_and_rebuilt_and_what_others_put_on_it_stay
             ledger_events(&sb.client)
                 .await
                 .iter()
-                .any(|(reason, message)| reason == "LedgerDamaged" && message.contains("rebuilt"))
+                .any(|(reason, message)| {
+                    reason == ControllerReason::LedgerDamaged.as_str()
+                        && message.contains("rebuilt")
+                })
         },
     )
     .await;

@@ -8,6 +8,7 @@
 //! unavailable node against every zone it was labelled with since it became unavailable: the
 //! budget a relabel must not escape.
 
+use common::ControllerReason;
 use common::{
     AnnotationKeys, NodeFacts,
     ledger::{OPERATOR_NAMESPACE, slots_of},
@@ -187,7 +188,13 @@ async fn a_relabelled_slot_keeps_its_zone_and_a_node_without_a_zone_waits_for_it
         "sim-2 (zone a) was granted while sim-1, granted in zone a, still held its slot"
     );
     assert!(
-        has_event(&client, "sim-4", "ZoneLabelMissing", &[ZONE]).await,
+        has_event(
+            &client,
+            "sim-4",
+            ControllerReason::ZoneLabelMissing,
+            &[ZONE]
+        )
+        .await,
         "the node without a zone label is told why it waits"
     );
     wait_until(
@@ -288,7 +295,13 @@ async fn a_node_relabelled_into_another_pool_mid_reboot_is_finished_by_its_own_p
         "the grant names the ledger that made it: {grant}"
     );
     assert!(
-        has_event(&client, "sim-1", "ForeignGrant", &["pool-a-slots"]).await,
+        has_event(
+            &client,
+            "sim-1",
+            ControllerReason::ForeignGrant,
+            &["pool-a-slots"]
+        )
+        .await,
         "pool b's controller says whose grant the node carries"
     );
     // Pool b goes on with its own node once sim-1 is back.

@@ -1,6 +1,7 @@
 //! When reboots happen (issue 13), end to end on the real control plane: a maintenance window
 //! that opens and closes during the test, and an administrator's pause and resume with kubectl.
 
+use common::ControllerReason;
 use common::ledger::{LEDGER_NAME, OPERATOR_NAMESPACE, slots_of};
 use e2e::{
     BudgetWatch, eventually, has_event, kubectl, node_events,
@@ -42,11 +43,11 @@ async fn ledger_lease(client: &Client) -> Option<Lease> {
         .flatten()
 }
 
-async fn count_events(client: &Client, node: &str, reason: &str) -> usize {
+async fn count_events(client: &Client, node: &str, reason: ControllerReason) -> usize {
     node_events(client, node)
         .await
         .iter()
-        .filter(|(r, _, _)| r == reason)
+        .filter(|(r, _, _)| r == reason.as_str())
         .count()
 }
 
@@ -84,7 +85,7 @@ async fn grants_start_when_the_window_opens_and_stop_when_it_closes_leaving_node
         Some(&watch),
         || async {
             for name in &names {
-                if count_events(&client, name, "OutsideWindow").await == 0 {
+                if count_events(&client, name, ControllerReason::OutsideWindow).await == 0 {
                     return false;
                 }
             }
@@ -150,7 +151,7 @@ async fn grants_start_when_the_window_opens_and_stop_when_it_closes_leaving_node
     // Told before the window (a repeat after it closed folds into the same Event's series).
     for name in &waiting {
         assert!(
-            count_events(&client, name, "OutsideWindow").await >= 1,
+            count_events(&client, name, ControllerReason::OutsideWindow).await >= 1,
             "{name}"
         );
     }
@@ -205,7 +206,7 @@ async fn kubectl_pauses_new_reboots_the_one_under_way_finishes_and_resume_finish
         Some(&watch),
         || async {
             for name in &names[1..] {
-                if count_events(&client, name, "Paused").await == 0 {
+                if count_events(&client, name, ControllerReason::Paused).await == 0 {
                     return false;
                 }
             }
@@ -335,14 +336,14 @@ async fn a_node_not_ready_soon_after_its_reboot_stops_the_rollout_until_an_admin
         "a Warning says the rollout stopped",
         Duration::from_secs(30),
         Some(&watch),
-        || async { count_events(&client, first, "NotReadyAfterReboot").await == 1 },
+        || async { count_events(&client, first, ControllerReason::NotReadyAfterReboot).await == 1 },
     )
     .await;
     assert!(
         has_event(
             &client,
             first,
-            "NotReadyAfterReboot",
+            ControllerReason::NotReadyAfterReboot,
             &["reboot-last-grant-"]
         )
         .await,
@@ -399,9 +400,12 @@ async fn a_node_not_ready_soon_after_its_reboot_stops_the_rollout_until_an_admin
         },
     )
     .await;
-    assert_eq!(count_events(&client, first, "SoakCleared").await, 1);
     assert_eq!(
-        count_events(&client, first, "Cancelled").await,
+        count_events(&client, first, ControllerReason::SoakCleared).await,
+        1
+    );
+    assert_eq!(
+        count_events(&client, first, ControllerReason::Cancelled).await,
         0,
         "not a cancel"
     );

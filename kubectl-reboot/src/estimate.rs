@@ -7,8 +7,10 @@
 //! `--reboot-window`s, a wave starts only inside one: waves that do not fit wait for the next
 //! opening. Pure.
 
-use crate::status::{AGENT, CONTROLLER, NodeInput, WaitReason};
+use crate::input::NodeInput;
+use crate::wait::WaitReason;
 use common::AnnotationKeys;
+use common::events::{AGENT, AgentReason, CONTROLLER, ControllerReason};
 use controller::window::Windows;
 use k8s_openapi::jiff::Timestamp;
 use serde::Serialize;
@@ -71,8 +73,8 @@ pub fn durations(nodes: &[NodeInput], keys: &AnnotationKeys) -> Vec<f64> {
                     .map(|e| e.time)
                     .max()
             };
-            let start =
-                before(CONTROLLER, "RebootApproved").or_else(|| before(AGENT, "Rebooting"))?;
+            let start = before(CONTROLLER, ControllerReason::RebootApproved.as_str())
+                .or_else(|| before(AGENT, AgentReason::Rebooting.as_str()))?;
             let seconds = completed.duration_since(start).as_secs_f64();
             (0.0..=LONGEST_SECONDS)
                 .contains(&seconds)
@@ -226,7 +228,7 @@ pub fn human(seconds: i64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::status::NodeEvent;
+    use crate::input::NodeEvent;
     use common::NodeFacts;
     use std::collections::BTreeMap;
 

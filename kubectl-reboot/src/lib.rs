@@ -14,12 +14,14 @@ pub mod cli;
 pub mod error;
 pub mod estimate;
 pub mod identity;
+pub mod input;
 pub mod metrics;
 pub mod plan;
 pub mod plan_render;
 pub mod read;
 pub mod render;
 pub mod status;
+pub mod wait;
 
 pub use cli::Cli;
 pub use error::Error;

@@ -5,9 +5,11 @@
 
 use crate::{
     estimate::Basis,
-    status::{self, CONTROLLER, NodeInput, PoolInput, State, WaitReason},
+    input::{NodeInput, PoolInput},
+    status::{self, State},
+    wait::WaitReason,
 };
-use common::{AnnotationKeys, MaxUnavailable};
+use common::{AnnotationKeys, MaxUnavailable, events::CONTROLLER};
 use controller::{
     decide::{DrainState, NodeView},
     ledger::Ledger,

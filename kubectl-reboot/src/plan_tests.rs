@@ -1,7 +1,7 @@
 //! The plan from what `status` reads, on plain data.
 
 use super::*;
-use crate::status::{BudgetInput, LedgerInput, NodeEvent};
+use crate::input::{BudgetInput, LedgerInput, NodeEvent};
 use common::test_util::NodeBuilder;
 use std::collections::BTreeMap;
 

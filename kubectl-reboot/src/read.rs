@@ -5,10 +5,13 @@
 use crate::{
     cli::{Global, StatusArgs},
     error::Error,
+    input::{BudgetInput, LedgerInput, NodeEvent, NodeInput, PoolInput},
     metrics,
-    status::{AGENT, BudgetInput, CONTROLLER, LedgerInput, NodeEvent, NodeInput, PoolInput},
 };
-use common::{AnnotationKeys, NodeFacts, Phase, Request};
+use common::{
+    AnnotationKeys, NodeFacts, Phase, Request,
+    events::{AGENT, CONTROLLER},
+};
 use k8s_openapi::{
     api::{
         coordination::v1::Lease,

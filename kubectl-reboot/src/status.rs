@@ -4,82 +4,22 @@
 //! is the stable output of `-o json` (documented in docs/src/operations.md).
 
 use crate::estimate::{self, Estimate};
+use crate::input::{LedgerInput, NodeEvent, NodeInput, PoolInput};
+use crate::wait::WaitReason;
 use common::{
-    AnnotationKeys, NodeFacts, Phase, Readiness, Request, ledger::Slot, state::ProtocolState,
+    AgentReason as Agent, AnnotationKeys, ControllerReason as Controller, Phase, Readiness,
+    Request,
+    events::{AGENT, CONTROLLER},
 };
 use k8s_openapi::jiff::Timestamp;
 use serde::Serialize;
-use std::collections::BTreeMap;
 
-/// The `reportingController` of the controller's Events.
-pub const CONTROLLER: &str = "reboot-controller";
-/// The `reportingController` of the agents' Events.
-pub const AGENT: &str = "reboot-agent";
+/// The reason agents before the controller's `Rebooted` wrote when they proved a reboot: still
+/// read from them, never written any more.
+const OLD_AGENT_REBOOTED: &str = "Rebooted";
 /// Events may be stamped by another clock (an agent's node): this much earlier than the
 /// ledger's grant time still counts as of that grant.
 const SKEW_SECONDS: i64 = 5;
-
-/// One Event about a node, as the operator wrote it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NodeEvent {
-    pub reason: String,
-    /// `reboot-controller` or `reboot-agent`.
-    pub component: String,
-    pub message: String,
-    /// When it was last observed (the series' last time when the Event repeated).
-    pub time: Timestamp,
-}
-
-/// One node as read from the API server.
-#[derive(Debug, Clone)]
-pub struct NodeInput {
-    pub facts: NodeFacts,
-    pub labels: BTreeMap<String, String>,
-    /// Selected by `--node-selector` (a node outside the pool shows only while it holds a slot).
-    pub in_pool: bool,
-    pub events: Vec<NodeEvent>,
-    /// The pods a drain still has to evict (`namespace/name`), read for draining nodes only.
-    pub pods_left: Option<Vec<String>>,
-}
-
-/// The slot ledger Lease as read.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct LedgerInput {
-    /// `namespace/name`.
-    pub name: String,
-    /// Its resourceVersion.
-    pub version: Option<String>,
-    pub found: bool,
-    pub slots: BTreeMap<String, Slot>,
-    pub paused: bool,
-    /// Why its slots annotation could not be read.
-    pub damage: Option<String>,
-}
-
-/// What is known of the budget besides the ledger.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct BudgetInput {
-    /// Read from the controller's metrics.
-    pub metrics: Option<crate::metrics::Reading>,
-    /// Where the metrics were looked for, and why they could not be read, if so.
-    pub metrics_url: Option<String>,
-    pub metrics_error: Option<String>,
-    /// `--max-unavailable` given to the plugin.
-    pub flag: Option<common::MaxUnavailable>,
-}
-
-/// Everything a status is computed from.
-#[derive(Debug, Clone)]
-pub struct PoolInput {
-    pub selector: String,
-    pub nodes: Vec<NodeInput>,
-    pub ledger: LedgerInput,
-    pub budget: BudgetInput,
-    /// Things that could not be read (Events, pods): the status is less complete.
-    pub warnings: Vec<String>,
-    /// The controller's `--reboot-window`s, as given to the plugin (none: always).
-    pub windows: controller::window::Windows,
-}
 
 /// Where a node is, from the administrator's point of view.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -141,97 +81,6 @@ pub enum Step {
     /// `reboot-done`: the agent proved the reboot; the controller completes it once the
     /// kubelet reports the new boot and Ready.
     Proven,
-}
-
-/// Why a requested node waits.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum WaitReason {
-    /// Every slot of `--max-unavailable` is taken (Event `Requested`).
-    BudgetFull,
-    /// Its zone's `--max-unavailable-per-zone` is taken (`ZoneBudgetFull`).
-    ZoneBudgetFull,
-    /// Zone budgets are on and the node has no zone label: not granted until it has one
-    /// (`ZoneLabelMissing`).
-    NoZoneLabel,
-    /// Outside every `--reboot-window` (`OutsideWindow`).
-    OutsideWindow,
-    /// `reboot-paused=true` on the ledger Lease (`Paused`).
-    Paused,
-    /// Prometheus reports alerts that count (`AlertsFiring`).
-    AlertsFiring,
-    /// Prometheus cannot be asked (`PrometheusUnreachable`).
-    PrometheusUnreachable,
-    /// A `--blocking-pod-selector` pod runs on it or in the cluster (`BlockingPod`).
-    BlockingPod,
-    /// Labelled `reboot-disabled=true`: never rebooted (`RebootDisabled`).
-    OptedOut,
-    /// A node of the pool is NotReady within `--min-ready-seconds` of its reboot
-    /// (`NotReadyAfterReboot` on that node).
-    NotReadyAfterReboot,
-    /// A node of the pool was told to reboot and did not complete (new boot, Ready) within
-    /// the controller's `--reboot-timeout` (`RebootOverdue` on that node).
-    RebootOverdue,
-    /// Its last drain timed out; tried again later (`DrainBlocked`).
-    DrainTimedOut,
-    /// No agent pod is Running and Ready on it: not cordoned while that lasts (`NoAgent`).
-    NoAgent,
-    /// A PodDisruptionBudget that allows no disruption covers one of its pods: not cordoned
-    /// until the budget allows one (`DisruptionBudget`, which names the budget).
-    DisruptionBudget,
-}
-
-impl WaitReason {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::BudgetFull => "budget full",
-            Self::ZoneBudgetFull => "zone budget full",
-            Self::NoZoneLabel => "no zone label",
-            Self::OutsideWindow => "outside window",
-            Self::Paused => "paused",
-            Self::AlertsFiring => "gate closed: alerts firing",
-            Self::PrometheusUnreachable => "gate closed: Prometheus unreachable",
-            Self::BlockingPod => "gate closed: blocking pod",
-            Self::OptedOut => "opted out",
-            Self::NotReadyAfterReboot => "a node is NotReady after its reboot",
-            Self::RebootOverdue => "a node did not come back from its reboot",
-            Self::DrainTimedOut => "drain timed out, retried later",
-            Self::NoAgent => "no agent",
-            Self::DisruptionBudget => "PodDisruptionBudget allows no disruption",
-        }
-    }
-
-    /// The reason of one of the controller's Events, if it says why a request waits.
-    pub fn of_event(reason: &str) -> Option<Self> {
-        Some(match reason {
-            "Requested" => Self::BudgetFull,
-            "ZoneBudgetFull" => Self::ZoneBudgetFull,
-            "ZoneLabelMissing" => Self::NoZoneLabel,
-            "OutsideWindow" => Self::OutsideWindow,
-            "Paused" => Self::Paused,
-            "AlertsFiring" => Self::AlertsFiring,
-            "PrometheusUnreachable" => Self::PrometheusUnreachable,
-            "BlockingPod" => Self::BlockingPod,
-            "RebootDisabled" => Self::OptedOut,
-            "DrainBlocked" => Self::DrainTimedOut,
-            "NoAgent" => Self::NoAgent,
-            "DisruptionBudget" => Self::DisruptionBudget,
-            _ => return None,
-        })
-    }
-
-    /// Holds the whole pool, not just one node.
-    fn holds_pool(self) -> bool {
-        matches!(
-            self,
-            Self::OutsideWindow
-                | Self::Paused
-                | Self::AlertsFiring
-                | Self::PrometheusUnreachable
-                | Self::NotReadyAfterReboot
-                | Self::RebootOverdue
-        )
-    }
 }
 
 /// An Event, as shown.
@@ -445,8 +294,13 @@ fn not_ready_after_reboot(input: &PoolInput, keys: &AnnotationKeys) -> Vec<Strin
         .iter()
         .filter(|n| {
             let state = n.facts.protocol(keys);
-            soaking(&state, input.ledger.slots.get(&n.facts.name))
-                && n.facts.readiness != Readiness::Ready
+            state.soaking(
+                input
+                    .ledger
+                    .slots
+                    .get(&n.facts.name)
+                    .map(|s| s.grant.as_str()),
+            ) && n.facts.readiness != Readiness::Ready
         })
         .map(|n| n.facts.name.clone())
         .collect()
@@ -468,17 +322,13 @@ fn reboots_overdue(node: &NodeInput) -> Option<&NodeEvent> {
     latest(
         &node.events,
         CONTROLLER,
-        &["RebootApproved", "RebootOverdue"],
+        &[
+            Controller::RebootApproved.as_str(),
+            Controller::RebootOverdue.as_str(),
+        ],
         None,
     )
-    .filter(|e| e.reason == "RebootOverdue")
-}
-
-/// Completed, and the ledger still holds the slot of that very grant.
-fn soaking(state: &ProtocolState, slot: Option<&Slot>) -> bool {
-    state.phase == Phase::Idle
-        && state.grant.is_none()
-        && slot.is_some_and(|s| state.last_grant.as_deref() == Some(s.grant.as_str()))
+    .filter(|e| e.reason == Controller::RebootOverdue.as_str())
 }
 
 fn budget(input: &PoolInput, keys: &AnnotationKeys, pool_size: usize) -> Budget {
@@ -611,13 +461,13 @@ impl Context<'_> {
                 let (step, reasons, component, detail): (_, &[&str], _, _) = match state.phase {
                     Phase::RebootNow => (
                         Step::RebootNow,
-                        &["RebootApproved"],
+                        &[Controller::RebootApproved.as_str()],
                         CONTROLLER,
                         "told to reboot (reboot-now); the agent has not started yet",
                     ),
                     Phase::InProgress { .. } => (
                         Step::InProgress,
-                        &["Rebooting", "RebootRetried"],
+                        &[Agent::Rebooting.as_str(), Agent::RebootRetried.as_str()],
                         AGENT,
                         "rebooting (reboot-in-progress)",
                     ),
@@ -626,7 +476,11 @@ impl Context<'_> {
                     // the boot. `Rebooted` is still read from agents older than that.
                     _ => (
                         Step::Proven,
-                        &["Rebooting", "RebootRetried", "Rebooted"],
+                        &[
+                            Agent::Rebooting.as_str(),
+                            Agent::RebootRetried.as_str(),
+                            OLD_AGENT_REBOOTED,
+                        ],
                         AGENT,
                         "rebooted (new boot id); waiting for the kubelet to report it Ready",
                     ),
@@ -635,7 +489,12 @@ impl Context<'_> {
                 status.step = Some(step);
                 status.detail = detail.to_owned();
                 // How long it has been rebooting: since it was told to.
-                let approved = latest(&node.events, CONTROLLER, &["RebootApproved"], granted_at);
+                let approved = latest(
+                    &node.events,
+                    CONTROLLER,
+                    &[Controller::RebootApproved.as_str()],
+                    granted_at,
+                );
                 let this_step = latest(&node.events, component, reasons, granted_at);
                 since = approved.or(this_step).map(|e| e.time).or(granted_at);
                 status.event = this_step.or(approved).map(event_ref);
@@ -649,7 +508,12 @@ impl Context<'_> {
             }
             Phase::Idle if state.grant.is_some() && state.request == Request::Needed => {
                 status.state = State::Draining;
-                let draining = latest(&node.events, CONTROLLER, &["Draining"], granted_at);
+                let draining = latest(
+                    &node.events,
+                    CONTROLLER,
+                    &[Controller::Draining.as_str()],
+                    granted_at,
+                );
                 since = draining.map(|e| e.time).or(granted_at);
                 status.event = draining.map(event_ref);
                 status.detail = match &node.pods_left {
@@ -667,13 +531,18 @@ impl Context<'_> {
                 status.pods_left = node.pods_left.clone();
                 self.held(node, granted_at, &mut status);
             }
-            Phase::Idle if soaking(&state, slot) => {
+            Phase::Idle if state.soaking(slot.map(|s| s.grant.as_str())) => {
                 status.state = State::Soaking;
                 since = state.last_completed.as_deref().and_then(|t| t.parse().ok());
                 status.detail = if facts.readiness == Readiness::Ready {
                     "rebooted and Ready; keeps its slot for --min-ready-seconds".to_owned()
                 } else {
-                    let event = latest(&node.events, CONTROLLER, &["NotReadyAfterReboot"], None);
+                    let event = latest(
+                        &node.events,
+                        CONTROLLER,
+                        &[Controller::NotReadyAfterReboot.as_str()],
+                        None,
+                    );
                     status.event = event.map(event_ref);
                     "NotReady after its reboot: no new reboot starts in the pool until it is \
                      Ready (or its soak is cleared)"
@@ -752,14 +621,14 @@ impl Context<'_> {
     /// controller's latest word since the grant, when it says the grant is held.
     fn held(&self, node: &NodeInput, granted_at: Option<Timestamp>, status: &mut NodeStatus) {
         let reasons = [
-            "Paused",
-            "OutsideWindow",
-            "AlertsFiring",
-            "PrometheusUnreachable",
-            "BlockingPod",
+            Controller::Paused.as_str(),
+            Controller::OutsideWindow.as_str(),
+            Controller::AlertsFiring.as_str(),
+            Controller::PrometheusUnreachable.as_str(),
+            Controller::BlockingPod.as_str(),
             // They end a hold: the node moved on since.
-            "Draining",
-            "RebootApproved",
+            Controller::Draining.as_str(),
+            Controller::RebootApproved.as_str(),
         ];
         let last = latest(&node.events, CONTROLLER, &reasons, granted_at)
             .filter(|e| e.message.starts_with(HELD_NOTE));
@@ -789,23 +658,23 @@ impl Context<'_> {
             &node.events,
             CONTROLLER,
             &[
-                "Requested",
-                "ZoneBudgetFull",
-                "ZoneLabelMissing",
-                "OutsideWindow",
-                "Paused",
-                "AlertsFiring",
-                "PrometheusUnreachable",
-                "BlockingPod",
-                "RebootDisabled",
-                "DrainBlocked",
-                "NoAgent",
-                "DisruptionBudget",
+                Controller::Requested.as_str(),
+                Controller::ZoneBudgetFull.as_str(),
+                Controller::ZoneLabelMissing.as_str(),
+                Controller::OutsideWindow.as_str(),
+                Controller::Paused.as_str(),
+                Controller::AlertsFiring.as_str(),
+                Controller::PrometheusUnreachable.as_str(),
+                Controller::BlockingPod.as_str(),
+                Controller::RebootDisabled.as_str(),
+                Controller::DrainBlocked.as_str(),
+                Controller::NoAgent.as_str(),
+                Controller::DisruptionBudget.as_str(),
                 // Not reasons to wait, but they end a wait: an Event before them is old.
-                "Draining",
-                "RebootApproved",
-                "Rebooted",
-                "Cancelled",
+                Controller::Draining.as_str(),
+                Controller::RebootApproved.as_str(),
+                Controller::Rebooted.as_str(),
+                Controller::Cancelled.as_str(),
             ],
             None,
         );

@@ -1,9 +1,11 @@
 //! The classification of nodes, on plain data.
 
 use super::*;
+use crate::input::{BudgetInput, LedgerInput};
 use crate::metrics::Reading;
-use common::MaxUnavailable;
 use common::test_util::NodeBuilder;
+use common::{MaxUnavailable, ledger::Slot};
+use std::collections::BTreeMap;
 
 const NOW: &str = "2026-01-01T10:00:00Z";
 
@@ -529,15 +531,10 @@ fn a_node_past_its_reboot_timeout_holds_the_pool_and_says_why() {
         ("reboot-boot-id", "b1"),
         ("reboot-grant", "g1"),
     ];
-    let told = event(
-        "RebootApproved",
-        "reboot-controller",
-        "2026-01-01T09:00:00Z",
-        "go",
-    );
+    let told = event("RebootApproved", CONTROLLER, "2026-01-01T09:00:00Z", "go");
     let late = event(
         "RebootOverdue",
-        "reboot-controller",
+        CONTROLLER,
         "2026-01-01T09:30:00Z",
         "not completed within --reboot-timeout (1800s): the node came back in a new boot but \
          is not Ready",
@@ -549,7 +546,7 @@ fn a_node_past_its_reboot_timeout_holds_the_pool_and_says_why() {
         node("b", &[NEEDED]),
         &[event(
             "Requested",
-            "reboot-controller",
+            CONTROLLER,
             "2026-01-01T09:10:00Z",
             "reboot requested; waiting for a slot (max-unavailable 1 of 2 nodes)",
         )],
@@ -576,18 +573,8 @@ fn a_node_past_its_reboot_timeout_holds_the_pool_and_says_why() {
     assert_eq!(s.estimate.held_by, Some(WaitReason::RebootOverdue));
 
     // Told to reboot again since (a later grant): that old Event no longer holds the pool.
-    let again = event(
-        "RebootApproved",
-        "reboot-controller",
-        "2026-01-01T09:45:00Z",
-        "go",
-    );
-    let old = event(
-        "RebootOverdue",
-        "reboot-controller",
-        "2026-01-01T09:30:00Z",
-        "late",
-    );
+    let again = event("RebootApproved", CONTROLLER, "2026-01-01T09:45:00Z", "go");
+    let old = event("RebootOverdue", CONTROLLER, "2026-01-01T09:30:00Z", "late");
     let a = with_events(node("a", &rebooted), &[told, old, again]);
     let s = classify(&pool(
         vec![a, node("b", &[NEEDED])],

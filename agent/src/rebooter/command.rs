@@ -1,8 +1,9 @@
 //! `--reboot-method command` (the default): run a command such as `systemctl reboot`, which
 //! honours logind inhibitors so that the kubelet's graceful node shutdown runs.
 
+use super::RebootCommand;
 use super::{RebootError, Rebooter};
-use crate::{args::RebootCommand, host_exec};
+use crate::host_exec;
 use std::process::{Command, Stdio};
 
 /// Where the host's mount namespace is found (the agent runs with hostPID: true).

@@ -3,14 +3,16 @@
 //! their own.
 
 pub(crate) mod command;
+mod method;
 mod signal;
 mod syscall;
 
 pub use command::{CommandRebooter, HOST_MOUNT_NAMESPACE};
+pub(crate) use method::parse_reboot_command;
+pub use method::{RebootCommand, RebootMethod, RebootSettings};
 pub use signal::{SYSTEMD_REBOOT_SIGNAL, SignalRebooter, signal_from_number};
 pub use syscall::SyscallRebooter;
 
-use crate::{args::RebootMethod, settings::RebootSettings};
 use std::{process::ExitStatus, sync::Arc};
 use thiserror::Error;
 

@@ -8,7 +8,7 @@ use crate::{
     Error,
     fleet::api_port,
     image::BaseImage,
-    qemu::{GUEST_API_PORT, Vm, VmSpec, wait_for_first_boots},
+    qemu::{GUEST_API_PORT, Vm, VmSpec, boot_id_prefix, wait_for_first_boots},
     seed::{SeedFile, environment_file, write_seed_disk},
 };
 use k8s_openapi::api::core::v1::Node;
@@ -117,15 +117,6 @@ pub fn console_boot_ids(console: &str, node: &str) -> Vec<String> {
         .collect();
     ids.dedup();
     ids
-}
-
-/// The boot id at the start of `text`: the kernel may print on the console in the middle of
-/// a line, so that the id is followed by one of its messages without a line break.
-pub fn boot_id_prefix(text: &str) -> String {
-    text.trim_start()
-        .chars()
-        .take_while(|c| c.is_ascii_hexdigit() || *c == '-')
-        .collect()
 }
 
 /// The boot id the kubelet reports.

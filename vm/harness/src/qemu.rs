@@ -281,11 +281,20 @@ pub fn boot_ids_in(serial_log: &str, node: &str) -> Vec<String> {
     let mut ids: Vec<String> = serial_log
         .lines()
         .filter_map(|line| line.split_once(&prefix))
-        .map(|(_, id)| crate::node::boot_id_prefix(id))
+        .map(|(_, id)| boot_id_prefix(id))
         .collect();
     // A reporter restarted within one boot prints the same id again.
     ids.dedup();
     ids
+}
+
+/// The boot id at the start of `text` (a guest's console line): the kernel may print on the console in the middle of
+/// a line, so that the id is followed by one of its messages without a line break.
+pub fn boot_id_prefix(text: &str) -> String {
+    text.trim_start()
+        .chars()
+        .take_while(|c| c.is_ascii_hexdigit() || *c == '-')
+        .collect()
 }
 
 #[cfg(test)]

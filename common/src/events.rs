@@ -1,0 +1,289 @@
+//! The Events of the protocol: who reports them (`reportingController`) and their reasons.
+//! The programs write them, `kubectl reboot` and the tests read them, and the documentation's
+//! Events table names them: one spelling for all, here. A reason's string is its variant's
+//! name, so a renamed variant is a changed protocol (the tests below pin every string).
+
+use std::{fmt, str::FromStr};
+
+/// The `reportingController` (and the field manager) of the controller's Events.
+pub const CONTROLLER: &str = "reboot-controller";
+/// The `reportingController` (and the field manager) of the agents' Events.
+pub const AGENT: &str = "reboot-agent";
+
+/// A reason string that neither program writes.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{found:?} is not an Event reason of the {program}")]
+pub struct UnknownReason {
+    pub found: String,
+    pub program: &'static str,
+}
+
+/// The reasons of one program's Events, for code that reads the Events of both.
+pub trait Reason: Copy + fmt::Display + FromStr<Err = UnknownReason> {
+    /// The `reportingController` of these Events.
+    const COMPONENT: &'static str;
+
+    /// The Event's `reason`.
+    fn as_str(self) -> &'static str;
+}
+
+/// One enum of reasons: `as_str` (the Event's `reason`), `ALL`, `FromStr`, `Display` and
+/// whether the Event is a Warning (else Normal).
+macro_rules! reasons {
+    (
+        $(#[$meta:meta])*
+        $name:ident, $program:literal, $component:path,
+        warnings: [$($warning:ident),* $(,)?],
+        $($(#[$vmeta:meta])* $variant:ident,)+
+    ) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub enum $name {
+            $($(#[$vmeta])* $variant,)+
+        }
+
+        impl $name {
+            pub const ALL: &[Self] = &[$(Self::$variant,)+];
+
+            pub const fn as_str(self) -> &'static str {
+                match self {
+                    $(Self::$variant => stringify!($variant),)+
+                }
+            }
+
+            /// A Warning Event (something went wrong or holds the pool), else a Normal one.
+            pub fn is_warning(self) -> bool {
+                matches!(self, $(Self::$warning)|*)
+            }
+        }
+
+        impl Reason for $name {
+            const COMPONENT: &'static str = $component;
+
+            fn as_str(self) -> &'static str {
+                $name::as_str(self)
+            }
+        }
+
+        impl FromStr for $name {
+            type Err = UnknownReason;
+
+            fn from_str(s: &str) -> Result<Self, Self::Err> {
+                Self::ALL.iter().copied().find(|r| r.as_str() == s).ok_or_else(|| UnknownReason {
+                    found: s.to_owned(),
+                    program: $program,
+                })
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+    };
+}
+
+reasons! {
+    /// The reasons of the controller's Events.
+    ControllerReason, "controller", CONTROLLER,
+    warnings: [
+        DrainBlocked, RebootForced, InvalidRequest, LedgerDamaged, LedgerRecreated,
+        UnknownFormat, UnexpectedPauseValue, NotReadyAfterReboot, RebootOverdue,
+        ZoneLabelMissing, NoAgent, PrometheusUnreachable,
+    ],
+    Requested,
+    Draining,
+    DrainBlocked,
+    RebootApproved,
+    Rebooted,
+    Cancelled,
+    InvalidRequest,
+    /// The ledger Lease's slots annotation could not be read; rebuilt from the nodes.
+    LedgerDamaged,
+    /// The ledger Lease was deleted; recreated from the leader's last copy.
+    LedgerRecreated,
+    /// A node's protocol annotations or the ledger are in a format this build does not know
+    /// (a newer operator wrote them): left alone until an operator that knows it takes over.
+    UnknownFormat,
+    /// A requested node waits for the next maintenance window.
+    OutsideWindow,
+    /// A requested node waits while the pool is paused.
+    Paused,
+    /// The ledger's `reboot-paused` has a value other than `true` or `false`: read as paused.
+    UnexpectedPauseValue,
+    /// A requested node waits for a slot in its zone (`--max-unavailable-per-zone`).
+    ZoneBudgetFull,
+    /// A requested node has no zone label while zone budgets are on: not granted until it has.
+    ZoneLabelMissing,
+    /// A node of the pool carries another ledger's grant (relabelled from another pool
+    /// mid-reboot): counted here, driven by that pool's controller only.
+    ForeignGrant,
+    /// A requested node is opted out (`reboot-disabled=true`): it is never granted.
+    RebootDisabled,
+    /// A node went NotReady within `--min-ready-seconds` of its reboot; the pool holds.
+    NotReadyAfterReboot,
+    /// A node told to reboot was not completed (new boot, Ready) within `--reboot-timeout`;
+    /// the pool holds.
+    RebootOverdue,
+    /// An administrator gave a node up (`kubectl reboot abandon`): its protocol is cleared,
+    /// its slot released.
+    RebootAbandoned,
+    /// An administrator cleared a node's soak (removed `reboot-last-grant`); its slot is free.
+    SoakCleared,
+    /// `--dry-run`: what the controller would do about the node (nothing was written).
+    DryRun,
+    /// A requested node waits while alerts are active (`--prometheus-url`).
+    AlertsFiring,
+    /// A requested node waits because Prometheus cannot be asked (fail-safe).
+    PrometheusUnreachable,
+    /// A requested node waits while a blocking pod runs (`--blocking-pod-selector`).
+    BlockingPod,
+    /// A requested node has no Running and Ready agent pod (`--agent-selector`): not granted.
+    NoAgent,
+    /// A PodDisruptionBudget that allows no disruption covers a pod of a requested node
+    /// (`--check-disruption-budgets`): not granted.
+    DisruptionBudget,
+    /// A drain timed out and the node is rebooted anyway with pods on it (`--force-reboot`).
+    RebootForced,
+}
+
+reasons! {
+    /// The reasons of the agent's Events.
+    AgentReason, "agent", AGENT,
+    warnings: [
+        RebootRetried, RebootTimedOut, RebootFailed, SentinelPersists, RebootUnproven,
+        UnknownFormat,
+    ],
+    /// The agent is rebooting the node. (Its proof after the boot has no Event of the agent:
+    /// the controller's `Rebooted` at completion tells of it.)
+    Rebooting,
+    /// The reboot had not happened (same boot id); the agent reboots again.
+    RebootRetried,
+    /// A triggered reboot did not happen within `--reboot-timeout`.
+    RebootTimedOut,
+    /// The reboot method itself failed.
+    RebootFailed,
+    /// The node's reboot sentinel asked for a reboot; the agent requested one.
+    RebootRequired,
+    /// The sentinel a reboot was requested for is still there after that reboot.
+    SentinelPersists,
+    /// `--max-unproven-reboots` reboots from the same boot id proved nothing: stopped.
+    RebootUnproven,
+    /// The node's protocol annotations are in a format this agent does not know.
+    UnknownFormat,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The strings users and the documentation know: a rename of a variant must fail here.
+    #[test]
+    fn reasons_are_spelled_as_the_protocol_says() {
+        let controller: Vec<_> = ControllerReason::ALL.iter().map(|r| r.as_str()).collect();
+        assert_eq!(
+            controller,
+            [
+                "Requested",
+                "Draining",
+                "DrainBlocked",
+                "RebootApproved",
+                "Rebooted",
+                "Cancelled",
+                "InvalidRequest",
+                "LedgerDamaged",
+                "LedgerRecreated",
+                "UnknownFormat",
+                "OutsideWindow",
+                "Paused",
+                "UnexpectedPauseValue",
+                "ZoneBudgetFull",
+                "ZoneLabelMissing",
+                "ForeignGrant",
+                "RebootDisabled",
+                "NotReadyAfterReboot",
+                "RebootOverdue",
+                "RebootAbandoned",
+                "SoakCleared",
+                "DryRun",
+                "AlertsFiring",
+                "PrometheusUnreachable",
+                "BlockingPod",
+                "NoAgent",
+                "DisruptionBudget",
+                "RebootForced",
+            ]
+        );
+        let agent: Vec<_> = AgentReason::ALL.iter().map(|r| r.as_str()).collect();
+        assert_eq!(
+            agent,
+            [
+                "Rebooting",
+                "RebootRetried",
+                "RebootTimedOut",
+                "RebootFailed",
+                "RebootRequired",
+                "SentinelPersists",
+                "RebootUnproven",
+                "UnknownFormat",
+            ]
+        );
+    }
+
+    #[test]
+    fn every_reason_parses_back() {
+        for r in ControllerReason::ALL {
+            assert_eq!(r.as_str().parse::<ControllerReason>(), Ok(*r));
+        }
+        for r in AgentReason::ALL {
+            assert_eq!(r.to_string().parse::<AgentReason>(), Ok(*r));
+        }
+    }
+
+    #[test]
+    fn each_program_reports_its_own() {
+        assert_eq!(<ControllerReason as Reason>::COMPONENT, "reboot-controller");
+        assert_eq!(<AgentReason as Reason>::COMPONENT, "reboot-agent");
+        assert_eq!(Reason::as_str(AgentReason::RebootFailed), "RebootFailed");
+    }
+
+    #[test]
+    fn an_unknown_reason_is_named() {
+        let error = "rebooted".parse::<ControllerReason>().unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "\"rebooted\" is not an Event reason of the controller"
+        );
+        assert!("Rebooted".parse::<AgentReason>().is_err());
+    }
+
+    #[test]
+    fn warnings_are_the_ones_that_hold_or_fail() {
+        let warnings: Vec<_> = ControllerReason::ALL
+            .iter()
+            .filter(|r| r.is_warning())
+            .map(|r| r.as_str())
+            .collect();
+        assert_eq!(
+            warnings,
+            [
+                "DrainBlocked",
+                "InvalidRequest",
+                "LedgerDamaged",
+                "LedgerRecreated",
+                "UnknownFormat",
+                "UnexpectedPauseValue",
+                "ZoneLabelMissing",
+                "NotReadyAfterReboot",
+                "RebootOverdue",
+                "PrometheusUnreachable",
+                "NoAgent",
+                "RebootForced",
+            ]
+        );
+        assert!(!AgentReason::Rebooting.is_warning());
+        assert!(!AgentReason::RebootRequired.is_warning());
+        assert!(AgentReason::RebootFailed.is_warning());
+    }
+}

@@ -1,0 +1,69 @@
+//! What `kubectl reboot status`, `plan` and the estimate are computed from: the pool as read
+//! from the API server (the nodes, the Events about them, the ledger, the budget), as plain
+//! data.
+
+use common::{NodeFacts, ledger::Slot};
+use k8s_openapi::jiff::Timestamp;
+use std::collections::BTreeMap;
+
+/// One Event about a node, as the operator wrote it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeEvent {
+    pub reason: String,
+    /// `reboot-controller` or `reboot-agent`.
+    pub component: String,
+    pub message: String,
+    /// When it was last observed (the series' last time when the Event repeated).
+    pub time: Timestamp,
+}
+
+/// One node as read from the API server.
+#[derive(Debug, Clone)]
+pub struct NodeInput {
+    pub facts: NodeFacts,
+    pub labels: BTreeMap<String, String>,
+    /// Selected by `--node-selector` (a node outside the pool shows only while it holds a slot).
+    pub in_pool: bool,
+    pub events: Vec<NodeEvent>,
+    /// The pods a drain still has to evict (`namespace/name`), read for draining nodes only.
+    pub pods_left: Option<Vec<String>>,
+}
+
+/// The slot ledger Lease as read.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LedgerInput {
+    /// `namespace/name`.
+    pub name: String,
+    /// Its resourceVersion.
+    pub version: Option<String>,
+    pub found: bool,
+    pub slots: BTreeMap<String, Slot>,
+    pub paused: bool,
+    /// Why its slots annotation could not be read.
+    pub damage: Option<String>,
+}
+
+/// What is known of the budget besides the ledger.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct BudgetInput {
+    /// Read from the controller's metrics.
+    pub metrics: Option<crate::metrics::Reading>,
+    /// Where the metrics were looked for, and why they could not be read, if so.
+    pub metrics_url: Option<String>,
+    pub metrics_error: Option<String>,
+    /// `--max-unavailable` given to the plugin.
+    pub flag: Option<common::MaxUnavailable>,
+}
+
+/// Everything a status is computed from.
+#[derive(Debug, Clone)]
+pub struct PoolInput {
+    pub selector: String,
+    pub nodes: Vec<NodeInput>,
+    pub ledger: LedgerInput,
+    pub budget: BudgetInput,
+    /// Things that could not be read (Events, pods): the status is less complete.
+    pub warnings: Vec<String>,
+    /// The controller's `--reboot-window`s, as given to the plugin (none: always).
+    pub windows: controller::window::Windows,
+}

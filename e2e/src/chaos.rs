@@ -143,6 +143,8 @@ struct Record {
     raced_external: u64,
     /// Pods bound to a node as its `reboot-now` was written (see [`LATE_BINDING`]).
     late_bindings: Vec<String>,
+    /// The revision at which each cordoned node was cordoned.
+    cordoned_at: BTreeMap<String, u64>,
     /// When the observer saw each unavailable node become so.
     unavailable_since: BTreeMap<String, Instant>,
     violations: Vec<String>,
@@ -186,6 +188,11 @@ impl Record {
         let now = NodeSeen::of(node, &self.keys);
         let before = self.nodes.insert(name.clone(), now.clone());
         let before = before.unwrap_or_default();
+        if now.unschedulable && !before.unschedulable {
+            self.cordoned_at.insert(name.clone(), at);
+        } else if !now.unschedulable {
+            self.cordoned_at.remove(&name);
+        }
         let tally = self.tallies.entry(name.clone()).or_default();
         if now.requested && !before.requested {
             tally.requests += 1;
@@ -347,7 +354,13 @@ impl Record {
                         && s.from <= go_ahead.revision
                         && s.until.is_none_or(|until| until > go_ahead.revision)
                 })
-                .partition(|s| abs_diff(s.seen, go_ahead.seen) < LATE_BINDING);
+                // Only a pod bound after the cordon, as a scheduler that had not seen it binds
+                // one, is excused: one bound before it is the drain's to evict, however
+                // close to `reboot-now` it came.
+                .partition(|s| {
+                    abs_diff(s.seen, go_ahead.seen) < LATE_BINDING
+                        && self.cordoned_at.get(&s.node).is_some_and(|at| s.from > *at)
+                });
             let describe = |stays: &[&Stay]| {
                 stays
                     .iter()
@@ -574,6 +587,7 @@ impl Observer {
             external_excess: 0,
             raced_external: 0,
             late_bindings: Vec::new(),
+            cordoned_at: BTreeMap::new(),
             unavailable_since: BTreeMap::new(),
             violations: Vec::new(),
             stays: BTreeMap::new(),

@@ -64,10 +64,12 @@ build: static
 	$(CARGO) build --workspace --all-targets --locked
 
 # The module-cycle check (hack/module-cycles.py) fails on modules of a crate that import each
-# other, outside test code.
+# other, outside test code; hack/architecture-names.py on a file or folder ARCHITECTURE.md names
+# that no longer exists.
 lint:
 	$(CARGO) fmt --all -- --check
 	python3 hack/module-cycles.py
+	python3 hack/architecture-names.py
 	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
 
 # The debug binaries that the end-to-end tests, the sandbox and the demo run as processes.

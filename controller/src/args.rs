@@ -1,14 +1,12 @@
 //! Command-line flags; every flag is also an environment variable.
 
-use crate::{
-    alerts::{AlertFilter, FilterMode},
-    blocking_pods::Scope,
-    leader::Timing,
-    pool::PoolSelector,
-    window::Window,
-};
+use crate::{cache::pool::PoolSelector, cluster::leader::Timing, gates::blocking_pods::Scope};
 use clap::{CommandFactory, Parser};
 use common::{AnnotationKeys, MaxUnavailable};
+use controller_core::{
+    alerts::{AlertFilter, FilterMode},
+    window::Window,
+};
 use observability::BindAddress;
 pub use observability::LogFormat;
 use std::time::Duration;
@@ -423,8 +421,8 @@ impl Args {
 
     /// How nodes are placed in the pool and indexed (`--node-selector`, `--zone-label`, the
     /// annotation prefix).
-    pub fn indexing(&self) -> crate::nodes::Indexing {
-        crate::nodes::Indexing::new(
+    pub fn indexing(&self) -> crate::cache::nodes::Indexing {
+        crate::cache::nodes::Indexing::new(
             self.node_selector.clone(),
             &self.zone_label,
             self.annotation_prefix.clone(),
@@ -437,7 +435,7 @@ impl Args {
         self.leader_election_identity
             .clone()
             .filter(|i| !i.trim().is_empty())
-            .unwrap_or_else(crate::leader::default_identity)
+            .unwrap_or_else(crate::cluster::leader::default_identity)
     }
 }
 

@@ -6,8 +6,8 @@
 //! replica from its own cache; the counters of what the controller did, by the replica that
 //! did it (`node_reboot_leader` says which one leads).
 
-use crate::{ledger::Ledger, pool_index::PoolCounts};
 use common::{AnnotationKeys, NodeFacts, Phase, ProtocolState, Request};
+use controller_core::{ledger::Ledger, pool_index::PoolCounts};
 use k8s_openapi::api::core::v1::Node;
 use observability::ApiErrorKind;
 use prometheus_client::{
@@ -486,8 +486,8 @@ impl Metrics {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{ledger::Slot, pool_index::ZoneCount};
     use common::test_util::NodeBuilder;
+    use controller_core::{ledger::Slot, pool_index::ZoneCount};
     use prometheus_client::encoding::text::encode;
 
     fn node(name: &str, ready: bool, annotations: &[(&str, &str)]) -> Arc<Node> {

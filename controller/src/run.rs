@@ -9,31 +9,36 @@
 //! Lease so that another replica takes over at once, and exits within seconds.
 
 use crate::{
-    alert_watch::{self, AlertSettings},
-    api_error::ApiErrorKind,
     args::Args,
-    blocking_pods::BlockingPods,
+    cache::{
+        nodes::{self, Overlay, SharedIndex},
+        sightings::Sightings,
+    },
     clock::SystemClock,
-    drain::{DrainSettings, Drainer},
-    drain_tracker::{Drain, DrainTracker},
-    events::Events,
-    gates::{AlertChecks, Gates},
-    leader::{Election, Elector, Leadership},
-    ledger::Ledger,
-    ledger_store::{LedgerError, LedgerStore, ReadLedger},
+    cluster::{
+        events::Events,
+        leader::{Election, Elector, Leadership},
+        ledger_store::{LedgerError, LedgerStore, ReadLedger},
+    },
+    drain::{
+        DrainSettings, Drainer,
+        tracker::{Drain, DrainTracker},
+    },
+    gates::{
+        AlertChecks, Gates,
+        alert_watch::{self, AlertSettings},
+        blocking_pods::BlockingPods,
+        preflight::{AgentPods, DisruptionBudgets, PreflightChecks},
+    },
     metrics::Metrics,
-    nodes,
-    nodes::{Overlay, SharedIndex},
     notify::{self, Notifier},
-    preflight::{AgentPods, DisruptionBudgets, PreflightChecks},
-    schedule::Schedule,
     shell::{Shell, ShellParts},
-    sightings::Sightings,
-    window::Windows,
 };
 use anyhow::Context as _;
+use controller_core::{ledger::Ledger, schedule::Schedule, window::Windows};
 use k8s_openapi::api::core::v1::Node;
 use kube::{Api, Client, api::ListParams, runtime::reflector::Store};
+use observability::ApiErrorKind;
 use observability::{Health, api_client};
 use std::{
     future::Future,

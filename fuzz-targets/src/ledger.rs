@@ -1,5 +1,5 @@
 use common::ledger::{PAUSED_ANNOTATION, SLOTS_ANNOTATION, slots_json, slots_of};
-use controller::ledger_store::{ReadLedger, on_watch_event, recreated_annotations};
+use controller::cluster::ledger_store::{ReadLedger, on_watch_event, recreated_annotations};
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::{api::ObjectMeta, runtime::watcher::Event};
 use std::collections::BTreeMap;

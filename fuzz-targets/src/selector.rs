@@ -1,5 +1,5 @@
 use common::marks::parse_label;
-use controller::pool::PoolSelector;
+use controller::cache::pool::PoolSelector;
 use kube::core::Expression;
 use std::collections::BTreeMap;
 

@@ -1,4 +1,4 @@
-use controller::window::{Window, Windows};
+use controller_core::window::{Window, Windows};
 use jiff::Timestamp;
 
 /// Instants where windows go wrong if they ever do: both daylight saving changes of Europe

@@ -5,7 +5,7 @@
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use common::{AnnotationKeys, MaxUnavailable};
-use controller::window::Window;
+use controller_core::window::Window;
 use std::time::Duration;
 
 /// The node-reboot-operator from kubectl: what every node of the pool is doing and why

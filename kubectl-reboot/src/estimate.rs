@@ -11,7 +11,7 @@ use crate::input::NodeInput;
 use crate::wait::WaitReason;
 use common::AnnotationKeys;
 use common::events::{AGENT, AgentReason, CONTROLLER, ControllerReason};
-use controller::window::Windows;
+use controller_core::window::Windows;
 use k8s_openapi::jiff::Timestamp;
 use serde::Serialize;
 

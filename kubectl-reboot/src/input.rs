@@ -65,5 +65,5 @@ pub struct PoolInput {
     /// Things that could not be read (Events, pods): the status is less complete.
     pub warnings: Vec<String>,
     /// The controller's `--reboot-window`s, as given to the plugin (none: always).
-    pub windows: controller::window::Windows,
+    pub windows: controller_core::window::Windows,
 }

@@ -203,7 +203,7 @@ async fn status(client: &Client, global: &Global, args: &StatusArgs) -> Result<(
 async fn plan(client: &Client, global: &Global, args: &PlanArgs) -> Result<(), Error> {
     let input = read::pool(client, global, &args.status_args()).await?;
     let settings = plan::Settings {
-        windows: controller::window::Windows(args.reboot_windows.clone()),
+        windows: controller_core::window::Windows(args.reboot_windows.clone()),
         zone_label: args.zone_label.clone(),
         zone_budget: args.max_unavailable_per_zone,
         min_ready: std::time::Duration::from_secs(args.min_ready_seconds),

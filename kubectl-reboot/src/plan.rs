@@ -1,5 +1,5 @@
 //! What `kubectl reboot plan` shows: the whole rollout, wave by wave, from the controller's
-//! own decision run forward ([`controller::rollout_plan`]) over what `status` reads. Pure: the
+//! own decision run forward ([`controller_core::rollout_plan`]) over what `status` reads. Pure: the
 //! pool as read, the controller's settings as given, and the time are arguments. The JSON
 //! shape of [`Plan`] is the stable output of `-o json` (documented in docs/src/operations.md).
 
@@ -10,7 +10,7 @@ use crate::{
     wait::WaitReason,
 };
 use common::{AnnotationKeys, MaxUnavailable, events::CONTROLLER};
-use controller::{
+use controller_core::{
     decide::{DrainState, NodeView},
     ledger::Ledger,
     pool_index::PoolCounts,

@@ -104,7 +104,7 @@ pub async fn pool(client: &Client, global: &Global, args: &StatusArgs) -> Result
             flag: args.max_unavailable,
         },
         warnings,
-        windows: controller::window::Windows(args.reboot_windows.clone()),
+        windows: controller_core::window::Windows(args.reboot_windows.clone()),
     })
 }
 

@@ -15,23 +15,33 @@ mod checks;
 mod server;
 
 use crate::{
-    api::{LeaseApi, NodeApi},
-    blocking_pods::{BlockingPods, Scope},
+    cache::{
+        nodes::{Indexing, NodeFeed, Overlay},
+        pool::PoolSelector,
+    },
     clock::Clock,
-    drain::DrainOutcome,
-    drain_tracker::{Drain, DrainTracker},
-    events::{CapturedEvents, Events},
-    gates::{AlertChecks, Gates},
-    leader::Leadership,
-    ledger_store::{LedgerStore, ReadLedger, on_watch_event},
+    cluster::{
+        api::{LeaseApi, NodeApi},
+        events::{CapturedEvents, Events},
+        leader::Leadership,
+        ledger_store::{LedgerStore, ReadLedger, on_watch_event},
+    },
+    drain::{
+        DrainOutcome,
+        tracker::{Drain, DrainTracker},
+    },
+    gates::{
+        AlertChecks, Gates,
+        blocking_pods::{BlockingPods, Scope},
+    },
     metrics::Metrics,
-    nodes::{Indexing, NodeFeed, Overlay},
-    pool::PoolSelector,
-    schedule::Schedule,
     shell::{Shell, ShellParts},
-    window::{Window, Windows},
 };
 use common::MaxUnavailable;
+use controller_core::{
+    schedule::Schedule,
+    window::{Window, Windows},
+};
 use futures::{FutureExt, future::BoxFuture};
 use k8s_openapi::{
     api::{coordination::v1::Lease, core::v1::Node},
@@ -373,12 +383,12 @@ impl Model {
                 reboot_delay: Duration::ZERO,
             },
             gates: Gates::new(Some(pods_gate), Some(alert_checks)),
-            preflight: crate::preflight::PreflightChecks::default(),
+            preflight: crate::gates::preflight::PreflightChecks::default(),
             metrics,
             leadership: Leadership::always(),
             dry_run: false,
             notifier: crate::notify::Notifier::off(),
-            sightings: crate::sightings::Sightings::default(),
+            sightings: crate::cache::sightings::Sightings::default(),
         });
         Replica {
             shell,

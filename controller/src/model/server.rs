@@ -5,12 +5,12 @@
 //! against the truth, as it lands.
 
 use super::{LEDGER, NODES, POOL, ZONE, checks};
-use crate::alert_watch::{AlertGate, AlertReading};
-use crate::window::Windows;
+use crate::gates::alert_watch::{AlertGate, AlertReading};
 use common::{
     AnnotationKeys, MaxUnavailable, NodeFacts,
     ledger::{PAUSED_ANNOTATION, SLOTS_ANNOTATION, Slot, slots_json, slots_of},
 };
+use controller_core::window::Windows;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::{
     api::{coordination::v1::Lease, core::v1::Node},

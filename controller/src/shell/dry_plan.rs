@@ -1,8 +1,8 @@
 //! `--dry-run`: the whole rollout as this round's decision would carry it on, wave by wave
-//! ([`crate::rollout_plan`]), logged once each time it changes.
+//! ([`controller_core::rollout_plan`]), logged once each time it changes.
 
 use super::Shell;
-use crate::{
+use controller_core::{
     decide::{Decision, Round},
     dry_run,
     rollout_plan::{self, PlanInput, Wait},

@@ -2,32 +2,42 @@
 //! memory, executes what it decides, and feeds the results straight back.
 
 use crate::{
-    api::NodeApi,
-    api_error::ApiErrorKind,
+    cache::{
+        memory::{Memory, ViewInputs},
+        nodes::{self, Overlay, SharedIndex},
+        sightings::{Seen, Sightings},
+    },
     clock::Clock,
-    decide::{Decision, Fence, Hold, NodeAction, ReleaseReason, Round},
-    drain::DrainOutcome,
-    drain_tracker::{DrainTracker, Finished},
-    dry_run,
-    events::{Events, Reason},
-    gates::{GateReading, Gates},
-    leader::Leadership,
-    ledger::{Ledger, new_grant_id},
-    ledger_store::{LedgerError, LedgerStore, ReadLedger},
-    memory::{Memory, ViewInputs},
+    cluster::{
+        api::NodeApi,
+        events::{Events, Reason},
+        leader::Leadership,
+        ledger_store::{LedgerError, LedgerStore, ReadLedger},
+    },
+    drain::{
+        DrainOutcome,
+        tracker::{DrainTracker, Finished},
+    },
+    gates::{
+        GateReading, Gates,
+        preflight::{PreflightChecks, PreflightReading},
+    },
     metrics::Metrics,
-    nodes::{self, Overlay, SharedIndex},
     notify::{Notifier, Rollout},
-    plan,
-    pool_index::PoolCounts,
-    preflight::{PreflightChecks, PreflightReading},
-    schedule::Schedule,
-    sightings::{Seen, Sightings},
 };
 use common::{AnnotationKeys, MaxUnavailable, NodeFacts, RebootMarks, Transition};
+use controller_core::{
+    decide::{Decision, Fence, Hold, NodeAction, ReleaseReason, Round},
+    dry_run,
+    ledger::{Ledger, new_grant_id},
+    plan,
+    pool_index::PoolCounts,
+    schedule::Schedule,
+};
 use futures::{StreamExt, stream};
 use k8s_openapi::{api::core::v1::Node, jiff::Timestamp};
 use kube::runtime::reflector::{ObjectRef, Store};
+use observability::ApiErrorKind;
 use std::{
     collections::{BTreeSet, HashMap},
     sync::Arc,
@@ -210,8 +220,9 @@ impl Shell {
         // A percentage budget is sized on the nodes the cache has: a copy of ours that the cache
         // no longer has (kept one round after a read) is most likely deleted, and counting it
         // would raise the budget above what the pool allows.
-        let cached =
-            |v: &&crate::decide::NodeView| self.nodes.get(&ObjectRef::new(v.name())).is_some();
+        let cached = |v: &&controller_core::decide::NodeView| {
+            self.nodes.get(&ObjectRef::new(v.name())).is_some()
+        };
         let pool = views.iter().filter(|v| v.in_pool).filter(cached).count() + others.nodes();
         let budget = self.max_unavailable.resolve(pool);
         let (scheduled, window_open) = self.hold_now();

@@ -747,25 +747,19 @@ impl<'a> Round<'a> {
 }
 
 // When a round next needs to look: with access to the round's own predicates.
-#[path = "next_look.rs"]
 mod next_look;
 
 #[cfg(test)]
-#[path = "decide_tests.rs"]
 mod tests;
 
 #[cfg(test)]
-#[path = "format_tests.rs"]
 mod format_tests;
 
 #[cfg(test)]
-#[path = "fence_tests.rs"]
 mod fence_tests;
 
 #[cfg(test)]
-#[path = "delay_tests.rs"]
 mod delay_tests;
 
 #[cfg(test)]
-#[path = "abandon_tests.rs"]
 mod abandon_tests;

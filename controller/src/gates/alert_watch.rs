@@ -3,7 +3,7 @@
 //! to do costs Prometheus nothing. An answer that did not come, or came wrong, holds the
 //! gate closed: no new reboot while the cluster's health is unknown.
 
-use crate::alerts::{AlertFilter, AlertsResponse, Silence};
+use controller_core::alerts::{AlertFilter, AlertsResponse, Silence};
 use serde::de::DeserializeOwned;
 use std::{
     sync::Arc,

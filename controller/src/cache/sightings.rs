@@ -4,7 +4,7 @@
 //! sighting, so that it is never cut short. A follower keeps looking while it stands by, so a
 //! replica that takes over saw most grants appear and waits only what is left of their delays.
 
-use crate::ledger::Ledger;
+use controller_core::ledger::Ledger;
 use std::{
     collections::HashMap,
     sync::{Arc, Mutex, MutexGuard},
@@ -51,7 +51,7 @@ pub fn delay_start(stored: Option<u64>, seen: Option<u64>) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ledger::Slot;
+    use controller_core::ledger::Slot;
 
     fn ledger(grants: &[&str]) -> Ledger {
         let mut ledger = Ledger::default();

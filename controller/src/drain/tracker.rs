@@ -2,11 +2,9 @@
 //! (never to a node name, so a node's next grant is always drained again), from its start to
 //! its outcome, and the retry schedule of nodes whose drain failed.
 
-use crate::{
-    decide::DrainState,
-    drain::{DrainOutcome, Drainer},
-};
+use crate::drain::{DrainOutcome, Drainer};
 use backon::{BackoffBuilder, ExponentialBackoff, ExponentialBuilder};
+use controller_core::decide::DrainState;
 use futures::{FutureExt, future::BoxFuture};
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;

@@ -1,4 +1,5 @@
-//! Table tests of the decision core (the property tests are in `replicas_tests.rs`).
+//! Table tests of the decision core (the property tests, several replicas against a model API
+//! server, are the controller's `model` module).
 
 use super::*;
 use crate::ledger::Slot;
@@ -463,7 +464,7 @@ fn a_hold_grants_nothing_and_says_who_waits_but_reboots_under_way_go_on() {
             // Claimed in the window: --finish-after-window lets it go on.
             assert_eq!(d.node_actions, [promote], "the claimed node goes on");
         } else {
-            // A pause or a shut gate stops it where it stands (fence_tests.rs).
+            // A pause or a shut gate stops it where it stands (`fence_tests`).
             assert!(d.node_actions.is_empty(), "{hold:?}: {:?}", d.node_actions);
             assert_eq!(d.held, [("going".to_owned(), hold)]);
         }

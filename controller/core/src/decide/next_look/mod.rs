@@ -73,5 +73,4 @@ impl Round<'_> {
 }
 
 #[cfg(test)]
-#[path = "next_look_tests.rs"]
 mod tests;

@@ -11,12 +11,16 @@
 //! with nothing to evict costs one request, and each pod to evict one eviction more (plus, for
 //! the whole drain, one read of the node before its evictions and one `Draining` Event).
 
+pub mod node_pods;
+pub mod tracker;
+
 use crate::{
-    api_error::ApiErrorKind,
-    events::{Events, Reason},
-    leader::Leadership,
+    cluster::{
+        events::{Events, Reason},
+        leader::Leadership,
+    },
+    drain::node_pods::{NodePods, WatchError, pod_key, uid},
     metrics::Metrics,
-    node_pods::{NodePods, WatchError, pod_key, uid},
 };
 use backon::{BackoffBuilder, ExponentialBackoff, ExponentialBuilder};
 use common::AnnotationKeys;
@@ -25,6 +29,7 @@ use kube::{
     Api, Client, Resource, ResourceExt,
     api::{DeleteParams, EvictParams},
 };
+use observability::ApiErrorKind;
 use std::{
     collections::{BTreeMap, HashMap, HashSet},
     sync::{Arc, Mutex, atomic::AtomicBool},

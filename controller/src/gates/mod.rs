@@ -2,10 +2,16 @@
 //! Alertmanager's silences) and cluster-scoped blocking pods hold the whole pool; a blocking
 //! pod on a node holds that node. Reboots under way always finish.
 
+pub mod alert_watch;
+pub mod blocking_pods;
+pub mod preflight;
+
 use crate::{
-    alert_watch::{AlertGate, AlertReading},
-    blocking_pods::{Blocking, BlockingPods},
-    events::Reason,
+    cluster::events::Reason,
+    gates::{
+        alert_watch::{AlertGate, AlertReading},
+        blocking_pods::{Blocking, BlockingPods},
+    },
     metrics::Metrics,
 };
 use std::{collections::BTreeSet, time::Duration};

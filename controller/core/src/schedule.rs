@@ -2,8 +2,9 @@
 //! administrator's pause (`reboot-paused=true` on the ledger Lease). Pure: the time and the
 //! pause are arguments; the shell reads them and passes the resulting hold to the core.
 
-use crate::{decide::Hold, events::Reason, window::Windows};
-use k8s_openapi::jiff::Timestamp;
+use crate::{decide::Hold, window::Windows};
+use common::events::ControllerReason as Reason;
+use jiff::Timestamp;
 use std::time::Duration;
 
 #[derive(Debug, Clone, Default)]

@@ -3,11 +3,12 @@
 //! controller are seen. A write changes only the slots annotation: labels and annotations
 //! that others put on the Lease stay.
 
-use crate::{api::LeaseApi, api_error::ApiErrorKind, ledger::Ledger, metrics::Metrics};
+use crate::{cluster::api::LeaseApi, metrics::Metrics};
 use common::ledger::{
     FORMAT_ANNOTATION, PAUSED_ANNOTATION, Pause, SLOTS_ANNOTATION, Slot, format_of, slots_json,
     slots_of,
 };
+use controller_core::ledger::Ledger;
 use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::{
@@ -15,6 +16,7 @@ use kube::{
     api::ObjectMeta,
     runtime::{WatchStreamExt, watcher},
 };
+use observability::ApiErrorKind;
 use serde_json::json;
 use std::{collections::BTreeMap, fmt, sync::Arc};
 use thiserror::Error;

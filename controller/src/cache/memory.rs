@@ -4,13 +4,14 @@
 //! nothing but a possibly different order among waiting requests and a repeated Event.
 
 use crate::{
-    decide::NodeView,
-    drain_tracker::DrainTracker,
-    ledger::Ledger,
-    nodes::Overlay,
-    sightings::{self, Seen},
+    cache::{
+        nodes::Overlay,
+        sightings::{self, Seen},
+    },
+    drain::tracker::DrainTracker,
 };
 use common::{AnnotationKeys, NodeFacts, Request};
+use controller_core::{decide::NodeView, ledger::Ledger};
 use k8s_openapi::api::core::v1::Node;
 use std::{
     collections::{HashMap, HashSet},
@@ -86,7 +87,10 @@ impl SoakClock {
 /// the time of its grant, which is earlier. Written by the clock of the replica that approved
 /// it and compared with ours: `--reboot-timeout` needs the replicas' clocks in step (a
 /// replica ahead calls a reboot overdue early, which holds the pool: the safe side).
-fn approved_at(state: &common::ProtocolState, slot: Option<&crate::ledger::Slot>) -> Option<u64> {
+fn approved_at(
+    state: &common::ProtocolState,
+    slot: Option<&controller_core::ledger::Slot>,
+) -> Option<u64> {
     state
         .approved_at
         .as_deref()
@@ -99,7 +103,11 @@ fn approved_at(state: &common::ProtocolState, slot: Option<&crate::ledger::Slot>
 /// process first saw the grant. The grant's time in the ledger is written by the granting
 /// replica's clock, which may be minutes off ours: counted from it, a new leader ahead would
 /// cut the delay short.
-fn claimed_at(drains: &DrainTracker, slot: &crate::ledger::Slot, seen: &Seen) -> Option<u64> {
+fn claimed_at(
+    drains: &DrainTracker,
+    slot: &controller_core::ledger::Slot,
+    seen: &Seen,
+) -> Option<u64> {
     drains.claimed_at(&slot.grant).or_else(|| {
         sightings::delay_start(millis(&slot.granted_at), seen.get(&slot.grant).copied())
     })
@@ -264,8 +272,8 @@ mod tests {
     use std::sync::Arc;
     use tokio::sync::Notify;
 
-    fn slot(granted_at: &str) -> crate::ledger::Slot {
-        crate::ledger::Slot {
+    fn slot(granted_at: &str) -> controller_core::ledger::Slot {
+        controller_core::ledger::Slot {
             grant: "g1".into(),
             granted_at: granted_at.into(),
             node_version: None,

@@ -3,12 +3,14 @@
 //! decision sees them at once instead of waiting for the watch to catch up.
 
 use crate::{
-    ledger::Ledger,
+    cache::pool::PoolSelector,
     metrics::{Metrics, PoolSummary},
-    pool::PoolSelector,
-    pool_index::{Entry, Placement, PoolCounts, PoolIndex},
 };
 use common::{AnnotationKeys, NodeFacts};
+use controller_core::{
+    ledger::Ledger,
+    pool_index::{Entry, Placement, PoolCounts, PoolIndex},
+};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{
     Node, NodeCondition, NodeSpec, NodeStatus, NodeSystemInfo, Taint,

@@ -394,9 +394,7 @@ impl fmt::Display for Windows {
 }
 
 #[cfg(test)]
-#[path = "window_tests.rs"]
 mod tests;
 
 #[cfg(test)]
-#[path = "window_change_tests.rs"]
 mod change_tests;

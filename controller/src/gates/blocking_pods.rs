@@ -98,7 +98,7 @@ impl BlockingPods {
                     .default_backoff()
                     .reflect(writer);
                 let what = format!("blocking pod watch (--blocking-pod-selector {selector})");
-                crate::preflight::follow(
+                crate::gates::preflight::follow(
                     stream,
                     what,
                     "pod",

@@ -7,8 +7,9 @@
 //! Advice, not a safety invariant: the facts come from watches, and a node granted on an older
 //! reading goes on (its drain waits, as any drain does).
 
-use crate::{api_error::ApiErrorKind, decide::NodeView, decide::Preflight, metrics::Metrics};
+use crate::metrics::Metrics;
 use common::eviction::{Disposition, disposition};
+use controller_core::decide::{NodeView, Preflight};
 use futures::StreamExt as _;
 use k8s_openapi::api::{core::v1::Pod, policy::v1::PodDisruptionBudget};
 use kube::{
@@ -17,6 +18,7 @@ use kube::{
     core::Selector,
     runtime::{WatchStreamExt as _, reflector, reflector::Store, watcher},
 };
+use observability::ApiErrorKind;
 use std::{
     collections::{BTreeMap, BTreeSet},
     sync::{
@@ -408,8 +410,8 @@ pub fn held(
 
 impl PreflightReading {
     /// The Event of a node a check holds; none while a check cannot tell yet.
-    pub fn event(&self, node: &str) -> Option<(crate::events::Reason, String)> {
-        use crate::events::Reason;
+    pub fn event(&self, node: &str) -> Option<(crate::cluster::events::Reason, String)> {
+        use crate::cluster::events::Reason;
         match self.held.get(node)? {
             Preflight::Checking => None,
             Preflight::NoAgent => Some((

@@ -505,5 +505,4 @@ fn finished(view: &mut NodeView) {
 }
 
 #[cfg(test)]
-#[path = "rollout_plan_tests.rs"]
 mod tests;

@@ -2,7 +2,6 @@
 //! to start with (a streaming list where the API server has them), then the changes, so that
 //! the requests a drain makes do not grow with the time its pods take to terminate.
 
-use crate::api_error::ApiErrorKind;
 use common::{
     eviction::{Disposition, disposition},
     ledger::version_is_newer,
@@ -15,6 +14,7 @@ use kube::{
     api::{ListParams, WatchEvent, WatchParams},
     core::Status,
 };
+use observability::ApiErrorKind;
 use std::{
     collections::BTreeMap,
     sync::{

@@ -3,8 +3,8 @@
 //! request forgotten; nothing fences it, and a node being given up is never granted.
 
 use super::tests::{
-    annotate, claimed, decide_at_clock_with, decide_held, granted, ledger_of, node_json,
-    told_to_reboot, view,
+    annotate, base_round, claimed, decide_at_clock_with, decide_held, granted, ledger_of,
+    node_json, told_to_reboot, view,
 };
 use super::*;
 use crate::plan;
@@ -148,23 +148,10 @@ fn a_soaking_node_given_up_is_released_at_once() {
     annotate(&mut a, "reboot-last-grant", "g-a");
     annotate(&mut a, "reboot-abandon", WHO);
     a["metadata"]["resourceVersion"] = "3".into();
+    let (nodes, ledger) = ([view(&a)], ledger_of(&["a"]));
     let mut round = Round {
-        nodes: &[view(&a)],
-        others: &crate::pool_index::PoolCounts::default(),
-        ledger: &ledger_of(&["a"]),
-        deleted: &BTreeSet::new(),
-        budget: 1,
-        zone_budget: None,
-        drain_enabled: false,
-        now: 0,
-        fence: super::tests::OPEN,
-        finish_after_window: true,
         min_ready: 1_000_000,
-        clock: 0,
-        reboot_timeout: u64::MAX,
-        delays: Default::default(),
-        blocked: &BTreeSet::new(),
-        preflight: &std::collections::BTreeMap::new(),
+        ..base_round(&nodes, &ledger)
     };
     let d = round.decide();
     assert_eq!(

@@ -3,10 +3,8 @@
 //! slot meanwhile, and is due exactly when the delay is over.
 
 use super::fence_tests::{Stage, node_at};
-use super::tests::OPEN;
+use super::tests::base_round;
 use super::*;
-use crate::pool_index::PoolCounts;
-use std::collections::BTreeSet;
 
 /// Cordoned at 1,000 (wall clock, ms); drained, if it is, at 3,000.
 fn waiting(stage: Stage) -> (NodeView, Ledger) {
@@ -26,25 +24,13 @@ fn round_at<T>(
     f: impl FnOnce(&Round<'_>) -> T,
 ) -> T {
     f(&Round {
-        nodes,
-        others: &PoolCounts::default(),
-        ledger,
-        deleted: &BTreeSet::new(),
-        budget: 1,
-        zone_budget: None,
         drain_enabled,
-        now: 0,
-        fence: OPEN,
-        finish_after_window: true,
-        min_ready: 0,
         clock,
-        reboot_timeout: u64::MAX,
         delays: Delays {
             drain: 5_000,
             reboot: 4_000,
         },
-        blocked: &BTreeSet::new(),
-        preflight: &std::collections::BTreeMap::new(),
+        ..base_round(nodes, ledger)
     })
 }
 

@@ -2,7 +2,7 @@
 //! stops a granted node from moving further (cordon, drain start, `reboot-now`), not only new
 //! grants; reboots already told to go finish.
 
-use super::tests::{OPEN, annotate, facts, node_json};
+use super::tests::{OPEN, annotate, base_round, facts, node_json};
 use super::*;
 use crate::ledger::Slot;
 use common::AnnotationKeys;
@@ -89,22 +89,11 @@ fn decide_at(stage: Stage, fence: Fence, finish_after_window: bool, blocked: boo
         BTreeSet::new()
     };
     Round {
-        nodes: &[view],
-        others: &PoolCounts::default(),
-        ledger: &ledger,
-        deleted: &BTreeSet::new(),
-        budget: 1,
-        zone_budget: None,
         drain_enabled: true,
-        now: 0,
         fence,
         finish_after_window,
-        min_ready: 0,
-        clock: 0,
-        reboot_timeout: u64::MAX,
-        delays: Default::default(),
         blocked: &blocked,
-        preflight: &std::collections::BTreeMap::new(),
+        ..base_round(&[view], &ledger)
     }
     .decide()
 }

@@ -75,6 +75,36 @@ pub(super) const OPEN: Fence = Fence {
     gates_closed: false,
 };
 
+static NO_OTHERS: PoolCounts = PoolCounts {
+    zones: BTreeMap::new(),
+};
+static NO_NODES: BTreeSet<String> = BTreeSet::new();
+static NO_PREFLIGHT: BTreeMap<String, Preflight> = BTreeMap::new();
+
+/// The round every table test starts from: `nodes` and `ledger`, a budget of one, the drain
+/// off, the fence open, no delays, no soak, no reboot timeout, both clocks at 0, no other
+/// nodes, nothing deleted, blocked or held. A test sets what it is about with `..base_round(..)`.
+pub(crate) fn base_round<'a>(nodes: &'a [NodeView], ledger: &'a Ledger) -> Round<'a> {
+    Round {
+        nodes,
+        others: &NO_OTHERS,
+        ledger,
+        deleted: &NO_NODES,
+        budget: 1,
+        zone_budget: None,
+        drain_enabled: false,
+        now: 0,
+        fence: OPEN,
+        finish_after_window: true,
+        min_ready: 0,
+        clock: 0,
+        reboot_timeout: u64::MAX,
+        delays: Delays::default(),
+        blocked: &NO_NODES,
+        preflight: &NO_PREFLIGHT,
+    }
+}
+
 fn decide(nodes: &[NodeView], ledger: &Ledger, budget: usize, drain: bool) -> Decision {
     decide_held(nodes, ledger, (budget, drain), None, true)
 }
@@ -87,26 +117,15 @@ pub(super) fn decide_held(
     finish_after_window: bool,
 ) -> Decision {
     Round {
-        nodes,
-        others: &PoolCounts::default(),
-        ledger,
-        deleted: &BTreeSet::new(),
         budget,
-        zone_budget: None,
         drain_enabled: drain,
-        now: 0,
         fence: Fence {
             paused: hold == Some(Hold::Paused),
             window_open: hold != Some(Hold::OutsideWindow),
             gates_closed: hold == Some(Hold::Unhealthy),
         },
         finish_after_window,
-        min_ready: 0,
-        clock: 0,
-        reboot_timeout: u64::MAX,
-        delays: Default::default(),
-        blocked: &BTreeSet::new(),
-        preflight: &BTreeMap::new(),
+        ..base_round(nodes, ledger)
     }
     .decide()
 }
@@ -364,22 +383,8 @@ fn a_slot_holder_missing_from_the_cache_is_read_again_and_released_only_once_del
     assert_eq!(d.node_actions, vec![NodeAction::Refetch("gone".into())]);
     let deleted = BTreeSet::from(["gone".to_owned()]);
     let d = Round {
-        nodes: &[],
-        others: &PoolCounts::default(),
-        ledger: &ledger,
         deleted: &deleted,
-        budget: 1,
-        zone_budget: None,
-        drain_enabled: false,
-        now: 0,
-        fence: OPEN,
-        finish_after_window: true,
-        min_ready: 0,
-        clock: 0,
-        reboot_timeout: u64::MAX,
-        delays: Default::default(),
-        blocked: &BTreeSet::new(),
-        preflight: &BTreeMap::new(),
+        ..base_round(&[], &ledger)
     }
     .decide();
     assert_eq!(
@@ -508,26 +513,15 @@ fn without_finish_after_window_a_closed_window_gives_back_what_was_not_told_to_r
     // A pause during a closed window must not undo the window's rule (the property test
     // found this: the pause used to hide the closed window).
     let d = Round {
-        nodes: &nodes,
-        others: &PoolCounts::default(),
-        ledger: &ledger,
-        deleted: &BTreeSet::new(),
         budget: 2,
-        zone_budget: None,
         drain_enabled: true,
-        now: 0,
         fence: Fence {
             paused: true,
             window_open: false,
             gates_closed: false,
         },
         finish_after_window: false,
-        min_ready: 0,
-        clock: 0,
-        reboot_timeout: u64::MAX,
-        delays: Default::default(),
-        blocked: &BTreeSet::new(),
-        preflight: &BTreeMap::new(),
+        ..base_round(&nodes, &ledger)
     }
     .decide();
     assert_eq!(d.node_actions, [release]);
@@ -569,22 +563,13 @@ fn a_zone_budget_spreads_grants_across_zones_and_counts_a_not_ready_node_in_its_
     let others = PoolCounts::default();
     let preflight = BTreeMap::new();
     let round = |zone_budget| Round {
-        nodes: &nodes,
         others: &others,
-        ledger: &ledger,
         deleted: &deleted,
         budget: 4,
         zone_budget,
-        drain_enabled: false,
-        now: 0,
-        fence: OPEN,
-        finish_after_window: true,
-        min_ready: 0,
-        clock: 0,
-        reboot_timeout: u64::MAX,
-        delays: Default::default(),
         blocked: &blocked,
         preflight: &preflight,
+        ..base_round(&nodes, &ledger)
     };
     let d = round(Some(common::MaxUnavailable::Count(1))).decide();
     assert_eq!(
@@ -617,22 +602,11 @@ fn a_completed_node_keeps_its_slot_through_the_soak_and_holds_the_pool_when_not_
     let (deleted, wants) = (BTreeSet::new(), view(&wants));
     let decide_at = |done: &NodeView, now: u64| {
         Round {
-            nodes: &[done.clone(), wants.clone()],
-            others: &PoolCounts::default(),
-            ledger: &ledger,
             deleted: &deleted,
             budget: 2,
-            zone_budget: None,
-            drain_enabled: false,
             now,
-            fence: OPEN,
-            finish_after_window: true,
             min_ready: 30,
-            clock: 0,
-            reboot_timeout: u64::MAX,
-            delays: Default::default(),
-            blocked: &BTreeSet::new(),
-            preflight: &BTreeMap::new(),
+            ..base_round(&[done.clone(), wants.clone()], &ledger)
         }
         .decide()
     };
@@ -689,22 +663,9 @@ fn a_node_with_a_blocking_pod_waits_and_the_others_go_on() {
     let (ledger, deleted) = (Ledger::default(), BTreeSet::new());
     let blocked = BTreeSet::from(["busy".to_owned()]);
     let d = Round {
-        nodes: &nodes,
-        others: &PoolCounts::default(),
-        ledger: &ledger,
         deleted: &deleted,
-        budget: 1,
-        zone_budget: None,
-        drain_enabled: false,
-        now: 0,
-        fence: OPEN,
-        finish_after_window: true,
-        min_ready: 0,
-        clock: 0,
-        reboot_timeout: u64::MAX,
-        delays: Default::default(),
         blocked: &blocked,
-        preflight: &BTreeMap::new(),
+        ..base_round(&nodes, &ledger)
     }
     .decide();
     assert_eq!(
@@ -722,22 +683,9 @@ fn decide_preflight(
     held: &BTreeMap<String, Preflight>,
 ) -> Decision {
     Round {
-        nodes,
-        others: &PoolCounts::default(),
-        ledger,
-        deleted: &BTreeSet::new(),
-        budget: 1,
-        zone_budget: None,
         drain_enabled: true,
-        now: 0,
-        fence: OPEN,
-        finish_after_window: true,
-        min_ready: 0,
-        clock: 0,
-        reboot_timeout: u64::MAX,
-        delays: Default::default(),
-        blocked: &BTreeSet::new(),
         preflight: held,
+        ..base_round(nodes, ledger)
     }
     .decide()
 }
@@ -831,22 +779,10 @@ fn decide_at_clock(nodes: &[NodeView], clock: u64) -> Decision {
 /// [`decide_at_clock`] with `ledger`.
 pub(super) fn decide_at_clock_with(nodes: &[NodeView], clock: u64, ledger: &Ledger) -> Decision {
     Round {
-        nodes,
-        others: &PoolCounts::default(),
-        ledger,
-        deleted: &BTreeSet::new(),
         budget: 3,
-        zone_budget: None,
-        drain_enabled: false,
-        now: 0,
-        fence: OPEN,
-        finish_after_window: true,
-        min_ready: 0,
         clock,
         reboot_timeout: 600,
-        delays: Default::default(),
-        blocked: &BTreeSet::new(),
-        preflight: &BTreeMap::new(),
+        ..base_round(nodes, ledger)
     }
     .decide()
 }
@@ -1025,22 +961,10 @@ fn a_slot_is_re_keyed_only_on_a_fresh_read_of_the_node() {
 /// A round with a zone budget of one node per zone and a pool budget of `budget`.
 fn decide_zoned(nodes: &[NodeView], ledger: &Ledger, budget: usize) -> Decision {
     Round {
-        nodes,
-        others: &PoolCounts::default(),
-        ledger,
-        deleted: &BTreeSet::new(),
         budget,
         zone_budget: Some(common::MaxUnavailable::Count(1)),
         drain_enabled: true,
-        now: 0,
-        fence: OPEN,
-        finish_after_window: true,
-        min_ready: 0,
-        clock: 0,
-        reboot_timeout: u64::MAX,
-        delays: Default::default(),
-        blocked: &BTreeSet::new(),
-        preflight: &BTreeMap::new(),
+        ..base_round(nodes, ledger)
     }
     .decide()
 }

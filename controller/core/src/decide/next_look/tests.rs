@@ -1,12 +1,10 @@
 //! The next look of a round: each time-based predicate of the decision core, and only those
 //! that can still turn.
 
-use crate::decide::{Decision, Fence, NodeView, Round};
+use crate::decide::{Decision, NodeView, Round, tests::base_round};
 use crate::ledger::Ledger;
-use crate::pool_index::PoolCounts;
 use common::test_util::NodeBuilder;
 use serde_json::Value;
-use std::collections::BTreeSet;
 
 fn node(name: &str, ready: bool, annotations: &[(&str, &str)]) -> Value {
     NodeBuilder::new(name)
@@ -47,26 +45,13 @@ fn with_round<T>(
     f: impl FnOnce(&Round<'_>) -> T,
 ) -> T {
     f(&Round {
-        nodes,
-        others: &PoolCounts::default(),
-        ledger,
-        deleted: &BTreeSet::new(),
         budget: 3,
-        zone_budget: None,
         drain_enabled: true,
         now,
-        fence: Fence {
-            paused: false,
-            window_open: true,
-            gates_closed: false,
-        },
-        finish_after_window: true,
         min_ready: 1_000,
         clock,
         reboot_timeout: 600_000,
-        delays: Default::default(),
-        blocked: &BTreeSet::new(),
-        preflight: &std::collections::BTreeMap::new(),
+        ..base_round(nodes, ledger)
     })
 }
 

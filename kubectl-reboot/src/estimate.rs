@@ -228,13 +228,8 @@ pub fn human(seconds: i64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::input::NodeEvent;
+    use crate::fixtures::{at, event, node_input};
     use common::NodeFacts;
-    use std::collections::BTreeMap;
-
-    fn at(t: &str) -> Timestamp {
-        t.parse().unwrap()
-    }
 
     fn node(completed: Option<&str>, events: &[(&str, &str, &str)]) -> NodeInput {
         let mut facts = NodeFacts::from_node(&Default::default());
@@ -244,19 +239,11 @@ mod tests {
                 .insert("reboot-last-completed".into(), t.into());
         }
         NodeInput {
-            facts,
-            labels: BTreeMap::new(),
-            in_pool: true,
             events: events
                 .iter()
-                .map(|(reason, component, time)| NodeEvent {
-                    reason: (*reason).into(),
-                    component: (*component).into(),
-                    message: String::new(),
-                    time: at(time),
-                })
+                .map(|(reason, component, time)| event(reason, component, time, ""))
                 .collect(),
-            pods_left: None,
+            ..node_input(facts)
         }
     }
 

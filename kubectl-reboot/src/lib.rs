@@ -23,6 +23,9 @@ pub mod render;
 pub mod status;
 pub mod wait;
 
+#[cfg(test)]
+mod fixtures;
+
 pub use cli::Cli;
 pub use error::Error;
 

@@ -423,5 +423,4 @@ fn view(node: &NodeInput, keys: &AnnotationKeys, zone_label: &str) -> NodeView {
 }
 
 #[cfg(test)]
-#[path = "plan_tests.rs"]
 mod tests;

@@ -737,5 +737,4 @@ impl Context<'_> {
 }
 
 #[cfg(test)]
-#[path = "status_tests.rs"]
 mod tests;

@@ -1,15 +1,10 @@
 //! The plan from what `status` reads, on plain data.
 
 use super::*;
-use crate::input::{BudgetInput, LedgerInput, NodeEvent};
-use common::test_util::NodeBuilder;
-use std::collections::BTreeMap;
+use crate::fixtures::{self, at, event, node_input};
+use common::{events::ControllerReason, test_util::NodeBuilder};
 
 const NOW: &str = "2026-11-24T21:00:00Z";
-
-fn at(t: &str) -> Timestamp {
-    t.parse().unwrap()
-}
 
 /// A Ready node of the pool in `zone`; requested (first seen by the controller at `seen`).
 fn node(name: &str, zone: &str, seen: Option<&str>) -> NodeInput {
@@ -20,43 +15,18 @@ fn node(name: &str, zone: &str, seen: Option<&str>) -> NodeInput {
     if seen.is_some() {
         builder = builder.annotation("reboot-needed", "true");
     }
-    let facts = builder.facts();
     NodeInput {
-        labels: facts.labels.clone(),
-        facts,
-        in_pool: true,
         events: seen
-            .map(|t| NodeEvent {
-                reason: "OutsideWindow".into(),
-                component: CONTROLLER.into(),
-                message: String::new(),
-                time: at(t),
-            })
+            .map(|t| event(ControllerReason::OutsideWindow.as_str(), CONTROLLER, t, ""))
             .into_iter()
             .collect(),
-        pods_left: None,
+        ..node_input(builder.facts())
     }
 }
 
+/// The pool with `--max-unavailable=2`, its ledger empty.
 fn pool(nodes: Vec<NodeInput>, paused: bool) -> PoolInput {
-    PoolInput {
-        selector: String::new(),
-        nodes,
-        ledger: LedgerInput {
-            name: "node-reboot-operator/node-reboot-operator-slots".into(),
-            version: Some("7".into()),
-            found: true,
-            slots: BTreeMap::new(),
-            paused,
-            damage: None,
-        },
-        budget: BudgetInput {
-            flag: Some(MaxUnavailable::Count(2)),
-            ..BudgetInput::default()
-        },
-        warnings: Vec::new(),
-        windows: Windows::default(),
-    }
+    fixtures::pool(nodes, &[], paused, 2)
 }
 
 fn settings(windows: &[&str]) -> Settings {

@@ -1,39 +1,21 @@
 //! The classification of nodes, on plain data.
 
 use super::*;
-use crate::input::{BudgetInput, LedgerInput};
+use crate::fixtures::{self, at, event, node_input, slot};
 use crate::metrics::Reading;
 use common::test_util::NodeBuilder;
 use common::{MaxUnavailable, ledger::Slot};
-use std::collections::BTreeMap;
 
 const NOW: &str = "2026-01-01T10:00:00Z";
 
-fn at(t: &str) -> Timestamp {
-    t.parse().unwrap()
-}
-
 /// A Ready, schedulable node with these annotations.
 fn node(name: &str, annotations: &[(&str, &str)]) -> NodeInput {
-    NodeInput {
-        facts: NodeBuilder::new(name)
+    node_input(
+        NodeBuilder::new(name)
             .annotations(annotations)
             .boot_id("b1")
             .facts(),
-        labels: BTreeMap::new(),
-        in_pool: true,
-        events: Vec::new(),
-        pods_left: None,
-    }
-}
-
-fn event(reason: &str, component: &str, time: &str, message: &str) -> NodeEvent {
-    NodeEvent {
-        reason: reason.into(),
-        component: component.into(),
-        message: message.into(),
-        time: at(time),
-    }
+    )
 }
 
 fn with_events(mut node: NodeInput, events: &[NodeEvent]) -> NodeInput {
@@ -41,37 +23,9 @@ fn with_events(mut node: NodeInput, events: &[NodeEvent]) -> NodeInput {
     node
 }
 
-fn slot(grant: &str, at: &str) -> Slot {
-    Slot {
-        grant: grant.into(),
-        granted_at: at.into(),
-        node_version: None,
-        zone: None,
-    }
-}
-
+/// The pool with `--max-unavailable=1`.
 fn pool(nodes: Vec<NodeInput>, slots: &[(&str, Slot)], paused: bool) -> PoolInput {
-    PoolInput {
-        selector: String::new(),
-        nodes,
-        ledger: LedgerInput {
-            name: "node-reboot-operator/node-reboot-operator-slots".into(),
-            version: Some("7".into()),
-            found: true,
-            slots: slots
-                .iter()
-                .map(|(n, s)| ((*n).to_owned(), s.clone()))
-                .collect(),
-            paused,
-            damage: None,
-        },
-        budget: BudgetInput {
-            flag: Some(MaxUnavailable::Count(1)),
-            ..BudgetInput::default()
-        },
-        warnings: Vec::new(),
-        windows: Default::default(),
-    }
+    fixtures::pool(nodes, slots, paused, 1)
 }
 
 fn classify(input: &PoolInput) -> Status {

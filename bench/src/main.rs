@@ -3,12 +3,6 @@ use clap::Parser;
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = bench::Args::parse();
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "info,kube_client=off,kube_runtime=warn,testenv=warn".into()),
-        )
-        .init();
+    observability::logs::init_tool("info,kube_client=off,kube_runtime=warn,testenv=warn");
     bench::run(args).await
 }

@@ -4,13 +4,7 @@ use std::process::ExitCode;
 #[tokio::main]
 async fn main() -> ExitCode {
     let args = demo::Args::parse();
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "error,kube_client=off".into()),
-        )
-        .init();
+    observability::logs::init_tool("error,kube_client=off");
     let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
         Ok(term) => term,
         Err(error) => {

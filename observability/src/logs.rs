@@ -44,6 +44,17 @@ pub fn init(format: LogFormat) {
     }
 }
 
+/// Installs the global subscriber of a developer's tool (bench, soak, demo): text on stderr,
+/// the level from `RUST_LOG`, else `default` (such as `info,kube_client=off`), because the
+/// tool's own report is what its user reads and the libraries' lines would bury it.
+pub fn init_tool(default: &str) {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+}
+
 /// One JSON object per event, span fields (outermost first) and event fields at the top.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct FlatJson;

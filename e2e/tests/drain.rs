@@ -667,22 +667,14 @@ async fn count_drain_requests(streaming: bool) {
     if !streaming {
         apiserver_args.push("--feature-gates=WatchList=false".into());
     }
-    let config = SandboxConfig {
-        nodes: 3,
-        max_unavailable: "1".into(),
-        reboot_duration: Duration::from_secs(1),
-        start_controller: false,
+    let config = SandboxConfig::with_nodes(3)
+        .reboot_duration(Duration::from_secs(1))
+        .no_controller()
         // No controller-manager: nothing else changes the nodes while they drain (its node
         // lifecycle controller taints a node right after its cordon, and a drain stands only
         // for the version of the node it ended on: it is then drained once more).
-        control_plane: testenv::Options {
-            controller_manager: false,
-            scheduler: false,
-            extra_apiserver_args: apiserver_args,
-            ..testenv::Options::default()
-        },
-        ..SandboxConfig::default()
-    };
+        .without_pods()
+        .apiserver_args(apiserver_args);
     let mut sb = Sandbox::start(config).await.expect("sandbox starts");
     let cp = &sb.control_plane;
     kubectl(cp, &["create", "namespace", AUDITED]);

@@ -29,13 +29,10 @@ async fn nodes_as_written(nodes: &Api<Node>) -> BTreeMap<String, String> {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_dry_run_rollout_changes_no_node_and_no_lease_and_names_the_nodes_it_would_reboot() {
-    let sb = e2e::sandbox_without_pods(SandboxConfig {
-        nodes: 4,
-        max_unavailable: "2".into(),
-        controller_args: vec!["--dry-run".into()],
-        ..SandboxConfig::default()
-    })
-    .await;
+    let config = SandboxConfig::with_nodes(4)
+        .max_unavailable("2")
+        .controller_args(["--dry-run"]);
+    let sb = e2e::sandbox_without_pods(config).await;
     let client = sb.client.clone();
     let nodes: Api<Node> = Api::all(client.clone());
     let leases: Api<Lease> = Api::namespaced(client.clone(), OPERATOR_NAMESPACE);

@@ -7,13 +7,10 @@ use std::{collections::BTreeSet, time::Duration};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_dry_run_logs_every_wave_of_the_rollout_in_order() {
-    let sb = e2e::sandbox_without_pods(SandboxConfig {
-        nodes: 5,
-        max_unavailable: "2".into(),
-        controller_args: vec!["--dry-run".into()],
-        ..SandboxConfig::default()
-    })
-    .await;
+    let config = SandboxConfig::with_nodes(5)
+        .max_unavailable("2")
+        .controller_args(["--dry-run"]);
+    let sb = e2e::sandbox_without_pods(config).await;
     let names = sb.fleet.names();
     label_node(&sb.control_plane, &names[4], "reboot-disabled=true");
     kubectl(

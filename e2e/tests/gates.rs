@@ -25,14 +25,10 @@ const ALERT: &str = "E2EMaintenanceBlocker";
 const HELD: Duration = Duration::from_secs(8);
 
 async fn sandbox(nodes: usize, reboot_secs: u64, controller_args: &[&str]) -> Sandbox {
-    e2e::sandbox_without_pods(SandboxConfig {
-        nodes,
-        max_unavailable: "1".into(),
-        reboot_duration: Duration::from_secs(reboot_secs),
-        controller_args: controller_args.iter().map(|a| (*a).to_owned()).collect(),
-        ..SandboxConfig::default()
-    })
-    .await
+    let config = SandboxConfig::with_nodes(nodes)
+        .reboot_duration(Duration::from_secs(reboot_secs))
+        .controller_args(controller_args);
+    e2e::sandbox_without_pods(config).await
 }
 
 async fn gate_open(sb: &Sandbox, gate: &str) -> Option<f64> {

@@ -55,14 +55,10 @@ async fn the_plan_shows_the_waves_of_the_window_and_the_spill_into_the_next_week
     let day = Timestamp::now().to_zoned(TimeZone::UTC).date() + 2.days();
     let weekday = day.strftime("%a").to_string();
     let window = format!("{weekday} 10:00-11:00 UTC");
-    let sb = e2e::sandbox_without_pods(SandboxConfig {
-        nodes: 8,
-        max_unavailable: "2".into(),
-        reboot_duration: Duration::from_secs(2),
-        controller_args: vec!["--reboot-window".into(), window.clone()],
-        ..SandboxConfig::default()
-    })
-    .await;
+    let config = SandboxConfig::with_nodes(8)
+        .max_unavailable("2")
+        .controller_args(["--reboot-window", &window]);
+    let sb = e2e::sandbox_without_pods(config).await;
     let client = sb.client.clone();
     let names = sb.fleet.names();
     kubectl(

@@ -144,15 +144,11 @@ fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
 }
 
 async fn sandbox(nodes: usize, controller_args: Vec<String>, start_controller: bool) -> Sandbox {
-    e2e::sandbox_without_pods(SandboxConfig {
-        nodes,
-        max_unavailable: "1".into(),
-        reboot_duration: Duration::from_secs(1),
-        controller_args,
-        start_controller,
-        ..SandboxConfig::default()
-    })
-    .await
+    let config = SandboxConfig::with_nodes(nodes)
+        .reboot_duration(Duration::from_secs(1))
+        .controller_args(controller_args)
+        .start_controller(start_controller);
+    e2e::sandbox_without_pods(config).await
 }
 
 /// Every node asks for a reboot; waits until the rollout is done and the receiver has heard

@@ -87,19 +87,15 @@ async fn two_replicas_mid_rollout(
     lease: &str,
     renew_deadline: &str,
 ) -> (Sandbox, BudgetWatch, usize) {
-    let config = SandboxConfig {
-        nodes,
-        max_unavailable: "2".into(),
-        reboot_duration: Duration::from_secs(2),
-        start_controller: false,
-        controller_args: vec![
+    let config = SandboxConfig::with_nodes(nodes)
+        .max_unavailable("2")
+        .no_controller()
+        .controller_args([
             format!("--leader-election-lease-duration={lease}"),
             format!("--leader-election-renew-deadline={renew_deadline}"),
             "--leader-election-retry-period=500ms".to_owned(),
-        ],
-        control_plane: light_control_plane(),
-        ..SandboxConfig::default()
-    };
+        ])
+        .without_pods();
     let mut sb = sandbox(config).await;
     sb.start_controller(&[]).unwrap();
     sb.start_controller(&[]).unwrap();
@@ -266,15 +262,12 @@ async fn a_frozen_leader_is_replaced_and_stops_acting_when_it_wakes_up() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_rollout_shows_in_the_metrics_and_both_programs_log_json_lines() {
-    let config = SandboxConfig {
-        nodes: 5,
-        max_unavailable: "2".into(),
-        reboot_duration: Duration::from_secs(1),
-        controller_args: vec!["--log-format=json".into()],
-        agent_args: vec!["--log-format=json".into()],
-        control_plane: light_control_plane(),
-        ..SandboxConfig::default()
-    };
+    let config = SandboxConfig::with_nodes(5)
+        .max_unavailable("2")
+        .reboot_duration(Duration::from_secs(1))
+        .controller_args(["--log-format=json"])
+        .agent_args(["--log-format=json"])
+        .without_pods();
     let sb = sandbox(config).await;
     let watch = BudgetWatch::start(sb.client.clone(), 2).await;
     kubectl(
@@ -433,17 +426,10 @@ fn story(kubectl_output: &str) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn kubectl_tells_each_nodes_story_in_order_and_a_blocked_drain_is_a_warning() {
-    let config = SandboxConfig {
-        nodes: 2,
-        max_unavailable: "1".into(),
-        reboot_duration: Duration::from_secs(1),
+    let config = SandboxConfig::with_nodes(2)
+        .reboot_duration(Duration::from_secs(1))
         // The drain must start though a budget allows no disruption (a Warning when it ends).
-        controller_args: vec![
-            "--drain-timeout=3s".into(),
-            "--check-disruption-budgets=false".into(),
-        ],
-        ..SandboxConfig::default()
-    };
+        .controller_args(["--drain-timeout=3s", "--check-disruption-budgets=false"]);
     let sb = sandbox(config).await;
     let watch = BudgetWatch::start(sb.client.clone(), 1).await;
 

@@ -18,26 +18,18 @@ use std::{
     collections::{BTreeMap, BTreeSet},
     time::Duration,
 };
-use testenv::Options;
 
 async fn sandbox(nodes: usize, max_unavailable: &str) -> Sandbox {
     sandbox_with(nodes, max_unavailable, true).await
 }
 
 async fn sandbox_with(nodes: usize, max_unavailable: &str, start_controller: bool) -> Sandbox {
-    let config = SandboxConfig {
-        nodes,
-        max_unavailable: max_unavailable.into(),
-        reboot_duration: Duration::from_secs(1),
-        start_controller,
+    let config = SandboxConfig::with_nodes(nodes)
+        .max_unavailable(max_unavailable)
+        .reboot_duration(Duration::from_secs(1))
+        .start_controller(start_controller)
         // The protocol needs no pods: skip the scheduler and controller-manager.
-        control_plane: Options {
-            controller_manager: false,
-            scheduler: false,
-            ..Options::default()
-        },
-        ..SandboxConfig::default()
-    };
+        .without_pods();
     Sandbox::start(config).await.expect("sandbox starts")
 }
 
@@ -479,17 +471,9 @@ async fn a_damaged_ledger_is_reported_and_rebuilt_and_what_others_put_on_it_stay
 
 #[tokio::test(flavor = "multi_thread")]
 async fn taking_over_the_operators_cordon_keeps_the_node_cordoned_after_its_reboot() {
-    let config = SandboxConfig {
-        nodes: 2,
-        max_unavailable: "1".into(),
-        reboot_duration: Duration::from_secs(3),
-        control_plane: Options {
-            controller_manager: false,
-            scheduler: false,
-            ..Options::default()
-        },
-        ..SandboxConfig::default()
-    };
+    let config = SandboxConfig::with_nodes(2)
+        .reboot_duration(Duration::from_secs(3))
+        .without_pods();
     let sb = Sandbox::start(config).await.expect("sandbox starts");
     let watch = BudgetWatch::start(sb.client.clone(), 1).await;
     request_reboot(&sb.control_plane, "sim-1");

@@ -31,13 +31,7 @@ use std::{collections::BTreeSet, time::Duration};
 const ROLLOUT: Duration = Duration::from_secs(180);
 
 fn config(nodes: usize) -> SandboxConfig {
-    SandboxConfig {
-        nodes,
-        max_unavailable: "1".into(),
-        reboot_duration: Duration::from_secs(2),
-        start_controller: false,
-        ..SandboxConfig::default()
-    }
+    SandboxConfig::with_nodes(nodes).no_controller()
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -25,14 +25,11 @@ async fn sandbox(
     reboot_secs: u64,
     controller_args: &[&str],
 ) -> Sandbox {
-    e2e::sandbox_without_pods(SandboxConfig {
-        nodes,
-        max_unavailable: max_unavailable.into(),
-        reboot_duration: Duration::from_secs(reboot_secs),
-        controller_args: controller_args.iter().map(|a| (*a).to_owned()).collect(),
-        ..SandboxConfig::default()
-    })
-    .await
+    let config = SandboxConfig::with_nodes(nodes)
+        .max_unavailable(max_unavailable)
+        .reboot_duration(Duration::from_secs(reboot_secs))
+        .controller_args(controller_args);
+    e2e::sandbox_without_pods(config).await
 }
 
 async fn ledger_lease(client: &Client) -> Option<Lease> {

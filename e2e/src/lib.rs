@@ -12,6 +12,7 @@ pub mod chaos;
 pub mod chart_readme;
 pub mod chart_values;
 pub mod elf;
+pub mod every_node;
 pub mod faketime;
 pub mod install;
 pub mod promql;

@@ -86,10 +86,7 @@ async fn start_observer(sb: &Sandbox, budget: usize) -> Observer {
 }
 
 fn request_all(sb: &Sandbox) {
-    kubectl(
-        &sb.control_plane,
-        &["annotate", "nodes", "--all", "reboot-needed=true"],
-    );
+    e2e::every_node::request(&sb.control_plane);
 }
 
 /// `kubectl annotate node <a> <b> ... reboot-needed=true`.

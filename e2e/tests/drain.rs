@@ -171,10 +171,7 @@ async fn a_rollout_keeps_the_pod_disruption_budget_and_leaves_daemonset_pods_alo
     let floor = ReadyFloor::start(sb.client.clone(), "app=web", 6).await;
     let daemon_pods = pod_uids(&sb.client, "app=node-agent").await;
     let watch = BudgetWatch::start(sb.client.clone(), 2).await;
-    kubectl(
-        &sb.control_plane,
-        &["annotate", "nodes", "--all", "reboot-needed=true"],
-    );
+    e2e::every_node::request(&sb.control_plane);
     wait_until(
         "every node rebooted once and back",
         ROLLOUT,

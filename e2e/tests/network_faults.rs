@@ -156,10 +156,7 @@ async fn watch_lease_holders(sb: &Sandbox) -> Arc<Mutex<Vec<String>>> {
 }
 
 fn request_all(sb: &Sandbox) {
-    kubectl(
-        &sb.control_plane,
-        &["annotate", "nodes", "--all", "reboot-needed=true"],
-    );
+    e2e::every_node::request(&sb.control_plane);
 }
 
 async fn wait_for_every_reboot(observer: &Observer, names: &[String]) {

@@ -101,10 +101,7 @@ async fn two_replicas_mid_rollout(
     sb.start_controller(&[]).unwrap();
     let watch = BudgetWatch::start(sb.client.clone(), 2).await;
     let first = wait_for_the_one_leader(&sb, &[0, 1], Some(&watch)).await;
-    kubectl(
-        &sb.control_plane,
-        &["annotate", "nodes", "--all", "reboot-needed=true"],
-    );
+    e2e::every_node::request(&sb.control_plane);
     wait_until("two nodes rebooted", ROLLOUT, Some(&watch), || async {
         sb.fleet.total_reboots() >= 2
     })
@@ -270,10 +267,7 @@ async fn a_rollout_shows_in_the_metrics_and_both_programs_log_json_lines() {
         .without_pods();
     let sb = sandbox(config).await;
     let watch = BudgetWatch::start(sb.client.clone(), 2).await;
-    kubectl(
-        &sb.control_plane,
-        &["annotate", "nodes", "--all", "reboot-needed=true"],
-    );
+    e2e::every_node::request(&sb.control_plane);
     rollout_completes(&sb, &watch).await;
 
     let address = metrics_address(&sb.controllers[0]);

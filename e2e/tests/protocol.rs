@@ -35,10 +35,7 @@ async fn sandbox_with(nodes: usize, max_unavailable: &str, start_controller: boo
 
 /// A rollout of every node finishes within budget, each node rebooted exactly once.
 async fn rollout(sb: &Sandbox, watch: &BudgetWatch) {
-    kubectl(
-        &sb.control_plane,
-        &["annotate", "nodes", "--all", "reboot-needed=true"],
-    );
+    e2e::every_node::request(&sb.control_plane);
     rollout_completes(sb, watch).await;
 }
 
@@ -342,10 +339,7 @@ async fn two_controllers_at_once_keep_the_budget() {
 async fn controller_crashes_and_an_api_server_restart_lose_nothing() {
     let mut sb = sandbox(20, "3").await;
     let watch = BudgetWatch::start(sb.client.clone(), 3).await;
-    kubectl(
-        &sb.control_plane,
-        &["annotate", "nodes", "--all", "reboot-needed=true"],
-    );
+    e2e::every_node::request(&sb.control_plane);
     for round in 0..6 {
         tokio::time::sleep(Duration::from_millis(700 + 300 * round)).await;
         sb.controllers[0].kill().await;
@@ -414,10 +408,7 @@ async fn a_damaged_ledger_is_reported_and_rebuilt_and_what_others_put_on_it_stay
         &sb.control_plane,
         &["annotate", "-n", ns, &lease, "example.com/owner=ops"],
     );
-    kubectl(
-        &sb.control_plane,
-        &["annotate", "nodes", "--all", "reboot-needed=true"],
-    );
+    e2e::every_node::request(&sb.control_plane);
     wait_until("a node holds a grant", ROLLOUT, Some(&watch), || async {
         let nodes = kube::Api::<k8s_openapi::api::core::v1::Node>::all(sb.client.clone());
         let list = nodes.list(&Default::default()).await.expect("list nodes");

@@ -6,7 +6,7 @@
 //! the budget held all along.
 //!
 //! Record the fixtures again (after a change of what is stored):
-//! `cargo test -p e2e --test protocol_steps -- --ignored record_the_state_of_each_protocol_step`
+//! `cargo test -p e2e --test scenarios -- --ignored protocol_steps::record_the_state_of_each_protocol_step`
 
 use common::ledger::{LEDGER_NAME, OPERATOR_NAMESPACE};
 use e2e::{

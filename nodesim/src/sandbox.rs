@@ -398,3 +398,38 @@ async fn wait_for_signal() {
         _ = term.recv() => {}
     }
 }
+
+#[cfg(test)]
+mod builder_tests {
+    use super::*;
+
+    #[test]
+    fn the_builder_changes_what_it_is_told_and_keeps_the_defaults_of_the_rest() {
+        // A scenario's helper gets its flags as a slice.
+        let agent: &[&str] = &["--check-period=1s"];
+        let config = SandboxConfig::with_nodes(4)
+            .max_unavailable("25%")
+            .controller_args(["--dry-run"])
+            .controller_args(vec![String::from("--reboot-timeout=10s")])
+            .agent_args(agent)
+            .apiserver_args(["--feature-gates=WatchList=false"])
+            .without_pods()
+            .no_controller();
+        let default = SandboxConfig::default();
+        assert_eq!(config.nodes, 4);
+        assert_eq!(config.max_unavailable, "25%");
+        assert_eq!(
+            config.controller_args,
+            ["--dry-run", "--reboot-timeout=10s"]
+        );
+        assert_eq!(config.agent_args, ["--check-period=1s"]);
+        assert!(!config.start_controller);
+        let cp = &config.control_plane;
+        assert!(!cp.scheduler && !cp.controller_manager);
+        // Without pods keeps the API server's flags given before it.
+        assert_eq!(cp.extra_apiserver_args, ["--feature-gates=WatchList=false"]);
+        assert_eq!(config.reboot_duration, default.reboot_duration);
+        assert_eq!(config.kubelet_reports_boot_after, None);
+        assert!(config.node_labels.is_empty() && !config.fault_proxies);
+    }
+}

@@ -63,8 +63,8 @@ done
 # Both programs against the real local API server: TLS (ring's $arch code), the agent's watch
 # of its Node, the controller's decisions, on simulated nodes whose agents reboot them with a
 # command in their own mount namespace.
-exe=$(test_exe e2e protocol)
-[[ -x $exe ]] || { echo "test-arm64: cargo built no protocol test binary" >&2; exit 1; }
+exe=$(test_exe e2e scenarios)
+[[ -x $exe ]] || { echo "test-arm64: cargo built no scenarios test binary" >&2; exit 1; }
 echo "test-arm64: e2e/tests/protocol.rs with the $arch agent and controller"
-(cd e2e && REBOOT_AGENT_BIN=$agent REBOOT_CONTROLLER_BIN=$controller REBOOT_PROGRAMS_ARCH=$arch "$exe") || status=1
+(cd e2e && REBOOT_AGENT_BIN=$agent REBOOT_CONTROLLER_BIN=$controller REBOOT_PROGRAMS_ARCH=$arch "$exe" protocol::) || status=1
 exit $status

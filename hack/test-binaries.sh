@@ -26,20 +26,41 @@ cargo test --workspace --exclude vmtest --locked --no-run --message-format=json-
   | while read -r dir name exe; do echo "$dir ${dir##*/}-$name $exe"; done > "$logs/binaries.txt" \
   || { echo "test-binaries: the tests do not build" >&2; exit 1; }
 
+# The end-to-end scenarios are one test binary with a module a subject (e2e/tests/scenarios.rs):
+# each module runs in a process of its own, as "<dir> e2e-test-<module> <exe> <module>::", so
+# they still spread over TEST_JOBS processes, longest first, a log each, as when each was a
+# binary. With arguments (a name filter, say) the binary runs once, whole: two filters would
+# run what matches either.
+scenario_modules() {
+  local dir exe
+  read -r dir _ exe < <(grep ' e2e-test-scenarios ' "$logs/binaries.txt") || return 0
+  [ -z "$TEST_BINARY_ARGS" ] || return 0
+  "$exe" --list | sed -n 's/^\([a-z0-9_]*\)::.*: test$/\1/p' | sort -u \
+    | while read -r module; do echo "$dir e2e-test-$module $exe $module::"; done
+}
+export TEST_BINARY_ARGS="$*"
+modules=$(scenario_modules) || { echo "test-binaries: the scenarios do not list" >&2; exit 1; }
+if [ -n "$modules" ]; then
+  grep -v ' e2e-test-scenarios ' "$logs/binaries.txt" > "$logs/binaries.tmp"
+  echo "$modules" >> "$logs/binaries.tmp"
+  mv "$logs/binaries.tmp" "$logs/binaries.txt"
+fi
+
 # Longest first by the last run's times; binaries without a time first, in cargo's order.
-while read -r dir name exe; do
+while read -r dir name exe filter; do
   t=$(awk -v n="$name" '$1 == n { print $2 }' "$times" 2>/dev/null || true)
-  echo "${t:-999999} $dir $name $exe"
+  # No blank at the end of a line: xargs -L would join the next line to it.
+  echo "${t:-999999} $dir $name $exe${filter:+ $filter}"
 done < "$logs/binaries.txt" | sort -s -k1,1nr | cut -d' ' -f2- > "$logs/order.txt"
 count=$(wc -l < "$logs/order.txt")
 ((count > 0)) || { echo "test-binaries: cargo named no test binary; did its output format change?" >&2; exit 1; }
 echo "test-binaries: $count test binaries (and the doc tests), $jobs at a time; logs in $logs/"
 
-run_one() { # $1 the package's directory, $2 the binary's name, $3 the executable
-  local dir=$1 name=$2 exe=$3 start status
+run_one() { # $1 the package's directory, $2 the binary's name, $3 the executable, $4 a filter
+  local dir=$1 name=$2 exe=$3 filter=${4:-} start status
   start=$SECONDS
   # shellcheck disable=SC2086 # the arguments of the script, split as the shell split them
-  (cd "$dir" && "$exe" $TEST_BINARY_ARGS) > "$logs/$name.log" 2>&1
+  (cd "$dir" && "$exe" ${filter:+"$filter"} $TEST_BINARY_ARGS) > "$logs/$name.log" 2>&1
   status=$?
   local result; result=$(grep -h '^test result:' "$logs/$name.log" | tail -n1)
   if ((status == 0)); then
@@ -52,7 +73,7 @@ run_one() { # $1 the package's directory, $2 the binary's name, $3 the executabl
   echo "$name $((SECONDS - start))" >> "$logs/times.txt"
 }
 export -f run_one
-export logs TEST_BINARY_ARGS="$*"
+export logs
 
 start=$SECONDS
 # The doc tests build as they run, so cargo runs them, beside the binaries.

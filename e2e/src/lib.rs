@@ -6,11 +6,13 @@ use k8s_openapi::api::core::v1::{Event, Node};
 use kube::{Api, Client, api::ListParams, runtime::watcher};
 pub use nodesim::budget_watch::{BudgetWatch, unavailable};
 use nodesim::observe::{Coverage, Observe, ResumingWatch};
+use nodesim::sandbox::SandboxConfig;
 
 pub mod chaos;
 pub mod chart_readme;
 pub mod chart_values;
 pub mod elf;
+pub mod every_node;
 pub mod faketime;
 pub mod install;
 pub mod promql;
@@ -140,13 +142,10 @@ pub async fn sandbox_with_pods(
     max_unavailable: &str,
     controller_args: &[&str],
 ) -> nodesim::sandbox::Sandbox {
-    let config = nodesim::sandbox::SandboxConfig {
-        nodes,
-        max_unavailable: max_unavailable.into(),
-        reboot_duration: Duration::from_secs(1),
-        controller_args: controller_args.iter().map(|s| (*s).to_owned()).collect(),
-        ..nodesim::sandbox::SandboxConfig::default()
-    };
+    let config = SandboxConfig::with_nodes(nodes)
+        .max_unavailable(max_unavailable)
+        .reboot_duration(Duration::from_secs(1))
+        .controller_args(controller_args);
     nodesim::sandbox::Sandbox::start(config)
         .await
         .expect("sandbox starts")
@@ -384,18 +383,8 @@ pub fn pod_is_ready(pod: &k8s_openapi::api::core::v1::Pod) -> bool {
 
 /// A sandbox on a control plane without scheduler and controller-manager, for scenarios that
 /// need no pods (quicker to start).
-pub async fn sandbox_without_pods(
-    config: nodesim::sandbox::SandboxConfig,
-) -> nodesim::sandbox::Sandbox {
-    let config = nodesim::sandbox::SandboxConfig {
-        control_plane: testenv::Options {
-            controller_manager: false,
-            scheduler: false,
-            ..testenv::Options::default()
-        },
-        ..config
-    };
-    nodesim::sandbox::Sandbox::start(config)
+pub async fn sandbox_without_pods(config: SandboxConfig) -> nodesim::sandbox::Sandbox {
+    nodesim::sandbox::Sandbox::start(config.without_pods())
         .await
         .expect("sandbox starts")
 }

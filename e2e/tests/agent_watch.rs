@@ -14,7 +14,6 @@ use e2e::{
 use nodesim::sandbox::{Sandbox, SandboxConfig};
 use serde_json::{Value, json};
 use std::{collections::BTreeMap, path::PathBuf, time::Duration};
-use testenv::Options;
 
 const NODE: &str = "sim-1";
 
@@ -132,17 +131,10 @@ fn said<'l>(log: &'l str, what: &str) -> Vec<&'l str> {
 }
 
 async fn reboot_once(extra_apiserver_args: Vec<String>) -> Sandbox {
-    let config = SandboxConfig {
-        nodes: 1,
-        reboot_duration: Duration::from_secs(1),
-        control_plane: Options {
-            controller_manager: false,
-            scheduler: false,
-            extra_apiserver_args,
-            ..Options::default()
-        },
-        ..SandboxConfig::default()
-    };
+    let config = SandboxConfig::with_nodes(1)
+        .reboot_duration(Duration::from_secs(1))
+        .without_pods()
+        .apiserver_args(extra_apiserver_args);
     let sb = Sandbox::start(config).await.expect("sandbox starts");
     request_reboot(&sb.control_plane, NODE);
     // Back means that the agent started after the boot has seen its node and reported the

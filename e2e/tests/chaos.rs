@@ -12,7 +12,6 @@ use e2e::{
 };
 use nodesim::sandbox::{Sandbox, SandboxConfig};
 use std::{collections::BTreeMap, time::Duration};
-use testenv::Options;
 
 /// How long any phase of these scenarios may take before the test fails.
 const PHASE: Duration = Duration::from_secs(240);
@@ -55,21 +54,14 @@ async fn sandbox(setup: Setup) -> Sandbox {
     } else {
         BTreeMap::new()
     };
-    let config = SandboxConfig {
-        nodes: setup.nodes,
-        max_unavailable: setup.max_unavailable.into(),
-        reboot_duration: setup.reboot_duration,
-        kubelet_reports_boot_after: setup.kubelet_reports_boot_after,
-        node_labels,
-        controller_args: setup
-            .controller_args
-            .iter()
-            .map(|s| (*s).to_owned())
-            .collect(),
-        start_controller: false,
-        control_plane: e2e::chaos::observed_control_plane(),
-        ..SandboxConfig::default()
-    };
+    let config = SandboxConfig::with_nodes(setup.nodes)
+        .max_unavailable(setup.max_unavailable)
+        .reboot_duration(setup.reboot_duration)
+        .kubelet_reports_boot_after(setup.kubelet_reports_boot_after)
+        .node_labels(node_labels)
+        .controller_args(setup.controller_args)
+        .no_controller()
+        .control_plane(e2e::chaos::observed_control_plane());
     Sandbox::start(config).await.expect("sandbox starts")
 }
 
@@ -94,10 +86,7 @@ async fn start_observer(sb: &Sandbox, budget: usize) -> Observer {
 }
 
 fn request_all(sb: &Sandbox) {
-    kubectl(
-        &sb.control_plane,
-        &["annotate", "nodes", "--all", "reboot-needed=true"],
-    );
+    e2e::every_node::request(&sb.control_plane);
 }
 
 /// `kubectl annotate node <a> <b> ... reboot-needed=true`.
@@ -348,16 +337,7 @@ impl Drop for SetOnDrop<'_> {
 // happens afterwards.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_observers_resume_after_an_api_server_restart() {
-    let config = SandboxConfig {
-        nodes: 4,
-        start_controller: false,
-        control_plane: Options {
-            controller_manager: false,
-            scheduler: false,
-            ..Options::default()
-        },
-        ..SandboxConfig::default()
-    };
+    let config = SandboxConfig::with_nodes(4).no_controller().without_pods();
     let mut sb = Sandbox::start(config).await.expect("sandbox starts");
     let budget = 1;
     let watch = BudgetWatch::start(sb.client.clone(), budget).await;

@@ -46,13 +46,10 @@ async fn sandbox(nodes: usize, reboot: Duration) -> Sandbox {
 }
 
 async fn sandbox_with_budget(nodes: usize, max_unavailable: &str, reboot: Duration) -> Sandbox {
-    let config = SandboxConfig {
-        nodes,
-        max_unavailable: max_unavailable.into(),
-        reboot_duration: reboot,
-        start_controller: false,
-        ..SandboxConfig::default()
-    };
+    let config = SandboxConfig::with_nodes(nodes)
+        .max_unavailable(max_unavailable)
+        .reboot_duration(reboot)
+        .no_controller();
     Sandbox::start(config).await.expect("sandbox starts")
 }
 

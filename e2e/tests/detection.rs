@@ -11,14 +11,11 @@ use std::{path::PathBuf, time::Duration};
 const WAIT: Duration = Duration::from_secs(60);
 
 async fn sandbox(nodes: usize, sentinel_flag: &str) -> Sandbox {
-    e2e::sandbox_without_pods(SandboxConfig {
-        nodes,
-        max_unavailable: "2".into(),
-        reboot_duration: Duration::from_secs(1),
-        agent_args: vec![sentinel_flag.into(), "--check-period=1s".into()],
-        ..SandboxConfig::default()
-    })
-    .await
+    let config = SandboxConfig::with_nodes(nodes)
+        .max_unavailable("2")
+        .reboot_duration(Duration::from_secs(1))
+        .agent_args([sentinel_flag, "--check-period=1s"]);
+    e2e::sandbox_without_pods(config).await
 }
 
 /// `<node dir>/run/<name>`: gone after the node's next reboot, as in a tmpfs `/run`.

@@ -171,10 +171,7 @@ async fn a_rollout_keeps_the_pod_disruption_budget_and_leaves_daemonset_pods_alo
     let floor = ReadyFloor::start(sb.client.clone(), "app=web", 6).await;
     let daemon_pods = pod_uids(&sb.client, "app=node-agent").await;
     let watch = BudgetWatch::start(sb.client.clone(), 2).await;
-    kubectl(
-        &sb.control_plane,
-        &["annotate", "nodes", "--all", "reboot-needed=true"],
-    );
+    e2e::every_node::request(&sb.control_plane);
     wait_until(
         "every node rebooted once and back",
         ROLLOUT,
@@ -667,22 +664,14 @@ async fn count_drain_requests(streaming: bool) {
     if !streaming {
         apiserver_args.push("--feature-gates=WatchList=false".into());
     }
-    let config = SandboxConfig {
-        nodes: 3,
-        max_unavailable: "1".into(),
-        reboot_duration: Duration::from_secs(1),
-        start_controller: false,
+    let config = SandboxConfig::with_nodes(3)
+        .reboot_duration(Duration::from_secs(1))
+        .no_controller()
         // No controller-manager: nothing else changes the nodes while they drain (its node
         // lifecycle controller taints a node right after its cordon, and a drain stands only
         // for the version of the node it ended on: it is then drained once more).
-        control_plane: testenv::Options {
-            controller_manager: false,
-            scheduler: false,
-            extra_apiserver_args: apiserver_args,
-            ..testenv::Options::default()
-        },
-        ..SandboxConfig::default()
-    };
+        .without_pods()
+        .apiserver_args(apiserver_args);
     let mut sb = Sandbox::start(config).await.expect("sandbox starts");
     let cp = &sb.control_plane;
     kubectl(cp, &["create", "namespace", AUDITED]);

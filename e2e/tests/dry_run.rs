@@ -2,7 +2,7 @@
 //! would do, in its log and in `DryRun` Events, and writes nothing to any Node or Lease.
 
 use common::{ControllerReason, events::CONTROLLER};
-use e2e::{BudgetWatch, has_event, kubectl, wait_until};
+use e2e::{BudgetWatch, has_event, wait_until};
 use k8s_openapi::api::{coordination::v1::Lease, core::v1::Node};
 use kube::{Api, api::ListParams};
 use nodesim::sandbox::{OPERATOR_NAMESPACE, SandboxConfig};
@@ -29,21 +29,15 @@ async fn nodes_as_written(nodes: &Api<Node>) -> BTreeMap<String, String> {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_dry_run_rollout_changes_no_node_and_no_lease_and_names_the_nodes_it_would_reboot() {
-    let sb = e2e::sandbox_without_pods(SandboxConfig {
-        nodes: 4,
-        max_unavailable: "2".into(),
-        controller_args: vec!["--dry-run".into()],
-        ..SandboxConfig::default()
-    })
-    .await;
+    let config = SandboxConfig::with_nodes(4)
+        .max_unavailable("2")
+        .controller_args(["--dry-run"]);
+    let sb = e2e::sandbox_without_pods(config).await;
     let client = sb.client.clone();
     let nodes: Api<Node> = Api::all(client.clone());
     let leases: Api<Lease> = Api::namespaced(client.clone(), OPERATOR_NAMESPACE);
     let watch = BudgetWatch::start(client.clone(), 0).await;
-    kubectl(
-        &sb.control_plane,
-        &["annotate", "nodes", "--all", "reboot-needed=true"],
-    );
+    e2e::every_node::request(&sb.control_plane);
     let requested = nodes_as_written(&nodes).await;
     let log = sb.controllers[0].log_path().clone();
     let said = || std::fs::read_to_string(&log).unwrap_or_default();

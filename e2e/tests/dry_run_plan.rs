@@ -1,25 +1,19 @@
 //! `--dry-run` says the whole rollout, on the real control plane: besides the writes of the
 //! round, the controller logs the waves it would carry out, in order, and what no wave reaches.
 
-use e2e::{kubectl, label_node, wait_until};
+use e2e::{label_node, wait_until};
 use nodesim::sandbox::SandboxConfig;
 use std::{collections::BTreeSet, time::Duration};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_dry_run_logs_every_wave_of_the_rollout_in_order() {
-    let sb = e2e::sandbox_without_pods(SandboxConfig {
-        nodes: 5,
-        max_unavailable: "2".into(),
-        controller_args: vec!["--dry-run".into()],
-        ..SandboxConfig::default()
-    })
-    .await;
+    let config = SandboxConfig::with_nodes(5)
+        .max_unavailable("2")
+        .controller_args(["--dry-run"]);
+    let sb = e2e::sandbox_without_pods(config).await;
     let names = sb.fleet.names();
     label_node(&sb.control_plane, &names[4], "reboot-disabled=true");
-    kubectl(
-        &sb.control_plane,
-        &["annotate", "nodes", "--all", "reboot-needed=true"],
-    );
+    e2e::every_node::request(&sb.control_plane);
     let log = sb.controllers[0].log_path().clone();
     let plan_lines = || {
         let text = std::fs::read_to_string(&log).unwrap_or_default();

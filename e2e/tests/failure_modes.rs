@@ -20,14 +20,10 @@ use std::time::Duration;
 const PATIENCE: Duration = Duration::from_secs(120);
 
 async fn sandbox(nodes: usize, controller_args: &[&str]) -> Sandbox {
-    e2e::sandbox_without_pods(SandboxConfig {
-        nodes,
-        max_unavailable: "1".into(),
-        reboot_duration: Duration::from_secs(1),
-        controller_args: controller_args.iter().map(|a| (*a).to_owned()).collect(),
-        ..SandboxConfig::default()
-    })
-    .await
+    let config = SandboxConfig::with_nodes(nodes)
+        .reboot_duration(Duration::from_secs(1))
+        .controller_args(controller_args);
+    e2e::sandbox_without_pods(config).await
 }
 
 async fn ledger(client: &Client) -> Option<Lease> {
@@ -371,14 +367,11 @@ fn status_of<'s>(status: &'s serde_json::Value, name: &str) -> &'s serde_json::V
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_node_back_not_ready_past_the_reboot_timeout_stops_the_rollout_until_it_is_fixed() {
-    let sb = e2e::sandbox_without_pods(SandboxConfig {
-        nodes: 3,
-        max_unavailable: "2".into(),
-        reboot_duration: Duration::from_secs(1),
-        controller_args: vec!["--reboot-timeout".into(), "10s".into()],
-        ..SandboxConfig::default()
-    })
-    .await;
+    let config = SandboxConfig::with_nodes(3)
+        .max_unavailable("2")
+        .reboot_duration(Duration::from_secs(1))
+        .controller_args(["--reboot-timeout", "10s"]);
+    let sb = e2e::sandbox_without_pods(config).await;
     let client = sb.client.clone();
     sb.fleet.bad_kernel("sim-1", true);
     let watch = BudgetWatch::start(client.clone(), 2).await;
@@ -511,14 +504,11 @@ async fn a_node_back_not_ready_past_the_reboot_timeout_stops_the_rollout_until_i
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_node_that_does_not_come_back_holds_the_pool_until_it_is_given_up_by_hand() {
-    let sb = e2e::sandbox_without_pods(SandboxConfig {
-        nodes: 2,
-        max_unavailable: "2".into(),
-        reboot_duration: Duration::from_secs(1),
-        controller_args: vec!["--reboot-timeout".into(), "10s".into()],
-        ..SandboxConfig::default()
-    })
-    .await;
+    let config = SandboxConfig::with_nodes(2)
+        .max_unavailable("2")
+        .reboot_duration(Duration::from_secs(1))
+        .controller_args(["--reboot-timeout", "10s"]);
+    let sb = e2e::sandbox_without_pods(config).await;
     let client = sb.client.clone();
     // The reboot command has no effect: the node stays in reboot-in-progress, its old boot.
     sb.fleet.swallow_next_reboot("sim-1");

@@ -17,7 +17,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use kube::{Api, Client};
 use nodesim::sandbox::{Sandbox, SandboxConfig};
 use std::{process::Command, time::Duration};
-use testenv::{Options, Prometheus, rules};
+use testenv::{Prometheus, rules};
 
 const ALERT: &str = "E2EMaintenanceBlocker";
 const PHASE: Duration = Duration::from_secs(120);
@@ -73,17 +73,11 @@ fn signal(pid: u32, which: &str) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_pause_after_the_grant_keeps_the_drained_node_from_rebooting_until_resumed() {
-    let sb = Sandbox::start(SandboxConfig {
-        nodes: 2,
-        max_unavailable: "1".into(),
-        reboot_duration: Duration::from_secs(1),
-        control_plane: Options::default(),
+    let config = SandboxConfig::with_nodes(2)
+        .reboot_duration(Duration::from_secs(1))
         // The drain must start though the budget allows no disruption.
-        controller_args: vec!["--check-disruption-budgets=false".into()],
-        ..SandboxConfig::default()
-    })
-    .await
-    .expect("sandbox starts");
+        .controller_args(["--check-disruption-budgets=false"]);
+    let sb = Sandbox::start(config).await.expect("sandbox starts");
     let client = sb.client.clone();
     let name = sb.fleet.names()[0].clone();
     let watch = BudgetWatch::start(client.clone(), 1).await;
@@ -177,11 +171,9 @@ async fn a_grant_written_after_an_alert_fired_is_not_claimed_until_the_gate_open
         .await
         .expect("Prometheus starts (make testenv builds it)");
     let url = prometheus.url();
-    let sb = e2e::sandbox_without_pods(SandboxConfig {
-        nodes: 2,
-        max_unavailable: "1".into(),
-        reboot_duration: Duration::from_secs(1),
-        controller_args: [
+    let config = SandboxConfig::with_nodes(2)
+        .reboot_duration(Duration::from_secs(1))
+        .controller_args([
             // A frozen API server must not depose it: it is the replica whose write is late.
             "--leader-elect=false",
             "--prometheus-url",
@@ -190,13 +182,8 @@ async fn a_grant_written_after_an_alert_fired_is_not_claimed_until_the_gate_open
             "1s",
             "--prometheus-timeout",
             "2s",
-        ]
-        .iter()
-        .map(|a| (*a).to_owned())
-        .collect(),
-        ..SandboxConfig::default()
-    })
-    .await;
+        ]);
+    let sb = e2e::sandbox_without_pods(config).await;
     let client = sb.client.clone();
     let name = sb.fleet.names()[0].clone();
     let watch = BudgetWatch::start(client.clone(), 1).await;

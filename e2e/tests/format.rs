@@ -21,14 +21,8 @@ use std::time::Duration;
 const PHASE: Duration = Duration::from_secs(120);
 
 async fn sandbox() -> Sandbox {
-    Sandbox::start(SandboxConfig {
-        nodes: 3,
-        max_unavailable: "1".into(),
-        reboot_duration: Duration::from_secs(1),
-        ..SandboxConfig::default()
-    })
-    .await
-    .expect("sandbox starts")
+    let config = SandboxConfig::with_nodes(3).reboot_duration(Duration::from_secs(1));
+    Sandbox::start(config).await.expect("sandbox starts")
 }
 
 async fn controller_metric(sb: &Sandbox, series: &str) -> Option<f64> {

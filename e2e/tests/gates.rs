@@ -5,7 +5,7 @@
 use common::ControllerReason;
 use common::ledger::{LEDGER_NAME, OPERATOR_NAMESPACE, slots_of};
 use e2e::{
-    BudgetWatch, has_event, kubectl,
+    BudgetWatch, every_node, has_event, kubectl,
     rollout::{back, ledger_is_empty_on, rollout_completes},
     scrape::{metric, scrape},
     wait_until,
@@ -25,14 +25,10 @@ const ALERT: &str = "E2EMaintenanceBlocker";
 const HELD: Duration = Duration::from_secs(8);
 
 async fn sandbox(nodes: usize, reboot_secs: u64, controller_args: &[&str]) -> Sandbox {
-    e2e::sandbox_without_pods(SandboxConfig {
-        nodes,
-        max_unavailable: "1".into(),
-        reboot_duration: Duration::from_secs(reboot_secs),
-        controller_args: controller_args.iter().map(|a| (*a).to_owned()).collect(),
-        ..SandboxConfig::default()
-    })
-    .await
+    let config = SandboxConfig::with_nodes(nodes)
+        .reboot_duration(Duration::from_secs(reboot_secs))
+        .controller_args(controller_args);
+    e2e::sandbox_without_pods(config).await
 }
 
 async fn gate_open(sb: &Sandbox, gate: &str) -> Option<f64> {
@@ -155,10 +151,7 @@ async fn a_firing_alert_holds_the_rollout_at_the_nodes_under_way_and_so_does_pro
     .await;
     let client = sb.client.clone();
     let watch = BudgetWatch::start(client.clone(), 1).await;
-    kubectl(
-        &sb.control_plane,
-        &["annotate", "nodes", "--all", "reboot-needed=true"],
-    );
+    every_node::request(&sb.control_plane);
     wait_until(
         "a first node rebooted while no alert fires",
         Duration::from_secs(60),
@@ -234,26 +227,9 @@ async fn an_alertmanager_silence_lets_the_rollout_go_on_while_the_alert_fires() 
     )
     .await;
     let client = sb.client.clone();
-    let names = sb.fleet.names();
     let watch = BudgetWatch::start(client.clone(), 1).await;
-    kubectl(
-        &sb.control_plane,
-        &["annotate", "nodes", "--all", "reboot-needed=true"],
-    );
-    wait_until(
-        "both nodes are told the alert holds them",
-        Duration::from_secs(60),
-        Some(&watch),
-        || async {
-            for name in &names {
-                if !has_event(&client, name, ControllerReason::AlertsFiring, &[ALERT]).await {
-                    return false;
-                }
-            }
-            true
-        },
-    )
-    .await;
+    let (holds, patience) = (ControllerReason::AlertsFiring, Duration::from_secs(60));
+    every_node::request_and_wait_for_event(&sb, holds, &[ALERT], patience, Some(&watch)).await;
     tokio::time::sleep(HELD).await;
     assert!(
         started(&sb, &client).await.is_empty(),
@@ -281,10 +257,7 @@ async fn a_blocking_pod_holds_its_node_the_others_go_on_and_it_reboots_once_the_
     let busy = &names[0];
     let watch = BudgetWatch::start(client.clone(), 1).await;
     start_backup_pod(&sb, busy);
-    kubectl(
-        &sb.control_plane,
-        &["annotate", "nodes", "--all", "reboot-needed=true"],
-    );
+    every_node::request(&sb.control_plane);
     wait_until(
         "the other nodes reboot",
         Duration::from_secs(90),
@@ -404,21 +377,11 @@ async fn with_cluster_scope_a_blocking_pod_anywhere_holds_every_node_until_it_fi
     let names = sb.fleet.names();
     let watch = BudgetWatch::start(client.clone(), 1).await;
     start_backup_pod(&sb, &names[0]);
-    kubectl(
-        &sb.control_plane,
-        &["annotate", "nodes", "--all", "reboot-needed=true"],
-    );
+    every_node::request(&sb.control_plane);
     wait_gate(&sb, &watch, "blocking_pods", false).await;
-    for name in &names {
-        e2e::wait_for_event(
-            &client,
-            name,
-            ControllerReason::BlockingPod,
-            &["default/backup"],
-            Some(&watch),
-        )
-        .await;
-    }
+    let (holds, patience) = (ControllerReason::BlockingPod, Duration::from_secs(240));
+    let backup = ["default/backup"];
+    every_node::wait_for_event(&client, &names, holds, &backup, patience, Some(&watch)).await;
     tokio::time::sleep(HELD).await;
     watch
         .check()

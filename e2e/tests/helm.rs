@@ -5,8 +5,6 @@
 //! values.schema.json refuses typos and wrong types; it installs, upgrades and uninstalls on
 //! the local control plane; and the objects it installs pass the security checks of
 //! e2e/tests/security.rs.
-// The sample values of every flag are one json! literal, deeper than the default limit.
-#![recursion_limit = "256"]
 
 use e2e::install::{
     Identities, NS, chart_dir,

@@ -4,7 +4,7 @@
 //! week's opening, as JSON and as text that agree; bad settings are refused with the fix.
 
 use common::ControllerReason;
-use e2e::{kubectl, node_events, wait_until};
+use e2e::every_node;
 use k8s_openapi::jiff::{Timestamp, ToSpan, civil::Date, tz::TimeZone};
 use nodesim::sandbox::SandboxConfig;
 use serde_json::Value;
@@ -55,38 +55,13 @@ async fn the_plan_shows_the_waves_of_the_window_and_the_spill_into_the_next_week
     let day = Timestamp::now().to_zoned(TimeZone::UTC).date() + 2.days();
     let weekday = day.strftime("%a").to_string();
     let window = format!("{weekday} 10:00-11:00 UTC");
-    let sb = e2e::sandbox_without_pods(SandboxConfig {
-        nodes: 8,
-        max_unavailable: "2".into(),
-        reboot_duration: Duration::from_secs(2),
-        controller_args: vec!["--reboot-window".into(), window.clone()],
-        ..SandboxConfig::default()
-    })
-    .await;
-    let client = sb.client.clone();
+    let config = SandboxConfig::with_nodes(8)
+        .max_unavailable("2")
+        .controller_args(["--reboot-window", &window]);
+    let sb = e2e::sandbox_without_pods(config).await;
     let names = sb.fleet.names();
-    kubectl(
-        &sb.control_plane,
-        &["annotate", "nodes", "--all", "reboot-needed=true"],
-    );
-    wait_until(
-        "the controller says every request waits for the window",
-        Duration::from_secs(30),
-        None,
-        || async {
-            for name in &names {
-                let events = node_events(&client, name).await;
-                if !events
-                    .iter()
-                    .any(|(reason, _, _)| reason == ControllerReason::OutsideWindow.as_str())
-                {
-                    return false;
-                }
-            }
-            true
-        },
-    )
-    .await;
+    let (waits, patience) = (ControllerReason::OutsideWindow, Duration::from_secs(30));
+    every_node::request_and_wait_for_event(&sb, waits, &[], patience, None).await;
 
     let built = nodesim::workspace_binary("kubectl-reboot").unwrap_or_else(|e| panic!("{e}"));
     let dir: PathBuf = sb.control_plane.dir().join("plan-plugins");

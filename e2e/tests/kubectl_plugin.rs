@@ -193,13 +193,8 @@ fn stderr(output: &Output) -> String {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_plugin_on_path_shows_why_nodes_wait_and_drives_a_rollout_with_plain_rbac() {
-    let sb = e2e::sandbox_without_pods(SandboxConfig {
-        nodes: 4,
-        max_unavailable: "1".into(),
-        reboot_duration: Duration::from_secs(3),
-        ..SandboxConfig::default()
-    })
-    .await;
+    let config = SandboxConfig::with_nodes(4).reboot_duration(Duration::from_secs(3));
+    let sb = e2e::sandbox_without_pods(config).await;
     let client = sb.client.clone();
     let names = sb.fleet.names();
     let watch = BudgetWatch::start(client.clone(), 1).await;
@@ -448,14 +443,11 @@ async fn the_plugin_on_path_shows_why_nodes_wait_and_drives_a_rollout_with_plain
 /// node and a read-only user are refused.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_node_that_never_comes_back_is_abandoned_with_the_plugin_and_the_rollout_goes_on() {
-    let sb = e2e::sandbox_without_pods(SandboxConfig {
-        nodes: 3,
-        max_unavailable: "2".into(),
-        reboot_duration: Duration::from_secs(1),
-        controller_args: vec!["--reboot-timeout".into(), "10s".into()],
-        ..SandboxConfig::default()
-    })
-    .await;
+    let config = SandboxConfig::with_nodes(3)
+        .max_unavailable("2")
+        .reboot_duration(Duration::from_secs(1))
+        .controller_args(["--reboot-timeout", "10s"]);
+    let sb = e2e::sandbox_without_pods(config).await;
     let client = sb.client.clone();
     let watch = BudgetWatch::start(client.clone(), 2).await;
     let Users { viewer, admin, .. } = users(&sb);

@@ -20,15 +20,11 @@ use std::{collections::BTreeMap, time::Duration};
 const PATIENCE: Duration = Duration::from_secs(120);
 
 async fn sandbox(nodes: usize, controller_args: &[&str], agent_args: &[&str]) -> Sandbox {
-    e2e::sandbox_without_pods(SandboxConfig {
-        nodes,
-        max_unavailable: "1".into(),
-        reboot_duration: Duration::from_secs(1),
-        controller_args: controller_args.iter().map(|a| (*a).to_owned()).collect(),
-        agent_args: agent_args.iter().map(|a| (*a).to_owned()).collect(),
-        ..SandboxConfig::default()
-    })
-    .await
+    let config = SandboxConfig::with_nodes(nodes)
+        .reboot_duration(Duration::from_secs(1))
+        .controller_args(controller_args)
+        .agent_args(agent_args);
+    e2e::sandbox_without_pods(config).await
 }
 
 fn leases(client: &Client) -> Api<Lease> {

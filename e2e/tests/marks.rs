@@ -122,14 +122,7 @@ async fn sandbox() -> Sandbox {
         "--post-reboot-node-labels=lb=in",
         &format!("--prefer-no-schedule-taint={TAINT}"),
     ];
-    e2e::sandbox_without_pods(SandboxConfig {
-        nodes: 3,
-        max_unavailable: "1".into(),
-        reboot_duration: Duration::from_secs(2),
-        controller_args: args.iter().map(|a| (*a).to_owned()).collect(),
-        ..SandboxConfig::default()
-    })
-    .await
+    e2e::sandbox_without_pods(SandboxConfig::with_nodes(3).controller_args(args)).await
 }
 
 fn completed(n: &Node) -> bool {

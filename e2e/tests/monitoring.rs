@@ -381,25 +381,19 @@ fn agent_metrics_address(sb: &nodesim::sandbox::Sandbox, node: &str) -> SocketAd
 /// in the controller's or the agent's scrape.
 #[tokio::test(flavor = "multi_thread")]
 async fn every_metric_the_rules_and_the_dashboard_use_is_exported() {
-    let sb = e2e::sandbox_without_pods(SandboxConfig {
-        nodes: 3,
-        max_unavailable: "1".into(),
-        reboot_duration: Duration::from_secs(1),
+    let config = SandboxConfig::with_nodes(3)
+        .reboot_duration(Duration::from_secs(1))
         // The budget allows no disruption before the request: the pre-flight check would hold
         // sim-1 instead of letting its drain time out.
-        controller_args: [
+        .controller_args([
             "--drain-timeout",
             "4s",
             "--blocking-pod-selector",
             "monitoring-e2e=never-matches",
             "--check-disruption-budgets=false",
-        ]
-        .map(String::from)
-        .to_vec(),
-        agent_args: vec!["--log-format=json".into()],
-        ..SandboxConfig::default()
-    })
-    .await;
+        ])
+        .agent_args(["--log-format=json"]);
+    let sb = e2e::sandbox_without_pods(config).await;
     // No controller-manager here to create the namespace's default ServiceAccount.
     apply(
         &sb.control_plane,

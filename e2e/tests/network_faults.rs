@@ -39,16 +39,12 @@ const FAST_LEADER_ELECTION: [&str; 3] = [
 /// A sandbox whose agents each go through a fault proxy, with the scheduler and the
 /// controller-manager (real Deployments and PodDisruptionBudgets), and no controller yet.
 async fn sandbox(nodes: usize, controller_args: &[&str], reboot_duration: Duration) -> Sandbox {
-    let config = SandboxConfig {
-        nodes,
-        max_unavailable: "1".into(),
-        reboot_duration,
-        controller_args: controller_args.iter().map(|s| (*s).to_owned()).collect(),
-        start_controller: false,
-        fault_proxies: true,
-        control_plane: e2e::chaos::observed_control_plane(),
-        ..SandboxConfig::default()
-    };
+    let config = SandboxConfig::with_nodes(nodes)
+        .reboot_duration(reboot_duration)
+        .controller_args(controller_args)
+        .no_controller()
+        .fault_proxies()
+        .control_plane(e2e::chaos::observed_control_plane());
     Sandbox::start(config).await.expect("sandbox starts")
 }
 
@@ -160,10 +156,7 @@ async fn watch_lease_holders(sb: &Sandbox) -> Arc<Mutex<Vec<String>>> {
 }
 
 fn request_all(sb: &Sandbox) {
-    kubectl(
-        &sb.control_plane,
-        &["annotate", "nodes", "--all", "reboot-needed=true"],
-    );
+    e2e::every_node::request(&sb.control_plane);
 }
 
 async fn wait_for_every_reboot(observer: &Observer, names: &[String]) {

@@ -144,24 +144,17 @@ fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
 }
 
 async fn sandbox(nodes: usize, controller_args: Vec<String>, start_controller: bool) -> Sandbox {
-    e2e::sandbox_without_pods(SandboxConfig {
-        nodes,
-        max_unavailable: "1".into(),
-        reboot_duration: Duration::from_secs(1),
-        controller_args,
-        start_controller,
-        ..SandboxConfig::default()
-    })
-    .await
+    let config = SandboxConfig::with_nodes(nodes)
+        .reboot_duration(Duration::from_secs(1))
+        .controller_args(controller_args)
+        .start_controller(start_controller);
+    e2e::sandbox_without_pods(config).await
 }
 
 /// Every node asks for a reboot; waits until the rollout is done and the receiver has heard
 /// its end.
 async fn roll(sb: &Sandbox, receiver: &Receiver) {
-    kubectl(
-        &sb.control_plane,
-        &["annotate", "nodes", "--all", "reboot-needed=true"],
-    );
+    e2e::every_node::request(&sb.control_plane);
     roll_on(sb, receiver).await;
 }
 
@@ -332,10 +325,7 @@ async fn a_node_not_back_within_the_reboot_timeout_is_told_as_the_rollouts_stop_
 async fn a_pause_while_nodes_wait_is_told_once_as_the_rollouts_stop() {
     let receiver = Receiver::start(Answer::Ok).await;
     let sb = sandbox(3, vec![format!("--notify-url={}", receiver.url())], true).await;
-    kubectl(
-        &sb.control_plane,
-        &["annotate", "nodes", "--all", "reboot-needed=true"],
-    );
+    e2e::every_node::request(&sb.control_plane);
     receiver.hears("node_rebooting").await;
     let ledger = format!("lease/{LEDGER_NAME}");
     let pause = |value: &str| {

@@ -87,28 +87,21 @@ async fn two_replicas_mid_rollout(
     lease: &str,
     renew_deadline: &str,
 ) -> (Sandbox, BudgetWatch, usize) {
-    let config = SandboxConfig {
-        nodes,
-        max_unavailable: "2".into(),
-        reboot_duration: Duration::from_secs(2),
-        start_controller: false,
-        controller_args: vec![
+    let config = SandboxConfig::with_nodes(nodes)
+        .max_unavailable("2")
+        .no_controller()
+        .controller_args([
             format!("--leader-election-lease-duration={lease}"),
             format!("--leader-election-renew-deadline={renew_deadline}"),
             "--leader-election-retry-period=500ms".to_owned(),
-        ],
-        control_plane: light_control_plane(),
-        ..SandboxConfig::default()
-    };
+        ])
+        .without_pods();
     let mut sb = sandbox(config).await;
     sb.start_controller(&[]).unwrap();
     sb.start_controller(&[]).unwrap();
     let watch = BudgetWatch::start(sb.client.clone(), 2).await;
     let first = wait_for_the_one_leader(&sb, &[0, 1], Some(&watch)).await;
-    kubectl(
-        &sb.control_plane,
-        &["annotate", "nodes", "--all", "reboot-needed=true"],
-    );
+    e2e::every_node::request(&sb.control_plane);
     wait_until("two nodes rebooted", ROLLOUT, Some(&watch), || async {
         sb.fleet.total_reboots() >= 2
     })
@@ -266,21 +259,15 @@ async fn a_frozen_leader_is_replaced_and_stops_acting_when_it_wakes_up() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_rollout_shows_in_the_metrics_and_both_programs_log_json_lines() {
-    let config = SandboxConfig {
-        nodes: 5,
-        max_unavailable: "2".into(),
-        reboot_duration: Duration::from_secs(1),
-        controller_args: vec!["--log-format=json".into()],
-        agent_args: vec!["--log-format=json".into()],
-        control_plane: light_control_plane(),
-        ..SandboxConfig::default()
-    };
+    let config = SandboxConfig::with_nodes(5)
+        .max_unavailable("2")
+        .reboot_duration(Duration::from_secs(1))
+        .controller_args(["--log-format=json"])
+        .agent_args(["--log-format=json"])
+        .without_pods();
     let sb = sandbox(config).await;
     let watch = BudgetWatch::start(sb.client.clone(), 2).await;
-    kubectl(
-        &sb.control_plane,
-        &["annotate", "nodes", "--all", "reboot-needed=true"],
-    );
+    e2e::every_node::request(&sb.control_plane);
     rollout_completes(&sb, &watch).await;
 
     let address = metrics_address(&sb.controllers[0]);
@@ -433,17 +420,10 @@ fn story(kubectl_output: &str) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn kubectl_tells_each_nodes_story_in_order_and_a_blocked_drain_is_a_warning() {
-    let config = SandboxConfig {
-        nodes: 2,
-        max_unavailable: "1".into(),
-        reboot_duration: Duration::from_secs(1),
+    let config = SandboxConfig::with_nodes(2)
+        .reboot_duration(Duration::from_secs(1))
         // The drain must start though a budget allows no disruption (a Warning when it ends).
-        controller_args: vec![
-            "--drain-timeout=3s".into(),
-            "--check-disruption-budgets=false".into(),
-        ],
-        ..SandboxConfig::default()
-    };
+        .controller_args(["--drain-timeout=3s", "--check-disruption-budgets=false"]);
     let sb = sandbox(config).await;
     let watch = BudgetWatch::start(sb.client.clone(), 1).await;
 

@@ -112,13 +112,9 @@ fn never_cordoned(history: &NodeHistory, name: &str) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_node_a_budget_at_zero_or_a_missing_agent_would_stall_is_not_cordoned_and_another_goes() {
-    let config = SandboxConfig {
-        nodes: 3,
-        max_unavailable: "1".into(),
-        reboot_duration: Duration::from_secs(1),
-        controller_args: vec![format!("--agent-selector={AGENT_LABEL}")],
-        ..SandboxConfig::default()
-    };
+    let config = SandboxConfig::with_nodes(3)
+        .reboot_duration(Duration::from_secs(1))
+        .controller_args([format!("--agent-selector={AGENT_LABEL}")]);
     let sb = Sandbox::start(config).await.expect("sandbox starts");
     let cp = &sb.control_plane;
     // sim-2 has no agent pod: the DaemonSet does not run there.

@@ -18,35 +18,24 @@ use std::{
     collections::{BTreeMap, BTreeSet},
     time::Duration,
 };
-use testenv::Options;
 
 async fn sandbox(nodes: usize, max_unavailable: &str) -> Sandbox {
     sandbox_with(nodes, max_unavailable, true).await
 }
 
 async fn sandbox_with(nodes: usize, max_unavailable: &str, start_controller: bool) -> Sandbox {
-    let config = SandboxConfig {
-        nodes,
-        max_unavailable: max_unavailable.into(),
-        reboot_duration: Duration::from_secs(1),
-        start_controller,
+    let config = SandboxConfig::with_nodes(nodes)
+        .max_unavailable(max_unavailable)
+        .reboot_duration(Duration::from_secs(1))
+        .start_controller(start_controller)
         // The protocol needs no pods: skip the scheduler and controller-manager.
-        control_plane: Options {
-            controller_manager: false,
-            scheduler: false,
-            ..Options::default()
-        },
-        ..SandboxConfig::default()
-    };
+        .without_pods();
     Sandbox::start(config).await.expect("sandbox starts")
 }
 
 /// A rollout of every node finishes within budget, each node rebooted exactly once.
 async fn rollout(sb: &Sandbox, watch: &BudgetWatch) {
-    kubectl(
-        &sb.control_plane,
-        &["annotate", "nodes", "--all", "reboot-needed=true"],
-    );
+    e2e::every_node::request(&sb.control_plane);
     rollout_completes(sb, watch).await;
 }
 
@@ -350,10 +339,7 @@ async fn two_controllers_at_once_keep_the_budget() {
 async fn controller_crashes_and_an_api_server_restart_lose_nothing() {
     let mut sb = sandbox(20, "3").await;
     let watch = BudgetWatch::start(sb.client.clone(), 3).await;
-    kubectl(
-        &sb.control_plane,
-        &["annotate", "nodes", "--all", "reboot-needed=true"],
-    );
+    e2e::every_node::request(&sb.control_plane);
     for round in 0..6 {
         tokio::time::sleep(Duration::from_millis(700 + 300 * round)).await;
         sb.controllers[0].kill().await;
@@ -422,10 +408,7 @@ async fn a_damaged_ledger_is_reported_and_rebuilt_and_what_others_put_on_it_stay
         &sb.control_plane,
         &["annotate", "-n", ns, &lease, "example.com/owner=ops"],
     );
-    kubectl(
-        &sb.control_plane,
-        &["annotate", "nodes", "--all", "reboot-needed=true"],
-    );
+    e2e::every_node::request(&sb.control_plane);
     wait_until("a node holds a grant", ROLLOUT, Some(&watch), || async {
         let nodes = kube::Api::<k8s_openapi::api::core::v1::Node>::all(sb.client.clone());
         let list = nodes.list(&Default::default()).await.expect("list nodes");
@@ -479,17 +462,9 @@ async fn a_damaged_ledger_is_reported_and_rebuilt_and_what_others_put_on_it_stay
 
 #[tokio::test(flavor = "multi_thread")]
 async fn taking_over_the_operators_cordon_keeps_the_node_cordoned_after_its_reboot() {
-    let config = SandboxConfig {
-        nodes: 2,
-        max_unavailable: "1".into(),
-        reboot_duration: Duration::from_secs(3),
-        control_plane: Options {
-            controller_manager: false,
-            scheduler: false,
-            ..Options::default()
-        },
-        ..SandboxConfig::default()
-    };
+    let config = SandboxConfig::with_nodes(2)
+        .reboot_duration(Duration::from_secs(3))
+        .without_pods();
     let sb = Sandbox::start(config).await.expect("sandbox starts");
     let watch = BudgetWatch::start(sb.client.clone(), 1).await;
     request_reboot(&sb.control_plane, "sim-1");

@@ -6,7 +6,7 @@
 //! the budget held all along.
 //!
 //! Record the fixtures again (after a change of what is stored):
-//! `cargo test -p e2e --test protocol_steps -- --ignored record_the_state_of_each_protocol_step`
+//! `cargo test -p e2e --test scenarios -- --ignored protocol_steps::record_the_state_of_each_protocol_step`
 
 use common::ledger::{LEDGER_NAME, OPERATOR_NAMESPACE};
 use e2e::{
@@ -31,13 +31,7 @@ use std::{collections::BTreeSet, time::Duration};
 const ROLLOUT: Duration = Duration::from_secs(180);
 
 fn config(nodes: usize) -> SandboxConfig {
-    SandboxConfig {
-        nodes,
-        max_unavailable: "1".into(),
-        reboot_duration: Duration::from_secs(2),
-        start_controller: false,
-        ..SandboxConfig::default()
-    }
+    SandboxConfig::with_nodes(nodes).no_controller()
 }
 
 #[tokio::test(flavor = "multi_thread")]

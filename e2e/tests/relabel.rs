@@ -120,16 +120,13 @@ async fn sandbox(
     start_controller: bool,
     args: &[&str],
 ) -> Sandbox {
-    e2e::sandbox_without_pods(SandboxConfig {
-        nodes,
-        max_unavailable: max_unavailable.into(),
+    let config = SandboxConfig::with_nodes(nodes)
+        .max_unavailable(max_unavailable)
         // Long enough to relabel a node while it reboots and to watch what follows.
-        reboot_duration: Duration::from_secs(8),
-        controller_args: args.iter().map(|a| (*a).to_owned()).collect(),
-        start_controller,
-        ..SandboxConfig::default()
-    })
-    .await
+        .reboot_duration(Duration::from_secs(8))
+        .controller_args(args)
+        .start_controller(start_controller);
+    e2e::sandbox_without_pods(config).await
 }
 
 fn annotations(n: &Node) -> BTreeMap<String, String> {

@@ -4,7 +4,7 @@
 use common::ControllerReason;
 use common::ledger::{LEDGER_NAME, OPERATOR_NAMESPACE, slots_of};
 use e2e::{
-    BudgetWatch, eventually, has_event, kubectl, node_events,
+    BudgetWatch, eventually, every_node, has_event, kubectl, node_events,
     rollout::rollout_completes,
     scrape::{metric, scrape},
     wait_until,
@@ -25,14 +25,11 @@ async fn sandbox(
     reboot_secs: u64,
     controller_args: &[&str],
 ) -> Sandbox {
-    e2e::sandbox_without_pods(SandboxConfig {
-        nodes,
-        max_unavailable: max_unavailable.into(),
-        reboot_duration: Duration::from_secs(reboot_secs),
-        controller_args: controller_args.iter().map(|a| (*a).to_owned()).collect(),
-        ..SandboxConfig::default()
-    })
-    .await
+    let config = SandboxConfig::with_nodes(nodes)
+        .max_unavailable(max_unavailable)
+        .reboot_duration(Duration::from_secs(reboot_secs))
+        .controller_args(controller_args);
+    e2e::sandbox_without_pods(config).await
 }
 
 async fn ledger_lease(client: &Client) -> Option<Lease> {
@@ -74,25 +71,8 @@ async fn grants_start_when_the_window_opens_and_stop_when_it_closes_leaving_node
     let client = sb.client.clone();
     let names = sb.fleet.names();
     let watch = BudgetWatch::start(client.clone(), 1).await;
-    kubectl(
-        &sb.control_plane,
-        &["annotate", "nodes", "--all", "reboot-needed=true"],
-    );
-
-    wait_until(
-        "every node is told it waits for the window",
-        Duration::from_secs(15),
-        Some(&watch),
-        || async {
-            for name in &names {
-                if count_events(&client, name, ControllerReason::OutsideWindow).await == 0 {
-                    return false;
-                }
-            }
-            true
-        },
-    )
-    .await;
+    let (waits, patience) = (ControllerReason::OutsideWindow, Duration::from_secs(15));
+    every_node::request_and_wait_for_event(&sb, waits, &[], patience, Some(&watch)).await;
     assert!(
         Timestamp::now() < open,
         "the test was too slow to see the window closed"
@@ -200,20 +180,8 @@ async fn kubectl_pauses_new_reboots_the_one_under_way_finishes_and_resume_finish
             &["annotate", "node", name, "reboot-needed=true"],
         );
     }
-    wait_until(
-        "the others are told the pool is paused",
-        Duration::from_secs(30),
-        Some(&watch),
-        || async {
-            for name in &names[1..] {
-                if count_events(&client, name, ControllerReason::Paused).await == 0 {
-                    return false;
-                }
-            }
-            true
-        },
-    )
-    .await;
+    let (paused, patience) = (ControllerReason::Paused, Duration::from_secs(30));
+    every_node::wait_for_event(&client, &names[1..], paused, &[], patience, Some(&watch)).await;
     assert_eq!(
         controller_metric(&sb, "node_reboot_paused").await,
         Some(1.0)
@@ -278,10 +246,7 @@ async fn nine_nodes_in_three_zones_keep_both_the_zone_budget_and_the_global_one(
         budget: 1,
     };
     let watch = BudgetWatch::start_with_zones(sb.client.clone(), 2, Some(zones)).await;
-    kubectl(
-        &sb.control_plane,
-        &["annotate", "nodes", "--all", "reboot-needed=true"],
-    );
+    every_node::request(&sb.control_plane);
     rollout_completes(&sb, &watch).await;
     watch
         .check()

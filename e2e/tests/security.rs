@@ -10,7 +10,7 @@ use e2e::install::{
     check_what_the_programs_must_not_do_is_refused, control_plane, fleet_under_service_accounts,
     object, wait_until_the_policy_is_type_checked,
 };
-use e2e::{BudgetWatch, kubectl, node_events, wait_until};
+use e2e::{BudgetWatch, node_events, wait_until};
 use k8s_openapi::api::core::v1::Pod;
 use kube::{
     Api,
@@ -95,7 +95,7 @@ async fn twenty_nodes_reboot_once_each_with_each_program_under_its_own_service_a
     .expect("controller starts");
 
     let watch = BudgetWatch::start(admin.clone(), 3).await;
-    kubectl(&cp, &["annotate", "nodes", "--all", "reboot-needed=true"]);
+    e2e::every_node::request(&cp);
     wait_until(
         "every node rebooted once and back",
         ROLLOUT,

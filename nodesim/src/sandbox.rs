@@ -52,6 +52,103 @@ impl Default for SandboxConfig {
     }
 }
 
+/// A fluent way to write a [`SandboxConfig`]: start from [`SandboxConfig::with_nodes`] and
+/// change only what the scenario is about, the rest as [`Default`] says.
+///
+/// ```no_run
+/// # use nodesim::sandbox::SandboxConfig;
+/// let config = SandboxConfig::with_nodes(4)
+///     .max_unavailable("2")
+///     .controller_args(["--dry-run"])
+///     .without_pods();
+/// ```
+impl SandboxConfig {
+    /// `nodes` simulated nodes (`sim-1` ..), every other setting as [`Default`].
+    pub fn with_nodes(nodes: usize) -> Self {
+        Self {
+            nodes,
+            ..Self::default()
+        }
+    }
+
+    /// The controllers' `--max-unavailable`: a number or a percentage.
+    pub fn max_unavailable(mut self, value: impl Into<String>) -> Self {
+        self.max_unavailable = value.into();
+        self
+    }
+
+    /// How long a simulated reboot keeps a node down.
+    pub fn reboot_duration(mut self, duration: Duration) -> Self {
+        self.reboot_duration = duration;
+        self
+    }
+
+    /// See [`SandboxConfig::kubelet_reports_boot_after`].
+    pub fn kubelet_reports_boot_after(mut self, after: impl Into<Option<Duration>>) -> Self {
+        self.kubelet_reports_boot_after = after.into();
+        self
+    }
+
+    /// Labels every simulated node carries.
+    pub fn node_labels(mut self, labels: BTreeMap<String, String>) -> Self {
+        self.node_labels = labels;
+        self
+    }
+
+    /// Adds flags of every controller the sandbox starts.
+    pub fn controller_args<S: AsRef<str>>(mut self, args: impl IntoIterator<Item = S>) -> Self {
+        self.controller_args.extend(owned(args));
+        self
+    }
+
+    /// Adds flags of every agent.
+    pub fn agent_args<S: AsRef<str>>(mut self, args: impl IntoIterator<Item = S>) -> Self {
+        self.agent_args.extend(owned(args));
+        self
+    }
+
+    /// Starts no controller: the scenario starts its own.
+    pub fn no_controller(self) -> Self {
+        self.start_controller(false)
+    }
+
+    /// Whether the sandbox starts a controller (a scenario's parameter, say).
+    pub fn start_controller(mut self, start: bool) -> Self {
+        self.start_controller = start;
+        self
+    }
+
+    /// Puts each agent and each controller behind a fault proxy of its own.
+    pub fn fault_proxies(mut self) -> Self {
+        self.fault_proxies = true;
+        self
+    }
+
+    /// The control plane's options, as a whole.
+    pub fn control_plane(mut self, options: Options) -> Self {
+        self.control_plane = options;
+        self
+    }
+
+    /// No scheduler and no controller-manager: quicker to start, for scenarios without pods.
+    pub fn without_pods(mut self) -> Self {
+        self.control_plane.controller_manager = false;
+        self.control_plane.scheduler = false;
+        self
+    }
+
+    /// Adds flags of the API server.
+    pub fn apiserver_args<S: AsRef<str>>(mut self, args: impl IntoIterator<Item = S>) -> Self {
+        self.control_plane.extra_apiserver_args.extend(owned(args));
+        self
+    }
+}
+
+/// Flags as a scenario writes them (`["--dry-run"]`, `&[&str]`, `Vec<String>`), owned.
+fn owned<S: AsRef<str>>(args: impl IntoIterator<Item = S>) -> impl Iterator<Item = String> {
+    args.into_iter().map(|a| a.as_ref().to_owned())
+}
+
 pub struct Sandbox {
     pub fleet: Fleet,
     pub controllers: Vec<ControllerProcess>,
@@ -299,5 +396,40 @@ async fn wait_for_signal() {
     tokio::select! {
         _ = tokio::signal::ctrl_c() => {}
         _ = term.recv() => {}
+    }
+}
+
+#[cfg(test)]
+mod builder_tests {
+    use super::*;
+
+    #[test]
+    fn the_builder_changes_what_it_is_told_and_keeps_the_defaults_of_the_rest() {
+        // A scenario's helper gets its flags as a slice.
+        let agent: &[&str] = &["--check-period=1s"];
+        let config = SandboxConfig::with_nodes(4)
+            .max_unavailable("25%")
+            .controller_args(["--dry-run"])
+            .controller_args(vec![String::from("--reboot-timeout=10s")])
+            .agent_args(agent)
+            .apiserver_args(["--feature-gates=WatchList=false"])
+            .without_pods()
+            .no_controller();
+        let default = SandboxConfig::default();
+        assert_eq!(config.nodes, 4);
+        assert_eq!(config.max_unavailable, "25%");
+        assert_eq!(
+            config.controller_args,
+            ["--dry-run", "--reboot-timeout=10s"]
+        );
+        assert_eq!(config.agent_args, ["--check-period=1s"]);
+        assert!(!config.start_controller);
+        let cp = &config.control_plane;
+        assert!(!cp.scheduler && !cp.controller_manager);
+        // Without pods keeps the API server's flags given before it.
+        assert_eq!(cp.extra_apiserver_args, ["--feature-gates=WatchList=false"]);
+        assert_eq!(config.reboot_duration, default.reboot_duration);
+        assert_eq!(config.kubelet_reports_boot_after, None);
+        assert!(config.node_labels.is_empty() && !config.fault_proxies);
     }
 }

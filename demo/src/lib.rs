@@ -143,13 +143,10 @@ pub async fn run(args: Args) -> anyhow::Result<bool> {
     say(
         "demo: starting a real control plane (etcd, kube-apiserver, controller-manager, scheduler), the nodes with one reboot-agent each, and reboot-controller ...",
     );
-    let config = SandboxConfig {
-        nodes,
-        max_unavailable: args.max_unavailable.to_string(),
-        reboot_duration: Duration::from_secs_f64(args.reboot_seconds),
-        controller_args: controller_args(&args),
-        ..SandboxConfig::default()
-    };
+    let config = SandboxConfig::with_nodes(nodes)
+        .max_unavailable(args.max_unavailable.to_string())
+        .reboot_duration(Duration::from_secs_f64(args.reboot_seconds))
+        .controller_args(controller_args(&args));
     let sandbox = Sandbox::start(config)
         .await
         .context("the sandbox did not start")?;

@@ -31,18 +31,9 @@ fn parse_seconds(v: &str) -> Result<f64, String> {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "warn,kube_client=off".into()),
-        )
-        .init();
-    let config = SandboxConfig {
-        nodes: args.nodes.into(),
-        max_unavailable: args.max_unavailable,
-        reboot_duration: Duration::from_secs_f64(args.reboot_seconds),
-        ..SandboxConfig::default()
-    };
+    observability::logs::init_tool("warn,kube_client=off");
+    let config = SandboxConfig::with_nodes(args.nodes.into())
+        .max_unavailable(args.max_unavailable)
+        .reboot_duration(Duration::from_secs_f64(args.reboot_seconds));
     nodesim::sandbox::run_until_signal(config).await
 }

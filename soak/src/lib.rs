@@ -147,21 +147,14 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
 }
 
 async fn start_sandbox(args: &Args) -> anyhow::Result<Sandbox> {
-    let mut controller_args: Vec<String> = FAST_LEADER_ELECTION
-        .iter()
-        .map(|s| (*s).to_owned())
-        .collect();
-    controller_args.extend(["--drain-timeout".to_owned(), "120s".to_owned()]);
-    let config = SandboxConfig {
-        nodes: args.nodes,
-        max_unavailable: args.max_unavailable.to_string(),
-        reboot_duration: args.reboot_duration,
-        controller_args,
-        start_controller: false,
-        fault_proxies: true,
-        control_plane: e2e::chaos::observed_control_plane(),
-        ..SandboxConfig::default()
-    };
+    let config = SandboxConfig::with_nodes(args.nodes)
+        .max_unavailable(args.max_unavailable.to_string())
+        .reboot_duration(args.reboot_duration)
+        .controller_args(FAST_LEADER_ELECTION)
+        .controller_args(["--drain-timeout", "120s"])
+        .no_controller()
+        .fault_proxies()
+        .control_plane(e2e::chaos::observed_control_plane());
     Sandbox::start(config).await.context("starting the sandbox")
 }
 

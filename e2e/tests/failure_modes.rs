@@ -6,6 +6,7 @@
 
 use common::ControllerReason;
 use common::ledger::{LEDGER_NAME, OPERATOR_NAMESPACE, slots_of};
+use e2e::rollout::annotate_ledger;
 use e2e::{
     BudgetWatch, apply, eventually, has_event, kubectl, node, request_reboot,
     rollout::ledger_events,
@@ -58,22 +59,8 @@ async fn a_pause_typed_as_true_with_a_capital_pauses_and_a_warning_says_how_it_w
         || async { ledger(&client).await.is_some() },
     )
     .await;
-    let lease = format!("lease/{LEDGER_NAME}");
-    let annotate = |value: &str| {
-        kubectl(
-            &sb.control_plane,
-            &[
-                "annotate",
-                "-n",
-                OPERATOR_NAMESPACE,
-                &lease,
-                value,
-                "--overwrite",
-            ],
-        );
-    };
     // As typed during an incident.
-    annotate("reboot-paused=True");
+    annotate_ledger(&sb.control_plane, "reboot-paused=True");
     let watch = BudgetWatch::start(client.clone(), 1).await;
     request_reboot(&sb.control_plane, "sim-1");
 
@@ -133,7 +120,7 @@ async fn a_pause_typed_as_true_with_a_capital_pauses_and_a_warning_says_how_it_w
     println!("the Warning: {}", warning.unwrap_or_default());
 
     // `false` is the way out the Warning names: the reboot goes ahead.
-    annotate("reboot-paused=false");
+    annotate_ledger(&sb.control_plane, "reboot-paused=false");
     wait_until("sim-1 is rebooted", PATIENCE, Some(&watch), || async {
         sb.fleet.reboots("sim-1") == 1
     })

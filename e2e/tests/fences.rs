@@ -6,6 +6,7 @@
 
 use common::ControllerReason;
 use common::ledger::{LEDGER_NAME, OPERATOR_NAMESPACE, slots_of};
+use e2e::rollout::annotate_ledger;
 use e2e::{
     BudgetWatch, NodeState, apply, has_event, kubectl, node, pod_that_blocks_the_drain_of,
     protocol_annotations, request_reboot,
@@ -23,21 +24,6 @@ const ALERT: &str = "E2EMaintenanceBlocker";
 const PHASE: Duration = Duration::from_secs(120);
 /// The words of the Event a granted node gets when a fence holds it.
 const HELD: &str = "slot granted, held";
-
-fn pause(sb: &Sandbox, value: &str) {
-    let lease = format!("lease/{LEDGER_NAME}");
-    kubectl(
-        &sb.control_plane,
-        &[
-            "annotate",
-            "-n",
-            OPERATOR_NAMESPACE,
-            &lease,
-            value,
-            "--overwrite",
-        ],
-    );
-}
 
 async fn controller_metric(sb: &Sandbox, series: &str) -> Option<f64> {
     let address = sb.controllers[0].metrics_address()?;
@@ -101,7 +87,7 @@ async fn a_pause_after_the_grant_keeps_the_drained_node_from_rebooting_until_res
     })
     .await;
 
-    pause(&sb, "reboot-paused=true");
+    annotate_ledger(&sb.control_plane, "reboot-paused=true");
     wait_until(
         "the controller sees the pause",
         PHASE,
@@ -150,7 +136,7 @@ async fn a_pause_after_the_grant_keeps_the_drained_node_from_rebooting_until_res
         Some(1.0)
     );
 
-    pause(&sb, "reboot-paused-");
+    annotate_ledger(&sb.control_plane, "reboot-paused-");
     wait_until(
         "the node reboots once resumed",
         PHASE,
@@ -248,7 +234,7 @@ async fn a_grant_written_after_an_alert_fired_is_not_claimed_until_the_gate_open
     );
 
     // Paused: the pause holds the grant, and still does once the alert resolves.
-    pause(&sb, "reboot-paused=true");
+    annotate_ledger(&sb.control_plane, "reboot-paused=true");
     wait_until(
         "the paused grant is held (or claimed)",
         PHASE,
@@ -277,7 +263,7 @@ async fn a_grant_written_after_an_alert_fired_is_not_claimed_until_the_gate_open
     );
     assert!(holds_slot(&client, &name).await, "{name} keeps its grant");
 
-    pause(&sb, "reboot-paused-");
+    annotate_ledger(&sb.control_plane, "reboot-paused-");
     wait_until(
         "the node reboots once resumed",
         PHASE,

@@ -4,6 +4,7 @@
 //! neither slow nor stop the rollout, and the metrics say so.
 
 use common::ledger::{LEDGER_NAME, OPERATOR_NAMESPACE, PAUSED_ANNOTATION};
+use e2e::rollout::annotate_ledger;
 use e2e::{
     BudgetWatch, eventually, kubectl,
     rollout::rollout_completes,
@@ -327,26 +328,11 @@ async fn a_pause_while_nodes_wait_is_told_once_as_the_rollouts_stop() {
     let sb = sandbox(3, vec![format!("--notify-url={}", receiver.url())], true).await;
     e2e::every_node::request(&sb.control_plane);
     receiver.hears("node_rebooting").await;
-    let ledger = format!("lease/{LEDGER_NAME}");
-    let pause = |value: &str| {
-        let set = format!("{PAUSED_ANNOTATION}={value}");
-        kubectl(
-            &sb.control_plane,
-            &[
-                "-n",
-                OPERATOR_NAMESPACE,
-                "annotate",
-                "--overwrite",
-                &ledger,
-                &set,
-            ],
-        );
-    };
-    pause("true");
+    annotate_ledger(&sb.control_plane, &format!("{PAUSED_ANNOTATION}=true"));
     let stop = receiver.stop().await;
     assert_eq!(stop["details"]["reason"], "paused", "{stop}");
     assert!(stop["node"].is_null(), "the pool's stop: {stop}");
-    pause("false");
+    annotate_ledger(&sb.control_plane, &format!("{PAUSED_ANNOTATION}=false"));
     roll_on(&sb, &receiver).await;
     receiver.told_once(1);
     sb.stop().await;

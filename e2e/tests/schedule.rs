@@ -3,6 +3,7 @@
 
 use common::ControllerReason;
 use common::ledger::{LEDGER_NAME, OPERATOR_NAMESPACE, slots_of};
+use e2e::rollout::annotate_ledger;
 use e2e::{
     BudgetWatch, eventually, every_node, has_event, kubectl, node_events,
     rollout::rollout_completes,
@@ -147,20 +148,6 @@ async fn kubectl_pauses_new_reboots_the_one_under_way_finishes_and_resume_finish
     let client = sb.client.clone();
     let names = sb.fleet.names();
     let watch = BudgetWatch::start(client.clone(), 1).await;
-    let lease = format!("lease/{LEDGER_NAME}");
-    let pause = |value: &str| {
-        kubectl(
-            &sb.control_plane,
-            &[
-                "annotate",
-                "-n",
-                OPERATOR_NAMESPACE,
-                &lease,
-                value,
-                "--overwrite",
-            ],
-        );
-    };
 
     kubectl(
         &sb.control_plane,
@@ -173,7 +160,7 @@ async fn kubectl_pauses_new_reboots_the_one_under_way_finishes_and_resume_finish
         || async { e2e::NodeState::of(&e2e::node(&client, &names[0]).await).unschedulable },
     )
     .await;
-    pause("reboot-paused=true");
+    annotate_ledger(&sb.control_plane, "reboot-paused=true");
     for name in &names[1..] {
         kubectl(
             &sb.control_plane,
@@ -218,7 +205,7 @@ async fn kubectl_pauses_new_reboots_the_one_under_way_finishes_and_resume_finish
         );
     }
 
-    pause("reboot-paused-");
+    annotate_ledger(&sb.control_plane, "reboot-paused-");
     rollout_completes(&sb, &watch).await;
     eventually(
         "the pause metric is 0",

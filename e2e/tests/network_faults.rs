@@ -48,17 +48,29 @@ async fn sandbox(nodes: usize, controller_args: &[&str], reboot_duration: Durati
     Sandbox::start(config).await.expect("sandbox starts")
 }
 
-/// The workload deployed, and the observer watching it with a budget of 1.
-async fn observe_workload(sb: &Sandbox, replicas: usize) -> Observer {
+/// The sandbox of [`sandbox`] with the workload deployed (`pods_per_node` pods a node), the
+/// observer watching it with a budget of 1, and controller-1 started through its proxy.
+async fn start(
+    nodes: usize,
+    controller_args: &[&str],
+    reboot_duration: Duration,
+    pods_per_node: usize,
+) -> (Sandbox, Vec<String>, Observer) {
+    let mut sb = sandbox(nodes, controller_args, reboot_duration).await;
+    let names = sb.fleet.names();
     // Every drain has pods to evict, and evictions are refused (429) while one is down.
-    workload::deploy(sb, replicas, 1, &[], PHASE).await;
-    Observer::start(
+    workload::deploy(&sb, pods_per_node * nodes, 1, &[], PHASE).await;
+    let observer = Observer::start(
         sb.client.clone(),
         1,
         workload::NAMESPACE,
         workload::WORKLOAD,
     )
-    .await
+    .await;
+    sb.start_proxied_controller(&[])
+        .await
+        .expect("controller-1");
+    (sb, names, observer)
 }
 
 /// Waits for every node's one reboot, then has the observer account for everything.
@@ -203,12 +215,8 @@ async fn a_node_is_draining(sb: &Sandbox, names: &[String]) -> bool {
 /// [`writes_a_frozen_leader_had_in_flight_land_late_and_are_fenced`].)
 #[tokio::test(flavor = "multi_thread")]
 async fn a_partitioned_leader_stops_acting_by_its_own_clock_and_another_takes_over() {
-    let mut sb = sandbox(4, &FAST_LEADER_ELECTION, Duration::from_secs(1)).await;
-    let names = sb.fleet.names();
-    let observer = observe_workload(&sb, 2 * names.len()).await;
-    sb.start_proxied_controller(&[])
-        .await
-        .expect("controller-1");
+    let (mut sb, names, observer) =
+        start(4, &FAST_LEADER_ELECTION, Duration::from_secs(1), 2).await;
     wait_for_leader(&observer, &sb, "controller-1").await;
     sb.start_proxied_controller(&[])
         .await
@@ -256,12 +264,8 @@ async fn a_partitioned_leader_stops_acting_by_its_own_clock_and_another_takes_ov
 /// drain skipped. Thawed, the old leader finds by its own clock that it no longer leads.
 #[tokio::test(flavor = "multi_thread")]
 async fn writes_a_frozen_leader_had_in_flight_land_late_and_are_fenced() {
-    let mut sb = sandbox(4, &FAST_LEADER_ELECTION, Duration::from_secs(1)).await;
-    let names = sb.fleet.names();
-    let observer = observe_workload(&sb, 2 * names.len()).await;
-    sb.start_proxied_controller(&[])
-        .await
-        .expect("controller-1");
+    let (mut sb, names, observer) =
+        start(4, &FAST_LEADER_ELECTION, Duration::from_secs(1), 2).await;
     wait_for_leader(&observer, &sb, "controller-1").await;
     // Straight to the API server: it must take over while the proxies are frozen.
     sb.start_controller(&[]).expect("controller-2");
@@ -309,12 +313,7 @@ fn assert_only_controller_2_held(holders: &Mutex<Vec<String>>) {
 /// resets on all of them: slow, but the rollout finishes within its budget and loses nothing.
 #[tokio::test(flavor = "multi_thread")]
 async fn seconds_of_latency_and_bursts_of_resets_lose_nothing() {
-    let mut sb = sandbox(3, &[], Duration::from_secs(1)).await;
-    let names = sb.fleet.names();
-    let observer = observe_workload(&sb, 2 * names.len()).await;
-    sb.start_proxied_controller(&[])
-        .await
-        .expect("controller-1");
+    let (sb, names, observer) = start(3, &[], Duration::from_secs(1), 2).await;
     let mut programs = names.clone();
     programs.push("controller-1".into());
     for program in &programs {
@@ -404,12 +403,8 @@ async fn a_held_node_is_overdue_then_finishes(sb: &Sandbox, observer: &Observer,
 /// record, and the node waits, held, until the agent is back.
 #[tokio::test(flavor = "multi_thread")]
 async fn an_agent_cut_off_before_it_records_the_reboot_holds_its_node() {
-    let mut sb = sandbox(2, &["--reboot-timeout=10s"], Duration::from_secs(1)).await;
-    let names = sb.fleet.names();
-    let observer = observe_workload(&sb, names.len()).await;
-    sb.start_proxied_controller(&[])
-        .await
-        .expect("controller-1");
+    let (sb, names, observer) =
+        start(2, &["--reboot-timeout=10s"], Duration::from_secs(1), 1).await;
     let cut = proxy(&sb, "sim-1").clone();
     add(&cut, Toxic::timeout("cut", Stream::Upstream, 0)).await;
     request_all(&sb);
@@ -439,12 +434,8 @@ async fn an_agent_cut_off_before_it_records_the_reboot_holds_its_node() {
 /// yet the controller must not complete the node on that alone.
 #[tokio::test(flavor = "multi_thread")]
 async fn an_agent_cut_off_after_the_reboot_holds_its_node_until_it_reports() {
-    let mut sb = sandbox(2, &["--reboot-timeout=10s"], Duration::from_secs(4)).await;
-    let names = sb.fleet.names();
-    let observer = observe_workload(&sb, names.len()).await;
-    sb.start_proxied_controller(&[])
-        .await
-        .expect("controller-1");
+    let (sb, names, observer) =
+        start(2, &["--reboot-timeout=10s"], Duration::from_secs(4), 1).await;
     let cut = proxy(&sb, "sim-1").clone();
     kubectl(
         &sb.control_plane,

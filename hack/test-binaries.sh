@@ -30,13 +30,30 @@ cargo test --workspace --exclude vmtest --locked --no-run --message-format=json-
 # each module runs in a process of its own, as "<dir> e2e-test-<module> <exe> <module>::", so
 # they still spread over TEST_JOBS processes, longest first, a log each, as when each was a
 # binary. With arguments (a name filter, say) the binary runs once, whole: two filters would
-# run what matches either.
+# run what matches either. A filter picks the tests whose names contain it anywhere, so a test
+# outside every module (run by no filter) or one that another module's filter also picks (run
+# twice) fails the run instead of being skipped or repeated.
 scenario_modules() {
   local dir exe
   read -r dir _ exe < <(grep ' e2e-test-scenarios ' "$logs/binaries.txt") || return 0
   [ -z "$TEST_BINARY_ARGS" ] || return 0
-  "$exe" --list | sed -n 's/^\([a-z0-9_]*\)::.*: test$/\1/p' | sort -u \
-    | while read -r module; do echo "$dir e2e-test-$module $exe $module::"; done
+  "$exe" --list | sed -n 's/: test$//p' | awk -v dir="$dir" -v exe="$exe" '
+    {
+      tests[NR] = $0
+      cut = index($0, "::")
+      if (cut == 0) {
+        print "test-binaries: the scenario " $0 " is outside every module of e2e/tests/scenarios.rs: no run would pick it; move it into one" > "/dev/stderr"
+        bad = 1
+      } else modules[substr($0, 1, cut - 1)] = 1
+    }
+    END {
+      for (i in tests) for (m in modules) if (index(tests[i], m "::") > 1) {
+        print "test-binaries: the filter " m ":: also picks " tests[i] ", which would run twice; rename one of the modules" > "/dev/stderr"
+        bad = 1
+      }
+      if (bad) exit 1
+      for (m in modules) print dir " e2e-test-" m " " exe " " m "::"
+    }'
 }
 export TEST_BINARY_ARGS="$*"
 modules=$(scenario_modules) || { echo "test-binaries: the scenarios do not list" >&2; exit 1; }

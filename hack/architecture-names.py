@@ -33,10 +33,11 @@ def main() -> int:
     folders |= {p + "/" for f in files for p in [str(q) for q in Path(f).parents] if p != "."}
     known = set(files) | folders | {f.rstrip("/") for f in folders}
     top = {f.split("/")[0] for f in files if "/" in f}
-    missing = []
+    missing, checked = [], 0
     for name in sorted(set(NAME.findall(page.read_text()))):
         if not looks_like_path(name, top):
             continue
+        checked += 1
         bare = name.rstrip("/")
         if name in known or (name.endswith("/") and bare + "/" in known):
             continue
@@ -45,8 +46,9 @@ def main() -> int:
         missing.append(name)
     for name in missing:
         print(f"{page.name}: `{name}` names no file or folder of the repository")
-    print(f"{page.name}: {len(missing)} name(s) of missing files")
-    return 1 if missing else 0
+    print(f"{page.name}: {checked} file and folder names, {len(missing)} missing")
+    # A page in which no name was found was not checked: that must not pass.
+    return 1 if missing or not checked else 0
 
 
 if __name__ == "__main__":

@@ -146,6 +146,10 @@ def main() -> int:
         for p in root.rglob("src/main.rs")
         if "target" not in p.parts and not (p.parent / "lib.rs").exists()
     )
+    if not crates or not all((c / "src").is_dir() for c in crates):
+        # A check that looked at nothing must not pass.
+        print(f"no crate with a src/ folder among {[str(c) for c in crates]}")
+        return 1
     found, in_tests = 0, 0
     for crate in crates:
         for cycle, test_code in cycles(crate / "src"):

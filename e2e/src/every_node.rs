@@ -23,6 +23,8 @@ pub async fn wait_for_event(
     timeout: Duration,
     budget: Option<&BudgetWatch>,
 ) {
+    // No node would make the wait pass at once, having looked at nothing.
+    assert!(!names.is_empty(), "wait_for_event needs at least one node");
     let what = format!("every node of {names:?} has a {reason} Event mentioning {words:?}");
     wait_until(&what, timeout, budget, || async {
         for name in names {

@@ -316,11 +316,16 @@ pub async fn event_reasons(client: &Client, node: &str) -> Vec<String> {
 }
 
 /// Whether an Event with this reason, whose message contains every one of `words`, is there.
-pub async fn has_event(client: &Client, node: &str, reason: impl Reason, words: &[&str]) -> bool {
+pub async fn has_event<R: Reason>(client: &Client, node: &str, reason: R, words: &[&str]) -> bool {
+    // By the program that reports it too: both programs have an `UnknownFormat`.
     node_events(client, node)
         .await
         .iter()
-        .any(|(r, _, message)| r == reason.as_str() && words.iter().all(|w| message.contains(w)))
+        .any(|(r, component, message)| {
+            r == reason.as_str()
+                && component == R::COMPONENT
+                && words.iter().all(|w| message.contains(w))
+        })
 }
 
 /// Waits (up to four minutes) for an Event like [`has_event`] describes.

@@ -2,10 +2,9 @@
 //! stops a granted node from moving further (cordon, drain start, `reboot-now`), not only new
 //! grants; reboots already told to go finish.
 
-use super::tests::{OPEN, annotate, base_round, facts, node_json};
+use super::tests::{OPEN, annotate, base_round, facts, node_json, view_of};
 use super::*;
 use crate::ledger::Slot;
-use common::AnnotationKeys;
 use serde_json::Value;
 use std::collections::BTreeSet;
 
@@ -45,21 +44,10 @@ pub(super) fn node_at(stage: Stage) -> (NodeView, Ledger) {
             obj["spec"]["unschedulable"] = true.into();
         }
     }
-    let facts = facts(&obj);
     let view = NodeView {
-        state: facts.protocol(&AnnotationKeys::default()),
-        facts,
-        in_pool: true,
-        zone: None,
-        opted_out: false,
-        ready_since: Some(0),
         requested_at: Some(0),
-        not_before: None,
         drain,
-        approved_at: None,
-        fresh: false,
-        claimed_at: None,
-        drained_at: None,
+        ..view_of(facts(&obj))
     };
     let slot = Slot {
         grant: "g-n".into(),

@@ -750,7 +750,7 @@ impl<'a> Round<'a> {
 mod next_look;
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 #[cfg(test)]
 mod format_tests;

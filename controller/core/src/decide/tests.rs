@@ -22,7 +22,12 @@ pub(super) fn facts(obj: &Value) -> NodeFacts {
 }
 
 pub(super) fn view(obj: &Value) -> NodeView {
-    let facts = facts(obj);
+    view_of(facts(obj))
+}
+
+/// The view every table test starts from: in the pool, Ready since 0, not requested, no drain,
+/// no zone, read from the cache. A test sets what it is about with `..view_of(facts)`.
+pub(crate) fn view_of(facts: NodeFacts) -> NodeView {
     NodeView {
         state: facts.protocol(&AnnotationKeys::default()),
         facts,

@@ -1,8 +1,7 @@
 //! The rollout plan: the controller's decision run forward on a simulated clock.
 
 use super::*;
-use crate::{decide::DrainState, ledger::Slot};
-use common::AnnotationKeys;
+use crate::{decide::tests::view_of, ledger::Slot};
 use common::test_util::NodeBuilder;
 
 const MIN: Duration = Duration::from_secs(60);
@@ -17,21 +16,10 @@ fn node(name: &str, zone: Option<&str>, requested: Option<u64>) -> NodeView {
     if requested.is_some() {
         builder = builder.annotation("reboot-needed", "true");
     }
-    let facts = builder.facts();
     NodeView {
-        state: facts.protocol(&AnnotationKeys::default()),
-        facts,
-        in_pool: true,
         requested_at: requested,
-        not_before: None,
-        drain: DrainState::NotStarted,
         zone: zone.map(str::to_owned),
-        opted_out: false,
-        ready_since: Some(0),
-        approved_at: None,
-        claimed_at: None,
-        drained_at: None,
-        fresh: false,
+        ..view_of(builder.facts())
     }
 }
 

@@ -79,6 +79,29 @@ fn starts(plan: &RolloutPlan) -> Vec<String> {
         .collect()
 }
 
+/// `a` requested behind `busy`, which was granted at `granted_at` (in the ledger) and told to
+/// reboot, with no window.
+fn a_behind_busy_told_to_reboot(granted_at: &str) -> (Setup, Vec<NodeView>) {
+    let mut setup = Setup::new(&[]);
+    setup.ledger.slots.insert(
+        "busy".into(),
+        Slot {
+            grant: "ns/slots/g1".into(),
+            granted_at: granted_at.into(),
+            node_version: Some("1".into()),
+            zone: None,
+        },
+    );
+    let mut nodes = requested(&["a"]);
+    let mut busy = node("busy", None, None);
+    busy.state.phase = common::Phase::RebootNow;
+    busy.state.grant = Some("ns/slots/g1".into());
+    busy.facts.unschedulable = true;
+    busy.state.cordoned_by_operator = true;
+    nodes.push(busy);
+    (setup, nodes)
+}
+
 #[test]
 fn waves_of_the_budget_follow_one_another_oldest_request_first() {
     let setup = Setup::new(&[]);
@@ -203,23 +226,7 @@ fn what_never_gets_a_slot_is_left_with_its_reason() {
 
 #[test]
 fn slots_held_now_come_free_a_reboot_after_their_grant() {
-    let mut setup = Setup::new(&[]);
-    setup.ledger.slots.insert(
-        "busy".into(),
-        Slot {
-            grant: "ns/slots/g1".into(),
-            granted_at: "2026-11-24T09:50:00Z".into(),
-            node_version: Some("1".into()),
-            zone: None,
-        },
-    );
-    let mut nodes = requested(&["a"]);
-    let mut busy = node("busy", None, None);
-    busy.state.phase = common::Phase::RebootNow;
-    busy.state.grant = Some("ns/slots/g1".into());
-    busy.facts.unschedulable = true;
-    busy.state.cordoned_by_operator = true;
-    nodes.push(busy);
+    let (setup, nodes) = a_behind_busy_told_to_reboot("2026-11-24T09:50:00Z");
     let plan = plan(setup.input(nodes, 1, "2026-11-24T10:00:00Z"));
     assert_eq!(plan.under_way[0].frees_at, Some(at("2026-11-24T10:10:00Z")));
     assert_eq!(starts(&plan), ["2026-11-24T10:10:00Z"]);
@@ -245,23 +252,7 @@ fn without_a_reboot_length_the_waves_have_an_order_and_no_times() {
 
 #[test]
 fn without_a_reboot_length_a_wave_behind_a_reboot_under_way_has_no_start() {
-    let mut setup = Setup::new(&[]);
-    setup.ledger.slots.insert(
-        "busy".into(),
-        Slot {
-            grant: "ns/slots/g1".into(),
-            granted_at: "2026-11-24T09:59:00Z".into(),
-            node_version: Some("1".into()),
-            zone: None,
-        },
-    );
-    let mut nodes = requested(&["a"]);
-    let mut busy = node("busy", None, None);
-    busy.state.phase = common::Phase::RebootNow;
-    busy.state.grant = Some("ns/slots/g1".into());
-    busy.facts.unschedulable = true;
-    busy.state.cordoned_by_operator = true;
-    nodes.push(busy);
+    let (setup, nodes) = a_behind_busy_told_to_reboot("2026-11-24T09:59:00Z");
     let mut input = setup.input(nodes, 1, "2026-11-24T10:00:00Z");
     input.reboot = None;
     let plan = plan(input);

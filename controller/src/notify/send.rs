@@ -69,16 +69,91 @@ async fn post_once(
         }),
         Ok(Err(why)) => Err(Failure {
             // The client's errors do not name the URL; the redaction is for those that might.
-            why: why.replace(&target.url, &target.shown),
+            why: target.hide_secrets(&why),
             retry: true,
         }),
         Ok(Ok((status, _))) if status.is_success() => Ok(()),
         Ok(Ok((status, answer))) => Err(Failure {
-            why: format!(
-                "HTTP {status}: {}",
-                String::from_utf8_lossy(&answer[..answer.len().min(200)]).trim()
-            ),
+            why: format!("HTTP {status}: {}", shown_answer(target, &answer)),
             retry: status.is_server_error() || status.as_u16() == 429,
         }),
+    }
+}
+
+/// The start of a webhook's answer, as logged: its secrets hidden before it is cut short, so
+/// that no part of one is left at the cut.
+fn shown_answer(target: &Target, answer: &[u8]) -> String {
+    let read = String::from_utf8_lossy(&answer[..answer.len().min(ANSWER_READ)]);
+    let hidden = target.hide_secrets(&read);
+    let shown: String = hidden.trim().chars().take(ANSWER_SHOWN).collect();
+    shown
+}
+
+/// How much of an answer is searched for secrets, and how much of it is shown.
+const ANSWER_READ: usize = 16 * 1024;
+const ANSWER_SHOWN: usize = 200;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use observability::http_get::http_client;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpListener;
+
+    /// A webhook that refuses every request with an error page echoing what it was asked, as
+    /// Express ("Cannot POST /path") and Spring (`"path": ...`) error pages do.
+    async fn echoing_webhook() -> String {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let address = listener.local_addr().expect("address");
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                let mut request = vec![0; 4096];
+                let read = stream.read(&mut request).await.unwrap_or(0);
+                let request = String::from_utf8_lossy(&request[..read]).into_owned();
+                let target = request.split(' ').nth(1).unwrap_or_default().to_owned();
+                let decoded = target.replace("%2F", "/");
+                let body = format!(
+                    "<pre>Cannot POST {target}</pre> {{\"path\":\"{decoded}\"}} {}",
+                    "x".repeat(150)
+                );
+                let answer = format!(
+                    "HTTP/1.1 404 Not Found\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = stream.write_all(answer.as_bytes()).await;
+            }
+        });
+        format!("http://{address}")
+    }
+
+    #[tokio::test]
+    async fn an_error_page_that_echoes_the_webhooks_path_is_logged_without_its_secrets() {
+        let base = echoing_webhook().await;
+        let target = super::super::target::parse(&format!(
+            "{base}/hooks/T0KEN-in-the-path%2Fencoded?token=S3CRET-query&user=bob"
+        ))
+        .expect("a valid URL");
+        let failure = post_once(
+            &http_client(),
+            &target,
+            Bytes::from_static(b"{}"),
+            Duration::from_secs(10),
+        )
+        .await
+        .expect_err("the webhook answers 404");
+        assert!(!failure.retry, "a 404 is not retried: {failure:?}");
+        assert!(failure.why.starts_with("HTTP 404"), "{}", failure.why);
+        assert!(
+            failure.why.contains("Cannot POST"),
+            "the page is still shown: {}",
+            failure.why
+        );
+        for secret in ["T0KEN", "S3CRET", "encoded", "hooks/"] {
+            assert!(
+                !failure.why.contains(secret),
+                "{secret} is logged: {}",
+                failure.why
+            );
+        }
     }
 }

@@ -49,6 +49,41 @@ impl fmt::Display for Target {
     }
 }
 
+impl Target {
+    /// `text` (a webhook's answer, an error) with every secret of the URL replaced by `***`:
+    /// the URL, its path and query, each of their parts and the userinfo, as written and
+    /// percent-decoded. Error pages echo what they were asked (Express's `Cannot POST /path`,
+    /// Spring's `"path": ...`), and generic webhooks keep their token there.
+    pub fn hide_secrets(&self, text: &str) -> String {
+        let rest = self.url.split_once("://").map_or("", |(_, rest)| rest);
+        let authority_len = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+        let (authority, path_and_query) = rest.split_at(authority_len);
+        let userinfo = authority.rsplit_once('@').map_or("", |(info, _)| info);
+        let mut secrets: Vec<String> = [self.url.as_str(), path_and_query, userinfo]
+            .into_iter()
+            .chain(path_and_query.split(['/', '?', '&', '=', '#', ';']))
+            .chain(userinfo.split(':'))
+            .flat_map(|piece| {
+                let decoded = percent_encoding::percent_decode_str(piece)
+                    .decode_utf8_lossy()
+                    .into_owned();
+                [piece.to_owned(), decoded]
+            })
+            // Shorter pieces (`v1`, `api`) are no secret, and hiding them would garble the text.
+            .filter(|piece| piece.len() >= SECRET_MIN_LEN)
+            .collect();
+        // The longest first, so that a part does not break up the whole it belongs to.
+        secrets.sort_by_key(|piece| std::cmp::Reverse(piece.len()));
+        secrets.dedup();
+        secrets
+            .iter()
+            .fold(text.to_owned(), |text, secret| text.replace(secret, "***"))
+    }
+}
+
+/// The shortest part of a URL's path, query or userinfo that is hidden from logs.
+const SECRET_MIN_LEN: usize = 4;
+
 /// `scheme://host[:port]/***`: the host tells which service it is; the path and query, where
 /// webhooks keep their tokens, are left out. In shoutrrr's Slack and Teams forms even the host
 /// is a token.

@@ -192,15 +192,13 @@ impl NodeAgent {
         }
         self.observed.metrics.reboot_failed("unproven");
         let boot_id = &self.settings.boot_id;
-        let keys = &self.settings.keys;
         let note = format!(
             "stopped rebooting: {made} reboots (--max-unproven-reboots) ended in the same boot id \
              {boot_id}, so the reboot method does not really reboot (systemctl soft-reboot, \
              kexec or a command that does nothing?). Fix --reboot-method/--reboot-command \
-             (the agent's new pod counts again), reboot the node by hand, or give it up: \
-             kubectl annotate node {name} {}- {}-",
-            keys.in_progress,
-            keys.boot_id,
+             (the agent's new pod counts again), reboot the node by hand, or give it up with \
+             `kubectl reboot abandon {name} --reason <why>` (the controller then releases its \
+             slot, removes its own cordon and clears the protocol's keys)",
             name = self.name(),
         );
         error!("{note}");

@@ -1,7 +1,8 @@
-//! Liveness holes (issue 24, section 5), end to end on the real control plane with the real
-//! controller and agents on simulated nodes: a ledger Lease deleted by hand is recreated with
-//! the soaks under way and said in a Warning; a deleted slot holder frees its slot; an agent
-//! whose reboot keeps the boot id stops after a few unproven attempts and says why.
+//! Liveness holes, end to end on the real control plane with the real controller and agents
+//! on simulated nodes: a ledger Lease deleted by hand is recreated with the soaks under way and
+//! said in a Warning (deleted while no controller ran, it is recreated paused); a deleted slot
+//! holder frees its slot; an agent whose reboot keeps the boot id stops after a few unproven
+//! attempts and says why.
 
 use common::{AgentReason, ControllerReason};
 use common::{
@@ -144,6 +145,79 @@ async fn a_ledger_deleted_by_hand_is_recreated_with_its_soaks_and_a_warning() {
     sb.stop().await;
 }
 
+/// A ledger Lease deleted while no controller runs cannot be recreated from a copy: the
+/// controller that starts finds nodes carrying its grants, and recreates it paused (its pause
+/// and the soaks under way are unknown), with a Warning that says so and how to go on. An
+/// empty ledger would forget sim-1's soak and reboot sim-2 at once.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_ledger_deleted_while_no_controller_runs_is_recreated_paused_not_empty() {
+    let mut sb = sandbox(2, &["--min-ready-seconds=600"], &[]).await;
+    let client = sb.client.clone();
+    let watch = BudgetWatch::start(client.clone(), 1).await;
+    request_reboot(&sb.control_plane, "sim-1");
+    wait_until(
+        "sim-1 is rebooted and soaking in its slot",
+        PATIENCE,
+        Some(&watch),
+        || async {
+            sb.fleet.reboots("sim-1") == 1
+                && soaking(&client, "sim-1").await
+                && slots(&client)
+                    .await
+                    .is_some_and(|s| s.contains_key("sim-1"))
+        },
+    )
+    .await;
+    for controller in &mut sb.controllers {
+        controller.kill().await;
+    }
+    leases(&client)
+        .delete(LEDGER_NAME, &DeleteParams::default())
+        .await
+        .expect("delete the ledger Lease");
+    request_reboot(&sb.control_plane, "sim-2");
+    sb.start_controller(&[]).expect("start a controller again");
+
+    let warning = eventually(
+        "a Warning on the ledger Lease says it was recreated paused",
+        PATIENCE,
+        Some(&watch),
+        || async {
+            ledger_events(&client)
+                .await
+                .into_iter()
+                .find(|(kind, reason, _)| {
+                    kind == "Warning" && reason == ControllerReason::LedgerRecreated.as_str()
+                })
+                .map(|(_, _, message)| message)
+        },
+    )
+    .await;
+    println!("the Warning: {warning}");
+    for words in ["PAUSED", "sim-1", "kubectl reboot resume"] {
+        assert!(warning.contains(words), "{words} missing: {warning}");
+    }
+    let lease = leases(&client)
+        .get(LEDGER_NAME)
+        .await
+        .expect("the recreated ledger Lease");
+    let paused = lease
+        .metadata
+        .annotations
+        .unwrap_or_default()
+        .get(common::ledger::PAUSED_ANNOTATION)
+        .cloned();
+    assert_eq!(paused.as_deref(), Some("true"), "the ledger is not paused");
+    // The controller goes on rounding; sim-2 still waits (the soak it cannot see holds).
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(
+        !granted(&sb, "sim-2").await,
+        "sim-2 granted during sim-1's soak"
+    );
+    watch.check().unwrap();
+    sb.stop().await;
+}
+
 /// A node deleted while it holds a slot frees the slot once a fresh read confirms the
 /// deletion, and the next request goes ahead: the slot is not held for the leader's term.
 #[tokio::test(flavor = "multi_thread")]
@@ -244,6 +318,10 @@ async fn an_agent_whose_reboot_keeps_the_boot_id_stops_after_a_few_attempts_and_
     println!("the Warning: {note}");
     assert!(note.contains("boot id"), "{note}");
     assert!(note.contains(&MAX_UNPROVEN.to_string()), "{note}");
+    // The way out it names is the plugin's give-up, which releases the slot and the cordon; the
+    // annotations removed by hand would read as a cancel.
+    assert!(note.contains("kubectl reboot abandon sim-1"), "{note}");
+    assert!(!note.contains("kubectl annotate"), "{note}");
     // Stopped, it stays stopped while the node is as it is.
     let starts = sb.fleet.agent_starts("sim-1");
     tokio::time::sleep(Duration::from_secs(5)).await;

@@ -35,6 +35,7 @@ use crate::{
     shell::{Shell, ShellParts},
 };
 use anyhow::Context as _;
+use common::ControllerReason;
 use controller_core::{ledger::Ledger, schedule::Schedule, window::Windows};
 use k8s_openapi::api::core::v1::Node;
 use kube::{Api, Client, api::ListParams, runtime::reflector::Store};
@@ -396,14 +397,21 @@ impl Context {
     }
 
     /// Reads the slot ledger (creating it the first time), waiting while the API server
-    /// cannot be reached; a missing namespace stops the program.
+    /// cannot be reached; a missing namespace stops the program. Missing while nodes carry its
+    /// grants, it is created paused and said so in a Warning.
     async fn load_ledger(&self) -> anyhow::Result<ReadLedger> {
         let mut delays = reconnect_backoff();
+        let carried_by = self.ledger_carried_by();
         loop {
             let read = if self.args.dry_run {
                 self.ledger_store.peek().await
             } else {
-                self.ledger_store.load().await
+                self.ledger_store.load(&carried_by).await.map(|loaded| {
+                    if loaded.recreated_paused {
+                        self.say_ledger_recreated_at_start(&carried_by);
+                    }
+                    loaded.read
+                })
             };
             match read {
                 Ok(ledger) => return Ok(ledger),
@@ -425,6 +433,40 @@ impl Context {
                 }
             }
         }
+    }
+}
+
+impl Context {
+    /// The nodes of the cache that carry a grant, or the last grant, of this controller's
+    /// ledger: they say the ledger existed before.
+    fn ledger_carried_by(&self) -> Vec<String> {
+        let keys = &self.args.annotation_prefix;
+        let ledger = self.ledger_store.id();
+        let ours = |key: &str, node: &Node| {
+            node.metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(key))
+                .and_then(|grant| common::ledger::ledger_of_grant(grant))
+                == Some(ledger.as_str())
+        };
+        self.store
+            .state()
+            .iter()
+            .filter(|node| ours(&keys.grant, node) || ours(&keys.last_grant, node))
+            .filter_map(|node| node.metadata.name.clone())
+            .collect()
+    }
+
+    fn say_ledger_recreated_at_start(&self, carried_by: &[String]) {
+        self.metrics.ledger_recreated.inc();
+        let note = self.ledger_store.recreated_at_start_note(carried_by);
+        tracing::warn!("{note}");
+        self.events.publish_about(
+            self.ledger_store.reference(),
+            ControllerReason::LedgerRecreated,
+            note,
+        );
     }
 }
 

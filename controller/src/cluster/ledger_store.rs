@@ -101,6 +101,14 @@ pub fn recreated_annotations(last: &Ledger) -> BTreeMap<String, String> {
     annotations
 }
 
+/// The ledger as [`LedgerStore::load`] found or created it at start.
+#[derive(Debug)]
+pub struct Loaded {
+    pub read: ReadLedger,
+    /// It was missing while nodes carried its grants: created paused.
+    pub recreated_paused: bool,
+}
+
 /// What the ledger watch publishes for one of its events, if anything. `seen` says whether
 /// the list under way has brought the Lease: a list that ends without it means it was deleted
 /// while the watch was not looking.
@@ -249,21 +257,51 @@ impl LedgerStore {
         }
     }
 
-    /// Reads the ledger, creating an empty one the first time.
-    pub async fn load(&self) -> Result<ReadLedger, LedgerError> {
+    /// Reads the ledger at start, creating it when it is missing. `carried_by` names the nodes
+    /// that carry one of its grants or its last grant: none on a first start, which creates an
+    /// empty ledger. Some, and the Lease was deleted while no controller ran: its pause and the
+    /// soaks under way (which no node shows as a grant) cannot be known, so it is created
+    /// paused (fail-safe, as an unreadable pause value is), and said so in [`Loaded`].
+    pub async fn load(&self, carried_by: &[String]) -> Result<Loaded, LedgerError> {
         let err = |e| LedgerError::Api(self.name.clone(), e);
         if let Some(lease) = self.api.get(&self.name).await.map_err(err)? {
-            return Ok(read(&self.id(), &lease));
+            return Ok(Loaded {
+                read: read(&self.id(), &lease),
+                recreated_paused: false,
+            });
         }
-        let empty = Lease {
+        let missing = Ledger {
+            paused: !carried_by.is_empty(),
+            ..Ledger::default()
+        };
+        let lease = Lease {
             metadata: ObjectMeta {
                 name: Some(self.name.clone()),
-                annotations: Some(recreated_annotations(&Ledger::default())),
+                annotations: Some(recreated_annotations(&missing)),
                 ..ObjectMeta::default()
             },
             spec: None,
         };
-        self.create(empty).await
+        let read = self.create(lease).await?;
+        Ok(Loaded {
+            // Another controller that created it first decided how.
+            recreated_paused: missing.paused && read.ledger.paused,
+            read,
+        })
+    }
+
+    /// The Warning of a ledger [`load`](Self::load) recreated paused at start.
+    pub fn recreated_at_start_note(&self, carried_by: &[String]) -> String {
+        format!(
+            "the slot ledger Lease {} was missing at start although {} carry its grants: it \
+             was deleted while no controller ran. Recreated PAUSED, since its pause and the \
+             soaks under way cannot be known: reboots already told to go finish, nothing else \
+             moves. Check `kubectl reboot status` and resume with `kubectl reboot resume` once \
+             the nodes that rebooted last have soaked (--min-ready-seconds). Do not delete it; \
+             to stop new reboots, pause instead (kubectl reboot pause)",
+            self.id(),
+            carried_by.join(", ")
+        )
     }
 
     /// Replaces the slots if nobody changed the Lease since `current` was read. A merge patch

@@ -338,8 +338,9 @@ impl Model {
         let _guard = self.runtime.enter();
         let ledger = self
             .runtime
-            .block_on(ledger_store.load())
-            .expect("the model ledger loads");
+            .block_on(ledger_store.load(&[]))
+            .expect("the model ledger loads")
+            .read;
         let (ledger_tx, ledger_watch) = watch::channel(ledger.clone());
         let drains = Drains {
             api: api.clone(),

@@ -149,11 +149,17 @@ impl Shell {
             .publish_about(self.ledger_store.reference(), Reason::LedgerRecreated, note);
     }
 
+    /// Reads the ledger again after a lost compare-and-swap. Gone meanwhile, it is restored as
+    /// any deleted Lease is, never created empty: an empty one would forget the soaks.
     pub(super) async fn reload_ledger(&mut self) -> bool {
-        match self.ledger_store.load().await {
-            Ok(read) => {
+        match self.ledger_store.get().await {
+            Ok(Some(read)) => {
                 self.take_ledger(read);
                 true
+            }
+            Ok(None) => {
+                self.ledger_gone = true;
+                false
             }
             Err(error) => {
                 self.metrics.api_error("ledger", error.kind());

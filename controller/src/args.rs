@@ -408,6 +408,11 @@ impl Args {
                 .error(clap::error::ErrorKind::ArgumentConflict, message)
                 .exit();
         }
+        if let Err(message) = self.check_pre_reboot_label_keys() {
+            Self::command()
+                .error(clap::error::ErrorKind::ArgumentConflict, message)
+                .exit();
+        }
         // Read here rather than by a value parser: clap's own error would show the value, and
         // a webhook URL is a secret.
         match crate::notify::target::parse_all(&self.notify.notify_urls) {
@@ -417,6 +422,31 @@ impl Args {
                 .exit(),
         }
         self
+    }
+
+    /// Refuses a pre-reboot label of a key that places the node: in the pool (a key of
+    /// `--node-selector`), in its zone (`--zone-label`) or out of the protocol (the opt-out
+    /// label). Set at the grant, it would move the node while it holds its slot; a label of
+    /// that key already there stays the administrator's, so the flag would do nothing there.
+    fn check_pre_reboot_label_keys(&self) -> Result<(), String> {
+        for (key, _) in &self.marks.pre_reboot_node_labels {
+            let what = if self.node_selector.keys().contains(key) {
+                "a key of --node-selector: set on a node at its grant, it would move the node \
+                 out of its pool (or into another) during its reboot"
+            } else if *key == self.zone_label {
+                "the --zone-label: set on a node at its grant, it would move the node into \
+                 another zone during its reboot"
+            } else if *key == self.annotation_prefix.disabled {
+                "the label that opts a node out of reboots"
+            } else {
+                continue;
+            };
+            return Err(format!(
+                "--pre-reboot-node-labels: `{key}` is {what}; choose another key, such as \
+                 `node.example.com/rebooting`"
+            ));
+        }
+        Ok(())
     }
 
     /// How nodes are placed in the pool and indexed (`--node-selector`, `--zone-label`, the
@@ -521,6 +551,53 @@ fn parse_prefix(value: &str) -> Result<AnnotationKeys, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_pre_reboot_label_may_not_have_a_key_that_places_the_node() {
+        let check = |args: &[&str]| {
+            let args = std::iter::once("reboot-controller").chain(args.iter().copied());
+            Args::try_parse_from(args)
+                .expect("flags that parse")
+                .check_pre_reboot_label_keys()
+        };
+        for (args, says) in [
+            (
+                &[
+                    "--node-selector=pool in (a,b)",
+                    "--pre-reboot-node-labels=pool=c",
+                ][..],
+                "`pool` is a key of --node-selector",
+            ),
+            (
+                &["--pre-reboot-node-labels=topology.kubernetes.io/zone=x"],
+                "`topology.kubernetes.io/zone` is the --zone-label",
+            ),
+            (
+                &[
+                    "--annotation-prefix=r.example.com",
+                    "--pre-reboot-node-labels=r.example.com/reboot-disabled=true",
+                ],
+                "`r.example.com/reboot-disabled` is the label that opts a node out",
+            ),
+        ] {
+            let error = check(args).expect_err("refused");
+            assert!(error.contains(says), "{args:?}: {error}");
+        }
+        for fine in [
+            &["--node-selector=pool=lb", "--pre-reboot-node-labels=lb=out"][..],
+            &[
+                "--zone-label=rack",
+                "--pre-reboot-node-labels=topology.kubernetes.io/zone=x",
+            ],
+            &[
+                "--annotation-prefix=r.example.com",
+                "--pre-reboot-node-labels=reboot-disabled=x",
+            ],
+            &["--post-reboot-node-labels=reboot-disabled=true"],
+        ] {
+            assert_eq!(check(fine), Ok(()), "{fine:?}");
+        }
+    }
 
     #[test]
     fn a_margin_of_zero_turns_the_skip_off_and_other_values_are_durations() {

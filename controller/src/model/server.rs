@@ -415,7 +415,7 @@ impl Server {
             return Err(error(404, "NotFound"));
         };
         let mut after = before.clone();
-        if json_patch::patch(&mut after, patch).is_err() {
+        if common::test_util::apply_patch(&mut after, patch).is_err() {
             return Err(error(422, "Invalid"));
         }
         self.nodes[i] = Some(after);

@@ -316,7 +316,7 @@ impl Model {
         let running = format!("n{i}-boot-{}", s.boots[i]);
         let agent_patch = |s: &mut super::server::Server, patch: &json_patch::Patch| {
             let mut next = node.clone();
-            if json_patch::patch(&mut next, patch).is_ok() {
+            if common::test_util::apply_patch(&mut next, patch).is_ok() {
                 s.nodes[i] = Some(next);
                 s.bump(i);
                 true

@@ -164,7 +164,7 @@ impl Shell {
             NodeAction::Claim { grant, .. } => {
                 tracing::info!(node = %name, %grant, "cordoned");
                 let now = self.wall_ms();
-                self.drains.claimed(grant, now);
+                self.sightings.claimed(grant, now);
                 self.announce_delay(node);
             }
             NodeAction::Recordon { grant, .. } => {

@@ -84,8 +84,9 @@ pub struct Args {
     /// How long to wait between the cordon and the start of the drain (kured's
     /// `--drain-delay`), such as `30s`: time for what watches cordons (a load balancer taking
     /// the node out, a job queue moving work elsewhere) before pods are evicted. Counted from
-    /// the cordon; a controller that takes over (restart, new leader) counts from the grant's
-    /// time in the slot ledger, written just before the cordon. `0s`: no delay.
+    /// the cordon, by the acting controller's own clock: a controller that takes over (restart,
+    /// new leader) counts from when it first saw the node cordoned for its grant, so the delay
+    /// may be longer than asked then, never shorter. `0s`: no delay.
     #[arg(long, env = "DRAIN_DELAY", default_value = "0s", allow_hyphen_values = true, value_parser = parse_duration_or_zero)]
     pub drain_delay: Duration,
 
@@ -226,14 +227,17 @@ pub struct Args {
 pub struct MarkArgs {
     /// Labels (`key=value`) set on a node when its reboot slot is granted (just before it is
     /// cordoned), and removed when it is back or given back: for load balancers and monitoring
-    /// that must leave it out. Repeat the flag or separate labels with `,`. Default: none.
+    /// that must leave it out. A label of the key that the node already has is left as it is
+    /// (a Warning says so), unless it is the post-reboot label of that key. Not a key of
+    /// --node-selector, the --zone-label or the opt-out label. Repeat the flag or separate
+    /// labels with `,`. Default: none.
     #[arg(long = "pre-reboot-node-labels", env = "PRE_REBOOT_NODE_LABELS", value_name = "KEY=VALUE",
           value_delimiter = ',', value_parser = parse_label)]
     pub pre_reboot_node_labels: Vec<(String, String)>,
 
     /// Labels (`key=value`) set on a node when its reboot is completed, and left there; one
-    /// with the key of a pre-reboot label replaces it. Repeat the flag or separate labels with
-    /// `,`. Default: none.
+    /// with the key of a pre-reboot label replaces it. A label of the key that somebody else
+    /// set stays as it is. Repeat the flag or separate labels with `,`. Default: none.
     #[arg(long = "post-reboot-node-labels", env = "POST_REBOOT_NODE_LABELS", value_name = "KEY=VALUE",
           value_delimiter = ',', value_parser = parse_label)]
     pub post_reboot_node_labels: Vec<(String, String)>,

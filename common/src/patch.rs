@@ -993,13 +993,15 @@ mod tests {
 
         // Given back before the reboot (a cancel, a drain timeout, a window that closed), or
         // given up: the same.
-        let ends: [&dyn Fn(&NodeFacts) -> Option<Patch>; 2] =
-            [&|f| t.release(f), &|f| t.abandon(f)];
-        for end in ends {
+        for given_up in [false, true] {
             let mut obj = labelled_by_the_administrator();
             step(&mut obj, |f| Some(t.claim(f, "g1", "1", false, "t0")));
-            obj["metadata"]["annotations"]["reboot-abandon"] = "by admin".into();
-            step(&mut obj, end);
+            if given_up {
+                obj["metadata"]["annotations"]["reboot-abandon"] = "by admin".into();
+                step(&mut obj, |f| t.abandon(f));
+            } else {
+                step(&mut obj, |f| t.release(f));
+            }
             assert_eq!(obj["metadata"]["labels"], admins, "given back: {obj}");
         }
     }

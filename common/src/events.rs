@@ -90,7 +90,7 @@ reasons! {
     warnings: [
         DrainBlocked, RebootForced, InvalidRequest, LedgerDamaged, LedgerRecreated,
         UnknownFormat, UnexpectedPauseValue, NotReadyAfterReboot, RebootOverdue,
-        ZoneLabelMissing, NoAgent, PrometheusUnreachable,
+        ZoneLabelMissing, NoAgent, PrometheusUnreachable, LabelKept,
     ],
     Requested,
     Draining,
@@ -146,6 +146,9 @@ reasons! {
     DisruptionBudget,
     /// A drain timed out and the node is rebooted anyway with pods on it (`--force-reboot`).
     RebootForced,
+    /// A label of a key `--pre-reboot-node-labels` or `--post-reboot-node-labels` sets was
+    /// already on the node, somebody else's: left as it is, neither set nor removed.
+    LabelKept,
 }
 
 reasons! {
@@ -213,6 +216,7 @@ mod tests {
                 "NoAgent",
                 "DisruptionBudget",
                 "RebootForced",
+                "LabelKept",
             ]
         );
         let agent: Vec<_> = AgentReason::ALL.iter().map(|r| r.as_str()).collect();
@@ -280,6 +284,7 @@ mod tests {
                 "PrometheusUnreachable",
                 "NoAgent",
                 "RebootForced",
+                "LabelKept",
             ]
         );
         assert!(!AgentReason::Rebooting.is_warning());

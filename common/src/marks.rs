@@ -36,6 +36,34 @@ impl RebootMarks {
             .keys()
             .chain(self.post_reboot_labels.keys())
     }
+
+    /// Of the pre-reboot labels' keys, those a grant left as the node had them (somebody
+    /// else's label): the node's `labels` of the keys its grant's `record` does not name, as
+    /// `key=value`.
+    pub fn kept_at_grant(
+        &self,
+        labels: &BTreeMap<String, String>,
+        record: Option<&str>,
+    ) -> Vec<String> {
+        let set = record.map(recorded).unwrap_or_default();
+        self.pre_reboot_labels
+            .keys()
+            .filter(|key| !set.contains_key(*key))
+            .filter_map(|key| labels.get(key).map(|value| format!("{key}={value}")))
+            .collect()
+    }
+
+    /// Of the post-reboot labels' keys, those a completion left as the node had them: the
+    /// node's `labels` of those keys at another value, as `key=value`.
+    pub fn kept_at_completion(&self, labels: &BTreeMap<String, String>) -> Vec<String> {
+        self.post_reboot_labels
+            .iter()
+            .filter_map(|(key, value)| {
+                let had = labels.get(key).filter(|had| *had != value)?;
+                Some(format!("{key}={had}"))
+            })
+            .collect()
+    }
 }
 
 /// A label or taint that Kubernetes would refuse.
@@ -194,6 +222,29 @@ mod tests {
         );
         let err = parse_taint_key("reboot pending").unwrap_err().to_string();
         assert!(err.contains("label-style key"), "{err}");
+    }
+
+    #[test]
+    fn the_labels_left_as_the_node_had_them_are_those_not_recorded_or_of_another_value() {
+        let pairs = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+            pairs
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect()
+        };
+        let marks = RebootMarks {
+            pre_reboot_labels: pairs(&[("a", "1"), ("b", "1"), ("c", "1")]),
+            post_reboot_labels: pairs(&[("b", "2"), ("c", "2")]),
+            prefer_no_schedule_taint: None,
+        };
+        let labels = pairs(&[("a", "1"), ("b", ""), ("c", "2"), ("other", "x")]);
+        assert_eq!(
+            marks.kept_at_grant(&labels, Some("c=1")),
+            ["a=1", "b="],
+            "a and b were there before the grant"
+        );
+        assert_eq!(marks.kept_at_grant(&labels, None), ["a=1", "b=", "c=2"]);
+        assert_eq!(marks.kept_at_completion(&labels), ["b="]);
     }
 
     #[test]

@@ -85,15 +85,37 @@ impl Ops {
         self
     }
 
-    fn set_label(mut self, key: &str, value: &str) -> Self {
-        if !self.labels_exist {
-            self = self.add(
-                path(&["metadata", "labels"]),
-                Value::Object(Default::default()),
-            );
+    /// Adds a label the node does not have, tested to be still absent: one that somebody added
+    /// since the node was read fails the write instead of being overwritten. (The API server's
+    /// `test` of `null` passes only where the key is absent.)
+    fn add_label(mut self, key: &str, value: &str) -> Self {
+        let label = path(&["metadata", "labels", key]);
+        if self.labels_exist {
+            self = self.test(label.clone(), Value::Null);
+        } else {
+            let labels = path(&["metadata", "labels"]);
+            self = self
+                .test(labels.clone(), Value::Null)
+                .add(labels, Value::Object(Default::default()));
             self.labels_exist = true;
         }
-        self.add(path(&["metadata", "labels", key]), value.into())
+        self.add(label, value.into())
+    }
+
+    /// Sets a label of the operator's from `was` to `value`, only while it still has `was`.
+    fn replace_label(self, key: &str, was: &str, value: &str) -> Self {
+        let label = path(&["metadata", "labels", key]);
+        self.test(label.clone(), was.into())
+            .add(label, value.into())
+    }
+
+    /// Writes `key=value` as `write` says; `true` when the label is then the operator's.
+    fn write_label(self, write: LabelWrite<'_>, key: &str, value: &str) -> (Self, bool) {
+        match write {
+            LabelWrite::Add => (self.add_label(key, value), true),
+            LabelWrite::Replace { was } => (self.replace_label(key, was, value), true),
+            LabelWrite::Leave => (self, false),
+        }
     }
 
     /// Removes a label only while it still has `value`: one that somebody changed is theirs.
@@ -138,6 +160,33 @@ impl Ops {
     }
 }
 
+/// What the controller may do to set one of its labels on a node: a label that is not its
+/// own is the administrator's, never overwritten.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum LabelWrite<'a> {
+    /// The node has no label of the key: add it.
+    Add,
+    /// The node's label of the key is the operator's, at `was`: replace it.
+    Replace { was: &'a str },
+    /// The node already has it at that value, or has somebody else's label of the key.
+    Leave,
+}
+
+/// How to set `key=value` on `node`, whose label of that key is the operator's only at
+/// `ours` (the value it set there itself).
+fn label_write<'a>(
+    node: &'a NodeFacts,
+    key: &str,
+    value: &str,
+    ours: Option<&str>,
+) -> LabelWrite<'a> {
+    match node.labels.get(key) {
+        None => LabelWrite::Add,
+        Some(was) if was != value && Some(was.as_str()) == ours => LabelWrite::Replace { was },
+        Some(_) => LabelWrite::Leave,
+    }
+}
+
 /// The protocol's transitions, as patches of one node.
 #[derive(Debug, Clone, Copy)]
 pub struct Transition<'a> {
@@ -166,36 +215,70 @@ impl<'a> Transition<'a> {
         Self { marks, ..self }
     }
 
-    /// At a grant: the pre-reboot labels, and the record of what was set.
-    fn set_pre_labels(&self, mut ops: Ops) -> Ops {
-        let labels = &self.marks.pre_reboot_labels;
-        if labels.is_empty() {
+    /// At a grant: the pre-reboot labels the node does not have yet, and the record of those
+    /// set. A label of the key already there is left as it is and not recorded (somebody
+    /// else's, such as kubeadm's `node.kubernetes.io/exclude-from-external-load-balancers`),
+    /// unless it is the post-reboot label of that key that an earlier reboot left (kured's
+    /// pair, `lb=out` for the reboot and `lb=in` after it): the operator's own, replaced.
+    fn set_pre_labels(&self, node: &NodeFacts, mut ops: Ops) -> Ops {
+        let mut set = BTreeMap::new();
+        for (key, value) in &self.marks.pre_reboot_labels {
+            let ours = self.marks.post_reboot_labels.get(key).map(String::as_str);
+            let written;
+            (ops, written) = ops.write_label(label_write(node, key, value, ours), key, value);
+            if written {
+                set.insert(key.clone(), value.clone());
+            }
+        }
+        if set.is_empty() {
             return ops;
         }
-        for (key, value) in labels {
-            ops = ops.set_label(key, value);
-        }
-        ops.set_annotation(&self.keys.labelled, &marks::record(labels))
+        ops.set_annotation(&self.keys.labelled, &marks::record(&set))
     }
 
-    /// The labels recorded at the grant go, unless `replaced` sets them anew; one whose value
-    /// somebody changed since stays.
+    /// At a completion: the post-reboot labels, where the key is free or holds the operator's
+    /// pre-reboot label (`recorded`); somebody else's label of the key stays as it is.
+    fn set_post_labels(
+        &self,
+        node: &NodeFacts,
+        mut ops: Ops,
+        recorded: &BTreeMap<String, String>,
+    ) -> Ops {
+        for (key, value) in &self.marks.post_reboot_labels {
+            let ours = recorded.get(key).map(String::as_str);
+            (ops, _) = ops.write_label(label_write(node, key, value, ours), key, value);
+        }
+        ops
+    }
+
+    /// The labels recorded at the grant (`recorded`) go, unless the post-reboot labels set
+    /// them anew (`replaced`); one whose value somebody changed since stays. Each removal tests
+    /// the value recorded.
     fn remove_pre_labels(
         &self,
         node: &NodeFacts,
         mut ops: Ops,
+        recorded: &BTreeMap<String, String>,
         replaced: &BTreeMap<String, String>,
     ) -> Ops {
         let Some(record) = node.protocol(self.keys).labelled else {
             return ops;
         };
-        for (key, value) in marks::recorded(&record) {
-            if !replaced.contains_key(&key) && node.labels.get(&key) == Some(&value) {
-                ops = ops.remove_label(&key, &value);
+        for (key, value) in recorded {
+            if !replaced.contains_key(key) && node.labels.get(key) == Some(value) {
+                ops = ops.remove_label(key, value);
             }
         }
         ops.test_annotation(&self.keys.labelled, &record)
             .remove_annotation(&self.keys.labelled)
+    }
+
+    /// The labels the node's record says the operator set at its grant.
+    fn recorded_labels(&self, node: &NodeFacts) -> BTreeMap<String, String> {
+        node.protocol(self.keys)
+            .labelled
+            .map(|record| marks::recorded(&record))
+            .unwrap_or_default()
     }
 
     /// Our waiting taint goes (with its marker), if the node has it.
@@ -302,7 +385,7 @@ impl<'a> Transition<'a> {
             .test_annotation(&self.keys.needed, "true")
             .set_annotation(&self.keys.grant, grant)
             .set_annotation(&self.keys.protocol_version, &crate::format::current());
-        let ops = self.set_pre_labels(self.cordon_ops(node, ops));
+        let ops = self.set_pre_labels(node, self.cordon_ops(node, ops));
         if promote {
             self.promote_ops(ops, now).build()
         } else {
@@ -414,11 +497,9 @@ impl<'a> Transition<'a> {
                 .remove_annotation(&self.keys.grant);
         }
         ops = self.forget_format(node, ops);
-        let post = &self.marks.post_reboot_labels;
-        ops = self.remove_pre_labels(node, ops, post);
-        for (key, value) in post {
-            ops = ops.set_label(key, value);
-        }
+        let recorded = self.recorded_labels(node);
+        ops = self.remove_pre_labels(node, ops, &recorded, &self.marks.post_reboot_labels);
+        ops = self.set_post_labels(node, ops, &recorded);
         ops = self.remove_waiting_taint(node, ops);
         self.uncordon_ops(node, ops).build()
     }
@@ -445,7 +526,7 @@ impl<'a> Transition<'a> {
                 .remove_annotation(&self.keys.grant);
         }
         ops = self.forget_format(node, ops);
-        ops = self.remove_pre_labels(node, ops, &BTreeMap::new());
+        ops = self.remove_pre_labels(node, ops, &self.recorded_labels(node), &BTreeMap::new());
         if untaint {
             ops = self.remove_waiting_taint(node, ops);
         }
@@ -476,7 +557,7 @@ impl<'a> Transition<'a> {
                 ops = ops.test_annotation(key, value).remove_annotation(key);
             }
         }
-        ops = self.remove_pre_labels(node, ops, &BTreeMap::new());
+        ops = self.remove_pre_labels(node, ops, &self.recorded_labels(node), &BTreeMap::new());
         ops = self.remove_waiting_taint(node, ops);
         Some(self.uncordon_ops(node, ops).build())
     }
@@ -510,8 +591,9 @@ mod tests {
             .facts()
     }
 
-    fn apply(node_json: &mut Value, patch: &Patch) -> Result<(), json_patch::PatchError> {
-        json_patch::patch(node_json, patch)
+    /// As the API server applies it (a `test` of `null` passes for an absent key).
+    fn apply(node_json: &mut Value, patch: &Patch) -> Result<(), String> {
+        crate::test_util::apply_patch(node_json, patch)
     }
 
     #[test]
@@ -873,5 +955,133 @@ mod tests {
             json!({"reboot-abandon": "by admin"})
         );
         assert!(t.abandon(&facts_of(&obj)).is_none(), "nothing left to undo");
+    }
+
+    /// The pre-reboot labels' keys already on the node (an administrator's: kubeadm's
+    /// `node.kubernetes.io/exclude-from-external-load-balancers` is the usual case), one at the
+    /// value the marks set and one at another, which is not the post-reboot label's either.
+    fn labelled_by_the_administrator() -> Value {
+        json!({"metadata": {"name": "n1", "resourceVersion": "1",
+            "labels": {"ex.com/rebooting": "true", "lb": "admin"},
+            "annotations": {"reboot-needed": "true"}}, "spec": {}})
+    }
+
+    /// `obj`, told to reboot and back from it: as the agent leaves it for the completion.
+    fn rebooted(obj: &mut Value) {
+        let annotations = obj["metadata"]["annotations"].as_object_mut().unwrap();
+        annotations.remove("reboot-now");
+        annotations.insert("reboot-done".into(), "true".into());
+        annotations.insert("reboot-boot-id".into(), "b1".into());
+    }
+
+    #[test]
+    fn labels_the_node_already_has_are_left_as_they_are_and_not_recorded() {
+        let keys = AnnotationKeys::default();
+        let marks = marks();
+        let t = Transition::new(&keys).with_marks(&marks);
+        let admins = labelled_by_the_administrator()["metadata"]["labels"].clone();
+        let mut obj = labelled_by_the_administrator();
+        step(&mut obj, |f| Some(t.claim(f, "g1", "1", true, "t0")));
+        assert_eq!(obj["metadata"]["labels"], admins, "claimed");
+        assert!(
+            annotation(&obj, "reboot-labelled").is_none(),
+            "nothing recorded as the operator's: {obj}"
+        );
+        rebooted(&mut obj);
+        step(&mut obj, |f| Some(t.complete(f, Some("g1"), "t1")));
+        assert_eq!(obj["metadata"]["labels"], admins, "completed");
+
+        // Given back before the reboot (a cancel, a drain timeout, a window that closed), or
+        // given up: the same.
+        for given_up in [false, true] {
+            let mut obj = labelled_by_the_administrator();
+            step(&mut obj, |f| Some(t.claim(f, "g1", "1", false, "t0")));
+            if given_up {
+                obj["metadata"]["annotations"]["reboot-abandon"] = "by admin".into();
+                step(&mut obj, |f| t.abandon(f));
+            } else {
+                step(&mut obj, |f| t.release(f));
+            }
+            assert_eq!(obj["metadata"]["labels"], admins, "given back: {obj}");
+        }
+    }
+
+    #[test]
+    fn only_the_labels_the_node_did_not_have_are_set_and_recorded() {
+        let keys = AnnotationKeys::default();
+        let marks = marks();
+        let t = Transition::new(&keys).with_marks(&marks);
+        let mut obj = json!({"metadata": {"name": "n1", "resourceVersion": "1",
+            "labels": {"lb": ""}, "annotations": {"reboot-needed": "true"}}, "spec": {}});
+        step(&mut obj, |f| Some(t.claim(f, "g1", "1", true, "t0")));
+        assert_eq!(
+            obj["metadata"]["labels"],
+            json!({"lb": "", "ex.com/rebooting": "true"})
+        );
+        assert_eq!(
+            annotation(&obj, "reboot-labelled").as_deref(),
+            Some("ex.com/rebooting=true")
+        );
+        rebooted(&mut obj);
+        step(&mut obj, |f| Some(t.complete(f, Some("g1"), "t1")));
+        assert_eq!(obj["metadata"]["labels"], json!({"lb": ""}));
+    }
+
+    /// kured's pair of labels of one key (`lb=out` for the reboot, `lb=in` after it): the
+    /// post-reboot label an earlier reboot left is the operator's, replaced for the next one.
+    #[test]
+    fn the_post_reboot_label_an_earlier_reboot_left_is_replaced_for_the_next() {
+        let keys = AnnotationKeys::default();
+        let marks = marks();
+        let t = Transition::new(&keys).with_marks(&marks);
+        let mut obj = json!({"metadata": {"name": "n1", "resourceVersion": "1",
+            "labels": {"lb": "in"}, "annotations": {"reboot-needed": "true"}}, "spec": {}});
+        step(&mut obj, |f| Some(t.claim(f, "g1", "1", true, "t0")));
+        assert_eq!(
+            obj["metadata"]["labels"],
+            json!({"lb": "out", "ex.com/rebooting": "true"})
+        );
+        rebooted(&mut obj);
+        step(&mut obj, |f| Some(t.complete(f, Some("g1"), "t1")));
+        assert_eq!(obj["metadata"]["labels"], json!({"lb": "in"}));
+    }
+
+    /// A label an administrator adds between the controller's read and its write fails the
+    /// write (the label is tested absent), rather than being overwritten; a label of ours that
+    /// changed since fails its removal (tested at the value recorded).
+    #[test]
+    fn a_label_that_changed_since_the_read_fails_the_write_instead_of_being_overwritten() {
+        let keys = AnnotationKeys::default();
+        let marks = marks();
+        let t = Transition::new(&keys).with_marks(&marks);
+        for labels in [json!({"other": "x"}), Value::Null] {
+            let mut read = json!({"metadata": {"name": "n1", "resourceVersion": "1",
+                "annotations": {"reboot-needed": "true"}}, "spec": {}});
+            if !labels.is_null() {
+                read["metadata"]["labels"] = labels;
+            }
+            let claim = t.claim(&facts_of(&read), "g1", "1", true, "t0");
+            let mut now = read.clone();
+            now["metadata"]["labels"] = json!({"other": "x", "lb": "admin"});
+            assert!(apply(&mut now, &claim).is_err(), "claim over {now}");
+
+            let mut done = read.clone();
+            step(&mut done, |f| Some(t.claim(f, "g1", "1", true, "t0")));
+            rebooted(&mut done);
+            let complete = t.complete(&facts_of(&done), Some("g1"), "t1");
+            let mut now = done.clone();
+            now["metadata"]["labels"]["ex.com/rebooting"] = "admin".into();
+            assert!(apply(&mut now, &complete).is_err(), "completion over {now}");
+            // Our pre-reboot label `lb=out` replaced by the post-reboot one only while ours.
+            let mut now = done.clone();
+            now["metadata"]["labels"]["lb"] = "admin".into();
+            assert!(apply(&mut now, &complete).is_err(), "completion over {now}");
+        }
+    }
+
+    fn annotation(obj: &Value, key: &str) -> Option<String> {
+        obj["metadata"]["annotations"][key]
+            .as_str()
+            .map(str::to_owned)
     }
 }

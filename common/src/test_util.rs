@@ -159,6 +159,41 @@ impl NodeBuilder {
     }
 }
 
+/// Applies a JSON Patch to `doc` as the Kubernetes API server does (with evanphx/json-patch):
+/// all of it or nothing, and a `test` of `null` passes where the key is absent (its parent
+/// object must exist), which is how a write tests that a label is not there yet. RFC 6902, and
+/// the json-patch crate with it, know no test of absence: there a missing path fails a `test`.
+/// The unit tests and the model test apply the protocol's patches with this.
+pub fn apply_patch(doc: &mut Value, patch: &json_patch::Patch) -> Result<(), String> {
+    let mut next = doc.clone();
+    for op in &patch.0 {
+        match op {
+            json_patch::PatchOperation::Test(test) if test.value.is_null() => {
+                test_absent(&next, &test.path)?;
+            }
+            other => json_patch::patch(&mut next, &json_patch::Patch(vec![other.clone()]))
+                .map_err(|e| e.to_string())?,
+        }
+    }
+    *doc = next;
+    Ok(())
+}
+
+/// The API server's `test` of `null`: the parent object exists and holds no value at the key.
+fn test_absent(doc: &Value, path: &json_patch::jsonptr::Pointer) -> Result<(), String> {
+    let (parent, key) = path
+        .split_back()
+        .ok_or_else(|| format!("test of null at the root {path}"))?;
+    let object = doc
+        .pointer(parent.as_str())
+        .and_then(Value::as_object)
+        .ok_or_else(|| format!("test operation does not apply: is missing path: {path}"))?;
+    match object.get(key.decoded().as_ref()) {
+        None | Some(Value::Null) => Ok(()),
+        Some(_) => Err(format!("testing value {path} failed")),
+    }
+}
+
 /// Puts `key: value` in a metadata map, creating the map.
 fn insert(map: &mut Option<Map<String, Value>>, key: &str, value: &str) {
     map.get_or_insert_with(Map::new)
@@ -217,6 +252,32 @@ mod tests {
             ])
         );
         assert_eq!(facts.boot_id.as_deref(), Some("b1"));
+    }
+
+    /// As the API server applies a patch: a `test` of `null` passes only where the key is
+    /// absent under an existing object, and a failed operation leaves the document unchanged.
+    #[test]
+    fn a_test_of_null_passes_only_for_an_absent_key() {
+        let patch = |ops: Value| -> json_patch::Patch { serde_json::from_value(ops).unwrap() };
+        let absent_then_add = patch(json!([
+            {"op": "test", "path": "/metadata/labels/k", "value": null},
+            {"op": "add", "path": "/metadata/labels/k", "value": "v"},
+        ]));
+        let mut doc = json!({"metadata": {"labels": {"other": "x"}}});
+        apply_patch(&mut doc, &absent_then_add).unwrap();
+        assert_eq!(doc["metadata"]["labels"], json!({"other": "x", "k": "v"}));
+        for present in [json!("v"), json!(""), json!("other")] {
+            let before = json!({"metadata": {"labels": {"k": present}}});
+            let mut doc = before.clone();
+            assert!(apply_patch(&mut doc, &absent_then_add).is_err(), "{before}");
+            assert_eq!(doc, before, "nothing applied");
+        }
+        let mut no_labels = json!({"metadata": {}});
+        assert!(apply_patch(&mut no_labels, &absent_then_add).is_err());
+        let map_absent = patch(json!([{"op": "test", "path": "/metadata/labels", "value": null}]));
+        apply_patch(&mut no_labels, &map_absent).unwrap();
+        let mut with_labels = json!({"metadata": {"labels": {}}});
+        assert!(apply_patch(&mut with_labels, &map_absent).is_err());
     }
 
     #[test]

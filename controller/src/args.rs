@@ -84,8 +84,9 @@ pub struct Args {
     /// How long to wait between the cordon and the start of the drain (kured's
     /// `--drain-delay`), such as `30s`: time for what watches cordons (a load balancer taking
     /// the node out, a job queue moving work elsewhere) before pods are evicted. Counted from
-    /// the cordon; a controller that takes over (restart, new leader) counts from the grant's
-    /// time in the slot ledger, written just before the cordon. `0s`: no delay.
+    /// the cordon, by the acting controller's own clock: a controller that takes over (restart,
+    /// new leader) counts from when it first saw the node cordoned for its grant, so the delay
+    /// may be longer than asked then, never shorter. `0s`: no delay.
     #[arg(long, env = "DRAIN_DELAY", default_value = "0s", allow_hyphen_values = true, value_parser = parse_duration_or_zero)]
     pub drain_delay: Duration,
 
@@ -226,14 +227,17 @@ pub struct Args {
 pub struct MarkArgs {
     /// Labels (`key=value`) set on a node when its reboot slot is granted (just before it is
     /// cordoned), and removed when it is back or given back: for load balancers and monitoring
-    /// that must leave it out. Repeat the flag or separate labels with `,`. Default: none.
+    /// that must leave it out. A label of the key that the node already has is left as it is
+    /// (a Warning says so), unless it is the post-reboot label of that key. Not a key of
+    /// --node-selector, the --zone-label or the opt-out label. Repeat the flag or separate
+    /// labels with `,`. Default: none.
     #[arg(long = "pre-reboot-node-labels", env = "PRE_REBOOT_NODE_LABELS", value_name = "KEY=VALUE",
           value_delimiter = ',', value_parser = parse_label)]
     pub pre_reboot_node_labels: Vec<(String, String)>,
 
     /// Labels (`key=value`) set on a node when its reboot is completed, and left there; one
-    /// with the key of a pre-reboot label replaces it. Repeat the flag or separate labels with
-    /// `,`. Default: none.
+    /// with the key of a pre-reboot label replaces it. A label of the key that somebody else
+    /// set stays as it is. Repeat the flag or separate labels with `,`. Default: none.
     #[arg(long = "post-reboot-node-labels", env = "POST_REBOOT_NODE_LABELS", value_name = "KEY=VALUE",
           value_delimiter = ',', value_parser = parse_label)]
     pub post_reboot_node_labels: Vec<(String, String)>,
@@ -408,6 +412,11 @@ impl Args {
                 .error(clap::error::ErrorKind::ArgumentConflict, message)
                 .exit();
         }
+        if let Err(message) = self.check_pre_reboot_label_keys() {
+            Self::command()
+                .error(clap::error::ErrorKind::ArgumentConflict, message)
+                .exit();
+        }
         // Read here rather than by a value parser: clap's own error would show the value, and
         // a webhook URL is a secret.
         match crate::notify::target::parse_all(&self.notify.notify_urls) {
@@ -417,6 +426,31 @@ impl Args {
                 .exit(),
         }
         self
+    }
+
+    /// Refuses a pre-reboot label of a key that places the node: in the pool (a key of
+    /// `--node-selector`), in its zone (`--zone-label`) or out of the protocol (the opt-out
+    /// label). Set at the grant, it would move the node while it holds its slot; a label of
+    /// that key already there stays the administrator's, so the flag would do nothing there.
+    fn check_pre_reboot_label_keys(&self) -> Result<(), String> {
+        for (key, _) in &self.marks.pre_reboot_node_labels {
+            let what = if self.node_selector.keys().contains(key) {
+                "a key of --node-selector: set on a node at its grant, it would move the node \
+                 out of its pool (or into another) during its reboot"
+            } else if *key == self.zone_label {
+                "the --zone-label: set on a node at its grant, it would move the node into \
+                 another zone during its reboot"
+            } else if *key == self.annotation_prefix.disabled {
+                "the label that opts a node out of reboots"
+            } else {
+                continue;
+            };
+            return Err(format!(
+                "--pre-reboot-node-labels: `{key}` is {what}; choose another key, such as \
+                 `node.example.com/rebooting`"
+            ));
+        }
+        Ok(())
     }
 
     /// How nodes are placed in the pool and indexed (`--node-selector`, `--zone-label`, the
@@ -521,6 +555,53 @@ fn parse_prefix(value: &str) -> Result<AnnotationKeys, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_pre_reboot_label_may_not_have_a_key_that_places_the_node() {
+        let check = |args: &[&str]| {
+            let args = std::iter::once("reboot-controller").chain(args.iter().copied());
+            Args::try_parse_from(args)
+                .expect("flags that parse")
+                .check_pre_reboot_label_keys()
+        };
+        for (args, says) in [
+            (
+                &[
+                    "--node-selector=pool in (a,b)",
+                    "--pre-reboot-node-labels=pool=c",
+                ][..],
+                "`pool` is a key of --node-selector",
+            ),
+            (
+                &["--pre-reboot-node-labels=topology.kubernetes.io/zone=x"],
+                "`topology.kubernetes.io/zone` is the --zone-label",
+            ),
+            (
+                &[
+                    "--annotation-prefix=r.example.com",
+                    "--pre-reboot-node-labels=r.example.com/reboot-disabled=true",
+                ],
+                "`r.example.com/reboot-disabled` is the label that opts a node out",
+            ),
+        ] {
+            let error = check(args).expect_err("refused");
+            assert!(error.contains(says), "{args:?}: {error}");
+        }
+        for fine in [
+            &["--node-selector=pool=lb", "--pre-reboot-node-labels=lb=out"][..],
+            &[
+                "--zone-label=rack",
+                "--pre-reboot-node-labels=topology.kubernetes.io/zone=x",
+            ],
+            &[
+                "--annotation-prefix=r.example.com",
+                "--pre-reboot-node-labels=reboot-disabled=x",
+            ],
+            &["--post-reboot-node-labels=reboot-disabled=true"],
+        ] {
+            assert_eq!(check(fine), Ok(()), "{fine:?}");
+        }
+    }
 
     #[test]
     fn a_margin_of_zero_turns_the_skip_off_and_other_values_are_durations() {

@@ -12,7 +12,7 @@ use crate::{
     args::Args,
     cache::{
         nodes::{self, Overlay, SharedIndex},
-        sightings::Sightings,
+        sightings::{self, Sightings},
     },
     clock::SystemClock,
     cluster::{
@@ -38,7 +38,11 @@ use anyhow::Context as _;
 use common::ControllerReason;
 use controller_core::{ledger::Ledger, schedule::Schedule, window::Windows};
 use k8s_openapi::api::core::v1::Node;
-use kube::{Api, Client, api::ListParams, runtime::reflector::Store};
+use kube::{
+    Api, Client,
+    api::ListParams,
+    runtime::reflector::{ObjectRef, Store},
+};
 use observability::ApiErrorKind;
 use observability::{Health, api_client};
 use std::{
@@ -286,13 +290,19 @@ impl Context {
         }
     }
 
-    /// Notes when this replica first sees each grant, so that once it leads it counts the
-    /// delays by its own clock (once the ledger was read).
+    /// Notes when this replica first sees each grant claimed (its node carrying it), so that
+    /// once it leads it counts the delays by its own clock (once the ledger was read).
     fn look_at_grants(&self, ledger: &Ledger) {
         if ledger.resource_version.is_some() {
             let now = k8s_openapi::jiff::Timestamp::now().as_millisecond();
+            let keys = &self.args.annotation_prefix;
+            let carries = |name: &str, grant: &str| {
+                self.store
+                    .get(&ObjectRef::new(name))
+                    .is_some_and(|node| sightings::carries(&node, keys, grant))
+            };
             self.sightings
-                .look(ledger, u64::try_from(now).unwrap_or_default());
+                .look(ledger, carries, u64::try_from(now).unwrap_or_default());
         }
     }
 

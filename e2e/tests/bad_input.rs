@@ -39,6 +39,55 @@ fn bad_labels_and_taint_keys_stop_the_controller_at_start() {
     }
 }
 
+/// A pre-reboot label of the key that places the node in its pool, its zone, or out of the
+/// protocol would move the node, for good once the label is removed: refused at start.
+#[test]
+fn a_pre_reboot_label_of_a_pool_zone_or_opt_out_key_stops_the_controller_at_start() {
+    for (args, says) in [
+        (
+            &[
+                "--node-selector=pool=a,!spot",
+                "--pre-reboot-node-labels=pool=rebooting",
+            ][..],
+            "`pool` is a key of --node-selector",
+        ),
+        (
+            &[
+                "--node-selector=pool=a,!spot",
+                "--pre-reboot-node-labels=spot=true",
+            ],
+            "`spot` is a key of --node-selector",
+        ),
+        (
+            &["--pre-reboot-node-labels=lb=out,topology.kubernetes.io/zone=none"],
+            "`topology.kubernetes.io/zone` is the --zone-label",
+        ),
+        (
+            &["--zone-label=rack", "--pre-reboot-node-labels=rack=none"],
+            "`rack` is the --zone-label",
+        ),
+        (
+            &["--pre-reboot-node-labels=reboot-disabled=true"],
+            "`reboot-disabled` is the label that opts a node out",
+        ),
+        (
+            &[
+                "--annotation-prefix=reboot.example.com",
+                "--pre-reboot-node-labels=reboot.example.com/reboot-disabled=true",
+            ],
+            "`reboot.example.com/reboot-disabled` is the label that opts a node out",
+        ),
+    ] {
+        let (code, stderr) = controller(args);
+        assert_eq!(code, 2, "{args:?}: {stderr}");
+        assert!(stderr.contains(says), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains("--pre-reboot-node-labels") && stderr.contains("another key"),
+            "the flag and the fix are named: {stderr}"
+        );
+    }
+}
+
 #[test]
 fn bad_budgets_stop_the_controller_at_start() {
     for (value, why) in [

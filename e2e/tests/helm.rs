@@ -630,6 +630,68 @@ fn the_webhook_urls_come_from_a_secret_when_one_is_named_and_not_from_both_place
     );
 }
 
+/// The chart refuses, as the controller does at start, a pre-reboot label of the key that
+/// places the node in its pool, its zone, or out of the protocol.
+#[test]
+fn a_pre_reboot_label_of_a_pool_zone_or_opt_out_key_is_refused() {
+    let home = scratch("reserved-labels");
+    for (sets, says) in [
+        (
+            &[
+                "controller.flags.nodeSelector=pool=a\\,zone in (z1\\,z2)\\,!spot",
+                "controller.flags.preRebootNodeLabels={lb=out,pool=b}",
+            ][..],
+            "`pool` is a key of controller.flags.nodeSelector",
+        ),
+        (
+            &[
+                "controller.flags.nodeSelector=pool=a\\,zone in (z1\\,z2)\\,!spot",
+                "controller.flags.preRebootNodeLabels={spot=true}",
+            ],
+            "`spot` is a key of controller.flags.nodeSelector",
+        ),
+        (
+            &["controller.flags.preRebootNodeLabels={topology.kubernetes.io/zone=none}"],
+            "`topology.kubernetes.io/zone` is controller.flags.zoneLabel",
+        ),
+        (
+            &["controller.flags.preRebootNodeLabels={reboot-disabled=true}"],
+            "`reboot-disabled` is the label that opts a node out",
+        ),
+        (
+            &[
+                "annotationPrefix=reboot.example.com",
+                "controller.flags.preRebootNodeLabels={reboot.example.com/reboot-disabled=true}",
+            ],
+            "`reboot.example.com/reboot-disabled` is the label that opts a node out",
+        ),
+    ] {
+        let mut helm = helm(&home);
+        helm.args(["template", RELEASE])
+            .arg(chart_dir())
+            .args(["--namespace", NS]);
+        for set in sets {
+            helm.args(["--set", set]);
+        }
+        let said = fails(helm);
+        assert!(said.contains(says), "{sets:?}: {said}");
+        assert!(
+            said.contains("controller.flags.preRebootNodeLabels") && said.contains("another key"),
+            "{sets:?}: {said}"
+        );
+    }
+    // A value of the selector, or a key of the selector's value sets, is no key of it.
+    template(
+        &home,
+        &[
+            "--set",
+            "controller.flags.nodeSelector=pool=zone\\,rack in (lb\\,x)",
+            "--set",
+            "controller.flags.preRebootNodeLabels={zone=x,lb=out,x=y}",
+        ],
+    );
+}
+
 #[test]
 fn the_charts_alert_rules_are_a_copy_of_monitoring_prometheus_rules() {
     let copy = chart_dir().join("files/prometheus-rules.yaml");

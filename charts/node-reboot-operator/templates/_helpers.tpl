@@ -145,3 +145,36 @@ flag of the programs' --help is here and in values.yaml, with the same default.
 {{- end -}}
 {{- printf "{%s}" (join ", " $keys) -}}
 {{- end -}}
+
+{{/*
+Fails on a pre-reboot label of a key that places the node: a key of the node selector, the zone
+label or the opt-out label (the controller refuses them at start too). Takes the controller's
+flags with annotationPrefix. A selector's keys: each requirement's first word, once the value
+sets in parentheses are gone.
+*/}}
+{{- define "nro.checkPreRebootLabels" -}}
+{{- $flags := . -}}
+{{- $reserved := dict -}}
+{{- $selector := regexReplaceAll "\\([^)]*\\)" (toString ($flags.nodeSelector | default "")) "" -}}
+{{- range splitList "," $selector -}}
+  {{- $key := regexFind "^[^!=\\s]+" (trim (trimPrefix "!" (trim .))) -}}
+  {{- if $key -}}
+    {{- $_ := set $reserved $key "a key of controller.flags.nodeSelector: set on a node at its grant, it would move the node out of its pool (or into another) during its reboot" -}}
+  {{- end -}}
+{{- end -}}
+{{- with $flags.zoneLabel -}}
+  {{- $_ := set $reserved . "controller.flags.zoneLabel: set on a node at its grant, it would move the node into another zone during its reboot" -}}
+{{- end -}}
+{{- $optOut := "reboot-disabled" -}}
+{{- with $flags.annotationPrefix -}}
+  {{- $optOut = printf "%s/reboot-disabled" (trimSuffix "/" .) -}}
+{{- end -}}
+{{- $_ := set $reserved $optOut "the label that opts a node out of reboots" -}}
+{{- range $flags.preRebootNodeLabels -}}
+  {{- $key := trim (first (splitList "=" (toString .))) -}}
+  {{- with get $reserved $key -}}
+    {{- fail (printf "controller.flags.preRebootNodeLabels: `%s` is %s; choose another key, such as `node.example.com/rebooting`" $key .) -}}
+  {{- end -}}
+{{- end -}}
+{{- end -}}
+

@@ -4,10 +4,7 @@
 //! nothing but a possibly different order among waiting requests and a repeated Event.
 
 use crate::{
-    cache::{
-        nodes::Overlay,
-        sightings::{self, Seen},
-    },
+    cache::{nodes::Overlay, sightings::Seen},
     drain::tracker::DrainTracker,
 };
 use common::{AnnotationKeys, NodeFacts, Request};
@@ -98,21 +95,6 @@ fn approved_at(
         .or_else(|| slot.and_then(|s| millis(&s.granted_at)))
 }
 
-/// Since when (Unix milliseconds, by this replica's clock) the node has been cordoned for
-/// `slot`'s grant, for the delays: this replica's claim when it made it; else when this
-/// process first saw the grant. The grant's time in the ledger is written by the granting
-/// replica's clock, which may be minutes off ours: counted from it, a new leader ahead would
-/// cut the delay short.
-fn claimed_at(
-    drains: &DrainTracker,
-    slot: &controller_core::ledger::Slot,
-    seen: &Seen,
-) -> Option<u64> {
-    drains.claimed_at(&slot.grant).or_else(|| {
-        sightings::delay_start(millis(&slot.granted_at), seen.get(&slot.grant).copied())
-    })
-}
-
 /// An RFC 3339 time written by the controller, in Unix milliseconds.
 fn millis(at: &str) -> Option<u64> {
     let at: k8s_openapi::jiff::Timestamp = at.parse().ok()?;
@@ -134,7 +116,7 @@ pub struct ViewInputs<'a> {
     pub drains: &'a DrainTracker,
     pub overlay: &'a Overlay,
     pub now: u64,
-    /// When this process first saw each grant of the ledger.
+    /// When this process first saw each grant of the ledger claimed (or claimed it).
     pub seen: &'a Seen,
 }
 
@@ -183,10 +165,11 @@ impl Memory {
                     opted_out: keys.is_disabled(node.metadata.labels.as_ref()),
                     ready_since,
                     approved_at: approved_at(&state, ledger.slots.get(&name)),
+                    // Since when (this replica's clock) the node has been cordoned for its
+                    // grant, for the delays: as this process first saw the claim.
                     claimed_at: ledger
-                        .slots
-                        .get(&name)
-                        .and_then(|slot| claimed_at(drains, slot, seen)),
+                        .grant_of(&name)
+                        .and_then(|grant| seen.get(grant).copied()),
                     drained_at: ledger
                         .grant_of(&name)
                         .and_then(|grant| drains.drained_since(grant)),
@@ -263,49 +246,5 @@ impl Memory {
             .insert(node.to_owned(), value.to_owned())
             .as_deref()
             != Some(value)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::sync::Arc;
-    use tokio::sync::Notify;
-
-    fn slot(granted_at: &str) -> controller_core::ledger::Slot {
-        controller_core::ledger::Slot {
-            grant: "g1".into(),
-            granted_at: granted_at.into(),
-            node_version: None,
-            zone: None,
-        }
-    }
-
-    #[test]
-    fn a_delay_another_replica_started_counts_from_when_we_saw_its_grant() {
-        let drains = DrainTracker::new(None, Arc::new(Notify::new()));
-        let granted = millis("2026-11-25T22:00:00Z").unwrap();
-        // We are 5 minutes ahead of the granting replica, and saw the grant appear.
-        let at = granted + 300_000;
-        let seen = Seen::from([("g1".to_owned(), at)]);
-        assert_eq!(
-            claimed_at(&drains, &slot("2026-11-25T22:00:00Z"), &seen),
-            Some(at)
-        );
-        assert_eq!(
-            claimed_at(&drains, &slot("2026-11-25T22:00:00Z"), &Seen::new()),
-            Some(granted)
-        );
-    }
-
-    #[test]
-    fn our_own_claim_is_the_start_of_the_delay() {
-        let mut drains = DrainTracker::new(None, Arc::new(Notify::new()));
-        drains.claimed("g1", 42);
-        let seen = Seen::from([("g1".to_owned(), 7)]);
-        assert_eq!(
-            claimed_at(&drains, &slot("2026-11-25T22:00:00Z"), &seen),
-            Some(42)
-        );
     }
 }

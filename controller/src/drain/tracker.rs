@@ -126,8 +126,6 @@ pub struct DrainTracker {
     changed: Arc<Notify>,
     /// `--force-reboot`.
     force: bool,
-    /// By grant: when (Unix milliseconds) this replica cordoned the node for it.
-    claimed: HashMap<String, u64>,
     /// By grant: when (Unix milliseconds) its drain first ended drained. Kept when the node is
     /// drained again at a newer version (a status update), so that `--reboot-delay` is not
     /// waited over and over.
@@ -156,7 +154,6 @@ impl DrainTracker {
             done_rx,
             changed,
             force: false,
-            claimed: HashMap::new(),
             drained_since: HashMap::new(),
         }
     }
@@ -166,16 +163,6 @@ impl DrainTracker {
     pub fn forcing(mut self, force: bool) -> Self {
         self.force = force;
         self
-    }
-
-    /// This replica cordoned the node for `grant` at `at` (Unix milliseconds).
-    pub fn claimed(&mut self, grant: &str, at: u64) {
-        self.claimed.insert(grant.to_owned(), at);
-    }
-
-    /// When this replica cordoned the node for `grant`, if it did.
-    pub fn claimed_at(&self, grant: &str) -> Option<u64> {
-        self.claimed.get(grant).copied()
     }
 
     /// When the drain of `grant` first ended drained (Unix milliseconds).
@@ -332,7 +319,6 @@ impl DrainTracker {
 
     /// Forgets the grants that are no longer in the ledger, stopping their drains.
     pub fn retain(&mut self, live: impl Fn(&str) -> bool) {
-        self.claimed.retain(|grant, _| live(grant));
         self.drained_since.retain(|grant, _| live(grant));
         self.grants.retain(|grant, tracked| {
             let keep = live(grant);

@@ -92,6 +92,10 @@ pub fn node_write(s: &Server, k: usize, i: usize, before: &Value, after: &Value)
             "n{i} claimed a grant without a zone label while zone budgets are on"
         );
     }
+    if promoted {
+        delays_kept(s, i, after);
+    }
+    admins_labels_kept(s, i, before, after);
     if claimed || recordoned || promoted {
         let what = format!(
             "n{i} moved further (claimed {claimed}, cordoned {recordoned}, reboot-now {promoted})"
@@ -110,6 +114,37 @@ pub fn node_write(s: &Server, k: usize, i: usize, before: &Value, after: &Value)
         );
     }
     budget_held(s);
+}
+
+/// `reboot-now` comes no sooner after the claim (the cordon) than the delays: with the drain,
+/// `--drain-delay` before it starts and `--reboot-delay` after it ends; without, the reboot
+/// delay. Whichever replica claimed, and whenever the one that writes saw the grant first.
+fn delays_kept(s: &Server, i: usize, after: &Value) {
+    let delays = if s.drain_enabled {
+        s.drain_delay_ms + s.reboot_delay_ms
+    } else {
+        s.reboot_delay_ms
+    };
+    let grant = annotation(after, "reboot-grant").unwrap_or_default();
+    let claimed_for = s.claimed_for(&grant);
+    assert!(
+        claimed_for.is_some_and(|ms| ms >= delays),
+        "reboot-now on n{i} {claimed_for:?} ms after its claim, within the delays of {delays} ms"
+    );
+}
+
+/// A label an administrator set is never changed or removed by the operator.
+fn admins_labels_kept(s: &Server, i: usize, before: &Value, after: &Value) {
+    for ((node, key), value) in &s.admin_labels {
+        let label = |o: &Value| o["metadata"]["labels"][key].as_str().map(str::to_owned);
+        if *node == i && label(before).as_ref() == Some(value) {
+            assert_eq!(
+                label(after).as_ref(),
+                Some(value),
+                "the administrator's label {key}={value} on n{i} changed by the operator"
+            );
+        }
+    }
 }
 
 /// The operator holds no more nodes than the budget, unless the pool shrank since its last

@@ -177,6 +177,14 @@ impl Drain for Drains {
                 !(s.paused() && s.pause_known_to(self.api.replica)),
                 "drain of {name} started while paused"
             );
+            let claimed_for = s.claimed_for(&grant);
+            assert!(
+                claimed_for.is_some_and(|ms| ms >= s.drain_delay_ms),
+                "drain of {name} started {claimed_for:?} ms after its claim, within the drain \
+                 delay of {} ms (replica {})",
+                s.drain_delay_ms,
+                self.api.replica
+            );
         }
         let pending = Pending { grant, node, end };
         if let Ok(mut drains) = self.pending.lock() {
@@ -270,6 +278,9 @@ struct Setup {
     finish_after_window: bool,
     zone_budget: Option<MaxUnavailable>,
     min_ready_ms: u64,
+    /// `--drain-delay` and `--reboot-delay`.
+    drain_delay_ms: u64,
+    reboot_delay_ms: u64,
     soaking: Vec<usize>,
     not_ready: Vec<bool>,
     kubelets: Vec<Kubelet>,
@@ -295,6 +306,8 @@ impl Model {
         server.finish_after_window = setup.finish_after_window;
         server.zone_budget = setup.zone_budget;
         server.min_ready_ms = setup.min_ready_ms;
+        server.drain_delay_ms = setup.drain_delay_ms;
+        server.reboot_delay_ms = setup.reboot_delay_ms;
         server.kubelets.clone_from(&setup.kubelets);
         let budget = setup.max_unavailable.resolve(NODES);
         server.start_soaks(&setup.soaking, budget);
@@ -380,8 +393,8 @@ impl Model {
                 finish_after_window: setup.finish_after_window,
                 min_ready: Duration::from_millis(setup.min_ready_ms),
                 reboot_timeout: Duration::from_millis(lock(&self.server).reboot_timeout_ms),
-                drain_delay: Duration::ZERO,
-                reboot_delay: Duration::ZERO,
+                drain_delay: Duration::from_millis(setup.drain_delay_ms),
+                reboot_delay: Duration::from_millis(setup.reboot_delay_ms),
             },
             gates: Gates::new(Some(pods_gate), Some(alert_checks)),
             preflight: crate::gates::preflight::PreflightChecks::default(),
@@ -527,6 +540,8 @@ fn scripted(replicas: usize, max_unavailable: u32, drain: bool) -> Setup {
         finish_after_window: drain,
         zone_budget: None,
         min_ready_ms: 0,
+        drain_delay_ms: 0,
+        reboot_delay_ms: 0,
         soaking: Vec::new(),
         not_ready: vec![false; NODES],
         kubelets: vec![server::Kubelet::Healthy; NODES],
@@ -660,4 +675,86 @@ fn a_grant_is_not_adopted_back_from_a_cached_copy_of_a_node_created_again() {
     let slots: Vec<String> = model.s().slots().into_keys().collect();
     assert_eq!(slots, ["n1"], "the new n0 holds no slot");
     model.settle();
+}
+
+/// A grant held by a fence before its claim (a health gate that fired between the grant and
+/// its claim), seen meanwhile by another replica, and claimed much later. That replica counts
+/// the delay from when it saw the claim, not from when it saw the grant: its drain (or, with
+/// the drain off, its `reboot-now`) does not follow the cordon at once.
+#[test]
+fn a_delay_counts_from_the_claim_not_from_an_earlier_sighting_of_the_grant() {
+    use world::Step::*;
+    for drain in [true, false] {
+        let mut setup = scripted(2, 1, drain);
+        setup.drain_delay_ms = 5_000;
+        setup.reboot_delay_ms = 5_000;
+        let mut model = Model::new(&setup);
+        let mut steps = vec![
+            Request(0),
+            SyncAll(0),
+            SyncAll(1),
+            DisturbedRound(0, Disturbance::FireGate),
+            SyncLedger(1),
+            Round(1),
+        ];
+        steps.extend(std::iter::repeat_n(SyncLedger(0), 20));
+        steps.extend([Gate(false), Round(0)]);
+        for step in &steps {
+            model.apply(step);
+        }
+        let claimed = annotation(model.s().node(0).expect("n0"), "reboot-grant");
+        assert!(
+            claimed.is_some(),
+            "n0 was not claimed: {:?}",
+            model.s().node(0)
+        );
+        for step in [SyncAll(1), Round(1), SyncAll(1), Round(1)] {
+            model.apply(&step);
+        }
+        model.settle();
+    }
+}
+
+/// The administrator's labels of the keys the operator sets around a reboot, at the operator's
+/// value, at another, and empty: through the reboots they stay as they were.
+#[test]
+fn an_administrators_label_of_a_mark_key_is_never_changed_or_removed() {
+    use world::Step::*;
+    let mut model = Model::new(&scripted(2, 2, true));
+    let steps = [
+        AdminLabel {
+            node: 0,
+            mark: 0,
+            value: Some("admin"),
+        },
+        AdminLabel {
+            node: 1,
+            mark: 0,
+            value: Some("true"),
+        },
+        AdminLabel {
+            node: 1,
+            mark: 1,
+            value: Some(""),
+        },
+        AdminLabel {
+            node: 2,
+            mark: 1,
+            value: Some("admin"),
+        },
+        Request(0),
+        Request(1),
+        Request(2),
+    ];
+    for step in &steps {
+        model.apply(step);
+    }
+    model.settle();
+    let s = model.s();
+    for ((i, key), value) in &s.admin_labels {
+        let node = s.node(*i).expect("a node");
+        assert_eq!(node["metadata"]["labels"][key], serde_json::json!(value));
+    }
+    assert_eq!(s.admin_labels.len(), 4, "{:?}", s.admin_labels);
+    assert!(s.boots.iter().take(3).all(|&b| b == 1), "{:?}", s.boots);
 }

@@ -90,6 +90,13 @@ pub struct Server {
     pub finish_after_window: bool,
     pub min_ready_ms: u64,
     pub reboot_timeout_ms: u64,
+    /// `--drain-delay` and `--reboot-delay`.
+    pub drain_delay_ms: u64,
+    pub reboot_delay_ms: u64,
+    /// By grant: when a node first carried it (the claim, which cordons the node).
+    pub claimed_at: BTreeMap<String, Timestamp>,
+    /// By node and key: the labels an administrator set, at their value.
+    pub admin_labels: BTreeMap<(usize, String), String>,
     pub windows: Windows,
     /// The wall clock and the decision clock every replica reads.
     pub wall: Timestamp,
@@ -172,6 +179,10 @@ impl Server {
             finish_after_window: true,
             min_ready_ms: 0,
             reboot_timeout_ms: 30_000,
+            drain_delay_ms: 0,
+            reboot_delay_ms: 0,
+            claimed_at: BTreeMap::new(),
+            admin_labels: BTreeMap::new(),
             windows,
             wall: "2026-11-23T01:00:00Z".parse().expect("a time"),
             mono_ms: 0,
@@ -230,7 +241,16 @@ impl Server {
             self.revision += 1;
             self.last[i]["metadata"]["resourceVersion"] = self.revision.to_string().into();
             self.admin_cordoned.remove(&i);
+            self.admin_labels.retain(|(node, _), _| *node != i);
         }
+    }
+
+    /// How long ago (ms) a node first carried `grant`, which claimed and cordoned it; `None` if
+    /// none ever did.
+    pub fn claimed_for(&self, grant: &str) -> Option<u64> {
+        let since = self.claimed_at.get(grant)?;
+        let ms = self.wall.duration_since(*since).as_millis();
+        Some(u64::try_from(ms.max(0)).unwrap_or(u64::MAX))
     }
 
     pub fn node_mut(&mut self, i: usize) -> Option<&mut Value> {
@@ -415,14 +435,15 @@ impl Server {
             return Err(error(404, "NotFound"));
         };
         let mut after = before.clone();
-        if json_patch::patch(&mut after, patch).is_err() {
+        if common::test_util::apply_patch(&mut after, patch).is_err() {
             return Err(error(422, "Invalid"));
         }
         self.nodes[i] = Some(after);
         self.bump(i);
         let after = self.node(i).cloned().unwrap_or_default();
         if let Some(grant) = annotation(&after, "reboot-grant") {
-            self.ever_carried.insert(grant);
+            self.ever_carried.insert(grant.clone());
+            self.claimed_at.entry(grant).or_insert(self.wall);
         }
         self.took(k, i);
         checks::node_write(self, k, i, &before, &after);

@@ -52,6 +52,14 @@ pub enum Step {
         zone: Option<u8>,
     },
     OptOut(usize),
+    /// The administrator labels the node with a key the operator sets around a reboot
+    /// (`mark`: a pre-reboot label's or the post-reboot label's): at the operator's value, at
+    /// another (`None`: removes it).
+    AdminLabel {
+        node: usize,
+        mark: usize,
+        value: Option<&'static str>,
+    },
     DeleteNode(usize),
     RecreateNode(usize),
     DeleteLedger,
@@ -84,6 +92,12 @@ const PAUSES: [Option<&str>; 6] = [
     None,
 ];
 
+/// The label keys the operator sets around a reboot (`super::marks`).
+const MARKS: [&str; 2] = ["rebooting", "rebooted"];
+
+/// What an administrator labels them with: the operator's own value, another, or nothing.
+const ADMIN_VALUES: [Option<&str>; 4] = [Some("true"), Some(""), Some("admin"), None];
+
 pub fn step() -> impl Strategy<Value = Step> {
     let r = 0..3usize;
     let n = 0..NODES;
@@ -112,10 +126,22 @@ pub fn step() -> impl Strategy<Value = Step> {
         1 => (n.clone(), proptest::bool::weighted(0.7), proptest::option::of(0..4u8))
             .prop_map(|(node, in_pool, zone)| Step::Relabel { node, in_pool, zone }),
         1 => n.clone().prop_map(Step::OptOut),
+        1 => (n.clone(), 0..MARKS.len(), 0..ADMIN_VALUES.len())
+            .prop_map(|(node, mark, v)| Step::AdminLabel { node, mark, value: ADMIN_VALUES[v] }),
         1 => n.clone().prop_map(Step::DeleteNode),
         1 => n.prop_map(Step::RecreateNode),
         1 => Just(Step::DeleteLedger),
         1 => Just(Step::DamageLedger),
+    ]
+}
+
+/// `--drain-delay` or `--reboot-delay`: mostly a few steps (a step is a second), sometimes
+/// none (the default) or longer than most cases run.
+fn delay() -> impl Strategy<Value = u64> {
+    prop_oneof![
+        1 => Just(0u64),
+        3 => Just(4_000u64),
+        1 => Just(30_000u64),
     ]
 }
 
@@ -137,6 +163,7 @@ pub fn setup() -> impl Strategy<Value = Setup> {
         proptest::bool::weighted(0.5),
         zone_budget,
         prop_oneof![Just(0u64), Just(25_000u64)],
+        (delay(), delay()),
         proptest::collection::vec(0..NODES, 0..3),
         proptest::collection::vec(proptest::bool::weighted(0.15), NODES),
         proptest::collection::vec(kubelet(), NODES),
@@ -149,6 +176,7 @@ pub fn setup() -> impl Strategy<Value = Setup> {
                 finish_after_window,
                 zone_budget,
                 min_ready_ms,
+                (drain_delay_ms, reboot_delay_ms),
                 soaking,
                 not_ready,
                 kubelets,
@@ -159,6 +187,8 @@ pub fn setup() -> impl Strategy<Value = Setup> {
                 finish_after_window,
                 zone_budget,
                 min_ready_ms,
+                drain_delay_ms,
+                reboot_delay_ms,
                 soaking,
                 not_ready,
                 kubelets,
@@ -237,6 +267,7 @@ impl Model {
                 }
                 s.bump(i);
             }
+            Step::AdminLabel { node, mark, value } => self.admin_label(node, MARKS[mark], value),
             Step::DeleteNode(i) => self.s().delete_node(i),
             Step::RecreateNode(i) => {
                 let mut s = self.s();
@@ -274,6 +305,35 @@ impl Model {
             s.admin_cordoned.insert(i);
             s.bump(i);
         }
+    }
+
+    /// The administrator sets `key` to `value` on node `i`, or removes it. The label is theirs
+    /// from then on, unless it is what the operator's record says it set there (by value, the
+    /// same label as the operator's).
+    fn admin_label(&self, i: usize, key: &str, value: Option<&str>) {
+        let mut s = self.s();
+        let Some(node) = s.node_mut(i) else { return };
+        let ours = annotation(node, "reboot-labelled").is_some_and(|record| {
+            common::marks::recorded(&record)
+                .get(key)
+                .map(String::as_str)
+                == value
+        });
+        let labels = &mut node["metadata"]["labels"];
+        if labels[key].as_str() == value {
+            return;
+        }
+        match value {
+            Some(value) => labels[key] = value.into(),
+            None => {
+                labels.as_object_mut().map(|l| l.remove(key));
+            }
+        }
+        match value.filter(|_| !ours) {
+            Some(value) => s.admin_labels.insert((i, key.to_owned()), value.to_owned()),
+            None => s.admin_labels.remove(&(i, key.to_owned())),
+        };
+        s.bump(i);
     }
 
     fn relabel(&self, i: usize, in_pool: bool, zone: Option<u8>) {
@@ -316,7 +376,7 @@ impl Model {
         let running = format!("n{i}-boot-{}", s.boots[i]);
         let agent_patch = |s: &mut super::server::Server, patch: &json_patch::Patch| {
             let mut next = node.clone();
-            if json_patch::patch(&mut next, patch).is_ok() {
+            if common::test_util::apply_patch(&mut next, patch).is_ok() {
                 s.nodes[i] = Some(next);
                 s.bump(i);
                 true

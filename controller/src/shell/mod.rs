@@ -5,7 +5,7 @@ use crate::{
     cache::{
         memory::{Memory, ViewInputs},
         nodes::{self, Overlay, SharedIndex},
-        sightings::{Seen, Sightings},
+        sightings::{self, Seen, Sightings},
     },
     clock::Clock,
     cluster::{
@@ -205,7 +205,9 @@ impl Shell {
         self.collect_drain_outcomes();
         self.reread_for_rebuild().await;
         let (nodes, others) = self.gather();
-        self.seen = self.sightings.look(&self.ledger, self.wall_ms());
+        self.seen =
+            self.sightings
+                .look(&self.ledger, carries_in(&nodes, &self.keys), self.wall_ms());
         let views = self.memory.views(
             &nodes,
             ViewInputs {
@@ -503,5 +505,21 @@ impl Shell {
             "the pool index is not a recount"
         );
         assert_eq!(recount.in_protocol(), index.in_protocol());
+    }
+}
+
+/// Whether the node of that name, among `nodes`, carries the grant (for [`Sightings::look`]).
+fn carries_in<'a>(
+    nodes: &'a [Arc<Node>],
+    keys: &'a AnnotationKeys,
+) -> impl Fn(&str, &str) -> bool + 'a {
+    let by_name: HashMap<&str, &Node> = nodes
+        .iter()
+        .map(|n| (n.metadata.name.as_deref().unwrap_or_default(), n.as_ref()))
+        .collect();
+    move |name, grant| {
+        by_name
+            .get(name)
+            .is_some_and(|n| sightings::carries(n, keys, grant))
     }
 }

@@ -145,6 +145,7 @@ impl Shell {
 
     fn after_write(&mut self, action: &NodeAction, node: &Node) {
         let name = node.metadata.name.as_deref().unwrap_or_default();
+        self.announce_kept_labels(action, node);
         match action {
             NodeAction::Claim {
                 promote: true,
@@ -163,7 +164,7 @@ impl Shell {
             NodeAction::Claim { grant, .. } => {
                 tracing::info!(node = %name, %grant, "cordoned");
                 let now = self.wall_ms();
-                self.drains.claimed(grant, now);
+                self.sightings.claimed(grant, now);
                 self.announce_delay(node);
             }
             NodeAction::Recordon { grant, .. } => {
@@ -183,6 +184,36 @@ impl Shell {
             }
             _ => {}
         }
+    }
+
+    /// After a claim or a completion, a Warning naming the labels of the marks' keys that the
+    /// node already had and that were left as they are (somebody else's).
+    fn announce_kept_labels(&self, action: &NodeAction, node: &Node) {
+        let labels = node.metadata.labels.clone().unwrap_or_default();
+        let (kept, flag, when) = match action {
+            NodeAction::Claim { .. } => {
+                let record = NodeFacts::from_node(node).protocol(&self.keys).labelled;
+                let kept = self.marks.kept_at_grant(&labels, record.as_deref());
+                let what = "not set for the reboot, and not removed after it";
+                (kept, "--pre-reboot-node-labels", what)
+            }
+            NodeAction::Complete { .. } => (
+                self.marks.kept_at_completion(&labels),
+                "--post-reboot-node-labels",
+                "not replaced after the reboot",
+            ),
+            _ => return,
+        };
+        if kept.is_empty() {
+            return;
+        }
+        let note = format!(
+            "already labelled {}, not by the operator: left as it is, {when} ({flag} sets \
+             only a label the node does not have, and removes only what it set)",
+            kept.join(", ")
+        );
+        tracing::warn!(node = %node.metadata.name.as_deref().unwrap_or_default(), "{note}");
+        self.events.publish(node, Reason::LabelKept, note);
     }
 
     /// Right after the cordon, an Event saying how long the next step waits, if it does.

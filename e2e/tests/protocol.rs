@@ -288,9 +288,7 @@ async fn a_give_up_that_lands_between_the_agents_read_and_its_write_stops_the_re
         ROLLOUT,
         Some(&watch),
         || async {
-            back(&sb, "sim-1", 0).await
-                && back(&sb, "sim-2", 1).await
-                && ledger_is_empty(&sb).await
+            back(&sb, "sim-1", 0).await && back(&sb, "sim-2", 1).await && ledger_is_empty(&sb).await
         },
     )
     .await;

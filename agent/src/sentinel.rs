@@ -159,10 +159,13 @@ pub fn decide_sentinel(
     recorded: Option<&str>,
     boot_id: &str,
 ) -> SentinelAction {
-    // While a request is pending or a reboot under way, the record belongs to it.
+    // While a request is pending or a reboot under way, the record belongs to it. While the
+    // node is being given up (`reboot-abandon`), the give-up would clear a request made now,
+    // and the record of this boot would keep the sentinel from asking again in this boot.
     let idle = state.request == Request::Absent
         && state.phase == Phase::Idle
         && state.grant.is_none()
+        && state.abandon.is_none()
         && !state.reboot_under_way();
     if !idle {
         return SentinelAction::Nothing;
@@ -315,6 +318,23 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// A node being given up: the controller's give-up would clear a request made now, and the
+    /// record of this boot would keep the sentinel from asking again until the next boot. It
+    /// asks once the give-up is over.
+    #[test]
+    fn never_requests_while_the_node_is_being_given_up() {
+        let given_up = state(&[("reboot-abandon", "{\"by\":\"alice\"}")]);
+        assert_eq!(
+            decide_sentinel(&given_up, false, Some("command 1"), None, "b2"),
+            SentinelAction::Nothing
+        );
+        assert_eq!(
+            decide_sentinel(&state(&[]), false, Some("command 1"), None, "b2"),
+            SentinelAction::Request,
+            "once the give-up is over"
+        );
     }
 
     #[test]

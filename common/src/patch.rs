@@ -411,9 +411,16 @@ impl<'a> Transition<'a> {
         self.promote_ops(ops, now).build()
     }
 
+    /// The agent's writes: each holds only while the node is still the version the agent
+    /// decided on, so a change since its read (an administrator giving the node up, say)
+    /// fails the write, and the agent decides again on a fresh copy.
+    fn agents(node: &NodeFacts) -> Ops {
+        Ops::on(node).test_unchanged(node)
+    }
+
     /// Agent, on `reboot-now`: record the boot id the reboot starts from.
     pub fn begin_reboot(&self, node: &NodeFacts, boot_id: &str) -> Patch {
-        Ops::on(node)
+        Self::agents(node)
             .test_annotation(&self.keys.now, "true")
             .remove_annotation(&self.keys.now)
             .set_annotation(&self.keys.in_progress, "true")
@@ -425,8 +432,7 @@ impl<'a> Transition<'a> {
     /// and recording which sentinel in which boot (`sentinel_record`), only if the node is
     /// unchanged since it was seen without a request.
     pub fn request(&self, node: &NodeFacts, requested_by: &str, sentinel_record: &str) -> Patch {
-        Ops::on(node)
-            .test_unchanged(node)
+        Self::agents(node)
             .set_annotation(&self.keys.needed, "true")
             .set_annotation(&self.keys.requested_by, requested_by)
             .set_annotation(&self.keys.sentinel, sentinel_record)
@@ -437,7 +443,7 @@ impl<'a> Transition<'a> {
     /// that comes back, even the same, is a new need. Holds only while the record is still
     /// `recorded`; `reboot-requested-by` stays, as the history of the last request.
     pub fn forget_sentinel(&self, node: &NodeFacts, recorded: &str) -> Patch {
-        Ops::on(node)
+        Self::agents(node)
             .test_annotation(&self.keys.sentinel, recorded)
             .remove_annotation(&self.keys.sentinel)
             .build()
@@ -446,7 +452,7 @@ impl<'a> Transition<'a> {
     /// Agent, `reboot-in-progress` without a recorded boot id (a hand edit): record the current
     /// one while the reboot is still in progress, so that the next start can prove or retry it.
     pub fn record_boot_id(&self, node: &NodeFacts, boot_id: &str) -> Patch {
-        Ops::on(node)
+        Self::agents(node)
             .test_annotation(&self.keys.in_progress, "true")
             .set_annotation(&self.keys.boot_id, boot_id)
             .build()
@@ -460,7 +466,7 @@ impl<'a> Transition<'a> {
         recorded_boot_id: Option<&str>,
         new_boot_id: &str,
     ) -> Patch {
-        let mut ops = Ops::on(node).test_annotation(&self.keys.in_progress, "true");
+        let mut ops = Self::agents(node).test_annotation(&self.keys.in_progress, "true");
         if let Some(recorded) = recorded_boot_id {
             ops = ops.test_annotation(&self.keys.boot_id, recorded);
         }
@@ -701,8 +707,8 @@ mod tests {
         let keys = AnnotationKeys::new("reboot.example.com").unwrap();
         let facts = node(&[("reboot.example.com/reboot-now", "true")], false);
         let patch = Transition::new(&keys).begin_reboot(&facts, "b1");
-        let mut obj =
-            json!({"metadata": {"annotations": {"reboot.example.com/reboot-now": "true"}}});
+        let mut obj = json!({"metadata": {"resourceVersion": "42",
+            "annotations": {"reboot.example.com/reboot-now": "true"}}});
         apply(&mut obj, &patch).unwrap();
         assert_eq!(
             obj["metadata"]["annotations"],
@@ -751,14 +757,15 @@ mod tests {
         let keys = AnnotationKeys::new("reboot.example.com").unwrap();
         let facts = node(&[("reboot.example.com/reboot-in-progress", "true")], false);
         let patch = Transition::new(&keys).record_boot_id(&facts, "b2");
-        let mut obj = json!({"metadata": {"annotations": {
+        let mut obj = json!({"metadata": {"resourceVersion": "42", "annotations": {
             "reboot.example.com/reboot-in-progress": "true"}}});
         apply(&mut obj, &patch).unwrap();
         assert_eq!(
             obj["metadata"]["annotations"]["reboot.example.com/reboot-boot-id"],
             json!("b2")
         );
-        let mut finished = json!({"metadata": {"annotations": {"other": "x"}}});
+        let mut finished =
+            json!({"metadata": {"resourceVersion": "42", "annotations": {"other": "x"}}});
         assert!(apply(&mut finished, &patch).is_err());
     }
 
@@ -769,12 +776,12 @@ mod tests {
             &[("reboot-in-progress", "true"), ("reboot-boot-id", "b1")],
             false,
         );
-        let mut obj = json!({"metadata": {"annotations": {"reboot-in-progress": "true",
-            "reboot-boot-id": "other"}}});
+        let mut obj = json!({"metadata": {"resourceVersion": "42",
+            "annotations": {"reboot-in-progress": "true", "reboot-boot-id": "other"}}});
         let patch = Transition::new(&keys).finish_reboot(&facts, Some("b1"), "b2");
         assert!(apply(&mut obj, &patch).is_err());
-        let mut obj = json!({"metadata": {"annotations": {"reboot-in-progress": "true",
-            "reboot-boot-id": "b1"}}});
+        let mut obj = json!({"metadata": {"resourceVersion": "42",
+            "annotations": {"reboot-in-progress": "true", "reboot-boot-id": "b1"}}});
         apply(&mut obj, &patch).unwrap();
         assert_eq!(
             obj["metadata"]["annotations"],
@@ -783,21 +790,66 @@ mod tests {
         );
     }
 
+    /// The agent decides on the copy of its node it read: each of its writes holds only while
+    /// the node is still that version. A give-up (`reboot-abandon`) that landed in between
+    /// fails the write, and the agent decides again on a fresh copy (where it does nothing).
+    #[test]
+    fn the_agents_writes_hold_only_on_the_version_they_were_decided_on() {
+        let keys = AnnotationKeys::default();
+        let t = Transition::new(&keys);
+        type Write<'a> = Box<dyn Fn(&NodeFacts) -> Patch + 'a>;
+        let writes: [(&[(&str, &str)], Write); 5] = [
+            (
+                &[("reboot-now", "true")],
+                Box::new(|f| t.begin_reboot(f, "b1")),
+            ),
+            (
+                &[("reboot-in-progress", "true")],
+                Box::new(|f| t.record_boot_id(f, "b1")),
+            ),
+            (
+                &[("reboot-in-progress", "true"), ("reboot-boot-id", "b1")],
+                Box::new(|f| t.finish_reboot(f, Some("b1"), "b2")),
+            ),
+            (&[], Box::new(|f| t.request(f, "agent: x", "b1 file 1"))),
+            (
+                &[("reboot-sentinel", "b1 file 1")],
+                Box::new(|f| t.forget_sentinel(f, "b1 file 1")),
+            ),
+        ];
+        for (annotations, write) in writes {
+            let patch = write(&node(annotations, false));
+            let as_read: serde_json::Map<String, Value> = annotations
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), json!(v)))
+                .collect();
+            let mut read = json!({"metadata": {"resourceVersion": "42", "annotations": as_read}});
+            apply(&mut read, &patch).unwrap_or_else(|e| panic!("{annotations:?}: {e}"));
+            let mut given_up = json!({"metadata": {"resourceVersion": "43",
+                "annotations": as_read}});
+            given_up["metadata"]["annotations"]["reboot-abandon"] = json!("by alice");
+            assert!(
+                apply(&mut given_up, &patch).is_err(),
+                "{annotations:?}: written on a node given up since it was read"
+            );
+        }
+    }
+
     #[test]
     fn a_sentinel_record_is_forgotten_only_while_it_is_the_one_seen() {
         let keys = AnnotationKeys::new("reboot.example.com").unwrap();
         let key = "reboot.example.com/reboot-sentinel";
         let facts = node(&[(key, "b1 command 1")], false);
         let patch = Transition::new(&keys).forget_sentinel(&facts, "b1 command 1");
-        let mut obj = json!({"metadata": {"annotations": {key: "b1 command 1",
-            "reboot.example.com/reboot-requested-by": "agent: `x`"}}});
+        let mut obj = json!({"metadata": {"resourceVersion": "42", "annotations": {
+            key: "b1 command 1", "reboot.example.com/reboot-requested-by": "agent: `x`"}}});
         apply(&mut obj, &patch).unwrap();
         assert_eq!(
             obj["metadata"]["annotations"],
             json!({"reboot.example.com/reboot-requested-by": "agent: `x`"})
         );
         for changed in [json!({key: "b2 command 2"}), json!({"other": "x"})] {
-            let mut obj = json!({"metadata": {"annotations": changed}});
+            let mut obj = json!({"metadata": {"resourceVersion": "42", "annotations": changed}});
             assert!(apply(&mut obj, &patch).is_err(), "{obj}");
         }
     }

@@ -422,6 +422,50 @@ pub async fn check_an_agent_may_change_only_the_protocol_annotations_of_its_own_
         json_patch_of::step(transition.begin_reboot(&facts().await, "boot-1")),
     )
     .await;
+    // A stolen token cannot forge a proven reboot: the boot id is recorded once per attempt,
+    // and reboot-done carries a boot id other than the recorded one.
+    let forged = [
+        (
+            "change the boot id recorded for this attempt",
+            json!({"reboot-boot-id": "boot-forged"}),
+        ),
+        (
+            "report the reboot done in the recorded boot",
+            json!({"reboot-in-progress": null, "reboot-done": "true", "reboot-boot-id": "boot-1"}),
+        ),
+    ];
+    for (what, annotations) in forged {
+        refused(
+            what,
+            nodes
+                .patch(
+                    "node-a",
+                    &params,
+                    &merge(json!({"metadata": {"annotations": annotations}})),
+                )
+                .await,
+            403,
+            "only as its protocol steps do",
+        );
+    }
+    // A hand edit drops the recorded boot id: nothing can prove this reboot now, so nothing
+    // may report it done; the agent records the current boot id and reboots.
+    as_admin(json!({"reboot-boot-id": null})).await;
+    refused(
+        "report the reboot done without a recorded boot id",
+        nodes
+            .patch(
+                "node-a",
+                &params,
+                &merge(
+                    json!({"metadata": {"annotations": {"reboot-in-progress": null,
+                    "reboot-done": "true", "reboot-boot-id": "boot-2"}}}),
+                ),
+            )
+            .await,
+        403,
+        "only as its protocol steps do",
+    );
     agent_step(
         "record the boot id",
         json_patch_of::step(transition.record_boot_id(&facts().await, "boot-1")),

@@ -18,6 +18,7 @@ use std::{
     collections::{BTreeMap, BTreeSet},
     time::Duration,
 };
+use testenv::toxiproxy::{Stream, Toxic};
 
 async fn sandbox(nodes: usize, max_unavailable: &str) -> Sandbox {
     sandbox_with(nodes, max_unavailable, true).await
@@ -201,6 +202,98 @@ async fn withdrawing_the_go_ahead_before_the_agent_takes_it_cancels() {
         back(&sb, "sim-2", 1)
     })
     .await;
+    sb.stop().await;
+}
+
+/// What the agent of `name` logged, across its starts.
+fn agent_log(sb: &Sandbox, name: &str) -> String {
+    std::fs::read_to_string(sb.fleet.node_dir(name).join("agent.log")).unwrap_or_default()
+}
+
+/// The agent decides on the copy of its node it read. Here it reads `reboot-now`, and its
+/// write of `reboot-in-progress` is held on the way (a fault proxy) while an administrator gives
+/// the node up: the write reaches the API server after the give-up and is refused, so the node
+/// is never rebooted. The controller (frozen meanwhile) then clears the node and grants the
+/// next one: with the budget of 1, one node down at a time.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_give_up_that_lands_between_the_agents_read_and_its_write_stops_the_reboot() {
+    let config = SandboxConfig::with_nodes(2)
+        .max_unavailable("1")
+        .reboot_duration(Duration::from_secs(1))
+        .fault_proxies()
+        .without_pods();
+    let sb = Sandbox::start(config).await.expect("sandbox starts");
+    let watch = BudgetWatch::start(sb.client.clone(), 1).await;
+    wait_until("sim-1's agent watches its node", ROLLOUT, None, || async {
+        agent_log(&sb, "sim-1").contains("the watch of the node started")
+    })
+    .await;
+    // From now on what sim-1's agent sends waits in its proxy; what it receives does not.
+    let proxy = sb.proxy("sim-1").expect("sim-1's fault proxy").clone();
+    let held = Toxic::latency("held", Stream::Upstream, 600_000, 0);
+    proxy.add(&held).await.expect("hold sim-1's requests");
+    request_reboot(&sb.control_plane, "sim-1");
+    // The agent counts a reboot attempt when it decides to take the go-ahead, before it
+    // writes: it has read reboot-now.
+    let attempts = sb.fleet.node_dir("sim-1").join("reboot-attempts");
+    wait_until(
+        "sim-1's agent decides to take reboot-now",
+        ROLLOUT,
+        Some(&watch),
+        || async { attempts.exists() },
+    )
+    .await;
+    sb.controllers[0].freeze();
+    let by = common::abandon::Abandon {
+        by: "alice".into(),
+        reason: "replaced".into(),
+    };
+    kubectl(
+        &sb.control_plane,
+        &[
+            "annotate",
+            "node",
+            "sim-1",
+            &format!("reboot-abandon={}", by.to_value()),
+        ],
+    );
+    proxy.remove("held").await.expect("let sim-1's write go on");
+    wait_until(
+        "sim-1's write reaches the API server",
+        ROLLOUT,
+        Some(&watch),
+        || async {
+            agent_log(&sb, "sim-1").contains("the node changed under the write")
+                || sb.fleet.reboots("sim-1") > 0
+                || protocol_annotations(&node(&sb.client, "sim-1").await)
+                    .contains(&"reboot-in-progress".to_owned())
+        },
+    )
+    .await;
+    let annotations = protocol_annotations(&node(&sb.client, "sim-1").await);
+    assert!(
+        sb.fleet.reboots("sim-1") == 0
+            && !annotations
+                .iter()
+                .any(|k| k == "reboot-in-progress" || k == "reboot-done"),
+        "the agent took reboot-now from a node given up since it read it: {annotations:?}, \
+         {} reboots",
+        sb.fleet.reboots("sim-1")
+    );
+    // The controller gives sim-1 up and the rollout goes on with sim-2.
+    request_reboot(&sb.control_plane, "sim-2");
+    sb.controllers[0].thaw();
+    wait_until(
+        "sim-1 is given up without a reboot and sim-2 rebooted",
+        ROLLOUT,
+        Some(&watch),
+        || async {
+            back(&sb, "sim-1", 0).await && back(&sb, "sim-2", 1).await && ledger_is_empty(&sb).await
+        },
+    )
+    .await;
+    assert_eq!(sb.fleet.reboots("sim-1"), 0, "sim-1 was rebooted");
+    watch.check().unwrap();
     sb.stop().await;
 }
 

@@ -51,16 +51,31 @@ pub fn abandon(keys: &AnnotationKeys, node: &NodeFacts, request: &Abandon) -> Ab
             value: request.to_value().into(),
         }),
     ]);
-    // The agent does not start a reboot of a node being given up, but one it has started may
-    // still take the node down.
-    let note = (matches!(state.phase, Phase::InProgress { .. })
-        && node.readiness == Readiness::Ready)
-        .then(|| {
-            "note: the node is Ready and its agent has started a reboot: the machine may still \
-             go down after it is given up, outside the budget"
-                .to_owned()
-        });
-    AbandonPlan::Write { patch, note }
+    AbandonPlan::Write {
+        patch,
+        note: may_still_go_down(&state.phase, node.readiness),
+    }
+}
+
+/// The agent does not start a reboot of a node being given up, but one it has started may
+/// still take the node down, and so may one whose go-ahead it takes before this request lands
+/// (its write of `reboot-in-progress` holds only on the node it read, without the request).
+fn may_still_go_down(phase: &Phase, readiness: Readiness) -> Option<String> {
+    if readiness != Readiness::Ready {
+        return None;
+    }
+    let what = match phase {
+        Phase::RebootNow => {
+            "it is told to reboot (reboot-now): its agent may take the go-ahead before this \
+             request lands"
+        }
+        Phase::InProgress { .. } => "its agent has started a reboot",
+        Phase::Idle | Phase::Done { .. } => return None,
+    };
+    Some(format!(
+        "note: the node is Ready and {what}: the machine may still go down after it is given \
+         up, outside the budget"
+    ))
 }
 
 /// Gives one node up; what was done, for the administrator.
@@ -166,5 +181,29 @@ mod tests {
             panic!("a write")
         };
         assert!(note.unwrap().contains("may still go down"));
+    }
+
+    /// Told to reboot: its agent may have taken the go-ahead before the request to give it up
+    /// lands, and then reboots it. A NotReady node is down already: nothing more to say.
+    #[test]
+    fn a_node_told_to_reboot_may_still_go_down() {
+        let keys = AnnotationKeys::default();
+        let told = [("reboot-now", "true"), ("reboot-grant", "g")];
+        let AbandonPlan::Write { note, .. } =
+            abandon(&keys, &node(&told, Readiness::Ready), &alice())
+        else {
+            panic!("a write")
+        };
+        let note = note.expect("a note");
+        assert!(
+            note.contains("told to reboot") && note.contains("may still go down"),
+            "{note}"
+        );
+        let AbandonPlan::Write { note, .. } =
+            abandon(&keys, &node(&told, Readiness::NotReady), &alice())
+        else {
+            panic!("a write")
+        };
+        assert_eq!(note, None);
     }
 }

@@ -10,7 +10,7 @@
 use crate::input::NodeInput;
 use crate::wait::WaitReason;
 use common::AnnotationKeys;
-use common::events::{AGENT, AgentReason, CONTROLLER, ControllerReason};
+use common::events::{CONTROLLER, ControllerReason};
 use controller_core::window::Windows;
 use k8s_openapi::jiff::Timestamp;
 use serde::Serialize;
@@ -65,16 +65,14 @@ pub fn durations(nodes: &[NodeInput], keys: &AnnotationKeys) -> Vec<f64> {
                 .get(&keys.last_completed)?
                 .parse()
                 .ok()?;
-            let before = |component: &str, reason: &str| {
-                node.events
-                    .iter()
-                    .filter(|e| e.component == component && e.reason == reason)
-                    .filter(|e| e.time.as_second() <= completed.as_second() + SKEW_SECONDS)
-                    .map(|e| e.time)
-                    .max()
-            };
-            let start = before(CONTROLLER, ControllerReason::RebootApproved.as_str())
-                .or_else(|| before(AGENT, AgentReason::Rebooting.as_str()))?;
+            let approved = ControllerReason::RebootApproved.as_str();
+            let start = node
+                .events
+                .iter()
+                .filter(|e| e.component == CONTROLLER && e.reason == approved)
+                .filter(|e| e.time.as_second() <= completed.as_second() + SKEW_SECONDS)
+                .map(|e| e.time)
+                .max()?;
             let seconds = completed.duration_since(start).as_secs_f64();
             (0.0..=LONGEST_SECONDS)
                 .contains(&seconds)
@@ -256,15 +254,26 @@ mod tests {
                 &[
                     ("RebootApproved", CONTROLLER, "2026-01-01T09:00:00Z"),
                     ("RebootApproved", CONTROLLER, "2026-01-01T10:00:00Z"),
-                    ("Rebooting", AGENT, "2026-01-01T10:00:02Z"),
                     // The next reboot's approval, after the completion: not this one's.
                     ("RebootApproved", CONTROLLER, "2026-01-01T10:05:00Z"),
                 ],
             ),
-            // Only the agent's Event is left.
             node(
                 Some("2026-01-01T10:01:00Z"),
-                &[("Rebooting", AGENT, "2026-01-01T10:00:50Z")],
+                &[("RebootApproved", CONTROLLER, "2026-01-01T10:00:50Z")],
+            ),
+            // Only the controller's Events count: another component's, even of its reason,
+            // is no sample.
+            node(
+                Some("2026-01-01T10:01:00Z"),
+                &[
+                    ("Rebooting", common::events::AGENT, "2026-01-01T10:00:50Z"),
+                    (
+                        "RebootApproved",
+                        common::events::AGENT,
+                        "2026-01-01T10:00:50Z",
+                    ),
+                ],
             ),
             // No Event left, or never rebooted: no sample.
             node(Some("2026-01-01T10:01:00Z"), &[]),

@@ -6,11 +6,11 @@ use common::{NodeFacts, ledger::Slot};
 use k8s_openapi::jiff::Timestamp;
 use std::collections::BTreeMap;
 
-/// One Event about a node, as the operator wrote it.
+/// One Event about a node, as the controller wrote it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NodeEvent {
     pub reason: String,
-    /// `reboot-controller` or `reboot-agent`.
+    /// Its reporting component: `reboot-controller` (only the controller's Events are read).
     pub component: String,
     pub message: String,
     /// When it was last observed (the series' last time when the Event repeated).

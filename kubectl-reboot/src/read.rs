@@ -8,10 +8,7 @@ use crate::{
     input::{BudgetInput, LedgerInput, NodeEvent, NodeInput, PoolInput},
     metrics,
 };
-use common::{
-    AnnotationKeys, NodeFacts, Phase, Request,
-    events::{AGENT, CONTROLLER},
-};
+use common::{AnnotationKeys, NodeFacts, Phase, Request, events::CONTROLLER};
 use k8s_openapi::{
     api::{
         coordination::v1::Lease,
@@ -187,7 +184,7 @@ fn ledger_of(name: String, lease: &Lease) -> LedgerInput {
     }
 }
 
-/// The operator's Events about nodes, by node.
+/// The controller's Events about nodes, by node.
 async fn node_events(client: &Client) -> Result<BTreeMap<String, Vec<NodeEvent>>, String> {
     let params = ListParams::default().fields("involvedObject.kind=Node");
     let events = Api::<Event>::namespaced(client.clone(), NODE_EVENTS_NAMESPACE)
@@ -208,10 +205,13 @@ async fn node_events(client: &Client) -> Result<BTreeMap<String, Vec<NodeEvent>>
     Ok(by_node)
 }
 
-/// One of the operator's Events about a node: the node's name and the Event.
+/// One of the controller's Events about a node: the node's name and the Event. Only the
+/// controller's are read: the agents may create and patch Events in the same namespace (RBAC
+/// cannot tell their Events from the controller's), so what an agent says never becomes
+/// what the status shows.
 pub fn node_event(event: Event) -> Option<(String, NodeEvent)> {
     let component = event.reporting_component.clone().unwrap_or_default();
-    if component != CONTROLLER && component != AGENT {
+    if component != CONTROLLER {
         return None;
     }
     let time = event_time(&event)?;
@@ -321,7 +321,7 @@ mod tests {
     }
 
     #[test]
-    fn only_the_operators_events_count_at_their_last_observation() {
+    fn only_the_controllers_events_count_at_their_last_observation() {
         let event: Event = serde_json::from_value(json!({
             "metadata": {"name": "sim-1.1", "namespace": "default"},
             "involvedObject": {"kind": "Node", "name": "sim-1"},
@@ -335,8 +335,11 @@ mod tests {
         assert_eq!(node, "sim-1");
         assert_eq!(e.reason, "Paused");
         assert_eq!(e.time.to_string(), "2026-01-01T10:03:00Z");
-        let mut kubelet = event;
-        kubelet.reporting_component = Some("kubelet".into());
-        assert!(node_event(kubelet).is_none());
+        // Only the controller's: the agents may write Events in that namespace too.
+        for other in ["kubelet", common::events::AGENT] {
+            let mut theirs = event.clone();
+            theirs.reporting_component = Some(other.into());
+            assert!(node_event(theirs).is_none(), "{other}");
+        }
     }
 }

@@ -7,16 +7,11 @@ use crate::estimate::{self, Estimate};
 use crate::input::{LedgerInput, NodeEvent, NodeInput, PoolInput};
 use crate::wait::WaitReason;
 use common::{
-    AgentReason as Agent, AnnotationKeys, ControllerReason as Controller, Phase, Readiness,
-    Request,
-    events::{AGENT, CONTROLLER},
+    AnnotationKeys, ControllerReason as Controller, Phase, Readiness, Request, events::CONTROLLER,
 };
 use k8s_openapi::jiff::Timestamp;
 use serde::Serialize;
 
-/// The reason agents before the controller's `Rebooted` wrote when they proved a reboot: still
-/// read from them, never written any more.
-const OLD_AGENT_REBOOTED: &str = "Rebooted";
 /// Events may be stamped by another clock (an agent's node): this much earlier than the
 /// ledger's grant time still counts as of that grant.
 const SKEW_SECONDS: i64 = 5;
@@ -321,7 +316,6 @@ fn overdue(input: &PoolInput, keys: &AnnotationKeys) -> Vec<String> {
 fn reboots_overdue(node: &NodeInput) -> Option<&NodeEvent> {
     latest(
         &node.events,
-        CONTROLLER,
         &[
             Controller::RebootApproved.as_str(),
             Controller::RebootOverdue.as_str(),
@@ -388,17 +382,18 @@ struct Context<'a> {
     now: Timestamp,
 }
 
-/// The latest Event of `component` with one of `reasons`, not older than `after`.
+/// The controller's latest Event with one of `reasons`, not older than `after`. Only the
+/// controller's Events are read: the agents may write Events in the same namespace, and an
+/// Event names its reporting component itself.
 fn latest<'e>(
     events: &'e [NodeEvent],
-    component: &str,
     reasons: &[&str],
     after: Option<Timestamp>,
 ) -> Option<&'e NodeEvent> {
     let floor = after.map(|t| t.as_second() - SKEW_SECONDS);
     events
         .iter()
-        .filter(|e| e.component == component && reasons.contains(&e.reason.as_str()))
+        .filter(|e| e.component == CONTROLLER && reasons.contains(&e.reason.as_str()))
         .filter(|e| floor.is_none_or(|f| e.time.as_second() >= f))
         .max_by_key(|e| e.time)
 }
@@ -458,30 +453,16 @@ impl Context<'_> {
         let mut since = None;
         match &state.phase {
             Phase::RebootNow | Phase::InProgress { .. } | Phase::Done { .. } => {
-                let (step, reasons, component, detail): (_, &[&str], _, _) = match state.phase {
+                let (step, detail) = match state.phase {
                     Phase::RebootNow => (
                         Step::RebootNow,
-                        &[Controller::RebootApproved.as_str()],
-                        CONTROLLER,
                         "told to reboot (reboot-now); the agent has not started yet",
                     ),
-                    Phase::InProgress { .. } => (
-                        Step::InProgress,
-                        &[Agent::Rebooting.as_str(), Agent::RebootRetried.as_str()],
-                        AGENT,
-                        "rebooting (reboot-in-progress)",
-                    ),
-                    // The agent writes no Event when it proves the reboot (the controller's
-                    // `Rebooted` at completion tells of it): its last word is the one before
-                    // the boot. `Rebooted` is still read from agents older than that.
+                    Phase::InProgress { .. } => {
+                        (Step::InProgress, "rebooting (reboot-in-progress)")
+                    }
                     _ => (
                         Step::Proven,
-                        &[
-                            Agent::Rebooting.as_str(),
-                            Agent::RebootRetried.as_str(),
-                            OLD_AGENT_REBOOTED,
-                        ],
-                        AGENT,
                         "rebooted (new boot id); waiting for the kubelet to report it Ready",
                     ),
                 };
@@ -491,13 +472,11 @@ impl Context<'_> {
                 // How long it has been rebooting: since it was told to.
                 let approved = latest(
                     &node.events,
-                    CONTROLLER,
                     &[Controller::RebootApproved.as_str()],
                     granted_at,
                 );
-                let this_step = latest(&node.events, component, reasons, granted_at);
-                since = approved.or(this_step).map(|e| e.time).or(granted_at);
-                status.event = this_step.or(approved).map(event_ref);
+                since = approved.map(|e| e.time).or(granted_at);
+                status.event = approved.map(event_ref);
                 if let Some(late) = reboots_overdue(node) {
                     status.detail = format!(
                         "{detail}; not completed within --reboot-timeout: no new reboot starts \
@@ -508,12 +487,7 @@ impl Context<'_> {
             }
             Phase::Idle if state.grant.is_some() && state.request == Request::Needed => {
                 status.state = State::Draining;
-                let draining = latest(
-                    &node.events,
-                    CONTROLLER,
-                    &[Controller::Draining.as_str()],
-                    granted_at,
-                );
+                let draining = latest(&node.events, &[Controller::Draining.as_str()], granted_at);
                 since = draining.map(|e| e.time).or(granted_at);
                 status.event = draining.map(event_ref);
                 status.detail = match &node.pods_left {
@@ -539,7 +513,6 @@ impl Context<'_> {
                 } else {
                     let event = latest(
                         &node.events,
-                        CONTROLLER,
                         &[Controller::NotReadyAfterReboot.as_str()],
                         None,
                     );
@@ -630,8 +603,8 @@ impl Context<'_> {
             Controller::Draining.as_str(),
             Controller::RebootApproved.as_str(),
         ];
-        let last = latest(&node.events, CONTROLLER, &reasons, granted_at)
-            .filter(|e| e.message.starts_with(HELD_NOTE));
+        let last =
+            latest(&node.events, &reasons, granted_at).filter(|e| e.message.starts_with(HELD_NOTE));
         let reason = if self.ledger.paused {
             WaitReason::Paused
         } else {
@@ -656,7 +629,6 @@ impl Context<'_> {
     ) -> Option<Timestamp> {
         let last = latest(
             &node.events,
-            CONTROLLER,
             &[
                 Controller::Requested.as_str(),
                 Controller::ZoneBudgetFull.as_str(),

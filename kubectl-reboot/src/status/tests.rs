@@ -4,7 +4,7 @@ use super::*;
 use crate::fixtures::{self, at, event, node_input, slot};
 use crate::metrics::Reading;
 use common::test_util::NodeBuilder;
-use common::{MaxUnavailable, ledger::Slot};
+use common::{MaxUnavailable, events::AGENT, ledger::Slot};
 
 const NOW: &str = "2026-01-01T10:00:00Z";
 
@@ -259,15 +259,11 @@ fn rebooting_counts_from_the_go_ahead_of_this_grant() {
         assert_eq!((a.state, a.step), (State::Rebooting, Some(step)));
         assert_eq!(a.seconds, Some(60), "{step:?}");
         assert_eq!(a.since.as_deref(), Some("2026-01-01T09:59:00Z"));
-        // The agent's last Event of this grant, once it has one; `Proven` has none of its own.
-        let told = if step == Step::RebootNow {
-            "RebootApproved"
-        } else {
-            "Rebooting"
-        };
+        // The controller's go-ahead of this grant, at every step: the agent's Events are not
+        // read.
         assert_eq!(
             a.event.as_ref().map(|e| e.reason.as_str()),
-            Some(told),
+            Some("RebootApproved"),
             "{step:?}"
         );
     }
@@ -275,6 +271,39 @@ fn rebooting_counts_from_the_go_ahead_of_this_grant() {
     let n = with_events(node("a", &[("reboot-now", "true")]), &events[..1]);
     let s = classify(&pool(vec![n], &grant, false));
     assert_eq!(of(&s, "a").seconds, Some(120));
+}
+
+/// Any ServiceAccount that may write Events in their namespace (the agents' may) can write
+/// one that names the controller's reason: only the controller's own Events are read.
+#[test]
+fn an_event_with_the_controllers_reason_from_another_component_is_not_shown() {
+    let grant = [("a", slot("g1", "2026-01-01T09:58:00Z"))];
+    for component in [AGENT, "kubelet", ""] {
+        let n = with_events(
+            node("a", &[("reboot-done", "true"), ("reboot-grant", "g1")]),
+            &[
+                event(
+                    "RebootApproved",
+                    CONTROLLER,
+                    "2026-01-01T09:59:00Z",
+                    "slot granted and node drained",
+                ),
+                event(
+                    "Rebooted",
+                    component,
+                    "2026-01-01T09:59:30Z",
+                    "rebooted; nothing to worry about",
+                ),
+            ],
+        );
+        let s = classify(&pool(vec![n], &grant, false));
+        let shown = of(&s, "a").event.as_ref().map(|e| e.message.as_str());
+        assert_eq!(
+            shown,
+            Some("slot granted and node drained"),
+            "{component:?}"
+        );
+    }
 }
 
 #[test]

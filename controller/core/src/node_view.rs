@@ -45,9 +45,9 @@ pub struct NodeView {
     /// cache's: only such a copy may re-key a slot to the grant the node carries.
     pub fresh: bool,
     /// When (Unix milliseconds, as `clock`) the node was cordoned for the grant it holds in the
-    /// ledger: this replica's claim, else the grant's time in the ledger (written just before
-    /// the claim, maybe by another replica whose clock differs), but not before this replica
-    /// first saw the grant. `--drain-delay` counts from it; `None`: no wait.
+    /// ledger, as this replica knows it: its own claim, else when it first saw the node carry
+    /// the grant (never before the cordon, whatever the clocks). `--drain-delay` counts from
+    /// it; `None`: no wait.
     pub claimed_at: Option<u64>,
     /// When (as `clock`) the drain of that grant first ended drained; `--reboot-delay` counts
     /// from it. `None`: no wait.

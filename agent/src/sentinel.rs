@@ -293,6 +293,36 @@ mod tests {
         }
     }
 
+    /// Whatever an administrator typed as `reboot-disabled`, only `false` (any case) lets the
+    /// sentinel request a reboot.
+    #[test]
+    fn any_opt_out_value_but_false_keeps_the_sentinel_from_requesting() {
+        let keys = AnnotationKeys::default();
+        for (typed, requests) in [
+            (None, true),
+            (Some("false"), true),
+            (Some("FALSE"), true),
+            (Some("true"), false),
+            (Some(""), false),
+            (Some("True"), false),
+            (Some("yes"), false),
+            (Some("1"), false),
+        ] {
+            let labels: BTreeMap<String, String> = typed
+                .map(|v| (keys.disabled.clone(), v.to_owned()))
+                .into_iter()
+                .collect();
+            let action = decide_sentinel(
+                &state(&[]),
+                keys.is_disabled(Some(&labels)),
+                Some("command 1"),
+                None,
+                "b2",
+            );
+            assert_eq!(action == SentinelAction::Request, requests, "{typed:?}");
+        }
+    }
+
     #[test]
     fn never_acts_while_a_request_is_pending_or_a_reboot_under_way() {
         for busy in [

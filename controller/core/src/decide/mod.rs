@@ -763,3 +763,6 @@ mod delay_tests;
 
 #[cfg(test)]
 mod abandon_tests;
+
+#[cfg(test)]
+mod opt_out_tests;

@@ -19,17 +19,13 @@ fn now_set(o: &Value) -> bool {
 
 /// The node's label opts it out: any value but `false`, typed in any case.
 pub fn opted_out(o: &Value) -> bool {
-    o["metadata"]["labels"]["reboot-disabled"]
-        .as_str()
-        .is_some_and(|v| !v.trim().eq_ignore_ascii_case("false"))
+    keys().opt_out(Some(&facts(o).labels)).opts_out()
 }
 
 /// The administrator gives the node up: `reboot-abandon` with any value but one that reads as
 /// no (`false`, `no`, `0`).
 fn given_up(o: &Value) -> bool {
-    annotation(o, "reboot-abandon").is_some_and(|v| {
-        !["false", "no", "0"].contains(&v.trim().to_ascii_lowercase().as_str())
-    })
+    facts(o).protocol(&keys()).abandon.is_some()
 }
 
 /// Unavailable, as invariant 1 counts it: Ready is not True, or cordoned, or in the protocol.

@@ -122,12 +122,18 @@ fn any_opt_out_value_but_false_shows_the_node_opted_out() {
         ("FALSE", false),
     ] {
         let mut requested = node("a", &[NEEDED]);
-        requested.labels.insert("reboot-disabled".into(), typed.into());
+        requested
+            .labels
+            .insert("reboot-disabled".into(), typed.into());
         let mut idle = node("b", &[]);
         idle.labels.insert("reboot-disabled".into(), typed.into());
         let s = classify(&pool(vec![requested, idle], &[], false));
         let (a, b) = (of(&s, "a"), of(&s, "b"));
-        assert_eq!((a.opted_out, b.opted_out), (opted_out, opted_out), "{typed:?}");
+        assert_eq!(
+            (a.opted_out, b.opted_out),
+            (opted_out, opted_out),
+            "{typed:?}"
+        );
         assert_eq!(
             a.reason == Some(WaitReason::OptedOut),
             opted_out,
@@ -143,7 +149,11 @@ fn any_opt_out_value_but_false_shows_the_node_opted_out() {
             assert!(b.detail.contains(&shown), "{typed:?}: {}", b.detail);
         }
         if opted_out && typed != "true" {
-            assert!(a.detail.contains("read as opted out"), "{typed:?}: {}", a.detail);
+            assert!(
+                a.detail.contains("read as opted out"),
+                "{typed:?}: {}",
+                a.detail
+            );
         }
     }
 }

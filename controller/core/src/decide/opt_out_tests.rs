@@ -27,15 +27,6 @@ fn label(obj: &mut Value, key: &str, value: &str) {
     obj["metadata"]["labels"][key] = value.into();
 }
 
-/// The node as the shell views it: its opt-out read from its labels.
-fn viewed(obj: &Value) -> NodeView {
-    let v = view(obj);
-    NodeView {
-        opted_out: AnnotationKeys::default().is_disabled(Some(&v.facts.labels)),
-        ..v
-    }
-}
-
 fn requested(typed: Option<&str>) -> Value {
     let mut obj = node_json("n", true);
     annotate(&mut obj, "reboot-needed", "true");
@@ -48,15 +39,31 @@ fn requested(typed: Option<&str>) -> Value {
 #[test]
 fn any_opt_out_value_but_false_keeps_a_requested_node_from_a_grant() {
     for (typed, opts_out) in TYPED {
-        let d = base_round(&[viewed(&requested(typed))], &Ledger::default()).decide();
+        let d = base_round(&[view(&requested(typed))], &Ledger::default()).decide();
         assert_eq!(granted(&d).is_empty(), opts_out, "{typed:?}: {d:?}");
         assert_eq!(
             d.opted_out,
-            if opts_out { vec!["n".to_owned()] } else { vec![] },
+            if opts_out {
+                vec!["n".to_owned()]
+            } else {
+                vec![]
+            },
             "{typed:?}"
         );
         assert!(d.waiting.is_empty() || !opts_out, "{typed:?} waits: {d:?}");
+        // A value that is neither `true` nor `false` is said, as it was read.
+        let unexpected: Vec<(String, Unexpected)> = typed
+            .filter(|t| opts_out && *t != "true")
+            .map(|t| ("n".to_owned(), Unexpected::OptOut(t.to_owned())))
+            .into_iter()
+            .collect();
+        assert_eq!(d.unexpected, unexpected, "{typed:?}");
     }
+    // Not requested: nothing to say about the label.
+    let mut idle = node_json("n", true);
+    label(&mut idle, "reboot-disabled", "yes");
+    let d = base_round(&[view(&idle)], &Ledger::default()).decide();
+    assert!(d.unexpected.is_empty() && d.opted_out.is_empty(), "{d:?}");
 }
 
 #[test]
@@ -65,7 +72,7 @@ fn an_abandon_that_reads_as_no_gives_nothing_up() {
         // Requested: granted as if the annotation were not there.
         let mut obj = requested(None);
         annotate(&mut obj, "reboot-abandon", typed);
-        let d = base_round(&[viewed(&obj)], &Ledger::default()).decide();
+        let d = base_round(&[view(&obj)], &Ledger::default()).decide();
         assert_eq!(granted(&d), ["n"], "{typed:?}: {d:?}");
         assert!(
             !d.node_actions
@@ -73,11 +80,16 @@ fn an_abandon_that_reads_as_no_gives_nothing_up() {
                 .any(|a| matches!(a, NodeAction::Abandon { .. })),
             "{typed:?} gave the node up: {d:?}"
         );
+        assert_eq!(
+            d.unexpected,
+            [("n".to_owned(), Unexpected::Abandon(typed.to_owned()))],
+            "{typed:?}"
+        );
 
         // Granted and claimed: driven on, its request kept.
         claimed(&mut obj, "g-n");
         obj["spec"]["unschedulable"] = true.into();
-        let d = base_round(&[viewed(&obj)], &ledger_of(&["n"])).decide();
+        let d = base_round(&[view(&obj)], &ledger_of(&["n"])).decide();
         assert_eq!(
             d.node_actions,
             [NodeAction::Promote {
@@ -91,11 +103,13 @@ fn an_abandon_that_reads_as_no_gives_nothing_up() {
 
 const TAINT: &str = "example.com/reboot-pending";
 
+/// The controller's marks: the waiting taint, recorded as put there by the tests' ledger.
 fn marks() -> RebootMarks {
     RebootMarks {
         prefer_no_schedule_taint: Some(TAINT.into()),
         ..RebootMarks::default()
     }
+    .of_ledger(ledger_of(&[]).id)
 }
 
 /// The write of `action` on `obj` by the controller (with the waiting taint), applied as the
@@ -121,7 +135,7 @@ fn write(obj: &mut Value, action: &NodeAction) {
 fn paused_round(obj: &mut Value, in_pool: bool) {
     let v = NodeView {
         in_pool,
-        ..viewed(obj)
+        ..view(obj)
     };
     let nodes = [v];
     let mut d = Round {
@@ -129,7 +143,7 @@ fn paused_round(obj: &mut Value, in_pool: bool) {
             paused: true,
             ..super::tests::OPEN
         },
-        ..base_round(&nodes, &Ledger::default())
+        ..base_round(&nodes, &ledger_of(&[]))
     }
     .decide();
     let keys = AnnotationKeys::default();
@@ -160,7 +174,10 @@ fn tainted_while_waiting() -> Value {
 
 fn ours_gone(obj: &Value, what: &str) {
     let ours = json!({"key": TAINT, "effect": "PreferNoSchedule"});
-    let left = obj["spec"]["taints"].as_array().cloned().unwrap_or_default();
+    let left = obj["spec"]["taints"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
     assert!(!left.contains(&ours), "{what}: our taint stays: {obj:#}");
     assert!(
         obj["metadata"]["annotations"]["reboot-tainted"].is_null(),
@@ -193,6 +210,25 @@ fn a_node_that_stops_waiting_loses_the_waiting_taint() {
     let mut left = tainted_while_waiting();
     paused_round(&mut left, false);
     ours_gone(&left, "out of the pool");
+}
+
+/// Out of the pool, a node may wait in another pool, whose controller puts its own taint there
+/// (the same key, maybe): only the one this pool's controller put there goes, else the two
+/// would take it off and put it back for ever.
+#[test]
+fn out_of_the_pool_only_the_taint_of_this_pools_controller_goes() {
+    for (record, ours) in [
+        (format!("{TAINT} ns/other-pool"), false),
+        // Written without the ledger: it may be another pool's.
+        (TAINT.to_owned(), false),
+        (format!("{TAINT} ns/slots"), true),
+    ] {
+        let mut obj = tainted_while_waiting();
+        annotate(&mut obj, "reboot-tainted", &record);
+        paused_round(&mut obj, false);
+        let left = obj["spec"]["taints"].as_array().map_or(0, Vec::len);
+        assert_eq!(left == 0, ours, "{record:?}: {obj:#}");
+    }
 }
 
 #[test]

@@ -35,6 +35,15 @@ fn jittered(period: std::time::Duration) -> std::time::Duration {
     period + period.mul_f64(f64::from(nanos % 1000) / 10_000.0)
 }
 
+/// What the sentinel's checks have said, so that each Warning is said once.
+#[derive(Debug, Default)]
+struct SentinelSaid {
+    /// The fingerprint of the sentinel reported to persist after its reboot.
+    persists: Option<String>,
+    /// The unexpected `reboot-disabled` value that keeps the sentinel from a request.
+    opt_out: Option<String>,
+}
+
 /// A step that failed, to be tried again from a fresh read of the node.
 #[derive(Debug)]
 struct Retry {
@@ -66,7 +75,7 @@ impl NodeAgent {
             .sentinel
             .as_ref()
             .map(|_| Instant::now() + self.settings.check_period.min(FIRST_CHECK));
-        let mut sentinel_reported: Option<String> = None;
+        let mut sentinel_said = SentinelSaid::default();
         loop {
             let retry_at = retry.as_ref().map(|r| r.at);
             let check_due = check_at.filter(|_| last_seen.is_some());
@@ -75,7 +84,7 @@ impl NodeAgent {
                 () = sleep_until(check_due.unwrap_or_else(Instant::now)), if check_due.is_some() => {
                     check_at = Some(Instant::now() + jittered(self.settings.check_period));
                     if let Some(node) = &last_seen
-                        && let Some(written) = self.check_sentinel(node, &mut sentinel_reported).await
+                        && let Some(written) = self.check_sentinel(node, &mut sentinel_said).await
                     {
                         // The next check decides on what was written, not on the state
                         // before it, even when the watch has not brought the change yet.
@@ -205,9 +214,10 @@ impl NodeAgent {
 
 impl NodeAgent {
     /// Looks at the sentinel and requests a reboot, reports a sentinel that survived its
-    /// reboot, forgets one that is gone, or does nothing (DESIGN: no API request while nothing
-    /// changes). Returns the node as written, if it wrote.
-    async fn check_sentinel(&self, node: &Node, reported: &mut Option<String>) -> Option<Node> {
+    /// reboot or one that an unexpected opt-out value keeps from a request, forgets one that
+    /// is gone, or does nothing (DESIGN: no API request while nothing changes). Returns the
+    /// node as written, if it wrote.
+    async fn check_sentinel(&self, node: &Node, said: &mut SentinelSaid) -> Option<Node> {
         let sentinel = self.settings.sentinel.clone()?;
         let what = sentinel.describe();
         let fingerprint = match tokio::task::spawn_blocking(move || sentinel.check()).await {
@@ -221,9 +231,10 @@ impl NodeAgent {
         let keys = &self.settings.keys;
         let facts = common::NodeFacts::from_node(node);
         let recorded = facts.annotations.get(&keys.sentinel).map(String::as_str);
+        let opt_out = keys.opt_out(node.metadata.labels.as_ref());
         let action = crate::sentinel::decide_sentinel(
             &facts.protocol(keys),
-            keys.is_disabled(node.metadata.labels.as_ref()),
+            &opt_out,
             fingerprint.as_deref(),
             recorded,
             &self.settings.boot_id,
@@ -231,11 +242,19 @@ impl NodeAgent {
         // Gone or changed: whatever persisted before does not any more.
         if fingerprint.is_none() || action == SentinelAction::Request {
             self.observed.metrics.sentinel_persists.set(0);
-            *reported = None;
+            said.persists = None;
+        }
+        if action != SentinelAction::OptedOut {
+            said.opt_out = None;
         }
         match (action, fingerprint) {
             (SentinelAction::Persists, Some(fingerprint)) => {
-                self.report_persisting(node, &what, fingerprint, reported)
+                self.report_persisting(node, &what, fingerprint, &mut said.persists)
+                    .await;
+                None
+            }
+            (SentinelAction::OptedOut, _) => {
+                self.report_opted_out(node, &what, &opt_out, &mut said.opt_out)
                     .await;
                 None
             }
@@ -282,6 +301,34 @@ impl NodeAgent {
             .publish(node, Reason::SentinelPersists, note)
             .await;
         *reported = Some(fingerprint);
+    }
+
+    /// A Warning, once per value (`said`), when the sentinel asks for a reboot that an opt-out
+    /// value other than `true` or `false` keeps from being requested: how it was read.
+    async fn report_opted_out(
+        &self,
+        node: &Node,
+        what: &str,
+        opt_out: &common::OptOut,
+        said: &mut Option<String>,
+    ) {
+        let Some(value) = opt_out.unexpected() else {
+            return;
+        };
+        if said.as_deref() == Some(value) {
+            return;
+        }
+        let key = &self.settings.keys.disabled;
+        let note = format!(
+            "{what} asks for a reboot, but the node is labelled {key}={value:?}, which is not \
+             `true` or `false`: read as opted out, so no reboot is requested. Keep it out with \
+             {key}=true; let it reboot by removing the label or with {key}=false"
+        );
+        warn!("{note}");
+        self.events
+            .publish(node, Reason::UnexpectedOptOutValue, note)
+            .await;
+        *said = Some(value.to_owned());
     }
 
     /// `reboot-needed`, who asked, and the record of this sentinel in this boot, in one patch.

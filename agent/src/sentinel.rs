@@ -13,7 +13,7 @@
 //! a new one.
 
 use crate::rebooter::{RebootCommand, command::host_command};
-use common::{Phase, ProtocolState, Request};
+use common::{OptOut, Phase, ProtocolState, Request};
 use std::{io::Read, path::PathBuf, process::Stdio};
 
 /// Where the agent looks for the operating system's request.
@@ -34,6 +34,9 @@ pub enum SentinelAction {
     Nothing,
     /// Write `reboot-needed` with who asked and the fingerprint.
     Request,
+    /// The sentinel is there, but the node is opted out (`reboot-disabled`, any value but
+    /// `false`): no request; an unexpected value is warned about.
+    OptedOut,
     /// The sentinel is still the one a past reboot was requested for, and the node has booted
     /// since: report it, do not request again.
     Persists,
@@ -150,11 +153,11 @@ fn fnv1a(bytes: &[u8]) -> u64 {
 }
 
 /// Pure: what to do about a sentinel found with `fingerprint` (`None`: not found) on a node in
-/// `state`, booted as `boot_id`, `recorded` being the value of `reboot-sentinel` (the sentinel
-/// its last automatic request was made for).
+/// `state`, opted out as `opt_out` says, booted as `boot_id`, `recorded` being the value of
+/// `reboot-sentinel` (the sentinel its last automatic request was made for).
 pub fn decide_sentinel(
     state: &ProtocolState,
-    opted_out: bool,
+    opt_out: &OptOut,
     fingerprint: Option<&str>,
     recorded: Option<&str>,
     boot_id: &str,
@@ -180,7 +183,7 @@ pub fn decide_sentinel(
         };
     };
     match recorded {
-        _ if opted_out => SentinelAction::Nothing,
+        _ if opt_out.opts_out() => SentinelAction::OptedOut,
         Some(record) if record.fingerprint == fingerprint => {
             if record.booted_since(boot_id) {
                 SentinelAction::Persists
@@ -221,7 +224,7 @@ mod tests {
                 Nothing,
             ),
             ("a need", false, Some("command 1"), None, Request),
-            ("opted out", true, Some("command 1"), None, Nothing),
+            ("opted out", true, Some("command 1"), None, OptedOut),
             (
                 "another sentinel than the recorded one",
                 false,
@@ -284,14 +287,51 @@ mod tests {
                 true,
                 Some("command 1"),
                 Some("b1 command 1"),
-                Nothing,
+                OptedOut,
             ),
         ];
         for (what, opted_out, found, recorded, expected) in cases {
+            let opt_out = if opted_out { OptOut::Yes } else { OptOut::No };
             assert_eq!(
-                decide_sentinel(&idle, opted_out, found, recorded, "b2"),
+                decide_sentinel(&idle, &opt_out, found, recorded, "b2"),
                 expected,
                 "{what}"
+            );
+        }
+    }
+
+    /// Whatever an administrator typed as `reboot-disabled`, only `false` (any case) lets the
+    /// sentinel request a reboot.
+    #[test]
+    fn any_opt_out_value_but_false_keeps_the_sentinel_from_requesting() {
+        let keys = AnnotationKeys::default();
+        for (typed, requests) in [
+            (None, true),
+            (Some("false"), true),
+            (Some("FALSE"), true),
+            (Some("true"), false),
+            (Some(""), false),
+            (Some("True"), false),
+            (Some("yes"), false),
+            (Some("1"), false),
+        ] {
+            let labels: BTreeMap<String, String> = typed
+                .map(|v| (keys.disabled.clone(), v.to_owned()))
+                .into_iter()
+                .collect();
+            let opt_out = keys.opt_out(Some(&labels));
+            let action = decide_sentinel(&state(&[]), &opt_out, Some("command 1"), None, "b2");
+            let expected = if requests {
+                SentinelAction::Request
+            } else {
+                SentinelAction::OptedOut
+            };
+            assert_eq!(action, expected, "{typed:?}");
+            // Said in a Warning when it is neither `true` nor `false`.
+            assert_eq!(
+                opt_out.unexpected(),
+                typed.filter(|t| !requests && *t != "true"),
+                "{typed:?}"
             );
         }
     }
@@ -312,7 +352,7 @@ mod tests {
                 (None, Some("b1 command 1")),
             ] {
                 assert_eq!(
-                    decide_sentinel(&busy, false, found, recorded, "b2"),
+                    decide_sentinel(&busy, &OptOut::No, found, recorded, "b2"),
                     SentinelAction::Nothing,
                     "{busy:?} {found:?} {recorded:?}"
                 );

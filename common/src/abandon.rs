@@ -1,5 +1,6 @@
 //! The value of `reboot-abandon`: who gave the node up and why. `kubectl reboot abandon`
-//! writes it as JSON; a value typed by hand is read as the reason, by someone unnamed.
+//! writes it as JSON; a value typed by hand is read as the reason, by someone unnamed, unless
+//! it reads as no (`false`, `no`, `0`): that gives nothing up, and is warned about.
 
 use serde::{Deserialize, Serialize};
 
@@ -10,6 +11,16 @@ pub struct Abandon {
     pub by: String,
     #[serde(default)]
     pub reason: String,
+}
+
+/// Whether a value of `reboot-abandon` reads as no (`false`, `no` or `0`, blanks and case
+/// aside): not a give-up. Giving a node up stops its reboot and releases its slot, so a value
+/// that says no must never do it.
+pub fn reads_as_no(value: &str) -> bool {
+    let value = value.trim();
+    ["false", "no", "0"]
+        .iter()
+        .any(|no| value.eq_ignore_ascii_case(no))
 }
 
 impl Abandon {
@@ -43,6 +54,20 @@ impl Abandon {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_false_no_and_0_read_as_no() {
+        for no in ["false", "no", "0", "No", " FALSE ", "NO"] {
+            assert!(reads_as_no(no), "{no:?}");
+        }
+        let by_plugin = Abandon {
+            by: "alice".into(),
+            reason: "no".into(),
+        };
+        for give_up in ["", "yes", "true", "replaced", "none", &by_plugin.to_value()] {
+            assert!(!reads_as_no(give_up), "{give_up:?}");
+        }
+    }
 
     #[test]
     fn the_plugins_value_reads_back_and_a_hand_typed_one_is_the_reason() {

@@ -90,7 +90,8 @@ reasons! {
     warnings: [
         DrainBlocked, RebootForced, InvalidRequest, LedgerDamaged, LedgerRecreated,
         UnknownFormat, UnexpectedPauseValue, NotReadyAfterReboot, RebootOverdue,
-        ZoneLabelMissing, NoAgent, PrometheusUnreachable, LabelKept,
+        ZoneLabelMissing, NoAgent, PrometheusUnreachable, LabelKept, UnexpectedOptOutValue,
+        UnexpectedAbandonValue,
     ],
     Requested,
     Draining,
@@ -121,6 +122,11 @@ reasons! {
     ForeignGrant,
     /// A requested node is opted out (`reboot-disabled=true`): it is never granted.
     RebootDisabled,
+    /// A requested node's `reboot-disabled` has a value other than `true` or `false` (an empty
+    /// one, `True`, `yes`, `1`...): read as opted out, never granted.
+    UnexpectedOptOutValue,
+    /// A node's `reboot-abandon` reads as no (`false`, `no`, `0`): not a give-up.
+    UnexpectedAbandonValue,
     /// A node went NotReady within `--min-ready-seconds` of its reboot; the pool holds.
     NotReadyAfterReboot,
     /// A node told to reboot was not completed (new boot, Ready) within `--reboot-timeout`;
@@ -156,7 +162,7 @@ reasons! {
     AgentReason, "agent", AGENT,
     warnings: [
         RebootRetried, RebootTimedOut, RebootFailed, SentinelPersists, RebootUnproven,
-        UnknownFormat,
+        UnknownFormat, UnexpectedOptOutValue,
     ],
     /// The agent is rebooting the node. (Its proof after the boot has no Event of the agent:
     /// the controller's `Rebooted` at completion tells of it.)
@@ -175,6 +181,9 @@ reasons! {
     RebootUnproven,
     /// The node's protocol annotations are in a format this agent does not know.
     UnknownFormat,
+    /// The sentinel asks for a reboot, but the node's `reboot-disabled` has a value other than
+    /// `true` or `false`: read as opted out, no request.
+    UnexpectedOptOutValue,
 }
 
 #[cfg(test)]
@@ -205,6 +214,8 @@ mod tests {
                 "ZoneLabelMissing",
                 "ForeignGrant",
                 "RebootDisabled",
+                "UnexpectedOptOutValue",
+                "UnexpectedAbandonValue",
                 "NotReadyAfterReboot",
                 "RebootOverdue",
                 "RebootAbandoned",
@@ -231,6 +242,7 @@ mod tests {
                 "SentinelPersists",
                 "RebootUnproven",
                 "UnknownFormat",
+                "UnexpectedOptOutValue",
             ]
         );
     }
@@ -279,6 +291,8 @@ mod tests {
                 "UnknownFormat",
                 "UnexpectedPauseValue",
                 "ZoneLabelMissing",
+                "UnexpectedOptOutValue",
+                "UnexpectedAbandonValue",
                 "NotReadyAfterReboot",
                 "RebootOverdue",
                 "PrometheusUnreachable",

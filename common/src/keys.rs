@@ -53,6 +53,7 @@ pub const REBOOT_SENTINEL: &str = "reboot-sentinel";
 /// the protocol's keys, then removes this one.
 pub const REBOOT_ABANDON: &str = "reboot-abandon";
 /// A node LABEL: `reboot-disabled=true` opts the node out (no grant, no automatic request).
+/// Any value but `false` does, read fail-safe (see [`crate::OptOut`]).
 pub const REBOOT_DISABLED: &str = "reboot-disabled";
 
 /// The keys the admission policy lets an agent change on its own node: those of its own
@@ -212,11 +213,12 @@ impl AnnotationKeys {
         .contains(&&key.to_owned())
     }
 
-    /// Whether the node's labels opt it out (`reboot-disabled=true`).
-    pub fn is_disabled(&self, labels: Option<&std::collections::BTreeMap<String, String>>) -> bool {
-        labels
-            .and_then(|l| l.get(&self.disabled))
-            .is_some_and(|v| v.trim() == "true")
+    /// How the node's labels opt it out (`reboot-disabled`): any value but `false` does.
+    pub fn opt_out(
+        &self,
+        labels: Option<&std::collections::BTreeMap<String, String>>,
+    ) -> crate::OptOut {
+        crate::OptOut::of_labels(&self.disabled, labels)
     }
 
     /// Keys that say the node is somewhere in the protocol (a request included): none is

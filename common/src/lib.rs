@@ -11,6 +11,7 @@ pub mod format;
 pub mod keys;
 pub mod ledger;
 pub mod marks;
+pub mod opt_out;
 pub mod patch;
 pub mod state;
 // The unit tests of every crate write their Nodes with it (`test-util` in [dev-dependencies]).
@@ -21,5 +22,6 @@ pub use budget::{MaxUnavailable, MaxUnavailableError};
 pub use events::{AgentReason, ControllerReason, Reason};
 pub use keys::{AnnotationKeys, PrefixError};
 pub use marks::{MarkError, RebootMarks};
+pub use opt_out::OptOut;
 pub use patch::Transition;
 pub use state::{NodeFacts, Phase, ProtocolState, Readiness, Request, unavailable};

@@ -20,6 +20,9 @@ pub struct RebootMarks {
     pub post_reboot_labels: BTreeMap<String, String>,
     /// The key of a `PreferNoSchedule` taint set while the node waits for its reboot.
     pub prefer_no_schedule_taint: Option<String>,
+    /// The ledger (`<namespace>/<name>`) of the controller that sets them, recorded with the
+    /// waiting taint (see [`taint_record`]); empty for the agent's transitions.
+    pub ledger: String,
 }
 
 /// The empty marks, for transitions that set none (the agent's).
@@ -27,9 +30,15 @@ pub static NO_MARKS: RebootMarks = RebootMarks {
     pre_reboot_labels: BTreeMap::new(),
     post_reboot_labels: BTreeMap::new(),
     prefer_no_schedule_taint: None,
+    ledger: String::new(),
 };
 
 impl RebootMarks {
+    /// The marks as the controller of `ledger` sets them.
+    pub fn of_ledger(self, ledger: String) -> Self {
+        Self { ledger, ..self }
+    }
+
     /// Every label key the marks may set, for the controller's trimmed cache to keep.
     pub fn label_keys(&self) -> impl Iterator<Item = &String> {
         self.pre_reboot_labels
@@ -186,6 +195,28 @@ pub fn recorded(record: &str) -> BTreeMap<String, String> {
         .collect()
 }
 
+/// The record of the waiting taint (`reboot-tainted`): its key and the ledger of the controller
+/// that put it there, `<key> <namespace>/<ledger>`. A node that leaves the pool loses only the
+/// taint its own pool's controller put there: another pool's controller may have put its own,
+/// under the same key, once the node waits in that pool.
+pub fn taint_record(key: &str, ledger: &str) -> String {
+    if ledger.is_empty() {
+        key.to_owned()
+    } else {
+        format!("{key} {ledger}")
+    }
+}
+
+/// The key of the taint a record names, and the ledger whose controller put it there (`None`
+/// for a record without one: a hand edit, or written before records named their ledger).
+pub fn recorded_taint(record: &str) -> (&str, Option<&str>) {
+    let record = record.trim();
+    match record.split_once(' ') {
+        Some((key, ledger)) => (key, Some(ledger.trim()).filter(|l| !l.is_empty())),
+        None => (record, None),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -245,6 +276,18 @@ mod tests {
         );
         assert_eq!(marks.kept_at_grant(&labels, None), ["a=1", "b=", "c=2"]);
         assert_eq!(marks.kept_at_completion(&labels), ["b="]);
+    }
+
+    #[test]
+    fn a_taint_record_names_its_key_and_its_ledger() {
+        let record = taint_record("example.com/reboot-pending", "ns/slots");
+        assert_eq!(record, "example.com/reboot-pending ns/slots");
+        assert_eq!(
+            recorded_taint(&record),
+            ("example.com/reboot-pending", Some("ns/slots"))
+        );
+        assert_eq!(taint_record("reboot-pending", ""), "reboot-pending");
+        assert_eq!(recorded_taint("reboot-pending"), ("reboot-pending", None));
     }
 
     #[test]

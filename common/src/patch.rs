@@ -283,14 +283,25 @@ impl<'a> Transition<'a> {
 
     /// Our waiting taint goes (with its marker), if the node has it.
     fn remove_waiting_taint(&self, node: &NodeFacts, mut ops: Ops) -> Ops {
-        let Some(key) = node.protocol(self.keys).tainted else {
+        let Some(record) = node.protocol(self.keys).tainted else {
             return ops;
         };
-        if let Some(index) = taint_index(node, &key) {
-            ops = ops.remove_taint(index, &key);
+        let (key, _) = marks::recorded_taint(&record);
+        if let Some(index) = taint_index(node, key) {
+            ops = ops.remove_taint(index, key);
         }
-        ops.test_annotation(&self.keys.tainted, &key)
+        ops.test_annotation(&self.keys.tainted, &record)
             .remove_annotation(&self.keys.tainted)
+    }
+
+    /// Controller, a node that no longer waits for a slot of this pool (its request is no
+    /// longer one, it is opted out, or it left the pool): the waiting taint the operator put
+    /// on it goes, with its record, while the node is as it was read. `None` when it has none
+    /// (an administrator's taint of the same key has no record, and stays theirs).
+    pub fn untaint(&self, node: &NodeFacts) -> Option<Patch> {
+        node.protocol(self.keys).tainted?;
+        let ops = Ops::on(node).test_unchanged(node);
+        Some(self.remove_waiting_taint(node, ops).build())
     }
 
     /// Controller, a node that waits for its slot: the `PreferNoSchedule` taint, so that new
@@ -309,7 +320,10 @@ impl<'a> Transition<'a> {
             .test_unchanged(node)
             .test_annotation(&self.keys.needed, "true")
             .add_taint(node, key)
-            .set_annotation(&self.keys.tainted, key);
+            .set_annotation(
+                &self.keys.tainted,
+                &marks::taint_record(key, &self.marks.ledger),
+            );
         Some(ops.build())
     }
 
@@ -877,6 +891,7 @@ mod tests {
             pre_reboot_labels: labels(&[("ex.com/rebooting", "true"), ("lb", "out")]),
             post_reboot_labels: labels(&[("lb", "in")]),
             prefer_no_schedule_taint: Some("ex.com/reboot-pending".into()),
+            ledger: "ns/slots".into(),
         }
     }
 
@@ -987,6 +1002,38 @@ mod tests {
             without.taint_waiting(&facts_of(&obj)).is_none(),
             "no taint unless asked"
         );
+    }
+
+    #[test]
+    fn a_node_that_stops_waiting_loses_the_operators_taint_only() {
+        let keys = AnnotationKeys::default();
+        let marks = marks();
+        let t = Transition::new(&keys).with_marks(&marks);
+        let mut obj = json!({"metadata": {"name": "n1", "resourceVersion": "1",
+            "annotations": {"reboot-needed": "true"}},
+            "spec": {"taints": [{"key": "other", "effect": "NoSchedule"}]}});
+        step(&mut obj, |f| t.taint_waiting(f));
+        assert_eq!(
+            obj["metadata"]["annotations"]["reboot-tainted"],
+            json!("ex.com/reboot-pending ns/slots"),
+            "the record names the ledger that put it there"
+        );
+        let stale = t.untaint(&facts_of(&obj)).expect("a write");
+        step(&mut obj, |f| t.untaint(f));
+        assert_eq!(
+            obj["spec"]["taints"],
+            json!([{"key": "other", "effect": "NoSchedule"}])
+        );
+        assert_eq!(
+            obj["metadata"]["annotations"],
+            json!({"reboot-needed": "true"})
+        );
+        assert!(t.untaint(&facts_of(&obj)).is_none(), "nothing left to undo");
+        assert!(apply(&mut obj, &stale).is_err(), "tests the node's version");
+        // The administrator's taint of that key has no record: theirs.
+        let theirs = json!({"metadata": {"name": "n1", "resourceVersion": "1"},
+            "spec": {"taints": [{"key": "ex.com/reboot-pending", "effect": "PreferNoSchedule"}]}});
+        assert!(t.untaint(&facts_of(&theirs)).is_none());
     }
 
     #[test]

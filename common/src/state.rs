@@ -48,8 +48,12 @@ pub struct ProtocolState {
     pub labelled: Option<String>,
     /// The key of the waiting taint the controller put on the node (`reboot-tainted`).
     pub tainted: Option<String>,
-    /// An administrator gives the node up (`reboot-abandon`, any value): who and why.
+    /// An administrator gives the node up (`reboot-abandon`, any value but one that reads as
+    /// no): who and why.
     pub abandon: Option<String>,
+    /// A `reboot-abandon` whose value reads as no (`false`, `no`, `0`): it gives nothing up,
+    /// and the controller says so in a Warning. The administrator's to remove.
+    pub abandon_declined: Option<String>,
     /// The format version of these annotations (`reboot-protocol-version`) as found; none
     /// reads as version 1 (see [`crate::format`]).
     pub format: Option<String>,
@@ -78,6 +82,8 @@ impl ProtocolState {
         } else {
             Phase::Idle
         };
+        let abandon = annotations.get(&keys.abandon).cloned();
+        let declined = abandon.as_deref().is_some_and(crate::abandon::reads_as_no);
         Self {
             request,
             phase,
@@ -88,7 +94,8 @@ impl ProtocolState {
             approved_at: annotations.get(&keys.approved_at).cloned(),
             labelled: annotations.get(&keys.labelled).cloned(),
             tainted: annotations.get(&keys.tainted).cloned(),
-            abandon: annotations.get(&keys.abandon).cloned(),
+            abandon: abandon.clone().filter(|_| !declined),
+            abandon_declined: abandon.filter(|_| declined),
             format: annotations.get(&keys.protocol_version).cloned(),
         }
     }
@@ -255,6 +262,18 @@ mod tests {
             state(&[("reboot-needed", "banana")]).request,
             Request::Invalid("banana".into())
         );
+    }
+
+    #[test]
+    fn an_abandon_that_reads_as_no_is_no_give_up() {
+        let given_up = state(&[("reboot-abandon", "disk dead")]);
+        assert_eq!(given_up.abandon.as_deref(), Some("disk dead"));
+        assert_eq!(given_up.abandon_declined, None);
+        for no in ["false", "no", "0", "No"] {
+            let declined = state(&[("reboot-abandon", no)]);
+            assert_eq!(declined.abandon, None, "{no:?}");
+            assert_eq!(declined.abandon_declined.as_deref(), Some(no));
+        }
     }
 
     #[test]

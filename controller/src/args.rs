@@ -256,6 +256,8 @@ impl MarkArgs {
             pre_reboot_labels: self.pre_reboot_node_labels.iter().cloned().collect(),
             post_reboot_labels: self.post_reboot_node_labels.iter().cloned().collect(),
             prefer_no_schedule_taint: self.prefer_no_schedule_taint.clone(),
+            // The shell's: the ledger it writes.
+            ledger: String::new(),
         }
     }
 }

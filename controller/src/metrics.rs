@@ -333,7 +333,8 @@ impl Metrics {
         );
         registry.register(
             "opted_out_requests",
-            "Requested nodes labelled reboot-disabled=true, which are never granted",
+            "Requested nodes opted out (labelled reboot-disabled, any value but false), which are \
+             never granted",
             m.opted_out_requests,
         );
         registry.register(

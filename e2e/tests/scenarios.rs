@@ -31,6 +31,7 @@ mod monitoring;
 mod network_faults;
 mod notify;
 mod operability;
+mod opt_out;
 mod preflight;
 mod protocol;
 mod protocol_steps;

@@ -190,12 +190,12 @@ pub async fn request_node(
     let api: Api<Node> = Api::all(client.clone());
     for _ in 0..ATTEMPTS {
         let node = read_node(&api, name, "request").await?;
-        let opted_out = keys.is_disabled(node.metadata.labels.as_ref()).then(|| {
-            format!(
-                "; note: labelled {}=true, it is never rebooted while the label is there",
-                keys.disabled
-            )
-        });
+        let opted_out = keys
+            .opt_out(node.metadata.labels.as_ref())
+            .describe(&keys.disabled)
+            .map(|label| {
+                format!("; note: labelled {label}, it is never rebooted while the label is there")
+            });
         let (patch, note) = match request(keys, &NodeFacts::from_node(&node)) {
             RequestPlan::Already => {
                 return Ok(format!(

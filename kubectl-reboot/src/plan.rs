@@ -218,7 +218,10 @@ pub fn plan(
             .map(|(name, why)| LeftNode {
                 name: name.clone(),
                 reason: why.as_str(),
-                detail: left_detail(*why),
+                detail: match why {
+                    Wait::OptedOut => opted_out_detail(input, keys, name),
+                    _ => left_detail(*why),
+                },
             })
             .collect(),
         spills: planned
@@ -310,6 +313,17 @@ fn what_is_not_known(settings: &Settings, timed: bool, status: &status::Status) 
     notes
 }
 
+/// The opt-out label of a node left out, as found, and how it was read.
+fn opted_out_detail(input: &PoolInput, keys: &AnnotationKeys, name: &str) -> String {
+    let label = input
+        .nodes
+        .iter()
+        .find(|n| n.facts.name == name)
+        .and_then(|n| keys.opt_out(Some(&n.labels)).describe(&keys.disabled))
+        .unwrap_or_else(|| format!("{}=true", keys.disabled));
+    format!("labelled {label}: never rebooted")
+}
+
 fn left_detail(why: Wait) -> String {
     match why {
         Wait::Paused => "the pool is paused: `kubectl reboot resume` lifts it",
@@ -319,7 +333,7 @@ fn left_detail(why: Wait) -> String {
              starts until it recovers or an administrator acts (see `kubectl reboot status`)"
         }
         Wait::BlockingPod => "a blocking pod runs on it: not rebooted while it runs",
-        Wait::OptedOut => "labelled reboot-disabled=true: never rebooted",
+        Wait::OptedOut => "labelled reboot-disabled: never rebooted",
         Wait::NoZoneLabel => "no zone label while zone budgets are on: never granted without one",
         Wait::WindowNeverOpens => "no maintenance window opens again",
         Wait::BudgetFull | Wait::ZoneFull | Wait::OutsideWindow => "waits",
@@ -412,7 +426,7 @@ fn view(node: &NodeInput, keys: &AnnotationKeys, zone_label: &str) -> NodeView {
         not_before: None,
         drain: DrainState::NotStarted,
         zone: node.labels.get(zone_label).cloned(),
-        opted_out: keys.is_disabled(Some(&node.labels)),
+        opt_out: keys.opt_out(Some(&node.labels)),
         ready_since: Some(0),
         approved_at: None,
         claimed_at: None,

@@ -424,7 +424,9 @@ impl Context<'_> {
         let state = facts.protocol(self.keys);
         let slot = self.ledger.slots.get(&facts.name);
         let granted_at = slot.and_then(|s| s.granted_at.parse::<Timestamp>().ok());
-        let opted_out = self.keys.is_disabled(Some(&node.labels));
+        // The opt-out label as found, and how it reads: any value but `false` opts out.
+        let opt_out = self.keys.opt_out(Some(&node.labels));
+        let opted_out = opt_out.describe(&self.keys.disabled);
         let mut status = NodeStatus {
             name: facts.name.clone(),
             state: State::Idle,
@@ -445,7 +447,7 @@ impl Context<'_> {
             holds_slot: slot.is_some(),
             granted_at: slot.map(|s| s.granted_at.clone()),
             unavailable: common::unavailable(facts, &state, slot.is_some()),
-            opted_out,
+            opted_out: opted_out.is_some(),
             in_pool: node.in_pool,
             last_completed: state.last_completed.clone(),
             abandon: None,
@@ -535,9 +537,9 @@ impl Context<'_> {
             }
             Phase::Idle => match &state.request {
                 Request::Absent => {
-                    status.detail = match (&state.last_completed, opted_out) {
-                        (_, true) => format!("opted out ({}=true)", self.keys.disabled),
-                        (Some(at), false) => match at.parse::<Timestamp>() {
+                    status.detail = match (&state.last_completed, &opted_out) {
+                        (_, Some(label)) => format!("opted out ({label})"),
+                        (Some(at), None) => match at.parse::<Timestamp>() {
                             Ok(t) => format!(
                                 "last reboot {} ago ({})",
                                 estimate::human(self.now.as_second() - t.as_second()),
@@ -545,7 +547,7 @@ impl Context<'_> {
                             ),
                             Err(_) => format!("last reboot completed {at}"),
                         },
-                        (None, false) => String::new(),
+                        (None, None) => String::new(),
                     };
                 }
                 Request::Invalid(value) => {
@@ -555,7 +557,9 @@ impl Context<'_> {
                         self.keys.needed
                     );
                 }
-                Request::Needed => since = self.waiting(node, opted_out, &mut status),
+                Request::Needed => {
+                    since = self.waiting(node, opted_out.as_deref(), &mut status);
+                }
             },
         }
         if let Some(theirs) = state
@@ -619,12 +623,13 @@ impl Context<'_> {
         status.detail = format!("{}; held: {}", status.detail, reason.as_str());
     }
 
-    /// A request without a slot: why it waits, from what is known now (the label, the
-    /// pause, a sick node) and the controller's latest Event about it. Returns since when.
+    /// A request without a slot: why it waits, from what is known now (the label, as
+    /// `opted_out` describes it, the pause, a sick node) and the controller's latest Event
+    /// about it. Returns since when.
     fn waiting(
         &self,
         node: &NodeInput,
-        opted_out: bool,
+        opted_out: Option<&str>,
         status: &mut NodeStatus,
     ) -> Option<Timestamp> {
         let last = latest(
@@ -653,7 +658,7 @@ impl Context<'_> {
         let from_event = last.and_then(|e| Some((WaitReason::of_event(&e.reason)?, e)));
         // What is known now outranks an Event that may be from an earlier wait.
         let (reason, event) = match from_event {
-            _ if opted_out => (Some(WaitReason::OptedOut), None),
+            _ if opted_out.is_some() => (Some(WaitReason::OptedOut), None),
             _ if self.ledger.paused => (Some(WaitReason::Paused), None),
             // The pool holds for the late node whatever slot is free.
             _ if self.late.is_some() => (Some(WaitReason::RebootOverdue), None),
@@ -681,9 +686,9 @@ impl Context<'_> {
         let why = match (reason, event) {
             (Some(reason), Some(e)) => format!("{}: {}", reason.as_str(), short_note(&e.message)),
             (Some(WaitReason::OptedOut), None) => format!(
-                "{}: labelled {}=true, never rebooted while the label is there",
+                "{}: labelled {}, never rebooted while the label is there",
                 WaitReason::OptedOut.as_str(),
-                self.keys.disabled
+                opted_out.unwrap_or_default()
             ),
             (Some(WaitReason::Paused), None) => format!(
                 "{}: reboot-paused=true on the ledger Lease {}",

@@ -25,7 +25,7 @@ pub enum WaitReason {
     PrometheusUnreachable,
     /// A `--blocking-pod-selector` pod runs on it or in the cluster (`BlockingPod`).
     BlockingPod,
-    /// Labelled `reboot-disabled=true`: never rebooted (`RebootDisabled`).
+    /// Labelled `reboot-disabled` with any value but `false`: never rebooted (`RebootDisabled`).
     OptedOut,
     /// A node of the pool is NotReady within `--min-ready-seconds` of its reboot
     /// (`NotReadyAfterReboot` on that node).

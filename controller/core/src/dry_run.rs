@@ -62,6 +62,7 @@ pub fn plan(decision: &Decision, budget: usize, drain: bool) -> Vec<WouldDo> {
             NodeAction::Complete { .. } => "would complete its reboot and uncordon it",
             NodeAction::Release { .. } => "would give it back, uncordoned",
             NodeAction::Taint(_) => "would taint it PreferNoSchedule while it waits",
+            NodeAction::Untaint(_) => "would remove its waiting taint: it waits for nothing here",
             NodeAction::Abandon { .. } => {
                 "would give it up: clear its protocol, uncordon it if the operator cordoned it"
             }

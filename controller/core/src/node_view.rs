@@ -2,7 +2,7 @@
 //! protocol state and what this replica knows about it. Its own module, so that the budget
 //! (which counts views) and the decision core (which uses the budget) do not import each other.
 
-use common::{NodeFacts, ProtocolState};
+use common::{NodeFacts, OptOut, ProtocolState};
 
 /// Where the drain of one grant stands, as this replica knows it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -31,8 +31,9 @@ pub struct NodeView {
     pub drain: DrainState,
     /// The value of its `--zone-label`; `None` without one (such nodes form one zone).
     pub zone: Option<String>,
-    /// Labelled `reboot-disabled=true`: never granted.
-    pub opted_out: bool,
+    /// How its `reboot-disabled` label reads: any value but `false` opts it out, and an
+    /// opted-out node is never granted.
+    pub opt_out: OptOut,
     /// Since when (same unit as `now`) this controller has seen the node Ready without a
     /// break and after its last completed reboot (a short reboot may never show NotReady);
     /// `None` while it is not Ready.

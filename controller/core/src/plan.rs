@@ -29,6 +29,7 @@ pub fn node_patch(
         NodeAction::Complete { grant, .. } => Some(t.complete(facts, Some(grant), now)),
         NodeAction::Release { .. } => t.release(facts),
         NodeAction::Taint(_) => t.taint_waiting(facts),
+        NodeAction::Untaint(_) => t.untaint(facts),
         NodeAction::Abandon { .. } => t.abandon(facts),
         NodeAction::ForgetAbandon { .. } => t.forget_abandon(facts),
         NodeAction::Refetch(_)

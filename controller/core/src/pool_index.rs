@@ -23,6 +23,7 @@ pub fn in_protocol(state: &ProtocolState) -> bool {
         || state.labelled.is_some()
         || state.tainted.is_some()
         || state.abandon.is_some()
+        || state.abandon_declined.is_some()
         || state.format.is_some()
 }
 

@@ -8,7 +8,10 @@ use crate::{
     drain::tracker::DrainTracker,
 };
 use common::{AnnotationKeys, NodeFacts, Request};
-use controller_core::{decide::NodeView, ledger::Ledger};
+use controller_core::{
+    decide::{NodeView, Unexpected},
+    ledger::Ledger,
+};
 use k8s_openapi::api::core::v1::Node;
 use std::{
     collections::{HashMap, HashSet},
@@ -30,6 +33,8 @@ pub struct Memory {
     foreign: HashSet<String>,
     /// Nodes in a format this build does not know, as of the last round.
     unknown_format: HashSet<String>,
+    /// Values typed by hand read otherwise than written, per node, as of the last round.
+    unexpected: HashSet<(String, Unexpected)>,
     /// `--dry-run`: what was said already, per node.
     said_dry_run: HashSet<(String, String)>,
 }
@@ -102,7 +107,7 @@ fn millis(at: &str) -> Option<u64> {
 }
 
 /// Of the nodes in `now`, those not in `last`; `last` becomes `now`.
-fn first_in_episode(last: &mut HashSet<String>, now: &[String]) -> Vec<String> {
+fn first_in_episode<T: Clone + Eq + std::hash::Hash>(last: &mut HashSet<T>, now: &[T]) -> Vec<T> {
     let fresh = now.iter().filter(|n| !last.contains(*n)).cloned().collect();
     *last = now.iter().cloned().collect();
     fresh
@@ -162,7 +167,7 @@ impl Memory {
                         .unwrap_or_default(),
                     in_pool: overlay.in_pool(node),
                     zone: overlay.zone_of(node),
-                    opted_out: keys.is_disabled(node.metadata.labels.as_ref()),
+                    opt_out: keys.opt_out(node.metadata.labels.as_ref()),
                     ready_since,
                     approved_at: approved_at(&state, ledger.slots.get(&name)),
                     // Since when (this replica's clock) the node has been cordoned for its
@@ -227,6 +232,12 @@ impl Memory {
     /// round (said once per episode).
     pub fn first_unknown_format(&mut self, now: &[String]) -> Vec<String> {
         first_in_episode(&mut self.unknown_format, now)
+    }
+
+    /// Of the values typed by hand that a round read otherwise than written, those that were
+    /// not there in the last round (a Warning once per value and episode).
+    pub fn first_unexpected(&mut self, now: &[(String, Unexpected)]) -> Vec<(String, Unexpected)> {
+        first_in_episode(&mut self.unexpected, now)
     }
 
     /// True the first time a node is seen waiting for `reason` (a slot, the window, the

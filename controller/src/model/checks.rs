@@ -17,8 +17,15 @@ fn now_set(o: &Value) -> bool {
     annotation(o, "reboot-now").as_deref() == Some("true")
 }
 
-fn opted_out(o: &Value) -> bool {
-    o["metadata"]["labels"]["reboot-disabled"] == json!("true")
+/// The node's label opts it out: any value but `false`, typed in any case.
+pub fn opted_out(o: &Value) -> bool {
+    keys().opt_out(Some(&facts(o).labels)).opts_out()
+}
+
+/// The administrator gives the node up: `reboot-abandon` with any value but one that reads as
+/// no (`false`, `no`, `0`).
+fn given_up(o: &Value) -> bool {
+    facts(o).protocol(&keys()).abandon.is_some()
 }
 
 /// Unavailable, as invariant 1 counts it: Ready is not True, or cordoned, or in the protocol.
@@ -54,7 +61,7 @@ pub fn held_by_operator(s: &Server) -> BTreeSet<String> {
 /// A controller's write of node `i`, from `before` to `after`, by replica `k`.
 pub fn node_write(s: &Server, k: usize, i: usize, before: &Value, after: &Value) {
     // Only an administrator who gives the node up ends its request without a reboot.
-    let given_up = annotation(before, "reboot-abandon").is_some();
+    let given_up = given_up(before);
     if needed(before) && !needed(after) && !given_up {
         assert!(now_set(after), "lost request on n{i}");
     }
@@ -238,14 +245,20 @@ pub fn ledger_write(
             "granted {node}, which a blocking pod runs on"
         );
     }
-    // Invariant 1 in full: the slots, and every node the truth and this replica's cache both
-    // show unavailable (a node that went down after the replica last saw it is not a decision
-    // it could have taken into account), within the budget of the pool.
     // As the replica knows the node: its cache, or its own newer read or write.
     let seen = |i: usize, what: &dyn Fn(&Server, &Value) -> bool| -> bool {
         let cached = s.seen_copy(k, i);
         cached.is_some_and(|c| what(s, &c)) && s.node(i).is_some_and(|n| what(s, n))
     };
+    for node in &granted {
+        assert!(
+            !seen(index(node), &|_, n| opted_out(n)),
+            "granted {node}, whose label opts it out as the replica and the truth both show"
+        );
+    }
+    // Invariant 1 in full: the slots, and every node the truth and this replica's cache both
+    // show unavailable (a node that went down after the replica last saw it is not a decision
+    // it could have taken into account), within the budget of the pool.
     let mut counted: BTreeSet<String> = after
         .keys()
         .filter(|n| s.node(index(n)).is_some())

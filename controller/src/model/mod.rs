@@ -76,6 +76,7 @@ fn marks() -> common::RebootMarks {
         pre_reboot_labels: label("rebooting", "true"),
         post_reboot_labels: label("rebooted", "true"),
         prefer_no_schedule_taint: Some("reboot-pending".into()),
+        ..common::RebootMarks::default()
     }
 }
 

@@ -29,9 +29,12 @@ pub enum Step {
     Agent(usize),
     Kubelet(usize),
     Request(usize),
+    /// The administrator types a value of `reboot-needed` that is not a request.
+    TypeRequest(usize, &'static str),
     Cancel(usize),
-    /// The administrator gives the node up (`kubectl reboot abandon`).
-    Abandon(usize),
+    /// The administrator gives the node up (`kubectl reboot abandon`), or types a value that
+    /// reads as no.
+    Abandon(usize, &'static str),
     AdminCordon(usize),
     AdminTakesCordon(usize),
     Flap(usize),
@@ -51,7 +54,8 @@ pub enum Step {
         in_pool: bool,
         zone: Option<u8>,
     },
-    OptOut(usize),
+    /// The administrator types an opt-out value (`None`: removes the label).
+    OptOut(usize, Option<&'static str>),
     /// The administrator labels the node with a key the operator sets around a reboot
     /// (`mark`: a pre-reboot label's or the post-reboot label's): at the operator's value, at
     /// another (`None`: removes it).
@@ -98,6 +102,24 @@ const MARKS: [&str; 2] = ["rebooting", "rebooted"];
 /// What an administrator labels them with: the operator's own value, another, or nothing.
 const ADMIN_VALUES: [Option<&str>; 4] = [Some("true"), Some(""), Some("admin"), None];
 
+/// `reboot-needed` typed by hand, and not a request.
+const NOT_REQUESTS: [&str; 2] = ["yes", "True"];
+
+/// `reboot-disabled` as typed by hand: only `false` (any case) and no label let a node reboot.
+const OPT_OUTS: [Option<&str>; 8] = [
+    Some("true"),
+    Some(""),
+    Some("True"),
+    Some("yes"),
+    Some("1"),
+    Some("false"),
+    Some("FALSE"),
+    None,
+];
+
+/// `kubectl reboot abandon`'s value, or one typed by hand that reads as no.
+const ABANDONS: [&str; 2] = [ABANDON, "no"];
+
 pub fn step() -> impl Strategy<Value = Step> {
     let r = 0..3usize;
     let n = 0..NODES;
@@ -112,8 +134,10 @@ pub fn step() -> impl Strategy<Value = Step> {
         4 => n.clone().prop_map(Step::Agent),
         3 => n.clone().prop_map(Step::Kubelet),
         4 => n.clone().prop_map(Step::Request),
+        1 => (n.clone(), 0..NOT_REQUESTS.len())
+            .prop_map(|(i, r)| Step::TypeRequest(i, NOT_REQUESTS[r])),
         1 => n.clone().prop_map(Step::Cancel),
-        1 => n.clone().prop_map(Step::Abandon),
+        1 => (n.clone(), 0..ABANDONS.len()).prop_map(|(i, a)| Step::Abandon(i, ABANDONS[a])),
         1 => n.clone().prop_map(Step::AdminCordon),
         1 => n.clone().prop_map(Step::AdminTakesCordon),
         1 => n.clone().prop_map(Step::Flap),
@@ -125,7 +149,7 @@ pub fn step() -> impl Strategy<Value = Step> {
             .prop_map(|(node, running)| Step::Block { node, running }),
         1 => (n.clone(), proptest::bool::weighted(0.7), proptest::option::of(0..4u8))
             .prop_map(|(node, in_pool, zone)| Step::Relabel { node, in_pool, zone }),
-        1 => n.clone().prop_map(Step::OptOut),
+        1 => (n.clone(), 0..OPT_OUTS.len()).prop_map(|(i, o)| Step::OptOut(i, OPT_OUTS[o])),
         1 => (n.clone(), 0..MARKS.len(), 0..ADMIN_VALUES.len())
             .prop_map(|(node, mark, v)| Step::AdminLabel { node, mark, value: ADMIN_VALUES[v] }),
         1 => n.clone().prop_map(Step::DeleteNode),
@@ -222,8 +246,9 @@ impl Model {
             Step::Agent(i) => self.agent(i),
             Step::Kubelet(i) => self.kubelet(i),
             Step::Request(i) => self.annotate(i, "reboot-needed", Some("true")),
+            Step::TypeRequest(i, value) => self.annotate(i, "reboot-needed", Some(value)),
             Step::Cancel(i) => self.annotate(i, "reboot-needed", None),
-            Step::Abandon(i) => self.annotate(i, "reboot-abandon", Some(ABANDON)),
+            Step::Abandon(i, value) => self.annotate(i, "reboot-abandon", Some(value)),
             Step::AdminCordon(i) => self.admin_cordon(i),
             Step::AdminTakesCordon(i) => {
                 // The documented way to keep the operator's cordon after the reboot.
@@ -256,14 +281,16 @@ impl Model {
                 in_pool,
                 zone,
             } => self.relabel(node, in_pool, zone),
-            Step::OptOut(i) => {
+            Step::OptOut(i, value) => {
                 let mut s = self.s();
                 if let Some(labels) = s
                     .node_mut(i)
                     .and_then(|n| n["metadata"]["labels"].as_object_mut())
-                    && labels.remove("reboot-disabled").is_none()
                 {
-                    labels.insert("reboot-disabled".into(), "true".into());
+                    match value {
+                        Some(value) => labels.insert("reboot-disabled".into(), value.into()),
+                        None => labels.remove("reboot-disabled"),
+                    };
                 }
                 s.bump(i);
             }
@@ -456,7 +483,8 @@ impl Model {
         checks::every_step(&s);
     }
 
-    /// No request, no slot, nothing in the protocol: nothing more can happen.
+    /// No request, no slot, nothing in the protocol, no waiting taint on a node that waits
+    /// for nothing: nothing more can happen.
     fn quiet(&self) -> bool {
         let s = self.s();
         s.slots().is_empty()
@@ -464,19 +492,22 @@ impl Model {
             && (0..NODES).all(|i| {
                 s.node(i).is_none_or(|n| {
                     let state = facts(n).protocol(&keys());
-                    (state.request == Request::Absent || self.waits_for_good(&s, i))
+                    (state.request != Request::Needed || self.waits_for_good(&s, i))
                         && state.phase == Phase::Idle
                         && state.grant.is_none()
                         && state.abandon.is_none()
                         && !state.cordoned_by_operator
+                        && (state.tainted.is_none() || waits_here(&s, i))
                 })
             })
     }
 
-    /// A request that is never granted, rightly: out of the pool, or without a zone label
-    /// while zone budgets are on.
+    /// A request that is never granted, rightly: out of the pool, opted out, or without a
+    /// zone label while zone budgets are on.
     fn waits_for_good(&self, s: &super::server::Server, i: usize) -> bool {
-        !s.in_pool(i) || (s.zone_budget.is_some() && s.zone(i).is_none())
+        !s.in_pool(i)
+            || s.node(i).is_some_and(checks::opted_out)
+            || (s.zone_budget.is_some() && s.zone(i).is_none())
     }
 
     /// Disturbances stop (pause lifted, window open, gates open, kubelets fixed, cordons
@@ -490,14 +521,9 @@ impl Model {
             let mut s = self.s();
             s.blocked.clear();
             s.show_blocked();
+            // Opt-outs stay as typed: a node they opt out must never be granted.
             for i in 0..NODES {
                 s.kubelets[i] = Kubelet::Healthy;
-                if let Some(labels) = s
-                    .node_mut(i)
-                    .and_then(|n| n["metadata"]["labels"].as_object_mut())
-                {
-                    labels.remove("reboot-disabled");
-                }
                 s.bump(i);
             }
             for i in std::mem::take(&mut s.admin_cordoned) {
@@ -511,18 +537,30 @@ impl Model {
                 }
             }
         }
-        let (requested, boots_before): (Vec<usize>, Vec<u32>) = {
+        let (requested, opted_out, boots_before): (Vec<usize>, Vec<usize>, Vec<u32>) = {
             let s = self.s();
             let requested = (0..NODES)
                 .filter(|&i| {
                     s.node(i).is_some_and(|n| {
-                        annotation(n, "reboot-needed").as_deref() == Some("true")
-                            // A node being given up has its request cleared with it.
-                            && annotation(n, "reboot-abandon").is_none()
+                        let state = facts(n).protocol(&keys());
+                        // A node being given up has its request cleared with it.
+                        state.request == Request::Needed && state.abandon.is_none()
                     }) && !self.waits_for_good(&s, i)
                 })
                 .collect();
-            (requested, s.boots.clone())
+            // Opted out and nowhere in the protocol: nothing may start.
+            let opted_out = (0..NODES)
+                .filter(|&i| {
+                    s.node(i).is_some_and(|n| {
+                        let state = facts(n).protocol(&keys());
+                        checks::opted_out(n)
+                            && state.phase == Phase::Idle
+                            && state.grant.is_none()
+                            && !s.slots().contains_key(&format!("n{i}"))
+                    })
+                })
+                .collect();
+            (requested, opted_out, s.boots.clone())
         };
         for _ in 0..60 * NODES {
             self.tick(10 * STEP_MS);
@@ -558,6 +596,13 @@ impl Model {
                 s.lease
             );
         }
+        for i in opted_out {
+            assert_eq!(
+                s.boots[i], boots_before[i],
+                "n{i} was rebooted while opted out: {:#?}",
+                s.nodes[i]
+            );
+        }
         assert!(s.slots().is_empty(), "slots left: {:?}", s.slots());
         for (i, node) in s.nodes.iter().enumerate() {
             let Some(node) = node else { continue };
@@ -571,6 +616,22 @@ impl Model {
                 state.abandon.is_none() || !s.in_pool(i),
                 "n{i} given up, but its reboot-abandon was never removed"
             );
+            let tainted = facts(node)
+                .taints
+                .unwrap_or_default()
+                .contains(&("reboot-pending".to_owned(), "PreferNoSchedule".to_owned()));
+            assert!(
+                waits_here(&s, i) || (state.tainted.is_none() && !tainted),
+                "n{i} waits for nothing here but keeps the waiting taint: {node:#}"
+            );
         }
     }
+}
+
+/// Node `i` waits for a slot of the pool: requested, in the pool, not opted out.
+fn waits_here(s: &super::server::Server, i: usize) -> bool {
+    s.in_pool(i)
+        && s.node(i).is_some_and(|n| {
+            facts(n).protocol(&keys()).request == Request::Needed && !checks::opted_out(n)
+        })
 }

@@ -331,14 +331,58 @@ impl Shell {
                 .get(name.as_str())
                 .filter(|_| self.memory.first_wait(name, reason.as_str()))
             {
+                let label = self
+                    .keys
+                    .opt_out(node.metadata.labels.as_ref())
+                    .describe(&self.keys.disabled)
+                    .unwrap_or_else(|| self.keys.disabled.clone());
                 let note = format!(
-                    "reboot requested, but the node is labelled {}=true: it is never rebooted \
-                     while the label is there",
-                    self.keys.disabled
+                    "reboot requested, but the node is labelled {label}: it is never rebooted \
+                     while the label is there"
                 );
                 tracing::info!(node = %name, "{note}");
                 self.events.publish(node, reason, note);
             }
+        }
+    }
+
+    /// A Warning on each node whose value typed by hand the round read otherwise than it is
+    /// written (an opt-out that is not `true`, a give-up that says no), once per value and
+    /// episode: how it was read, and what to write instead.
+    pub(super) fn announce_unexpected(
+        &mut self,
+        decision: &Decision,
+        nodes: &HashMap<&str, &Arc<Node>>,
+    ) {
+        for (name, value) in self.memory.first_unexpected(&decision.unexpected) {
+            let Some(node) = nodes.get(name.as_str()) else {
+                continue;
+            };
+            let (reason, note) = match &value {
+                Unexpected::OptOut(typed) => (
+                    Reason::UnexpectedOptOutValue,
+                    format!(
+                        "reboot requested, but the node is labelled {key}={typed:?}, which is \
+                         not `true` or `false`: read as opted out, so it is never rebooted while \
+                         the label is there. Keep it out with {key}=true; let it reboot by \
+                         removing the label (kubectl label node {name} {key}-) or with \
+                         {key}=false",
+                        key = self.keys.disabled
+                    ),
+                ),
+                Unexpected::Abandon(typed) => (
+                    Reason::UnexpectedAbandonValue,
+                    format!(
+                        "{key}={typed:?} reads as no: not a give-up; the node's reboot goes on \
+                         as if it were not there. To give the node up: kubectl reboot abandon \
+                         {name} --reason <why>; else remove it: kubectl annotate node {name} \
+                         {key}-",
+                        key = self.keys.abandon
+                    ),
+                ),
+            };
+            tracing::warn!(node = %name, "{note}");
+            self.events.publish(node, reason, note);
         }
     }
 

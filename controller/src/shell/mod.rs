@@ -27,7 +27,7 @@ use crate::{
 };
 use common::{AnnotationKeys, MaxUnavailable, NodeFacts, RebootMarks, Transition};
 use controller_core::{
-    decide::{Decision, Fence, Hold, NodeAction, ReleaseReason, Round},
+    decide::{Decision, Fence, Hold, NodeAction, ReleaseReason, Round, Unexpected},
     dry_run,
     ledger::{Ledger, new_grant_id},
     plan,
@@ -143,7 +143,7 @@ impl Shell {
             api: parts.node_api,
             clock: parts.clock,
             keys: parts.keys,
-            marks: parts.marks,
+            marks: parts.marks.of_ledger(parts.ledger_store.id()),
             max_unavailable: parts.max_unavailable,
             zone_budget: parts.zone_budget,
             drains: parts.drains,
@@ -284,6 +284,7 @@ impl Shell {
         self.announce_foreign(&decision, &by_name);
         self.announce_unknown_format(&decision, &by_name);
         self.announce_opted_out(&decision, &by_name);
+        self.announce_unexpected(&decision, &by_name);
         self.announce_rollout(&decision, scheduled, &gates);
         if self.marks.prefer_no_schedule_taint.is_some() {
             let t = Transition::new(&self.keys).with_marks(&self.marks);

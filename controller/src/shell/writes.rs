@@ -178,6 +178,9 @@ impl Shell {
             NodeAction::Taint(_) => {
                 tracing::info!(node = %name, "tainted PreferNoSchedule while it waits");
             }
+            NodeAction::Untaint(_) => {
+                tracing::info!(node = %name, "waiting taint removed: the node waits for nothing here");
+            }
             NodeAction::Abandon { .. } => self.abandoned(node, name),
             NodeAction::ForgetAbandon { .. } => {
                 tracing::info!(node = %name, "given up: slot released, reboot-abandon removed");

@@ -108,6 +108,56 @@ fn each_waiting_reason_comes_from_the_controllers_latest_event() {
     }
 }
 
+/// Whatever an administrator typed as `reboot-disabled`, only `false` (any case) lets the
+/// node be rebooted; the status says how an unexpected value was read.
+#[test]
+fn any_opt_out_value_but_false_shows_the_node_opted_out() {
+    for (typed, opted_out) in [
+        ("true", true),
+        ("", true),
+        ("True", true),
+        ("yes", true),
+        ("1", true),
+        ("false", false),
+        ("FALSE", false),
+    ] {
+        let mut requested = node("a", &[NEEDED]);
+        requested
+            .labels
+            .insert("reboot-disabled".into(), typed.into());
+        let mut idle = node("b", &[]);
+        idle.labels.insert("reboot-disabled".into(), typed.into());
+        let s = classify(&pool(vec![requested, idle], &[], false));
+        let (a, b) = (of(&s, "a"), of(&s, "b"));
+        assert_eq!(
+            (a.opted_out, b.opted_out),
+            (opted_out, opted_out),
+            "{typed:?}"
+        );
+        assert_eq!(
+            a.reason == Some(WaitReason::OptedOut),
+            opted_out,
+            "{typed:?}: {}",
+            a.detail
+        );
+        if opted_out {
+            let shown = match typed {
+                "true" => "reboot-disabled=true".to_owned(),
+                _ => format!("reboot-disabled={typed:?}"),
+            };
+            assert!(a.detail.contains(&shown), "{typed:?}: {}", a.detail);
+            assert!(b.detail.contains(&shown), "{typed:?}: {}", b.detail);
+        }
+        if opted_out && typed != "true" {
+            assert!(
+                a.detail.contains("read as opted out"),
+                "{typed:?}: {}",
+                a.detail
+            );
+        }
+    }
+}
+
 #[test]
 fn a_wait_event_before_the_last_step_is_from_an_earlier_wait() {
     let n = with_events(

@@ -110,6 +110,7 @@ fn steps(d: &Decision) -> Vec<&'static str> {
             NodeAction::Refetch(_) => "Refetch",
             NodeAction::WarnInvalidRequest { .. } => "WarnInvalidRequest",
             NodeAction::Taint(_) => "Taint",
+            NodeAction::Untaint(_) => "Untaint",
             NodeAction::Abandon { .. } => "Abandon",
             NodeAction::ForgetAbandon { .. } => "ForgetAbandon",
         })

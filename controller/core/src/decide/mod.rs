@@ -181,6 +181,9 @@ pub enum NodeAction {
     Complete { node: String, grant: String },
     /// Give a node back without a reboot: drop its grant, uncordon what we cordoned.
     Release { node: String, reason: ReleaseReason },
+    /// The node no longer waits for a slot of this pool (its request is no longer one, it is
+    /// opted out, or it left the pool): remove the waiting taint the operator put on it.
+    Untaint(String),
     /// Our copy of the node is older than the ledger's grant, or a slot holder is missing
     /// from the cache: read it from the API server before deciding about it.
     Refetch(String),
@@ -208,11 +211,22 @@ impl NodeAction {
             | Self::Release { node, .. }
             | Self::Refetch(node)
             | Self::Taint(node)
+            | Self::Untaint(node)
             | Self::WarnInvalidRequest { node, .. }
             | Self::Abandon { node }
             | Self::ForgetAbandon { node } => node,
         }
     }
+}
+
+/// A value an administrator typed that is not one the protocol expects, as the round read it:
+/// each is said in a Warning.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Unexpected {
+    /// The `reboot-disabled` of a requested node: read as opted out.
+    OptOut(String),
+    /// A `reboot-abandon` that reads as no: not a give-up.
+    Abandon(String),
 }
 
 /// What one round decided.
@@ -233,8 +247,12 @@ pub struct Decision {
     pub blocked: BTreeSet<String>,
     /// Of those, the ones a pre-flight check holds, with which.
     pub preflight: BTreeMap<String, Preflight>,
-    /// Requested nodes of the pool that are opted out (`reboot-disabled=true`).
+    /// Requested nodes of the pool that are opted out (`reboot-disabled`, any value but
+    /// `false`).
     pub opted_out: Vec<String>,
+    /// Values typed by hand on nodes of the pool that are not what the protocol expects, and
+    /// how they were read.
+    pub unexpected: Vec<(String, Unexpected)>,
     /// Nodes that went NotReady during their soak (`--min-ready-seconds`): they keep their
     /// slot, and no new slot is granted while there is one.
     pub not_ready_after_reboot: Vec<String>,
@@ -339,6 +357,7 @@ impl<'a> Round<'a> {
             }
         }
         self.missing_slot_holders(&mut decision);
+        self.read_unexpected(&mut decision);
         // Its own pool's: a node of this pool, one holding this ledger's slot, or one carrying
         // this ledger's grant (adopted this round by a ledger rebuilt or recreated without it,
         // after a relabel took it out of the pool).
@@ -355,6 +374,28 @@ impl<'a> Round<'a> {
             self.fence
                 .hold_back(actions, self.blocked, self.finish_after_window);
         decision
+    }
+
+    /// The values typed by hand on the pool's nodes (and ours) that the round read otherwise
+    /// than as they are written: an opt-out of a requested node, and a give-up that says no.
+    fn read_unexpected(&self, decision: &mut Decision) {
+        let read = |v: &&NodeView| v.state.unknown_format().is_none();
+        for view in self.nodes.iter().filter(read) {
+            if !view.in_pool && !self.ours(view) {
+                continue;
+            }
+            let node = view.name();
+            if let Some(value) = view.opt_out.unexpected()
+                && view.state.request == Request::Needed
+            {
+                let value = Unexpected::OptOut(value.to_owned());
+                decision.unexpected.push((node.to_owned(), value));
+            }
+            if let Some(value) = &view.state.abandon_declined {
+                let value = Unexpected::Abandon(value.clone());
+                decision.unexpected.push((node.to_owned(), value));
+            }
+        }
     }
 
     /// Whether the node holds this ledger's slot or carries its grant.
@@ -602,7 +643,21 @@ impl<'a> Round<'a> {
         }
         if view.in_pool {
             self.outside_the_protocol(view, decision);
+        } else if self.tainted_by_us(view) {
+            // It left the pool while it waited: it waits for nothing of ours any more.
+            decision.act(NodeAction::Untaint(node));
         }
+    }
+
+    /// The node carries the waiting taint this ledger's controller put on it (its record names
+    /// this ledger): once it is out of the pool, that taint is ours alone to remove. Another
+    /// pool's may be the node's now, and it puts its own there.
+    fn tainted_by_us(&self, view: &NodeView) -> bool {
+        view.state
+            .tainted
+            .as_deref()
+            .and_then(|record| common::marks::recorded_taint(record).1)
+            .is_some_and(|ledger| !self.ledger.id.is_empty() && ledger == self.ledger.id)
     }
 
     fn outside_the_protocol(&self, view: &NodeView, decision: &mut Decision) {
@@ -616,10 +671,20 @@ impl<'a> Round<'a> {
             return;
         }
         match &view.state.request {
-            Request::Invalid(value) => decision.act(NodeAction::WarnInvalidRequest {
-                node,
-                value: value.clone(),
-            }),
+            Request::Invalid(value) => {
+                decision.act(NodeAction::WarnInvalidRequest {
+                    node: node.clone(),
+                    value: value.clone(),
+                });
+                // Not a request: the node waits for nothing.
+                if view.state.tainted.is_some() {
+                    decision.act(NodeAction::Untaint(node));
+                }
+            }
+            // Opted out: it is never granted, so it waits for nothing either.
+            Request::Needed if view.opt_out.opts_out() && view.state.tainted.is_some() => {
+                decision.act(NodeAction::Untaint(node))
+            }
             // Ours to undo: a cordon, labels or a taint left on a node whose request is gone.
             Request::Absent
                 if view.state.cordoned_by_operator
@@ -660,7 +725,7 @@ impl<'a> Round<'a> {
         decision.opted_out = self
             .nodes
             .iter()
-            .filter(|v| v.opted_out && v.in_pool && v.state.request == Request::Needed)
+            .filter(|v| v.opt_out.opts_out() && v.in_pool && v.state.request == Request::Needed)
             .map(|v| v.name().to_owned())
             .collect();
         let candidates = self.candidates(&slots);
@@ -735,7 +800,7 @@ impl<'a> Round<'a> {
 
     fn is_candidate(&self, view: &NodeView, slots: &Holders) -> bool {
         view.in_pool
-            && !view.opted_out
+            && !view.opt_out.opts_out()
             && view.state.request == Request::Needed
             && view.state.abandon.is_none()
             && view.state.grant.is_none()
@@ -763,3 +828,6 @@ mod delay_tests;
 
 #[cfg(test)]
 mod abandon_tests;
+
+#[cfg(test)]
+mod opt_out_tests;

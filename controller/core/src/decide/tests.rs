@@ -28,12 +28,13 @@ pub(super) fn view(obj: &Value) -> NodeView {
 /// The view every table test starts from: in the pool, Ready since 0, not requested, no drain,
 /// no zone, read from the cache. A test sets what it is about with `..view_of(facts)`.
 pub(crate) fn view_of(facts: NodeFacts) -> NodeView {
+    let keys = AnnotationKeys::default();
     NodeView {
-        state: facts.protocol(&AnnotationKeys::default()),
+        state: facts.protocol(&keys),
+        opt_out: keys.opt_out(Some(&facts.labels)),
         facts,
         in_pool: true,
         zone: None,
-        opted_out: false,
         ready_since: Some(0),
         requested_at: None,
         not_before: None,

@@ -451,7 +451,7 @@ impl<'a> Simulation<'a> {
 
     fn note_all(&mut self, why: Wait) {
         for name in self.requested() {
-            let opted_out = self.view(&name).is_some_and(|v| v.opted_out);
+            let opted_out = self.view(&name).is_some_and(|v| v.opt_out.opts_out());
             if !opted_out {
                 self.note(&name, why);
             }
@@ -465,7 +465,7 @@ impl<'a> Simulation<'a> {
     /// Every request not granted is left, for `why` (opted-out nodes for being opted out).
     fn leave_waiting(&mut self, why: Wait) {
         for name in self.requested() {
-            let opted_out = self.view(&name).is_some_and(|v| v.opted_out);
+            let opted_out = self.view(&name).is_some_and(|v| v.opt_out.opts_out());
             let why = if opted_out { Wait::OptedOut } else { why };
             self.plan.left.push((name, why));
         }
@@ -476,7 +476,7 @@ impl<'a> Simulation<'a> {
     fn leave_waiting_as_decided(&mut self, t: Timestamp) {
         let decision = self.decide(t);
         for name in self.requested() {
-            let opted_out = self.view(&name).is_some_and(|v| v.opted_out);
+            let opted_out = self.view(&name).is_some_and(|v| v.opt_out.opts_out());
             let why = if opted_out {
                 Wait::OptedOut
             } else if decision.zone_unknown.contains(&name) {

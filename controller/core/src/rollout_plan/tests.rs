@@ -185,7 +185,7 @@ fn zone_budgets_take_the_zones_in_turn() {
 fn a_paused_pool_plans_no_wave_and_says_why() {
     let setup = Setup::new(&[]);
     let mut nodes = requested(&["a", "b"]);
-    nodes[1].opted_out = true;
+    nodes[1].opt_out = common::OptOut::Yes;
     let mut input = setup.input(nodes, 2, "2026-11-24T10:00:00Z");
     input.held = Some(Wait::Paused);
     let plan = plan(input);
@@ -208,7 +208,7 @@ fn what_never_gets_a_slot_is_left_with_its_reason() {
         node("fine", Some("a"), Some(2)),
         node("out", Some("a"), Some(3)),
     ];
-    nodes[3].opted_out = true;
+    nodes[3].opt_out = common::OptOut::Yes;
     let mut input = setup.input(nodes, 2, "2026-11-24T10:00:00Z");
     input.zone_budget = Some(MaxUnavailable::Count(2));
     let plan = plan(input);

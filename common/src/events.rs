@@ -90,7 +90,7 @@ reasons! {
     warnings: [
         DrainBlocked, RebootForced, InvalidRequest, LedgerDamaged, LedgerRecreated,
         UnknownFormat, UnexpectedPauseValue, NotReadyAfterReboot, RebootOverdue,
-        ZoneLabelMissing, NoAgent, PrometheusUnreachable,
+        ZoneLabelMissing, NoAgent, PrometheusUnreachable, PreflightUnanswered,
     ],
     Requested,
     Draining,
@@ -141,11 +141,15 @@ reasons! {
     BlockingPod,
     /// A requested node has no Running and Ready agent pod (`--agent-selector`): not granted.
     NoAgent,
-    /// A PodDisruptionBudget that allows no disruption covers a pod of a requested node
-    /// (`--check-disruption-budgets`): not granted.
+    /// The Eviction API would refuse to evict a pod of a requested node
+    /// (`--check-disruption-budgets`): not granted; with `--force-reboot`, granted and its
+    /// drain forced.
     DisruptionBudget,
     /// A drain timed out and the node is rebooted anyway with pods on it (`--force-reboot`).
     RebootForced,
+    /// A pre-flight check has had no answer for `--preflight-timeout` (its watch cannot list):
+    /// the requested node goes without it.
+    PreflightUnanswered,
 }
 
 reasons! {
@@ -213,6 +217,7 @@ mod tests {
                 "NoAgent",
                 "DisruptionBudget",
                 "RebootForced",
+                "PreflightUnanswered",
             ]
         );
         let agent: Vec<_> = AgentReason::ALL.iter().map(|r| r.as_str()).collect();
@@ -280,6 +285,7 @@ mod tests {
                 "PrometheusUnreachable",
                 "NoAgent",
                 "RebootForced",
+                "PreflightUnanswered",
             ]
         );
         assert!(!AgentReason::Rebooting.is_warning());

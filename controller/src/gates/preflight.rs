@@ -28,7 +28,6 @@ use kube::{
 use observability::ApiErrorKind;
 use std::{
     collections::{BTreeMap, BTreeSet},
-    fmt,
     sync::{
         Arc, Mutex,
         atomic::{AtomicBool, Ordering},
@@ -66,13 +65,45 @@ impl Listing {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    fn record_error(&self, error: &dyn fmt::Display) {
-        *self.error_slot() = Some(error.to_string());
+    fn record_error(&self, error: String) {
+        *self.error_slot() = Some(brief(&error, ERROR_CHARS));
     }
 
     /// The last error the watch (or a read it depends on) met, if any.
     pub fn last_error(&self) -> Option<String> {
         self.error_slot().clone()
+    }
+}
+
+/// How much of a watch's error an Event repeats: the API server takes at most 1,024 characters
+/// of a note, and the note says more than the error.
+const ERROR_CHARS: usize = 300;
+
+/// An API error in a few words: the server's own message where there is one (the error's
+/// `Display` repeats the whole status).
+fn api_error(error: &kube::Error) -> String {
+    match error {
+        kube::Error::Api(status) => format!("{} ({})", status.message, status.code),
+        other => other.to_string(),
+    }
+}
+
+/// A watch's error in a few words, as [`api_error`].
+fn watch_error(error: &watcher::Error) -> String {
+    match error {
+        watcher::Error::InitialListFailed(e)
+        | watcher::Error::WatchStartFailed(e)
+        | watcher::Error::WatchFailed(e) => api_error(e),
+        watcher::Error::WatchError(status) => format!("{} ({})", status.message, status.code),
+        other => other.to_string(),
+    }
+}
+
+/// `text` cut to at most `chars` characters, with an ellipsis where it was cut.
+fn brief(text: &str, chars: usize) -> String {
+    match text.char_indices().nth(chars) {
+        Some((end, _)) => format!("{}...", &text[..end]),
+        None => text.to_owned(),
     }
 }
 
@@ -143,7 +174,7 @@ pub fn follow<K, S>(
                 Err(error) => {
                     metrics.api_error(resource, ApiErrorKind::of_watcher(&error));
                     tracing::warn!(%error, "{what} failed; retrying");
-                    listing.record_error(&error);
+                    listing.record_error(watch_error(&error));
                 }
             }
             changed.notify_one();
@@ -292,8 +323,9 @@ impl DisruptionBudgets {
                     metrics.api_error("pod", ApiErrorKind::of(&error));
                     tracing::warn!(budget = %k, %error,
                         "cannot list the pods of a PodDisruptionBudget; retrying");
-                    let what = format!("listing the pods of the PodDisruptionBudget {k}: {error}");
-                    self.listing.record_error(&what);
+                    let what = api_error(&error);
+                    let what = format!("listing the pods of the PodDisruptionBudget {k}: {what}");
+                    self.listing.record_error(what);
                 }
             }
         }
@@ -815,6 +847,15 @@ mod tests {
             claimed_at: None,
             drained_at: None,
         }
+    }
+
+    #[test]
+    fn an_error_said_in_an_event_is_cut_to_a_few_hundred_characters() {
+        assert_eq!(brief("forbidden", 300), "forbidden");
+        let long = "é".repeat(400);
+        let cut = brief(&long, 300);
+        assert_eq!(cut.chars().count(), 303, "{cut}");
+        assert!(cut.ends_with("é..."));
     }
 
     #[test]

@@ -91,7 +91,7 @@ reasons! {
         DrainBlocked, RebootForced, InvalidRequest, LedgerDamaged, LedgerRecreated,
         UnknownFormat, UnexpectedPauseValue, NotReadyAfterReboot, RebootOverdue,
         ZoneLabelMissing, NoAgent, PrometheusUnreachable, LabelKept, UnexpectedOptOutValue,
-        UnexpectedAbandonValue,
+        UnexpectedAbandonValue, PreflightUnanswered,
     ],
     Requested,
     Draining,
@@ -147,14 +147,18 @@ reasons! {
     BlockingPod,
     /// A requested node has no Running and Ready agent pod (`--agent-selector`): not granted.
     NoAgent,
-    /// A PodDisruptionBudget that allows no disruption covers a pod of a requested node
-    /// (`--check-disruption-budgets`): not granted.
+    /// The Eviction API would refuse to evict a pod of a requested node
+    /// (`--check-disruption-budgets`): not granted; with `--force-reboot`, granted and its
+    /// drain forced.
     DisruptionBudget,
     /// A drain timed out and the node is rebooted anyway with pods on it (`--force-reboot`).
     RebootForced,
     /// A label of a key `--pre-reboot-node-labels` or `--post-reboot-node-labels` sets was
     /// already on the node, somebody else's: left as it is, neither set nor removed.
     LabelKept,
+    /// A pre-flight check has had no answer for `--preflight-timeout` (its watch cannot list):
+    /// the requested node goes without it.
+    PreflightUnanswered,
 }
 
 reasons! {
@@ -228,6 +232,7 @@ mod tests {
                 "DisruptionBudget",
                 "RebootForced",
                 "LabelKept",
+                "PreflightUnanswered",
             ]
         );
         let agent: Vec<_> = AgentReason::ALL.iter().map(|r| r.as_str()).collect();
@@ -299,6 +304,7 @@ mod tests {
                 "NoAgent",
                 "RebootForced",
                 "LabelKept",
+                "PreflightUnanswered",
             ]
         );
         assert!(!AgentReason::Rebooting.is_warning());

@@ -111,10 +111,13 @@ pub struct Args {
     #[arg(long, env = "DRAIN_POD_SELECTOR")]
     pub drain_pod_selector: Option<String>,
 
-    /// Before granting a node, look for PodDisruptionBudgets that allow no disruption now and
-    /// cover a pod the drain would evict: such a node is not cordoned (its drain could not
-    /// finish); another requested node goes instead, and it goes once the budget allows a
-    /// disruption. Its Event (`DisruptionBudget`) names the budget. Only with --drain.
+    /// Before granting a node, look for a pod the drain would evict that the Eviction API
+    /// would refuse to evict now, by its own rules (a PodDisruptionBudget that allows no
+    /// disruption; a pod that is Pending, or not Ready while its budget has the healthy pods it
+    /// needs, is evicted anyway): such a node is not cordoned (its drain could not finish);
+    /// another requested node goes instead, and it goes once the pod can be evicted. Its Event
+    /// (`DisruptionBudget`) names the pod and the budget. With --force-reboot it holds no node:
+    /// the Event says the drain will be forced. Only with --drain.
     #[arg(long, env = "CHECK_DISRUPTION_BUDGETS", default_value_t = true, action = clap::ArgAction::Set)]
     pub check_disruption_budgets: bool,
 
@@ -124,6 +127,14 @@ pub struct Args {
     /// is enough. Empty: no such check.
     #[arg(long, env = "AGENT_SELECTOR", default_value = "app.kubernetes.io/name=reboot-agent", value_parser = parse_agent_selector)]
     pub agent_selector: String,
+
+    /// How long a pre-flight check (--agent-selector, --check-disruption-budgets) that has no
+    /// answer, because its watch cannot list (a role without the right, a list that keeps
+    /// failing), holds the requested nodes. Then it holds none: each goes without it, with a
+    /// Warning (`PreflightUnanswered`) naming the watch and the fix, and
+    /// `node_reboot_preflight_unanswered` is 1. The drain still honours every budget.
+    #[arg(long, env = "PREFLIGHT_TIMEOUT", default_value = "2m", allow_hyphen_values = true, value_parser = parse_duration)]
+    pub preflight_timeout: Duration,
 
     /// After a node's reboot is completed, its slot stays taken until the node has been Ready
     /// this many seconds (as a Deployment's minReadySeconds). A node that goes NotReady

@@ -171,6 +171,7 @@ pub struct Metrics {
     pub gates_open: Family<GateLabels, Gauge>,
     pub blocked_nodes: Gauge,
     pub preflight_held: Family<CheckLabels, Gauge>,
+    pub preflight_unanswered: Family<CheckLabels, Gauge>,
     pub notifications: Family<OutcomeLabels, Counter>,
     pub notifications_dropped: Family<ReasonLabels, Counter>,
     pub unknown_format: Family<ObjectLabels, Gauge>,
@@ -207,6 +208,7 @@ impl Metrics {
             gates_open: Family::default(),
             blocked_nodes: Gauge::default(),
             preflight_held: Family::default(),
+            preflight_unanswered: Family::default(),
             notifications: Family::default(),
             notifications_dropped: Family::default(),
             unknown_format: Family::default(),
@@ -350,9 +352,17 @@ impl Metrics {
         registry.register(
             "preflight_held_nodes",
             "Requested nodes not granted because a pre-flight check fails, by check (no_agent: no \
-             Running and Ready agent pod; disruption_budget: a PodDisruptionBudget allowing no \
-             disruption covers one of its pods)",
+             Running and Ready agent pod; disruption_budget: the Eviction API would refuse to \
+             evict one of its pods; checking: a check has no answer yet, for at most \
+             --preflight-timeout)",
             m.preflight_held,
+        );
+        registry.register(
+            "preflight_unanswered",
+            "Pre-flight checks that have had no answer for --preflight-timeout (their watch \
+             cannot list), by check (no_agent, disruption_budget): 1 while the check holds no \
+             node and the requested nodes go without it",
+            m.preflight_unanswered,
         );
         registry.register(
             "notifications",
@@ -390,7 +400,9 @@ impl Metrics {
         });
         for check in ["no_agent", "disruption_budget"] {
             metrics.preflight_held(check, 0);
+            metrics.preflight_unanswered(check, false);
         }
+        metrics.preflight_held("checking", 0);
         for object in ["node", "ledger"] {
             metrics.unknown_format(object, 0);
         }
@@ -432,6 +444,14 @@ impl Metrics {
                 check: check.into(),
             })
             .set(i64::try_from(nodes).unwrap_or(i64::MAX));
+    }
+
+    pub fn preflight_unanswered(&self, check: &str, unanswered: bool) {
+        self.preflight_unanswered
+            .get_or_create(&CheckLabels {
+                check: check.into(),
+            })
+            .set(i64::from(unanswered));
     }
 
     pub fn reboot_failed(&self, reason: &str) {

@@ -28,7 +28,7 @@ use crate::{
         AlertChecks, Gates,
         alert_watch::{self, AlertSettings},
         blocking_pods::BlockingPods,
-        preflight::{AgentPods, DisruptionBudgets, PreflightChecks},
+        preflight::{AgentPods, DisruptionBudgets, Heard, PreflightChecks},
     },
     metrics::Metrics,
     notify::{self, Notifier},
@@ -499,6 +499,10 @@ fn start_preflight(
         agents,
         budgets,
         agent_selector: selector,
+        force: args.force_reboot,
+        drain_timeout: args.drain_timeout,
+        timeout: args.preflight_timeout,
+        heard: Heard::default(),
     }
 }
 

@@ -124,18 +124,29 @@ async fn the_drain_and_reboot_now_wait_for_their_delays() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn with_force_reboot_a_drain_that_times_out_reboots_the_node_anyway() {
-    // The budget at 0 is set before the request: the pre-flight check would hold the node.
-    let args = [
-        "--drain-timeout",
-        "5s",
-        "--force-reboot",
-        "--check-disruption-budgets=false",
-    ];
+    // With the defaults otherwise: the pre-flight check of budgets is on, and the budget is
+    // at 0 before the request. With --force-reboot it holds no node; it says the drain will
+    // be forced.
+    let args = ["--drain-timeout", "5s", "--force-reboot"];
     let sb = e2e::sandbox_with_pods(2, "1", &args).await;
     apply(&sb.control_plane, &pod_that_blocks_the_drain_of("sim-1"));
     wait_until_the_budget_allows_no_disruption(&sb.control_plane).await;
     let watch = BudgetWatch::start(sb.client.clone(), 1).await;
     request_reboot(&sb.control_plane, "sim-1");
+    wait_for_event(
+        &sb.client,
+        "sim-1",
+        ControllerReason::DisruptionBudget,
+        &[
+            "granted although",
+            "the pod default/precious",
+            "the PodDisruptionBudget default/never-disrupt allows no disruption",
+            "--force-reboot",
+            "--drain-timeout (5s)",
+        ],
+        Some(&watch),
+    )
+    .await;
     wait_for_event(
         &sb.client,
         "sim-1",

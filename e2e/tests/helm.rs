@@ -407,6 +407,7 @@ fn sample_values() -> Value {
             "drainPodSelector": "drain=yes",
             "checkDisruptionBudgets": false,
             "agentSelector": "app=my-agent",
+            "preflightTimeout": "7m",
             "minReadySeconds": 1_000_000,
             "rebootTimeout": "45m",
             "rebootWindow": ["Mon-Fri 22:00-06:00 Europe/Berlin", "0 2 * * 6 4h"],

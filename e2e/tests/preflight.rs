@@ -160,7 +160,10 @@ async fn a_node_a_budget_at_zero_or_a_missing_agent_would_stall_is_not_cordoned_
                 &sb.client,
                 "sim-1",
                 ControllerReason::DisruptionBudget,
-                &["default/db"],
+                &[
+                    "the pod default/db-",
+                    "the PodDisruptionBudget default/db allows no disruption",
+                ],
             )
             .await
                 && has_event(
@@ -218,6 +221,219 @@ async fn a_node_a_budget_at_zero_or_a_missing_agent_would_stall_is_not_cordoned_
         rebooted_and_done(&sb, "sim-2")
     })
     .await;
+    watch.check().unwrap();
+    sb.stop().await;
+}
+
+/// Three replicas, one a node (required anti-affinity), and a budget that needs two of them.
+const WEB: &str = r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web, namespace: default}
+spec:
+  replicas: 3
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec:
+      automountServiceAccountToken: false
+      affinity:
+        podAntiAffinity:
+          requiredDuringSchedulingIgnoredDuringExecution:
+            - labelSelector: {matchLabels: {app: web}}
+              topologyKey: kubernetes.io/hostname
+      containers: [{name: web, image: registry.example/web:1}]
+---
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata: {name: web, namespace: default}
+spec:
+  minAvailable: 2
+  selector: {matchLabels: {app: web}}
+"#;
+
+/// The name of the `app=web` pod on `node`.
+async fn web_pod_on(client: &Client, node: &str) -> Option<String> {
+    let pods = Api::<Pod>::namespaced(client.clone(), "default")
+        .list(&ListParams::default().labels("app=web"))
+        .await
+        .expect("list pods");
+    pods.items
+        .into_iter()
+        .find(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node))
+        .and_then(|p| p.metadata.name)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_replica_that_is_not_ready_does_not_hold_its_node_while_its_budget_has_its_healthy_pods()
+{
+    let config = SandboxConfig::with_nodes(3).reboot_duration(Duration::from_secs(1));
+    let sb = Sandbox::start(config).await.expect("sandbox starts");
+    let cp = &sb.control_plane;
+    apply(cp, WEB);
+    let status = "jsonpath={.status.currentHealthy}/{.status.disruptionsAllowed}";
+    wait_until("the three replicas are Ready", ROLLOUT, None, || async {
+        ready_pods(&sb.client, "default", "app=web").await.len() == 3
+            && kubectl(cp, &["get", "pdb", "web", "-o", status]) == "3/1"
+    })
+    .await;
+    // The replica of sim-1 stops being Ready (its node's CSI or CNI is broken, say): the
+    // budget has the two healthy pods it needs, and allows no more disruption.
+    let broken = web_pod_on(&sb.client, "sim-1")
+        .await
+        .expect("a replica on sim-1");
+    kubectl(
+        cp,
+        &[
+            "patch",
+            "pod",
+            &broken,
+            "--subresource=status",
+            "--type=strategic",
+            "-p",
+            r#"{"status":{"conditions":[{"type":"Ready","status":"False"}]}}"#,
+        ],
+    );
+    wait_until("the budget allows no disruption", ROLLOUT, None, || async {
+        kubectl(cp, &["get", "pdb", "web", "-o", status]) == "2/0"
+    })
+    .await;
+    let watch = BudgetWatch::start(sb.client.clone(), 1).await;
+    request_reboot(cp, "sim-1");
+    // The Eviction API evicts a replica that is not Ready while its budget has its healthy
+    // pods: the drain finishes, and the node is rebooted.
+    wait_until(
+        "sim-1 is drained and rebooted",
+        ROLLOUT,
+        Some(&watch),
+        || rebooted_and_done(&sb, "sim-1"),
+    )
+    .await;
+    assert!(
+        !has_event(&sb.client, "sim-1", ControllerReason::DisruptionBudget, &[]).await,
+        "sim-1 was held for its budget"
+    );
+    let pods: Api<Pod> = Api::namespaced(sb.client.clone(), "default");
+    assert!(
+        pods.get_opt(&broken).await.expect("get pod").is_none(),
+        "{broken} was evicted"
+    );
+    watch.check().unwrap();
+    sb.stop().await;
+}
+
+/// The controller's role of `manifests/`, without the PodDisruptionBudget rule: a role
+/// trimmed by hand. Applied with its ServiceAccount and the Events' role; returns a kubeconfig
+/// of that ServiceAccount.
+fn controller_without_budget_rights(cp: &testenv::ControlPlane) -> std::path::PathBuf {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../manifests");
+    let role = std::fs::read_to_string(dir.join("controller-rbac.yaml")).expect("the role");
+    let rule = r#"  - apiGroups: ["policy"]
+    resources: ["poddisruptionbudgets"]
+    verbs: ["list", "watch"]
+"#;
+    assert!(role.contains(rule), "the budget rule in {role}");
+    e2e::kubectl_stdin(cp, &["apply", "-f", "-"], &role.replace(rule, ""));
+    let events = std::fs::read_to_string(dir.join("events-rbac.yaml")).expect("the Events' role");
+    e2e::kubectl_stdin(cp, &["apply", "-f", "-"], &events);
+    let token = kubectl(
+        cp,
+        &[
+            "create",
+            "token",
+            "-n",
+            OPERATOR_NAMESPACE,
+            "reboot-controller",
+            "--duration=2h",
+        ],
+    );
+    let kubeconfig = cp.dir().join("controller-trimmed.kubeconfig");
+    cp.write_kubeconfig_for_token(token.trim(), &kubeconfig)
+        .expect("kubeconfig");
+    kubeconfig
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_budget_check_its_role_cannot_list_warns_and_lets_the_node_go_with_the_drain_honouring_budgets()
+ {
+    let config = SandboxConfig::with_nodes(2)
+        .reboot_duration(Duration::from_secs(1))
+        .no_controller();
+    let mut sb = Sandbox::start(config).await.expect("sandbox starts");
+    let cp = &sb.control_plane;
+    apply(cp, &e2e::pod_that_blocks_the_drain_of("sim-1"));
+    e2e::wait_until_the_budget_allows_no_disruption(cp).await;
+    let kubeconfig = controller_without_budget_rights(cp);
+    let controller = nodesim::operator::ControllerProcess::start(
+        nodesim::workspace_binary("reboot-controller").unwrap(),
+        kubeconfig,
+        [
+            "--max-unavailable=1",
+            nodesim::sandbox::NO_AGENT_PODS,
+            "--preflight-timeout=5s",
+        ]
+        .map(String::from)
+        .to_vec(),
+        cp.dir().join("controller-1.log"),
+    )
+    .expect("controller starts");
+    let address = controller.metrics_address().expect("metrics address");
+    sb.controllers.push(controller);
+    let watch = BudgetWatch::start(sb.client.clone(), 1).await;
+    request_reboot(cp, "sim-1");
+    e2e::wait_for_event(
+        &sb.client,
+        "sim-1",
+        ControllerReason::PreflightUnanswered,
+        &[
+            "PodDisruptionBudget watch",
+            "forbidden",
+            "poddisruptionbudgets",
+            "--check-disruption-budgets=false",
+        ],
+        Some(&watch),
+    )
+    .await;
+    let unanswered = r#"node_reboot_preflight_unanswered{check="disruption_budget"}"#;
+    let metrics = e2e::scrape::scrape(address).await;
+    assert_eq!(
+        e2e::scrape::metric(&metrics, unanswered),
+        Some(1.0),
+        "{metrics}"
+    );
+    // The node goes without the check; its drain asks the Eviction API, which refuses
+    // `precious` while its budget allows no disruption: the node is not rebooted.
+    let refused = r#"node_reboot_api_errors_total{resource="eviction",kind="too_many_requests"}"#;
+    wait_until(
+        "the Eviction API refused precious",
+        ROLLOUT,
+        Some(&watch),
+        || async {
+            let metrics = e2e::scrape::scrape(address).await;
+            e2e::scrape::metric(&metrics, refused).is_some_and(|n| n >= 1.0)
+        },
+    )
+    .await;
+    assert_eq!(sb.fleet.reboots("sim-1"), 0, "rebooted with precious on it");
+    let pods: Api<Pod> = Api::namespaced(sb.client.clone(), "default");
+    assert!(pods.get_opt("precious").await.expect("get").is_some());
+    // The budget lets it go: the drain evicts it and the node is rebooted.
+    kubectl(
+        cp,
+        &[
+            "patch",
+            "pdb",
+            "never-disrupt",
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"minAvailable":0}}"#,
+        ],
+    );
+    wait_until("sim-1 is rebooted", ROLLOUT, Some(&watch), || {
+        rebooted_and_done(&sb, "sim-1")
+    })
+    .await;
+    assert!(pods.get_opt("precious").await.expect("get").is_none());
     watch.check().unwrap();
     sb.stop().await;
 }

@@ -24,6 +24,7 @@ flag of the programs' --help is here and in values.yaml, with the same default.
   (list "drainPodSelector" "drain-pod-selector" "" "value")
   (list "checkDisruptionBudgets" "check-disruption-budgets" true "value")
   (list "agentSelector" "agent-selector" "app.kubernetes.io/name=reboot-agent" "value")
+  (list "preflightTimeout" "preflight-timeout" "2m" "value")
   (list "minReadySeconds" "min-ready-seconds" 0 "value")
   (list "rebootTimeout" "reboot-timeout" "30m" "value")
   (list "rebootWindow" "reboot-window" list "list")

@@ -2,7 +2,10 @@
 //! it (kured's semantics), or, with `--blocking-pod-selector-scope=cluster`, anywhere. One
 //! watch per selector, filtered by the API server, keeps the matching pods; nothing polls.
 
-use crate::metrics::Metrics;
+use crate::{
+    gates::preflight::{Listing, follow},
+    metrics::Metrics,
+};
 use k8s_openapi::api::core::v1::Pod;
 use kube::{
     Api, Client, ResourceExt as _,
@@ -10,10 +13,7 @@ use kube::{
 };
 use std::{
     collections::{BTreeMap, BTreeSet},
-    sync::{
-        Arc,
-        atomic::{AtomicBool, Ordering},
-    },
+    sync::Arc,
 };
 use tokio::sync::Notify;
 
@@ -76,7 +76,7 @@ fn finished(pod: &Pod) -> bool {
 #[derive(Debug, Clone)]
 pub struct BlockingPods {
     scope: Scope,
-    stores: Vec<(String, Store<Pod>, Arc<AtomicBool>)>,
+    stores: Vec<(String, Store<Pod>, Listing)>,
 }
 
 impl BlockingPods {
@@ -92,21 +92,21 @@ impl BlockingPods {
             .iter()
             .map(|selector| {
                 let (store, writer) = reflector::store();
-                let listed = Arc::new(AtomicBool::new(false));
+                let listing = Listing::default();
                 let config = watcher::Config::default().labels(selector);
                 let stream = watcher(Api::<Pod>::all(client.clone()), config)
                     .default_backoff()
                     .reflect(writer);
                 let what = format!("blocking pod watch (--blocking-pod-selector {selector})");
-                crate::gates::preflight::follow(
+                follow(
                     stream,
                     what,
                     "pod",
-                    listed.clone(),
+                    listing.clone(),
                     metrics,
                     changed.clone(),
                 );
-                (selector.clone(), store, listed)
+                (selector.clone(), store, listing)
             })
             .collect();
         Self { scope, stores }
@@ -115,8 +115,11 @@ impl BlockingPods {
     /// A watch of `selector` fed by hand (the model test): its pods are what the writer gets.
     pub fn fed(selector: &str, scope: Scope) -> (Self, reflector::store::Writer<Pod>) {
         let writer = reflector::store::Writer::default();
-        let listed = Arc::new(AtomicBool::new(true));
-        let stores = vec![(selector.to_owned(), writer.as_reader(), listed)];
+        let stores = vec![(
+            selector.to_owned(),
+            writer.as_reader(),
+            Listing::listed_already(),
+        )];
         (Self { scope, stores }, writer)
     }
 
@@ -126,7 +129,7 @@ impl BlockingPods {
         let unlisted: Vec<String> = self
             .stores
             .iter()
-            .filter(|(_, _, listed)| !listed.load(Ordering::Acquire))
+            .filter(|(_, _, listing)| !listing.is_listed())
             .map(|(selector, _, _)| selector.clone())
             .collect();
         if !unlisted.is_empty() {

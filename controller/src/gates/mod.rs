@@ -5,6 +5,7 @@
 pub mod alert_watch;
 pub mod blocking_pods;
 pub mod preflight;
+pub mod refusal;
 
 use crate::{
     cluster::events::Reason,

@@ -1,13 +1,20 @@
 //! Pre-flight checks before a node is granted (and so cordoned): would its reboot stall once
 //! it is? A node without a running and Ready agent pod (`--agent-selector`) would never take
-//! `reboot-now`; a node with a pod that a PodDisruptionBudget allowing no disruption covers
-//! (`--check-disruption-budgets`) could not be drained. Such a node waits, uncordoned, with an
-//! Event that says why, and the slot goes to the next eligible node.
+//! `reboot-now`; a node with a pod that the Eviction API would refuse to evict now
+//! (`--check-disruption-budgets`, by the API's own rules: [`super::refusal`]) could not be
+//! drained. Such a node waits, uncordoned, with an Event that says why, and the slot goes to the
+//! next eligible node. With `--force-reboot` a refused pod holds no node: its drain is forced.
 //!
 //! Advice, not a safety invariant: the facts come from watches, and a node granted on an older
-//! reading goes on (its drain waits, as any drain does).
+//! reading goes on (its drain waits, as any drain does). A check whose watch has given no
+//! answer for `--preflight-timeout` holds no node any more: the nodes go without it, each
+//! with a Warning naming the watch, and the drain still honours every budget.
 
-use crate::metrics::Metrics;
+use crate::{
+    cluster::events::Reason,
+    gates::refusal::{Refused, could_refuse, is_ready, key, refusal},
+    metrics::Metrics,
+};
 use common::eviction::{Disposition, disposition};
 use controller_core::decide::{NodeView, Preflight};
 use futures::StreamExt as _;
@@ -29,15 +36,82 @@ use std::{
 };
 use tokio::sync::Notify;
 
-/// The pods of a budget that allows no disruption are read again at least this often: a pod
-/// may move to another node without the budget's status changing.
+/// The pods of a budget that could refuse an eviction are read again at least this often: a
+/// pod may move to another node, or turn Ready, without the budget's status changing.
 const COVERED_REFRESH: Duration = Duration::from_secs(30);
+
+/// Whether a watch has listed, and the last error it met (for the Event that says it cannot).
+#[derive(Debug, Clone, Default)]
+pub struct Listing {
+    listed: Arc<AtomicBool>,
+    error: Arc<Mutex<Option<String>>>,
+}
+
+impl Listing {
+    /// A watch fed by hand (the model test): listed from the start.
+    pub fn listed_already() -> Self {
+        let listing = Self::default();
+        listing.listed.store(true, Ordering::Release);
+        listing
+    }
+
+    pub fn is_listed(&self) -> bool {
+        self.listed.load(Ordering::Acquire)
+    }
+
+    fn error_slot(&self) -> std::sync::MutexGuard<'_, Option<String>> {
+        self.error
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn record_error(&self, error: String) {
+        *self.error_slot() = Some(brief(&error, ERROR_CHARS));
+    }
+
+    /// The last error the watch (or a read it depends on) met, if any.
+    pub fn last_error(&self) -> Option<String> {
+        self.error_slot().clone()
+    }
+}
+
+/// How much of a watch's error an Event repeats: the API server takes at most 1,024 characters
+/// of a note, and the note says more than the error.
+const ERROR_CHARS: usize = 300;
+
+/// An API error in a few words: the server's own message where there is one (the error's
+/// `Display` repeats the whole status).
+fn api_error(error: &kube::Error) -> String {
+    match error {
+        kube::Error::Api(status) => format!("{} ({})", status.message, status.code),
+        other => other.to_string(),
+    }
+}
+
+/// A watch's error in a few words, as [`api_error`].
+fn watch_error(error: &watcher::Error) -> String {
+    match error {
+        watcher::Error::InitialListFailed(e)
+        | watcher::Error::WatchStartFailed(e)
+        | watcher::Error::WatchFailed(e) => api_error(e),
+        watcher::Error::WatchError(status) => format!("{} ({})", status.message, status.code),
+        other => other.to_string(),
+    }
+}
+
+/// `text` cut to at most `chars` characters, with an ellipsis where it was cut.
+fn brief(text: &str, chars: usize) -> String {
+    match text.char_indices().nth(chars) {
+        Some((end, _)) => format!("{}...", &text[..end]),
+        None => text.to_owned(),
+    }
+}
 
 /// The agent pods, by a label selector, kept by one watch (one pod per node: small).
 #[derive(Debug, Clone)]
 pub struct AgentPods {
     store: Store<Pod>,
-    listed: Arc<AtomicBool>,
+    listing: Listing,
 }
 
 impl AgentPods {
@@ -48,7 +122,7 @@ impl AgentPods {
         metrics: &Metrics,
     ) -> Self {
         let (store, writer) = reflector::store();
-        let listed = Arc::new(AtomicBool::new(false));
+        let listing = Listing::default();
         let config = watcher::Config::default().labels(selector);
         let stream = watcher(Api::<Pod>::all(client.clone()), config)
             .default_backoff()
@@ -59,17 +133,17 @@ impl AgentPods {
             stream,
             what,
             "pod",
-            listed.clone(),
+            listing.clone(),
             metrics,
             changed.clone(),
         );
-        Self { store, listed }
+        Self { store, listing }
     }
 
     /// The nodes with a running agent (and whether it is Ready), or `None` before the first
     /// list.
     fn nodes(&self) -> Option<BTreeMap<String, bool>> {
-        if !self.listed.load(Ordering::Acquire) {
+        if !self.listing.is_listed() {
             return None;
         }
         let pods = self.store.state();
@@ -77,13 +151,13 @@ impl AgentPods {
     }
 }
 
-/// Drives a reflector's stream: `listed` once its first list is in, errors counted and logged
-/// (the watch retries), and `changed` woken at every event.
+/// Drives a reflector's stream: `listing` listed once its first list is in, errors counted,
+/// logged and kept (the watch retries), and `changed` woken at every event.
 pub fn follow<K, S>(
     stream: S,
     what: String,
     resource: &'static str,
-    listed: Arc<AtomicBool>,
+    listing: Listing,
     metrics: &Metrics,
     changed: Arc<Notify>,
 ) where
@@ -95,11 +169,12 @@ pub fn follow<K, S>(
         futures::pin_mut!(stream);
         while let Some(event) = stream.next().await {
             match event {
-                Ok(watcher::Event::InitDone) => listed.store(true, Ordering::Release),
+                Ok(watcher::Event::InitDone) => listing.listed.store(true, Ordering::Release),
                 Ok(_) => {}
                 Err(error) => {
                     metrics.api_error(resource, ApiErrorKind::of_watcher(&error));
                     tracing::warn!(%error, "{what} failed; retrying");
+                    listing.record_error(watch_error(&error));
                 }
             }
             changed.notify_one();
@@ -137,7 +212,7 @@ pub fn agent_nodes<'a>(pods: impl IntoIterator<Item = &'a Pod>) -> BTreeMap<Stri
         if let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.clone())
             && running(pod)
         {
-            *nodes.entry(node).or_insert(false) |= ready(pod);
+            *nodes.entry(node).or_insert(false) |= is_ready(pod);
         }
     }
     nodes
@@ -147,26 +222,21 @@ fn running(pod: &Pod) -> bool {
     pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
 }
 
-fn ready(pod: &Pod) -> bool {
-    let conditions = pod.status.as_ref().and_then(|s| s.conditions.as_ref());
-    conditions.is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-}
-
-/// What one PodDisruptionBudget that allows no disruption covers: the nodes of the pods the
-/// drain would evict, as read at the budget's version.
+/// The pods a drain would evict that one PodDisruptionBudget which could refuse an eviction
+/// selects, as read at the budget's version.
 #[derive(Debug, Clone)]
 struct Covered {
     version: Option<String>,
-    nodes: BTreeSet<String>,
+    pods: Vec<Pod>,
     read_at: tokio::time::Instant,
 }
 
-/// The PodDisruptionBudgets (one watch: they are few), and for each that allows no disruption
-/// the nodes of its pods, read by a task of their own so that rounds make no request.
+/// The PodDisruptionBudgets (one watch: they are few), and for each that could refuse an
+/// eviction the pods it selects, read by a task of their own so that rounds make no request.
 #[derive(Debug, Clone)]
 pub struct DisruptionBudgets {
     store: Store<PodDisruptionBudget>,
-    listed: Arc<AtomicBool>,
+    listing: Listing,
     covered: Arc<Mutex<BTreeMap<String, Covered>>>,
 }
 
@@ -179,12 +249,10 @@ impl DisruptionBudgets {
         metrics: &Metrics,
     ) -> Self {
         let (store, writer) = reflector::store();
-        let listed = Arc::new(AtomicBool::new(false));
-        let covered = Arc::new(Mutex::new(BTreeMap::new()));
         let budgets = Self {
             store,
-            listed,
-            covered,
+            listing: Listing::default(),
+            covered: Arc::new(Mutex::new(BTreeMap::new())),
         };
         let stream = watcher(
             Api::<PodDisruptionBudget>::all(client.clone()),
@@ -200,7 +268,7 @@ impl DisruptionBudgets {
             stream,
             what,
             resource,
-            budgets.listed.clone(),
+            budgets.listing.clone(),
             metrics,
             wake.clone(),
         );
@@ -219,19 +287,19 @@ impl DisruptionBudgets {
         budgets
     }
 
-    /// Reads the pods of each budget that allows no disruption and was not read at its
+    /// Reads the pods of each budget that could refuse an eviction and was not read at its
     /// current version (or not lately); forgets the others.
     async fn read_covered(&self, client: &Client, drain_selector: Option<&str>, metrics: &Metrics) {
-        let zero: Vec<Arc<PodDisruptionBudget>> = self
+        let refusing: Vec<Arc<PodDisruptionBudget>> = self
             .store
             .state()
             .into_iter()
-            .filter(|pdb| allows_none(pdb))
+            .filter(|pdb| could_refuse(pdb))
             .collect();
-        let keys: BTreeSet<String> = zero.iter().map(|p| key(p)).collect();
+        let keys: BTreeSet<String> = refusing.iter().map(|p| key(p.as_ref())).collect();
         self.lock().retain(|k, _| keys.contains(k));
-        for pdb in zero {
-            let (k, version) = (key(&pdb), pdb.resource_version());
+        for pdb in refusing {
+            let (k, version) = (key(pdb.as_ref()), pdb.resource_version());
             let current = self
                 .lock()
                 .get(&k)
@@ -240,13 +308,13 @@ impl DisruptionBudgets {
                 continue;
             }
             match pods_of(client, &pdb, drain_selector).await {
-                Ok(nodes) => {
+                Ok(pods) => {
                     let read_at = tokio::time::Instant::now();
                     self.lock().insert(
                         k,
                         Covered {
                             version,
-                            nodes,
+                            pods,
                             read_at,
                         },
                     );
@@ -255,6 +323,9 @@ impl DisruptionBudgets {
                     metrics.api_error("pod", ApiErrorKind::of(&error));
                     tracing::warn!(budget = %k, %error,
                         "cannot list the pods of a PodDisruptionBudget; retrying");
+                    let what = api_error(&error);
+                    let what = format!("listing the pods of the PodDisruptionBudget {k}: {what}");
+                    self.listing.record_error(what);
                 }
             }
         }
@@ -266,49 +337,62 @@ impl DisruptionBudgets {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// By node, the budgets that allow no disruption and cover one of its pods; `None` while
-    /// the budgets, or the pods of one of them, are not read yet.
-    fn blocking(&self) -> Option<BTreeMap<String, Vec<String>>> {
-        if !self.listed.load(Ordering::Acquire) {
+    /// By node, the pods the Eviction API would refuse to evict now; `None` while the budgets,
+    /// or the pods of one that could refuse, are not read yet.
+    fn refused(&self) -> Option<BTreeMap<String, Vec<Refused>>> {
+        if !self.listing.is_listed() {
             return None;
         }
+        let budgets = self.store.state();
         let covered = self.lock();
-        let mut by_node: BTreeMap<String, Vec<String>> = BTreeMap::new();
-        for pdb in self.store.state().iter().filter(|p| allows_none(p)) {
-            let k = key(pdb);
-            for node in &covered.get(&k)?.nodes {
-                by_node.entry(node.clone()).or_default().push(k.clone());
+        let mut pods: BTreeMap<String, &Pod> = BTreeMap::new();
+        for pdb in budgets.iter().filter(|p| could_refuse(p)) {
+            for pod in &covered.get(&key(pdb.as_ref()))?.pods {
+                pods.insert(key(pod), pod);
             }
         }
-        Some(by_node)
+        let budgets = budgets.iter().map(|p: &Arc<PodDisruptionBudget>| &**p);
+        Some(refused_by_node(pods.into_values(), budgets))
     }
 }
 
-fn key(pdb: &PodDisruptionBudget) -> String {
-    format!("{}/{}", pdb.namespace().unwrap_or_default(), pdb.name_any())
+/// By node, the pods of `pods` (those a drain would evict) that the Eviction API would refuse
+/// to evict, given every budget.
+pub fn refused_by_node<'a>(
+    pods: impl IntoIterator<Item = &'a Pod>,
+    budgets: impl IntoIterator<Item = &'a PodDisruptionBudget> + Clone,
+) -> BTreeMap<String, Vec<Refused>> {
+    let mut by_node: BTreeMap<String, Vec<Refused>> = BTreeMap::new();
+    for pod in pods {
+        let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.clone()) else {
+            continue;
+        };
+        if let Some(refusal) = refusal(pod, budgets.clone()) {
+            let pod = key(pod);
+            by_node
+                .entry(node)
+                .or_default()
+                .push(Refused { pod, refusal });
+        }
+    }
+    by_node
 }
 
-/// The budget's status says no pod it covers may be evicted now.
-pub fn allows_none(pdb: &PodDisruptionBudget) -> bool {
-    pdb.status
-        .as_ref()
-        .is_some_and(|s| s.disruptions_allowed == Some(0))
-}
-
-/// The nodes of the budget's pods that the drain would evict (not DaemonSet or mirror pods,
-/// not finished, not already being deleted). A budget without a selector covers no pod.
+/// The pods the budget selects that the drain would evict (not DaemonSet or mirror pods, not
+/// finished; with `--drain-pod-selector`, only those it selects), trimmed to what the rules
+/// read. A budget without a selector selects no pod.
 async fn pods_of(
     client: &Client,
     pdb: &PodDisruptionBudget,
     drain_selector: Option<&str>,
-) -> Result<BTreeSet<String>, kube::Error> {
+) -> Result<Vec<Pod>, kube::Error> {
     let Some(selector) = pdb.spec.as_ref().and_then(|s| s.selector.clone()) else {
-        return Ok(BTreeSet::new());
+        return Ok(Vec::new());
     };
     let selector = match Selector::try_from(selector) {
         Ok(selector) => selector.to_string(),
-        // The API server validated it; a selector kube cannot read covers nothing we know of.
-        Err(_) => return Ok(BTreeSet::new()),
+        // The API server validated it; a selector kube cannot read selects nothing we know of.
+        Err(_) => return Ok(Vec::new()),
     };
     let labels = [Some(selector.as_str()), drain_selector]
         .into_iter()
@@ -318,17 +402,86 @@ async fn pods_of(
         .join(",");
     let api: Api<Pod> = Api::namespaced(client.clone(), &pdb.namespace().unwrap_or_default());
     let pods = api.list(&ListParams::default().labels(&labels)).await?;
-    Ok(evicted_nodes(&pods.items))
+    Ok(evicted(pods.items))
 }
 
-/// The nodes of the pods a drain would evict.
-pub fn evicted_nodes(pods: &[Pod]) -> BTreeSet<String> {
-    pods.iter()
-        .filter(|p| p.metadata.deletion_timestamp.is_none())
+/// The pods of `pods` a drain would evict, on a node, with only what the eviction rules read.
+pub fn evicted(pods: Vec<Pod>) -> Vec<Pod> {
+    pods.into_iter()
         .filter(|p| matches!(disposition(p), Disposition::Evict { .. }))
-        .filter_map(|p| p.spec.as_ref()?.node_name.clone())
+        .filter(|p| p.spec.as_ref().is_some_and(|s| s.node_name.is_some()))
+        .map(|p| Pod {
+            metadata: kube::api::ObjectMeta {
+                name: p.metadata.name,
+                namespace: p.metadata.namespace,
+                labels: p.metadata.labels,
+                deletion_timestamp: p.metadata.deletion_timestamp,
+                ..Default::default()
+            },
+            spec: p.spec.map(|s| k8s_openapi::api::core::v1::PodSpec {
+                node_name: s.node_name,
+                ..Default::default()
+            }),
+            status: p.status.map(|s| k8s_openapi::api::core::v1::PodStatus {
+                phase: s.phase,
+                conditions: s.conditions,
+                ..Default::default()
+            }),
+        })
         .collect()
 }
+
+/// What one check can tell in a round.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Check<T> {
+    /// The check is off.
+    Off,
+    /// No answer yet, for less than `--preflight-timeout`: the nodes wait for it.
+    Checking,
+    /// No answer for `--preflight-timeout`: the check holds no node (it is advice; the drain
+    /// still honours every budget, and a node whose agent never reboots it holds the pool at
+    /// `--reboot-timeout`).
+    Unanswered,
+    Known(T),
+}
+
+/// Since when a check has had no answer, on the decision clock (milliseconds).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Silence {
+    since: Option<u64>,
+}
+
+impl Silence {
+    /// Takes the check's answer at `now`: the answer if there is one; else `Checking` until
+    /// `bound` has passed since the first reading without one, then `Unanswered`.
+    pub fn hear<T>(&mut self, answer: Option<T>, now: u64, bound: u64) -> Check<T> {
+        match answer {
+            Some(answer) => {
+                self.since = None;
+                Check::Known(answer)
+            }
+            None => {
+                let since = *self.since.get_or_insert(now);
+                if now.saturating_sub(since) >= bound {
+                    Check::Unanswered
+                } else {
+                    Check::Checking
+                }
+            }
+        }
+    }
+
+    /// When a check still without an answer stops holding nodes, if it holds them now.
+    pub fn ends_at(&self, now: u64, bound: u64) -> Option<u64> {
+        let end = self.since?.saturating_add(bound);
+        (end > now).then_some(end)
+    }
+}
+
+/// The two checks, in the order of their metrics and notes.
+const AGENTS: usize = 0;
+const BUDGETS: usize = 1;
+const CHECKS: [&str; 2] = ["no_agent", "disruption_budget"];
 
 /// The checks this controller makes (none of them with their flags off).
 #[derive(Debug, Clone, Default)]
@@ -337,6 +490,23 @@ pub struct PreflightChecks {
     pub budgets: Option<DisruptionBudgets>,
     /// `--agent-selector`, for the Events.
     pub agent_selector: String,
+    /// `--force-reboot`: a pod the Eviction API would refuse holds no node (its drain is
+    /// forced after `--drain-timeout`).
+    pub force: bool,
+    /// `--drain-timeout`, for the Event of a forced node.
+    pub drain_timeout: Duration,
+    /// `--preflight-timeout`: how long a check without an answer holds nodes.
+    pub timeout: Duration,
+    /// What the checks said before.
+    pub heard: Heard,
+}
+
+/// What the checks said in earlier rounds.
+#[derive(Debug, Clone, Default)]
+pub struct Heard {
+    silences: [Silence; 2],
+    /// The nodes told that a check without an answer goes unheeded, by check.
+    warned: [BTreeSet<String>; 2],
 }
 
 /// What the checks say in one round.
@@ -344,62 +514,167 @@ pub struct PreflightChecks {
 pub struct PreflightReading {
     /// The requested nodes held, with the check that holds each.
     pub held: BTreeMap<String, Preflight>,
-    /// By node, the budgets that allow no disruption and cover one of its pods.
-    pub budgets: BTreeMap<String, Vec<String>>,
+    /// By node, the pods the Eviction API would refuse to evict now.
+    pub refused: BTreeMap<String, Vec<Refused>>,
+    /// Requested nodes that go without a check that has had no answer for
+    /// `--preflight-timeout`, each with the Warning it gets (once a node and silence).
+    pub unchecked: Vec<(String, String)>,
+    /// When a round must look again: a check without an answer stops holding nodes then
+    /// (decision clock, milliseconds).
+    pub look_at: Option<u64>,
     agent_selector: String,
+    force: bool,
+    drain_timeout: Duration,
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 impl PreflightChecks {
-    /// The checks of the requested nodes of `views` without a grant.
-    pub fn read(&self, views: &[NodeView], metrics: &Metrics) -> PreflightReading {
-        let agents = self.agents.as_ref().map(AgentPods::nodes);
-        let budgets = self.budgets.as_ref().map(DisruptionBudgets::blocking);
-        let held = held(
-            views,
-            agents.as_ref().map(Option::as_ref),
-            budgets.as_ref().map(Option::as_ref),
-        );
+    /// The checks of the requested nodes of `views` without a grant, at `now` (decision
+    /// clock, milliseconds).
+    pub fn read(&mut self, views: &[NodeView], metrics: &Metrics, now: u64) -> PreflightReading {
+        let bound = millis(self.timeout);
+        let agents = match &self.agents {
+            None => Check::Off,
+            Some(a) => self.heard.silences[AGENTS].hear(a.nodes(), now, bound),
+        };
+        let budgets = match &self.budgets {
+            None => Check::Off,
+            Some(b) => self.heard.silences[BUDGETS].hear(b.refused(), now, bound),
+        };
+        let held = held(views, borrowed(&agents), borrowed(&budgets), self.force);
         for (check, name) in [
-            (Preflight::NoAgent, "no_agent"),
-            (Preflight::DisruptionBudget, "disruption_budget"),
+            (Preflight::NoAgent, CHECKS[AGENTS]),
+            (Preflight::DisruptionBudget, CHECKS[BUDGETS]),
+            (Preflight::Checking, "checking"),
         ] {
             let count = held.values().filter(|c| **c == check).count();
             metrics.preflight_held(name, count);
         }
+        let unanswered = [
+            matches!(agents, Check::Unanswered),
+            matches!(budgets, Check::Unanswered),
+        ];
+        for (i, silent) in unanswered.into_iter().enumerate() {
+            metrics.preflight_unanswered(CHECKS[i], silent);
+            if !silent {
+                self.heard.warned[i].clear();
+            }
+        }
+        let unchecked = self.unchecked(views, unanswered);
+        let look_at = self
+            .heard
+            .silences
+            .iter()
+            .filter_map(|s| s.ends_at(now, bound))
+            .min();
         PreflightReading {
             held,
-            budgets: budgets.flatten().unwrap_or_default(),
+            refused: match budgets {
+                Check::Known(refused) => refused,
+                _ => BTreeMap::new(),
+            },
+            unchecked,
+            look_at,
             agent_selector: self.agent_selector.clone(),
+            force: self.force,
+            drain_timeout: self.drain_timeout,
         }
+    }
+
+    /// The requested nodes without a grant not yet told that a check without an answer goes
+    /// unheeded, with their Warnings.
+    fn unchecked(&mut self, views: &[NodeView], unanswered: [bool; 2]) -> Vec<(String, String)> {
+        let mut notes = Vec::new();
+        for view in views.iter().filter(|v| requested(v)) {
+            for (i, silent) in unanswered.iter().enumerate() {
+                if *silent && self.heard.warned[i].insert(view.name().to_owned()) {
+                    notes.push((view.name().to_owned(), self.unchecked_note(i)));
+                }
+            }
+        }
+        notes
+    }
+
+    fn unchecked_note(&self, check: usize) -> String {
+        let timeout = crate::drain::humantime(self.timeout);
+        let (watch, error, risk, fix) = if check == AGENTS {
+            (
+                format!(
+                    "the agent pod watch (--agent-selector {})",
+                    self.agent_selector
+                ),
+                self.agents.as_ref().and_then(|a| a.listing.last_error()),
+                "a node without a running agent would be cordoned, drained and told to reboot, \
+                 and would hold the pool at --reboot-timeout",
+                "let the controller list and watch pods, or turn the check off with \
+                 --agent-selector=\"\"",
+            )
+        } else {
+            (
+                "the PodDisruptionBudget watch (--check-disruption-budgets)".to_owned(),
+                self.budgets.as_ref().and_then(|b| b.listing.last_error()),
+                "the drain still asks the Eviction API for every pod, so every budget holds, but \
+                 a node whose drain cannot finish may stay cordoned until --drain-timeout",
+                "let the controller list and watch poddisruptionbudgets (policy) and list pods, \
+                 or turn the check off with --check-disruption-budgets=false",
+            )
+        };
+        let error = error
+            .map(|e| format!(" (last error: {e})"))
+            .unwrap_or_default();
+        format!(
+            "reboot requested; the pre-flight check cannot tell: {watch} has had no answer for \
+             {timeout} (--preflight-timeout){error}, so the node goes without the check: {risk}. \
+             Fix: {fix}"
+        )
     }
 }
 
-/// Which requested nodes without a grant a check holds. `agents`: the check is on
-/// (`Some`), and the nodes with an agent are known (`Some(Some)`); the same for `budgets`.
+fn borrowed<T>(check: &Check<T>) -> Check<&T> {
+    match check {
+        Check::Off => Check::Off,
+        Check::Checking => Check::Checking,
+        Check::Unanswered => Check::Unanswered,
+        Check::Known(t) => Check::Known(t),
+    }
+}
+
+fn requested(view: &NodeView) -> bool {
+    view.state.request == common::Request::Needed && view.state.grant.is_none()
+}
+
+/// Which requested nodes without a grant a check holds. A check without an answer holds
+/// every such node while it is `Checking`, none once `Unanswered`; with `force`
+/// (`--force-reboot`) a refused pod holds no node.
 pub fn held(
     views: &[NodeView],
-    agents: Option<Option<&BTreeMap<String, bool>>>,
-    budgets: Option<Option<&BTreeMap<String, Vec<String>>>>,
+    agents: Check<&BTreeMap<String, bool>>,
+    budgets: Check<&BTreeMap<String, Vec<Refused>>>,
+    force: bool,
 ) -> BTreeMap<String, Preflight> {
     views
         .iter()
-        .filter(|v| v.state.request == common::Request::Needed && v.state.grant.is_none())
+        .filter(|v| requested(v))
         .filter_map(|v| {
             let name = v.name();
             let agent = match agents {
-                None => None,
-                Some(None) => Some(Preflight::Checking),
+                Check::Off | Check::Unanswered => None,
+                Check::Checking => Some(Preflight::Checking),
                 // A NotReady node's pods are all marked not Ready: a Running one will do.
-                Some(Some(nodes)) => match nodes.get(name) {
+                Check::Known(nodes) => match nodes.get(name) {
                     Some(true) => None,
                     Some(false) if v.facts.readiness != common::Readiness::Ready => None,
                     _ => Some(Preflight::NoAgent),
                 },
             };
             let budget = match budgets {
-                None => None,
-                Some(None) => Some(Preflight::Checking),
-                Some(Some(by_node)) => by_node
+                _ if force => None,
+                Check::Off | Check::Unanswered => None,
+                Check::Checking => Some(Preflight::Checking),
+                Check::Known(by_node) => by_node
                     .contains_key(name)
                     .then_some(Preflight::DisruptionBudget),
             };
@@ -409,9 +684,19 @@ pub fn held(
 }
 
 impl PreflightReading {
+    /// The pods of `node` the Eviction API would refuse to evict, said in a sentence.
+    fn refusals(&self, node: &str) -> String {
+        let refused = self
+            .refused
+            .get(node)
+            .map(Vec::as_slice)
+            .unwrap_or_default();
+        let said: Vec<String> = refused.iter().map(ToString::to_string).collect();
+        said.join("; ")
+    }
+
     /// The Event of a node a check holds; none while a check cannot tell yet.
-    pub fn event(&self, node: &str) -> Option<(crate::cluster::events::Reason, String)> {
-        use crate::cluster::events::Reason;
+    pub fn event(&self, node: &str) -> Option<(Reason, String)> {
         match self.held.get(node)? {
             Preflight::Checking => None,
             Preflight::NoAgent => Some((
@@ -423,34 +708,61 @@ impl PreflightReading {
                     self.agent_selector
                 ),
             )),
-            Preflight::DisruptionBudget => {
-                let names = self.budgets.get(node).map(|b| b.join(", "));
-                Some((
-                    Reason::DisruptionBudget,
-                    format!(
-                        "reboot requested; not cordoned: the PodDisruptionBudget {} allows no \
-                         disruption and covers a pod of the node, so its drain could not \
-                         finish; another node may go first, and this one goes once the budget \
-                         allows a disruption",
-                        names.unwrap_or_default()
-                    ),
-                ))
-            }
+            Preflight::DisruptionBudget => Some((
+                Reason::DisruptionBudget,
+                format!(
+                    "reboot requested; not cordoned: the Eviction API would refuse to evict {}, \
+                     so its drain could not finish; another node may go first, and this one goes \
+                     once the pod can be evicted",
+                    self.refusals(node)
+                ),
+            )),
         }
+    }
+
+    /// The Event of a node granted though the Eviction API would refuse to evict one of its
+    /// pods (`--force-reboot`), if it is one.
+    pub fn forced_event(&self, node: &str) -> Option<(Reason, String)> {
+        if !self.force || !self.refused.contains_key(node) {
+            return None;
+        }
+        Some((
+            Reason::DisruptionBudget,
+            format!(
+                "granted although the Eviction API would refuse to evict {}: with --force-reboot \
+                 the node is cordoned and drained, and once --drain-timeout ({}) has passed it \
+                 is rebooted with the pods its drain could not evict",
+                self.refusals(node),
+                crate::drain::humantime(self.drain_timeout)
+            ),
+        ))
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::gates::refusal::Refusal;
+    use common::test_util::NodeBuilder;
     use serde_json::json;
 
     fn pod(name: &str, node: &str, phase: &str, ready: bool) -> Pod {
         serde_json::from_value(json!({
-            "metadata": {"name": name, "namespace": "ops"},
-            "spec": {"nodeName": node, "containers": []},
+            "metadata": {"name": name, "namespace": "ops", "labels": {"app": "db"}},
+            "spec": {"nodeName": node, "containers": [{"name": "c", "image": "db:1"}]},
             "status": {"phase": phase, "conditions": [
                 {"type": "Ready", "status": if ready { "True" } else { "False" }}]},
+        }))
+        .unwrap()
+    }
+
+    /// `ops/db` on `app=db`: minAvailable 2 of 3 with one replica not Ready (at 0).
+    fn budget_at_zero() -> PodDisruptionBudget {
+        serde_json::from_value(json!({
+            "metadata": {"name": "db", "namespace": "ops", "generation": 1},
+            "spec": {"minAvailable": 2, "selector": {"matchLabels": {"app": "db"}}},
+            "status": {"observedGeneration": 1, "disruptionsAllowed": 0, "currentHealthy": 2,
+                       "desiredHealthy": 2, "expectedPods": 3},
         }))
         .unwrap()
     }
@@ -470,7 +782,7 @@ mod tests {
     }
 
     #[test]
-    fn daemonset_mirror_finished_and_terminating_pods_do_not_count_for_a_budget() {
+    fn daemonset_mirror_and_finished_pods_are_not_read_and_the_rest_is_trimmed() {
         let mut ds = pod("ds", "n1", "Running", true);
         ds.metadata.owner_references = Some(vec![
             serde_json::from_value(json!({
@@ -479,13 +791,139 @@ mod tests {
             .unwrap(),
         ]);
         let done = pod("done", "n2", "Succeeded", false);
-        let mut going = pod("going", "n3", "Running", true);
-        going.metadata.deletion_timestamp =
-            serde_json::from_value(json!("2026-01-01T00:00:00Z")).unwrap();
+        let mut unbound = pod("unbound", "n3", "Pending", false);
+        unbound.spec.as_mut().unwrap().node_name = None;
         let db = pod("db", "n4", "Running", true);
+        let kept = evicted(vec![ds, done, unbound, db]);
+        assert_eq!(kept.len(), 1, "{kept:?}");
+        assert_eq!(key(&kept[0]), "ops/db");
+        assert!(kept[0].spec.as_ref().unwrap().containers.is_empty());
+        assert!(refusal(&kept[0], [&budget_at_zero()]).is_some());
+    }
+
+    #[test]
+    fn a_node_is_refused_only_for_the_pods_the_eviction_api_would_refuse() {
+        let pods = [
+            // The replica that is not Ready: evicted, the budget has its 2 healthy pods.
+            pod("db-0", "n1", "Running", false),
+            pod("db-1", "n2", "Running", true),
+            // Pending: evicted whatever the budget.
+            pod("db-2", "n3", "Pending", false),
+        ];
+        let pdb = budget_at_zero();
+        let refused = refused_by_node(&pods, [&pdb]);
         assert_eq!(
-            evicted_nodes(&[ds, done, going, db]),
-            BTreeSet::from(["n4".to_owned()])
+            refused,
+            BTreeMap::from([(
+                "n2".to_owned(),
+                vec![Refused {
+                    pod: "ops/db-1".into(),
+                    refusal: Refusal::NoDisruption {
+                        budget: "ops/db".into(),
+                        desired: 2,
+                        current: 2
+                    },
+                }]
+            )])
         );
+    }
+
+    fn requested(name: &str) -> NodeView {
+        let facts = NodeBuilder::new(name)
+            .annotation("reboot-needed", "true")
+            .facts();
+        NodeView {
+            state: facts.protocol(&common::AnnotationKeys::default()),
+            facts,
+            in_pool: true,
+            requested_at: Some(0),
+            not_before: None,
+            drain: controller_core::decide::DrainState::NotStarted,
+            zone: None,
+            opted_out: false,
+            ready_since: Some(0),
+            approved_at: None,
+            fresh: false,
+            claimed_at: None,
+            drained_at: None,
+        }
+    }
+
+    #[test]
+    fn an_error_said_in_an_event_is_cut_to_a_few_hundred_characters() {
+        assert_eq!(brief("forbidden", 300), "forbidden");
+        let long = "é".repeat(400);
+        let cut = brief(&long, 300);
+        assert_eq!(cut.chars().count(), 303, "{cut}");
+        assert!(cut.ends_with("é..."));
+    }
+
+    #[test]
+    fn a_check_without_an_answer_holds_until_its_bound_then_holds_nothing() {
+        let mut silence = Silence::default();
+        assert_eq!(silence.hear::<()>(None, 1_000, 120_000), Check::Checking);
+        assert_eq!(silence.ends_at(1_000, 120_000), Some(121_000));
+        assert_eq!(silence.hear::<()>(None, 120_999, 120_000), Check::Checking);
+        assert_eq!(
+            silence.hear::<()>(None, 121_000, 120_000),
+            Check::Unanswered
+        );
+        assert_eq!(silence.ends_at(121_000, 120_000), None);
+        // An answer ends the silence; the next one counts from its own start.
+        assert_eq!(silence.hear(Some(7), 130_000, 120_000), Check::Known(7));
+        assert_eq!(silence.ends_at(130_000, 120_000), None);
+        assert_eq!(silence.hear::<()>(None, 140_000, 120_000), Check::Checking);
+        assert_eq!(silence.hear::<()>(None, 259_999, 120_000), Check::Checking);
+
+        let views = [requested("a")];
+        let (no_agents, no_refusals) = (BTreeMap::from([("a".to_owned(), true)]), BTreeMap::new());
+        let (agents, budgets) = (Check::Known(&no_agents), Check::Known(&no_refusals));
+        let nothing: BTreeMap<String, Preflight> = BTreeMap::new();
+        let checking = BTreeMap::from([("a".to_owned(), Preflight::Checking)]);
+        assert_eq!(held(&views, Check::Checking, budgets, false), checking);
+        assert_eq!(held(&views, Check::Unanswered, budgets, false), nothing);
+        assert_eq!(held(&views, Check::Off, Check::Checking, false), checking);
+        assert_eq!(held(&views, agents, Check::Unanswered, false), nothing);
+    }
+
+    #[test]
+    fn with_force_a_refused_pod_holds_no_node_and_its_event_says_the_drain_is_forced() {
+        let views = [requested("n2"), requested("n3")];
+        let pods = [pod("db-1", "n2", "Running", true)];
+        let pdb = budget_at_zero();
+        let refused = refused_by_node(&pods, [&pdb]);
+        let held_n2 = BTreeMap::from([("n2".to_owned(), Preflight::DisruptionBudget)]);
+        assert_eq!(
+            held(&views, Check::Off, Check::Known(&refused), false),
+            held_n2
+        );
+        assert!(held(&views, Check::Off, Check::Known(&refused), true).is_empty());
+        // Even a budget check that cannot answer yet holds nothing with force.
+        assert!(held(&views, Check::Off, Check::Checking, true).is_empty());
+
+        let reading = |force| PreflightReading {
+            held: if force {
+                BTreeMap::new()
+            } else {
+                held_n2.clone()
+            },
+            refused: refused.clone(),
+            force,
+            drain_timeout: Duration::from_secs(900),
+            ..PreflightReading::default()
+        };
+        let (_, note) = reading(false).event("n2").unwrap();
+        assert!(
+            note.contains("the pod ops/db-1") && note.contains("PodDisruptionBudget ops/db"),
+            "{note}"
+        );
+        assert_eq!(reading(false).forced_event("n2"), None);
+        let (reason, note) = reading(true).forced_event("n2").unwrap();
+        assert_eq!(reason, Reason::DisruptionBudget);
+        assert!(
+            note.contains("the pod ops/db-1") && note.contains("--drain-timeout (900s)"),
+            "{note}"
+        );
+        assert_eq!(reading(true).forced_event("n3"), None);
     }
 }

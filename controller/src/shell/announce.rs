@@ -454,6 +454,37 @@ impl Shell {
         }
     }
 
+    /// The pre-flight checks' Events on nodes that go on: a Warning on each requested node
+    /// that goes without a check that has had no answer, and on each node granted although
+    /// the Eviction API would refuse to evict one of its pods (`--force-reboot`).
+    pub(super) fn announce_preflight(
+        &self,
+        decision: &Decision,
+        nodes: &HashMap<&str, &Arc<Node>>,
+        preflight: &PreflightReading,
+    ) {
+        let unchecked = preflight
+            .unchecked
+            .iter()
+            .map(|(name, note)| (name.as_str(), Reason::PreflightUnanswered, note.clone()));
+        // A dry run grants nothing.
+        let grants = if self.dry_run {
+            &[][..]
+        } else {
+            &decision.ledger.grant[..]
+        };
+        let forced = grants.iter().filter_map(|g| {
+            let (reason, note) = preflight.forced_event(&g.node)?;
+            Some((g.node.as_str(), reason, note))
+        });
+        for (name, reason, note) in unchecked.chain(forced) {
+            if let Some(node) = nodes.get(name) {
+                tracing::warn!(node = %name, "{note}");
+                self.events.publish(node, reason, note);
+            }
+        }
+    }
+
     /// A rollout's start is said where its first grant is written; here, whether it stops
     /// (new grants held while nodes wait) or finishes (nothing waits, no slot held).
     pub(super) fn announce_rollout(

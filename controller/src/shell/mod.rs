@@ -235,8 +235,8 @@ impl Shell {
             gates_closed: gates.pool.is_some(),
         };
         let blocked = gates.blocked_nodes();
-        let preflight = self.preflight.read(&views, &self.metrics);
         let now = self.now_ms();
+        let preflight = self.preflight.read(&views, &self.metrics, now);
         let round = Round {
             nodes: &views,
             others: &others,
@@ -261,7 +261,11 @@ impl Shell {
         #[cfg(test)]
         self.check_incremental(&round, &decision);
         let look = round.next_look();
-        self.look_at = look.map(|ms| now.saturating_add(ms));
+        self.look_at = look
+            .map(|ms| now.saturating_add(ms))
+            .into_iter()
+            .chain(preflight.look_at)
+            .min();
         // What was read fresh for this round has been taken in.
         self.overlay.end_round();
         // Alerts are asked about only while requests wait and nothing else holds them, or while
@@ -279,6 +283,7 @@ impl Shell {
             .map(|n| (n.metadata.name.as_deref().unwrap_or_default(), n))
             .collect();
         self.announce_waiting(&decision, &by_name, pool, scheduled, &gates, &preflight);
+        self.announce_preflight(&decision, &by_name, &preflight);
         self.warn_not_ready_after_reboot(&decision, &by_name);
         self.warn_reboots_overdue(&decision, &by_name);
         self.announce_foreign(&decision, &by_name);

@@ -545,24 +545,11 @@ impl PreflightChecks {
             Some(b) => self.heard.silences[BUDGETS].hear(b.refused(), now, bound),
         };
         let held = held(views, borrowed(&agents), borrowed(&budgets), self.force);
-        for (check, name) in [
-            (Preflight::NoAgent, CHECKS[AGENTS]),
-            (Preflight::DisruptionBudget, CHECKS[BUDGETS]),
-            (Preflight::Checking, "checking"),
-        ] {
-            let count = held.values().filter(|c| **c == check).count();
-            metrics.preflight_held(name, count);
-        }
         let unanswered = [
             matches!(agents, Check::Unanswered),
             matches!(budgets, Check::Unanswered),
         ];
-        for (i, silent) in unanswered.into_iter().enumerate() {
-            metrics.preflight_unanswered(CHECKS[i], silent);
-            if !silent {
-                self.heard.warned[i].clear();
-            }
-        }
+        publish(metrics, &held, unanswered);
         let unchecked = self.unchecked(views, unanswered);
         let look_at = self
             .heard
@@ -585,8 +572,13 @@ impl PreflightChecks {
     }
 
     /// The requested nodes without a grant not yet told that a check without an answer goes
-    /// unheeded, with their Warnings.
+    /// unheeded, with their Warnings. A check that answers again may warn again later.
     fn unchecked(&mut self, views: &[NodeView], unanswered: [bool; 2]) -> Vec<(String, String)> {
+        for (warned, silent) in self.heard.warned.iter_mut().zip(unanswered) {
+            if !silent {
+                warned.clear();
+            }
+        }
         let mut notes = Vec::new();
         for view in views.iter().filter(|v| requested(v)) {
             for (i, silent) in unanswered.iter().enumerate() {
@@ -630,6 +622,21 @@ impl PreflightChecks {
              {timeout} (--preflight-timeout){error}, so the node goes without the check: {risk}. \
              Fix: {fix}"
         )
+    }
+}
+
+/// The gauges of one reading: the nodes each check holds, and the checks without an answer.
+fn publish(metrics: &Metrics, held: &BTreeMap<String, Preflight>, unanswered: [bool; 2]) {
+    for (check, name) in [
+        (Preflight::NoAgent, CHECKS[AGENTS]),
+        (Preflight::DisruptionBudget, CHECKS[BUDGETS]),
+        (Preflight::Checking, "checking"),
+    ] {
+        let count = held.values().filter(|c| **c == check).count();
+        metrics.preflight_held(name, count);
+    }
+    for (name, silent) in CHECKS.into_iter().zip(unanswered) {
+        metrics.preflight_unanswered(name, silent);
     }
 }
 

@@ -120,12 +120,6 @@ impl Request {
 const STREAMED: &str = "the watch of the node started with a streaming list";
 const FELL_BACK: &str = "falling back to a list and a watch of the node";
 
-/// Everything the node's agents (before and after the reboot) logged.
-fn agent_log(sb: &Sandbox) -> String {
-    let path = sb.fleet.node_dir(NODE).join("agent.log");
-    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()))
-}
-
 fn said<'l>(log: &'l str, what: &str) -> Vec<&'l str> {
     log.lines().filter(|l| l.contains(what)).collect()
 }
@@ -170,7 +164,7 @@ async fn each_start_of_the_agent_is_one_streaming_watch_and_no_list() {
     );
     // And the API server really streamed: each start saw the end of the initial events (the
     // bookmark), none fell back.
-    let log = agent_log(&sb);
+    let log = sb.fleet.agent_log(NODE);
     assert_eq!(said(&log, STREAMED).len(), starts as usize, "{log}");
     assert!(said(&log, FELL_BACK).is_empty(), "{log}");
     sb.stop().await;
@@ -209,7 +203,7 @@ async fn without_watch_list_the_agent_falls_back_to_a_list_and_a_watch_and_reboo
     assert_eq!(order, ["streaming", "list"].repeat(starts), "{requests:#?}");
 
     // Said once per start, with the API server's reason.
-    let log = agent_log(&sb);
+    let log = sb.fleet.agent_log(NODE);
     let fell_back = said(&log, FELL_BACK);
     assert_eq!(fell_back.len(), starts, "{log}");
     assert!(

@@ -205,11 +205,6 @@ async fn withdrawing_the_go_ahead_before_the_agent_takes_it_cancels() {
     sb.stop().await;
 }
 
-/// What the agent of `name` logged, across its starts.
-fn agent_log(sb: &Sandbox, name: &str) -> String {
-    std::fs::read_to_string(sb.fleet.node_dir(name).join("agent.log")).unwrap_or_default()
-}
-
 /// The agent decides on the copy of its node it read. Here it reads `reboot-now`, and its
 /// write of `reboot-in-progress` is held on the way (a fault proxy) while an administrator gives
 /// the node up: the write reaches the API server after the give-up and is refused, so the node
@@ -225,7 +220,9 @@ async fn a_give_up_that_lands_between_the_agents_read_and_its_write_stops_the_re
     let sb = Sandbox::start(config).await.expect("sandbox starts");
     let watch = BudgetWatch::start(sb.client.clone(), 1).await;
     wait_until("sim-1's agent watches its node", ROLLOUT, None, || async {
-        agent_log(&sb, "sim-1").contains("the watch of the node started")
+        sb.fleet
+            .agent_log("sim-1")
+            .contains("the watch of the node started")
     })
     .await;
     // From now on what sim-1's agent sends waits in its proxy; what it receives does not.
@@ -263,7 +260,9 @@ async fn a_give_up_that_lands_between_the_agents_read_and_its_write_stops_the_re
         ROLLOUT,
         Some(&watch),
         || async {
-            agent_log(&sb, "sim-1").contains("the node changed under the write")
+            sb.fleet
+                .agent_log("sim-1")
+                .contains("the node changed under the write")
                 || sb.fleet.reboots("sim-1") > 0
                 || protocol_annotations(&node(&sb.client, "sim-1").await)
                     .contains(&"reboot-in-progress".to_owned())

@@ -178,6 +178,12 @@ impl Fleet {
         self.work_dir.join(node)
     }
 
+    /// What the node's agents logged so far, across their starts (empty before the first).
+    pub fn agent_log(&self, node: &str) -> String {
+        std::fs::read_to_string(self.node_dir(node).join(crate::node::AGENT_LOG))
+            .unwrap_or_default()
+    }
+
     /// How many simulated reboots the node went through.
     pub fn reboots(&self, node: &str) -> u32 {
         self.handle(node).state.reboots.load(Ordering::SeqCst)

@@ -26,6 +26,9 @@ use tokio::{
     sync::{Notify, mpsc},
 };
 
+/// The file in the node's directory where its agents log, one start after the other.
+pub(crate) const AGENT_LOG: &str = "agent.log";
+
 /// How the agents of simulated nodes are started.
 #[derive(Debug, Clone)]
 pub struct AgentLaunch {
@@ -247,7 +250,7 @@ impl SimNode {
     }
 
     fn spawn_agent(&self) -> Result<Child, Error> {
-        let log_path = self.dir.join("agent.log");
+        let log_path = self.dir.join(AGENT_LOG);
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)

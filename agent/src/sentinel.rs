@@ -367,11 +367,11 @@ mod tests {
     fn never_requests_while_the_node_is_being_given_up() {
         let given_up = state(&[("reboot-abandon", "{\"by\":\"alice\"}")]);
         assert_eq!(
-            decide_sentinel(&given_up, false, Some("command 1"), None, "b2"),
+            decide_sentinel(&given_up, &OptOut::No, Some("command 1"), None, "b2"),
             SentinelAction::Nothing
         );
         assert_eq!(
-            decide_sentinel(&state(&[]), false, Some("command 1"), None, "b2"),
+            decide_sentinel(&state(&[]), &OptOut::No, Some("command 1"), None, "b2"),
             SentinelAction::Request,
             "once the give-up is over"
         );

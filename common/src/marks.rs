@@ -267,6 +267,7 @@ mod tests {
             pre_reboot_labels: pairs(&[("a", "1"), ("b", "1"), ("c", "1")]),
             post_reboot_labels: pairs(&[("b", "2"), ("c", "2")]),
             prefer_no_schedule_taint: None,
+            ledger: String::new(),
         };
         let labels = pairs(&[("a", "1"), ("b", ""), ("c", "2"), ("other", "x")]);
         assert_eq!(

@@ -847,7 +847,7 @@ mod tests {
             not_before: None,
             drain: controller_core::decide::DrainState::NotStarted,
             zone: None,
-            opted_out: false,
+            opt_out: common::OptOut::No,
             ready_since: Some(0),
             approved_at: None,
             fresh: false,

@@ -2,7 +2,7 @@ use agent::{
     RebootCommand,
     sentinel::{SentinelAction, SentinelRecord, decide_sentinel},
 };
-use common::{AnnotationKeys, ProtocolState};
+use common::{AnnotationKeys, OptOut, ProtocolState};
 use std::collections::BTreeMap;
 
 const BOOT: &str = "7d3c9f0e-1b2a-4c5d-8e6f-0a1b2c3d4e5f";
@@ -31,20 +31,16 @@ pub fn sentinel(data: &[u8]) {
     }
     let idle = ProtocolState::from_annotations(&AnnotationKeys::default(), &BTreeMap::new());
     for boot in [BOOT, "another-boot", value] {
-        for opted_out in [false, true] {
-            let action = decide_sentinel(
-                &idle,
-                opted_out,
-                Some(record.fingerprint),
-                Some(value),
-                boot,
-            );
+        // The value typed as the opt-out label too: it opts out unless it says `false`.
+        for opt_out in [OptOut::No, OptOut::Yes, OptOut::of(Some(value))] {
+            let action =
+                decide_sentinel(&idle, &opt_out, Some(record.fingerprint), Some(value), boot);
             assert_ne!(
                 action,
                 SentinelAction::Request,
                 "{value:?} in boot {boot:?}"
             );
-            let action = decide_sentinel(&idle, opted_out, None, Some(value), boot);
+            let action = decide_sentinel(&idle, &opt_out, None, Some(value), boot);
             assert_eq!(action, SentinelAction::Forget, "{value:?} in boot {boot:?}");
         }
     }

@@ -31,24 +31,16 @@ pub fn sentinel(data: &[u8]) {
     }
     let idle = ProtocolState::from_annotations(&AnnotationKeys::default(), &BTreeMap::new());
     for boot in [BOOT, "another-boot", value] {
-        for opted_out in [
-            OptOut::No,
-            OptOut::Yes,
-            OptOut::Unexpected(value.to_owned()),
-        ] {
-            let action = decide_sentinel(
-                &idle,
-                &opted_out,
-                Some(record.fingerprint),
-                Some(value),
-                boot,
-            );
+        // The value typed as the opt-out label too: it opts out unless it says `false`.
+        for opt_out in [OptOut::No, OptOut::Yes, OptOut::of(Some(value))] {
+            let action =
+                decide_sentinel(&idle, &opt_out, Some(record.fingerprint), Some(value), boot);
             assert_ne!(
                 action,
                 SentinelAction::Request,
                 "{value:?} in boot {boot:?}"
             );
-            let action = decide_sentinel(&idle, &opted_out, None, Some(value), boot);
+            let action = decide_sentinel(&idle, &opt_out, None, Some(value), boot);
             assert_eq!(action, SentinelAction::Forget, "{value:?} in boot {boot:?}");
         }
     }

@@ -379,11 +379,9 @@ impl<'a> Round<'a> {
     /// The values typed by hand on the pool's nodes (and ours) that the round read otherwise
     /// than as they are written: an opt-out of a requested node, and a give-up that says no.
     fn read_unexpected(&self, decision: &mut Decision) {
-        let read = |v: &&NodeView| v.state.unknown_format().is_none();
-        for view in self.nodes.iter().filter(read) {
-            if !view.in_pool && !self.ours(view) {
-                continue;
-            }
+        let ours = |v: &&NodeView| v.in_pool || self.ours(v);
+        let readable = |v: &&NodeView| v.state.unknown_format().is_none();
+        for view in self.nodes.iter().filter(ours).filter(readable) {
             let node = view.name();
             if let Some(value) = view.opt_out.unexpected()
                 && view.state.request == Request::Needed
@@ -657,7 +655,7 @@ impl<'a> Round<'a> {
             .tainted
             .as_deref()
             .and_then(|record| common::marks::recorded_taint(record).1)
-            .is_some_and(|ledger| !self.ledger.id.is_empty() && ledger == self.ledger.id)
+            .is_some_and(|ledger| ledger == self.ledger.id)
     }
 
     fn outside_the_protocol(&self, view: &NodeView, decision: &mut Decision) {

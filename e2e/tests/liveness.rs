@@ -56,6 +56,23 @@ async fn granted(sb: &Sandbox, name: &str) -> bool {
     facts.annotations.contains_key(&keys.grant) || facts.unschedulable || sb.fleet.reboots(name) > 0
 }
 
+/// Requests `name`'s reboot and waits until it is rebooted and soaking in its slot.
+async fn reboot_into_its_soak(sb: &Sandbox, watch: &BudgetWatch, name: &str) {
+    let client = &sb.client;
+    request_reboot(&sb.control_plane, name);
+    wait_until(
+        &format!("{name} is rebooted and soaking in its slot"),
+        PATIENCE,
+        Some(watch),
+        || async {
+            sb.fleet.reboots(name) == 1
+                && soaking(client, name).await
+                && slots(client).await.is_some_and(|s| s.contains_key(name))
+        },
+    )
+    .await;
+}
+
 /// A lone leader whose ledger Lease is deleted by hand (during an incident, or by a cleanup
 /// script) recreates it within a round, keeps the soak it knew of from its last good copy, and
 /// says so in a Warning on the Lease; it then goes on granting and releasing.
@@ -65,20 +82,7 @@ async fn a_ledger_deleted_by_hand_is_recreated_with_its_soaks_and_a_warning() {
     let sb = sandbox(2, &["--min-ready-seconds=600"], &[]).await;
     let client = sb.client.clone();
     let watch = BudgetWatch::start(client.clone(), 1).await;
-    request_reboot(&sb.control_plane, "sim-1");
-    wait_until(
-        "sim-1 is rebooted and soaking in its slot",
-        PATIENCE,
-        Some(&watch),
-        || async {
-            sb.fleet.reboots("sim-1") == 1
-                && soaking(&client, "sim-1").await
-                && slots(&client)
-                    .await
-                    .is_some_and(|s| s.contains_key("sim-1"))
-        },
-    )
-    .await;
+    reboot_into_its_soak(&sb, &watch, "sim-1").await;
     let before = slots(&client).await.expect("a ledger");
     request_reboot(&sb.control_plane, "sim-2");
 
@@ -154,20 +158,7 @@ async fn a_ledger_deleted_while_no_controller_runs_is_recreated_paused_not_empty
     let mut sb = sandbox(2, &["--min-ready-seconds=600"], &[]).await;
     let client = sb.client.clone();
     let watch = BudgetWatch::start(client.clone(), 1).await;
-    request_reboot(&sb.control_plane, "sim-1");
-    wait_until(
-        "sim-1 is rebooted and soaking in its slot",
-        PATIENCE,
-        Some(&watch),
-        || async {
-            sb.fleet.reboots("sim-1") == 1
-                && soaking(&client, "sim-1").await
-                && slots(&client)
-                    .await
-                    .is_some_and(|s| s.contains_key("sim-1"))
-        },
-    )
-    .await;
+    reboot_into_its_soak(&sb, &watch, "sim-1").await;
     for controller in &mut sb.controllers {
         controller.kill().await;
     }

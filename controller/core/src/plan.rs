@@ -1,7 +1,8 @@
 //! The pure half of the shell: what a decision becomes once the world has been looked at
 //! again. Which patch each node action writes, which grants a damaged ledger or a fence
-//! keeps back, which releases a fresh read of a soaked node withdraws, and in what order the
-//! writes go. No I/O: the shell calls these, and the model test runs the shell.
+//! keeps back, which releases a fresh read of the node withdraws (a soak that ended, a give-up
+//! taken back), and in what order the writes go. No I/O: the shell calls these, and the model
+//! test runs the shell.
 
 use crate::decide::{Decision, Fence, Hold, NodeAction, ReleaseReason};
 use common::{NodeFacts, Transition};
@@ -67,13 +68,15 @@ pub fn keep_soaking(decision: &mut Decision, node: &str) {
     drop_new_grants(decision);
 }
 
-/// The nodes whose soak the decision ends: read fresh before their slot goes.
-pub fn soaked(decision: &Decision) -> Vec<String> {
+/// The nodes whose slot the decision releases on the word of its copy of them, read fresh
+/// before their slot goes: a soak that ended (`Completed`), and a give-up (`Abandoned`: the
+/// administrator may have taken it back since, removing it or typing `no`).
+pub fn to_confirm(decision: &Decision) -> Vec<(String, ReleaseReason)> {
     decision
         .release_reasons
         .iter()
-        .filter(|(_, reason)| *reason == ReleaseReason::Completed)
-        .map(|(name, _)| name.clone())
+        .filter(|(_, reason)| matches!(reason, ReleaseReason::Completed | ReleaseReason::Abandoned))
+        .cloned()
         .collect()
 }
 

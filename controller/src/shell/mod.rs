@@ -308,7 +308,7 @@ impl Shell {
         if !self.leadership.is_leading() {
             return false;
         }
-        self.confirm_soaks(&mut decision, &by_name).await;
+        self.confirm_releases(&mut decision, &by_name).await;
         // What holds new grants is read again now: the round may have waited on the API.
         if self.fence_now().0.hold().is_some() {
             plan::drop_new_grants(&mut decision);

@@ -357,8 +357,10 @@ impl Shell {
     /// may lag. Not Ready (or not readable) now, or cordoned now where the copy the round
     /// decided on was not (the round would have granted its slot away while it stays
     /// unavailable): the release and the round's new grants wait for the next round, which
-    /// sees the node as read here.
-    pub(super) async fn confirm_soaks(
+    /// sees the node as read here. A give-up that releases a slot (during a soak, so that the
+    /// pool goes on past a node NotReady in it) must still be there on that read: an
+    /// administrator may have taken it back.
+    pub(super) async fn confirm_releases(
         &mut self,
         decision: &mut Decision,
         decided_on: &HashMap<&str, &Arc<Node>>,
@@ -366,16 +368,22 @@ impl Shell {
         if self.schedule.min_ready.is_zero() {
             return;
         }
-        for name in plan::soaked(decision) {
+        for (name, reason) in plan::to_confirm(decision) {
             let settled = match self.api.get(&name).await {
                 Ok(Some(node)) => {
                     let now = NodeFacts::from_node(&node);
                     let was_cordoned = decided_on.get(name.as_str()).is_some_and(|n| {
                         n.spec.as_ref().and_then(|s| s.unschedulable) == Some(true)
                     });
+                    let given_up = now.protocol(&self.keys).abandon.is_some();
                     self.overlay.record_read(node);
-                    now.readiness == common::Readiness::Ready
-                        && (!now.unschedulable || was_cordoned)
+                    match reason {
+                        ReleaseReason::Abandoned => given_up,
+                        _ => {
+                            now.readiness == common::Readiness::Ready
+                                && (!now.unschedulable || was_cordoned)
+                        }
+                    }
                 }
                 Ok(None) => true,
                 Err(error) => {
@@ -387,7 +395,9 @@ impl Shell {
             if !settled {
                 tracing::info!(
                     node = %name,
-                    "soaked, but not Ready, or newly cordoned, on a fresh read: slot kept for now"
+                    ?reason,
+                    "soaked but not Ready or newly cordoned, or no longer given up, on a fresh \
+                     read: slot kept for now"
                 );
                 plan::keep_soaking(decision, &name);
             }

@@ -199,8 +199,16 @@ async fn a_ledger_deleted_while_no_controller_runs_is_recreated_paused_not_empty
         .get(common::ledger::PAUSED_ANNOTATION)
         .cloned();
     assert_eq!(paused.as_deref(), Some("true"), "the ledger is not paused");
-    // The controller goes on rounding; sim-2 still waits (the soak it cannot see holds).
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    // The controller is alive and holds sim-2 because of the pause, and says so.
+    e2e::every_node::wait_for_event(
+        &client,
+        &["sim-2".to_owned()],
+        ControllerReason::Paused,
+        &[],
+        PATIENCE,
+        Some(&watch),
+    )
+    .await;
     assert!(
         !granted(&sb, "sim-2").await,
         "sim-2 granted during sim-1's soak"

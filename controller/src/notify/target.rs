@@ -266,6 +266,18 @@ mod tests {
     }
 
     #[test]
+    fn the_secrets_of_a_url_are_hidden_wherever_a_text_repeats_them() {
+        let target = parse("https://bob:PASSW0RD@example.com/hooks/T0KEN%2Dx?key=S3CRET&v=1")
+            .expect("a valid URL");
+        let text = "denied bob:PASSW0RD at /hooks/T0KEN-x (key S3CRET, v=1) on example.com";
+        let hidden = target.hide_secrets(text);
+        for secret in ["PASSW0RD", "T0KEN", "S3CRET"] {
+            assert!(!hidden.contains(secret), "{secret} shown: {hidden}");
+        }
+        assert!(hidden.contains("example.com"), "the host is no secret: {hidden}");
+    }
+
+    #[test]
     fn every_accepted_form_becomes_its_webhook() {
         let slack = "https://hooks.slack.com/services/T0001/B0002/XXXX3";
         for (value, want) in [

@@ -35,7 +35,7 @@ use crate::{
     shell::{Shell, ShellParts},
 };
 use anyhow::Context as _;
-use common::ControllerReason;
+use common::{ControllerReason, NodeFacts};
 use controller_core::{ledger::Ledger, schedule::Schedule, window::Windows};
 use k8s_openapi::api::core::v1::Node;
 use kube::{
@@ -411,14 +411,14 @@ impl Context {
     /// grants, it is created paused and said so in a Warning.
     async fn load_ledger(&self) -> anyhow::Result<ReadLedger> {
         let mut delays = reconnect_backoff();
-        let carried_by = self.ledger_carried_by();
         loop {
             let read = if self.args.dry_run {
                 self.ledger_store.peek().await
             } else {
-                self.ledger_store.load(&carried_by).await.map(|loaded| {
+                let carried_by = || self.ledger_carried_by();
+                self.ledger_store.load(carried_by).await.map(|loaded| {
                     if loaded.recreated_paused {
-                        self.say_ledger_recreated_at_start(&carried_by);
+                        self.say_ledger_recreated_at_start(&loaded.carried_by);
                     }
                     loaded.read
                 })
@@ -447,23 +447,33 @@ impl Context {
 }
 
 impl Context {
-    /// The nodes of the cache that carry a grant, or the last grant, of this controller's
-    /// ledger: they say the ledger existed before.
+    /// The nodes of the cache that carry a grant of this controller's ledger, or whose last
+    /// grant of it may still be soaking (completed less than `--min-ready-seconds` ago, or at a
+    /// time that cannot be read): the ledger existed before, and may have held their slots.
     fn ledger_carried_by(&self) -> Vec<String> {
         let keys = &self.args.annotation_prefix;
         let ledger = self.ledger_store.id();
-        let ours = |key: &str, node: &Node| {
-            node.metadata
-                .annotations
-                .as_ref()
-                .and_then(|a| a.get(key))
-                .and_then(|grant| common::ledger::ledger_of_grant(grant))
-                == Some(ledger.as_str())
+        let ours = |grant: Option<&str>| {
+            grant.and_then(common::ledger::ledger_of_grant) == Some(ledger.as_str())
+        };
+        let soak = jiff::SignedDuration::from_secs(
+            i64::try_from(self.args.min_ready_seconds).unwrap_or(i64::MAX),
+        );
+        let now = jiff::Timestamp::now();
+        let may_soak = |completed: Option<&str>| {
+            completed
+                .and_then(|at| at.parse::<jiff::Timestamp>().ok())
+                .is_none_or(|at| now.duration_since(at) < soak)
         };
         self.store
             .state()
             .iter()
-            .filter(|node| ours(&keys.grant, node) || ours(&keys.last_grant, node))
+            .filter(|node| {
+                let state = NodeFacts::from_node(node).protocol(keys);
+                ours(state.grant.as_deref())
+                    || (ours(state.last_grant.as_deref())
+                        && may_soak(state.last_completed.as_deref()))
+            })
             .filter_map(|node| node.metadata.name.clone())
             .collect()
     }

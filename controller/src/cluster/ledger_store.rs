@@ -101,12 +101,24 @@ pub fn recreated_annotations(last: &Ledger) -> BTreeMap<String, String> {
     annotations
 }
 
+/// The first few names and how many more: a list that stays short at any fleet size.
+fn a_few_of(names: &[String]) -> String {
+    const NAMED: usize = 5;
+    let named = names[..names.len().min(NAMED)].join(", ");
+    match names.len() {
+        n if n > NAMED => format!("{named} and {} more nodes", n - NAMED),
+        _ => named,
+    }
+}
+
 /// The ledger as [`LedgerStore::load`] found or created it at start.
 #[derive(Debug)]
 pub struct Loaded {
     pub read: ReadLedger,
     /// It was missing while nodes carried its grants: created paused.
     pub recreated_paused: bool,
+    /// Those nodes, when it was missing.
+    pub carried_by: Vec<String>,
 }
 
 /// What the ledger watch publishes for one of its events, if anything. `seen` says whether
@@ -257,19 +269,25 @@ impl LedgerStore {
         }
     }
 
-    /// Reads the ledger at start, creating it when it is missing. `carried_by` names the nodes
-    /// that carry one of its grants or its last grant: none on a first start, which creates an
-    /// empty ledger. Some, and the Lease was deleted while no controller ran: its pause and the
-    /// soaks under way (which no node shows as a grant) cannot be known, so it is created
-    /// paused (fail-safe, as an unreadable pause value is), and said so in [`Loaded`].
-    pub async fn load(&self, carried_by: &[String]) -> Result<Loaded, LedgerError> {
+    /// Reads the ledger at start, creating it when it is missing. `carried_by`, asked only then,
+    /// names the nodes that carry one of its grants or may still soak after its last one: none
+    /// on a first start, which creates an empty ledger. Some, and the Lease was deleted while no
+    /// controller ran: its pause and the soaks under way (which no node shows as a grant)
+    /// cannot be known, so it is created paused (fail-safe, as an unreadable pause value is),
+    /// and said so in [`Loaded`].
+    pub async fn load(
+        &self,
+        carried_by: impl FnOnce() -> Vec<String>,
+    ) -> Result<Loaded, LedgerError> {
         let err = |e| LedgerError::Api(self.name.clone(), e);
         if let Some(lease) = self.api.get(&self.name).await.map_err(err)? {
             return Ok(Loaded {
                 read: read(&self.id(), &lease),
                 recreated_paused: false,
+                carried_by: Vec::new(),
             });
         }
+        let carried_by = carried_by();
         let missing = Ledger {
             paused: !carried_by.is_empty(),
             ..Ledger::default()
@@ -287,11 +305,14 @@ impl LedgerStore {
             // Another controller that created it first decided how.
             recreated_paused: missing.paused && read.ledger.paused,
             read,
+            carried_by,
         })
     }
 
-    /// The Warning of a ledger [`load`](Self::load) recreated paused at start.
+    /// The Warning of a ledger [`load`](Self::load) recreated paused at start: a few of the
+    /// nodes by name and how many in all, so that the note stays within an Event's size.
     pub fn recreated_at_start_note(&self, carried_by: &[String]) -> String {
+        let carried_by = a_few_of(carried_by);
         format!(
             "the slot ledger Lease {} was missing at start although {} carry its grants: it \
              was deleted while no controller ran. Recreated PAUSED, since its pause and the \
@@ -300,7 +321,7 @@ impl LedgerStore {
              the nodes that rebooted last have soaked (--min-ready-seconds). Do not delete it; \
              to stop new reboots, pause instead (kubectl reboot pause)",
             self.id(),
-            carried_by.join(", ")
+            carried_by
         )
     }
 
@@ -437,6 +458,17 @@ mod tests {
         // What this build writes says its format.
         let written = recreated_annotations(&today.ledger);
         assert_eq!(written[FORMAT_ANNOTATION], common::format::current());
+    }
+
+    #[test]
+    fn the_nodes_of_a_ledger_recreated_at_start_are_named_a_few_at_a_time() {
+        let names = |n: usize| (1..=n).map(|i| format!("node-{i}")).collect::<Vec<_>>();
+        assert_eq!(a_few_of(&names(2)), "node-1, node-2");
+        let many = a_few_of(&names(5000));
+        assert_eq!(
+            many,
+            "node-1, node-2, node-3, node-4, node-5 and 4995 more nodes"
+        );
     }
 
     #[test]

@@ -352,7 +352,7 @@ impl Model {
         let _guard = self.runtime.enter();
         let ledger = self
             .runtime
-            .block_on(ledger_store.load(&[]))
+            .block_on(ledger_store.load(Vec::new))
             .expect("the model ledger loads")
             .read;
         let (ledger_tx, ledger_watch) = watch::channel(ledger.clone());

@@ -178,21 +178,45 @@ fn check_name(name: &str, may_be_empty: bool) -> Result<(), String> {
 }
 
 /// The record of the labels the controller set at a grant (`k=v,k=v`), kept in an annotation
-/// so that they are removed as they were set even after the controller's flags changed.
-pub fn record(labels: &BTreeMap<String, String>) -> String {
+/// so that they are removed as they were set even after the controller's flags changed. A label
+/// that replaced the post-reboot label an earlier reboot left (`replaced`: its key and that
+/// label's value) is recorded as `k=v/was`, so that a reboot given back puts `was` back
+/// instead of leaving the node with neither (label values hold no `/`).
+pub fn record(labels: &BTreeMap<String, String>, replaced: &BTreeMap<String, String>) -> String {
     labels
         .iter()
-        .map(|(k, v)| format!("{k}={v}"))
+        .map(|(k, v)| match replaced.get(k) {
+            Some(was) => format!("{k}={v}/{was}"),
+            None => format!("{k}={v}"),
+        })
         .collect::<Vec<_>>()
         .join(",")
 }
 
-/// The labels a record names; what does not parse (a hand edit) is skipped.
+/// The labels a record names, at the value set; what does not parse (a hand edit) is skipped.
 pub fn recorded(record: &str) -> BTreeMap<String, String> {
-    record
-        .split(',')
-        .filter_map(|pair| parse_label(pair).ok())
+    recorded_entries(record).map(|(k, v, _)| (k, v)).collect()
+}
+
+/// The labels a record says replaced an earlier post-reboot label, with that label's value.
+pub fn recorded_replaced(record: &str) -> BTreeMap<String, String> {
+    recorded_entries(record)
+        .filter_map(|(k, _, was)| Some((k, was?)))
         .collect()
+}
+
+fn recorded_entries(record: &str) -> impl Iterator<Item = (String, String, Option<String>)> {
+    record.split(',').filter_map(|entry| {
+        let (label, was) = match entry.split_once('=') {
+            Some((key, value)) => match value.split_once('/') {
+                Some((value, was)) => (format!("{key}={value}"), Some(was.to_owned())),
+                None => (entry.to_owned(), None),
+            },
+            None => (entry.to_owned(), None),
+        };
+        let (key, value) = parse_label(&label).ok()?;
+        Some((key, value, was))
+    })
 }
 
 /// The record of the waiting taint (`reboot-tainted`): its key and the ledger of the controller
@@ -280,6 +304,26 @@ mod tests {
     }
 
     #[test]
+    fn a_label_record_reads_back_with_what_each_label_replaced() {
+        let map = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+            pairs
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect()
+        };
+        let set = map(&[("a", "1"), ("lb", "out"), ("ex.com/x", "")]);
+        let replaced = map(&[("lb", "in"), ("ex.com/x", "")]);
+        let record = record(&set, &replaced);
+        assert_eq!(record, "a=1,ex.com/x=/,lb=out/in");
+        assert_eq!(recorded(&record), set);
+        assert_eq!(recorded_replaced(&record), replaced);
+        // A record of labels only (as every record before replacements were noted) reads as
+        // replacing nothing; a hand edit that does not parse is skipped.
+        assert_eq!(recorded_replaced("a=1,lb=out"), BTreeMap::new());
+        assert_eq!(recorded("a=1,bad key=x"), map(&[("a", "1")]));
+    }
+
+    #[test]
     fn a_taint_record_names_its_key_and_its_ledger() {
         let record = taint_record("example.com/reboot-pending", "ns/slots");
         assert_eq!(record, "example.com/reboot-pending ns/slots");
@@ -297,7 +341,7 @@ mod tests {
             .iter()
             .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
             .collect();
-        assert_eq!(recorded(&record(&labels)), labels);
+        assert_eq!(recorded(&record(&labels, &BTreeMap::new())), labels);
         assert!(recorded("").is_empty());
     }
 }

@@ -221,11 +221,15 @@ impl<'a> Transition<'a> {
     /// unless it is the post-reboot label of that key that an earlier reboot left (kured's
     /// pair, `lb=out` for the reboot and `lb=in` after it): the operator's own, replaced.
     fn set_pre_labels(&self, node: &NodeFacts, mut ops: Ops) -> Ops {
-        let mut set = BTreeMap::new();
+        let (mut set, mut replaced) = (BTreeMap::new(), BTreeMap::new());
         for (key, value) in &self.marks.pre_reboot_labels {
             let ours = self.marks.post_reboot_labels.get(key).map(String::as_str);
+            let write = label_write(node, key, value, ours);
+            if let LabelWrite::Replace { was } = write {
+                replaced.insert(key.clone(), was.to_owned());
+            }
             let written;
-            (ops, written) = ops.write_label(label_write(node, key, value, ours), key, value);
+            (ops, written) = ops.write_label(write, key, value);
             if written {
                 set.insert(key.clone(), value.clone());
             }
@@ -233,7 +237,7 @@ impl<'a> Transition<'a> {
         if set.is_empty() {
             return ops;
         }
-        ops.set_annotation(&self.keys.labelled, &marks::record(&set))
+        ops.set_annotation(&self.keys.labelled, &marks::record(&set, &replaced))
     }
 
     /// At a completion: the post-reboot labels, where the key is free or holds the operator's
@@ -252,8 +256,8 @@ impl<'a> Transition<'a> {
     }
 
     /// The labels recorded at the grant (`recorded`) go, unless the post-reboot labels set
-    /// them anew (`replaced`); one whose value somebody changed since stays. Each removal tests
-    /// the value recorded.
+    /// them anew (`replaced`); one that replaced an earlier post-reboot label gives that label
+    /// back; one whose value somebody changed since stays. Each write tests the value recorded.
     fn remove_pre_labels(
         &self,
         node: &NodeFacts,
@@ -264,10 +268,16 @@ impl<'a> Transition<'a> {
         let Some(record) = node.protocol(self.keys).labelled else {
             return ops;
         };
+        // The post-reboot labels a grant replaced: put back when the reboot is given back.
+        let put_back = marks::recorded_replaced(&record);
         for (key, value) in recorded {
-            if !replaced.contains_key(key) && node.labels.get(key) == Some(value) {
-                ops = ops.remove_label(key, value);
+            if replaced.contains_key(key) || node.labels.get(key) != Some(value) {
+                continue;
             }
+            ops = match put_back.get(key) {
+                Some(was) => ops.replace_label(key, value, was),
+                None => ops.remove_label(key, value),
+            };
         }
         ops.test_annotation(&self.keys.labelled, &record)
             .remove_annotation(&self.keys.labelled)
@@ -1143,6 +1153,35 @@ mod tests {
         rebooted(&mut obj);
         step(&mut obj, |f| Some(t.complete(f, Some("g1"), "t1")));
         assert_eq!(obj["metadata"]["labels"], json!({"lb": "in"}));
+    }
+
+    /// A reboot given back (released or given up) after its grant replaced the post-reboot
+    /// label an earlier reboot left puts that label back: the node is not left with neither.
+    #[test]
+    fn a_reboot_given_back_puts_back_the_post_reboot_label_its_grant_replaced() {
+        let keys = AnnotationKeys::default();
+        let marks = marks();
+        let t = Transition::new(&keys).with_marks(&marks);
+        for given_up in [false, true] {
+            let mut obj = json!({"metadata": {"name": "n1", "resourceVersion": "1",
+                "labels": {"lb": "in"}, "annotations": {"reboot-needed": "true"}}, "spec": {}});
+            step(&mut obj, |f| Some(t.claim(f, "g1", "1", false, "t0")));
+            assert_eq!(
+                annotation(&obj, "reboot-labelled").as_deref(),
+                Some("ex.com/rebooting=true,lb=out/in")
+            );
+            if given_up {
+                obj["metadata"]["annotations"]["reboot-abandon"] = "by admin".into();
+                step(&mut obj, |f| t.abandon(f));
+            } else {
+                step(&mut obj, |f| t.release(f));
+            }
+            assert_eq!(
+                obj["metadata"]["labels"],
+                json!({"lb": "in"}),
+                "given up: {given_up}"
+            );
+        }
     }
 
     /// A label an administrator adds between the controller's read and its write fails the

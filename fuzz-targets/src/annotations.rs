@@ -2,7 +2,7 @@ use common::{
     AnnotationKeys, Phase, ProtocolState, Request,
     abandon::Abandon,
     ledger::{Pause, grant_id, ledger_id, ledger_of_grant},
-    marks::{parse_label, parse_taint_key, record, recorded},
+    marks::{parse_label, parse_taint_key, record, recorded, recorded_replaced},
 };
 use std::collections::BTreeMap;
 
@@ -52,10 +52,19 @@ fn value_readers(value: &str) {
     abandon.describe();
     // reboot-labelled: a record of labels gives back the labels.
     if let Ok((key, label)) = parse_label(value) {
+        let replaced = BTreeMap::from([(key.clone(), label.clone())]);
         let labels = BTreeMap::from([(key, label)]);
-        assert_eq!(recorded(&record(&labels)), labels, "{value:?}");
+        assert_eq!(
+            recorded(&record(&labels, &BTreeMap::new())),
+            labels,
+            "{value:?}"
+        );
+        let both = record(&labels, &replaced);
+        assert_eq!(recorded(&both), labels, "{value:?}");
+        assert_eq!(recorded_replaced(&both), replaced, "{value:?}");
     }
     let _ = recorded(value);
+    let _ = recorded_replaced(value);
     let _ = parse_taint_key(value);
     // reboot-grant: a grant names the ledger that made it.
     if !value.contains('/') {

@@ -11,7 +11,7 @@
 //! with a Warning naming the watch, and the drain still honours every budget.
 
 use crate::{
-    cluster::events::Reason,
+    cluster::events::{Reason, brief},
     gates::refusal::{Refused, could_refuse, is_ready, key, refusal},
     metrics::Metrics,
 };
@@ -66,7 +66,7 @@ impl Listing {
     }
 
     fn record_error(&self, error: String) {
-        *self.error_slot() = Some(brief(&error, ERROR_CHARS));
+        *self.error_slot() = Some(brief(&error, ERROR_BYTES));
     }
 
     /// The last error the watch (or a read it depends on) met, if any.
@@ -75,9 +75,9 @@ impl Listing {
     }
 }
 
-/// How much of a watch's error an Event repeats: the API server takes at most 1,024 characters
-/// of a note, and the note says more than the error.
-const ERROR_CHARS: usize = 300;
+/// How much of a watch's error an Event repeats (bytes): a note has at most
+/// [`crate::cluster::events::NOTE_BYTES`], and the note says more than the error.
+const ERROR_BYTES: usize = 300;
 
 /// An API error in a few words: the server's own message where there is one (the error's
 /// `Display` repeats the whole status).
@@ -96,14 +96,6 @@ fn watch_error(error: &watcher::Error) -> String {
         | watcher::Error::WatchFailed(e) => api_error(e),
         watcher::Error::WatchError(status) => format!("{} ({})", status.message, status.code),
         other => other.to_string(),
-    }
-}
-
-/// `text` cut to at most `chars` characters, with an ellipsis where it was cut.
-fn brief(text: &str, chars: usize) -> String {
-    match text.char_indices().nth(chars) {
-        Some((end, _)) => format!("{}...", &text[..end]),
-        None => text.to_owned(),
     }
 }
 
@@ -691,7 +683,8 @@ pub fn held(
 }
 
 impl PreflightReading {
-    /// The pods of `node` the Eviction API would refuse to evict, said in a sentence.
+    /// The pods of `node` the Eviction API would refuse to evict, said in a sentence: the
+    /// first few, and how many more.
     fn refusals(&self, node: &str) -> String {
         let refused = self
             .refused
@@ -699,7 +692,7 @@ impl PreflightReading {
             .map(Vec::as_slice)
             .unwrap_or_default();
         let said: Vec<String> = refused.iter().map(ToString::to_string).collect();
-        said.join("; ")
+        crate::drain::name_list(&said, "; ", crate::drain::NAMES_IN_EVENT)
     }
 
     /// The Event of a node a check holds; none while a check cannot tell yet.
@@ -857,12 +850,12 @@ mod tests {
     }
 
     #[test]
-    fn an_error_said_in_an_event_is_cut_to_a_few_hundred_characters() {
-        assert_eq!(brief("forbidden", 300), "forbidden");
-        let long = "é".repeat(400);
-        let cut = brief(&long, 300);
-        assert_eq!(cut.chars().count(), 303, "{cut}");
-        assert!(cut.ends_with("é..."));
+    fn an_error_said_in_an_event_is_cut_to_a_few_hundred_bytes() {
+        let listing = Listing::default();
+        listing.record_error("é".repeat(400));
+        let error = listing.last_error().unwrap();
+        assert!(error.len() <= ERROR_BYTES, "{} bytes", error.len());
+        assert!(error.ends_with("é..."), "{error}");
     }
 
     #[test]
@@ -891,6 +884,32 @@ mod tests {
         assert_eq!(held(&views, Check::Unanswered, budgets, false), nothing);
         assert_eq!(held(&views, Check::Off, Check::Checking, false), checking);
         assert_eq!(held(&views, agents, Check::Unanswered, false), nothing);
+    }
+
+    #[test]
+    fn a_node_with_many_refused_pods_names_a_few_and_says_how_many_more() {
+        let pods: Vec<Pod> = (0..60)
+            .map(|i| pod(&format!("db-{i:02}"), "n1", "Running", true))
+            .collect();
+        let pdb = budget_at_zero();
+        let refused = refused_by_node(&pods, [&pdb]);
+        let reading = |force| PreflightReading {
+            held: BTreeMap::from([("n1".to_owned(), Preflight::DisruptionBudget)]),
+            refused: refused.clone(),
+            force,
+            drain_timeout: Duration::from_secs(900),
+            ..PreflightReading::default()
+        };
+        let (_, held) = reading(false).event("n1").unwrap();
+        let (_, forced) = reading(true).forced_event("n1").unwrap();
+        for note in [held, forced] {
+            assert!(note.len() <= 1024, "{} bytes: {note}", note.len());
+            assert!(
+                note.contains("the pod ops/db-00: the PodDisruptionBudget ops/db"),
+                "{note}"
+            );
+            assert!(note.contains(" more"), "{note}");
+        }
     }
 
     #[test]

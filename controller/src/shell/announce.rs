@@ -159,8 +159,7 @@ impl Shell {
                         blocking.len(),
                         pods.join("; ")
                     );
-                    self.events
-                        .publish(&node, Reason::RebootForced, event_note(note));
+                    self.events.publish(&node, Reason::RebootForced, note);
                 }
                 DrainOutcome::TimedOut { blocking, .. } => {
                     let pods = blocking_list(&blocking);
@@ -172,8 +171,7 @@ impl Shell {
                         "drain timed out; node uncordoned and slot released, retried later; blocked by {}",
                         pods.join("; ")
                     );
-                    self.events
-                        .publish(&node, Reason::DrainBlocked, event_note(note));
+                    self.events.publish(&node, Reason::DrainBlocked, note);
                 }
             }
             let delay = self.schedule.reboot_delay;
@@ -583,14 +581,4 @@ fn blocking_list(blocking: &std::collections::BTreeMap<String, String>) -> Vec<S
         .iter()
         .map(|(pod, why)| format!("{pod}: {why}"))
         .collect()
-}
-
-/// An Event's note may have 1 KiB: cut at a character boundary.
-fn event_note(mut note: String) -> String {
-    let cut = (0..=note.len().min(1000))
-        .rev()
-        .find(|&i| note.is_char_boundary(i))
-        .unwrap_or(0);
-    note.truncate(cut);
-    note
 }

@@ -497,8 +497,6 @@ pub struct PreflightChecks {
 #[derive(Debug, Clone, Default)]
 pub struct Heard {
     silences: [Silence; 2],
-    /// The nodes told that a check without an answer goes unheeded, by check.
-    warned: [BTreeSet<String>; 2],
 }
 
 /// What the checks say in one round.
@@ -508,9 +506,9 @@ pub struct PreflightReading {
     pub held: BTreeMap<String, Preflight>,
     /// By node, the pods the Eviction API would refuse to evict now.
     pub refused: BTreeMap<String, Vec<Refused>>,
-    /// Requested nodes that go without a check that has had no answer for
-    /// `--preflight-timeout`, each with the Warning it gets (once a node and silence).
-    pub unchecked: Vec<(String, String)>,
+    /// The Warning of each check that has had no answer for `--preflight-timeout`, which a
+    /// node granted now goes without.
+    pub unanswered: Vec<String>,
     /// When a round must look again: a check without an answer stops holding nodes then
     /// (decision clock, milliseconds).
     pub look_at: Option<u64>,
@@ -542,7 +540,10 @@ impl PreflightChecks {
             matches!(budgets, Check::Unanswered),
         ];
         publish(metrics, &held, unanswered);
-        let unchecked = self.unchecked(views, unanswered);
+        let unanswered = (0..CHECKS.len())
+            .filter(|&check| unanswered[check])
+            .map(|check| self.unanswered_note(check))
+            .collect();
         let look_at = self
             .heard
             .silences
@@ -555,7 +556,7 @@ impl PreflightChecks {
                 Check::Known(refused) => refused,
                 _ => BTreeMap::new(),
             },
-            unchecked,
+            unanswered,
             look_at,
             agent_selector: self.agent_selector.clone(),
             force: self.force,
@@ -563,26 +564,8 @@ impl PreflightChecks {
         }
     }
 
-    /// The requested nodes without a grant not yet told that a check without an answer goes
-    /// unheeded, with their Warnings. A check that answers again may warn again later.
-    fn unchecked(&mut self, views: &[NodeView], unanswered: [bool; 2]) -> Vec<(String, String)> {
-        for (warned, silent) in self.heard.warned.iter_mut().zip(unanswered) {
-            if !silent {
-                warned.clear();
-            }
-        }
-        let mut notes = Vec::new();
-        for view in views.iter().filter(|v| requested(v)) {
-            for (i, silent) in unanswered.iter().enumerate() {
-                if *silent && self.heard.warned[i].insert(view.name().to_owned()) {
-                    notes.push((view.name().to_owned(), self.unchecked_note(i)));
-                }
-            }
-        }
-        notes
-    }
-
-    fn unchecked_note(&self, check: usize) -> String {
+    /// The Warning of a node granted without `check`, which has had no answer.
+    fn unanswered_note(&self, check: usize) -> String {
         let timeout = crate::drain::humantime(self.timeout);
         let (watch, error, risk, fix) = if check == AGENTS {
             (
@@ -610,9 +593,8 @@ impl PreflightChecks {
             .map(|e| format!(" (last error: {e})"))
             .unwrap_or_default();
         format!(
-            "reboot requested; the pre-flight check cannot tell: {watch} has had no answer for \
-             {timeout} (--preflight-timeout){error}, so the node goes without the check: {risk}. \
-             Fix: {fix}"
+            "granted without the pre-flight check: {watch} has had no answer for {timeout} \
+             (--preflight-timeout){error}: {risk}. Fix: {fix}"
         )
     }
 }
@@ -720,9 +702,19 @@ impl PreflightReading {
         }
     }
 
+    /// The Events of a node granted this round: a Warning for each check without an answer
+    /// that it goes without, and that of a forced drain.
+    pub fn grant_events(&self, node: &str) -> Vec<(Reason, String)> {
+        let unanswered = self.unanswered.iter().cloned();
+        unanswered
+            .map(|note| (Reason::PreflightUnanswered, note))
+            .chain(self.forced_event(node))
+            .collect()
+    }
+
     /// The Event of a node granted though the Eviction API would refuse to evict one of its
     /// pods (`--force-reboot`), if it is one.
-    pub fn forced_event(&self, node: &str) -> Option<(Reason, String)> {
+    fn forced_event(&self, node: &str) -> Option<(Reason, String)> {
         if !self.force || !self.refused.contains_key(node) {
             return None;
         }
@@ -910,6 +902,20 @@ mod tests {
             );
             assert!(note.contains(" more"), "{note}");
         }
+    }
+
+    #[test]
+    fn a_granted_node_is_told_of_each_check_without_an_answer_it_goes_without() {
+        let note = "granted without the pre-flight check: the PodDisruptionBudget watch ...";
+        let reading = PreflightReading {
+            unanswered: vec![note.to_owned()],
+            ..PreflightReading::default()
+        };
+        assert_eq!(
+            reading.grant_events("n1"),
+            [(Reason::PreflightUnanswered, note.to_owned())]
+        );
+        assert!(PreflightReading::default().grant_events("n1").is_empty());
     }
 
     #[test]

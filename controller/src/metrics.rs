@@ -353,15 +353,15 @@ impl Metrics {
             "preflight_held_nodes",
             "Requested nodes not granted because a pre-flight check fails, by check (no_agent: no \
              Running and Ready agent pod; disruption_budget: the Eviction API would refuse to \
-             evict one of its pods; checking: a check has no answer yet, for at most \
-             --preflight-timeout)",
+             evict one of its pods; checking: a check has no answer yet, until its watch lists, for \
+             at most --preflight-timeout while the watch fails)",
             m.preflight_held,
         );
         registry.register(
             "preflight_unanswered",
-            "Pre-flight checks that have had no answer for --preflight-timeout (their watch \
-             cannot list), by check (no_agent, disruption_budget): 1 while the check holds no \
-             node and the requested nodes go without it",
+            "Pre-flight checks without an answer whose watch has failed (cannot list) for \
+             --preflight-timeout, by check (no_agent, disruption_budget): 1 while the check holds \
+             no node and the nodes granted go without it",
             m.preflight_unanswered,
         );
         registry.register(

@@ -313,6 +313,17 @@ async fn a_replica_that_is_not_ready_does_not_hold_its_node_while_its_budget_has
         !has_event(&sb.client, "sim-1", ControllerReason::DisruptionBudget, &[]).await,
         "sim-1 was held for its budget"
     );
+    // Granted by the check's answer, not because the check could not answer.
+    assert!(
+        !has_event(
+            &sb.client,
+            "sim-1",
+            ControllerReason::PreflightUnanswered,
+            &[]
+        )
+        .await,
+        "sim-1 went without the budget check"
+    );
     let pods: Api<Pod> = Api::namespaced(sb.client.clone(), "default");
     assert!(
         pods.get_opt(&broken).await.expect("get pod").is_none(),

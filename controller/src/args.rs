@@ -129,10 +129,11 @@ pub struct Args {
     pub agent_selector: String,
 
     /// How long a pre-flight check (--agent-selector, --check-disruption-budgets) that has no
-    /// answer, because its watch cannot list (a role without the right, a list that keeps
-    /// failing), holds the requested nodes. Then it holds none: each goes without it, with a
-    /// Warning (`PreflightUnanswered`) naming the watch and the fix, and
-    /// `node_reboot_preflight_unanswered` is 1. The drain still honours every budget.
+    /// answer because its watch fails (it met an error and has not listed since: a role
+    /// without the right, a list that keeps failing) holds the requested nodes. Then it holds
+    /// none: each node granted goes without it, with a Warning (`PreflightUnanswered`) naming
+    /// the watch, its error and the fix, and `node_reboot_preflight_unanswered` is 1. The drain
+    /// still honours every budget. A list that is only slow holds the nodes until it lists.
     #[arg(long, env = "PREFLIGHT_TIMEOUT", default_value = "2m", allow_hyphen_values = true, value_parser = parse_duration)]
     pub preflight_timeout: Duration,
 

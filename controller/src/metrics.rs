@@ -353,15 +353,15 @@ impl Metrics {
             "preflight_held_nodes",
             "Requested nodes not granted because a pre-flight check fails, by check (no_agent: no \
              Running and Ready agent pod; disruption_budget: the Eviction API would refuse to \
-             evict one of its pods; checking: a check has no answer yet, for at most \
-             --preflight-timeout)",
+             evict one of its pods; checking: a check has no answer yet, until its watch lists, for \
+             at most --preflight-timeout while the watch fails)",
             m.preflight_held,
         );
         registry.register(
             "preflight_unanswered",
-            "Pre-flight checks that have had no answer for --preflight-timeout (their watch \
-             cannot list), by check (no_agent, disruption_budget): 1 while the check holds no \
-             node and the requested nodes go without it",
+            "Pre-flight checks without an answer whose watch has failed (cannot list) for \
+             --preflight-timeout, by check (no_agent, disruption_budget): 1 while the check holds \
+             no node and the nodes granted go without it",
             m.preflight_unanswered,
         );
         registry.register(
@@ -398,11 +398,7 @@ impl Metrics {
         let _ = metrics.notifications_dropped.get_or_create(&ReasonLabels {
             reason: "queue_full".into(),
         });
-        for check in ["no_agent", "disruption_budget"] {
-            metrics.preflight_held(check, 0);
-            metrics.preflight_unanswered(check, false);
-        }
-        metrics.preflight_held("checking", 0);
+        metrics.no_preflight();
         for object in ["node", "ledger"] {
             metrics.unknown_format(object, 0);
         }
@@ -436,6 +432,22 @@ impl Metrics {
         self.gates_open
             .get_or_create(&GateLabels { gate: gate.into() })
             .set(i64::from(open));
+    }
+
+    /// This replica no longer leads: the gauges only the leader keeps say nothing of its own,
+    /// or a stale 1 would fire an alert (`max` over the replicas).
+    pub fn stepped_down(&self) {
+        self.leader.set(0);
+        self.no_preflight();
+    }
+
+    /// The pre-flight gauges of a replica that checks nothing: every check, 0.
+    fn no_preflight(&self) {
+        for check in ["no_agent", "disruption_budget"] {
+            self.preflight_held(check, 0);
+            self.preflight_unanswered(check, false);
+        }
+        self.preflight_held("checking", 0);
     }
 
     pub fn preflight_held(&self, check: &str, nodes: usize) {
@@ -611,6 +623,26 @@ mod tests {
             "node_reboot_leader 0",
             "node_reboot_notifications_total{outcome=\"failed\"} 0",
             "node_reboot_notifications_dropped_total{reason=\"queue_full\"} 0",
+        ] {
+            assert!(text.contains(line), "{line} in\n{text}");
+        }
+    }
+
+    #[test]
+    fn a_replica_that_steps_down_reports_no_pre_flight_check_of_its_own() {
+        let (metrics, registry) = Metrics::new();
+        metrics.leader.set(1);
+        metrics.preflight_held("disruption_budget", 3);
+        metrics.preflight_held("checking", 2);
+        metrics.preflight_unanswered("no_agent", true);
+        metrics.stepped_down();
+        let mut text = String::new();
+        encode(&mut text, &registry).unwrap();
+        for line in [
+            "node_reboot_leader 0",
+            "node_reboot_preflight_held_nodes{check=\"disruption_budget\"} 0",
+            "node_reboot_preflight_held_nodes{check=\"checking\"} 0",
+            "node_reboot_preflight_unanswered{check=\"no_agent\"} 0",
         ] {
             assert!(text.contains(line), "{line} in\n{text}");
         }

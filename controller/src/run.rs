@@ -223,7 +223,7 @@ impl Context {
                 () = leadership.lost() => Ok(Stopped::Lost),
                 result = self.lead(acting) => result.map(|()| Stopped::Lost),
             };
-            self.metrics.leader.set(0);
+            self.metrics.stepped_down();
             match stopped {
                 Ok(Stopped::Shutdown) => break Ok(()),
                 Ok(Stopped::Lost) => {

@@ -313,6 +313,17 @@ async fn a_replica_that_is_not_ready_does_not_hold_its_node_while_its_budget_has
         !has_event(&sb.client, "sim-1", ControllerReason::DisruptionBudget, &[]).await,
         "sim-1 was held for its budget"
     );
+    // Granted by the check's answer, not because the check could not answer.
+    assert!(
+        !has_event(
+            &sb.client,
+            "sim-1",
+            ControllerReason::PreflightUnanswered,
+            &[]
+        )
+        .await,
+        "sim-1 went without the budget check"
+    );
     let pods: Api<Pod> = Api::namespaced(sb.client.clone(), "default");
     assert!(
         pods.get_opt(&broken).await.expect("get pod").is_none(),
@@ -356,7 +367,7 @@ fn controller_without_budget_rights(cp: &testenv::ControlPlane) -> std::path::Pa
 #[tokio::test(flavor = "multi_thread")]
 async fn a_budget_check_its_role_cannot_list_warns_and_lets_the_node_go_with_the_drain_honouring_budgets()
  {
-    let config = SandboxConfig::with_nodes(2)
+    let config = SandboxConfig::with_nodes(3)
         .reboot_duration(Duration::from_secs(1))
         .no_controller();
     let mut sb = Sandbox::start(config).await.expect("sandbox starts");
@@ -417,6 +428,30 @@ async fn a_budget_check_its_role_cannot_list_warns_and_lets_the_node_go_with_the
     assert_eq!(sb.fleet.reboots("sim-1"), 0, "rebooted with precious on it");
     let pods: Api<Pod> = Api::namespaced(sb.client.clone(), "default");
     assert!(pods.get_opt("precious").await.expect("get").is_some());
+    // A node that waits for the slot sim-1 holds does not go yet: it is not told it goes
+    // without the check. Events are sent in order, so once sim-3's, requested after sim-2's
+    // round, is there, anything that round said of sim-2 is there too.
+    for name in ["sim-2", "sim-3"] {
+        request_reboot(cp, name);
+        e2e::wait_for_event(
+            &sb.client,
+            name,
+            ControllerReason::Requested,
+            &["waiting for a slot"],
+            Some(&watch),
+        )
+        .await;
+    }
+    assert!(
+        !has_event(
+            &sb.client,
+            "sim-2",
+            ControllerReason::PreflightUnanswered,
+            &[]
+        )
+        .await,
+        "sim-2 was told it goes without the check while it waits for a slot"
+    );
     // The budget lets it go: the drain evicts it and the node is rebooted.
     kubectl(
         cp,
@@ -434,6 +469,26 @@ async fn a_budget_check_its_role_cannot_list_warns_and_lets_the_node_go_with_the
     })
     .await;
     assert!(pods.get_opt("precious").await.expect("get").is_none());
+    // The others go in turn, each told, once granted, that it goes without the check.
+    for name in ["sim-2", "sim-3"] {
+        wait_until(
+            &format!("{name} is rebooted"),
+            ROLLOUT,
+            Some(&watch),
+            || rebooted_and_done(&sb, name),
+        )
+        .await;
+        assert!(
+            has_event(
+                &sb.client,
+                name,
+                ControllerReason::PreflightUnanswered,
+                &["PodDisruptionBudget watch", "forbidden"]
+            )
+            .await,
+            "{name} went without the check and was not told"
+        );
+    }
     watch.check().unwrap();
     sb.stop().await;
 }

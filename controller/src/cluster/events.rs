@@ -45,16 +45,41 @@ enum Message {
 #[derive(Debug, Clone)]
 pub struct Events {
     queue: mpsc::UnboundedSender<Message>,
+    /// What every note says first: [`DRY_RUN_MARK`] in a dry run, else nothing.
+    mark: &'static str,
 }
 
 /// What every Event of a `--dry-run` controller says first, whichever part publishes it.
 pub const DRY_RUN_MARK: &str = "dry run, nothing was written: ";
 
+/// The API server refuses an Event whose note has more bytes than this.
+pub const NOTE_BYTES: usize = 1024;
+
+/// `text` cut to at most `bytes` bytes at a character boundary, ending with an ellipsis
+/// (within the bound) where it was cut.
+pub fn brief(text: &str, bytes: usize) -> String {
+    const ELLIPSIS: &str = "...";
+    if text.len() <= bytes {
+        return text.to_owned();
+    }
+    let room = bytes.saturating_sub(ELLIPSIS.len());
+    let end = (0..=room)
+        .rev()
+        .find(|&i| text.is_char_boundary(i))
+        .unwrap_or(0);
+    format!("{}{ELLIPSIS}", &text[..end])
+}
+
+/// The note an Event is sent with: the mark first, the whole within the API's limit, so that
+/// no caller can have an Event refused for a long note.
+fn marked(mark: &str, note: &str) -> String {
+    brief(&format!("{mark}{note}"), NOTE_BYTES)
+}
+
 impl Events {
     /// With `dry_run`, every note is marked with [`DRY_RUN_MARK`]: a waiting node's Event from
     /// a dry run must not read like one from the controller that acts.
     pub fn new(client: Client, instance: Option<String>, metrics: Metrics, dry_run: bool) -> Self {
-        let mark = if dry_run { DRY_RUN_MARK } else { "" };
         let reporter = Reporter {
             controller: REPORTER.to_owned(),
             instance,
@@ -79,7 +104,7 @@ impl Events {
                 let event = Event {
                     type_: event_type(reason),
                     reason: reason.as_str().to_owned(),
-                    note: Some(format!("{mark}{note}")),
+                    note: Some(note),
                     action: action.unwrap_or(reason.as_str()).to_owned(),
                     secondary: related,
                 };
@@ -90,11 +115,12 @@ impl Events {
                 }
             }
         });
-        Self { queue }
+        let mark = if dry_run { DRY_RUN_MARK } else { "" };
+        Self { queue, mark }
     }
 
     pub fn publish(&self, node: &Node, reason: Reason, note: String) {
-        self.enqueue(node, reason, note, None);
+        self.enqueue_node(node, reason, note, None);
     }
 
     /// An Event about the node that concerns another object too (a pod being evicted). The
@@ -107,48 +133,61 @@ impl Events {
         note: String,
         related: ObjectReference,
     ) {
-        self.enqueue(node, reason, note, Some(related));
+        self.enqueue_node(node, reason, note, Some(related));
     }
 
     /// An Event about any object (the ledger Lease).
     pub fn publish_about(&self, reference: ObjectReference, reason: Reason, note: String) {
-        let _ = self.queue.send(Message::Publish(Box::new(Queued {
+        self.enqueue(Queued {
             reference,
             reason,
             action: None,
             note,
             related: None,
-        })));
+        });
     }
 
     /// An Event about the node with its own `action` (see [`Queued::action`]).
     pub fn publish_action(&self, node: &Node, reason: Reason, action: &'static str, note: String) {
-        let _ = self.queue.send(Message::Publish(Box::new(Queued {
+        self.enqueue(Queued {
             reference: node.object_ref(&()),
             reason,
             action: Some(action),
             note,
             related: None,
-        })));
+        });
     }
 
-    fn enqueue(&self, node: &Node, reason: Reason, note: String, related: Option<ObjectReference>) {
-        let reference = node.object_ref(&());
-        // The receiver lives as long as the runtime; a send fails only during shutdown.
-        let _ = self.queue.send(Message::Publish(Box::new(Queued {
-            reference,
+    fn enqueue_node(
+        &self,
+        node: &Node,
+        reason: Reason,
+        note: String,
+        related: Option<ObjectReference>,
+    ) {
+        self.enqueue(Queued {
+            reference: node.object_ref(&()),
             reason,
             action: None,
             note,
             related,
-        })));
+        });
+    }
+
+    /// Every Event goes through here: its note marked and cut to the API's limit.
+    fn enqueue(&self, queued: Queued) {
+        let note = marked(self.mark, &queued.note);
+        // The receiver lives as long as the runtime; a send fails only during shutdown.
+        let _ = self
+            .queue
+            .send(Message::Publish(Box::new(Queued { note, ..queued })));
     }
 
     /// Events that are kept for the caller to read instead of being published (the model
     /// test of the controller).
     pub fn captured() -> (Self, CapturedEvents) {
         let (queue, pending) = mpsc::unbounded_channel();
-        (Self { queue }, CapturedEvents(pending))
+        (Self { queue, mark: "" }, CapturedEvents(pending))
     }
 
     /// Waits until the Events queued so far are written, at most `limit` (at shutdown).
@@ -176,5 +215,48 @@ impl CapturedEvents {
             }
         }
         taken
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use common::test_util::NodeBuilder;
+
+    #[test]
+    fn a_text_is_cut_at_a_character_boundary_within_its_bound_with_an_ellipsis() {
+        assert_eq!(brief("forbidden", 300), "forbidden");
+        assert_eq!(brief(&"a".repeat(300), 300), "a".repeat(300));
+        let long = "é".repeat(400);
+        let cut = brief(&long, 300);
+        assert!(cut.len() <= 300, "{} bytes", cut.len());
+        assert!(cut.len() >= 297, "{} bytes", cut.len());
+        assert!(cut.ends_with("é..."), "{cut}");
+    }
+
+    #[test]
+    fn every_note_is_cut_to_the_api_limit_with_the_dry_run_mark_inside_it() {
+        let long = "the pod shop/web-1: refused; ".repeat(100);
+        let note = marked(DRY_RUN_MARK, &long);
+        assert!(note.len() <= NOTE_BYTES, "{} bytes", note.len());
+        assert!(
+            note.starts_with(DRY_RUN_MARK) && note.ends_with("..."),
+            "{note}"
+        );
+        assert_eq!(
+            marked(DRY_RUN_MARK, "drained"),
+            format!("{DRY_RUN_MARK}drained")
+        );
+
+        let (events, mut captured) = Events::captured();
+        let node = NodeBuilder::new("n1").object();
+        events.publish(&node, Reason::DrainBlocked, long.clone());
+        events.publish_action(&node, Reason::Draining, "CountedAsGone", long.clone());
+        events.publish_about(node.object_ref(&()), Reason::LedgerDamaged, long);
+        let notes = captured.take();
+        assert_eq!(notes.len(), 3);
+        for (_, reason, note) in notes {
+            assert!(note.len() <= NOTE_BYTES, "{reason:?}: {} bytes", note.len());
+        }
     }
 }

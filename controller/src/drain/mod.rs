@@ -140,8 +140,8 @@ impl Retry {
     }
 }
 
-/// A `Draining` Event names the pods to evict up to about this many bytes.
-const NAMES_IN_EVENT: usize = 600;
+/// An Event names pods (to evict, or that hold a node) up to about this many bytes.
+pub(crate) const NAMES_IN_EVENT: usize = 600;
 
 /// Why a pod's eviction was refused, and when to try it again.
 #[derive(Debug)]
@@ -283,15 +283,15 @@ impl Progress {
     }
 }
 
-/// `a, b, c`, or `a, b and 5 more` once the names pass `limit` bytes.
-fn name_list(names: &[String], limit: usize) -> String {
+/// `a, b, c` (joined by `separator`), or `a, b and 5 more` once the names pass `limit` bytes.
+pub(crate) fn name_list(names: &[String], separator: &str, limit: usize) -> String {
     let mut text = String::new();
     for (i, name) in names.iter().enumerate() {
         if i > 0 && text.len() + name.len() > limit {
             return format!("{text} and {} more", names.len() - i);
         }
         if i > 0 {
-            text.push_str(", ");
+            text.push_str(separator);
         }
         text.push_str(name);
     }
@@ -579,7 +579,7 @@ impl Drainer {
         let note = format!(
             "cordoned; evicting {} pod{plural}: {}",
             names.len(),
-            name_list(&names, NAMES_IN_EVENT)
+            name_list(&names, ", ", NAMES_IN_EVENT)
         );
         tracing::info!(node = %node.name_any(), pods = names.len(), "{note}");
         self.events.publish(node, Reason::Draining, note);
@@ -605,7 +605,7 @@ impl Drainer {
              deletion ({were} terminating longer than the grace period plus \
              --drain-skip-wait-for-delete-margin={}): {}",
             humantime(margin),
-            name_list(unconfirmed, NAMES_IN_EVENT)
+            name_list(unconfirmed, ", ", NAMES_IN_EVENT)
         );
         tracing::info!(node = %node.name_any(), pods = n, "{note}");
         // Not folded into the `Draining` Event that named the pods to evict.
@@ -698,7 +698,7 @@ mod tests {
     #[test]
     fn a_long_list_of_pods_is_cut_and_says_how_many_more() {
         let names: Vec<String> = (0..100).map(|i| format!("shop/web-{i:03}")).collect();
-        let text = name_list(&names, 60);
+        let text = name_list(&names, ", ", 60);
         assert!(text.starts_with("shop/web-000, shop/web-001"), "{text}");
         assert!(text.ends_with(" more"), "{text}");
         let shown = text.matches("shop/web-").count();
@@ -707,8 +707,11 @@ mod tests {
             "{text}"
         );
         assert!(text.len() <= 60 + " and 100 more".len(), "{text}");
-        assert_eq!(name_list(&names[..2], 60), "shop/web-000, shop/web-001");
+        assert_eq!(
+            name_list(&names[..2], ", ", 60),
+            "shop/web-000, shop/web-001"
+        );
         // One name is always shown, however long.
-        assert_eq!(name_list(&names[..1], 3), "shop/web-000");
+        assert_eq!(name_list(&names[..1], ", ", 3), "shop/web-000");
     }
 }

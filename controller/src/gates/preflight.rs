@@ -6,12 +6,14 @@
 //! next eligible node. With `--force-reboot` a refused pod holds no node: its drain is forced.
 //!
 //! Advice, not a safety invariant: the facts come from watches, and a node granted on an older
-//! reading goes on (its drain waits, as any drain does). A check whose watch has given no
-//! answer for `--preflight-timeout` holds no node any more: the nodes go without it, each
-//! with a Warning naming the watch, and the drain still honours every budget.
+//! reading goes on (its drain waits, as any drain does). A check without an answer holds the
+//! requested nodes; once its watch has failed (met an error and not listed since) for
+//! `--preflight-timeout`, it holds none any more: the nodes granted go without it, each with a
+//! Warning naming the watch and its error, and the drain still honours every budget. A watch
+//! that is merely slow to list holds the nodes until it lists.
 
 use crate::{
-    cluster::events::Reason,
+    cluster::events::{Reason, brief},
     gates::refusal::{Refused, could_refuse, is_ready, key, refusal},
     metrics::Metrics,
 };
@@ -40,11 +42,36 @@ use tokio::sync::Notify;
 /// pod may move to another node, or turn Ready, without the budget's status changing.
 const COVERED_REFRESH: Duration = Duration::from_secs(30);
 
-/// Whether a watch has listed, and the last error it met (for the Event that says it cannot).
+/// The last error met by a watch or a read, until the next one that succeeds: whether it fails
+/// now, and what the Event that says so quotes.
+#[derive(Debug, Clone, Default)]
+struct LastError(Arc<Mutex<Option<String>>>);
+
+impl LastError {
+    fn slot(&self) -> std::sync::MutexGuard<'_, Option<String>> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn record(&self, error: &str) {
+        *self.slot() = Some(brief(error, ERROR_BYTES));
+    }
+
+    fn clear(&self) {
+        *self.slot() = None;
+    }
+
+    fn get(&self) -> Option<String> {
+        self.slot().clone()
+    }
+}
+
+/// Whether a watch has listed, and the error it met since it last delivered anything.
 #[derive(Debug, Clone, Default)]
 pub struct Listing {
     listed: Arc<AtomicBool>,
-    error: Arc<Mutex<Option<String>>>,
+    error: LastError,
 }
 
 impl Listing {
@@ -59,25 +86,20 @@ impl Listing {
         self.listed.load(Ordering::Acquire)
     }
 
-    fn error_slot(&self) -> std::sync::MutexGuard<'_, Option<String>> {
-        self.error
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
     fn record_error(&self, error: String) {
-        *self.error_slot() = Some(brief(&error, ERROR_CHARS));
+        self.error.record(&error);
     }
 
-    /// The last error the watch (or a read it depends on) met, if any.
+    /// The error the watch met since it last delivered anything (a listed object, a change,
+    /// the end of a list), if any: while there is one, it cannot list.
     pub fn last_error(&self) -> Option<String> {
-        self.error_slot().clone()
+        self.error.get()
     }
 }
 
-/// How much of a watch's error an Event repeats: the API server takes at most 1,024 characters
-/// of a note, and the note says more than the error.
-const ERROR_CHARS: usize = 300;
+/// How much of a watch's error an Event repeats (bytes): a note has at most
+/// [`crate::cluster::events::NOTE_BYTES`], and the note says more than the error.
+const ERROR_BYTES: usize = 300;
 
 /// An API error in a few words: the server's own message where there is one (the error's
 /// `Display` repeats the whole status).
@@ -96,14 +118,6 @@ fn watch_error(error: &watcher::Error) -> String {
         | watcher::Error::WatchFailed(e) => api_error(e),
         watcher::Error::WatchError(status) => format!("{} ({})", status.message, status.code),
         other => other.to_string(),
-    }
-}
-
-/// `text` cut to at most `chars` characters, with an ellipsis where it was cut.
-fn brief(text: &str, chars: usize) -> String {
-    match text.char_indices().nth(chars) {
-        Some((end, _)) => format!("{}...", &text[..end]),
-        None => text.to_owned(),
     }
 }
 
@@ -140,6 +154,11 @@ impl AgentPods {
         Self { store, listing }
     }
 
+    /// Why the check cannot answer, if its watch fails.
+    fn failure(&self) -> Option<String> {
+        self.listing.last_error()
+    }
+
     /// The nodes with a running agent (and whether it is Ready), or `None` before the first
     /// list.
     fn nodes(&self) -> Option<BTreeMap<String, bool>> {
@@ -152,7 +171,8 @@ impl AgentPods {
 }
 
 /// Drives a reflector's stream: `listing` listed once its first list is in, errors counted,
-/// logged and kept (the watch retries), and `changed` woken at every event.
+/// logged and kept until the watch delivers again (it retries), and `changed` woken at every
+/// event.
 pub fn follow<K, S>(
     stream: S,
     what: String,
@@ -169,8 +189,15 @@ pub fn follow<K, S>(
         futures::pin_mut!(stream);
         while let Some(event) = stream.next().await {
             match event {
-                Ok(watcher::Event::InitDone) => listing.listed.store(true, Ordering::Release),
-                Ok(_) => {}
+                // A list begins: whether it can is not known yet.
+                Ok(watcher::Event::Init) => {}
+                Ok(event) => {
+                    // The watch delivered: whatever failed before works now.
+                    listing.error.clear();
+                    if matches!(event, watcher::Event::InitDone) {
+                        listing.listed.store(true, Ordering::Release);
+                    }
+                }
                 Err(error) => {
                     metrics.api_error(resource, ApiErrorKind::of_watcher(&error));
                     tracing::warn!(%error, "{what} failed; retrying");
@@ -238,6 +265,9 @@ pub struct DisruptionBudgets {
     store: Store<PodDisruptionBudget>,
     listing: Listing,
     covered: Arc<Mutex<BTreeMap<String, Covered>>>,
+    /// The error of the last pass over the budgets' pods that failed a read, until one reads
+    /// them all.
+    reads: LastError,
 }
 
 impl DisruptionBudgets {
@@ -253,6 +283,7 @@ impl DisruptionBudgets {
             store,
             listing: Listing::default(),
             covered: Arc::new(Mutex::new(BTreeMap::new())),
+            reads: LastError::default(),
         };
         let stream = watcher(
             Api::<PodDisruptionBudget>::all(client.clone()),
@@ -298,6 +329,7 @@ impl DisruptionBudgets {
             .collect();
         let keys: BTreeSet<String> = refusing.iter().map(|p| key(p.as_ref())).collect();
         self.lock().retain(|k, _| keys.contains(k));
+        let mut failed = false;
         for pdb in refusing {
             let (k, version) = (key(pdb.as_ref()), pdb.resource_version());
             let current = self
@@ -325,10 +357,19 @@ impl DisruptionBudgets {
                         "cannot list the pods of a PodDisruptionBudget; retrying");
                     let what = api_error(&error);
                     let what = format!("listing the pods of the PodDisruptionBudget {k}: {what}");
-                    self.listing.record_error(what);
+                    self.reads.record(&what);
+                    failed = true;
                 }
             }
         }
+        if !failed {
+            self.reads.clear();
+        }
+    }
+
+    /// Why the check cannot answer, if its watch or a read of a budget's pods fails.
+    fn failure(&self) -> Option<String> {
+        self.listing.last_error().or_else(|| self.reads.get())
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Covered>> {
@@ -436,29 +477,36 @@ pub fn evicted(pods: Vec<Pod>) -> Vec<Pod> {
 pub enum Check<T> {
     /// The check is off.
     Off,
-    /// No answer yet, for less than `--preflight-timeout`: the nodes wait for it.
+    /// No answer yet: the nodes wait for it, while its watch has not listed (however long a
+    /// slow list takes), or while it fails, for less than `--preflight-timeout`.
     Checking,
-    /// No answer for `--preflight-timeout`: the check holds no node (it is advice; the drain
-    /// still honours every budget, and a node whose agent never reboots it holds the pool at
-    /// `--reboot-timeout`).
+    /// No answer, its watch failing for `--preflight-timeout`: the check holds no node (it is
+    /// advice; the drain still honours every budget, and a node whose agent never reboots it
+    /// holds the pool at `--reboot-timeout`).
     Unanswered,
     Known(T),
 }
 
-/// Since when a check has had no answer, on the decision clock (milliseconds).
+/// Since when a check has had no answer while its watch fails, on the decision clock
+/// (milliseconds).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Silence {
     since: Option<u64>,
 }
 
 impl Silence {
-    /// Takes the check's answer at `now`: the answer if there is one; else `Checking` until
-    /// `bound` has passed since the first reading without one, then `Unanswered`.
-    pub fn hear<T>(&mut self, answer: Option<T>, now: u64, bound: u64) -> Check<T> {
+    /// Takes the check's answer at `now`: the answer if there is one; else `Checking`, and once
+    /// its watch has been `failing` for `bound` (from the first reading that found it so, with
+    /// no answer), `Unanswered`. A watch that does not fail (a slow list) is waited for.
+    pub fn hear<T>(&mut self, answer: Option<T>, failing: bool, now: u64, bound: u64) -> Check<T> {
         match answer {
             Some(answer) => {
                 self.since = None;
                 Check::Known(answer)
+            }
+            None if !failing => {
+                self.since = None;
+                Check::Checking
             }
             None => {
                 let since = *self.since.get_or_insert(now);
@@ -495,7 +543,7 @@ pub struct PreflightChecks {
     pub force: bool,
     /// `--drain-timeout`, for the Event of a forced node.
     pub drain_timeout: Duration,
-    /// `--preflight-timeout`: how long a check without an answer holds nodes.
+    /// `--preflight-timeout`: how long a check without an answer whose watch fails holds nodes.
     pub timeout: Duration,
     /// What the checks said before.
     pub heard: Heard,
@@ -505,8 +553,6 @@ pub struct PreflightChecks {
 #[derive(Debug, Clone, Default)]
 pub struct Heard {
     silences: [Silence; 2],
-    /// The nodes told that a check without an answer goes unheeded, by check.
-    warned: [BTreeSet<String>; 2],
 }
 
 /// What the checks say in one round.
@@ -516,11 +562,11 @@ pub struct PreflightReading {
     pub held: BTreeMap<String, Preflight>,
     /// By node, the pods the Eviction API would refuse to evict now.
     pub refused: BTreeMap<String, Vec<Refused>>,
-    /// Requested nodes that go without a check that has had no answer for
-    /// `--preflight-timeout`, each with the Warning it gets (once a node and silence).
-    pub unchecked: Vec<(String, String)>,
-    /// When a round must look again: a check without an answer stops holding nodes then
-    /// (decision clock, milliseconds).
+    /// The Warning of each check without an answer whose watch has failed for
+    /// `--preflight-timeout`, which a node granted now goes without.
+    pub unanswered: Vec<String>,
+    /// When a round must look again: a check without an answer whose watch fails stops holding
+    /// nodes then (decision clock, milliseconds).
     pub look_at: Option<u64>,
     agent_selector: String,
     force: bool,
@@ -536,13 +582,14 @@ impl PreflightChecks {
     /// clock, milliseconds).
     pub fn read(&mut self, views: &[NodeView], metrics: &Metrics, now: u64) -> PreflightReading {
         let bound = millis(self.timeout);
+        let [agent_silence, budget_silence] = &mut self.heard.silences;
         let agents = match &self.agents {
             None => Check::Off,
-            Some(a) => self.heard.silences[AGENTS].hear(a.nodes(), now, bound),
+            Some(a) => agent_silence.hear(a.nodes(), a.failure().is_some(), now, bound),
         };
         let budgets = match &self.budgets {
             None => Check::Off,
-            Some(b) => self.heard.silences[BUDGETS].hear(b.refused(), now, bound),
+            Some(b) => budget_silence.hear(b.refused(), b.failure().is_some(), now, bound),
         };
         let held = held(views, borrowed(&agents), borrowed(&budgets), self.force);
         let unanswered = [
@@ -550,7 +597,10 @@ impl PreflightChecks {
             matches!(budgets, Check::Unanswered),
         ];
         publish(metrics, &held, unanswered);
-        let unchecked = self.unchecked(views, unanswered);
+        let unanswered = (0..CHECKS.len())
+            .filter(|&check| unanswered[check])
+            .map(|check| self.unanswered_note(check))
+            .collect();
         let look_at = self
             .heard
             .silences
@@ -563,7 +613,7 @@ impl PreflightChecks {
                 Check::Known(refused) => refused,
                 _ => BTreeMap::new(),
             },
-            unchecked,
+            unanswered,
             look_at,
             agent_selector: self.agent_selector.clone(),
             force: self.force,
@@ -571,26 +621,8 @@ impl PreflightChecks {
         }
     }
 
-    /// The requested nodes without a grant not yet told that a check without an answer goes
-    /// unheeded, with their Warnings. A check that answers again may warn again later.
-    fn unchecked(&mut self, views: &[NodeView], unanswered: [bool; 2]) -> Vec<(String, String)> {
-        for (warned, silent) in self.heard.warned.iter_mut().zip(unanswered) {
-            if !silent {
-                warned.clear();
-            }
-        }
-        let mut notes = Vec::new();
-        for view in views.iter().filter(|v| requested(v)) {
-            for (i, silent) in unanswered.iter().enumerate() {
-                if *silent && self.heard.warned[i].insert(view.name().to_owned()) {
-                    notes.push((view.name().to_owned(), self.unchecked_note(i)));
-                }
-            }
-        }
-        notes
-    }
-
-    fn unchecked_note(&self, check: usize) -> String {
+    /// The Warning of a node granted without `check`, which has had no answer.
+    fn unanswered_note(&self, check: usize) -> String {
         let timeout = crate::drain::humantime(self.timeout);
         let (watch, error, risk, fix) = if check == AGENTS {
             (
@@ -598,7 +630,7 @@ impl PreflightChecks {
                     "the agent pod watch (--agent-selector {})",
                     self.agent_selector
                 ),
-                self.agents.as_ref().and_then(|a| a.listing.last_error()),
+                self.agents.as_ref().and_then(AgentPods::failure),
                 "a node without a running agent would be cordoned, drained and told to reboot, \
                  and would hold the pool at --reboot-timeout",
                 "let the controller list and watch pods, or turn the check off with \
@@ -607,7 +639,7 @@ impl PreflightChecks {
         } else {
             (
                 "the PodDisruptionBudget watch (--check-disruption-budgets)".to_owned(),
-                self.budgets.as_ref().and_then(|b| b.listing.last_error()),
+                self.budgets.as_ref().and_then(DisruptionBudgets::failure),
                 "the drain still asks the Eviction API for every pod, so every budget holds, but \
                  a node whose drain cannot finish may stay cordoned until --drain-timeout",
                 "let the controller list and watch poddisruptionbudgets (policy) and list pods, \
@@ -618,9 +650,8 @@ impl PreflightChecks {
             .map(|e| format!(" (last error: {e})"))
             .unwrap_or_default();
         format!(
-            "reboot requested; the pre-flight check cannot tell: {watch} has had no answer for \
-             {timeout} (--preflight-timeout){error}, so the node goes without the check: {risk}. \
-             Fix: {fix}"
+            "granted without the pre-flight check: {watch} has failed for {timeout} \
+             (--preflight-timeout) without listing{error}: {risk}. Fix: {fix}"
         )
     }
 }
@@ -691,7 +722,8 @@ pub fn held(
 }
 
 impl PreflightReading {
-    /// The pods of `node` the Eviction API would refuse to evict, said in a sentence.
+    /// The pods of `node` the Eviction API would refuse to evict, said in a sentence: the
+    /// first few, and how many more.
     fn refusals(&self, node: &str) -> String {
         let refused = self
             .refused
@@ -699,7 +731,7 @@ impl PreflightReading {
             .map(Vec::as_slice)
             .unwrap_or_default();
         let said: Vec<String> = refused.iter().map(ToString::to_string).collect();
-        said.join("; ")
+        crate::drain::name_list(&said, "; ", crate::drain::NAMES_IN_EVENT)
     }
 
     /// The Event of a node a check holds; none while a check cannot tell yet.
@@ -727,9 +759,19 @@ impl PreflightReading {
         }
     }
 
+    /// The Events of a node granted this round: a Warning for each check without an answer
+    /// that it goes without, and that of a forced drain.
+    pub fn grant_events(&self, node: &str) -> Vec<(Reason, String)> {
+        let unanswered = self.unanswered.iter().cloned();
+        unanswered
+            .map(|note| (Reason::PreflightUnanswered, note))
+            .chain(self.forced_event(node))
+            .collect()
+    }
+
     /// The Event of a node granted though the Eviction API would refuse to evict one of its
     /// pods (`--force-reboot`), if it is one.
-    pub fn forced_event(&self, node: &str) -> Option<(Reason, String)> {
+    fn forced_event(&self, node: &str) -> Option<(Reason, String)> {
         if !self.force || !self.refused.contains_key(node) {
             return None;
         }
@@ -857,30 +899,55 @@ mod tests {
     }
 
     #[test]
-    fn an_error_said_in_an_event_is_cut_to_a_few_hundred_characters() {
-        assert_eq!(brief("forbidden", 300), "forbidden");
-        let long = "é".repeat(400);
-        let cut = brief(&long, 300);
-        assert_eq!(cut.chars().count(), 303, "{cut}");
-        assert!(cut.ends_with("é..."));
+    fn an_error_said_in_an_event_is_cut_to_a_few_hundred_bytes() {
+        let listing = Listing::default();
+        listing.record_error("é".repeat(400));
+        let error = listing.last_error().unwrap();
+        assert!(error.len() <= ERROR_BYTES, "{} bytes", error.len());
+        assert!(error.ends_with("é..."), "{error}");
     }
 
     #[test]
     fn a_check_without_an_answer_holds_until_its_bound_then_holds_nothing() {
         let mut silence = Silence::default();
-        assert_eq!(silence.hear::<()>(None, 1_000, 120_000), Check::Checking);
-        assert_eq!(silence.ends_at(1_000, 120_000), Some(121_000));
-        assert_eq!(silence.hear::<()>(None, 120_999, 120_000), Check::Checking);
         assert_eq!(
-            silence.hear::<()>(None, 121_000, 120_000),
+            silence.hear::<()>(None, true, 1_000, 120_000),
+            Check::Checking
+        );
+        assert_eq!(silence.ends_at(1_000, 120_000), Some(121_000));
+        assert_eq!(
+            silence.hear::<()>(None, true, 120_999, 120_000),
+            Check::Checking
+        );
+        assert_eq!(
+            silence.hear::<()>(None, true, 121_000, 120_000),
             Check::Unanswered
         );
         assert_eq!(silence.ends_at(121_000, 120_000), None);
         // An answer ends the silence; the next one counts from its own start.
-        assert_eq!(silence.hear(Some(7), 130_000, 120_000), Check::Known(7));
+        assert_eq!(
+            silence.hear(Some(7), true, 130_000, 120_000),
+            Check::Known(7)
+        );
         assert_eq!(silence.ends_at(130_000, 120_000), None);
-        assert_eq!(silence.hear::<()>(None, 140_000, 120_000), Check::Checking);
-        assert_eq!(silence.hear::<()>(None, 259_999, 120_000), Check::Checking);
+        assert_eq!(
+            silence.hear::<()>(None, true, 140_000, 120_000),
+            Check::Checking
+        );
+        assert_eq!(
+            silence.hear::<()>(None, true, 259_999, 120_000),
+            Check::Checking
+        );
+        // A watch that stops failing (it lists, slowly) holds again with no bound.
+        assert_eq!(
+            silence.hear::<()>(None, false, 260_000, 120_000),
+            Check::Checking
+        );
+        assert_eq!(silence.ends_at(260_000, 120_000), None);
+        assert_eq!(
+            silence.hear::<()>(None, false, 900_000, 120_000),
+            Check::Checking
+        );
 
         let views = [requested("a")];
         let (no_agents, no_refusals) = (BTreeMap::from([("a".to_owned(), true)]), BTreeMap::new());
@@ -891,6 +958,111 @@ mod tests {
         assert_eq!(held(&views, Check::Unanswered, budgets, false), nothing);
         assert_eq!(held(&views, Check::Off, Check::Checking, false), checking);
         assert_eq!(held(&views, agents, Check::Unanswered, false), nothing);
+    }
+
+    #[test]
+    fn a_node_with_many_refused_pods_names_a_few_and_says_how_many_more() {
+        let pods: Vec<Pod> = (0..60)
+            .map(|i| pod(&format!("db-{i:02}"), "n1", "Running", true))
+            .collect();
+        let pdb = budget_at_zero();
+        let refused = refused_by_node(&pods, [&pdb]);
+        let reading = |force| PreflightReading {
+            held: BTreeMap::from([("n1".to_owned(), Preflight::DisruptionBudget)]),
+            refused: refused.clone(),
+            force,
+            drain_timeout: Duration::from_secs(900),
+            ..PreflightReading::default()
+        };
+        let (_, held) = reading(false).event("n1").unwrap();
+        let (_, forced) = reading(true).forced_event("n1").unwrap();
+        for note in [held, forced] {
+            assert!(note.len() <= 1024, "{} bytes: {note}", note.len());
+            assert!(
+                note.contains("the pod ops/db-00: the PodDisruptionBudget ops/db"),
+                "{note}"
+            );
+            assert!(note.contains(" more"), "{note}");
+        }
+    }
+
+    /// The agent check over a watch fed by hand, bounded by `timeout`.
+    fn agent_check(listing: &Listing, timeout: Duration) -> PreflightChecks {
+        let (store, _writer) = reflector::store();
+        PreflightChecks {
+            agents: Some(AgentPods {
+                store,
+                listing: listing.clone(),
+            }),
+            timeout,
+            ..PreflightChecks::default()
+        }
+    }
+
+    #[test]
+    fn a_slow_list_holds_its_nodes_past_the_bound_and_only_a_failing_one_fails_open() {
+        let metrics = Metrics::new().0;
+        let views = [requested("a")];
+        let checking = BTreeMap::from([("a".to_owned(), Preflight::Checking)]);
+        // A bound typed too short (120ms for 120s): a list that is merely slow still holds.
+        let slow = Listing::default();
+        let mut checks = agent_check(&slow, Duration::from_millis(120));
+        for now in [0, 100, 5_000, 600_000] {
+            let reading = checks.read(&views, &metrics, now);
+            assert_eq!(reading.held, checking, "at {now} ms");
+            assert!(reading.unanswered.is_empty(), "at {now} ms");
+        }
+        // A list that fails holds until the bound has passed since it was seen failing.
+        let failing = Listing::default();
+        let mut checks = agent_check(&failing, Duration::from_secs(120));
+        assert_eq!(checks.read(&views, &metrics, 1_000).held, checking);
+        failing.record_error("pods is forbidden (403)".to_owned());
+        assert_eq!(checks.read(&views, &metrics, 5_000).held, checking);
+        assert_eq!(checks.read(&views, &metrics, 124_999).held, checking);
+        let open = checks.read(&views, &metrics, 125_000);
+        assert!(open.held.is_empty(), "{:?}", open.held);
+        assert!(open.unanswered[0].contains("pods is forbidden"), "{open:?}");
+    }
+
+    #[tokio::test]
+    async fn a_watch_that_lists_again_forgets_its_last_error() {
+        let listing = Listing::default();
+        let status: kube::core::Status =
+            serde_json::from_value(json!({"message": "pods is forbidden", "code": 403})).unwrap();
+        let events: Vec<Result<watcher::Event<Pod>, watcher::Error>> = vec![
+            Err(watcher::Error::WatchError(Box::new(status))),
+            Ok(watcher::Event::Init),
+            Ok(watcher::Event::InitDone),
+        ];
+        let changed = Arc::new(Notify::new());
+        let metrics = Metrics::new().0;
+        let stream = futures::stream::iter(events);
+        follow(
+            stream,
+            "test".into(),
+            "pod",
+            listing.clone(),
+            &metrics,
+            changed,
+        );
+        while !listing.is_listed() {
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(listing.last_error(), None);
+    }
+
+    #[test]
+    fn a_granted_node_is_told_of_each_check_without_an_answer_it_goes_without() {
+        let note = "granted without the pre-flight check: the PodDisruptionBudget watch ...";
+        let reading = PreflightReading {
+            unanswered: vec![note.to_owned()],
+            ..PreflightReading::default()
+        };
+        assert_eq!(
+            reading.grant_events("n1"),
+            [(Reason::PreflightUnanswered, note.to_owned())]
+        );
+        assert!(PreflightReading::default().grant_events("n1").is_empty());
     }
 
     #[test]

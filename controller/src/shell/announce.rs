@@ -159,8 +159,7 @@ impl Shell {
                         blocking.len(),
                         pods.join("; ")
                     );
-                    self.events
-                        .publish(&node, Reason::RebootForced, event_note(note));
+                    self.events.publish(&node, Reason::RebootForced, note);
                 }
                 DrainOutcome::TimedOut { blocking, .. } => {
                     let pods = blocking_list(&blocking);
@@ -172,8 +171,7 @@ impl Shell {
                         "drain timed out; node uncordoned and slot released, retried later; blocked by {}",
                         pods.join("; ")
                     );
-                    self.events
-                        .publish(&node, Reason::DrainBlocked, event_note(note));
+                    self.events.publish(&node, Reason::DrainBlocked, note);
                 }
             }
             let delay = self.schedule.reboot_delay;
@@ -454,32 +452,25 @@ impl Shell {
         }
     }
 
-    /// The pre-flight checks' Events on nodes that go on: a Warning on each requested node
-    /// that goes without a check that has had no answer, and on each node granted although
-    /// the Eviction API would refuse to evict one of its pods (`--force-reboot`).
+    /// The pre-flight checks' Events on the nodes granted this round: a Warning for each check
+    /// without an answer that the node goes without, and one when the Eviction API would refuse
+    /// to evict one of its pods (`--force-reboot`). A node that waits goes without nothing yet.
     pub(super) fn announce_preflight(
         &self,
         decision: &Decision,
         nodes: &HashMap<&str, &Arc<Node>>,
         preflight: &PreflightReading,
     ) {
-        let unchecked = preflight
-            .unchecked
-            .iter()
-            .map(|(name, note)| (name.as_str(), Reason::PreflightUnanswered, note.clone()));
         // A dry run grants nothing.
-        let grants = if self.dry_run {
-            &[][..]
-        } else {
-            &decision.ledger.grant[..]
-        };
-        let forced = grants.iter().filter_map(|g| {
-            let (reason, note) = preflight.forced_event(&g.node)?;
-            Some((g.node.as_str(), reason, note))
-        });
-        for (name, reason, note) in unchecked.chain(forced) {
-            if let Some(node) = nodes.get(name) {
-                tracing::warn!(node = %name, "{note}");
+        if self.dry_run {
+            return;
+        }
+        for grant in &decision.ledger.grant {
+            let Some(node) = nodes.get(grant.node.as_str()) else {
+                continue;
+            };
+            for (reason, note) in preflight.grant_events(&grant.node) {
+                tracing::warn!(node = %grant.node, "{note}");
                 self.events.publish(node, reason, note);
             }
         }
@@ -583,14 +574,4 @@ fn blocking_list(blocking: &std::collections::BTreeMap<String, String>) -> Vec<S
         .iter()
         .map(|(pod, why)| format!("{pod}: {why}"))
         .collect()
-}
-
-/// An Event's note may have 1 KiB: cut at a character boundary.
-fn event_note(mut note: String) -> String {
-    let cut = (0..=note.len().min(1000))
-        .rev()
-        .find(|&i| note.is_char_boundary(i))
-        .unwrap_or(0);
-    note.truncate(cut);
-    note
 }

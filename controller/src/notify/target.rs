@@ -274,7 +274,10 @@ mod tests {
         for secret in ["PASSW0RD", "T0KEN", "S3CRET"] {
             assert!(!hidden.contains(secret), "{secret} shown: {hidden}");
         }
-        assert!(hidden.contains("example.com"), "the host is no secret: {hidden}");
+        assert!(
+            hidden.contains("example.com"),
+            "the host is no secret: {hidden}"
+        );
     }
 
     #[test]

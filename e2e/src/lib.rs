@@ -394,6 +394,26 @@ pub async fn sandbox_without_pods(config: SandboxConfig) -> nodesim::sandbox::Sa
         .expect("sandbox starts")
 }
 
+/// `<node dir>/run/<name>` of a simulated node, for a reboot sentinel: gone after the node's
+/// next reboot, as in a tmpfs `/run`.
+pub fn in_run(sb: &nodesim::sandbox::Sandbox, node: &str, name: &str) -> std::path::PathBuf {
+    let run = sb.fleet.node_dir(node).join("run");
+    std::fs::create_dir_all(&run).expect("create run/");
+    run.join(name)
+}
+
+/// The taint the scenarios give `--prefer-no-schedule-taint`: on a node while it waits.
+pub const PENDING_TAINT: &str = "example.com/reboot-pending";
+
+/// The node carries [`PENDING_TAINT`] with the effect the operator puts: `PreferNoSchedule`.
+pub fn has_pending_taint(n: &Node) -> bool {
+    NodeFacts::from_node(n)
+        .taints
+        .unwrap_or_default()
+        .iter()
+        .any(|(k, e)| k == PENDING_TAINT && e == "PreferNoSchedule")
+}
+
 /// A Deployment with one replica on `sim-1`: its drain has a pod to evict (and says so).
 pub const ONE_POD_ON_SIM_1: &str = r#"
 apiVersion: apps/v1

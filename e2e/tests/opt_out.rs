@@ -5,22 +5,16 @@
 //! nothing up; and a node that stops waiting for its reboot loses the waiting taint the
 //! operator put on it, never the administrator's own.
 
-use common::{AgentReason, ControllerReason, NodeFacts};
+use common::{AgentReason, ControllerReason};
 use e2e::{
-    BudgetWatch, NodeHistory, kubectl, label_node, node, request_reboot, wait_for_event, wait_until,
+    BudgetWatch, NodeHistory, PENDING_TAINT, has_pending_taint, in_run, kubectl, label_node, node,
+    request_reboot, rollout::annotate_ledger, wait_for_event, wait_until,
 };
 use k8s_openapi::api::core::v1::Node;
-use nodesim::sandbox::{Sandbox, SandboxConfig};
-use std::{path::PathBuf, time::Duration};
+use nodesim::sandbox::SandboxConfig;
+use std::time::Duration;
 
 const PHASE: Duration = Duration::from_secs(120);
-
-/// `<node dir>/run/<name>`: gone after the node's next reboot, as in a tmpfs `/run`.
-fn in_run(sb: &Sandbox, node: &str, name: &str) -> PathBuf {
-    let run = sb.fleet.node_dir(node).join("run");
-    std::fs::create_dir_all(&run).expect("create run/");
-    run.join(name)
-}
 
 fn annotation(n: &Node, key: &str) -> Option<String> {
     n.metadata.annotations.as_ref()?.get(key).cloned()
@@ -153,37 +147,17 @@ async fn any_opt_out_value_but_false_keeps_a_node_from_its_reboot_and_a_no_gives
     sb.stop().await;
 }
 
-const TAINT: &str = "example.com/reboot-pending";
-
-fn has_taint(n: &Node) -> bool {
-    NodeFacts::from_node(n)
-        .taints
-        .unwrap_or_default()
-        .iter()
-        .any(|(k, e)| k == TAINT && e == "PreferNoSchedule")
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn a_node_that_stops_waiting_loses_the_waiting_taint_but_not_the_administrators() {
     let config = SandboxConfig::with_nodes(4).controller_args([
-        format!("--prefer-no-schedule-taint={TAINT}"),
+        format!("--prefer-no-schedule-taint={PENDING_TAINT}"),
         "--node-selector=!out".to_owned(),
     ]);
     let sb = e2e::sandbox_without_pods(config).await;
     let (client, cp) = (sb.client.clone(), &sb.control_plane);
     let watch = BudgetWatch::start(client.clone(), 1).await;
     // Paused: every request waits, tainted.
-    kubectl(
-        cp,
-        &[
-            "annotate",
-            "lease",
-            "-n",
-            common::ledger::OPERATOR_NAMESPACE,
-            common::ledger::LEDGER_NAME,
-            "reboot-paused=true",
-        ],
-    );
+    annotate_ledger(cp, "reboot-paused=true");
     // The administrator's own taint of that key, before any request: theirs.
     let (invalid, opted_out, left, admins) = ("sim-1", "sim-2", "sim-3", "sim-4");
     kubectl(
@@ -192,7 +166,7 @@ async fn a_node_that_stops_waiting_loses_the_waiting_taint_but_not_the_administr
             "taint",
             "node",
             admins,
-            &format!("{TAINT}=mine:PreferNoSchedule"),
+            &format!("{PENDING_TAINT}=mine:PreferNoSchedule"),
         ],
     );
     for name in [invalid, opted_out, left, admins] {
@@ -206,7 +180,7 @@ async fn a_node_that_stops_waiting_loses_the_waiting_taint_but_not_the_administr
             let mut all = true;
             for name in [invalid, opted_out, left] {
                 let n = node(&client, name).await;
-                all &= has_taint(&n) && annotation(&n, "reboot-tainted").is_some();
+                all &= has_pending_taint(&n) && annotation(&n, "reboot-tainted").is_some();
             }
             all
         },
@@ -241,7 +215,7 @@ async fn a_node_that_stops_waiting_loses_the_waiting_taint_but_not_the_administr
             let mut none = true;
             for name in [invalid, opted_out, left] {
                 let n = node(&client, name).await;
-                none &= !has_taint(&n) && annotation(&n, "reboot-tainted").is_none();
+                none &= !has_pending_taint(&n) && annotation(&n, "reboot-tainted").is_none();
             }
             none
         },
@@ -250,12 +224,12 @@ async fn a_node_that_stops_waiting_loses_the_waiting_taint_but_not_the_administr
     tokio::time::sleep(Duration::from_secs(3)).await;
     let admins_node = node(&client, admins).await;
     assert!(
-        has_taint(&admins_node),
+        has_pending_taint(&admins_node),
         "the administrator's taint was removed"
     );
     for name in [invalid, opted_out, left] {
         let n = node(&client, name).await;
-        assert!(!has_taint(&n), "{name} was tainted again");
+        assert!(!has_pending_taint(&n), "{name} was tainted again");
         assert_eq!(sb.fleet.reboots(name), 0);
     }
     sb.stop().await;

@@ -8,7 +8,7 @@
 use common::{AgentReason, ControllerReason};
 use e2e::{
     BudgetWatch, NodeHistory, PENDING_TAINT, has_pending_taint, in_run, kubectl, label_node, node,
-    request_reboot, rollout::annotate_ledger, wait_for_event, wait_until,
+    request_reboot, rollout::annotate_ledger, times_reported, wait_for_event, wait_until,
 };
 use k8s_openapi::api::core::v1::Node;
 use nodesim::sandbox::SandboxConfig;
@@ -61,14 +61,8 @@ async fn any_opt_out_value_but_false_keeps_a_node_from_its_reboot_and_a_no_gives
         || async { sb.fleet.reboots(no) == 1 && completed(&node(&client, no).await) },
     )
     .await;
-    for name in [yes, empty] {
-        assert_eq!(sb.fleet.reboots(name), 0, "{name} was rebooted");
-        let n = node(&client, name).await;
-        assert_eq!(
-            annotation(&n, "reboot-requested-by"),
-            None,
-            "{name}'s agent asked"
-        );
+    for (name, history) in [yes, empty].into_iter().zip(&histories) {
+        // The agent has read the sentinel and the label: only now can it be seen not asking.
         let typed = if name == yes { "\"yes\"" } else { "\"\"" };
         wait_for_event(
             &client,
@@ -78,9 +72,23 @@ async fn any_opt_out_value_but_false_keeps_a_node_from_its_reboot_and_a_no_gives
             Some(&watch),
         )
         .await;
+        assert_eq!(sb.fleet.reboots(name), 0, "{name} was rebooted");
+        let n = node(&client, name).await;
         assert_eq!(
-            annotation(&node(&client, name).await, "reboot-needed"),
-            None
+            annotation(&n, "reboot-requested-by"),
+            None,
+            "{name}'s agent asked"
+        );
+        assert_eq!(annotation(&n, "reboot-needed"), None);
+        history.catch_up(&client).await;
+        history.check().unwrap_or_else(|e| panic!("{e}"));
+        let states = history.states();
+        assert!(
+            states
+                .iter()
+                .all(|s| s.requested_by.is_none()
+                    && !s.annotations.iter().any(|a| a == "reboot-needed")),
+            "{name}'s agent asked at some point: {states:#?}"
         );
     }
 
@@ -119,6 +127,8 @@ async fn any_opt_out_value_but_false_keeps_a_node_from_its_reboot_and_a_no_gives
         Some("no"),
         "the administrator's value was removed"
     );
+    // The controller has read each request and how the label reads (both Events come from
+    // the round that decides not to grant), while sim-4's reboot took many rounds meanwhile.
     for name in [yes, empty] {
         let typed = if name == yes { "\"yes\"" } else { "\"\"" };
         wait_for_event(
@@ -129,11 +139,18 @@ async fn any_opt_out_value_but_false_keeps_a_node_from_its_reboot_and_a_no_gives
             Some(&watch),
         )
         .await;
+        wait_for_event(
+            &client,
+            name,
+            ControllerReason::RebootDisabled,
+            &[&format!("reboot-disabled={typed}"), "never rebooted"],
+            Some(&watch),
+        )
+        .await;
     }
-    // Several rounds later, still untouched.
-    tokio::time::sleep(Duration::from_secs(6)).await;
     watch.check().unwrap_or_else(|v| panic!("{v}"));
     for (name, history) in [yes, empty].into_iter().zip(&histories) {
+        history.catch_up(&client).await;
         history.check().unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(sb.fleet.reboots(name), 0, "{name} was rebooted");
         let states = history.states();
@@ -143,8 +160,32 @@ async fn any_opt_out_value_but_false_keeps_a_node_from_its_reboot_and_a_no_gives
                 .all(|s| !s.unschedulable && !s.annotations.iter().any(|a| a != "reboot-needed")),
             "{name} was cordoned or granted: {states:#?}"
         );
+        assert!(
+            states.iter().all(|s| s.requested_by.is_none()),
+            "{name}'s agent asked at some point: {states:#?}"
+        );
     }
     sb.stop().await;
+}
+
+/// Waits for a round of the controller that began after the rounds so far had ended, so that
+/// whatever they wrote is on the nodes: a new value typed on `invalid` (whose `reboot-needed`
+/// is no request already) is warned about only by a round that reads it.
+async fn a_later_round(
+    cp: &testenv::ControlPlane,
+    client: &kube::Client,
+    invalid: &str,
+    watch: &BudgetWatch,
+) {
+    let warned = || times_reported(client, invalid, ControllerReason::InvalidRequest);
+    let before = warned().await;
+    let value = "reboot-needed=later";
+    kubectl(cp, &["annotate", "node", invalid, value, "--overwrite"]);
+    let what = format!("the controller warns of {value} on {invalid}");
+    wait_until(&what, PHASE, Some(watch), || async {
+        warned().await > before
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -221,7 +262,33 @@ async fn a_node_that_stops_waiting_loses_the_waiting_taint_but_not_the_administr
         },
     )
     .await;
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // The controller has read each change: it says how it read the value typed by hand and
+    // that the opted-out node is never rebooted (the relabelled one lost its taint above).
+    wait_for_event(
+        &client,
+        invalid,
+        ControllerReason::InvalidRequest,
+        &["reboot-needed=\"yes\""],
+        Some(&watch),
+    )
+    .await;
+    wait_for_event(
+        &client,
+        opted_out,
+        ControllerReason::UnexpectedOptOutValue,
+        &["reboot-disabled=\"yes\"", "read as opted out"],
+        Some(&watch),
+    )
+    .await;
+    wait_for_event(
+        &client,
+        admins,
+        ControllerReason::RebootDisabled,
+        &["reboot-disabled=true", "never rebooted"],
+        Some(&watch),
+    )
+    .await;
+    a_later_round(cp, &client, invalid, &watch).await;
     let admins_node = node(&client, admins).await;
     assert!(
         has_pending_taint(&admins_node),

@@ -8,7 +8,9 @@
 use common::{AgentReason, ControllerReason};
 use e2e::{
     BudgetWatch, NodeHistory, PENDING_TAINT, has_pending_taint, in_run, kubectl, label_node, node,
-    request_reboot, rollout::annotate_ledger, times_reported, wait_for_event, wait_until,
+    request_reboot,
+    rollout::{annotate_ledger, ledger_is_empty},
+    times_reported, wait_for_event, wait_until,
 };
 use k8s_openapi::api::core::v1::Node;
 use nodesim::sandbox::SandboxConfig;
@@ -197,7 +199,14 @@ async fn a_node_that_stops_waiting_loses_the_waiting_taint_but_not_the_administr
     let sb = e2e::sandbox_without_pods(config).await;
     let (client, cp) = (sb.client.clone(), &sb.control_plane);
     let watch = BudgetWatch::start(client.clone(), 1).await;
-    // Paused: every request waits, tainted.
+    // Paused: every request waits, tainted. The controller makes its ledger once it leads.
+    wait_until(
+        "the controller made its ledger",
+        PHASE,
+        Some(&watch),
+        || ledger_is_empty(&sb),
+    )
+    .await;
     annotate_ledger(cp, "reboot-paused=true");
     // The administrator's own taint of that key, before any request: theirs.
     let (invalid, opted_out, left, admins) = ("sim-1", "sim-2", "sim-3", "sim-4");

@@ -415,6 +415,14 @@ pub async fn check_an_agent_may_change_only_the_protocol_annotations_of_its_own_
                 .unwrap_or_else(|e| panic!("the agent's step {what} on its own node: {e}"));
         }
     };
+    // A merge patch of node-a's annotations by the agent, as a stolen token could send it.
+    let agent_annotates = |annotations: serde_json::Value| {
+        let nodes = nodes.clone();
+        async move {
+            let patch = merge(json!({"metadata": {"annotations": annotations}}));
+            nodes.patch("node-a", &PatchParams::default(), &patch).await
+        }
+    };
     // The controller's go-ahead; the agent takes it.
     as_admin(json!({"reboot-now": "true"})).await;
     agent_step(
@@ -437,13 +445,7 @@ pub async fn check_an_agent_may_change_only_the_protocol_annotations_of_its_own_
     for (what, annotations) in forged {
         refused(
             what,
-            nodes
-                .patch(
-                    "node-a",
-                    &params,
-                    &merge(json!({"metadata": {"annotations": annotations}})),
-                )
-                .await,
+            agent_annotates(annotations).await,
             403,
             "only as its protocol steps do",
         );
@@ -453,16 +455,9 @@ pub async fn check_an_agent_may_change_only_the_protocol_annotations_of_its_own_
     as_admin(json!({"reboot-boot-id": null})).await;
     refused(
         "report the reboot done without a recorded boot id",
-        nodes
-            .patch(
-                "node-a",
-                &params,
-                &merge(
-                    json!({"metadata": {"annotations": {"reboot-in-progress": null,
-                    "reboot-done": "true", "reboot-boot-id": "boot-2"}}}),
-                ),
-            )
-            .await,
+        agent_annotates(json!({"reboot-in-progress": null,
+                    "reboot-done": "true", "reboot-boot-id": "boot-2"}))
+        .await,
         403,
         "only as its protocol steps do",
     );
@@ -550,29 +545,12 @@ pub async fn check_an_agent_may_change_only_the_protocol_annotations_of_its_own_
             steps,
         ),
     ] {
-        refused(
-            what,
-            nodes
-                .patch(
-                    "node-a",
-                    &params,
-                    &merge(json!({"metadata": {"annotations": annotations}})),
-                )
-                .await,
-            403,
-            says,
-        );
+        refused(what, agent_annotates(annotations).await, 403, says);
     }
     as_admin(json!({"reboot-cordoned": "true"})).await;
     refused(
         "unmark the operator's cordon",
-        nodes
-            .patch(
-                "node-a",
-                &params,
-                &merge(json!({"metadata": {"annotations": {"reboot-cordoned": null}}})),
-            )
-            .await,
+        agent_annotates(json!({"reboot-cordoned": null})).await,
         403,
         own,
     );
@@ -581,25 +559,13 @@ pub async fn check_an_agent_may_change_only_the_protocol_annotations_of_its_own_
     as_admin(json!({"reboot-now": "true"})).await;
     refused(
         "drop the go-ahead without starting the reboot",
-        nodes
-            .patch(
-                "node-a",
-                &params,
-                &merge(json!({"metadata": {"annotations": {"reboot-now": null}}})),
-            )
-            .await,
+        agent_annotates(json!({"reboot-now": null})).await,
         403,
         steps,
     );
     refused(
         "start the reboot and keep the go-ahead",
-        nodes
-            .patch(
-                "node-a",
-                &params,
-                &merge(json!({"metadata": {"annotations": {"reboot-in-progress": "true", "reboot-boot-id": "boot-2"}}})),
-            )
-            .await,
+        agent_annotates(json!({"reboot-in-progress": "true", "reboot-boot-id": "boot-2"})).await,
         403,
         steps,
     );
@@ -641,10 +607,9 @@ pub async fn check_an_agent_may_change_only_the_protocol_annotations_of_its_own_
         403,
         "spec",
     );
-    let other = merge(json!({"metadata": {"annotations": {"example.com/other": "x"}}}));
     refused(
         "another annotation",
-        nodes.patch("node-a", &params, &other).await,
+        agent_annotates(json!({"example.com/other": "x"})).await,
         403,
         "own protocol steps",
     );
@@ -655,10 +620,9 @@ pub async fn check_an_agent_may_change_only_the_protocol_annotations_of_its_own_
         .chain(&common::keys::ADMINISTRATOR_ONLY)
         .copied()
     {
-        let forged = merge(json!({"metadata": {"annotations": {key: "forged"}}}));
         refused(
             key,
-            nodes.patch("node-a", &params, &forged).await,
+            agent_annotates(json!({key: "forged"})).await,
             403,
             &format!("may not change {key}"),
         );

@@ -195,6 +195,9 @@ pub struct NodeState {
     pub unschedulable: bool,
     /// `reboot-last-completed`, once a reboot of the node was completed.
     pub last_completed: Option<String>,
+    /// `reboot-requested-by`: who asked for the node's last reboot (history: it stays after
+    /// the reboot, so it is not among `annotations`).
+    pub requested_by: Option<String>,
 }
 
 impl NodeState {
@@ -207,6 +210,7 @@ impl NodeState {
             annotations: protocol_annotations(node),
             unschedulable: facts.unschedulable,
             last_completed: facts.annotations.get(&keys.last_completed).cloned(),
+            requested_by: facts.annotations.get(&keys.requested_by).cloned(),
         }
     }
 }
@@ -215,7 +219,8 @@ impl std::fmt::Display for NodeState {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "revision {}: boot {}, {}, reboot-last-completed {}, protocol {:?}",
+            "revision {}: boot {}, {}, reboot-last-completed {}, reboot-requested-by {}, \
+             protocol {:?}",
             self.revision,
             self.boot_id,
             if self.unschedulable {
@@ -224,6 +229,7 @@ impl std::fmt::Display for NodeState {
                 "schedulable"
             },
             self.last_completed.as_deref().unwrap_or("-"),
+            self.requested_by.as_deref().unwrap_or("-"),
             self.annotations
         )
     }
@@ -258,6 +264,7 @@ impl Observe<Node> for States {
 /// Every state one node went through, from a watch that resumes after errors.
 #[derive(Debug)]
 pub struct NodeHistory {
+    name: String,
     watch: ResumingWatch<States>,
 }
 
@@ -273,11 +280,26 @@ impl NodeHistory {
         )
         .await
         .unwrap_or_else(|e| panic!("{e}"));
-        NodeHistory { watch }
+        NodeHistory {
+            name: name.to_owned(),
+            watch,
+        }
     }
 
     pub fn states(&self) -> Vec<NodeState> {
         self.watch.with(|s| s.0.clone())
+    }
+
+    /// Waits (up to a minute) until the history holds the node as the API server has it now:
+    /// what [`NodeHistory::states`] then gives covers everything written so far.
+    pub async fn catch_up(&self, client: &Client) {
+        let now = nodesim::observe::revision(&node(client, &self.name).await);
+        let what = format!("the history of {} shows revision {now}", self.name);
+        wait_until(&what, Duration::from_secs(60), None, || async {
+            self.watch
+                .with(|s| s.0.last().is_some_and(|last| last.revision >= now))
+        })
+        .await;
     }
 
     /// Fails when the history may have gaps: its watch stopped or was blind too long.
@@ -326,6 +348,20 @@ pub async fn has_event<R: Reason>(client: &Client, node: &str, reason: R, words:
                 && component == R::COMPONENT
                 && words.iter().all(|w| message.contains(w))
         })
+}
+
+/// How many times the program that reports `reason` reported it about the node: a repeat that
+/// the reporter folds into an earlier Event's series counts as one more.
+pub async fn times_reported<R: Reason>(client: &Client, node: &str, reason: R) -> i32 {
+    events_about(client, node)
+        .await
+        .iter()
+        .filter(|e| {
+            e.reason.as_deref() == Some(reason.as_str())
+                && e.reporting_component.as_deref() == Some(R::COMPONENT)
+        })
+        .map(|e| e.series.as_ref().and_then(|s| s.count).unwrap_or(1))
+        .sum()
 }
 
 /// Waits (up to four minutes) for an Event like [`has_event`] describes.
@@ -392,6 +428,26 @@ pub async fn sandbox_without_pods(config: SandboxConfig) -> nodesim::sandbox::Sa
     nodesim::sandbox::Sandbox::start(config.without_pods())
         .await
         .expect("sandbox starts")
+}
+
+/// `<node dir>/run/<name>` of a simulated node, for a reboot sentinel: gone after the node's
+/// next reboot, as in a tmpfs `/run`.
+pub fn in_run(sb: &nodesim::sandbox::Sandbox, node: &str, name: &str) -> std::path::PathBuf {
+    let run = sb.fleet.node_dir(node).join("run");
+    std::fs::create_dir_all(&run).expect("create run/");
+    run.join(name)
+}
+
+/// The taint the scenarios give `--prefer-no-schedule-taint`: on a node while it waits.
+pub const PENDING_TAINT: &str = "example.com/reboot-pending";
+
+/// The node carries [`PENDING_TAINT`] with the effect the operator puts: `PreferNoSchedule`.
+pub fn has_pending_taint(n: &Node) -> bool {
+    NodeFacts::from_node(n)
+        .taints
+        .unwrap_or_default()
+        .iter()
+        .any(|(k, e)| k == PENDING_TAINT && e == "PreferNoSchedule")
 }
 
 /// A Deployment with one replica on `sim-1`: its drain has a pod to evict (and says so).

@@ -38,11 +38,11 @@ pub async fn back_in(
 pub async fn all_back_in(
     fleet: &nodesim::Fleet,
     client: &kube::Client,
-    names: &[String],
+    names: &[impl AsRef<str>],
     times: u32,
 ) -> bool {
     for name in names {
-        if !back_in(fleet, client, name, times).await {
+        if !back_in(fleet, client, name.as_ref(), times).await {
             return false;
         }
     }

@@ -5,6 +5,20 @@ use nodesim::workspace_binary;
 use std::{process::Command, time::Duration};
 use testenv::{ControlPlane, Options};
 
+/// The controller started with `args` stops at once with exit code 2 (a bad program argument),
+/// without a panic, and its message says each of `says`: the problem and the fix.
+fn refused_at_start(args: &[&str], says: &[&str]) {
+    let (code, stderr) = controller(args);
+    assert_eq!(code, 2, "{args:?}: {stderr}");
+    assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+    for words in says {
+        assert!(
+            stderr.contains(words),
+            "{args:?}: {words:?} not in {stderr}"
+        );
+    }
+}
+
 fn controller(args: &[&str]) -> (i32, String) {
     let bin = workspace_binary("reboot-controller").expect("reboot-controller is built");
     let out = Command::new(bin)
@@ -33,9 +47,7 @@ fn bad_labels_and_taint_keys_stop_the_controller_at_start() {
             "label-style key",
         ),
     ] {
-        let (code, stderr) = controller(&[&format!("{flag}={value}")]);
-        assert_eq!(code, 2, "{flag}={value}: {stderr}");
-        assert!(stderr.contains(says), "{flag}={value}: {stderr}");
+        refused_at_start(&[&format!("{flag}={value}")], &[says]);
     }
 }
 
@@ -78,13 +90,8 @@ fn a_pre_reboot_label_of_a_pool_zone_or_opt_out_key_stops_the_controller_at_star
             "`reboot.example.com/reboot-disabled` is the label that opts a node out",
         ),
     ] {
-        let (code, stderr) = controller(args);
-        assert_eq!(code, 2, "{args:?}: {stderr}");
-        assert!(stderr.contains(says), "{args:?}: {stderr}");
-        assert!(
-            stderr.contains("--pre-reboot-node-labels") && stderr.contains("another key"),
-            "the flag and the fix are named: {stderr}"
-        );
+        // The flag and the fix are named.
+        refused_at_start(args, &[says, "--pre-reboot-node-labels", "another key"]);
     }
 }
 
@@ -96,14 +103,7 @@ fn bad_budgets_stop_the_controller_at_start() {
         ("abc", "not a number"),
         ("150%", "cannot exceed 100%"),
     ] {
-        let (code, stderr) = controller(&["--max-unavailable", value]);
-        assert_eq!(code, 2, "--max-unavailable {value}: {stderr}");
-        assert!(stderr.contains(why), "--max-unavailable {value}: {stderr}");
-        assert!(
-            stderr.contains("for example `25%`"),
-            "the fix is named: {stderr}"
-        );
-        assert!(!stderr.contains("panicked"), "{stderr}");
+        refused_at_start(&["--max-unavailable", value], &[why, "for example `25%`"]);
     }
 }
 
@@ -136,12 +136,7 @@ fn bad_drain_durations_stop_the_controller_at_start() {
             "every part must start with a whole number",
         ),
     ] {
-        let (code, stderr) = controller(&[flag, value]);
-        assert_eq!(code, 2, "{flag} {value}: {stderr}");
-        assert!(
-            stderr.contains(why) && stderr.contains("such as `30s`"),
-            "{flag} {value}: {stderr}"
-        );
+        refused_at_start(&[flag, value], &[why, "such as `30s`"]);
     }
 }
 
@@ -158,12 +153,10 @@ fn bad_reboot_windows_stop_the_controller_at_start_showing_the_syntax() {
         ("\"0 22 30 2 *\" 2h Europe/Berlin", "never opens"),
         ("0 22 * * 1-5 8 Europe/Berlin", "`8` is not a duration"),
     ] {
-        let (code, stderr) = controller(&["--reboot-window", value]);
-        assert_eq!(code, 2, "--reboot-window {value}: {stderr}");
-        assert!(stderr.contains(why), "--reboot-window {value}: {stderr}");
-        assert!(
-            stderr.contains("`Mon-Fri 22:00-06:00 Europe/Berlin`"),
-            "the accepted syntax is shown: {stderr}"
+        // The accepted syntax is shown.
+        refused_at_start(
+            &["--reboot-window", value],
+            &[why, "`Mon-Fri 22:00-06:00 Europe/Berlin`"],
         );
     }
 }
@@ -211,17 +204,13 @@ fn bad_health_gates_stop_the_controller_at_start() {
             "such as `30s`",
         ),
     ] {
-        let (code, stderr) = controller(args);
-        assert_eq!(code, 2, "{args:?}: {stderr}");
-        assert!(stderr.contains(why), "{args:?}: {stderr}");
+        refused_at_start(args, &[why]);
     }
 }
 
 #[test]
 fn a_bad_annotation_prefix_stops_the_controller_at_start() {
-    let (code, stderr) = controller(&["--annotation-prefix", "Not_A_Domain"]);
-    assert_eq!(code, 2, "{stderr}");
-    assert!(stderr.contains("DNS subdomain"), "{stderr}");
+    refused_at_start(&["--annotation-prefix", "Not_A_Domain"], &["DNS subdomain"]);
 }
 
 #[tokio::test(flavor = "multi_thread")]

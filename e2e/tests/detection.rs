@@ -4,9 +4,9 @@
 //! the same) is a new one; a node can opt out.
 
 use common::{AgentReason, ControllerReason};
-use e2e::{BudgetWatch, eventually, kubectl, node_events, wait_until};
+use e2e::{BudgetWatch, eventually, in_run, kubectl, node_events, wait_until};
 use nodesim::sandbox::{Sandbox, SandboxConfig};
-use std::{path::PathBuf, time::Duration};
+use std::time::Duration;
 
 const WAIT: Duration = Duration::from_secs(60);
 
@@ -16,13 +16,6 @@ async fn sandbox(nodes: usize, sentinel_flag: &str) -> Sandbox {
         .reboot_duration(Duration::from_secs(1))
         .agent_args([sentinel_flag, "--check-period=1s"]);
     e2e::sandbox_without_pods(config).await
-}
-
-/// `<node dir>/run/<name>`: gone after the node's next reboot, as in a tmpfs `/run`.
-fn in_run(sb: &Sandbox, node: &str, name: &str) -> PathBuf {
-    let run = sb.fleet.node_dir(node).join("run");
-    std::fs::create_dir_all(&run).expect("create run/");
-    run.join(name)
 }
 
 async fn reasons(sb: &Sandbox, node: &str) -> Vec<String> {

@@ -8,7 +8,11 @@
 //! that set nothing cannot pass.
 
 use common::{ControllerReason, NodeFacts};
-use e2e::{BudgetWatch, NodeState, kubectl, node, wait_until};
+use e2e::{
+    BudgetWatch, NodeState, PENDING_TAINT, has_pending_taint, kubectl, node,
+    rollout::{all_back_in, annotate_ledger},
+    wait_until,
+};
 use k8s_openapi::api::core::v1::Node;
 use kube::{
     Api, Client,
@@ -25,7 +29,6 @@ use std::{
 };
 
 const PRE: (&str, &str) = ("example.com/rebooting", "true");
-const TAINT: &str = "example.com/reboot-pending";
 const PHASE: Duration = Duration::from_secs(120);
 
 #[derive(Debug, Default)]
@@ -50,14 +53,6 @@ fn has_pre_label(n: &Node) -> bool {
         .as_ref()
         .and_then(|l| l.get(PRE.0))
         .is_some_and(|v| v == PRE.1)
-}
-
-fn has_taint(n: &Node) -> bool {
-    NodeFacts::from_node(n)
-        .taints
-        .unwrap_or_default()
-        .iter()
-        .any(|(k, e)| k == TAINT && e == "PreferNoSchedule")
 }
 
 impl Marks {
@@ -97,18 +92,18 @@ impl Marks {
         if has_pre_label(n) && granted {
             self.labelled_with_grant.insert(name.clone());
         }
-        if has_taint(n) && requested && !granted {
+        if has_pending_taint(n) && requested && !granted {
             self.tainted_while_waiting.insert(name.clone());
         }
         let violation = if has_pre_label(n) && !granted && !rebooting && !admins_pre_label {
             Some("the pre-reboot label without a grant or a reboot under way")
-        } else if has_taint(n) && !self.tainted.contains(&name) && !requested {
+        } else if has_pending_taint(n) && !self.tainted.contains(&name) && !requested {
             // Withdrawn, a request leaves its taint until the controller's next write.
             Some("the waiting taint put on a node that waits for nothing")
         } else {
             None
         };
-        if has_taint(n) {
+        if has_pending_taint(n) {
             self.tainted.insert(name.clone());
         } else {
             self.tainted.remove(&name);
@@ -163,15 +158,10 @@ async fn sandbox_with(config: SandboxConfig, more: &[&str]) -> Sandbox {
     let mut args = vec![
         format!("--pre-reboot-node-labels={}={},lb=out", PRE.0, PRE.1),
         "--post-reboot-node-labels=lb=in".to_owned(),
-        format!("--prefer-no-schedule-taint={TAINT}"),
+        format!("--prefer-no-schedule-taint={PENDING_TAINT}"),
     ];
     args.extend(more.iter().map(|a| (*a).to_owned()));
     e2e::sandbox_without_pods(config.controller_args(args)).await
-}
-
-fn completed(n: &Node) -> bool {
-    let state = NodeState::of(n);
-    state.last_completed.is_some() && state.annotations.is_empty() && !state.unschedulable
 }
 
 /// What `kubectl get node` shows of the marks: the `lb` label, the pre-reboot label and the
@@ -216,11 +206,7 @@ async fn labels_and_the_taint_mark_a_reboot_and_are_gone_when_it_is_done() {
         Some(&budget),
         || async {
             marks.check();
-            let mut done = true;
-            for name in ["sim-1", "sim-2"] {
-                done &= sb.fleet.reboots(name) == 1 && completed(&node(&client, name).await);
-            }
-            done
+            all_back_in(&sb.fleet, &client, &["sim-1", "sim-2"], 1).await
         },
     )
     .await;
@@ -254,17 +240,7 @@ async fn labels_and_the_taint_mark_a_reboot_and_are_gone_when_it_is_done() {
     );
 
     // A request held by a pause waits tainted; withdrawn, the taint goes with it.
-    kubectl(
-        cp,
-        &[
-            "annotate",
-            "lease",
-            "-n",
-            common::ledger::OPERATOR_NAMESPACE,
-            common::ledger::LEDGER_NAME,
-            "reboot-paused=true",
-        ],
-    );
+    annotate_ledger(cp, "reboot-paused=true");
     kubectl(cp, &["annotate", "node", "sim-3", "reboot-needed=true"]);
     wait_until(
         "sim-3 is tainted while paused",
@@ -272,7 +248,7 @@ async fn labels_and_the_taint_mark_a_reboot_and_are_gone_when_it_is_done() {
         Some(&budget),
         || async {
             marks.check();
-            has_taint(&node(&client, "sim-3").await)
+            has_pending_taint(&node(&client, "sim-3").await)
         },
     )
     .await;
@@ -284,7 +260,7 @@ async fn labels_and_the_taint_mark_a_reboot_and_are_gone_when_it_is_done() {
         || async {
             marks.check();
             let n = node(&client, "sim-3").await;
-            !has_taint(&n) && NodeState::of(&n).annotations.is_empty()
+            !has_pending_taint(&n) && NodeState::of(&n).annotations.is_empty()
         },
     )
     .await;
@@ -345,11 +321,7 @@ async fn labels_a_node_already_has_are_left_as_they_are_through_its_reboot() {
         Some(&budget),
         || async {
             marks.check();
-            let mut done = true;
-            for name in ["sim-1", "sim-2"] {
-                done &= sb.fleet.reboots(name) == 1 && completed(&node(&client, name).await);
-            }
-            done
+            all_back_in(&sb.fleet, &client, &["sim-1", "sim-2"], 1).await
         },
     )
     .await;

@@ -5,22 +5,18 @@
 //! nothing up; and a node that stops waiting for its reboot loses the waiting taint the
 //! operator put on it, never the administrator's own.
 
-use common::{AgentReason, ControllerReason, NodeFacts};
+use common::{AgentReason, ControllerReason};
 use e2e::{
-    BudgetWatch, NodeHistory, kubectl, label_node, node, request_reboot, wait_for_event, wait_until,
+    BudgetWatch, NodeHistory, PENDING_TAINT, has_pending_taint, in_run, kubectl, label_node, node,
+    request_reboot,
+    rollout::{annotate_ledger, ledger_is_empty},
+    times_reported, wait_for_event, wait_until,
 };
 use k8s_openapi::api::core::v1::Node;
-use nodesim::sandbox::{Sandbox, SandboxConfig};
-use std::{path::PathBuf, time::Duration};
+use nodesim::sandbox::SandboxConfig;
+use std::time::Duration;
 
 const PHASE: Duration = Duration::from_secs(120);
-
-/// `<node dir>/run/<name>`: gone after the node's next reboot, as in a tmpfs `/run`.
-fn in_run(sb: &Sandbox, node: &str, name: &str) -> PathBuf {
-    let run = sb.fleet.node_dir(node).join("run");
-    std::fs::create_dir_all(&run).expect("create run/");
-    run.join(name)
-}
 
 fn annotation(n: &Node, key: &str) -> Option<String> {
     n.metadata.annotations.as_ref()?.get(key).cloned()
@@ -67,14 +63,8 @@ async fn any_opt_out_value_but_false_keeps_a_node_from_its_reboot_and_a_no_gives
         || async { sb.fleet.reboots(no) == 1 && completed(&node(&client, no).await) },
     )
     .await;
-    for name in [yes, empty] {
-        assert_eq!(sb.fleet.reboots(name), 0, "{name} was rebooted");
-        let n = node(&client, name).await;
-        assert_eq!(
-            annotation(&n, "reboot-requested-by"),
-            None,
-            "{name}'s agent asked"
-        );
+    for (name, history) in [yes, empty].into_iter().zip(&histories) {
+        // The agent has read the sentinel and the label: only now can it be seen not asking.
         let typed = if name == yes { "\"yes\"" } else { "\"\"" };
         wait_for_event(
             &client,
@@ -84,9 +74,23 @@ async fn any_opt_out_value_but_false_keeps_a_node_from_its_reboot_and_a_no_gives
             Some(&watch),
         )
         .await;
+        assert_eq!(sb.fleet.reboots(name), 0, "{name} was rebooted");
+        let n = node(&client, name).await;
         assert_eq!(
-            annotation(&node(&client, name).await, "reboot-needed"),
-            None
+            annotation(&n, "reboot-requested-by"),
+            None,
+            "{name}'s agent asked"
+        );
+        assert_eq!(annotation(&n, "reboot-needed"), None);
+        history.catch_up(&client).await;
+        history.check().unwrap_or_else(|e| panic!("{e}"));
+        let states = history.states();
+        assert!(
+            states
+                .iter()
+                .all(|s| s.requested_by.is_none()
+                    && !s.annotations.iter().any(|a| a == "reboot-needed")),
+            "{name}'s agent asked at some point: {states:#?}"
         );
     }
 
@@ -125,6 +129,8 @@ async fn any_opt_out_value_but_false_keeps_a_node_from_its_reboot_and_a_no_gives
         Some("no"),
         "the administrator's value was removed"
     );
+    // The controller has read each request and how the label reads (both Events come from
+    // the round that decides not to grant), while sim-4's reboot took many rounds meanwhile.
     for name in [yes, empty] {
         let typed = if name == yes { "\"yes\"" } else { "\"\"" };
         wait_for_event(
@@ -135,11 +141,18 @@ async fn any_opt_out_value_but_false_keeps_a_node_from_its_reboot_and_a_no_gives
             Some(&watch),
         )
         .await;
+        wait_for_event(
+            &client,
+            name,
+            ControllerReason::RebootDisabled,
+            &[&format!("reboot-disabled={typed}"), "never rebooted"],
+            Some(&watch),
+        )
+        .await;
     }
-    // Several rounds later, still untouched.
-    tokio::time::sleep(Duration::from_secs(6)).await;
     watch.check().unwrap_or_else(|v| panic!("{v}"));
     for (name, history) in [yes, empty].into_iter().zip(&histories) {
+        history.catch_up(&client).await;
         history.check().unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(sb.fleet.reboots(name), 0, "{name} was rebooted");
         let states = history.states();
@@ -149,41 +162,52 @@ async fn any_opt_out_value_but_false_keeps_a_node_from_its_reboot_and_a_no_gives
                 .all(|s| !s.unschedulable && !s.annotations.iter().any(|a| a != "reboot-needed")),
             "{name} was cordoned or granted: {states:#?}"
         );
+        assert!(
+            states.iter().all(|s| s.requested_by.is_none()),
+            "{name}'s agent asked at some point: {states:#?}"
+        );
     }
     sb.stop().await;
 }
 
-const TAINT: &str = "example.com/reboot-pending";
-
-fn has_taint(n: &Node) -> bool {
-    NodeFacts::from_node(n)
-        .taints
-        .unwrap_or_default()
-        .iter()
-        .any(|(k, e)| k == TAINT && e == "PreferNoSchedule")
+/// Waits for a round of the controller that began after the rounds so far had ended, so that
+/// whatever they wrote is on the nodes: a new value typed on `invalid` (whose `reboot-needed`
+/// is no request already) is warned about only by a round that reads it.
+async fn a_later_round(
+    cp: &testenv::ControlPlane,
+    client: &kube::Client,
+    invalid: &str,
+    watch: &BudgetWatch,
+) {
+    let warned = || times_reported(client, invalid, ControllerReason::InvalidRequest);
+    let before = warned().await;
+    let value = "reboot-needed=later";
+    kubectl(cp, &["annotate", "node", invalid, value, "--overwrite"]);
+    let what = format!("the controller warns of {value} on {invalid}");
+    wait_until(&what, PHASE, Some(watch), || async {
+        warned().await > before
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_node_that_stops_waiting_loses_the_waiting_taint_but_not_the_administrators() {
     let config = SandboxConfig::with_nodes(4).controller_args([
-        format!("--prefer-no-schedule-taint={TAINT}"),
+        format!("--prefer-no-schedule-taint={PENDING_TAINT}"),
         "--node-selector=!out".to_owned(),
     ]);
     let sb = e2e::sandbox_without_pods(config).await;
     let (client, cp) = (sb.client.clone(), &sb.control_plane);
     let watch = BudgetWatch::start(client.clone(), 1).await;
-    // Paused: every request waits, tainted.
-    kubectl(
-        cp,
-        &[
-            "annotate",
-            "lease",
-            "-n",
-            common::ledger::OPERATOR_NAMESPACE,
-            common::ledger::LEDGER_NAME,
-            "reboot-paused=true",
-        ],
-    );
+    // Paused: every request waits, tainted. The controller makes its ledger once it leads.
+    wait_until(
+        "the controller made its ledger",
+        PHASE,
+        Some(&watch),
+        || ledger_is_empty(&sb),
+    )
+    .await;
+    annotate_ledger(cp, "reboot-paused=true");
     // The administrator's own taint of that key, before any request: theirs.
     let (invalid, opted_out, left, admins) = ("sim-1", "sim-2", "sim-3", "sim-4");
     kubectl(
@@ -192,7 +216,7 @@ async fn a_node_that_stops_waiting_loses_the_waiting_taint_but_not_the_administr
             "taint",
             "node",
             admins,
-            &format!("{TAINT}=mine:PreferNoSchedule"),
+            &format!("{PENDING_TAINT}=mine:PreferNoSchedule"),
         ],
     );
     for name in [invalid, opted_out, left, admins] {
@@ -206,7 +230,7 @@ async fn a_node_that_stops_waiting_loses_the_waiting_taint_but_not_the_administr
             let mut all = true;
             for name in [invalid, opted_out, left] {
                 let n = node(&client, name).await;
-                all &= has_taint(&n) && annotation(&n, "reboot-tainted").is_some();
+                all &= has_pending_taint(&n) && annotation(&n, "reboot-tainted").is_some();
             }
             all
         },
@@ -241,21 +265,47 @@ async fn a_node_that_stops_waiting_loses_the_waiting_taint_but_not_the_administr
             let mut none = true;
             for name in [invalid, opted_out, left] {
                 let n = node(&client, name).await;
-                none &= !has_taint(&n) && annotation(&n, "reboot-tainted").is_none();
+                none &= !has_pending_taint(&n) && annotation(&n, "reboot-tainted").is_none();
             }
             none
         },
     )
     .await;
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // The controller has read each change: it says how it read the value typed by hand and
+    // that the opted-out node is never rebooted (the relabelled one lost its taint above).
+    wait_for_event(
+        &client,
+        invalid,
+        ControllerReason::InvalidRequest,
+        &["reboot-needed=\"yes\""],
+        Some(&watch),
+    )
+    .await;
+    wait_for_event(
+        &client,
+        opted_out,
+        ControllerReason::UnexpectedOptOutValue,
+        &["reboot-disabled=\"yes\"", "read as opted out"],
+        Some(&watch),
+    )
+    .await;
+    wait_for_event(
+        &client,
+        admins,
+        ControllerReason::RebootDisabled,
+        &["reboot-disabled=true", "never rebooted"],
+        Some(&watch),
+    )
+    .await;
+    a_later_round(cp, &client, invalid, &watch).await;
     let admins_node = node(&client, admins).await;
     assert!(
-        has_taint(&admins_node),
+        has_pending_taint(&admins_node),
         "the administrator's taint was removed"
     );
     for name in [invalid, opted_out, left] {
         let n = node(&client, name).await;
-        assert!(!has_taint(&n), "{name} was tainted again");
+        assert!(!has_pending_taint(&n), "{name} was tainted again");
         assert_eq!(sb.fleet.reboots(name), 0);
     }
     sb.stop().await;

@@ -254,15 +254,21 @@ async fn a_give_up_that_lands_between_the_agents_read_and_its_write_stops_the_re
             &format!("reboot-abandon={}", by.to_value()),
         ],
     );
+    // The agent logs each refused write: only one refused from now on is the held one.
+    let refusals = || {
+        sb.fleet
+            .agent_log("sim-1")
+            .matches("the node changed under the write")
+            .count()
+    };
+    let refused_before = refusals();
     proxy.remove("held").await.expect("let sim-1's write go on");
     wait_until(
         "sim-1's write reaches the API server",
         ROLLOUT,
         Some(&watch),
         || async {
-            sb.fleet
-                .agent_log("sim-1")
-                .contains("the node changed under the write")
+            refusals() > refused_before
                 || sb.fleet.reboots("sim-1") > 0
                 || protocol_annotations(&node(&sb.client, "sim-1").await)
                     .contains(&"reboot-in-progress".to_owned())

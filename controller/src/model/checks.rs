@@ -17,6 +17,11 @@ fn now_set(o: &Value) -> bool {
     annotation(o, "reboot-now").as_deref() == Some("true")
 }
 
+/// The write gave the node `reboot-now`: the delays are checked on it.
+pub fn promoted(before: &Value, after: &Value) -> bool {
+    now_set(after) && !now_set(before)
+}
+
 /// The node's label opts it out: any value but `false`, typed in any case.
 pub fn opted_out(o: &Value) -> bool {
     keys().opt_out(Some(&facts(o).labels)).opts_out()
@@ -90,7 +95,7 @@ pub fn node_write(s: &Server, k: usize, i: usize, before: &Value, after: &Value)
     let claimed =
         annotation(before, "reboot-grant").is_none() && annotation(after, "reboot-grant").is_some();
     let recordoned = facts(after).unschedulable && !facts(before).unschedulable;
-    let promoted = now_set(after) && !now_set(before);
+    let promoted = promoted(before, after);
     if claimed {
         assert!(!opted_out(before), "n{i} claimed a grant while opted out");
         assert!(!given_up, "n{i} claimed a grant while being given up");

@@ -95,6 +95,9 @@ pub struct Server {
     pub reboot_delay_ms: u64,
     /// By grant: when a node first carried it (the claim, which cordons the node).
     pub claimed_at: BTreeMap<String, Timestamp>,
+    /// By replica: how many of its steps the delays were checked on (a drain it started, a
+    /// `reboot-now` it wrote).
+    pub delay_checks: Vec<usize>,
     /// By node and key: the labels an administrator set, at their value.
     pub admin_labels: BTreeMap<(usize, String), String>,
     pub windows: Windows,
@@ -182,6 +185,7 @@ impl Server {
             drain_delay_ms: 0,
             reboot_delay_ms: 0,
             claimed_at: BTreeMap::new(),
+            delay_checks: vec![0; 3],
             admin_labels: BTreeMap::new(),
             windows,
             wall: "2026-11-23T01:00:00Z".parse().expect("a time"),
@@ -447,6 +451,9 @@ impl Server {
         }
         self.took(k, i);
         checks::node_write(self, k, i, &before, &after);
+        if checks::promoted(&before, &after) {
+            self.delay_checks[k] += 1;
+        }
         Ok(node_of(&after))
     }
 

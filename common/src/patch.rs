@@ -500,22 +500,32 @@ impl<'a> Transition<'a> {
             .build()
     }
 
-    /// Controller, reboot proven and the kubelet reports the proven boot: uncordon what we
+    /// Controller, reboot proven and the kubelet reports the new boot: uncordon what we
     /// cordoned, record the time and the grant that ended in this reboot, drop the grant.
+    /// Proven by the agent (`reboot-done`), or by the kubelet alone (`reboot-in-progress` from
+    /// another boot): then the write holds only while the kubelet still reports the boot it was
+    /// decided on, and the agent that starts later finds nothing to do.
     pub fn complete(&self, node: &NodeFacts, grant: Option<&str>, completed_at: &str) -> Patch {
         let state = node.protocol(self.keys);
-        let mut ops = Ops::on(node).test_annotation(&self.keys.done, "true");
-        if let Phase::Done {
-            boot_id: Some(proven),
-        } = &state.phase
-        {
+        let mut ops = Ops::on(node);
+        let (phase_key, boot_id) = match &state.phase {
+            Phase::InProgress { boot_id } => {
+                let kubelets = node.boot_id.as_deref().unwrap_or_default();
+                ops = ops.test(path(&["status", "nodeInfo", "bootID"]), kubelets.into());
+                (&self.keys.in_progress, boot_id)
+            }
+            Phase::Done { boot_id } => (&self.keys.done, boot_id),
+            Phase::Idle | Phase::RebootNow => (&self.keys.done, &None),
+        };
+        ops = ops.test_annotation(phase_key, "true");
+        if let Some(recorded) = boot_id {
             ops = ops
-                .test_annotation(&self.keys.boot_id, proven)
+                .test_annotation(&self.keys.boot_id, recorded)
                 .remove_annotation(&self.keys.boot_id);
         }
         ops = self
             .forget_approval(node, ops)
-            .remove_annotation(&self.keys.done)
+            .remove_annotation(phase_key)
             .set_annotation(&self.keys.last_completed, completed_at);
         if let Some(grant) = grant {
             ops = ops.set_annotation(&self.keys.last_grant, grant);
@@ -774,6 +784,51 @@ mod tests {
         apply(&mut obj, &t.complete(&admins, None, "t")).unwrap();
         assert_eq!(obj["spec"]["unschedulable"], json!(true));
         assert!(t.release(&admins).is_none());
+    }
+
+    /// Completed from the kubelet's report alone: `reboot-in-progress` and the boot id the
+    /// agent recorded go, and the write holds only while the node is still in progress from
+    /// that boot and its kubelet still reports the boot the completion was decided on.
+    #[test]
+    fn completion_from_the_kubelets_report_holds_only_on_the_boot_it_was_decided_on() {
+        let keys = AnnotationKeys::default();
+        let t = Transition::new(&keys);
+        let in_progress = [
+            ("reboot-in-progress", "true"),
+            ("reboot-boot-id", "b1"),
+            ("reboot-cordoned", "true"),
+            ("reboot-grant", "g1"),
+        ];
+        let back = NodeBuilder::new("n1")
+            .annotations(&in_progress)
+            .unschedulable(true)
+            .boot_id("b2");
+        let patch = t.complete(&back.facts(), Some("g1"), "t1");
+        let mut obj = back.json();
+        apply(&mut obj, &patch).unwrap();
+        assert_eq!(
+            obj["metadata"]["annotations"],
+            json!({"reboot-last-completed": "t1", "reboot-last-grant": "g1"})
+        );
+        assert_eq!(obj["spec"]["unschedulable"], json!(false));
+
+        let mut rebooted_again = NodeBuilder::new("n1")
+            .annotations(&in_progress)
+            .unschedulable(true)
+            .boot_id("b3")
+            .json();
+        assert!(apply(&mut rebooted_again, &patch).is_err());
+        let mut proved_meanwhile = NodeBuilder::new("n1")
+            .annotations(&[
+                ("reboot-done", "true"),
+                ("reboot-boot-id", "b2"),
+                ("reboot-cordoned", "true"),
+                ("reboot-grant", "g1"),
+            ])
+            .unschedulable(true)
+            .boot_id("b2")
+            .json();
+        assert!(apply(&mut proved_meanwhile, &patch).is_err());
     }
 
     #[test]

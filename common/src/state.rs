@@ -22,7 +22,8 @@ pub enum Phase {
     Idle,
     /// `reboot-now=true`: the controller has told the agent to reboot.
     RebootNow,
-    /// `reboot-in-progress=true`: the agent has started the reboot from `boot_id`.
+    /// `reboot-in-progress=true`: the agent has started the reboot from `boot_id`; the
+    /// controller completes it once the kubelet reports another boot, Ready.
     InProgress { boot_id: Option<String> },
     /// `reboot-done=true`: the agent has proven the reboot from `boot_id`, the boot it
     /// came back in; the controller finishes it once the kubelet reports that same boot.
@@ -222,11 +223,33 @@ impl NodeFacts {
         self.readiness != Readiness::Ready || self.unschedulable
     }
 
-    /// Whether the kubelet reports the boot the agent proved: the one condition under which a
-    /// reboot is complete (a Ready condition alone can predate the reboot).
+    /// Whether the kubelet reports the boot the agent proved (a Ready condition alone can
+    /// predate the reboot).
     pub fn kubelet_reports_boot(&self, proven_boot_id: Option<&str>) -> bool {
         self.readiness == Readiness::Ready
             && proven_boot_id.is_some_and(|id| self.boot_id.as_deref() == Some(id.trim()))
+    }
+
+    /// Whether the reboot in `phase` is proven and the node back: the one condition under which
+    /// a reboot is complete. Either the agent proved it (`reboot-done`) and the kubelet reports
+    /// that boot, or the kubelet itself reports a boot other than the one the agent recorded
+    /// before rebooting (the kubelet's `bootID` is written by that node's own kubelet only), and
+    /// Ready. Without a recorded boot id nothing proves a reboot.
+    pub fn reboot_proven(&self, phase: &Phase) -> bool {
+        match phase {
+            Phase::Done { boot_id } => self.kubelet_reports_boot(boot_id.as_deref()),
+            Phase::InProgress { boot_id } => {
+                self.kubelet_reports_boot_other_than(boot_id.as_deref())
+            }
+            Phase::Idle | Phase::RebootNow => false,
+        }
+    }
+
+    /// Whether the kubelet reports, Ready, a boot other than `recorded` (which must be known).
+    pub fn kubelet_reports_boot_other_than(&self, recorded: Option<&str>) -> bool {
+        let recorded = recorded.map(str::trim).filter(|id| !id.is_empty());
+        self.readiness == Readiness::Ready
+            && recorded.is_some_and(|old| self.boot_id.as_deref().is_some_and(|now| now != old))
     }
 }
 

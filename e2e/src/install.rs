@@ -423,8 +423,24 @@ pub async fn check_an_agent_may_change_only_the_protocol_annotations_of_its_own_
             nodes.patch("node-a", &PatchParams::default(), &patch).await
         }
     };
-    // The controller's go-ahead; the agent takes it.
+    // The node's kubelet reports boot-1 (the admin plays it, through the status).
+    let status = merge(json!({"status": {"nodeInfo": {"bootID": "boot-1"}}}));
+    admin_nodes
+        .patch_status("node-a", &PatchParams::default(), &status)
+        .await
+        .expect("the kubelet's status");
+    // The controller's go-ahead. A stolen token cannot take it with a boot id of its choosing
+    // (the controller would take the kubelet's report of the running boot for the reboot);
+    // the agent takes it with the boot the kubelet reports.
     as_admin(json!({"reboot-now": "true"})).await;
+    refused(
+        "take the go-ahead with another boot id than the kubelet reports",
+        agent_annotates(json!({"reboot-now": null, "reboot-in-progress": "true",
+            "reboot-boot-id": "boot-forged"}))
+        .await,
+        403,
+        "with the boot id the kubelet reports (boot-1)",
+    );
     agent_step(
         "begin the reboot",
         json_patch_of::step(transition.begin_reboot(&facts().await, "boot-1")),
@@ -451,8 +467,15 @@ pub async fn check_an_agent_may_change_only_the_protocol_annotations_of_its_own_
         );
     }
     // A hand edit drops the recorded boot id: nothing can prove this reboot now, so nothing
-    // may report it done; the agent records the current boot id and reboots.
+    // may report it done; the agent records the current boot id (the kubelet's, no other)
+    // and reboots.
     as_admin(json!({"reboot-boot-id": null})).await;
+    refused(
+        "record another boot id than the kubelet reports",
+        agent_annotates(json!({"reboot-boot-id": "boot-forged"})).await,
+        403,
+        "only as its protocol steps do",
+    );
     refused(
         "report the reboot done without a recorded boot id",
         agent_annotates(json!({"reboot-in-progress": null,

@@ -87,9 +87,15 @@ pub fn node_write(s: &Server, k: usize, i: usize, before: &Value, after: &Value)
     if was_done && annotation(after, "reboot-done").is_none() && !given_up {
         assert!(
             facts(before).kubelet_reports_boot(annotation(before, "reboot-boot-id").as_deref())
-                && facts(after).boot_id == Some(format!("n{i}-boot-{}", s.boots[i]))
-                && facts(after).readiness == Readiness::Ready,
+                && back_in_this_boot(s, i, after),
             "n{i} completed before the kubelet reported the proven boot, Ready"
+        );
+    }
+    let in_progress = annotation(before, "reboot-in-progress").is_some();
+    if in_progress && annotation(after, "reboot-in-progress").is_none() && !given_up {
+        assert!(
+            rebooted_since_recorded(s, i, before) && back_in_this_boot(s, i, after),
+            "n{i} completed from reboot-in-progress before the kubelet reported a new boot, Ready"
         );
     }
     let claimed =
@@ -349,6 +355,19 @@ pub fn ledger_write(
     s.budget_at_grant = budget;
 }
 
+/// The machine of node `i` runs another boot than the one the agent recorded in `node`'s
+/// `reboot-in-progress`: it rebooted since, whoever proves it.
+fn rebooted_since_recorded(s: &Server, i: usize, node: &Value) -> bool {
+    annotation(node, "reboot-boot-id")
+        .is_some_and(|recorded| recorded != format!("n{i}-boot-{}", s.boots[i]))
+}
+
+/// The kubelet reports, in `node`, the boot the machine of node `i` runs now, Ready.
+fn back_in_this_boot(s: &Server, i: usize, node: &Value) -> bool {
+    facts(node).boot_id == Some(format!("n{i}-boot-{}", s.boots[i]))
+        && facts(node).readiness == Readiness::Ready
+}
+
 /// Told to reboot and not completed (the kubelet reports the proven boot, Ready) within the
 /// reboot timeout.
 fn overdue(s: &Server, n: &Value, now: k8s_openapi::jiff::Timestamp) -> bool {
@@ -358,6 +377,10 @@ fn overdue(s: &Server, n: &Value, now: k8s_openapi::jiff::Timestamp) -> bool {
         Phase::Done { boot_id } => {
             f.kubelet_reports_boot(boot_id.as_deref()) && f.readiness == Readiness::Ready
         }
+        // Back in another boot than the agent recorded, as this copy shows it.
+        Phase::InProgress {
+            boot_id: Some(recorded),
+        } => f.readiness == Readiness::Ready && f.boot_id.is_some_and(|now| &now != recorded),
         _ => false,
     };
     let approved: Option<k8s_openapi::jiff::Timestamp> =

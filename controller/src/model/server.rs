@@ -83,6 +83,9 @@ pub struct Server {
     pub kubelets: Vec<Kubelet>,
     /// Nodes whose machine is down (rebooting, or not coming back).
     pub down: BTreeSet<usize>,
+    /// Nodes whose agent never proves a boot (its pod does not start again after a good
+    /// reboot): only the kubelet's report of the new boot can complete them.
+    pub agents_silent: BTreeSet<usize>,
     pub admin_cordoned: BTreeSet<usize>,
     pub max_unavailable: MaxUnavailable,
     pub zone_budget: Option<MaxUnavailable>,
@@ -175,6 +178,7 @@ impl Server {
             boots: vec![0; NODES],
             kubelets: vec![Kubelet::Healthy; NODES],
             down: BTreeSet::new(),
+            agents_silent: BTreeSet::new(),
             admin_cordoned: BTreeSet::new(),
             max_unavailable,
             zone_budget: None,

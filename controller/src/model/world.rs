@@ -27,6 +27,9 @@ pub enum Step {
         ok: bool,
     },
     Agent(usize),
+    /// The node's agent stops proving its boots (`true`: its pod never starts again after a
+    /// reboot), or proves them again.
+    AgentSilent(usize, bool),
     Kubelet(usize),
     Request(usize),
     /// The administrator types a value of `reboot-needed` that is not a request.
@@ -132,6 +135,8 @@ pub fn step() -> impl Strategy<Value = Step> {
         3 => (r, n.clone(), proptest::bool::weighted(0.85))
             .prop_map(|(replica, node, ok)| Step::DrainEnds { replica, node, ok }),
         4 => n.clone().prop_map(Step::Agent),
+        1 => (n.clone(), proptest::bool::weighted(0.5))
+            .prop_map(|(i, silent)| Step::AgentSilent(i, silent)),
         3 => n.clone().prop_map(Step::Kubelet),
         4 => n.clone().prop_map(Step::Request),
         1 => (n.clone(), 0..NOT_REQUESTS.len())
@@ -244,6 +249,14 @@ impl Model {
                 self.run_tasks();
             }
             Step::Agent(i) => self.agent(i),
+            Step::AgentSilent(i, silent) => {
+                let mut s = self.s();
+                if silent {
+                    s.agents_silent.insert(i)
+                } else {
+                    s.agents_silent.remove(&i)
+                };
+            }
             Step::Kubelet(i) => self.kubelet(i),
             Step::Request(i) => self.annotate(i, "reboot-needed", Some("true")),
             Step::TypeRequest(i, value) => self.annotate(i, "reboot-needed", Some(value)),
@@ -391,7 +404,9 @@ impl Model {
 
     /// The agent of node `i`: on `reboot-now` it records the boot and the machine reboots;
     /// after boot it proves the reboot by the new boot id, possibly before the kubelet has
-    /// reported that boot. A machine that does not come back runs no agent.
+    /// reported that boot, possibly after the controller completed it from the kubelet's
+    /// report (then it finds nothing to do), or never (a silent agent). A machine that does not
+    /// come back runs no agent.
     fn agent(&self, i: usize) {
         let keys = keys();
         let t = Transition::new(&keys);
@@ -427,7 +442,9 @@ impl Model {
                 }
             }
             Phase::InProgress { boot_id: recorded }
-                if recorded.as_deref() != Some(&running) && !s.down.contains(&i) =>
+                if recorded.as_deref() != Some(&running)
+                    && !s.down.contains(&i)
+                    && !s.agents_silent.contains(&i) =>
             {
                 assert!(agent_patch(
                     &mut s,

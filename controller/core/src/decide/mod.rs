@@ -448,9 +448,9 @@ impl<'a> Round<'a> {
         let node = view.name().to_owned();
         let grant = grant.to_owned();
         match &view.state.phase {
-            Phase::RebootNow | Phase::InProgress { .. } => {}
-            Phase::Done { boot_id } => {
-                if view.facts.kubelet_reports_boot(boot_id.as_deref()) {
+            Phase::RebootNow => {}
+            phase @ (Phase::InProgress { .. } | Phase::Done { .. }) => {
+                if view.facts.reboot_proven(phase) {
                     decision.act(NodeAction::Complete { node, grant });
                 }
             }
@@ -479,12 +479,10 @@ impl<'a> Round<'a> {
     /// pool (DESIGN.md invariant 7), whatever slot it holds or is being adopted under; it
     /// keeps its slot and the rollout goes on by itself once it completes.
     fn overdue(&self, view: &NodeView) -> bool {
-        let completing = match &view.state.phase {
-            Phase::Idle => return false,
-            Phase::Done { boot_id } => view.facts.kubelet_reports_boot(boot_id.as_deref()),
-            Phase::RebootNow | Phase::InProgress { .. } => false,
-        };
-        !completing
+        if view.state.phase == Phase::Idle {
+            return false;
+        }
+        !view.facts.reboot_proven(&view.state.phase)
             && view
                 .approved_at
                 .is_some_and(|at| self.clock >= at.saturating_add(self.reboot_timeout))

@@ -908,6 +908,74 @@ fn once_the_late_node_completes_grants_resume() {
     assert_eq!(granted(&d), ["b", "c"]);
 }
 
+/// `a` rebooted from `a-boot-0`, as the agent recorded it before rebooting, and its agent has
+/// not proved anything since (its pod has not started again, or never will); the kubelet
+/// reports `kubelet_boot`.
+fn in_progress_with_the_kubelet_in(
+    kubelet_boot: &str,
+    recorded: Option<&str>,
+    ready: bool,
+) -> Value {
+    let mut a = node_json("a", ready);
+    claimed(&mut a, "g-a");
+    annotate(&mut a, "reboot-in-progress", "true");
+    if let Some(recorded) = recorded {
+        annotate(&mut a, "reboot-boot-id", recorded);
+    }
+    a["status"]["nodeInfo"]["bootID"] = kubelet_boot.into();
+    a
+}
+
+#[test]
+fn the_kubelets_report_of_a_new_boot_completes_a_reboot_without_the_agents_proof() {
+    let complete = [NodeAction::Complete {
+        node: "a".into(),
+        grant: "g-a".into(),
+    }];
+    let back = in_progress_with_the_kubelet_in("a-boot-1", Some("a-boot-0"), true);
+    let d = decide_at_clock(&told_to_reboot(&back), 1100);
+    assert_eq!(d.node_actions, complete);
+    // Long after the reboot timeout too: it is back, not overdue.
+    let d = decide_at_clock(&told_to_reboot(&back), 5000);
+    assert!(d.overdue.is_empty());
+    assert_eq!(d.node_actions, complete);
+    // The recorded id with blanks around it is the same boot.
+    let back = in_progress_with_the_kubelet_in("a-boot-1", Some(" a-boot-0\n"), true);
+    assert_eq!(
+        decide_at_clock(&told_to_reboot(&back), 1100).node_actions,
+        complete
+    );
+}
+
+#[test]
+fn without_a_new_boot_ready_and_a_recorded_one_the_kubelet_proves_nothing() {
+    for (what, node) in [
+        (
+            "the boot the agent recorded (not rebooted yet)",
+            in_progress_with_the_kubelet_in("a-boot-0", Some("a-boot-0"), true),
+        ),
+        (
+            "a new boot, NotReady",
+            in_progress_with_the_kubelet_in("a-boot-1", Some("a-boot-0"), false),
+        ),
+        (
+            "a new boot, but no boot id recorded before the reboot",
+            in_progress_with_the_kubelet_in("a-boot-1", None, true),
+        ),
+        (
+            "a new boot, but an empty one recorded",
+            in_progress_with_the_kubelet_in("a-boot-1", Some(" "), true),
+        ),
+    ] {
+        let d = decide_at_clock(&told_to_reboot(&node), 1100);
+        assert!(d.node_actions.is_empty(), "{what}: {d:?}");
+        // Past the reboot timeout it holds the pool, as any reboot not back.
+        let d = decide_at_clock(&told_to_reboot(&node), 1600);
+        assert_eq!(d.overdue, ["a"], "{what}");
+        assert!(granted(&d).is_empty(), "{what}: {d:?}");
+    }
+}
+
 #[test]
 fn an_overdue_node_given_up_by_hand_releases_its_slot_and_grants_resume() {
     // The administrator removed reboot-done and reboot-boot-id from the NotReady node.

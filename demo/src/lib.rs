@@ -41,6 +41,10 @@ pub struct Args {
     /// How long a simulated reboot keeps a node down, in seconds.
     #[arg(long, env = "DEMO_REBOOT_SECONDS", default_value_t = 3.0, value_parser = parse_seconds)]
     pub reboot_seconds: f64,
+    /// How long after a simulated boot each node's agent starts again, in seconds (a real
+    /// agent's pod takes a few once the kubelet is up; a reboot completes without it).
+    #[arg(long, env = "DEMO_AGENT_START_SECONDS", default_value_t = 3.0, value_parser = parse_seconds)]
+    pub agent_start_seconds: f64,
     /// Spread the nodes over this many zones (label `topology.kubernetes.io/zone`, values
     /// zone-a, zone-b, ...); 0 for none.
     #[arg(long, env = "DEMO_ZONES", default_value_t = 3, value_parser = clap::value_parser!(u8).range(0..=26))]
@@ -146,6 +150,7 @@ pub async fn run(args: Args) -> anyhow::Result<bool> {
     let config = SandboxConfig::with_nodes(nodes)
         .max_unavailable(args.max_unavailable.to_string())
         .reboot_duration(Duration::from_secs_f64(args.reboot_seconds))
+        .agent_start_after_boot(Duration::from_secs_f64(args.agent_start_seconds))
         .controller_args(controller_args(&args));
     let sandbox = Sandbox::start(config)
         .await

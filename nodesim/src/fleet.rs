@@ -22,6 +22,10 @@ use tokio::{
 /// each agent its own ServiceAccount token).
 pub type AgentKubeconfig = Arc<dyn Fn(&str) -> PathBuf + Send + Sync>;
 
+/// How long a simulated agent takes to start again after its node's boot, by default: a few
+/// seconds, as a real agent's pod takes once the kubelet is up.
+pub const AGENT_START_AFTER_BOOT: Duration = Duration::from_secs(3);
+
 /// How to build a fleet.
 #[derive(Clone)]
 pub struct FleetConfig {
@@ -33,6 +37,9 @@ pub struct FleetConfig {
     /// once, the new boot id in `status.nodeInfo.bootID` only `delay` later (see
     /// [`SimNode::kubelet_reports_boot_after`]).
     pub kubelet_reports_boot_after: Option<Duration>,
+    /// How long after the kubelet reports a new boot the agent starts again (see
+    /// [`SimNode::agent_start_after_boot`]); [`AGENT_START_AFTER_BOOT`] unless set.
+    pub agent_start_after_boot: Duration,
     pub agent: AgentLaunch,
     pub work_dir: PathBuf,
     /// The admin kubeconfig; also the agents' unless `agent_kubeconfig` says otherwise.
@@ -51,6 +58,7 @@ impl std::fmt::Debug for FleetConfig {
                 "kubelet_reports_boot_after",
                 &self.kubelet_reports_boot_after,
             )
+            .field("agent_start_after_boot", &self.agent_start_after_boot)
             .finish_non_exhaustive()
     }
 }
@@ -62,6 +70,7 @@ impl FleetConfig {
             name_prefix: "sim".into(),
             reboot_duration: Duration::from_secs(2),
             kubelet_reports_boot_after: None,
+            agent_start_after_boot: AGENT_START_AFTER_BOOT,
             agent: AgentLaunch {
                 bin: agent_bin,
                 args: Vec::new(),
@@ -111,6 +120,7 @@ impl Fleet {
                     .map_or_else(|| config.kubeconfig.clone(), |f| f(name)),
                 reboot_duration: config.reboot_duration,
                 kubelet_reports_boot_after: config.kubelet_reports_boot_after,
+                agent_start_after_boot: config.agent_start_after_boot,
                 labels: config.labels.clone(),
                 state: Arc::new(NodeState::default()),
                 wake: Arc::new(Notify::new()),

@@ -17,6 +17,10 @@ struct Args {
     /// How long a simulated reboot keeps a node down, in seconds.
     #[arg(long, env = "SANDBOX_REBOOT_SECONDS", default_value_t = 3.0, value_parser = parse_seconds)]
     reboot_seconds: f64,
+    /// How long after a simulated boot each node's agent starts again, in seconds (a real
+    /// agent's pod takes a few once the kubelet is up).
+    #[arg(long, env = "SANDBOX_AGENT_START_SECONDS", default_value_t = 3.0, value_parser = parse_seconds)]
+    agent_start_seconds: f64,
 }
 
 fn parse_seconds(v: &str) -> Result<f64, String> {
@@ -34,6 +38,7 @@ async fn main() -> anyhow::Result<()> {
     observability::logs::init_tool("warn,kube_client=off");
     let config = SandboxConfig::with_nodes(args.nodes.into())
         .max_unavailable(args.max_unavailable)
-        .reboot_duration(Duration::from_secs_f64(args.reboot_seconds));
+        .reboot_duration(Duration::from_secs_f64(args.reboot_seconds))
+        .agent_start_after_boot(Duration::from_secs_f64(args.agent_start_seconds));
     nodesim::sandbox::run_until_signal(config).await
 }

@@ -127,6 +127,9 @@ pub struct SimNode {
     /// new boot id, and the kubelet reports that boot id in `status.nodeInfo.bootID` only
     /// `delay` later.
     pub kubelet_reports_boot_after: Option<Duration>,
+    /// How long after its kubelet reports the new boot the agent starts again, as a real
+    /// agent's pod takes (containerd creates its sandbox and starts it).
+    pub agent_start_after_boot: Duration,
     pub labels: BTreeMap<String, String>,
     pub state: Arc<NodeState>,
     /// Woken when something is created or touched in `dir` (see [`crate::reboot_requests`]).
@@ -301,7 +304,7 @@ impl SimNode {
         let boot_id = new_boot_id(&self.name);
         let report = match self.kubelet_reports_boot_after {
             None => {
-                self.down_then_ready(&boot_id, agent).await?;
+                self.down_then_ready(&boot_id).await?;
                 None
             }
             Some(delay) => {
@@ -320,16 +323,16 @@ impl SimNode {
     }
 
     /// Down for `reboot_duration` from the moment the reboot was asked for, reported NotReady
-    /// meanwhile; then up with the new boot id, its agent starting while the kubelet reports
-    /// Ready, as on a machine whose pods start as the kubelet reports its status.
-    async fn down_then_ready(&self, boot_id: &str, agent: &mut Option<Child>) -> Result<(), Error> {
+    /// meanwhile; then up with the new boot id, reported by the kubelet. The run loop starts
+    /// the agent `agent_start_after_boot` later, as a real agent's pod starts after the
+    /// kubelet.
+    async fn down_then_ready(&self, boot_id: &str) -> Result<(), Error> {
         tracing::info!(node = %self.name, "simulated reboot: down for {:?}", self.reboot_duration);
         tokio::join!(
             self.report_until_accepted(false, None),
             tokio::time::sleep(self.reboot_duration)
         );
         self.write_boot_id(boot_id)?;
-        *agent = Some(self.spawn_agent()?);
         let ready = !self.state.bad_kernel.load(Ordering::SeqCst);
         if !ready {
             tracing::info!(node = %self.name, "simulated bad kernel: back in a new boot, NotReady");
@@ -408,7 +411,12 @@ impl SimNode {
                     restart_at = Some(Instant::now() + AGENT_RESTART_DELAY);
                 } else {
                     match self.reboot(&mut agent).await {
-                        Ok(report) => boot_report = report,
+                        Ok(report) => {
+                            boot_report = report;
+                            if agent.is_none() {
+                                restart_at = Some(Instant::now() + self.agent_start_after_boot);
+                            }
+                        }
                         Err(error) => {
                             tracing::error!(node = %self.name, %error, "simulated reboot failed");
                             restart_at = Some(Instant::now() + AGENT_RESTART_DELAY);

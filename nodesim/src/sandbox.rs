@@ -23,6 +23,8 @@ pub struct SandboxConfig {
     pub reboot_duration: Duration,
     /// Reboots as a real kubelet shows short ones (see [`FleetConfig`]).
     pub kubelet_reports_boot_after: Option<Duration>,
+    /// How long after a simulated boot the node's agent starts again (see [`FleetConfig`]).
+    pub agent_start_after_boot: Duration,
     /// Labels of every simulated node (a pool for `--node-selector`, say).
     pub node_labels: BTreeMap<String, String>,
     pub controller_args: Vec<String>,
@@ -42,6 +44,7 @@ impl Default for SandboxConfig {
             max_unavailable: "1".into(),
             reboot_duration: Duration::from_secs(2),
             kubelet_reports_boot_after: None,
+            agent_start_after_boot: crate::fleet::AGENT_START_AFTER_BOOT,
             node_labels: BTreeMap::new(),
             controller_args: Vec::new(),
             agent_args: Vec::new(),
@@ -86,6 +89,12 @@ impl SandboxConfig {
     /// See [`SandboxConfig::kubelet_reports_boot_after`].
     pub fn kubelet_reports_boot_after(mut self, after: impl Into<Option<Duration>>) -> Self {
         self.kubelet_reports_boot_after = after.into();
+        self
+    }
+
+    /// See [`SandboxConfig::agent_start_after_boot`].
+    pub fn agent_start_after_boot(mut self, after: Duration) -> Self {
+        self.agent_start_after_boot = after;
         self
     }
 
@@ -182,6 +191,7 @@ impl Sandbox {
         );
         fleet_config.reboot_duration = config.reboot_duration;
         fleet_config.kubelet_reports_boot_after = config.kubelet_reports_boot_after;
+        fleet_config.agent_start_after_boot = config.agent_start_after_boot;
         fleet_config.labels = config.node_labels.clone();
         fleet_config.agent.args = config.agent_args.clone();
         let faults = if config.fault_proxies {

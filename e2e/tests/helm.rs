@@ -516,6 +516,18 @@ fn every_flag_value_reaches_its_program() {
         json!({"drop": ["ALL"], "add": ["KILL"]}),
         "the signal method needs KILL only"
     );
+    // The real-node tier of `make test` reboots with `command` only: the other method's
+    // capability is checked here.
+    let syscall = objects(&template(
+        &home,
+        &["--set", "agent.flags.rebootMethod=syscall"],
+    ));
+    assert_eq!(
+        syscall[&format!("DaemonSet apps/v1 {NS}/reboot-agent")]["spec"]["template"]["spec"]["containers"]
+            [0]["securityContext"]["capabilities"],
+        json!({"drop": ["ALL"], "add": ["SYS_BOOT"]}),
+        "the syscall method needs SYS_BOOT only"
+    );
     let role = &rendered["Role rbac.authorization.k8s.io/v1 ledgers/reboot-controller-leases"];
     assert_eq!(
         role["rules"][0]["resourceNames"],

@@ -6,6 +6,7 @@
 //! credentials of this run; [`qemu::Vm`] is one guest with its serial console log;
 //! [`fleet::VmFleet`] boots several and knows their identities.
 
+pub mod figures;
 pub mod fleet;
 pub mod image;
 pub mod node;

@@ -27,6 +27,7 @@ use std::{
 };
 use testenv::{ControlPlane, Options};
 use vmtest::{
+    figures::{self, Timeline},
     image::BaseImage,
     node::{NodeFleet, boot_id, is_ready},
     secs,
@@ -39,6 +40,8 @@ const WORKLOAD_NS: &str = "workload";
 /// Generous: under software emulation three guests on two cores take 1-4 minutes to join.
 const JOIN_TIMEOUT: Duration = Duration::from_secs(1200);
 const PODS_TIMEOUT: Duration = Duration::from_secs(900);
+/// How often the rollout is looked at: fine enough for figures of a second or two.
+const POLL: Duration = Duration::from_millis(250);
 /// One node's drain, reboot and return under emulation: 1.5-4 minutes measured.
 const REBOOT_TIMEOUT: Duration = Duration::from_secs(900);
 
@@ -81,10 +84,28 @@ spec:
 
 #[tokio::test(flavor = "multi_thread")]
 async fn real_nodes_are_drained_and_rebooted_by_the_operator_installed_with_its_chart() {
-    vmtest::unless_interrupted(tier()).await;
+    vmtest::unless_interrupted(tier(Methods::CommandOnly)).await;
 }
 
-async fn tier() {
+/// The same, then the two other reboot methods through the DaemonSet. Not in `make test`: each
+/// method costs a `helm upgrade` and a real reboot more, which under emulation on a slow
+/// machine took the tier past CI's time; `make node-e2e` runs it.
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "the signal and syscall rounds: run by `make node-e2e`"]
+async fn real_nodes_are_rebooted_by_every_method_through_the_daemonset() {
+    vmtest::unless_interrupted(tier(Methods::All)).await;
+}
+
+/// Which reboot methods the tier runs through the DaemonSet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Methods {
+    /// `command` (the default), on every node.
+    CommandOnly,
+    /// `command` on every node, then `signal` on one and `syscall` on another.
+    All,
+}
+
+async fn tier(methods: Methods) {
     let started = Instant::now();
     vmtest::require_tools().unwrap_or_else(|e| panic!("{e}"));
     let archives = image_archives();
@@ -128,7 +149,7 @@ async fn tier() {
     let rollout = Instant::now();
     let timelines = follow_the_rollout(&observer, &client, &fleet, &NODES, 1).await;
     let makespan = rollout.elapsed();
-    print_figures("command", &timelines, makespan);
+    print_figures("command", &timelines, rollout, makespan);
     eprintln!(
         "node-e2e: rollout of {} nodes finished in {}",
         NODES.len(),
@@ -163,7 +184,11 @@ async fn tier() {
 
     // The other two reboot methods, each through the DaemonSet after a `helm upgrade` of the
     // running operator, each on one node.
-    for (method, node) in [("signal", NODES[0]), ("syscall", NODES[1])] {
+    let other_methods = match methods {
+        Methods::CommandOnly => &[][..],
+        Methods::All => &[("signal", NODES[0]), ("syscall", NODES[1])][..],
+    };
+    for &(method, node) in other_methods {
         // Every agent at once: one at a time (the chart's 10%) costs a minute per node here.
         let value = format!("agent.flags.rebootMethod={method}");
         helm_chart(
@@ -179,7 +204,7 @@ async fn tier() {
         eprintln!("node-e2e: reboot-needed=true on {node} (method {method})");
         let started = Instant::now();
         let timelines = follow_the_rollout(&observer, &client, &fleet, &[node], 2).await;
-        print_figures(method, &timelines, started.elapsed());
+        print_figures(method, &timelines, started, started.elapsed());
         assert_eq!(
             fleet.vm(node).kernel_starts(),
             3,
@@ -346,54 +371,80 @@ async fn boot_ids(client: &Client) -> BTreeMap<String, String> {
     ids
 }
 
-/// When one node's reboot reached each step, as the test saw it (polling every second).
-#[derive(Debug, Default, Clone, Copy)]
-struct Timeline {
-    cordoned: Option<Instant>,
-    reboot_now: Option<Instant>,
-    /// The kernel's `reboot: Restarting system` on the console: the shutdown is over.
-    restarting: Option<Instant>,
-    /// The kubelet reports the new boot, Ready.
-    ready_again: Option<Instant>,
-    /// Out of the protocol and uncordoned.
-    back: Option<Instant>,
+/// Records the steps of `node` in `timeline` as first seen now: `pods_on_it` is how many pods
+/// a drain would evict are bound to it, `restarts` how many times its guest restarted
+/// (`restarts_before` when the rollout began), `boot_before` its boot then.
+fn seen(
+    timeline: &mut Timeline,
+    node: &Node,
+    pods_on_it: usize,
+    (restarts, restarts_before): (usize, usize),
+    boot_before: &str,
+) {
+    let now = Some(Instant::now());
+    let protocol = e2e::protocol_annotations(node);
+    let cordoned = node
+        .spec
+        .as_ref()
+        .and_then(|s| s.unschedulable)
+        .unwrap_or(false);
+    let has = |key: &str| protocol.iter().any(|k| k == key);
+    let first = |step: &mut Option<Instant>, now_seen: bool| {
+        if step.is_none() && now_seen {
+            *step = now;
+        }
+    };
+    let new_boot = boot_id(node).is_some_and(|id| id != boot_before);
+    first(&mut timeline.granted, has("reboot-grant"));
+    first(&mut timeline.cordoned, cordoned);
+    first(
+        &mut timeline.drained,
+        timeline.cordoned.is_some() && pods_on_it == 0,
+    );
+    first(
+        &mut timeline.reboot_now,
+        has("reboot-now") || has("reboot-in-progress"),
+    );
+    first(&mut timeline.in_progress, has("reboot-in-progress"));
+    first(&mut timeline.restarting, restarts > restarts_before);
+    first(&mut timeline.ready_again, new_boot && is_ready(node));
+    first(
+        &mut timeline.back,
+        new_boot && protocol.is_empty() && !cordoned,
+    );
 }
 
-impl Timeline {
-    fn seen(&mut self, node: &Node, restarts: usize, restarts_before: usize, boot_before: &str) {
-        let now = Some(Instant::now());
-        let protocol = e2e::protocol_annotations(node);
-        let cordoned = node
-            .spec
+/// By node, how many pods a drain would evict are bound to it: every pod not of a DaemonSet,
+/// not a mirror pod, and not finished.
+async fn evictable_pods_by_node(client: &Client) -> BTreeMap<String, usize> {
+    let pods: Api<Pod> = Api::all(client.clone());
+    let mut by_node = BTreeMap::new();
+    for pod in pods
+        .list(&ListParams::default())
+        .await
+        .into_iter()
+        .flatten()
+    {
+        let of_a_daemonset = pod
+            .metadata
+            .owner_references
+            .iter()
+            .flatten()
+            .any(|o| o.kind == "DaemonSet");
+        let mirror = pod
+            .annotations()
+            .contains_key("kubernetes.io/config.mirror");
+        let finished = pod
+            .status
             .as_ref()
-            .and_then(|s| s.unschedulable)
-            .unwrap_or(false);
-        let has = |key: &str| protocol.iter().any(|k| k == key);
-        if self.cordoned.is_none() && cordoned {
-            self.cordoned = now;
-        }
-        if self.reboot_now.is_none() && (has("reboot-now") || has("reboot-in-progress")) {
-            self.reboot_now = now;
-        }
-        if self.restarting.is_none() && restarts > restarts_before {
-            self.restarting = now;
-        }
-        let new_boot = boot_id(node).is_some_and(|id| id != boot_before);
-        if self.ready_again.is_none() && new_boot && is_ready(node) {
-            self.ready_again = now;
-        }
-        if self.back.is_none() && new_boot && protocol.is_empty() && !cordoned {
-            self.back = now;
+            .and_then(|s| s.phase.as_deref())
+            .is_some_and(|p| p == "Succeeded" || p == "Failed");
+        let node = pod.spec.as_ref().and_then(|s| s.node_name.clone());
+        if let (Some(node), false) = (node, of_a_daemonset || mirror || finished) {
+            *by_node.entry(node).or_insert(0) += 1;
         }
     }
-}
-
-/// `b - a` in seconds, or `?` where a step was not seen.
-fn span(a: Option<Instant>, b: Option<Instant>) -> String {
-    match (a, b) {
-        (Some(a), Some(b)) if b >= a => format!("{:.0} s", (b - a).as_secs_f64()),
-        _ => "?".to_owned(),
-    }
+    by_node
 }
 
 /// Prints each node's steps as they happen and waits until each of `nodes` has been rebooted
@@ -418,14 +469,16 @@ async fn follow_the_rollout(
         if let Err(broken) = observer.check() {
             observer.fail(&broken);
         }
+        let pods = evictable_pods_by_node(client).await;
         for name in nodes {
             let Ok(node) = api.get(name).await else {
                 continue;
             };
-            timelines.entry((*name).to_owned()).or_default().seen(
+            seen(
+                timelines.entry((*name).to_owned()).or_default(),
                 &node,
-                fleet.vm(name).restarts(),
-                restarts_before[name],
+                pods.get(*name).copied().unwrap_or(0),
+                (fleet.vm(name).restarts(), restarts_before[name]),
                 boots_before.get(*name).map_or("", String::as_str),
             );
             let now = describe(&node);
@@ -445,39 +498,20 @@ async fn follow_the_rollout(
                 "the nodes were not all rebooted and back within {timeout:?}"
             ));
         }
-        tokio::time::sleep(Duration::from_secs(1)).await;
+        tokio::time::sleep(POLL).await;
     }
 }
 
-/// The figures of a rollout: per node, the drain, the shutdown, the boot to the kubelet's
-/// Ready (the raw reboot, with nothing of the operator in it), the operator's `reboot-now` to
-/// Ready with the new boot, and Ready to uncordoned; then the makespan against the sum of the
-/// raw reboots.
-fn print_figures(method: &str, timelines: &BTreeMap<String, Timeline>, makespan: Duration) {
-    eprintln!(
-        "node-e2e: figures ({method}): node | drain | shutdown | boot to Ready (raw) | reboot-now to Ready, new boot | Ready to uncordoned"
-    );
-    let mut raw_sum = Duration::ZERO;
-    for (node, t) in timelines {
-        if let (Some(a), Some(b)) = (t.restarting, t.ready_again) {
-            raw_sum += b.saturating_duration_since(a);
-        }
-        eprintln!(
-            "node-e2e: figures ({method}): {node} | {} | {} | {} | {} | {}",
-            span(t.cordoned, t.reboot_now),
-            span(t.reboot_now, t.restarting),
-            span(t.restarting, t.ready_again),
-            span(t.reboot_now, t.ready_again),
-            span(t.ready_again, t.back),
-        );
-    }
-    if !raw_sum.is_zero() {
-        eprintln!(
-            "node-e2e: figures ({method}): makespan {} against {} of raw reboots ({:.2} x)",
-            secs(makespan),
-            secs(raw_sum),
-            makespan.as_secs_f64() / raw_sum.as_secs_f64()
-        );
+/// The figures of a rollout (see [`vmtest::figures`]), on the terminal.
+fn print_figures(
+    method: &str,
+    timelines: &BTreeMap<String, Timeline>,
+    requested: Instant,
+    makespan: Duration,
+) {
+    let prefix = format!("node-e2e: figures ({method}):");
+    for line in figures::report(&prefix, timelines, requested, makespan) {
+        eprintln!("{line}");
     }
 }
 

@@ -113,8 +113,8 @@ testenv-oldest-k8s:
 # The protocol and security tests on that control plane, and the test that its API server and
 # kubectl are that release. Not part of `make test`: the first build of the control plane
 # compiles for about 16 minutes on 2 cores (measured beside a cold CI run), then the tests take
-# 1.5 minutes once `make bins` is built (docs/src/development.md, "The oldest supported Kubernetes").
-# Two commands: the filter after -- would also filter kubectl_version's tests away.
+# 1.5 minutes once `make bins` is built (docs/src/development.md, "The oldest supported
+# Kubernetes"). Two commands: the filter after -- would also filter kubectl_version's tests away.
 test-oldest-k8s: testenv-oldest-k8s bins
 	@status=0; \
 	export TESTENV_BIN=$(CURDIR)/target/oldest-k8s/bin TESTENV_EXPECT_VERSION=$(OLDEST_K8S); \
@@ -160,9 +160,9 @@ node-image: testenv vm-tools
 	@vm/node/image/build.sh
 
 # Real nodes: three guests join the local control plane, the operator is installed with its
-# chart from `make images`, and every node is drained and rebooted for real (docs/src/development.md,
-# "Real nodes"); then the signal and syscall methods, one node each, which `make test` leaves out
-# (the tier's ignored test). Logs in target/node-e2e/run/.
+# chart from `make images`, and every node is drained and rebooted for real
+# (docs/src/development.md, "Real nodes"); then the signal and syscall methods, one node each, which
+# `make test` leaves out (the tier's ignored test). Logs in target/node-e2e/run/.
 node-e2e: testenv images node-image bins
 	$(CARGO) test --locked -p vmtest --test node_e2e -- --nocapture --ignored
 
@@ -184,8 +184,9 @@ demo:
 	@$(CARGO) build --locked --workspace --bins
 	@$(CARGO) run --quiet --locked -p demo --bin demo -- $(ARGS)
 
-# The benchmark of DESIGN.md section 7: a table on stdout, target/bench/report.json.
-# ARGS=--quick is the reduced mode that `make test` runs (bench/tests/quick.rs).
+# The benchmark of the performance targets (docs/src/performance.md): a table on stdout,
+# target/bench/report.json. ARGS=--quick is the reduced mode that `make test` runs
+# (bench/tests/quick.rs).
 bench: testenv
 	$(CARGO) run --release --locked -p bench -- $(ARGS)
 

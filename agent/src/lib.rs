@@ -1,6 +1,6 @@
 //! reboot-agent: runs on every node (a DaemonSet pod), watches its own Node, and reboots it
 //! when the controller sets `reboot-now`; after the boot it proves the reboot by a new boot id
-//! and reports it done. See DESIGN.md section 5.
+//! and reports it done. See docs/src/concepts.md, "Proof".
 //!
 //! The decision is the pure [`decide`]; the one destructive side effect sits behind the
 //! [`Rebooter`] trait; [`run_with_client`] is the loop that connects them to the API server.

@@ -1,4 +1,4 @@
-//! The benchmark of the targets of DESIGN.md section 7 (as issue 15 restated them), on the
+//! The benchmark of the performance targets (docs/src/performance.md), on the
 //! local control plane of `testenv/` with the release builds of the controller and the agent.
 //!
 //! Two control planes run, one after the other, so that no scenario shares the machine with
@@ -45,7 +45,7 @@ use std::{
 };
 
 /// Runs the benchmark scenarios on the local control plane and reports them against the
-/// targets of DESIGN.md section 7.
+/// targets of docs/src/performance.md.
 #[derive(Debug, Clone, Parser)]
 #[command(name = "bench")]
 pub struct Args {

@@ -1,4 +1,4 @@
-//! The targets the report judges (DESIGN.md section 7 and issue 15), in one place: the table
+//! The targets the report judges (docs/src/performance.md), in one place: the table
 //! states them, and the scale scenario finds the largest fleet within them.
 
 /// Promotion latency, drain off, status reports going on: at every fleet size.

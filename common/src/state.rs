@@ -253,8 +253,8 @@ impl NodeFacts {
     }
 }
 
-/// DESIGN.md invariant 1, the one rule every count of the budget uses: a node is unavailable
-/// when it is not Ready, cordoned, in the reboot protocol, or holding a slot.
+/// Invariant 1 (docs/src/design.md), the one rule every count of the budget uses: a node is
+/// unavailable when it is not Ready, cordoned, in the reboot protocol, or holding a slot.
 /// A node whose annotations are in a format this build does not know counts as unavailable:
 /// what they say cannot be read, so it may be anywhere in a reboot.
 pub fn unavailable(facts: &NodeFacts, state: &ProtocolState, holds_slot: bool) -> bool {

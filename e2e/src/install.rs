@@ -1,5 +1,5 @@
 //! Installing the operator on the local control plane, and the security checks that every way
-//! of installing it must pass (DESIGN.md section 8): `manifests/` with kubectl
+//! of installing it must pass (docs/src/install.md): `manifests/` with kubectl
 //! (`e2e/tests/security.rs`) and the Helm chart with helm (`e2e/tests/helm.rs`).
 
 use crate::{kubectl, kubectl_stdin, node, wait_until};

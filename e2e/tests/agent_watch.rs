@@ -1,6 +1,6 @@
-//! How the agent opens the watch of its own Node (issue 15), counted by the real API server's
-//! audit log through one whole reboot, in which the agent starts twice (before the reboot, and
-//! after it, as its pod restarts with the node):
+//! How the agent opens the watch of its own Node (docs/src/performance.md), counted by the real API
+//! server's audit log through one whole reboot, in which the agent starts twice (before the reboot,
+//! and after it, as its pod restarts with the node):
 //! - with the WatchList feature (on by default in the local v1.37 API server), each start is
 //!   ONE watch request with `sendInitialEvents=true`, and the agent never lists;
 //! - with `--feature-gates=WatchList=false`, the API server refuses that request (422) once per

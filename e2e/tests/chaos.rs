@@ -1,5 +1,5 @@
-//! Safety under concurrency and faults (issue 11), end to end: several controller replicas at
-//! once, leader hand-overs, frozen and killed controllers, killed agents, an API server
+//! Safety under concurrency and faults (docs/src/reliability.md), end to end: several controller
+//! replicas at once, leader hand-overs, frozen and killed controllers, killed agents, an API server
 //! restart, cancels during drains, an administrator's cordon, nodes leaving and rejoining the
 //! pool, and kubelets that report a reboot late. Every scenario is watched by the independent
 //! [`Observer`], which checks the budget and the drain at every event, in etcd order, and

@@ -1,5 +1,5 @@
-//! Whether to reboot (issue 14), end to end: the agent requests its node's reboot when the
-//! operating system says so (a sentinel file or command), exactly once; a sentinel that
+//! Whether to reboot (docs/src/scheduling.md), end to end: the agent requests its node's reboot
+//! when the operating system says so (a sentinel file or command), exactly once; a sentinel that
 //! survives the reboot is reported and not acted on; once it is gone, the next need (even
 //! the same) is a new one; a node can opt out.
 

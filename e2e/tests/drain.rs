@@ -1,5 +1,6 @@
-//! Draining before every reboot (issue 4), on a control plane with the scheduler and the
-//! controller-manager, so that Deployments, DaemonSets and PodDisruptionBudgets are real.
+//! Draining before every reboot (docs/src/concepts.md, "Drain"), on a control plane with the
+//! scheduler and the controller-manager, so that Deployments, DaemonSets and PodDisruptionBudgets
+//! are real.
 
 use common::ControllerReason;
 use e2e::pod_is_ready;
@@ -640,8 +641,8 @@ struct DrainRequests {
     draining_events: usize,
 }
 
-/// Issue 15: the requests a drain makes, counted by the API server's audit log of the
-/// controller's own ServiceAccount over each node's whole reboot: with nothing to evict, one
+/// The requests a drain makes (docs/src/performance.md), counted by the API server's audit log of
+/// the controller's own ServiceAccount over each node's whole reboot: with nothing to evict, one
 /// (the list of the node's pods, a streaming list that would go on as the watch); with pods,
 /// one eviction each, one read of the node before them and one `Draining` Event naming them,
 /// however long the pods take to terminate.

@@ -1,5 +1,5 @@
-//! `--dry-run` (issue 16), on the real control plane: the controller decides and says what it
-//! would do, in its log and in `DryRun` Events, and writes nothing to any Node or Lease.
+//! `--dry-run` (docs/src/reference.md), on the real control plane: the controller decides and says
+//! what it would do, in its log and in `DryRun` Events, and writes nothing to any Node or Lease.
 
 use common::{ControllerReason, events::CONTROLLER};
 use e2e::{BudgetWatch, wait_until};

@@ -1,5 +1,5 @@
-//! When a node does not behave (issue 24), end to end on the real control plane with real
-//! agents: a pause value typed during an incident pauses, and a node whose kubelet hangs is
+//! When a node does not behave (docs/src/reliability.md), end to end on the real control plane with
+//! real agents: a pause value typed during an incident pauses, and a node whose kubelet hangs is
 //! still drained and rebooted, while a pod stuck terminating on a Ready node is waited for;
 //! a node that comes back from its reboot NotReady (a bad kernel) stops the rollout once past
 //! `--reboot-timeout`, says so, and the rollout goes on once the node is fixed.

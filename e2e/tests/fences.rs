@@ -1,8 +1,8 @@
-//! The pause, the windows and the gates fence granted nodes, not only new grants (issue 24,
-//! section 3), end to end on the real control plane with the real controller, real agents on
-//! simulated nodes and a REAL Prometheus: a grant that landed before a pause, or that a
-//! replica wrote after an alert fired (it had decided before), does not move its node further
-//! (cordon, drain, `reboot-now`) until the fence lifts; then the node goes on.
+//! The pause, the windows and the gates fence granted nodes, not only new grants (invariant 9
+//! of docs/src/design.md), end to end on the real control plane with the real controller, real
+//! agents on simulated nodes and a REAL Prometheus: a grant that landed before a pause, or that
+//! a replica wrote after an alert fired (it had decided before), does not move its node
+//! further (cordon, drain, `reboot-now`) until the fence lifts; then the node goes on.
 
 use common::ControllerReason;
 use common::ledger::{LEDGER_NAME, OPERATOR_NAMESPACE, slots_of};

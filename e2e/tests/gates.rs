@@ -1,6 +1,7 @@
-//! Health gates (issue 14), end to end on the real control plane with a REAL Prometheus and
-//! Alertmanager from `testenv/bin`: a firing alert holds a rollout at the nodes under way,
-//! Prometheus down holds it too, a silence lets it go on, and a blocking pod holds its node.
+//! Health gates (docs/src/scheduling.md), end to end on the real control plane with a REAL
+//! Prometheus and Alertmanager from `testenv/bin`: a firing alert holds a rollout at the nodes
+//! under way, Prometheus down holds it too, a silence lets it go on, and a blocking pod holds its
+//! node.
 
 use common::ControllerReason;
 use common::ledger::{LEDGER_NAME, OPERATOR_NAMESPACE, slots_of};

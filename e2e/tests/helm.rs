@@ -1,4 +1,4 @@
-//! The Helm chart `charts/node-reboot-operator` (issue 16), with the real helm that
+//! The Helm chart `charts/node-reboot-operator` (docs/src/install.md), with the real helm that
 //! `make testenv` builds into testenv/bin: it lints strictly; with default values it renders
 //! the same objects as `kubectl kustomize manifests/` (one source of truth, checked here);
 //! every flag of both programs is a value with the program's default and reaches the program;

@@ -1,5 +1,5 @@
-//! `kubectl reboot` (issue 16), end to end: the real kubectl finds the plugin on PATH, an
-//! administrator's ServiceAccount (the docs' `node-reboot-admin` roles) pauses the pool
+//! `kubectl reboot` (docs/src/operations.md), end to end: the real kubectl finds the plugin on
+//! PATH, an administrator's ServiceAccount (the docs' `node-reboot-admin` roles) pauses the pool
 //! and requests reboots with it, a read-only ServiceAccount (`node-reboot-viewer`) sees why
 //! the nodes wait, as text and as JSON that agree, and is refused a request with a clear
 //! error; after the resume the rollout completes and the status shows every node idle, with

@@ -1,6 +1,6 @@
-//! Alerts and dashboard (issue 16, `monitoring/`): the rule file passes the REAL `promtool
-//! check rules` and its unit tests (`promtool test rules`), every alert is tested firing and
-//! quiet and tells what to do, the dashboard's queries are valid PromQL on the `DS_PROMETHEUS`
+//! Alerts and dashboard (docs/src/operations.md, `monitoring/`): the rule file passes the REAL
+//! `promtool check rules` and its unit tests (`promtool test rules`), every alert is tested firing
+//! and quiet and tells what to do, the dashboard's queries are valid PromQL on the `DS_PROMETHEUS`
 //! datasource variable, and every metric (with its labels and values) that a rule or a panel
 //! names is one the real controller and agent export, scraped from a sandbox that went
 //! through a reboot and a drain timeout.

@@ -1,6 +1,6 @@
-//! Operability end to end (issue 6): leader election between real controller processes,
-//! `/metrics` after a real rollout, each node's story as the real kubectl shows it, `/readyz`
-//! before and after the cache sync, JSON log lines, and the sandbox's printed metrics
+//! Operability end to end (docs/src/operations.md): leader election between real controller
+//! processes, `/metrics` after a real rollout, each node's story as the real kubectl shows it,
+//! `/readyz` before and after the cache sync, JSON log lines, and the sandbox's printed metrics
 //! addresses. A real API server, real agents on simulated nodes, and an independent
 //! [`BudgetWatch`] on every rollout.
 

@@ -1,6 +1,6 @@
-//! The reboot protocol end to end (issue 3): a real API server, real `reboot-agent` processes
-//! on simulated nodes, the real `reboot-controller`, and the real kubectl. Every scenario is
-//! watched by an independent budget watcher that fails the test the moment more nodes are
+//! The reboot protocol end to end (docs/src/concepts.md): a real API server, real `reboot-agent`
+//! processes on simulated nodes, the real `reboot-controller`, and the real kubectl. Every scenario
+//! is watched by an independent budget watcher that fails the test the moment more nodes are
 //! unavailable than the budget allows.
 
 use common::{
@@ -409,7 +409,7 @@ async fn steps_reported_by(
 async fn two_controllers_at_once_keep_the_budget() {
     let mut sb = sandbox_with(12, "2", false).await;
     // Both act at once: leader election off, only the slot ledger's compare-and-swap keeps
-    // the budget (DESIGN.md invariant 2).
+    // the budget (invariant 2 of docs/src/design.md).
     sb.start_controller(&["--leader-elect=false"]).unwrap();
     sb.start_controller(&["--leader-elect=false"]).unwrap();
     let watch = BudgetWatch::start(sb.client.clone(), 2).await;

@@ -1,5 +1,5 @@
-//! Relabels (issue 24, section 4), end to end on the real control plane with real controllers
-//! and simulated nodes: a slot counts against the zone it was granted in until it is
+//! Relabels (docs/src/concepts.md, "The pool"), end to end on the real control plane with real
+//! controllers and simulated nodes: a slot counts against the zone it was granted in until it is
 //! released, a node without a zone label is not granted while zone budgets are on, and a node
 //! relabelled into another pool mid-reboot is finished by the controller that granted it and
 //! never driven by the other.

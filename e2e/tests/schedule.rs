@@ -1,5 +1,6 @@
-//! When reboots happen (issue 13), end to end on the real control plane: a maintenance window
-//! that opens and closes during the test, and an administrator's pause and resume with kubectl.
+//! When reboots happen (docs/src/scheduling.md), end to end on the real control plane: a
+//! maintenance window that opens and closes during the test, and an administrator's pause and
+//! resume with kubectl.
 
 use common::ControllerReason;
 use common::ledger::{LEDGER_NAME, OPERATOR_NAMESPACE, slots_of};

@@ -1,7 +1,7 @@
-//! Least privilege, proven on the real API server (issue 5): `manifests/` applies with kubectl,
-//! the controller's pod meets Pod Security "restricted", the 20-node rollout runs with each
-//! program under its own ServiceAccount token from the manifests' RBAC, and what the programs
-//! must not do is tried and refused.
+//! Least privilege, proven on the real API server (SECURITY.md, docs/src/install.md): `manifests/`
+//! applies with kubectl, the controller's pod meets Pod Security "restricted", the 20-node rollout
+//! runs with each program under its own ServiceAccount token from the manifests' RBAC, and what the
+//! programs must not do is tried and refused.
 
 use e2e::install::{
     Identities, apply_manifests,

@@ -1,5 +1,5 @@
-//! An independent watcher of the budget invariant (DESIGN.md section 3): it counts
-//! unavailable nodes from Node objects alone, without asking the operator, and records the
+//! An independent watcher of the budget invariant (docs/src/design.md, the safety invariants): it
+//! counts unavailable nodes from Node objects alone, without asking the operator, and records the
 //! first moment more than the budget were unavailable. Tests fail on it; the demo and the
 //! benchmark report the most nodes that were ever down at once. Its watch resumes after
 //! errors (an API server restart) and it fails when it could not observe.
@@ -10,8 +10,8 @@ use k8s_openapi::api::core::v1::Node;
 use kube::{Api, Client, runtime::watcher};
 use std::collections::BTreeMap;
 
-/// Whether a node is unavailable as DESIGN.md invariant 1 counts it, from the Node alone: not
-/// Ready, cordoned, or in the reboot protocol. The one place every observer asks.
+/// Whether a node is unavailable as invariant 1 of docs/src/design.md counts it, from the Node
+/// alone: not Ready, cordoned, or in the reboot protocol. The one place every observer asks.
 pub fn unavailable(node: &Node, keys: &AnnotationKeys) -> bool {
     let facts = NodeFacts::from_node(node);
     common::unavailable(&facts, &facts.protocol(keys), false)

@@ -4,7 +4,7 @@
 
 use clap::ValueEnum;
 
-/// How the agent reboots its node (DESIGN.md section 5).
+/// How the agent reboots its node (docs/src/reference.md, `--reboot-method`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum RebootMethod {
     /// Run `--reboot-command` in the host's mount namespace; honours logind inhibitors.

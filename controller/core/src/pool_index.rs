@@ -35,7 +35,7 @@ pub struct Entry {
     pub print: u64,
     pub in_pool: bool,
     pub zone: Option<String>,
-    /// NotReady or cordoned (DESIGN.md invariant 1 without the protocol's part).
+    /// NotReady or cordoned (invariant 1 of docs/src/design.md without the protocol's part).
     pub unavailable_by_itself: bool,
     pub in_protocol: bool,
 }

@@ -7,7 +7,7 @@
 //!
 //! Leadership only decides who acts: the budget does not rest on it. A deposed leader that
 //! has not noticed yet still cannot exceed the budget, because every slot grant is a
-//! compare-and-swap on the slot ledger (DESIGN.md invariant 2).
+//! compare-and-swap on the slot ledger (invariant 2 of docs/src/design.md).
 
 use crate::metrics::Metrics;
 use k8s_openapi::{

@@ -1,6 +1,6 @@
-//! Table tests of the fences (DESIGN.md invariant 9): a pause, a closed window or a shut gate
-//! stops a granted node from moving further (cordon, drain start, `reboot-now`), not only new
-//! grants; reboots already told to go finish.
+//! Table tests of the fences (invariant 9 of docs/src/design.md): a pause, a closed window or a
+//! shut gate stops a granted node from moving further (cordon, drain start, `reboot-now`), not only
+//! new grants; reboots already told to go finish.
 
 use super::tests::{OPEN, annotate, base_round, facts, node_json, view_of};
 use super::*;

@@ -2,8 +2,8 @@
 //! ledger and the budget, decide what to do next. Pure: no I/O, no clock; the shell feeds it
 //! and executes what it returns, and tests drive it directly.
 //!
-//! Fencing (DESIGN.md invariant 2): a slot is granted by a compare-and-swap on the ledger,
-//! recording a grant id and the node's resourceVersion the grant was decided on. The node
+//! Fencing (invariant 2 of docs/src/design.md): a slot is granted by a compare-and-swap on the
+//! ledger, recording a grant id and the node's resourceVersion the grant was decided on. The node
 //! then carries the grant id (`reboot-grant`): the claim tests that the node is still at that
 //! version, and every later write of the grant (re-cordon, promote, complete, release) tests
 //! the grant id. A grant leaves the ledger only once no node carries it and none ever can: the
@@ -11,8 +11,8 @@
 //! say, a write that takes a node further into the protocol succeeds only while the ledger
 //! holds that node's grant.
 //!
-//! A grant is bound to what it was granted under (DESIGN.md invariant 9): its slot counts
-//! against the zone it was granted in until it is released, and a node carrying another
+//! A grant is bound to what it was granted under (invariant 9 of docs/src/design.md): its slot
+//! counts against the zone it was granted in until it is released, and a node carrying another
 //! ledger's grant (relabelled from another pool mid-reboot) is counted but never driven: the
 //! controller of that ledger finishes it.
 
@@ -77,8 +77,8 @@ pub enum Preflight {
     Checking,
 }
 
-/// What stops a granted node from moving further (DESIGN.md invariant 9), as read at one
-/// instant. The round reads it at its start, and the shell again just before its writes: a
+/// What stops a granted node from moving further (invariant 9 of docs/src/design.md), as read at
+/// one instant. The round reads it at its start, and the shell again just before its writes: a
 /// reading that changed meanwhile (a pause, a window that closed, an alert that fired) holds
 /// the writes the round decided on the older one. A grant written by a replica that decided
 /// before the change is held the same way when it is claimed.
@@ -476,8 +476,8 @@ impl<'a> Round<'a> {
 
     /// Whether a node told to reboot is not completed within `--reboot-timeout`: not back in
     /// a new boot, or back but not Ready (a bad kernel, most often). Such a node holds the
-    /// pool (DESIGN.md invariant 7), whatever slot it holds or is being adopted under; it
-    /// keeps its slot and the rollout goes on by itself once it completes.
+    /// pool (invariant 7 of docs/src/design.md), whatever slot it holds or is being adopted under;
+    /// it keeps its slot and the rollout goes on by itself once it completes.
     fn overdue(&self, view: &NodeView) -> bool {
         if view.state.phase == Phase::Idle {
             return false;

@@ -997,8 +997,8 @@ fn an_overdue_node_given_up_by_hand_releases_its_slot_and_grants_resume() {
 
 /// Two replicas whose copies of a node lag each other could flip the slot's grant id back and
 /// forth, each re-keying to what its own stale copy carries, and abort the drain at every flip
-/// (issue 24, section 5). The slot is re-keyed only on a fresh read of the node: a cached copy
-/// that carries another grant than the ledger is read again first.
+/// (docs/src/concepts.md, "A grant says whose it is"). The slot is re-keyed only on a fresh read of
+/// the node: a cached copy that carries another grant than the ledger is read again first.
 #[test]
 fn a_slot_is_re_keyed_only_on_a_fresh_read_of_the_node() {
     let ledger = ledger_of(&["n"]);
@@ -1029,7 +1029,7 @@ fn a_slot_is_re_keyed_only_on_a_fresh_read_of_the_node() {
     assert!(d.node_actions.is_empty(), "{:?}", d.node_actions);
 }
 
-// Relabels (issue 24, section 4): a slot counts against the zone and the ledger it was
+// Relabels (docs/src/concepts.md, "The pool"): a slot counts against the zone and the ledger it was
 // granted in until it is released.
 
 /// A round with a zone budget of one node per zone and a pool budget of `budget`.

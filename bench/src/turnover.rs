@@ -21,8 +21,6 @@ pub enum Step {
     Cordoned,
     RebootNow,
     InProgress,
-    /// The agent proved the reboot (`reboot-done`).
-    Done,
     /// Uncordoned, a new `reboot-last-completed`, nothing of the protocol left.
     Completed,
     /// The node's name is gone from the ledger.
@@ -30,13 +28,12 @@ pub enum Step {
 }
 
 impl Step {
-    const ALL: [Step; 8] = [
+    const ALL: [Step; 7] = [
         Step::Requested,
         Step::Granted,
         Step::Cordoned,
         Step::RebootNow,
         Step::InProgress,
-        Step::Done,
         Step::Completed,
         Step::Released,
     ];
@@ -48,7 +45,6 @@ impl Step {
             Step::Cordoned => "cordoned",
             Step::RebootNow => "reboot-now",
             Step::InProgress => "reboot-in-progress",
-            Step::Done => "reboot-done",
             Step::Completed => "completed",
             Step::Released => "released",
         }
@@ -72,9 +68,6 @@ pub fn shown_by(node: &Node, keys: &AnnotationKeys, completed_before: Option<&st
     }
     if value(&keys.in_progress).is_some() {
         steps.push(Step::InProgress);
-    }
-    if value(&keys.done).is_some() {
-        steps.push(Step::Done);
     }
     let completed = value(&keys.last_completed);
     if completed.is_some()

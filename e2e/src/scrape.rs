@@ -27,6 +27,39 @@ pub async fn get(address: SocketAddr, path: &str) -> Option<(u16, String)> {
         .flatten()
 }
 
+/// What an agent logs when its metrics server is up, with the `address` it serves on.
+const SERVING: &str = "serving /metrics, /healthz and /readyz";
+
+/// The address the `start`-th process of `node`'s agent (counted from 1) serves on, once it is
+/// Ready; the agent must log JSON (`--log-format=json`). A simulated agent starts again a few
+/// seconds after its node's boot, often after the kubelet's report completed the node: a
+/// test of the agent after a reboot waits for it here.
+pub async fn agent_serving(sb: &nodesim::sandbox::Sandbox, node: &str, start: usize) -> SocketAddr {
+    let log = sb
+        .control_plane
+        .dir()
+        .join("nodes")
+        .join(node)
+        .join("agent.log");
+    crate::eventually(
+        &format!("the agent of {node} serves, started {start} time(s)"),
+        Duration::from_secs(60),
+        None,
+        || async {
+            let text = std::fs::read_to_string(&log).ok()?;
+            let serving: Vec<SocketAddr> = text
+                .lines()
+                .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+                .filter(|l| l["message"] == SERVING)
+                .filter_map(|l| l["address"].as_str()?.parse().ok())
+                .collect();
+            let agent = *serving.get(start.checked_sub(1)?)?;
+            (get(agent, "/readyz").await.map(|r| r.0) == Some(200)).then_some(agent)
+        },
+    )
+    .await
+}
+
 /// The body of `GET /metrics`; panics when the program does not answer 200.
 pub async fn scrape(address: SocketAddr) -> String {
     match get(address, "/metrics").await {

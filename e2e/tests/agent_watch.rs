@@ -131,11 +131,22 @@ async fn reboot_once(extra_apiserver_args: Vec<String>) -> Sandbox {
         .apiserver_args(extra_apiserver_args);
     let sb = Sandbox::start(config).await.expect("sandbox starts");
     request_reboot(&sb.control_plane, NODE);
-    // Back means that the agent started after the boot has seen its node and reported the
-    // reboot done: both starts have opened their watch.
     wait_until("sim-1 is rebooted and back", ROLLOUT, None, || {
         back(&sb, NODE, 1)
     })
+    .await;
+    // The kubelet's report of the new boot completes the node, mostly before the agent starts
+    // again: wait until both starts have opened their watch, one way or the other.
+    wait_until(
+        "the agent started again after the boot and opened its watch",
+        ROLLOUT,
+        None,
+        || async {
+            let log = sb.fleet.agent_log(NODE);
+            sb.fleet.agent_starts(NODE) >= 2
+                && said(&log, STREAMED).len() + said(&log, FELL_BACK).len() >= 2
+        },
+    )
     .await;
     sb
 }

@@ -18,7 +18,6 @@ use nodesim::sandbox::SandboxConfig;
 use serde_json::Value;
 use std::{
     collections::{BTreeMap, BTreeSet},
-    net::SocketAddr,
     path::{Path, PathBuf},
     process::Command,
     time::Duration,
@@ -356,23 +355,6 @@ fn add_unsampled(exported: &mut Exposition) {
     }
 }
 
-/// The address an agent serves its metrics on, from the last start in its JSON log.
-fn agent_metrics_address(sb: &nodesim::sandbox::Sandbox, node: &str) -> SocketAddr {
-    let log = sb
-        .control_plane
-        .dir()
-        .join("nodes")
-        .join(node)
-        .join("agent.log");
-    let text = std::fs::read_to_string(&log).unwrap();
-    text.lines()
-        .rev()
-        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
-        .find(|l| l["message"] == "serving /metrics, /healthz and /readyz")
-        .and_then(|l| l["address"].as_str()?.parse().ok())
-        .unwrap_or_else(|| panic!("{}: no metrics address", log.display()))
-}
-
 /// A small sandbox where one node reboots and another's drain times out (a pod with a
 /// PodDisruptionBudget that nothing may disrupt: without a controller-manager its status is
 /// never computed, so the API server refuses every eviction), with a blocking-pod gate
@@ -465,7 +447,8 @@ async fn every_metric_the_rules_and_the_dashboard_use_is_exported() {
         },
     )
     .await;
-    let agent = scrape(agent_metrics_address(&sb, "sim-2")).await;
+    // The agent of sim-2 after its reboot: its second process.
+    let agent = scrape(e2e::scrape::agent_serving(&sb, "sim-2", 2).await).await;
     let mut exported = Exposition::default();
     exported.add(&text);
     exported.add(&agent);

@@ -7,7 +7,7 @@
 use e2e::{
     BudgetWatch, apply, eventually, kubectl, pod_that_blocks_the_drain_of, request_reboot,
     rollout::{ROLLOUT, back, rollout_completes},
-    scrape::{get, metric, scrape},
+    scrape::{agent_serving, get, metric, scrape},
     wait_until,
 };
 use nodesim::{
@@ -335,6 +335,8 @@ async fn a_rollout_shows_in_the_metrics_and_both_programs_log_json_lines() {
             .join("nodes")
             .join(&name)
             .join("agent.log");
+        // Its second process, started after the boot, possibly after the completion.
+        let agent = agent_serving(&sb, &name, 2).await;
         let lines = json_lines(&log);
         for line in lines
             .iter()
@@ -342,35 +344,26 @@ async fn a_rollout_shows_in_the_metrics_and_both_programs_log_json_lines() {
         {
             assert_eq!(line["node"], name.as_str(), "{line}");
         }
-        assert!(
-            lines.iter().any(|l| l["message"]
-                .as_str()
-                .is_some_and(|m| m.contains("reboot proven"))),
-            "{name}: the agent logged the proof"
-        );
         // The agent running now (after the reboot) serves its own metrics and readiness.
-        let serving = lines
-            .iter()
-            .rev()
-            .find(|l| l["message"] == "serving /metrics, /healthz and /readyz")
-            .expect("the agent serves metrics");
-        let agent: SocketAddr = serving["address"].as_str().unwrap().parse().unwrap();
-        assert_eq!(
-            get(agent, "/readyz").await.map(|r| r.0),
-            Some(200),
-            "{name}"
-        );
         let text = scrape(agent).await;
-        for (series, value) in [
-            ("node_reboot_agent_watch_running", 1.0),
-            ("node_reboot_agent_reboots_proven_total", 1.0),
-        ] {
-            assert_eq!(
-                metric(&text, series),
-                Some(value),
-                "{name}: {series} in\n{text}"
-            );
-        }
+        assert_eq!(
+            metric(&text, "node_reboot_agent_watch_running"),
+            Some(1.0),
+            "{name}: node_reboot_agent_watch_running in\n{text}"
+        );
+        // The kubelet's report of the new boot completes a reboot, mostly before the agent's
+        // process is back: it then finds nothing to prove. When it came back first, its proof
+        // is counted and logged.
+        let proven = metric(&text, "node_reboot_agent_reboots_proven_total");
+        let logged = lines.iter().any(|l| {
+            l["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("reboot proven"))
+        });
+        assert!(
+            (proven == Some(0.0) && !logged) || (proven == Some(1.0) && logged),
+            "{name}: the agent counted {proven:?} proofs, logged one: {logged}\n{text}"
+        );
     }
     sb.stop().await;
 }

@@ -63,9 +63,10 @@ fn hms(t: Timestamp) -> String {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn grants_start_when_the_window_opens_and_stop_when_it_closes_leaving_nodes_waiting() {
-    // A window that opens 20 s from now and closes 40 s later, every day (UTC).
+    // A window that opens 40 s from now and closes 40 s later, every day (UTC): time for the
+    // sandbox to start and every node to be told it waits for it, on a loaded machine too.
     // Whole seconds: the window's syntax has no fractions.
-    let open = Timestamp::from_second(Timestamp::now().as_second() + 20).expect("a time");
+    let open = Timestamp::from_second(Timestamp::now().as_second() + 40).expect("a time");
     let close = open + Duration::from_secs(40);
     let window = format!("daily {}-{} UTC", hms(open), hms(close));
     // Long reboots: not every node fits in the window.
@@ -73,7 +74,10 @@ async fn grants_start_when_the_window_opens_and_stop_when_it_closes_leaving_node
     let client = sb.client.clone();
     let names = sb.fleet.names();
     let watch = BudgetWatch::start(client.clone(), 1).await;
-    let (waits, patience) = (ControllerReason::OutsideWindow, Duration::from_secs(15));
+    // Until a second before the window opens: what the controller says then is the point.
+    let until_open = Duration::try_from(open.duration_since(Timestamp::now())).unwrap_or_default();
+    let patience = until_open.saturating_sub(Duration::from_secs(1));
+    let waits = ControllerReason::OutsideWindow;
     every_node::request_and_wait_for_event(&sb, waits, &[], patience, Some(&watch)).await;
     assert!(
         Timestamp::now() < open,

@@ -246,7 +246,7 @@ impl NodeFacts {
     }
 
     /// Whether the kubelet reports, Ready, a boot other than `recorded` (which must be known).
-    pub fn kubelet_reports_boot_other_than(&self, recorded: Option<&str>) -> bool {
+    fn kubelet_reports_boot_other_than(&self, recorded: Option<&str>) -> bool {
         let recorded = recorded.map(str::trim).filter(|id| !id.is_empty());
         self.readiness == Readiness::Ready
             && recorded.is_some_and(|old| self.boot_id.as_deref().is_some_and(|now| now != old))

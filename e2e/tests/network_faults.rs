@@ -433,7 +433,7 @@ async fn an_agent_cut_off_before_it_records_the_reboot_holds_its_node() {
 /// The agent recorded `reboot-in-progress` and the node rebooted, but the agent that comes
 /// back cannot reach the API server to write `reboot-done`: the kubelet's report of another
 /// boot than the one recorded, Ready, proves the reboot, and the controller completes the node
-/// without the agent. Once the agent reaches the API server again it finds nothing to do.
+/// without the agent.
 #[tokio::test(flavor = "multi_thread")]
 async fn an_agent_cut_off_after_the_reboot_does_not_hold_its_node_the_kubelet_proves_it() {
     let (sb, names, observer) =
@@ -472,14 +472,5 @@ async fn an_agent_cut_off_after_the_reboot_does_not_hold_its_node_the_kubelet_pr
     .await;
     heal(&cut).await;
     cut.set_enabled(true).await.expect("enable the proxy");
-    wait_for_every_reboot(&observer, &names).await;
-    // The agent back in touch finds its node completed: it proves nothing more.
-    let left = protocol_annotations(&node(&sb.client, "sim-1").await);
-    assert!(
-        !left
-            .iter()
-            .any(|k| k == "reboot-done" || k == "reboot-boot-id"),
-        "sim-1 still has {left:?}"
-    );
     finish(sb, &observer, &names).await;
 }

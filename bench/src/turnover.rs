@@ -269,10 +269,10 @@ mod tests {
         assert_eq!(t.nodes, 2);
         assert_eq!(t.stages_ms[0], ("requested → granted".to_owned(), 100.0));
         assert_eq!(t.slot_held_ms, 600.0);
-        // a completed at 600, b's reboot-now at 1300.
-        assert_eq!((t.handoff_ms, t.handoffs), (700.0, 1));
+        // a completed at 500, b's reboot-now at 1300.
+        assert_eq!((t.handoff_ms, t.handoffs), (800.0, 1));
         assert!(
-            t.line().contains("completion → next reboot-now 700 ms"),
+            t.line().contains("completion → next reboot-now 800 ms"),
             "{}",
             t.line()
         );

@@ -81,6 +81,14 @@ pub struct Args {
     #[arg(long, env = "DRAIN_SKIP_WAIT_FOR_DELETE_MARGIN", default_value = "5m", allow_hyphen_values = true, value_parser = parse_duration_or_zero)]
     pub drain_skip_wait_for_delete_margin: Duration,
 
+    /// The longest wait between two tries of an eviction that a PodDisruptionBudget refused,
+    /// such as `5s`: the first wait is a 25th of it (200 ms for `5s`), and each next one twice
+    /// the last. With --check-disruption-budgets
+    /// (the default) the controller watches the budgets and tries again as soon as the budget
+    /// that refused the pod allows a disruption: this wait is then only the fallback.
+    #[arg(long, env = "EVICTION_RETRY_MAX_DELAY", default_value = "5s", allow_hyphen_values = true, value_parser = parse_duration)]
+    pub eviction_retry_max_delay: Duration,
+
     /// How long to wait between the cordon and the start of the drain (kured's
     /// `--drain-delay`), such as `30s`: time for what watches cordons (a load balancer taking
     /// the node out, a job queue moving work elsewhere) before pods are evicted. Counted from

@@ -22,6 +22,7 @@ use crate::{
     },
     drain::{
         DrainSettings, Drainer,
+        budgets::DisruptionBudgetWatch,
         tracker::{Drain, DrainTracker},
     },
     gates::{
@@ -318,6 +319,7 @@ impl Context {
                 pod_selector: args.drain_pod_selector.clone(),
                 skip_wait_for_delete_margin: Some(args.drain_skip_wait_for_delete_margin)
                     .filter(|margin| !margin.is_zero()),
+                eviction_retry_max_delay: args.eviction_retry_max_delay,
             };
             Drainer::new(
                 self.eviction_client.clone(),
@@ -326,6 +328,12 @@ impl Context {
                 self.events.clone(),
                 self.metrics.clone(),
                 leadership.clone(),
+            )
+            .watching_budgets(
+                self.preflight
+                    .budgets
+                    .clone()
+                    .map(|b| Arc::new(b) as Arc<dyn DisruptionBudgetWatch>),
             )
         });
         let mut shell = Shell::new(ShellParts {

@@ -390,6 +390,102 @@ async fn a_bare_pod_is_evicted_with_a_warning_that_it_will_not_come_back() {
     sb.stop().await;
 }
 
+/// A pod `freed-<suffix>` labelled `app: freed`, bound to `node`.
+fn freed_pod(suffix: &str, node: &str) -> String {
+    format!(
+        r#"
+apiVersion: v1
+kind: Pod
+metadata: {{name: freed-{suffix}, namespace: default, labels: {{app: freed}}}}
+spec:
+  nodeName: {node}
+  automountServiceAccountToken: false
+  containers: [{{name: c, image: registry.example/freed:1}}]
+"#
+    )
+}
+
+const FREED_BUDGET: &str = r#"
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata: {name: freed, namespace: default}
+spec:
+  minAvailable: 2
+  selector: {matchLabels: {app: freed}}
+"#;
+
+/// Two pods of a budget that allows one disruption on sim-1, a third on sim-2: the drain of
+/// sim-1 evicts one and is refused the other (429) until a fourth pod is Ready on sim-2. The
+/// backoff's first wait is 24 minutes here (a 25th of 10 hours), longer than the test waits, so
+/// only the budget watch can evict it again: as soon as the budget allows a disruption.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_eviction_a_budget_refused_is_tried_again_as_soon_as_the_budget_frees() {
+    let sb = sandbox(2, "1", &["--eviction-retry-max-delay=10h"]).await;
+    let address = sb.controllers[0]
+        .metrics_address()
+        .expect("metrics address");
+    let pods = [("a", "sim-1"), ("b", "sim-1"), ("c", "sim-2")];
+    let manifest: Vec<String> = pods.iter().map(|(s, n)| freed_pod(s, n)).collect();
+    apply(
+        &sb.control_plane,
+        &format!("{}---{FREED_BUDGET}", manifest.join("---")),
+    );
+    wait_until(
+        "3 freed pods Ready, the budget allowing one disruption",
+        ROLLOUT,
+        None,
+        || async {
+            let budget = kubectl(
+                &sb.control_plane,
+                &[
+                    "get",
+                    "pdb",
+                    "freed",
+                    "-o",
+                    "jsonpath={.status.disruptionsAllowed}",
+                ],
+            );
+            ready_pods(&sb.client, "app=freed").await.len() == 3 && budget.trim() == "1"
+        },
+    )
+    .await;
+    let watch = BudgetWatch::start(sb.client.clone(), 1).await;
+    request_reboot(&sb.control_plane, "sim-1");
+    let refused = r#"node_reboot_api_errors_total{resource="eviction",kind="too_many_requests"}"#;
+    wait_until(
+        "the Eviction API refused the second pod of sim-1",
+        ROLLOUT,
+        Some(&watch),
+        || async {
+            let metrics = e2e::scrape::scrape(address).await;
+            e2e::scrape::metric(&metrics, refused).is_some_and(|n| n >= 1.0)
+        },
+    )
+    .await;
+    assert_eq!(sb.fleet.reboots("sim-1"), 0, "rebooted with a pod on it");
+    apply(&sb.control_plane, &freed_pod("d", "sim-2"));
+    wait_until(
+        "sim-1 is rebooted once the budget freed",
+        ROLLOUT,
+        Some(&watch),
+        || async { sb.fleet.reboots("sim-1") == 1 },
+    )
+    .await;
+    let on_sim_1: Vec<Pod> = ready_pods(&sb.client, "app=freed")
+        .await
+        .into_iter()
+        .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some("sim-1"))
+        .collect();
+    assert!(on_sim_1.is_empty(), "both pods were evicted: {on_sim_1:?}");
+    let metrics = e2e::scrape::scrape(address).await;
+    assert_eq!(
+        e2e::scrape::metric(&metrics, refused),
+        Some(1.0),
+        "one refusal, then the eviction the budget allowed: {metrics}"
+    );
+    sb.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn removing_the_request_during_the_drain_cancels_it() {
     // The drain must start though the budget allows no disruption (the pre-flight would

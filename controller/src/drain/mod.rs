@@ -11,6 +11,7 @@
 //! with nothing to evict costs one request, and each pod to evict one eviction more (plus, for
 //! the whole drain, one read of the node before its evictions and one `Draining` Event).
 
+pub mod budgets;
 pub mod node_pods;
 pub mod tracker;
 
@@ -19,7 +20,10 @@ use crate::{
         events::{Events, Reason},
         leader::Leadership,
     },
-    drain::node_pods::{NodePods, WatchError, pod_key, uid},
+    drain::{
+        budgets::{DisruptionBudgetWatch, RefusedAt, next_change},
+        node_pods::{NodePods, WatchError, pod_key, uid},
+    },
     metrics::Metrics,
 };
 use backon::{BackoffBuilder, ExponentialBackoff, ExponentialBuilder};
@@ -47,6 +51,9 @@ pub struct DrainSettings {
     /// On a node that is not Ready, a pod seen terminating for its grace period plus this
     /// counts as gone; `None`: every pod is waited for.
     pub skip_wait_for_delete_margin: Option<Duration>,
+    /// The longest wait between two tries of an eviction that a PodDisruptionBudget refused,
+    /// when the budget watch does not show the budget free first.
+    pub eviction_retry_max_delay: Duration,
 }
 
 /// How a drain ended.
@@ -89,6 +96,8 @@ pub struct Drainer {
     leadership: Leadership,
     /// Whether the API server has streaming lists, as far as is known.
     streaming: Arc<AtomicBool>,
+    /// The PodDisruptionBudgets, when the pre-flight check watches them.
+    budgets: Option<Arc<dyn DisruptionBudgetWatch>>,
     /// By pod uid: when a drain of this replica first saw the pod terminating. A fact about
     /// the pod, not a drain's progress: a drain started again (the node changed) does not
     /// wait for the grace period over again.
@@ -103,25 +112,37 @@ const FORGET_TERMINATING_AFTER: Duration = Duration::from_secs(24 * 3600);
 /// (429), a read of the node, the watch of its pods. Short at first, since a budget frees up as
 /// soon as a replacement is Ready, then doubling up to 5 s (as `kubectl drain` waits) so that a
 /// stuck budget or a struggling API server is not hammered.
-fn retry_backoff() -> ExponentialBackoff {
+/// A refused eviction waits up to `--eviction-retry-max-delay` instead (5 s by default), from a
+/// 25th of it, unless the budget watch shows its budget free first.
+fn retry_backoff(max: Duration) -> ExponentialBackoff {
+    let min = max / 25;
     ExponentialBuilder::new()
-        .with_min_delay(Duration::from_millis(200))
-        .with_max_delay(Duration::from_secs(5))
+        .with_min_delay(min)
+        .with_max_delay(max)
         .without_max_times()
         .build()
 }
+
+/// The longest wait between two tries of a node read or of the watch of its pods.
+const RETRY_MAX_DELAY: Duration = Duration::from_secs(5);
 
 /// A request that failed, and when to try it again.
 #[derive(Debug)]
 struct Retry {
     backoff: ExponentialBackoff,
+    max: Duration,
     at: Option<Instant>,
 }
 
 impl Retry {
     fn new() -> Self {
+        Self::up_to(RETRY_MAX_DELAY)
+    }
+
+    fn up_to(max: Duration) -> Self {
         Self {
-            backoff: retry_backoff(),
+            backoff: retry_backoff(max),
+            max,
             at: None,
         }
     }
@@ -131,12 +152,12 @@ impl Retry {
     }
 
     fn failed(&mut self) {
-        let wait = self.backoff.next().unwrap_or(Duration::from_secs(5));
+        let wait = self.backoff.next().unwrap_or(self.max);
         self.at = Some(Instant::now() + wait);
     }
 
     fn succeeded(&mut self) {
-        *self = Self::new();
+        *self = Self::up_to(self.max);
     }
 }
 
@@ -148,6 +169,17 @@ pub(crate) const NAMES_IN_EVENT: usize = 600;
 struct Refusal {
     why: String,
     retry: Retry,
+    /// Refused by a PodDisruptionBudget, at these versions of the pod's budgets: tried again
+    /// as soon as they change to let it go.
+    budgets: Option<RefusedAt>,
+}
+
+/// Why the API server refused an eviction.
+#[derive(Debug)]
+struct EvictionRefused {
+    why: String,
+    /// A PodDisruptionBudget refused it (the 429's cause says so).
+    by_budget: bool,
 }
 
 /// What one drain has done so far.
@@ -228,13 +260,41 @@ impl Progress {
         self.due_at(pod).is_some_and(|at| Instant::now() >= at)
     }
 
-    fn refused(&mut self, pod: &Pod, why: String) {
+    fn refused(&mut self, pod: &Pod, why: String, budgets: Option<RefusedAt>, max: Duration) {
         let refusal = self.refused.entry(uid(pod)).or_insert_with(|| Refusal {
             why: String::new(),
-            retry: Retry::new(),
+            retry: Retry::up_to(max),
+            budgets: None,
         });
         refusal.why = why;
+        refusal.budgets = budgets;
         refusal.retry.failed();
+    }
+
+    /// Whether an eviction waits on a budget the watch may show free.
+    fn waits_on_budgets(&self) -> bool {
+        self.refused.values().any(|r| r.budgets.is_some())
+    }
+
+    /// A budget changed: each pod refused by a budget of its own that now lets it go is due
+    /// at once (its backoff kept, should it be refused again).
+    fn budgets_changed(&mut self, watch: &dyn DisruptionBudgetWatch, pods: &NodePods) -> usize {
+        let mut freed = 0;
+        for (pod, _) in pods.to_evict() {
+            let Some(refusal) = self.refused.get_mut(&uid(pod)) else {
+                continue;
+            };
+            if refusal
+                .budgets
+                .as_ref()
+                .is_some_and(|at| watch.frees(pod, at))
+            {
+                refusal.budgets = None;
+                refusal.retry.at = None;
+                freed += 1;
+            }
+        }
+        freed
     }
 
     /// Each pod still to evict (`namespace/name`) with why it is still there.
@@ -323,8 +383,16 @@ impl Drainer {
             metrics,
             leadership,
             streaming: Arc::new(AtomicBool::new(true)),
+            budgets: None,
             terminating_since: Arc::new(Mutex::new(HashMap::new())),
         }
+    }
+
+    /// A refused eviction is tried again as soon as `budgets` shows its budget free.
+    #[must_use]
+    pub fn watching_budgets(mut self, budgets: Option<Arc<dyn DisruptionBudgetWatch>>) -> Self {
+        self.budgets = budgets;
+        self
     }
 
     /// How long this replica has seen each terminating pod terminating (from now on for
@@ -469,6 +537,7 @@ impl Drainer {
             common::eviction::node_is_ready(node),
         );
         let mut leadership = self.leadership.clone();
+        let mut budget_changes = self.budgets.as_ref().map(|b| b.changes());
         loop {
             if !pods.watching() && progress.watch_retry.due() {
                 self.connect(&name, &mut pods, &mut progress, deadline)
@@ -535,6 +604,15 @@ impl Drainer {
                     }
                 }
                 () = leadership.acquired(), if !leading => {}
+                () = next_change(&mut budget_changes), if progress.waits_on_budgets() => {
+                    if let Some(budgets) = &self.budgets {
+                        let freed = progress.budgets_changed(budgets.as_ref(), &pods);
+                        if freed > 0 {
+                            tracing::info!(node = %name, pods = freed,
+                                "a PodDisruptionBudget allows a disruption now; evicting again");
+                        }
+                    }
+                }
                 () = tokio::time::sleep_until(wake) => {}
             }
         }
@@ -632,16 +710,19 @@ impl Drainer {
                     tracing::info!(node = %name, pod = %key, "evicted");
                     progress.evicted.insert(uid(pod));
                 }
-                Err(why) => {
+                Err(EvictionRefused { why, by_budget }) => {
                     tracing::info!(node = %name, pod = %key, %why, "eviction refused; will retry");
-                    progress.refused(pod, why);
+                    let budgets = self.budgets.as_ref().filter(|_| by_budget);
+                    let at = budgets.map(|b| b.refused_at(pod));
+                    let max = self.settings.eviction_retry_max_delay;
+                    progress.refused(pod, why, at, max);
                 }
             }
         }
     }
 
     /// One eviction; `Err` says why the pod stays for now.
-    async fn evict(&self, pod: &Pod) -> Result<(), String> {
+    async fn evict(&self, pod: &Pod) -> Result<(), EvictionRefused> {
         let api: Api<Pod> =
             Api::namespaced(self.client.clone(), &pod.namespace().unwrap_or_default());
         let error = match api.evict(&pod.name_any(), &self.evict_params()).await {
@@ -653,16 +734,20 @@ impl Drainer {
             return Ok(());
         }
         self.metrics.api_error("eviction", kind);
-        match (kind, &error) {
+        let (why, by_budget) = match (kind, &error) {
             (ApiErrorKind::TooManyRequests, kube::Error::Api(status)) => {
-                Err(budget_message(status))
+                (budget_message(status), refused_by_budget(status))
             }
-            (_, kube::Error::Api(status)) if status.code == 500 => Err(format!(
-                "more than one PodDisruptionBudget selects it, so it cannot be evicted: {}",
-                status.message
-            )),
-            (_, _) => Err(error.to_string()),
-        }
+            (_, kube::Error::Api(status)) if status.code == 500 => (
+                format!(
+                    "more than one PodDisruptionBudget selects it, so it cannot be evicted: {}",
+                    status.message
+                ),
+                false,
+            ),
+            (_, _) => (error.to_string(), false),
+        };
+        Err(EvictionRefused { why, by_budget })
     }
 }
 
@@ -673,6 +758,13 @@ pub(crate) fn humantime(d: Duration) -> String {
     } else {
         format!("{}ms", d.as_millis())
     }
+}
+
+/// A 429 of the Eviction API whose cause is a PodDisruptionBudget (and not, say, the API
+/// server's own rate limits).
+fn refused_by_budget(status: &kube::core::Status) -> bool {
+    let mut causes = status.details.iter().flat_map(|d| d.causes.iter());
+    causes.any(|c| c.reason == "DisruptionBudget")
 }
 
 /// The API server names the PodDisruptionBudget in the causes of a 429.

@@ -14,7 +14,8 @@
 
 use crate::{
     cluster::events::{Reason, brief},
-    gates::refusal::{Refused, could_refuse, is_ready, key, refusal},
+    drain::budgets::{DisruptionBudgetWatch, RefusedAt},
+    gates::refusal::{self, Refused, could_refuse, is_ready, key, refusal},
     metrics::Metrics,
 };
 use common::eviction::{Disposition, disposition};
@@ -36,7 +37,7 @@ use std::{
     },
     time::Duration,
 };
-use tokio::sync::Notify;
+use tokio::sync::{Notify, watch};
 
 /// The pods of a budget that could refuse an eviction are read again at least this often: a
 /// pod may move to another node, or turn Ready, without the budget's status changing.
@@ -268,6 +269,8 @@ pub struct DisruptionBudgets {
     /// The error of the last pass over the budgets' pods that failed a read, until one reads
     /// them all.
     reads: LastError,
+    /// Changed at every event of the watch, after the store has it.
+    changes: watch::Receiver<()>,
 }
 
 impl DisruptionBudgets {
@@ -279,11 +282,13 @@ impl DisruptionBudgets {
         metrics: &Metrics,
     ) -> Self {
         let (store, writer) = reflector::store();
+        let (changed_tx, changes) = watch::channel(());
         let budgets = Self {
             store,
             listing: Listing::default(),
             covered: Arc::new(Mutex::new(BTreeMap::new())),
             reads: LastError::default(),
+            changes,
         };
         let stream = watcher(
             Api::<PodDisruptionBudget>::all(client.clone()),
@@ -291,7 +296,10 @@ impl DisruptionBudgets {
         )
         .default_backoff()
         .modify(|pdb: &mut PodDisruptionBudget| pdb.metadata.managed_fields = None)
-        .reflect(writer);
+        .reflect(writer)
+        .inspect(move |_| {
+            changed_tx.send_replace(());
+        });
         let wake = Arc::new(Notify::new());
         let what = "PodDisruptionBudget watch".to_owned();
         let resource = "poddisruptionbudget";
@@ -523,6 +531,23 @@ impl Silence {
     pub fn ends_at(&self, now: u64, bound: u64) -> Option<u64> {
         let end = self.since?.saturating_add(bound);
         (end > now).then_some(end)
+    }
+}
+
+/// The budgets as a drain reads them, to evict a refused pod again once its budget frees.
+impl DisruptionBudgetWatch for DisruptionBudgets {
+    fn changes(&self) -> watch::Receiver<()> {
+        let mut changes = self.changes.clone();
+        changes.mark_unchanged();
+        changes
+    }
+
+    fn refused_at(&self, pod: &Pod) -> RefusedAt {
+        refusal::refused_at(pod, self.store.state().iter().map(|b| &**b))
+    }
+
+    fn frees(&self, pod: &Pod, at: &RefusedAt) -> bool {
+        refusal::frees(pod, at, self.store.state().iter().map(|b| &**b))
     }
 }
 

@@ -15,6 +15,7 @@
 //! A budget selects a pod of its namespace when its selector matches the pod's labels; an
 //! empty selector selects every pod, a missing or unreadable one none.
 
+use crate::drain::budgets::RefusedAt;
 use k8s_openapi::api::{core::v1::Pod, policy::v1::PodDisruptionBudget};
 use kube::{
     ResourceExt as _,
@@ -185,6 +186,36 @@ pub fn could_refuse(budget: &PodDisruptionBudget) -> bool {
         || status.disrupted_pods.as_ref().map_or(0, |p| p.len()) > MAX_DISRUPTED_PODS
 }
 
+/// The versions of the budgets that select `pod` now: what a refusal of its eviction was made
+/// against.
+pub fn refused_at<'a>(
+    pod: &Pod,
+    budgets: impl IntoIterator<Item = &'a PodDisruptionBudget>,
+) -> RefusedAt {
+    RefusedAt(
+        budgets
+            .into_iter()
+            .filter(|budget| selects(budget, pod))
+            .map(|budget| {
+                let version = budget.metadata.resource_version.clone();
+                (key(budget), version.unwrap_or_default())
+            })
+            .collect(),
+    )
+}
+
+/// Whether the budgets of `pod` changed since its eviction was refused `at` them, and the
+/// Eviction API would now evict it. Only a change of the pod's own budgets counts, so that a
+/// store that already showed the budget free when the API server refused (a stale one) never
+/// makes a loop of evictions, nor do other budgets' changes.
+pub fn frees<'a>(
+    pod: &Pod,
+    at: &RefusedAt,
+    budgets: impl IntoIterator<Item = &'a PodDisruptionBudget> + Clone,
+) -> bool {
+    refused_at(pod, budgets.clone()) != *at && refusal(pod, budgets).is_none()
+}
+
 /// A pod the API deletes without a look at its budgets: not started (Pending), finished, or
 /// already being deleted.
 fn ignores_budgets(pod: &Pod) -> bool {
@@ -214,6 +245,7 @@ fn selects(budget: &PodDisruptionBudget, pod: &Pod) -> bool {
 mod tests {
     use super::*;
     use serde_json::{Value, json};
+    use std::collections::BTreeMap;
 
     fn pod(phase: &str, ready: bool) -> Pod {
         serde_json::from_value(json!({
@@ -406,5 +438,68 @@ mod tests {
         // The rule holds for pods that are not Ready too; not for a Pending one.
         assert!(refusal(&pod("Running", false), [&a, &b]).is_some());
         assert_eq!(refusal(&pod("Pending", false), [&a, &b]), None);
+    }
+
+    fn labelled_pod(labels: serde_json::Value) -> Pod {
+        serde_json::from_value(json!({
+            "metadata": {"name": "web-1", "namespace": "shop", "labels": labels},
+            "status": {"phase": "Running",
+                       "conditions": [{"type": "Ready", "status": "True"}]},
+        }))
+        .expect("a pod")
+    }
+
+    fn versioned_budget(name: &str, version: &str, allowed: i32) -> PodDisruptionBudget {
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": "shop", "resourceVersion": version,
+                         "generation": 1},
+            "spec": {"minAvailable": 2, "selector": {"matchLabels": {"app": "web"}}},
+            "status": {"observedGeneration": 1, "disruptionsAllowed": allowed,
+                       "currentHealthy": 2 + allowed, "desiredHealthy": 2,
+                       "expectedPods": 3},
+        }))
+        .expect("a budget")
+    }
+
+    #[test]
+    fn a_refused_pod_is_freed_when_its_budget_changes_to_allow_a_disruption() {
+        let web = labelled_pod(json!({"app": "web"}));
+        let at = refused_at(&web, [&versioned_budget("web", "10", 0)]);
+        assert_eq!(
+            at,
+            RefusedAt(BTreeMap::from([("shop/web".into(), "10".into())]))
+        );
+        assert!(frees(&web, &at, [&versioned_budget("web", "11", 1)]));
+        assert!(
+            !frees(&web, &at, [&versioned_budget("web", "11", 0)]),
+            "changed, still at 0"
+        );
+        // The store already showed it free when the API server refused: not again until it
+        // changes, so that a stale store never makes a loop of evictions.
+        let stale = refused_at(&web, [&versioned_budget("web", "9", 1)]);
+        assert!(!frees(&web, &stale, [&versioned_budget("web", "9", 1)]));
+    }
+
+    #[test]
+    fn another_budgets_change_does_not_free_the_pod() {
+        let web = labelled_pod(json!({"app": "web"}));
+        let mine = versioned_budget("web", "10", 0);
+        let at = refused_at(&web, [&mine]);
+        let mut other = versioned_budget("db", "12", 1);
+        other.spec.as_mut().expect("spec").selector =
+            serde_json::from_value(json!({"matchLabels": {"app": "db"}})).expect("a selector");
+        assert!(!frees(&web, &at, [&mine, &other]));
+    }
+
+    #[test]
+    fn a_removed_budget_frees_the_pod_and_none_seen_leaves_it_to_the_backoff() {
+        let web = labelled_pod(json!({"app": "web"}));
+        let at = refused_at(&web, [&versioned_budget("web", "10", 0)]);
+        assert!(frees(&web, &at, []), "the budget was deleted");
+        let none = refused_at(&web, []);
+        assert!(
+            !frees(&web, &none, []),
+            "no budget known: the backoff decides"
+        );
     }
 }

@@ -10,6 +10,15 @@ pub const CONTROLLER: &str = "reboot-controller";
 /// The `reportingController` (and the field manager) of the agents' Events.
 pub const AGENT: &str = "reboot-agent";
 
+/// How the controller's note on a requested node that waits (or is not cordoned yet) begins;
+/// `kubectl reboot status` shows what follows. One spelling for the controller, the plugin and
+/// the tests, so that rewording a note never breaks what reads it.
+pub const NOTE_REQUESTED: &str = "reboot requested; ";
+/// How the controller's note on a requested node that is never rebooted (opted out) begins.
+pub const NOTE_REQUESTED_BUT: &str = "reboot requested, but ";
+/// How the controller's note on a granted node that a fence holds begins.
+pub const NOTE_HELD: &str = "slot granted, held: ";
+
 /// A reason string that neither program writes.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{found:?} is not an Event reason of the {program}")]

@@ -23,7 +23,7 @@ use testenv::{Prometheus, rules};
 const ALERT: &str = "E2EMaintenanceBlocker";
 const PHASE: Duration = Duration::from_secs(120);
 /// The words of the Event a granted node gets when a fence holds it.
-const HELD: &str = "slot granted, held";
+const HELD: &str = common::events::NOTE_HELD;
 
 async fn controller_metric(sb: &Sandbox, series: &str) -> Option<f64> {
     let address = sb.controllers[0].metrics_address()?;

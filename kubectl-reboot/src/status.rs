@@ -7,7 +7,8 @@ use crate::estimate::{self, Estimate};
 use crate::input::{LedgerInput, NodeEvent, NodeInput, PoolInput};
 use crate::wait::WaitReason;
 use common::{
-    AnnotationKeys, ControllerReason as Controller, Phase, Readiness, Request, events::CONTROLLER,
+    AnnotationKeys, ControllerReason as Controller, Phase, Readiness, Request,
+    events::{CONTROLLER, NOTE_HELD, NOTE_REQUESTED, NOTE_REQUESTED_BUT},
 };
 use k8s_openapi::jiff::Timestamp;
 use serde::Serialize;
@@ -406,15 +407,12 @@ fn event_ref(e: &NodeEvent) -> EventRef {
     }
 }
 
-/// How the controller's Event about a granted node held by a fence begins.
-const HELD_NOTE: &str = "slot granted, held:";
-
 /// A controller's waiting note without the words every one of them starts with.
 fn short_note(message: &str) -> &str {
     let message = message.trim();
     message
-        .strip_prefix("reboot requested; ")
-        .or_else(|| message.strip_prefix("reboot requested, "))
+        .strip_prefix(NOTE_REQUESTED)
+        .or_else(|| message.strip_prefix(NOTE_REQUESTED_BUT))
         .unwrap_or(message)
 }
 
@@ -608,7 +606,7 @@ impl Context<'_> {
             Controller::RebootApproved.as_str(),
         ];
         let last =
-            latest(&node.events, &reasons, granted_at).filter(|e| e.message.starts_with(HELD_NOTE));
+            latest(&node.events, &reasons, granted_at).filter(|e| e.message.starts_with(NOTE_HELD));
         let reason = if self.ledger.paused {
             WaitReason::Paused
         } else {

@@ -15,6 +15,7 @@ use crate::{
     },
     metrics::Metrics,
 };
+use common::events::NOTE_REQUESTED;
 use std::{collections::BTreeSet, time::Duration};
 use tokio::sync::watch;
 
@@ -54,7 +55,7 @@ impl GateReading {
     pub fn blocked_event(&self, node: &str) -> (Reason, String) {
         let pods = self.blocking.nodes.get(node).map(|p| p.join(", "));
         let note = format!(
-            "reboot requested; waiting while a blocking pod runs on the node ({}; \
+            "{NOTE_REQUESTED}waiting while a blocking pod runs on the node ({}; \
              --blocking-pod-selector)",
             pods.unwrap_or_default()
         );
@@ -169,7 +170,7 @@ fn alert_hold(checks: &AlertChecks) -> Result<(), PoolHold> {
         AlertGate::Firing(names) => Some((
             Reason::AlertsFiring,
             format!(
-                "reboot requested; waiting while alerts are active: {} (Prometheus {})",
+                "{NOTE_REQUESTED}waiting while alerts are active: {} (Prometheus {})",
                 names.join(", "),
                 checks.prometheus
             ),
@@ -177,7 +178,7 @@ fn alert_hold(checks: &AlertChecks) -> Result<(), PoolHold> {
         AlertGate::Unreachable(why) => Some((
             Reason::PrometheusUnreachable,
             format!(
-                "reboot requested; waiting: cannot ask Prometheus whether alerts are active, so \
+                "{NOTE_REQUESTED}waiting: cannot ask Prometheus whether alerts are active, so \
                  no new reboot starts until it answers ({why})"
             ),
         )),
@@ -198,7 +199,7 @@ fn unlisted_hold(selectors: &[String]) -> PoolHold {
 
 fn anywhere_hold(pods: &[String]) -> PoolHold {
     let note = format!(
-        "reboot requested; waiting while blocking pods run in the cluster: {} \
+        "{NOTE_REQUESTED}waiting while blocking pods run in the cluster: {} \
          (--blocking-pod-selector-scope=cluster)",
         pods.join(", ")
     );

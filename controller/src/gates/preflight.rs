@@ -18,6 +18,7 @@ use crate::{
     gates::refusal::{self, Refused, could_refuse, is_ready, key, refusal},
     metrics::Metrics,
 };
+use common::events::NOTE_REQUESTED;
 use common::eviction::{Disposition, disposition};
 use controller_core::decide::{NodeView, Preflight};
 use futures::StreamExt as _;
@@ -766,7 +767,7 @@ impl PreflightReading {
             Preflight::NoAgent => Some((
                 Reason::NoAgent,
                 format!(
-                    "reboot requested; not cordoned: no agent pod ({}) is running and Ready on \
+                    "{NOTE_REQUESTED}not cordoned: no agent pod ({}) is running and Ready on \
                      the node, so nothing would take reboot-now; another node may go first (is \
                      the reboot-agent DaemonSet scheduled here?)",
                     self.agent_selector
@@ -775,7 +776,7 @@ impl PreflightReading {
             Preflight::DisruptionBudget => Some((
                 Reason::DisruptionBudget,
                 format!(
-                    "reboot requested; not cordoned: the Eviction API would refuse to evict {}, \
+                    "{NOTE_REQUESTED}not cordoned: the Eviction API would refuse to evict {}, \
                      so its drain could not finish; another node may go first, and this one goes \
                      once the pod can be evicted",
                     self.refusals(node)

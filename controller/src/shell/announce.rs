@@ -4,10 +4,11 @@
 
 use super::*;
 use crate::notify::Kind;
+use common::events::{NOTE_HELD, NOTE_REQUESTED, NOTE_REQUESTED_BUT};
 
 /// A gate's waiting note without the words that say a request waits for a slot.
 fn waiting_words(note: &str) -> &str {
-    note.strip_prefix("reboot requested; ")
+    note.strip_prefix(NOTE_REQUESTED)
         .unwrap_or(note)
         .trim_start_matches("waiting while ")
         .trim_start_matches("waiting: ")
@@ -95,7 +96,7 @@ impl Shell {
                 )
             }
         };
-        Some((reason, format!("slot granted, held: {why}")))
+        Some((reason, format!("{NOTE_HELD}{why}")))
     }
 
     /// `--dry-run`: logs and reports (once each) the writes this round would make.
@@ -335,7 +336,7 @@ impl Shell {
                     .describe(&self.keys.disabled)
                     .unwrap_or_else(|| self.keys.disabled.clone());
                 let note = format!(
-                    "reboot requested, but the node is labelled {label}: it is never rebooted \
+                    "{NOTE_REQUESTED_BUT}the node is labelled {label}: it is never rebooted \
                      while the label is there"
                 );
                 tracing::info!(node = %name, "{note}");
@@ -360,7 +361,7 @@ impl Shell {
                 Unexpected::OptOut(typed) => (
                     Reason::UnexpectedOptOutValue,
                     format!(
-                        "reboot requested, but the node is labelled {key}={typed:?}, which is \
+                        "{NOTE_REQUESTED_BUT}the node is labelled {key}={typed:?}, which is \
                          not `true` or `false`: read as opted out, so it is never rebooted while \
                          the label is there. Keep it out with {key}=true; let it reboot by \
                          removing the label (kubectl label node {name} {key}-) or with \
@@ -402,7 +403,7 @@ impl Shell {
             (None, None) if !decision.overdue.is_empty() => Some((
                 Reason::Requested,
                 format!(
-                    "reboot requested; waiting: no new reboot while {} has not completed its \
+                    "{NOTE_REQUESTED}waiting: no new reboot while {} has not completed its \
                      reboot within --reboot-timeout",
                     decision.overdue.join(", ")
                 ),
@@ -410,7 +411,7 @@ impl Shell {
             (None, None) => Some((
                 Reason::Requested,
                 format!(
-                    "reboot requested; waiting for a slot (max-unavailable {} of {pool} nodes)",
+                    "{NOTE_REQUESTED}waiting for a slot (max-unavailable {} of {pool} nodes)",
                     self.max_unavailable
                 ),
             )),
@@ -423,7 +424,7 @@ impl Shell {
             } else if decision.zone_unknown.contains(name) {
                 let label = self.overlay.indexing().zone_label();
                 let note = format!(
-                    "reboot requested; waiting: the node has no {label} label, and with \
+                    "{NOTE_REQUESTED}waiting: the node has no {label} label, and with \
                      --max-unavailable-per-zone a node is granted only in a known zone (so that \
                      it counts against its real zone's budget); label it with its zone: \
                      kubectl label node {name} {label}=<zone>"
@@ -431,7 +432,7 @@ impl Shell {
                 Some((Reason::ZoneLabelMissing, note))
             } else if decision.zone_full.contains(name) {
                 let note = format!(
-                    "reboot requested; waiting for a slot in its zone \
+                    "{NOTE_REQUESTED}waiting for a slot in its zone \
                      (max-unavailable-per-zone {})",
                     self.zone_budget.map(|b| b.to_string()).unwrap_or_default()
                 );

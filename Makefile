@@ -64,8 +64,9 @@ build: static
 	$(CARGO) build --workspace --all-targets --locked
 
 # The module-cycle check (hack/module-cycles.py) fails on modules of a crate that import each
-# other, outside test code; hack/architecture-names.py on a file or folder ARCHITECTURE.md names
-# that no longer exists.
+# other, outside test code; hack/architecture-names.py on a file, folder or docs page that
+# ARCHITECTURE.md or a comment of the code, the Makefile, the scripts or the manifests names
+# and that no longer exists.
 lint:
 	$(CARGO) fmt --all -- --check
 	python3 hack/module-cycles.py

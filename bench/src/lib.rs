@@ -4,9 +4,8 @@
 //! Two control planes run, one after the other, so that no scenario shares the machine with
 //! another: one for requests per reboot, the rolling-reboot makespan, then the scale steps
 //! (which also measure the promotion latency at each size); then one for the idle agent alone,
-//! measured for 10 minutes. (The idle agent's control plane used to run alongside the others:
-//! the makespan's hand-offs, writes of a few milliseconds each, were slower with it, 21.3 s
-//! instead of 20.9 s.)
+//! measured for 10 minutes, on a control plane of its own: beside the others it slows the
+//! makespan's hand-offs, writes of a few milliseconds each (21.3 s instead of 20.9 s).
 //! Each scenario's pool of nodes has its own label, controller (`--node-selector`) and ledger,
 //! so they cannot disturb each other. The machine's load is recorded during each scenario.
 //!

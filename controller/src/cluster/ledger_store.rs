@@ -395,8 +395,8 @@ mod tests {
         lease
     }
 
-    /// A deletion used to be dropped by the watch, so a leader with nothing to write went on
-    /// with a ledger that no longer existed.
+    /// The watch reports a deleted ledger, and a list without it, as gone: a leader with
+    /// nothing to write must not go on with a ledger that no longer exists.
     #[test]
     fn the_watch_says_when_the_ledger_is_deleted_or_missing_from_a_list() {
         let mut seen = false;

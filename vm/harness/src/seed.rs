@@ -23,7 +23,7 @@ pub enum SeedFile {
 }
 
 impl SeedFile {
-    /// Its path on the seed disk (it may name a folder: `images/agent.tar`).
+    /// Its path on the seed disk (it may name a folder, as images/agent.tar does).
     pub fn name(&self) -> &str {
         match self {
             SeedFile::Program { name, .. }

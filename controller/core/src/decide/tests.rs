@@ -516,8 +516,8 @@ fn without_finish_after_window_a_closed_window_gives_back_what_was_not_told_to_r
     // `granted` keeps its unclaimed grant for the next window; `told` reboots.
     assert_eq!(d.node_actions, std::slice::from_ref(&release));
     assert!(d.ledger.is_empty());
-    // A pause during a closed window must not undo the window's rule (the property test
-    // found this: the pause used to hide the closed window).
+    // A pause during a closed window must not undo the window's rule: a node cordoned in the
+    // window but not drained yet is still released when it closes.
     let d = Round {
         budget: 2,
         drain_enabled: true,

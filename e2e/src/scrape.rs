@@ -79,3 +79,12 @@ pub fn metric(text: &str, series: &str) -> Option<f64> {
             .ok()
     })
 }
+
+/// One series of the first controller of `sb`, scraped now; `None` when the series is not
+/// there. Panics when the controller serves no metrics: a test that reads them needs them.
+pub async fn controller_metric(sb: &nodesim::sandbox::Sandbox, series: &str) -> Option<f64> {
+    let address = sb.controllers[0]
+        .metrics_address()
+        .expect("the controller's metrics address");
+    metric(&scrape(address).await, series)
+}

@@ -9,9 +9,7 @@ use common::ledger::{LEDGER_NAME, OPERATOR_NAMESPACE, slots_of};
 use e2e::rollout::annotate_ledger;
 use e2e::{
     BudgetWatch, apply, eventually, has_event, kubectl, node, request_reboot,
-    rollout::ledger_events,
-    scrape::{metric, scrape},
-    wait_until,
+    rollout::ledger_events, scrape::controller_metric, wait_until,
 };
 use k8s_openapi::api::{coordination::v1::Lease, core::v1::Pod};
 use kube::{Api, Client};
@@ -323,13 +321,6 @@ async fn on_a_ready_node_a_pod_stuck_terminating_is_waited_for() {
     );
     watch.check().unwrap();
     sb.stop().await;
-}
-
-async fn controller_metric(sb: &Sandbox, series: &str) -> Option<f64> {
-    let address = sb.controllers[0]
-        .metrics_address()
-        .expect("metrics address");
-    metric(&scrape(address).await, series)
 }
 
 /// `kubectl reboot status -o json`, with the plugin as built.

@@ -11,7 +11,7 @@ use e2e::{
     BudgetWatch, NodeState, apply, has_event, kubectl, node, pod_that_blocks_the_drain_of,
     protocol_annotations, request_reboot,
     rollout::{back, ledger_is_empty_on},
-    scrape::{metric, scrape},
+    scrape::controller_metric,
     wait_until,
 };
 use k8s_openapi::api::coordination::v1::Lease;
@@ -24,11 +24,6 @@ const ALERT: &str = "E2EMaintenanceBlocker";
 const PHASE: Duration = Duration::from_secs(120);
 /// The words of the Event a granted node gets when a fence holds it.
 const HELD: &str = common::events::NOTE_HELD;
-
-async fn controller_metric(sb: &Sandbox, series: &str) -> Option<f64> {
-    let address = sb.controllers[0].metrics_address()?;
-    metric(&scrape(address).await, series)
-}
 
 /// Whether the ledger holds a slot for `name`.
 async fn holds_slot(client: &Client, name: &str) -> bool {

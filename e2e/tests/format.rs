@@ -10,7 +10,7 @@ use common::{AgentReason, ControllerReason};
 use e2e::{
     BudgetWatch, has_event, kubectl, node, protocol_annotations, request_reboot,
     rollout::{annotate_ledger, ledger_events, rollout_completes},
-    scrape::{metric, scrape},
+    scrape::controller_metric,
     wait_for_event, wait_until,
 };
 use k8s_openapi::api::coordination::v1::Lease;
@@ -23,11 +23,6 @@ const PHASE: Duration = Duration::from_secs(120);
 async fn sandbox() -> Sandbox {
     let config = SandboxConfig::with_nodes(3).reboot_duration(Duration::from_secs(1));
     Sandbox::start(config).await.expect("sandbox starts")
-}
-
-async fn controller_metric(sb: &Sandbox, series: &str) -> Option<f64> {
-    let address = sb.controllers[0].metrics_address()?;
-    metric(&scrape(address).await, series)
 }
 
 /// Whether a node carries anything the controller writes for a grant.

@@ -7,9 +7,7 @@ use common::ledger::{LEDGER_NAME, OPERATOR_NAMESPACE, slots_of};
 use e2e::rollout::annotate_ledger;
 use e2e::{
     BudgetWatch, eventually, every_node, has_event, kubectl, node_events,
-    rollout::rollout_completes,
-    scrape::{metric, scrape},
-    wait_until,
+    rollout::rollout_completes, scrape::controller_metric, wait_until,
 };
 use k8s_openapi::{api::coordination::v1::Lease, jiff::Timestamp};
 use kube::{Api, Client};
@@ -48,13 +46,6 @@ async fn count_events(client: &Client, node: &str, reason: ControllerReason) -> 
         .iter()
         .filter(|(r, _, _)| r == reason.as_str())
         .count()
-}
-
-async fn controller_metric(sb: &Sandbox, series: &str) -> Option<f64> {
-    let address = sb.controllers[0]
-        .metrics_address()
-        .expect("metrics address");
-    metric(&scrape(address).await, series)
 }
 
 fn hms(t: Timestamp) -> String {

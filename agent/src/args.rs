@@ -61,7 +61,8 @@ pub struct Args {
     #[arg(long, env = "REBOOT_METHOD", value_enum, default_value_t = RebootMethod::Command)]
     pub reboot_method: RebootMethod,
 
-    /// Command for `--reboot-method command`, split on whitespace (no shell).
+    /// Command for `--reboot-method command`, split into words as a shell splits them (quotes
+    /// and backslashes kept, as kured splits its commands), but run without a shell.
     #[arg(long, env = "REBOOT_COMMAND", default_value = "systemctl reboot",
           value_parser = parse_reboot_command)]
     pub reboot_command: RebootCommand,
@@ -123,9 +124,13 @@ pub struct Args {
     pub reboot_sentinel_file: Option<PathBuf>,
 
     /// Request a reboot of this node when this command exits with
-    /// --reboot-sentinel-exit-code, run like the reboot command (split on whitespace, no
-    /// shell, in the host's mount namespace). For RHEL and Fedora: `needs-restarting -r` with
-    /// exit code 1. Off by default.
+    /// --reboot-sentinel-exit-code, run like the reboot command (split into words as a shell
+    /// splits them, run without one, in the host's mount namespace). For RHEL and Fedora:
+    /// `needs-restarting -r` with exit code 1, or kured's `sh -c '! needs-restarting -r'` with
+    /// 0. Any other exit means no reboot is needed, except 126 and 127 (the command could not
+    /// run, or the host's mount namespace could not be entered) and a signal: those are no
+    /// answer, with a `SentinelFailed` Warning on the node and a count in
+    /// `node_reboot_agent_sentinel_failures_total`. Off by default.
     #[arg(long, env = "REBOOT_SENTINEL_COMMAND", value_name = "COMMAND", value_parser = parse_reboot_command)]
     pub reboot_sentinel_command: Option<RebootCommand>,
 

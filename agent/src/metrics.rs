@@ -30,6 +30,7 @@ pub struct Metrics {
     pub watch_running: Gauge,
     pub reboots_requested: Counter,
     pub sentinel_persists: Gauge,
+    pub sentinel_failures: Counter,
     pub reboots_stopped: Gauge,
     pub unknown_format: Gauge,
 }
@@ -79,6 +80,12 @@ impl Metrics {
             "sentinel_persists",
             "1 while the sentinel a reboot was requested for is still there after that reboot",
             m.sentinel_persists,
+        );
+        registry.register(
+            "sentinel_failures",
+            "Looks at the reboot sentinel that gave no answer: a command that did not run to one \
+             (exit code 126 or 127, a signal, not started) or a file that cannot be read",
+            m.sentinel_failures,
         );
         registry.register(
             "reboots_stopped",

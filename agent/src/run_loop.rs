@@ -42,6 +42,8 @@ struct SentinelSaid {
     persists: Option<String>,
     /// The unexpected `reboot-disabled` value that keeps the sentinel from a request.
     opt_out: Option<String>,
+    /// Why the last look at the sentinel gave no answer, while it gives none.
+    failure: Option<String>,
 }
 
 /// A step that failed, to be tried again from a fresh read of the node.
@@ -222,12 +224,13 @@ impl NodeAgent {
         let what = sentinel.describe();
         let fingerprint = match tokio::task::spawn_blocking(move || sentinel.check()).await {
             Ok(Ok(fingerprint)) => fingerprint,
-            Ok(Err(why)) => {
-                warn!("cannot look at the reboot sentinel: {why}");
+            Ok(Err(failure)) => {
+                self.report_failure(node, failure, &mut said.failure).await;
                 return None;
             }
             Err(_) => return None,
         };
+        said.failure = None;
         let keys = &self.settings.keys;
         let facts = common::NodeFacts::from_node(node);
         let recorded = facts.annotations.get(&keys.sentinel).map(String::as_str);
@@ -278,6 +281,25 @@ impl NodeAgent {
             .await?;
         info!(%recorded, "the reboot sentinel is gone; forgot the one requested for");
         Some(written)
+    }
+
+    /// A look at the sentinel that gave no answer: logged and counted each time, a Warning
+    /// once per cause while it lasts (`said`). Never read as "no reboot needed" silently.
+    async fn report_failure(
+        &self,
+        node: &Node,
+        failure: crate::sentinel::SentinelFailure,
+        said: &mut Option<String>,
+    ) {
+        warn!(cause = %failure.cause, "{}", failure.message);
+        self.observed.metrics.sentinel_failures.inc();
+        if said.as_deref() == Some(failure.cause.as_str()) {
+            return;
+        }
+        self.events
+            .publish(node, Reason::SentinelFailed, failure.message)
+            .await;
+        *said = Some(failure.cause);
     }
 
     /// A Warning Event and the gauge, once per sentinel (`reported`).

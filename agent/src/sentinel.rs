@@ -102,11 +102,11 @@ impl Sentinel {
     /// The sentinel's fingerprint when it says a reboot is needed; `None` when it does not.
     /// Changes whenever the file's modification time, size or content, or the command's
     /// output, changes.
-    pub fn check(&self) -> Result<Option<String>, String> {
+    pub fn check(&self) -> Result<Option<String>, SentinelFailure> {
         match self {
             Self::File(path) => match std::fs::File::open(path) {
                 Ok(mut file) => {
-                    let meta = file.metadata().map_err(|e| e.to_string())?;
+                    let meta = file.metadata().map_err(|e| SentinelFailure::io(path, &e))?;
                     let modified = meta
                         .modified()
                         .ok()
@@ -116,7 +116,7 @@ impl Sentinel {
                     (&mut file)
                         .take(64 * 1024)
                         .read_to_end(&mut content)
-                        .map_err(|e| e.to_string())?;
+                        .map_err(|e| SentinelFailure::io(path, &e))?;
                     Ok(Some(format!(
                         "{} {}.{:09} {} {:016x}",
                         FILE,
@@ -127,7 +127,7 @@ impl Sentinel {
                     )))
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-                Err(e) => Err(format!("cannot read {}: {e}", path.display())),
+                Err(e) => Err(SentinelFailure::io(path, &e)),
             },
             Self::Command {
                 command,
@@ -137,12 +137,81 @@ impl Sentinel {
                 let output = host_command(command, *host_mount_namespace)
                     .stdin(Stdio::null())
                     .output()
-                    .map_err(|e| format!("cannot run {command}: {e}"))?;
-                Ok((output.status.code() == Some(*needed))
-                    .then(|| format!("{} {:016x}", COMMAND, fnv1a(&output.stdout))))
+                    .map_err(|e| SentinelFailure {
+                        cause: "not started".into(),
+                        message: format!("cannot run `{command}`: {e}"),
+                    })?;
+                match answer(output.status.code(), *needed) {
+                    Answer::Needed => {
+                        Ok(Some(format!("{} {:016x}", COMMAND, fnv1a(&output.stdout))))
+                    }
+                    Answer::NotNeeded => Ok(None),
+                    Answer::Failed(cause) => Err(SentinelFailure {
+                        message: format!(
+                            "`{command}` did not answer ({cause}; it says {} for \"reboot \
+                             needed\"), so whether the node needs a reboot is not known: {}",
+                            needed,
+                            stderr_of(&output.stderr)
+                        ),
+                        cause,
+                    }),
+                }
             }
         }
     }
+}
+
+/// Why a sentinel could not be looked at: `cause` is short and stable (one Warning per cause),
+/// `message` says everything, with the command's own error output.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SentinelFailure {
+    pub cause: String,
+    pub message: String,
+}
+
+impl SentinelFailure {
+    fn io(path: &std::path::Path, error: &std::io::Error) -> Self {
+        Self {
+            cause: "unreadable".into(),
+            message: format!("cannot read {}: {error}", path.display()),
+        }
+    }
+}
+
+/// What a sentinel command's exit says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Answer {
+    Needed,
+    NotNeeded,
+    /// The command did not run to an answer: a shell's 126 (found, not executable, or the
+    /// host's mount namespace could not be entered), its 127 (not found), or a signal.
+    Failed(String),
+}
+
+/// Pure: the answer of a command that exited with `code` (`None`: killed by a signal) when
+/// `needed` means a reboot is needed. Any other exit is "not needed", as kured reads it,
+/// except those of a command that did not run to an answer.
+fn answer(code: Option<i32>, needed: i32) -> Answer {
+    match code {
+        Some(code) if code == needed => Answer::Needed,
+        Some(code @ (126 | 127)) => Answer::Failed(format!("exit code {code}")),
+        Some(_) => Answer::NotNeeded,
+        None => Answer::Failed("killed by a signal".into()),
+    }
+}
+
+/// The command's error output for a message: its last 300 bytes, or that it wrote none.
+fn stderr_of(stderr: &[u8]) -> String {
+    let text = String::from_utf8_lossy(stderr);
+    let text = text.trim();
+    if text.is_empty() {
+        return "it wrote nothing on its error output".into();
+    }
+    let start = text.len().saturating_sub(300);
+    let start = (start..text.len())
+        .find(|i| text.is_char_boundary(*i))
+        .unwrap_or(0);
+    format!("its error output ends with {:?}", &text[start..])
 }
 
 /// FNV-1a: a stable 64-bit hash (the fingerprint is kept on the Node across agent versions).
@@ -193,6 +262,46 @@ pub fn decide_sentinel(
             }
         }
         _ => SentinelAction::Request,
+    }
+}
+
+#[cfg(test)]
+mod answers {
+    use super::*;
+
+    #[test]
+    fn a_command_that_did_not_run_to_an_answer_is_no_answer() {
+        assert_eq!(answer(Some(0), 0), Answer::Needed);
+        assert_eq!(answer(Some(1), 0), Answer::NotNeeded, "kured's reading");
+        assert_eq!(answer(Some(1), 1), Answer::Needed);
+        assert_eq!(answer(Some(0), 1), Answer::NotNeeded);
+        for code in [126, 127] {
+            assert!(matches!(answer(Some(code), 0), Answer::Failed(_)), "{code}");
+        }
+        assert_eq!(answer(None, 0), Answer::Failed("killed by a signal".into()));
+        // The code said to mean "needed" wins, even one a shell uses for its own failures.
+        assert_eq!(answer(Some(126), 126), Answer::Needed);
+    }
+
+    #[test]
+    fn the_error_output_is_cut_to_its_end() {
+        assert_eq!(stderr_of(b"  \n"), "it wrote nothing on its error output");
+        let long = "é".repeat(400);
+        let shown = stderr_of(long.as_bytes());
+        assert!(shown.len() < 340, "{shown}");
+        assert!(shown.ends_with("é\""), "{shown}");
+    }
+
+    #[test]
+    fn kureds_commands_split_as_a_shell_splits_them() {
+        let command = crate::rebooter::parse_reboot_command("sh -c '! needs-restarting -r'")
+            .expect("a command");
+        assert_eq!(command.argv(), ["sh", "-c", "! needs-restarting -r"]);
+        assert_eq!(command.to_string(), "sh -c '! needs-restarting -r'");
+        let plain = crate::rebooter::parse_reboot_command("systemctl  reboot").expect("a command");
+        assert_eq!(plain.argv(), ["systemctl", "reboot"]);
+        let error = crate::rebooter::parse_reboot_command("sh -c 'exit 1").expect_err("open quote");
+        assert!(error.contains("quote that is not closed"), "{error}");
     }
 }
 

@@ -175,7 +175,7 @@ reasons! {
     AgentReason, "agent", AGENT,
     warnings: [
         RebootRetried, RebootTimedOut, RebootFailed, SentinelPersists, RebootUnproven,
-        UnknownFormat, UnexpectedOptOutValue,
+        UnknownFormat, UnexpectedOptOutValue, SentinelFailed,
     ],
     /// The agent is rebooting the node. (Its proof after the boot has no Event of the agent:
     /// the controller's `Rebooted` at completion tells of it.)
@@ -197,6 +197,9 @@ reasons! {
     /// The sentinel asks for a reboot, but the node's `reboot-disabled` has a value other than
     /// `true` or `false`: read as opted out, no request.
     UnexpectedOptOutValue,
+    /// The sentinel could not be looked at (a command that did not run to an answer, a file
+    /// that cannot be read): whether the node needs a reboot is not known, none is requested.
+    SentinelFailed,
 }
 
 #[cfg(test)]
@@ -257,6 +260,7 @@ mod tests {
                 "RebootUnproven",
                 "UnknownFormat",
                 "UnexpectedOptOutValue",
+                "SentinelFailed",
             ]
         );
     }

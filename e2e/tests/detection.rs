@@ -308,3 +308,79 @@ async fn an_opted_out_node_is_never_granted_and_its_agent_never_requests() {
     );
     sb.stop().await;
 }
+
+/// The SentinelFailed Warnings on `node`, by note.
+async fn failures(sb: &Sandbox, node: &str) -> Vec<String> {
+    node_events(&sb.client, node)
+        .await
+        .into_iter()
+        .filter(|(reason, _, _)| reason == AgentReason::SentinelFailed.as_str())
+        .map(|(_, _, note)| note)
+        .collect()
+}
+
+/// kured's form of a sentinel command (a shell's words in quotes) works as kured runs it. A
+/// command that does not run to an answer (the shell's 126, as when the host's mount namespace
+/// cannot be entered, or a program that is not there) is never read as "no reboot needed"
+/// silently: a Warning on the node, once for its cause however often it is looked at, and no
+/// request. Every other exit is an answer.
+#[tokio::test(flavor = "multi_thread")]
+async fn kureds_quoted_command_works_and_one_that_cannot_answer_is_a_warning_not_a_no() {
+    let sb = sandbox(
+        3,
+        "--reboot-sentinel-command=sh -c 'exit $(cat {node_dir}/run/answer)'",
+    )
+    .await;
+    let watch = BudgetWatch::start(sb.client.clone(), 2).await;
+    std::fs::write(in_run(&sb, "sim-1", "answer"), "0").unwrap();
+    std::fs::write(in_run(&sb, "sim-2", "answer"), "126").unwrap();
+    std::fs::write(in_run(&sb, "sim-3", "answer"), "1").unwrap();
+    wait_until(
+        "sim-1 is rebooted and sim-2 has a SentinelFailed Warning",
+        WAIT,
+        Some(&watch),
+        || async { sb.fleet.reboots("sim-1") == 1 && !failures(&sb, "sim-2").await.is_empty() },
+    )
+    .await;
+    let by = annotation(&sb, "sim-1", "reboot-requested-by").await;
+    assert!(
+        by.as_deref()
+            .is_some_and(|b| b.starts_with("agent: `sh -c 'exit $(cat ")),
+        "who asked, quoted as given: {by:?}"
+    );
+    several_checks_later(&watch).await;
+    let said = failures(&sb, "sim-2").await;
+    assert_eq!(said.len(), 1, "once for its cause: {said:?}");
+    assert!(said[0].contains("exit code 126"), "{said:?}");
+    for node in ["sim-2", "sim-3"] {
+        assert_eq!(sb.fleet.reboots(node), 0, "{node} was not asked to reboot");
+        assert_eq!(
+            annotation(&sb, node, "reboot-needed").await,
+            None,
+            "{node}: no request"
+        );
+    }
+    assert!(
+        failures(&sb, "sim-3").await.is_empty(),
+        "an exit of 1 is an answer"
+    );
+    sb.stop().await;
+
+    let sb = sandbox(
+        1,
+        "--reboot-sentinel-command=/nonexistent/needs-restarting -r",
+    )
+    .await;
+    let said = eventually(
+        "a Warning that the sentinel command cannot run",
+        WAIT,
+        None,
+        || async { failures(&sb, "sim-1").await.into_iter().next() },
+    )
+    .await;
+    assert!(
+        said.contains("cannot run `/nonexistent/needs-restarting -r`"),
+        "{said}"
+    );
+    sb.stop().await;
+}

@@ -401,6 +401,7 @@ fn sample_values() -> Value {
             "drainTimeout": "1h30m",
             "drainGracePeriod": "30s",
             "drainSkipWaitForDeleteMargin": "90s",
+            "evictionRetryMaxDelay": "10s",
             "drainDelay": "30s",
             "rebootDelay": "1m",
             "forceReboot": true,
@@ -450,7 +451,8 @@ fn sample_values() -> Value {
             "maxUnprovenReboots": 5,
             "rebootAttemptsFile": "/var/lib/reboot-agent/attempts",
             "rebootSentinelFile": "/host/var/run/reboot-required",
-            "rebootSentinelCommand": "needs-restarting -r",
+            // Empty: the agent takes a file or a command, not both; the command is below.
+            "rebootSentinelCommand": "",
             "rebootSentinelExitCode": 1,
             "checkPeriod": "1h",
             "logFormat": "text",
@@ -491,6 +493,10 @@ fn every_flag_value_reaches_its_program() {
                 _ => &samples[section]["flags"][camel_case(&flag)],
             };
             assert!(!value.is_null(), "a sample for {program} --{flag}");
+            // An empty value is the flag left out (a sentinel command beside the file).
+            if value == &json!("") && default.is_none() {
+                continue;
+            }
             // The program's own default is not passed (`--log-format=text`), except the
             // budget, which manifests/ too always passes.
             if flag != "max-unavailable" && default.is_some() && as_flag_text(value) == default {
@@ -527,6 +533,27 @@ fn every_flag_value_reaches_its_program() {
             [0]["securityContext"]["capabilities"],
         json!({"drop": ["ALL"], "add": ["SYS_BOOT"]}),
         "the syscall method needs SYS_BOOT only"
+    );
+    // A sentinel command enters the host's mount namespace whatever the reboot method.
+    let signal_and_command = objects(&template(
+        &home,
+        &[
+            "--set",
+            "agent.flags.rebootMethod=signal",
+            "--set",
+            "agent.flags.rebootSentinelCommand=sh -c '! needs-restarting -r'",
+        ],
+    ));
+    assert_eq!(
+        signal_and_command[&format!("DaemonSet apps/v1 {NS}/reboot-agent")]["spec"]["template"]["spec"]
+            ["containers"][0]["securityContext"]["capabilities"],
+        json!({"drop": ["ALL"], "add": ["KILL", "SYS_ADMIN", "SYS_CHROOT", "SYS_PTRACE"]}),
+        "the signal method with a sentinel command needs what the command needs too"
+    );
+    assert!(
+        args_of(&signal_and_command, "DaemonSet", "reboot-agent")
+            .contains(&"--reboot-sentinel-command=sh -c '! needs-restarting -r'".to_owned()),
+        "the sentinel command reaches the agent as written"
     );
     let role = &rendered["Role rbac.authorization.k8s.io/v1 ledgers/reboot-controller-leases"];
     assert_eq!(
@@ -778,6 +805,38 @@ fn a_typo_or_a_wrong_type_is_refused_by_the_schema_with_a_clear_message() {
         );
         assert!(said.contains(says), "{set}: {said}");
     }
+}
+
+/// The agent looks at one sentinel: a file and a command together are refused by the schema,
+/// naming the value to empty, and by the template when the schema is skipped.
+#[test]
+fn a_sentinel_file_and_command_together_are_refused() {
+    let home = scratch("sentinels");
+    let both = [
+        "--set",
+        "agent.flags.rebootSentinelFile=/var/run/reboot-required",
+        "--set",
+        "agent.flags.rebootSentinelCommand=needs-restarting -r",
+    ];
+    let mut schema = helm(&home);
+    schema
+        .args(["template", RELEASE])
+        .arg(chart_dir())
+        .args(["--namespace", NS])
+        .args(both);
+    let said = fails(schema);
+    assert!(
+        said.contains("at '/agent/flags/rebootSentinelCommand': maxLength"),
+        "{said}"
+    );
+    let mut template = helm(&home);
+    template
+        .args(["template", RELEASE, "--skip-schema-validation"])
+        .arg(chart_dir())
+        .args(["--namespace", NS])
+        .args(both);
+    let said = fails(template);
+    assert!(said.contains("the agent looks at one sentinel"), "{said}");
 }
 
 /// `helm install` of the chart into [`NS`], creating it, with `args`.

@@ -35,7 +35,8 @@ impl RebootCommand {
 
 impl std::fmt::Display for RebootCommand {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0.join(" "))
+        // Quoted as it was given, so that `sh -c '! needs-restarting -r'` reads back as one.
+        f.write_str(&shell_words::join(&self.0))
     }
 }
 
@@ -47,8 +48,16 @@ impl std::str::FromStr for RebootCommand {
     }
 }
 
+/// Splits `value` into a program and its arguments as a POSIX shell would (quotes and
+/// backslashes kept, as kured splits its commands), without running a shell: kured's
+/// `sh -c '! needs-restarting -r'` is `sh`, `-c` and `! needs-restarting -r`.
 pub(crate) fn parse_reboot_command(value: &str) -> Result<RebootCommand, String> {
-    let argv: Vec<String> = value.split_whitespace().map(str::to_owned).collect();
+    let argv = shell_words::split(value).map_err(|_| {
+        format!(
+            "the command {value:?} has a quote that is not closed; close it, or escape it \
+             with a backslash"
+        )
+    })?;
     if argv.is_empty() {
         return Err(
             "the reboot command is empty; give a program and its arguments, \

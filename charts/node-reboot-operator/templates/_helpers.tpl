@@ -18,6 +18,7 @@ flag of the programs' --help is here and in values.yaml, with the same default.
   (list "drainTimeout" "drain-timeout" "15m" "value")
   (list "drainGracePeriod" "drain-grace-period" "" "value")
   (list "drainSkipWaitForDeleteMargin" "drain-skip-wait-for-delete-margin" "5m" "value")
+  (list "evictionRetryMaxDelay" "eviction-retry-max-delay" "5s" "value")
   (list "drainDelay" "drain-delay" "0s" "value")
   (list "rebootDelay" "reboot-delay" "0s" "value")
   (list "forceReboot" "force-reboot" false "value")

@@ -31,6 +31,7 @@ pub struct Metrics {
     pub reboots_requested: Counter,
     pub sentinel_persists: Gauge,
     pub sentinel_failures: Counter,
+    pub reboot_required: Gauge,
     pub reboots_stopped: Gauge,
     pub unknown_format: Gauge,
 }
@@ -86,6 +87,12 @@ impl Metrics {
             "Looks at the reboot sentinel that gave no answer: a command that did not run to one \
              (exit code 126 or 127, a signal, not started) or a file that cannot be read",
             m.sentinel_failures,
+        );
+        registry.register(
+            "reboot_required",
+            "1 while this node has a reboot requested and not completed yet (reboot-needed=true, \
+             granted, draining or rebooting), as kured_reboot_required",
+            m.reboot_required,
         );
         registry.register(
             "reboots_stopped",

@@ -35,6 +35,15 @@ fn jittered(period: std::time::Duration) -> std::time::Duration {
     period + period.mul_f64(f64::from(nanos % 1000) / 10_000.0)
 }
 
+/// Whether `node` has a reboot requested and not completed yet: `reboot-needed=true`, or a
+/// grant, or a step of the protocol under way.
+fn reboot_required(node: &Node, keys: &common::AnnotationKeys) -> bool {
+    let state = common::NodeFacts::from_node(node).protocol(keys);
+    state.request == common::Request::Needed
+        || state.grant.is_some()
+        || state.phase != common::Phase::Idle
+}
+
 /// What the sentinel's checks have said, so that each Warning is said once.
 #[derive(Debug, Default)]
 struct SentinelSaid {
@@ -115,6 +124,11 @@ impl NodeAgent {
                 }
             };
             let Some(node) = node else { continue };
+            let required = reboot_required(&node, &self.settings.keys);
+            self.observed
+                .metrics
+                .reboot_required
+                .set(i64::from(required));
             let handled = tokio::select! {
                 () = &mut shutdown => return self.stopping(),
                 handled = self.handle(node.clone()) => handled,

@@ -481,3 +481,51 @@ async fn every_metric_the_rules_and_the_dashboard_use_is_exported() {
         .unwrap_or_else(|violation| panic!("{violation}"));
     sb.stop().await;
 }
+
+/// What replaces kured's `kured_reboot_required`: each agent's
+/// `node_reboot_agent_reboot_required` is 1 while its node has a reboot requested and not
+/// completed, whatever holds it (here an opt-out label keeps it from ever being granted), and
+/// 0 again once the request is gone.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_agents_reboot_required_gauge_follows_its_nodes_request() {
+    let config = SandboxConfig::with_nodes(1)
+        .reboot_duration(Duration::from_secs(1))
+        .agent_args(["--log-format=json"]);
+    let sb = e2e::sandbox_without_pods(config).await;
+    let agent = e2e::scrape::agent_serving(&sb, "sim-1", 1).await;
+    let required = "node_reboot_agent_reboot_required";
+    let gauge = || async { metric(&scrape(agent).await, required) };
+    assert_eq!(gauge().await, Some(0.0), "no request yet");
+    kubectl(
+        &sb.control_plane,
+        &["label", "node", "sim-1", "reboot-disabled=true"],
+    );
+    kubectl(
+        &sb.control_plane,
+        &["annotate", "node", "sim-1", "reboot-needed=true"],
+    );
+    e2e::eventually(
+        "the gauge says 1",
+        Duration::from_secs(30),
+        None,
+        || async { (gauge().await == Some(1.0)).then_some(()) },
+    )
+    .await;
+    kubectl(
+        &sb.control_plane,
+        &["annotate", "node", "sim-1", "reboot-needed-"],
+    );
+    e2e::eventually(
+        "the gauge says 0 again",
+        Duration::from_secs(30),
+        None,
+        || async { (gauge().await == Some(0.0)).then_some(()) },
+    )
+    .await;
+    assert_eq!(
+        sb.fleet.reboots("sim-1"),
+        0,
+        "an opted-out node is not rebooted"
+    );
+    sb.stop().await;
+}

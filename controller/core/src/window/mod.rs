@@ -15,7 +15,8 @@ use std::{fmt, str::FromStr};
 /// The accepted syntax, shown with every parse error.
 pub const SYNTAX: &str = "a window is `DAYS HH:MM-HH:MM [ZONE]`, such as \
     `Mon-Fri 22:00-06:00 Europe/Berlin` or `daily 01:00-05:00`: DAYS is `daily` or days \
-    (Mon Tue Wed Thu Fri Sat Sun) and day ranges joined by commas (`Sat,Sun`, `Mon-Wed,Fri`); \
+    (Mon Tue Wed Thu Fri Sat Sun, kured's mo tu we th fr sa su, or full names) and day ranges \
+    joined by commas (`Sat,Sun`, `Mon-Wed,Fri`, `mo,tu,we`); \
     an end before the start ends on the next day, 24:00 is midnight at the end of the day, \
     seconds may be given (`22:00:30`); or it is `CRON DURATION [ZONE]`, such as \
     `\"0 22 * * 1-5\" 8h Europe/Berlin` or `0 3 * * Sun#1 4h`: CRON is the five fields of a \
@@ -223,10 +224,14 @@ fn parse_weekday(name: &str) -> Result<usize, String> {
         "saturday",
         "sunday",
     ];
+    // Two letters are kured's own day names (`mo`, `tu`, ... as its chart writes them); no
+    // two days share their first two letters.
     let lower = name.to_ascii_lowercase();
     FULL.iter()
-        .position(|full| lower == *full || (lower.len() == 3 && full.starts_with(&lower)))
-        .ok_or_else(|| format!("`{name}` is not a day (Mon Tue Wed Thu Fri Sat Sun)"))
+        .position(|full| lower == *full || ((2..=3).contains(&lower.len()) && full.starts_with(&lower)))
+        .ok_or_else(|| {
+            format!("`{name}` is not a day (Mon Tue Wed Thu Fri Sat Sun, kured's mo tu we th fr sa su, or full names)")
+        })
 }
 
 fn parse_days(text: &str) -> Result<[bool; 7], String> {

@@ -111,6 +111,16 @@ fn day_lists_and_ranges() {
     let week = ["23", "24", "25", "26", "27", "28", "29"].map(|d| open_on(&format!("2026-11-{d}")));
     assert_eq!(week, [true, false, true, false, true, true, true]);
     assert!(window("monday 09:00-10:00").is_open(at("2026-11-23T09:00:00Z")));
+    // kured's day names, as its chart writes them.
+    let kured = window("mo,tu,we,th,fr 09:00-10:00");
+    let week = ["23", "24", "25", "26", "27", "28", "29"]
+        .map(|d| kured.is_open(at(&format!("2026-11-{d}T09:30:00Z"))));
+    assert_eq!(week, [true, true, true, true, true, false, false]);
+    assert!(window("sa-su 09:00-10:00").is_open(at("2026-11-29T09:00:00Z")));
+    assert!(
+        "m 09:00-10:00".parse::<Window>().is_err(),
+        "one letter is no day"
+    );
     let seconds = window("daily 09:00:30-09:01:10 UTC");
     assert!(!seconds.is_open(at("2026-11-23T09:00:29Z")));
     assert!(seconds.is_open(at("2026-11-23T09:00:30Z")));

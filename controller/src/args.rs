@@ -175,7 +175,9 @@ pub struct Args {
     /// When a window closes, a node that was granted a slot but not yet told to reboot
     /// (cordoned, maybe draining) goes on to its reboot (`true`), or is uncordoned and waits
     /// for the next window with its request kept (`false`). Nodes already told to reboot
-    /// always finish: a node is never left cordoned and drained at a window's end.
+    /// always finish: a node is never left cordoned and drained at a window's end. With
+    /// `true`, a node that a pause, a closed gate or a blocking pod holds once the window has
+    /// closed is uncordoned and waits for the next window too.
     #[arg(long, env = "FINISH_AFTER_WINDOW", default_value_t = true, action = clap::ArgAction::Set)]
     pub finish_after_window: bool,
 

@@ -361,3 +361,67 @@ async fn a_node_not_ready_soon_after_its_reboot_stops_the_rollout_until_an_admin
     sb.fleet.set_ready(first, true).await;
     sb.stop().await;
 }
+
+/// A pause (as an alert or a blocking pod would) that holds a claimed node as its window
+/// closes does not let it reboot when the hold lifts outside the window: the node is given
+/// back, uncordoned with its request kept, and waits for the next window, although
+/// --finish-after-window is on.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_node_held_as_its_window_closes_waits_for_the_next_window() {
+    // Open since a minute ago, closing in 30 s: time to claim the node and pause before.
+    let now = Timestamp::now().as_second();
+    let open = Timestamp::from_second(now - 60).expect("a time");
+    let close = Timestamp::from_second(now + 30).expect("a time");
+    let window = format!("daily {}-{} UTC", hms(open), hms(close));
+    // The drain waits 5 minutes after the cordon: the node is claimed, not drained, at the close.
+    let sb = sandbox(
+        1,
+        "1",
+        1,
+        &["--reboot-window", &window, "--drain-delay", "5m"],
+    )
+    .await;
+    let client = sb.client.clone();
+    let watch = BudgetWatch::start(client.clone(), 1).await;
+    kubectl(
+        &sb.control_plane,
+        &["annotate", "node", "sim-1", "reboot-needed=true"],
+    );
+    wait_until(
+        "sim-1 is granted and cordoned in the window",
+        Duration::from_secs(25),
+        Some(&watch),
+        || async { e2e::NodeState::of(&e2e::node(&client, "sim-1").await).unschedulable },
+    )
+    .await;
+    annotate_ledger(&sb.control_plane, "reboot-paused=true");
+    assert!(
+        Timestamp::now() < close,
+        "the test was too slow to pause before the window closed"
+    );
+    wait_until(
+        "sim-1 is given back once the window has closed",
+        Duration::from_secs(90),
+        Some(&watch),
+        || async {
+            let state = e2e::NodeState::of(&e2e::node(&client, "sim-1").await);
+            !state.unschedulable && state.annotations == ["reboot-needed"]
+        },
+    )
+    .await;
+    assert!(Timestamp::now() >= close, "given back before the close");
+    // The hold lifts outside the window: the node waits for the next one.
+    annotate_ledger(&sb.control_plane, "reboot-paused-");
+    e2e::wait_for_event(
+        &client,
+        "sim-1",
+        ControllerReason::OutsideWindow,
+        &[],
+        Some(&watch),
+    )
+    .await;
+    let state = e2e::NodeState::of(&e2e::node(&client, "sim-1").await);
+    assert!(!state.unschedulable, "granted outside the window: {state}");
+    assert_eq!(sb.fleet.reboots("sim-1"), 0, "rebooted outside the window");
+    sb.stop().await;
+}

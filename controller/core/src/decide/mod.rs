@@ -315,7 +315,8 @@ pub struct Round<'a> {
     /// to the next eligible node. A node granted already goes on.
     pub preflight: &'a BTreeMap<String, Preflight>,
     /// Outside the windows, a node that was granted but not yet told to reboot goes on
-    /// (`true`) or is given back until the next window (`false`).
+    /// (`true`) or is given back until the next window (`false`). With `true`, one that a
+    /// pause, a gate or a blocking pod holds is given back all the same.
     pub finish_after_window: bool,
     /// `--min-ready-seconds` in the unit of `now`: a completed node keeps its slot until it
     /// has been Ready this long.
@@ -459,7 +460,9 @@ impl<'a> Round<'a> {
                     node,
                     reason: ReleaseReason::DrainFailed,
                 }),
-                (Request::Needed, _) if self.window_stops_claims() => {
+                (Request::Needed, _)
+                    if self.window_stops_claims() || self.held_out_of_window(view) =>
+                {
                     decision.act(NodeAction::Release {
                         node,
                         reason: ReleaseReason::WindowClosed,
@@ -792,6 +795,15 @@ impl<'a> Round<'a> {
 
     fn window_stops_claims(&self) -> bool {
         !self.fence.window_open && !self.finish_after_window
+    }
+
+    /// With the window closed, `--finish-after-window` lets a claimed node go on only while
+    /// nothing else holds it: one that a pause, a closed gate or a blocking pod holds then is
+    /// given back until the next window, so that it is not rebooted whenever the hold lifts,
+    /// hours outside the window. A node told to reboot already goes on.
+    fn held_out_of_window(&self, view: &NodeView) -> bool {
+        !self.fence.window_open
+            && (self.fence.paused || self.fence.gates_closed || self.blocked.contains(view.name()))
     }
 
     fn is_candidate(&self, view: &NodeView, slots: &Holders) -> bool {

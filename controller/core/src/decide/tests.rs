@@ -484,6 +484,77 @@ fn a_hold_grants_nothing_and_says_who_waits_but_reboots_under_way_go_on() {
     assert_eq!(granted(&d), ["wants"]);
 }
 
+/// An alert that fires mid-drain as the window closes must not push the reboot out of the
+/// window: with --finish-after-window, a claimed node that a pause, a gate or a blocking pod
+/// holds once the window is closed is given back until the next window; one that nothing
+/// holds goes on, and one told to reboot already is left to finish.
+#[test]
+fn a_node_held_when_its_window_is_closed_is_given_back_whatever_finish_after_window_says() {
+    let mut going = node_json("going", true);
+    annotate(&mut going, "reboot-needed", "true");
+    claimed(&mut going, "g-going");
+    going["spec"]["unschedulable"] = true.into();
+    let mut told = node_json("told", true);
+    annotate(&mut told, "reboot-now", "true");
+    claimed(&mut told, "g-told");
+    told["spec"]["unschedulable"] = true.into();
+    let mut ledger = ledger_of(&["going", "told"]);
+    ledger.slots.get_mut("going").unwrap().grant = "g-going".into();
+    ledger.slots.get_mut("told").unwrap().grant = "g-told".into();
+    let nodes = [view(&going), view(&told)];
+    let release = NodeAction::Release {
+        node: "going".into(),
+        reason: ReleaseReason::WindowClosed,
+    };
+    let blocked = BTreeSet::from(["going".to_owned()]);
+    for (paused, gates_closed, blocking) in [
+        (true, false, false),
+        (false, true, false),
+        (false, false, true),
+    ] {
+        let no_one = BTreeSet::new();
+        let d = Round {
+            budget: 2,
+            drain_enabled: false,
+            fence: Fence {
+                paused,
+                window_open: false,
+                gates_closed,
+            },
+            blocked: if blocking { &blocked } else { &no_one },
+            finish_after_window: true,
+            ..base_round(&nodes, &ledger)
+        }
+        .decide();
+        let case = (paused, gates_closed, blocking);
+        assert_eq!(d.node_actions, std::slice::from_ref(&release), "{case:?}");
+        // The same holds while the window is open only hold the node where it stands.
+        let d = Round {
+            budget: 2,
+            drain_enabled: false,
+            fence: Fence {
+                paused,
+                window_open: true,
+                gates_closed,
+            },
+            blocked: if blocking { &blocked } else { &no_one },
+            finish_after_window: true,
+            ..base_round(&nodes, &ledger)
+        }
+        .decide();
+        assert!(d.node_actions.is_empty(), "{case:?}: {:?}", d.node_actions);
+    }
+    // Nothing but the window: --finish-after-window lets it go on.
+    let d = decide_held(&nodes, &ledger, (2, false), Some(Hold::OutsideWindow), true);
+    assert_eq!(
+        d.node_actions,
+        [NodeAction::Promote {
+            node: "going".into(),
+            grant: "g-going".into()
+        }]
+    );
+}
+
 #[test]
 fn without_finish_after_window_a_closed_window_gives_back_what_was_not_told_to_reboot() {
     let mut going = node_json("going", true);

@@ -4,7 +4,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 ARGS ?=
 
-.PHONY: fuzz all testenv testenv-oldest-k8s test-oldest-k8s static cross-tools faketime-tools test-arm64 images chart chart-readme bins build test test-inputs lint cluster sandbox demo bench manifests vm-tools vm-image vm-e2e node-image node-e2e docs docs-tools docs-reference soak
+.PHONY: fuzz all testenv testenv-control-plane testenv-oldest-k8s test-oldest-k8s static cross-tools faketime-tools test-arm64 images chart chart-readme bins build test test-inputs lint cluster sandbox demo bench manifests vm-tools vm-image vm-e2e node-image node-e2e docs docs-tools docs-reference soak
 
 all: build
 
@@ -168,12 +168,19 @@ node-e2e: testenv images node-image bins
 	$(CARGO) test --locked -p vmtest --test node_e2e -- --nocapture --ignored
 
 # A control plane in the foreground; prints KUBECONFIG=<path> once ready; Ctrl-C stops it.
-cluster: testenv
+# The local control plane alone (etcd, kube-apiserver, kube-controller-manager, kube-scheduler,
+# kubectl): what `make cluster`, `make sandbox` and `make demo` start. The rest of testenv/bin
+# (the real nodes' programs, Prometheus, helm, Toxiproxy) is built when a target needs it.
+testenv-control-plane:
+	@testenv/hack/build.sh --control-plane-only
+
+cluster: testenv-control-plane
 	@$(CARGO) run --quiet --locked -p testenv --bin testenv-cluster -- $(ARGS)
 
 # A control plane, simulated nodes with real agents and the real controller; prints
 # KUBECONFIG=<path>. ARGS="--nodes N --max-unavailable K --reboot-seconds T".
-sandbox: testenv bins
+sandbox: testenv-control-plane
+	@$(CARGO) build --locked -p agent -p controller --bins
 	@$(CARGO) run --quiet --locked -p nodesim --bin sandbox -- $(ARGS)
 
 # A rolling reboot of a simulated fleet, shown live, with a summary. ARGS="--nodes 12
@@ -181,8 +188,8 @@ sandbox: testenv bins
 demo:
 	@echo "demo: building what is missing. The first build of the local control plane compiles"
 	@echo "demo: Kubernetes from source and takes 10-25 minutes on 2 cores; later runs start at once."
-	@testenv/hack/build.sh
-	@$(CARGO) build --locked --workspace --bins
+	@testenv/hack/build.sh --control-plane-only
+	@$(CARGO) build --locked -p agent -p controller --bins
 	@$(CARGO) run --quiet --locked -p demo --bin demo -- $(ARGS)
 
 # The benchmark of the performance targets (docs/src/performance.md): a table on stdout,

@@ -35,6 +35,14 @@ pub struct Args {
     #[arg(long, env = "MAX_UNAVAILABLE_PER_ZONE", allow_negative_numbers = true, value_parser = parse_max_unavailable)]
     pub max_unavailable_per_zone: Option<MaxUnavailable>,
 
+    /// At most this many nodes of the pool in the operator's own reboots at once (granted,
+    /// cordoned, draining, rebooting, or completed and soaking), such as `2` or `10%` of the
+    /// pool (rounded down, at least 1): kured's `--concurrency`. A grant needs room in both
+    /// this and --max-unavailable, which counts every unavailable node (cordoned by anyone,
+    /// NotReady). Unset: no limit but --max-unavailable's.
+    #[arg(long, env = "CONCURRENCY", allow_negative_numbers = true, value_parser = parse_max_unavailable)]
+    pub concurrency: Option<MaxUnavailable>,
+
     /// The node label that names a node's zone, for --max-unavailable-per-zone and for
     /// spreading reboots across zones.
     #[arg(

@@ -351,6 +351,7 @@ impl Context {
             index: self.index.clone(),
             overlay: Overlay::new(args.indexing()),
             zone_budget: args.max_unavailable_per_zone,
+            concurrency: args.concurrency,
             ledger,
             ledger_store: self.ledger_store.clone(),
             ledger_watch: self.ledger_watch.clone(),

@@ -394,6 +394,7 @@ fn sample_values() -> Value {
             "maxUnavailable": "25%",
             "nodeSelector": "pool=a",
             "maxUnavailablePerZone": 2,
+            "concurrency": "10%",
             "zoneLabel": "example.com/zone",
             "namespace": "ledgers",
             "ledgerName": "pool-a-slots",

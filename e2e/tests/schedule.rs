@@ -425,3 +425,48 @@ async fn a_node_held_as_its_window_closes_waits_for_the_next_window() {
     assert_eq!(sb.fleet.reboots("sim-1"), 0, "rebooted outside the window");
     sb.stop().await;
 }
+
+/// kured's `--concurrency` beside the budget: one node cordoned by an administrator uses up
+/// one unit of `--max-unavailable 3`, and `--concurrency 1` keeps the operator to one reboot
+/// at a time all the same; every requested node is rebooted in turn.
+#[tokio::test(flavor = "multi_thread")]
+async fn concurrency_keeps_the_operator_to_its_own_limit_below_the_budget() {
+    let sb = sandbox(4, "3", 2, &["--concurrency", "1"]).await;
+    let client = sb.client.clone();
+    kubectl(&sb.control_plane, &["cordon", "sim-4"]);
+    let watch = BudgetWatch::start(client.clone(), 3).await;
+    let requested = ["sim-1", "sim-2", "sim-3"];
+    for name in requested {
+        kubectl(
+            &sb.control_plane,
+            &["annotate", "node", name, "reboot-needed=true"],
+        );
+    }
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(180);
+    let mut most = 0;
+    while !requested.iter().all(|n| sb.fleet.reboots(n) == 1) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "not every node was rebooted within 180 s"
+        );
+        watch
+            .check()
+            .unwrap_or_else(|violation| panic!("{violation}"));
+        if let Some(lease) = ledger_lease(&client).await {
+            let slots = slots_of(lease.metadata.annotations.as_ref()).expect("ledger");
+            assert!(
+                slots.len() <= 1,
+                "the operator holds {slots:?} with --concurrency 1"
+            );
+            most = most.max(slots.len());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(most, 1, "the ledger was seen with a slot");
+    let state = e2e::NodeState::of(&e2e::node(&client, "sim-4").await);
+    assert!(
+        state.unschedulable,
+        "the administrator's cordon stays: {state}"
+    );
+    sb.stop().await;
+}

@@ -156,6 +156,10 @@ pub struct PlanArgs {
     #[arg(long, env = "MAX_UNAVAILABLE_PER_ZONE", value_parser = parse_max_unavailable)]
     pub max_unavailable_per_zone: Option<MaxUnavailable>,
 
+    /// The controller's `--concurrency` (default: no limit but the budget's).
+    #[arg(long, env = "CONCURRENCY", value_parser = parse_max_unavailable)]
+    pub concurrency: Option<MaxUnavailable>,
+
     /// The controller's `--zone-label`.
     #[arg(
         long,

@@ -209,6 +209,7 @@ async fn plan(client: &Client, global: &Global, args: &PlanArgs) -> Result<(), E
         windows: controller_core::window::Windows(args.reboot_windows.clone()),
         zone_label: args.zone_label.clone(),
         zone_budget: args.max_unavailable_per_zone,
+        concurrency: args.concurrency,
         min_ready: std::time::Duration::from_secs(args.min_ready_seconds),
         reboot: args.reboot_duration,
     };

@@ -33,6 +33,8 @@ pub struct Settings {
     pub windows: Windows,
     pub zone_label: String,
     pub zone_budget: Option<MaxUnavailable>,
+    /// `--concurrency`.
+    pub concurrency: Option<MaxUnavailable>,
     pub min_ready: Duration,
     /// `--reboot-duration`: a reboot's length, instead of the history's.
     pub reboot: Option<Duration>,
@@ -95,6 +97,7 @@ pub struct SettingsUsed {
     pub max_unavailable: Option<usize>,
     pub budget_from: String,
     pub max_unavailable_per_zone: Option<String>,
+    pub concurrency: Option<String>,
     pub zone_label: String,
     /// The windows, as given; empty: always.
     pub windows: Vec<String>,
@@ -175,6 +178,7 @@ pub fn plan(
         ledger: &ledger,
         budget,
         zone_budget: settings.zone_budget,
+        concurrency: settings.concurrency.map(|c| c.resolve(input.nodes.len())),
         windows: &settings.windows,
         held,
         blocked: &blocked,
@@ -195,6 +199,7 @@ pub fn plan(
             max_unavailable: Some(budget),
             budget_from: status.budget.source_detail.clone(),
             max_unavailable_per_zone: settings.zone_budget.map(|z| z.to_string()),
+            concurrency: settings.concurrency.map(|c| c.to_string()),
             zone_label: settings.zone_label.clone(),
             windows: settings.windows.0.iter().map(ToString::to_string).collect(),
             min_ready_seconds: settings.min_ready.as_secs(),
@@ -336,7 +341,7 @@ fn left_detail(why: Wait) -> String {
         Wait::OptedOut => "labelled reboot-disabled: never rebooted",
         Wait::NoZoneLabel => "no zone label while zone budgets are on: never granted without one",
         Wait::WindowNeverOpens => "no maintenance window opens again",
-        Wait::BudgetFull | Wait::ZoneFull | Wait::OutsideWindow => "waits",
+        Wait::BudgetFull | Wait::ZoneFull | Wait::ConcurrencyFull | Wait::OutsideWindow => "waits",
     }
     .to_owned()
 }

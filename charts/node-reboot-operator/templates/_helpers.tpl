@@ -10,6 +10,7 @@ flag of the programs' --help is here and in values.yaml, with the same default.
   (list "maxUnavailable" "max-unavailable" 1 "always")
   (list "nodeSelector" "node-selector" "" "value")
   (list "maxUnavailablePerZone" "max-unavailable-per-zone" "" "value")
+  (list "concurrency" "concurrency" "" "value")
   (list "zoneLabel" "zone-label" "topology.kubernetes.io/zone" "value")
   (list "annotationPrefix" "annotation-prefix" "" "value")
   (list "namespace" "namespace" "" "value")

@@ -324,6 +324,15 @@ pub fn ledger_write(
         counted.len() <= budget,
         "granted {granted:?}: unavailable {counted:?} with a budget of {budget}"
     );
+    // `--concurrency`: no grant takes the ledger's slots past it, whatever else is unavailable.
+    if let Some(concurrency) = s.concurrency {
+        let most = concurrency.resolve(s.pool_size().max(seen_pool));
+        assert!(
+            after.len() <= most,
+            "granted {granted:?}: {} slots with a concurrency of {most}",
+            after.len()
+        );
+    }
     if let Some(zone_budget) = s.zone_budget {
         for node in &granted {
             let zone = after[*node].zone.clone();

@@ -279,6 +279,7 @@ struct Setup {
     drain_enabled: bool,
     finish_after_window: bool,
     zone_budget: Option<MaxUnavailable>,
+    concurrency: Option<MaxUnavailable>,
     min_ready_ms: u64,
     /// `--drain-delay` and `--reboot-delay`.
     drain_delay_ms: u64,
@@ -307,6 +308,7 @@ impl Model {
         server.drain_enabled = setup.drain_enabled;
         server.finish_after_window = setup.finish_after_window;
         server.zone_budget = setup.zone_budget;
+        server.concurrency = setup.concurrency;
         server.min_ready_ms = setup.min_ready_ms;
         server.drain_delay_ms = setup.drain_delay_ms;
         server.reboot_delay_ms = setup.reboot_delay_ms;
@@ -382,6 +384,7 @@ impl Model {
             marks: marks(),
             max_unavailable: setup.max_unavailable,
             zone_budget: setup.zone_budget,
+            concurrency: setup.concurrency,
             drains: DrainTracker::new(drainer, Arc::new(Notify::new())),
             nodes: store.clone(),
             index,
@@ -541,6 +544,7 @@ fn scripted(replicas: usize, max_unavailable: u32, drain: bool) -> Setup {
         drain_enabled: drain,
         finish_after_window: drain,
         zone_budget: None,
+        concurrency: None,
         min_ready_ms: 0,
         drain_delay_ms: 0,
         reboot_delay_ms: 0,

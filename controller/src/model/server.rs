@@ -89,6 +89,8 @@ pub struct Server {
     pub admin_cordoned: BTreeSet<usize>,
     pub max_unavailable: MaxUnavailable,
     pub zone_budget: Option<MaxUnavailable>,
+    /// `--concurrency`.
+    pub concurrency: Option<MaxUnavailable>,
     pub drain_enabled: bool,
     pub finish_after_window: bool,
     pub min_ready_ms: u64,
@@ -182,6 +184,7 @@ impl Server {
             admin_cordoned: BTreeSet::new(),
             max_unavailable,
             zone_budget: None,
+            concurrency: None,
             drain_enabled: true,
             finish_after_window: true,
             min_ready_ms: 0,

@@ -185,12 +185,20 @@ pub fn setup() -> impl Strategy<Value = Setup> {
         Just(MaxUnavailable::Percent(50)),
         Just(MaxUnavailable::Percent(100)),
     ]);
+    // Below the budget sometimes, so that it is what holds grants back.
+    let concurrency = proptest::option::weighted(
+        0.3,
+        prop_oneof![
+            Just(MaxUnavailable::Count(1)),
+            Just(MaxUnavailable::Count(2))
+        ],
+    );
     (
         1..=3usize,
         budget,
         proptest::bool::weighted(0.7),
         proptest::bool::weighted(0.5),
-        zone_budget,
+        (zone_budget, concurrency),
         prop_oneof![Just(0u64), Just(25_000u64)],
         (delay(), delay()),
         proptest::collection::vec(0..NODES, 0..3),
@@ -203,7 +211,7 @@ pub fn setup() -> impl Strategy<Value = Setup> {
                 max_unavailable,
                 drain_enabled,
                 finish_after_window,
-                zone_budget,
+                (zone_budget, concurrency),
                 min_ready_ms,
                 (drain_delay_ms, reboot_delay_ms),
                 soaking,
@@ -215,6 +223,7 @@ pub fn setup() -> impl Strategy<Value = Setup> {
                 drain_enabled,
                 finish_after_window,
                 zone_budget,
+                concurrency,
                 min_ready_ms,
                 drain_delay_ms,
                 reboot_delay_ms,

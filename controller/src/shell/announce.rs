@@ -430,6 +430,13 @@ impl Shell {
                      kubectl label node {name} {label}=<zone>"
                 );
                 Some((Reason::ZoneLabelMissing, note))
+            } else if decision.concurrency_full.contains(name) {
+                let note = format!(
+                    "{NOTE_REQUESTED}waiting for a slot (concurrency {}: that many of the \
+                     operator's reboots under way or soaking)",
+                    self.concurrency.map(|c| c.to_string()).unwrap_or_default()
+                );
+                Some((Reason::Requested, note))
             } else if decision.zone_full.contains(name) {
                 let note = format!(
                     "{NOTE_REQUESTED}waiting for a slot in its zone \

@@ -30,6 +30,7 @@ impl Shell {
             ledger: round.ledger,
             budget: round.budget,
             zone_budget: round.zone_budget,
+            concurrency: round.concurrency,
             windows: &self.schedule.windows,
             held,
             blocked: round.blocked,

@@ -34,6 +34,7 @@ fn settings(windows: &[&str]) -> Settings {
         windows: Windows(windows.iter().map(|w| w.parse().unwrap()).collect()),
         zone_label: "topology.kubernetes.io/zone".into(),
         zone_budget: None,
+        concurrency: None,
         min_ready: Duration::ZERO,
         reboot: Some(Duration::from_secs(20 * 60)),
     }

@@ -240,6 +240,8 @@ pub struct Decision {
     pub waiting: Vec<String>,
     /// Of those, the ones the pool had room for but not their zone.
     pub zone_full: BTreeSet<String>,
+    /// Of those, the ones the budgets had room for but not `--concurrency`.
+    pub concurrency_full: BTreeSet<String>,
     /// Of those, the ones without a zone label while zone budgets are on: not granted until
     /// they have one.
     pub zone_unknown: BTreeSet<String>,
@@ -304,6 +306,10 @@ pub struct Round<'a> {
     pub budget: usize,
     /// `--max-unavailable-per-zone`, resolved against each zone's size in the pool.
     pub zone_budget: Option<common::MaxUnavailable>,
+    /// `--concurrency` resolved against the size of the pool: at most this many nodes hold a
+    /// slot of the ledger (granted, cordoned, rebooting, or completed and soaking), whatever
+    /// else is unavailable. `None`: no limit but the budget's.
+    pub concurrency: Option<usize>,
     pub drain_enabled: bool,
     pub now: u64,
     /// The pause, the window and the gates: no new grant while they hold, and no granted
@@ -740,6 +746,8 @@ impl<'a> Round<'a> {
             &slots,
             (self.budget, self.zone_budget),
         );
+        // The operator's own reboots, for `--concurrency`: every slot the ledger keeps.
+        let mut in_protocol = slots.len();
         for view in usage.spread(candidates) {
             if self.blocked.contains(view.name()) {
                 decision.blocked.insert(view.name().to_owned());
@@ -753,7 +761,12 @@ impl<'a> Round<'a> {
                 continue;
             }
             match usage.admits(view) {
+                Admission::Granted if self.concurrency.is_some_and(|most| in_protocol >= most) => {
+                    decision.concurrency_full.insert(view.name().to_owned());
+                    decision.waiting.push(view.name().to_owned());
+                }
                 Admission::Granted => {
+                    in_protocol += 1;
                     usage.take(view);
                     let grant = Grant::new(view.name(), view.version());
                     decision

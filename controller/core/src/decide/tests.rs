@@ -98,6 +98,7 @@ pub(crate) fn base_round<'a>(nodes: &'a [NodeView], ledger: &'a Ledger) -> Round
         deleted: &NO_NODES,
         budget: 1,
         zone_budget: None,
+        concurrency: None,
         drain_enabled: false,
         now: 0,
         fence: OPEN,
@@ -1206,4 +1207,43 @@ fn a_node_relabelled_into_this_pool_with_another_ledgers_grant_is_counted_but_ne
         d.ledger.grant.is_empty() && d.node_actions.is_empty(),
         "{d:?}"
     );
+}
+
+/// kured's `--concurrency`: at most that many nodes hold a slot of the ledger at once, though
+/// the budget, which counts every unavailable node, has room for more; the others wait and
+/// are told why.
+#[test]
+fn concurrency_limits_the_operators_own_reboots_below_the_budget() {
+    let requested: Vec<Value> = ["a", "b", "c"]
+        .iter()
+        .map(|name| {
+            let mut node = node_json(name, true);
+            annotate(&mut node, "reboot-needed", "true");
+            node
+        })
+        .collect();
+    let nodes: Vec<NodeView> = requested.iter().map(view).collect();
+    let round = |ledger: &Ledger, concurrency| {
+        Round {
+            budget: 3,
+            concurrency,
+            ..base_round(&nodes, ledger)
+        }
+        .decide()
+    };
+    let empty = Ledger::default();
+    assert_eq!(granted(&round(&empty, None)).len(), 3, "the budget alone");
+    let d = round(&empty, Some(1));
+    assert_eq!(granted(&d), ["a"]);
+    assert_eq!(
+        d.concurrency_full,
+        BTreeSet::from(["b".to_owned(), "c".to_owned()])
+    );
+    // A slot held already (a reboot under way, or soaking) counts.
+    let held = ledger_of(&["z"]);
+    let d = round(&held, Some(2));
+    assert_eq!(granted(&d), ["a"]);
+    let d = round(&held, Some(1));
+    assert!(granted(&d).is_empty());
+    assert_eq!(d.waiting, ["a", "b", "c"]);
 }

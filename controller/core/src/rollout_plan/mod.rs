@@ -34,6 +34,9 @@ pub enum Wait {
     BudgetFull,
     /// The pool has room, its zone (`--max-unavailable-per-zone`) has not.
     ZoneFull,
+    /// The budgets have room, `--concurrency` has not: that many of the operator's reboots
+    /// are under way or soaking.
+    ConcurrencyFull,
     /// Zone budgets are on and the node has no zone label: never granted until it has one.
     NoZoneLabel,
     /// Outside every `--reboot-window`: waits for the next opening.
@@ -59,6 +62,7 @@ impl Wait {
         match self {
             Self::BudgetFull => "budget full",
             Self::ZoneFull => "zone budget full",
+            Self::ConcurrencyFull => "concurrency full",
             Self::NoZoneLabel => "no zone label",
             Self::OutsideWindow => "outside window",
             Self::Paused => "paused",
@@ -82,6 +86,8 @@ pub struct PlanInput<'a> {
     pub ledger: &'a Ledger,
     pub budget: usize,
     pub zone_budget: Option<MaxUnavailable>,
+    /// `--concurrency`, resolved against the pool's size.
+    pub concurrency: Option<usize>,
     pub windows: &'a Windows,
     /// What holds every grant now and is not lifted by time: the pause, a closed gate, a
     /// failing node (the first that applies is said).
@@ -313,6 +319,8 @@ impl<'a> Simulation<'a> {
         for name in &decision.waiting {
             let why = if decision.zone_full.contains(name) {
                 Wait::ZoneFull
+            } else if decision.concurrency_full.contains(name) {
+                Wait::ConcurrencyFull
             } else if decision.zone_unknown.contains(name) {
                 Wait::NoZoneLabel
             } else if decision.blocked.contains(name) {
@@ -339,6 +347,7 @@ impl<'a> Simulation<'a> {
             deleted: &BTreeSet::new(),
             budget: self.input.budget,
             zone_budget: self.input.zone_budget,
+            concurrency: self.input.concurrency,
             drain_enabled: true,
             now,
             fence: Fence {

@@ -57,6 +57,7 @@ impl Setup {
             ledger: &self.ledger,
             budget,
             zone_budget: None,
+            concurrency: None,
             windows: &self.windows,
             held: None,
             blocked: &self.blocked,

@@ -100,7 +100,7 @@ reasons! {
         DrainBlocked, RebootForced, InvalidRequest, LedgerDamaged, LedgerRecreated,
         UnknownFormat, UnexpectedPauseValue, NotReadyAfterReboot, RebootOverdue,
         ZoneLabelMissing, NoAgent, PrometheusUnreachable, LabelKept, UnexpectedOptOutValue,
-        UnexpectedAbandonValue, PreflightUnanswered,
+        UnexpectedAbandonValue, PreflightUnanswered, GaveUp,
     ],
     Requested,
     Draining,
@@ -168,6 +168,9 @@ reasons! {
     /// A pre-flight check has had no answer for `--preflight-timeout` (its watch cannot list):
     /// the requested node goes without it.
     PreflightUnanswered,
+    /// `--give-up-after` passed since the node was told to reboot, and it has not completed:
+    /// the controller gave it up, as `kubectl reboot abandon` does.
+    GaveUp,
 }
 
 reasons! {
@@ -245,6 +248,7 @@ mod tests {
                 "RebootForced",
                 "LabelKept",
                 "PreflightUnanswered",
+                "GaveUp",
             ]
         );
         let agent: Vec<_> = AgentReason::ALL.iter().map(|r| r.as_str()).collect();
@@ -318,6 +322,7 @@ mod tests {
                 "RebootForced",
                 "LabelKept",
                 "PreflightUnanswered",
+                "GaveUp",
             ]
         );
         assert!(!AgentReason::Rebooting.is_warning());

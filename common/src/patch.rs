@@ -602,6 +602,17 @@ impl<'a> Transition<'a> {
         Some(self.uncordon_ops(node, ops).build())
     }
 
+    /// `kubectl reboot abandon`, or the controller after `--give-up-after`: the request to give
+    /// the node up (`reboot-abandon`, who and why), written only while the node is the version
+    /// read, so that a node that finished its reboot meanwhile is decided again. The
+    /// controller then clears the protocol and releases the slot ([`Self::abandon`]).
+    pub fn request_abandon(&self, node: &NodeFacts, request: &crate::abandon::Abandon) -> Patch {
+        Ops::on(node)
+            .test_unchanged(node)
+            .set_annotation(&self.keys.abandon, &request.to_value())
+            .build()
+    }
+
     /// Controller, the given-up node holds no slot and nothing of the protocol any more: the
     /// request to give it up is done. Holds only while it is still the value read; `None`
     /// without one.

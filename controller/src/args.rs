@@ -171,6 +171,15 @@ pub struct Args {
     #[arg(long, env = "REBOOT_TIMEOUT", default_value = "30m", allow_hyphen_values = true, value_parser = parse_duration)]
     pub reboot_timeout: Duration,
 
+    /// Off by default: a node told to reboot that has not completed within this long (such as
+    /// `2h`) is given up as `kubectl reboot abandon` does (kured's `--lock-ttl`): its protocol
+    /// is cleared, the operator's cordon removed and its slot released, with a `GaveUp`
+    /// Warning, a notification and `node_reboot_reboots_given_up_total`; the rollout goes on.
+    /// A given-up node that is NotReady still counts against --max-unavailable. At least
+    /// --reboot-timeout. Unset: only an administrator gives a node up.
+    #[arg(long, env = "GIVE_UP_AFTER", allow_hyphen_values = true, value_parser = parse_duration)]
+    pub give_up_after: Option<Duration>,
+
     /// When new reboots may start, in the window's time zone: `DAYS HH:MM-HH:MM [ZONE]`,
     /// such as `Mon-Fri 22:00-06:00 Europe/Berlin` (an end before the start ends the next
     /// day; ZONE is an IANA zone, default UTC). Repeat the flag, or separate windows with `;`
@@ -445,6 +454,20 @@ impl Args {
                 .exit();
         }
         if let Err(message) = self.check_pre_reboot_label_keys() {
+            Self::command()
+                .error(clap::error::ErrorKind::ArgumentConflict, message)
+                .exit();
+        }
+        if let Some(after) = self
+            .give_up_after
+            .filter(|after| *after < self.reboot_timeout)
+        {
+            let message = format!(
+                "--give-up-after {} is shorter than --reboot-timeout {}: a node would be given \
+                 up before it is even overdue; give --give-up-after at least --reboot-timeout",
+                crate::drain::humantime(after),
+                crate::drain::humantime(self.reboot_timeout)
+            );
             Self::command()
                 .error(clap::error::ErrorKind::ArgumentConflict, message)
                 .exit();

@@ -157,6 +157,7 @@ pub struct Metrics {
     pub drain_duration: Family<OutcomeLabels, Histogram>,
     pub drain_timeouts: Counter,
     pub reboots_forced: Counter,
+    pub reboots_given_up: Counter,
     pub api_errors: Family<ApiErrorLabels, Counter>,
     pub leader: Gauge,
     pub ledger_damaged: Counter,
@@ -194,6 +195,7 @@ impl Metrics {
             drain_duration: Family::new_with_constructor(duration_histogram),
             drain_timeouts: Counter::default(),
             reboots_forced: Counter::default(),
+            reboots_given_up: Counter::default(),
             api_errors: Family::default(),
             leader: Gauge::default(),
             ledger_damaged: Counter::default(),
@@ -285,6 +287,12 @@ impl Metrics {
             "drain_timeouts",
             "Drains abandoned after --drain-timeout",
             m.drain_timeouts,
+        );
+        registry.register(
+            "reboots_given_up",
+            "Nodes given up because they had not completed within --give-up-after of being told \
+             to reboot",
+            m.reboots_given_up,
         );
         registry.register(
             "reboots_forced",

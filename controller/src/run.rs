@@ -361,6 +361,7 @@ impl Context {
                 finish_after_window: args.finish_after_window,
                 min_ready: Duration::from_secs(args.min_ready_seconds),
                 reboot_timeout: args.reboot_timeout,
+                give_up_after: args.give_up_after,
                 drain_delay: args.drain_delay,
                 reboot_delay: args.reboot_delay,
             },

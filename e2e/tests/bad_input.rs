@@ -95,6 +95,18 @@ fn a_pre_reboot_label_of_a_pool_zone_or_opt_out_key_stops_the_controller_at_star
     }
 }
 
+/// A give-up before a node is even overdue would give up reboots that are merely slow.
+#[test]
+fn a_give_up_shorter_than_the_reboot_timeout_stops_the_controller_at_start() {
+    refused_at_start(
+        &["--give-up-after=10m", "--reboot-timeout=30m"],
+        &[
+            "--give-up-after 600s is shorter than --reboot-timeout 1800s",
+            "at least",
+        ],
+    );
+}
+
 #[test]
 fn bad_budgets_stop_the_controller_at_start() {
     for (value, why) in [

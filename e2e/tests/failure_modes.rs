@@ -541,3 +541,75 @@ async fn a_node_that_does_not_come_back_holds_the_pool_until_it_is_given_up_by_h
     watch.check().unwrap();
     sb.stop().await;
 }
+
+/// `--give-up-after` (kured's `lockTtl`): a node that never comes back from its reboot is
+/// given up by the controller once the time has passed, as `kubectl reboot abandon` does: a
+/// `GaveUp` Warning, the counter, its slot released and the operator's cordon removed; the
+/// rollout goes on to the next node, and the given-up node, NotReady, still counts against
+/// the budget until the next node's grant.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_node_that_never_comes_back_is_given_up_after_give_up_after_and_the_rollout_goes_on() {
+    let config = SandboxConfig::with_nodes(2)
+        .max_unavailable("2")
+        .reboot_duration(Duration::from_secs(1))
+        .controller_args(["--reboot-timeout", "5s", "--give-up-after", "10s"]);
+    let sb = e2e::sandbox_without_pods(config).await;
+    let client = sb.client.clone();
+    let watch = BudgetWatch::start(client.clone(), 2).await;
+    sb.fleet.swallow_next_reboot("sim-1");
+    request_reboot(&sb.control_plane, "sim-1");
+    wait_until("sim-1 is rebooting", PATIENCE, Some(&watch), || async {
+        common::NodeFacts::from_node(&node(&client, "sim-1").await)
+            .annotations
+            .contains_key("reboot-in-progress")
+    })
+    .await;
+    sb.fleet.pause_agent("sim-1").await;
+    sb.fleet.set_ready("sim-1", false).await;
+    wait_until(
+        "the controller gives sim-1 up",
+        PATIENCE,
+        Some(&watch),
+        || async {
+            has_event(
+                &client,
+                "sim-1",
+                ControllerReason::GaveUp,
+                &["--give-up-after"],
+            )
+            .await
+                && has_event(
+                    &client,
+                    "sim-1",
+                    ControllerReason::RebootAbandoned,
+                    &["by reboot-controller"],
+                )
+                .await
+        },
+    )
+    .await;
+    assert_eq!(
+        controller_metric(&sb, "node_reboot_reboots_given_up_total").await,
+        Some(1.0)
+    );
+    wait_until(
+        "sim-1's slot is released",
+        PATIENCE,
+        Some(&watch),
+        || async {
+            let lease = ledger(&client).await;
+            let slots = lease.and_then(|l| slots_of(l.metadata.annotations.as_ref()).ok());
+            slots.is_some_and(|slots| !slots.contains_key("sim-1"))
+        },
+    )
+    .await;
+    let facts = common::NodeFacts::from_node(&node(&client, "sim-1").await);
+    assert!(!facts.unschedulable, "the operator's cordon is removed");
+    // The rollout goes on: sim-2 is rebooted; sim-1, NotReady, used one unit of the budget.
+    request_reboot(&sb.control_plane, "sim-2");
+    wait_until("sim-2 is rebooted", PATIENCE, Some(&watch), || async {
+        sb.fleet.reboots("sim-2") == 1
+    })
+    .await;
+    sb.stop().await;
+}

@@ -412,6 +412,7 @@ fn sample_values() -> Value {
             "preflightTimeout": "7m",
             "minReadySeconds": 1_000_000,
             "rebootTimeout": "45m",
+            "giveUpAfter": "2h",
             "rebootWindow": ["Mon-Fri 22:00-06:00 Europe/Berlin", "0 2 * * 6 4h"],
             "finishAfterWindow": false,
             "blockingPodSelector": ["app=backup", "reboot-blocker=true"],

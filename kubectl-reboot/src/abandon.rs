@@ -8,10 +8,7 @@ use crate::{
     error::Error,
 };
 use common::{AnnotationKeys, NodeFacts, Phase, Readiness, abandon::Abandon};
-use json_patch::{
-    AddOperation, Patch, PatchOperation, TestOperation,
-    jsonptr::{PointerBuf, Token},
-};
+use json_patch::Patch;
 use k8s_openapi::api::core::v1::Node;
 use kube::{Api, Client};
 
@@ -26,10 +23,6 @@ pub enum AbandonPlan {
     Write { patch: Patch, note: Option<String> },
 }
 
-fn pointer(tokens: &[&str]) -> PointerBuf {
-    PointerBuf::from_tokens(tokens.iter().map(|t| Token::new(*t)))
-}
-
 /// Decided on `node` as read: the request is added only while the node is that version, so
 /// a node that finished its reboot meanwhile is decided again.
 pub fn abandon(keys: &AnnotationKeys, node: &NodeFacts, request: &Abandon) -> AbandonPlan {
@@ -40,17 +33,7 @@ pub fn abandon(keys: &AnnotationKeys, node: &NodeFacts, request: &Abandon) -> Ab
     if !state.anything_to_abandon() {
         return AbandonPlan::NotInProtocol;
     }
-    let rv = node.resource_version.clone().unwrap_or_default();
-    let patch = Patch(vec![
-        PatchOperation::Test(TestOperation {
-            path: pointer(&["metadata", "resourceVersion"]),
-            value: rv.into(),
-        }),
-        PatchOperation::Add(AddOperation {
-            path: pointer(&["metadata", "annotations", &keys.abandon]),
-            value: request.to_value().into(),
-        }),
-    ]);
+    let patch = common::Transition::new(keys).request_abandon(node, request);
     AbandonPlan::Write {
         patch,
         note: may_still_go_down(&state.phase, node.readiness),

@@ -29,6 +29,7 @@ flag of the programs' --help is here and in values.yaml, with the same default.
   (list "preflightTimeout" "preflight-timeout" "2m" "value")
   (list "minReadySeconds" "min-ready-seconds" 0 "value")
   (list "rebootTimeout" "reboot-timeout" "30m" "value")
+  (list "giveUpAfter" "give-up-after" "" "value")
   (list "rebootWindow" "reboot-window" list "list")
   (list "finishAfterWindow" "finish-after-window" true "value")
   (list "blockingPodSelector" "blocking-pod-selector" list "list")

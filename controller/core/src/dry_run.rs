@@ -67,6 +67,9 @@ pub fn plan(decision: &Decision, budget: usize, drain: bool) -> Vec<WouldDo> {
                 "would give it up: clear its protocol, uncordon it if the operator cordoned it"
             }
             NodeAction::ForgetAbandon { .. } => "would remove its reboot-abandon",
+            NodeAction::GiveUp { .. } => {
+                "would give it up: not completed within --give-up-after (reboot-abandon)"
+            }
             NodeAction::Refetch(_) | NodeAction::WarnInvalidRequest { .. } => continue,
         };
         plan.push(line(action.node(), what.to_owned(), false));

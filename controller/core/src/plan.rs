@@ -33,9 +33,18 @@ pub fn node_patch(
         NodeAction::Untaint(_) => t.untaint(facts),
         NodeAction::Abandon { .. } => t.abandon(facts),
         NodeAction::ForgetAbandon { .. } => t.forget_abandon(facts),
+        NodeAction::GiveUp { .. } => Some(t.request_abandon(facts, &give_up_request())),
         NodeAction::Refetch(_)
         | NodeAction::StartDrain { .. }
         | NodeAction::WarnInvalidRequest { .. } => None,
+    }
+}
+
+/// What the controller writes in `reboot-abandon` when `--give-up-after` has passed.
+pub fn give_up_request() -> common::abandon::Abandon {
+    common::abandon::Abandon {
+        by: common::events::CONTROLLER.to_owned(),
+        reason: "not completed within --give-up-after of being told to reboot".to_owned(),
     }
 }
 
@@ -66,6 +75,16 @@ pub fn keep_soaking(decision: &mut Decision, node: &str) {
     decision.ledger.release.retain(|n| n != node);
     decision.release_reasons.retain(|(n, _)| n != node);
     drop_new_grants(decision);
+}
+
+/// A node read fresh before its slot's release turned out to have changed since the copy the
+/// decision used: a new grant to it (its next reboot, requested again) is dropped, and decided
+/// again on the fresh copy, which may opt it out or withdraw the request. The release stands.
+pub fn drop_new_grant_to(decision: &mut Decision, node: &str) {
+    decision
+        .ledger
+        .grant
+        .retain(|g| g.node != node || g.adopted.is_some());
 }
 
 /// The nodes whose slot the decision releases on the word of its copy of them, read fresh

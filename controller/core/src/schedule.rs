@@ -15,6 +15,9 @@ pub struct Schedule {
     pub min_ready: Duration,
     /// `--reboot-timeout`: how long a node told to reboot may take to complete.
     pub reboot_timeout: Duration,
+    /// `--give-up-after`: when a node told to reboot that has not completed is given up;
+    /// `None`: never (an administrator does it).
+    pub give_up_after: Option<Duration>,
     /// `--drain-delay`: from the cordon to the drain's start.
     pub drain_delay: Duration,
     /// `--reboot-delay`: from the drain's end to `reboot-now`.
@@ -102,6 +105,7 @@ mod tests {
             finish_after_window: true,
             min_ready: Duration::ZERO,
             reboot_timeout: Duration::from_secs(1800),
+            give_up_after: None,
             drain_delay: Duration::ZERO,
             reboot_delay: Duration::ZERO,
         };

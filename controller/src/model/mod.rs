@@ -280,6 +280,8 @@ struct Setup {
     finish_after_window: bool,
     zone_budget: Option<MaxUnavailable>,
     concurrency: Option<MaxUnavailable>,
+    /// `--give-up-after`.
+    give_up_after_ms: Option<u64>,
     min_ready_ms: u64,
     /// `--drain-delay` and `--reboot-delay`.
     drain_delay_ms: u64,
@@ -398,6 +400,7 @@ impl Model {
                 finish_after_window: setup.finish_after_window,
                 min_ready: Duration::from_millis(setup.min_ready_ms),
                 reboot_timeout: Duration::from_millis(lock(&self.server).reboot_timeout_ms),
+                give_up_after: setup.give_up_after_ms.map(Duration::from_millis),
                 drain_delay: Duration::from_millis(setup.drain_delay_ms),
                 reboot_delay: Duration::from_millis(setup.reboot_delay_ms),
             },
@@ -545,6 +548,7 @@ fn scripted(replicas: usize, max_unavailable: u32, drain: bool) -> Setup {
         finish_after_window: drain,
         zone_budget: None,
         concurrency: None,
+        give_up_after_ms: None,
         min_ready_ms: 0,
         drain_delay_ms: 0,
         reboot_delay_ms: 0,
@@ -773,4 +777,60 @@ fn an_administrators_label_of_a_mark_key_is_never_changed_or_removed() {
     }
     assert_eq!(s.admin_labels.len(), 4, "{:?}", s.admin_labels);
     assert!(s.boots.iter().take(3).all(|&b| b == 1), "{:?}", s.boots);
+}
+
+/// Found by the property test: n5 soaking from the start, the ledger deleted and recreated,
+/// then n5 requested, seen so by replica 1, opted out, and replica 1's round.
+#[test]
+fn a_node_opted_out_after_the_replica_saw_its_request_is_not_granted() {
+    use world::Step::*;
+    let mut setup = scripted(3, 1, false);
+    setup.finish_after_window = false;
+    setup.min_ready_ms = 25_000;
+    setup.soaking = vec![5];
+    let mut model = Model::new(&setup);
+    let no_drain = DrainEnds {
+        replica: 0,
+        node: 0,
+        ok: false,
+    };
+    let steps = vec![
+        Round(1),
+        DeleteLedger,
+        Round(0),
+        Round(0),
+        no_drain.clone(),
+        no_drain.clone(),
+        Round(0),
+        SyncLedger(2),
+        Gate(false),
+        no_drain.clone(),
+        Round(0),
+        Round(0),
+        no_drain.clone(),
+        SyncLedger(0),
+        Round(0),
+        Gate(false),
+        Round(0),
+        no_drain.clone(),
+        Round(0),
+        no_drain,
+        Round(0),
+        Round(0),
+        Round(0),
+        Gate(false),
+        Round(0),
+        Round(1),
+        Request(5),
+        SyncNode {
+            replica: 1,
+            node: 5,
+        },
+        OptOut(5, Some("true")),
+        Round(1),
+    ];
+    for step in &steps {
+        model.apply(step);
+    }
+    model.settle();
 }

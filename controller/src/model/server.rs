@@ -549,6 +549,9 @@ impl Server {
         let mut slots = BTreeMap::new();
         for &i in soaking.iter().take(budget) {
             let grant = common::ledger::grant_id(LEDGER, &format!("g-soak-{i}"));
+            // The node carried it through the reboot it has completed: a slot of it that a
+            // recreated ledger brings back is that grant, not a new one.
+            self.ever_carried.insert(grant.clone());
             if let Some(node) = self.node_mut(i) {
                 node["metadata"]["annotations"]["reboot-last-grant"] = grant.clone().into();
             }

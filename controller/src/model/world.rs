@@ -193,12 +193,15 @@ pub fn setup() -> impl Strategy<Value = Setup> {
             Just(MaxUnavailable::Count(2))
         ],
     );
+    // A give-up past the reboot timeout (30 s here), in the reach of a case's steps.
+    let give_up_after =
+        proptest::option::weighted(0.3, prop_oneof![Just(30_000u64), Just(60_000u64)]);
     (
         1..=3usize,
         budget,
         proptest::bool::weighted(0.7),
         proptest::bool::weighted(0.5),
-        (zone_budget, concurrency),
+        (zone_budget, concurrency, give_up_after),
         prop_oneof![Just(0u64), Just(25_000u64)],
         (delay(), delay()),
         proptest::collection::vec(0..NODES, 0..3),
@@ -211,7 +214,7 @@ pub fn setup() -> impl Strategy<Value = Setup> {
                 max_unavailable,
                 drain_enabled,
                 finish_after_window,
-                (zone_budget, concurrency),
+                (zone_budget, concurrency, give_up_after_ms),
                 min_ready_ms,
                 (drain_delay_ms, reboot_delay_ms),
                 soaking,
@@ -224,6 +227,7 @@ pub fn setup() -> impl Strategy<Value = Setup> {
                 finish_after_window,
                 zone_budget,
                 concurrency,
+                give_up_after_ms,
                 min_ready_ms,
                 drain_delay_ms,
                 reboot_delay_ms,

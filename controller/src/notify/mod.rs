@@ -34,6 +34,8 @@ pub enum Kind {
     RolloutStopped,
     /// No node waits for or holds a slot any more.
     RolloutFinished,
+    /// A node that had not completed within `--give-up-after` was given up.
+    NodeGivenUp,
 }
 
 impl Kind {
@@ -45,6 +47,7 @@ impl Kind {
             Self::NodeBack => "node_back",
             Self::RolloutStopped => "rollout_stopped",
             Self::RolloutFinished => "rollout_finished",
+            Self::NodeGivenUp => "node_given_up",
         }
     }
 }

@@ -257,6 +257,9 @@ impl Shell {
             clock: self.wall_ms(),
             reboot_timeout: u64::try_from(self.schedule.reboot_timeout.as_millis())
                 .unwrap_or(u64::MAX),
+            give_up_after: self.schedule.give_up_after.map_or(u64::MAX, |d| {
+                u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+            }),
             delays: self.schedule.delays(),
             blocked: &blocked,
             preflight: &preflight.held,

@@ -182,6 +182,7 @@ impl Shell {
                 tracing::info!(node = %name, "waiting taint removed: the node waits for nothing here");
             }
             NodeAction::Abandon { .. } => self.abandoned(node, name),
+            NodeAction::GiveUp { .. } => self.gave_up(node, name),
             NodeAction::ForgetAbandon { .. } => {
                 tracing::info!(node = %name, "given up: slot released, reboot-abandon removed");
             }
@@ -248,6 +249,31 @@ impl Shell {
     }
 
     /// A node given up by an administrator, its protocol cleared: who, why, and what is left.
+    /// `--give-up-after` passed: the request to give the node up is written; the next round
+    /// carries it out as an administrator's (the `RebootAbandoned` Event follows).
+    fn gave_up(&mut self, node: &Node, name: &str) {
+        let after = self
+            .schedule
+            .give_up_after
+            .map(crate::drain::humantime)
+            .unwrap_or_default();
+        let note = format!(
+            "not completed within --give-up-after {after} of being told to reboot: given up, as \
+             kubectl reboot abandon does; its slot will be released and the rollout goes on. \
+             Look at the machine: it may not have come back"
+        );
+        tracing::warn!(node = %name, "{note}");
+        self.metrics.reboots_given_up.inc();
+        self.events.publish(node, Reason::GaveUp, note);
+        let message = format!("Node {name} given up: not completed within --give-up-after {after}");
+        self.notify_rollout(
+            crate::notify::Kind::NodeGivenUp,
+            Some(name),
+            message,
+            serde_json::json!({ "giveUpAfter": after }),
+        );
+    }
+
     fn abandoned(&mut self, node: &Node, name: &str) {
         let facts = NodeFacts::from_node(node);
         let state = facts.protocol(&self.keys);
@@ -376,6 +402,10 @@ impl Shell {
                         n.spec.as_ref().and_then(|s| s.unschedulable) == Some(true)
                     });
                     let given_up = now.protocol(&self.keys).abandon.is_some();
+                    let decided = decided_on.get(name.as_str());
+                    if decided.is_none_or(|d| d.metadata.resource_version != now.resource_version) {
+                        plan::drop_new_grant_to(decision, &name);
+                    }
                     self.overlay.record_read(node);
                     match reason {
                         ReleaseReason::Abandoned => given_up,

@@ -184,3 +184,56 @@ fn another_ledgers_node_is_left_to_its_controller() {
     );
     assert_eq!(d.foreign, ["a"]);
 }
+
+/// `--give-up-after` (kured's `lockTtl`): a node told to reboot at 1000 that has not completed
+/// by 1000 + the give-up time is given up by the controller, with the same request an
+/// administrator writes; the round after carries it out as an administrator's. Never before
+/// the time, never over a `reboot-abandon` already there (even one that says no), and never
+/// once the reboot is proven.
+#[test]
+fn a_node_not_completed_within_give_up_after_is_given_up_as_an_administrator_would() {
+    let mut a = lost_and_given_up();
+    a["metadata"]["annotations"]
+        .as_object_mut()
+        .expect("annotations")
+        .remove("reboot-abandon");
+    let nodes = told_to_reboot(&a);
+    let ledger = ledger_of(&["a"]);
+    let at = |clock: u64, nodes: &[NodeView]| -> (Decision, Option<u64>) {
+        let round = Round {
+            budget: 3,
+            clock,
+            reboot_timeout: 600,
+            give_up_after: 2_000,
+            ..base_round(nodes, &ledger)
+        };
+        (round.decide(), round.next_look())
+    };
+    let give_up = NodeAction::GiveUp { node: "a".into() };
+    assert!(!at(2_999, &nodes).0.node_actions.contains(&give_up));
+    assert_eq!(at(2_000, &nodes).1, Some(1_000), "it wakes for it");
+    assert_eq!(
+        at(3_000, &nodes).0.node_actions,
+        std::slice::from_ref(&give_up)
+    );
+    // The write is the administrator's request, from the controller.
+    write(&mut a, &give_up);
+    let written = a["metadata"]["annotations"]["reboot-abandon"]
+        .as_str()
+        .expect("reboot-abandon");
+    assert_eq!(
+        common::abandon::Abandon::read(written).by,
+        common::events::CONTROLLER
+    );
+    let mut nodes = told_to_reboot(&a);
+    nodes[0].approved_at = Some(1000);
+    assert_eq!(
+        at(3_000, &nodes).0.node_actions,
+        [NodeAction::Abandon { node: "a".into() }]
+    );
+    // An administrator's "no" stays theirs.
+    let mut declined = lost_and_given_up();
+    annotate(&mut declined, "reboot-abandon", "false");
+    let nodes = told_to_reboot(&declined);
+    assert!(!at(3_000, &nodes).0.node_actions.contains(&give_up));
+}

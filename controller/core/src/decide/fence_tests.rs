@@ -112,6 +112,7 @@ fn steps(d: &Decision) -> Vec<&'static str> {
             NodeAction::Taint(_) => "Taint",
             NodeAction::Untaint(_) => "Untaint",
             NodeAction::Abandon { .. } => "Abandon",
+            NodeAction::GiveUp { .. } => "GiveUp",
             NodeAction::ForgetAbandon { .. } => "ForgetAbandon",
         })
         .collect()

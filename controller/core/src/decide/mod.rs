@@ -195,6 +195,9 @@ pub enum NodeAction {
     /// An administrator gives the node up: clear its protocol, uncordon what we cordoned.
     /// Its slot is released once the node no longer carries the grant.
     Abandon { node: String },
+    /// `--give-up-after` passed since the node was told to reboot, and it has not completed:
+    /// write the request to give it up (`reboot-abandon`), which `Abandon` then carries out.
+    GiveUp { node: String },
     /// The given-up node holds no slot of ours and nothing of the protocol any more: remove
     /// `reboot-abandon`.
     ForgetAbandon { node: String },
@@ -214,6 +217,7 @@ impl NodeAction {
             | Self::Untaint(node)
             | Self::WarnInvalidRequest { node, .. }
             | Self::Abandon { node }
+            | Self::GiveUp { node }
             | Self::ForgetAbandon { node } => node,
         }
     }
@@ -331,6 +335,9 @@ pub struct Round<'a> {
     pub clock: u64,
     /// `--reboot-timeout` in milliseconds.
     pub reboot_timeout: u64,
+    /// `--give-up-after` in milliseconds (`u64::MAX`: never): a node told to reboot that has
+    /// not completed within it is given up, as `kubectl reboot abandon` does.
+    pub give_up_after: u64,
     /// `--drain-delay` and `--reboot-delay`.
     pub delays: Delays,
 }
@@ -443,6 +450,7 @@ impl<'a> Round<'a> {
             _ if view.state.abandon.is_some() && view.state.anything_to_abandon() => {
                 decision.act(NodeAction::Abandon { node })
             }
+            _ if self.gives_up(view) => decision.act(NodeAction::GiveUp { node }),
             Some(_) => self.claimed(view, grant, decision),
             None if view.state.reboot_under_way() => self.claimed(view, grant, decision),
             None => self.unclaimed(view, slot, decision),
@@ -495,6 +503,20 @@ impl<'a> Round<'a> {
             && view
                 .approved_at
                 .is_some_and(|at| self.clock >= at.saturating_add(self.reboot_timeout))
+    }
+
+    /// Whether `--give-up-after` has passed since the node was told to reboot, without the
+    /// reboot proven. Never over a `reboot-abandon` already there, even one that says no: that
+    /// value is the administrator's.
+    fn gives_up(&self, view: &NodeView) -> bool {
+        view.state.abandon.is_none()
+            && view.state.abandon_declined.is_none()
+            && view.state.phase != Phase::Idle
+            && !view.facts.reboot_proven(&view.state.phase)
+            && view
+                .approved_at
+                .and_then(|at| at.checked_add(self.give_up_after))
+                .is_some_and(|end| self.clock >= end)
     }
 
     /// A claimed node whose request stands: cordoned, drained, promoted.

@@ -106,6 +106,7 @@ pub(crate) fn base_round<'a>(nodes: &'a [NodeView], ledger: &'a Ledger) -> Round
         min_ready: 0,
         clock: 0,
         reboot_timeout: u64::MAX,
+        give_up_after: u64::MAX,
         delays: Delays::default(),
         blocked: &NO_NODES,
         preflight: &NO_PREFLIGHT,

@@ -361,6 +361,7 @@ impl<'a> Simulation<'a> {
             min_ready: 0,
             clock: now,
             reboot_timeout: u64::MAX,
+            give_up_after: u64::MAX,
             // A drain or reboot delay is part of a reboot's length here.
             delays: Default::default(),
             // Pre-flight holds are the controller's to see: a plan cannot tell them ahead.

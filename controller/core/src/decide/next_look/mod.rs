@@ -27,6 +27,7 @@ impl Round<'_> {
                     self.soak_ends(view),
                     self.retry_due(view, &slots),
                     self.reboot_overdue(view),
+                    self.give_up_due(view),
                     self.delay_over(view),
                 ]
             })
@@ -68,6 +69,14 @@ impl Round<'_> {
     fn reboot_overdue(&self, view: &NodeView) -> Option<u64> {
         let at = view.approved_at?.saturating_add(self.reboot_timeout);
         let turns = at > self.clock && Round { clock: at, ..*self }.overdue(view);
+        turns.then(|| at - self.clock)
+    }
+
+    /// A node told to reboot and not completed: it is given up once `--give-up-after` is over.
+    fn give_up_due(&self, view: &NodeView) -> Option<u64> {
+        // Off (`u64::MAX`): no end.
+        let at = view.approved_at?.checked_add(self.give_up_after)?;
+        let turns = at > self.clock && Round { clock: at, ..*self }.gives_up(view);
         turns.then(|| at - self.clock)
     }
 }

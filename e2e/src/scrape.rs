@@ -80,6 +80,24 @@ pub fn metric(text: &str, series: &str) -> Option<f64> {
     })
 }
 
+/// The controller's count of evictions the API server refused with 429 (a PodDisruptionBudget).
+pub const REFUSED_EVICTIONS: &str =
+    r#"node_reboot_api_errors_total{resource="eviction",kind="too_many_requests"}"#;
+
+/// Waits until the controller serving metrics at `address` has had an eviction refused
+/// (`what` says which), checking `budget` meanwhile.
+pub async fn wait_for_a_refused_eviction(
+    address: SocketAddr,
+    what: &str,
+    timeout: Duration,
+    budget: Option<&crate::BudgetWatch>,
+) {
+    crate::wait_until(what, timeout, budget, || async {
+        metric(&scrape(address).await, REFUSED_EVICTIONS).is_some_and(|n| n >= 1.0)
+    })
+    .await;
+}
+
 /// One series of the first controller of `sb`, scraped now; `None` when the series is not
 /// there. Panics when the controller serves no metrics: a test that reads them needs them.
 pub async fn controller_metric(sb: &nodesim::sandbox::Sandbox, series: &str) -> Option<f64> {

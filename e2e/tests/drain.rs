@@ -451,17 +451,8 @@ async fn an_eviction_a_budget_refused_is_tried_again_as_soon_as_the_budget_frees
     .await;
     let watch = BudgetWatch::start(sb.client.clone(), 1).await;
     request_reboot(&sb.control_plane, "sim-1");
-    let refused = r#"node_reboot_api_errors_total{resource="eviction",kind="too_many_requests"}"#;
-    wait_until(
-        "the Eviction API refused the second pod of sim-1",
-        ROLLOUT,
-        Some(&watch),
-        || async {
-            let metrics = e2e::scrape::scrape(address).await;
-            e2e::scrape::metric(&metrics, refused).is_some_and(|n| n >= 1.0)
-        },
-    )
-    .await;
+    let what = "the Eviction API refused the second pod of sim-1";
+    e2e::scrape::wait_for_a_refused_eviction(address, what, ROLLOUT, Some(&watch)).await;
     assert_eq!(sb.fleet.reboots("sim-1"), 0, "rebooted with a pod on it");
     apply(&sb.control_plane, &freed_pod("d", "sim-2"));
     wait_until(
@@ -479,7 +470,7 @@ async fn an_eviction_a_budget_refused_is_tried_again_as_soon_as_the_budget_frees
     assert!(on_sim_1.is_empty(), "both pods were evicted: {on_sim_1:?}");
     let metrics = e2e::scrape::scrape(address).await;
     assert_eq!(
-        e2e::scrape::metric(&metrics, refused),
+        e2e::scrape::metric(&metrics, e2e::scrape::REFUSED_EVICTIONS),
         Some(1.0),
         "one refusal, then the eviction the budget allowed: {metrics}"
     );

@@ -517,7 +517,7 @@ async fn kubectl_tells_each_nodes_story_in_order_and_a_blocked_drain_is_a_warnin
         "node_reboot_drain_timeouts_total",
         "node_reboot_reboots_failed_total{reason=\"drain_timeout\"}",
         "node_reboot_drain_duration_seconds_count{outcome=\"timed_out\"}",
-        "node_reboot_api_errors_total{resource=\"eviction\",kind=\"too_many_requests\"}",
+        e2e::scrape::REFUSED_EVICTIONS,
     ] {
         assert!(
             metric(&text, series).unwrap_or(0.0) >= 1.0,

@@ -414,17 +414,8 @@ async fn a_budget_check_its_role_cannot_list_warns_and_lets_the_node_go_with_the
     );
     // The node goes without the check; its drain asks the Eviction API, which refuses
     // `precious` while its budget allows no disruption: the node is not rebooted.
-    let refused = r#"node_reboot_api_errors_total{resource="eviction",kind="too_many_requests"}"#;
-    wait_until(
-        "the Eviction API refused precious",
-        ROLLOUT,
-        Some(&watch),
-        || async {
-            let metrics = e2e::scrape::scrape(address).await;
-            e2e::scrape::metric(&metrics, refused).is_some_and(|n| n >= 1.0)
-        },
-    )
-    .await;
+    let what = "the Eviction API refused precious";
+    e2e::scrape::wait_for_a_refused_eviction(address, what, ROLLOUT, Some(&watch)).await;
     assert_eq!(sb.fleet.reboots("sim-1"), 0, "rebooted with precious on it");
     let pods: Api<Pod> = Api::namespaced(sb.client.clone(), "default");
     assert!(pods.get_opt("precious").await.expect("get").is_some());

@@ -971,10 +971,7 @@ mod tests {
         }
     }
 
-    fn facts_of(obj: &Value) -> NodeFacts {
-        let node: k8s_openapi::api::core::v1::Node = serde_json::from_value(obj.clone()).unwrap();
-        NodeFacts::from_node(&node)
-    }
+    use crate::test_util::facts_of_json as facts_of;
 
     /// Applies `patch(facts of obj)` to `obj`, bumping its resourceVersion as the API would.
     fn step(obj: &mut Value, patch: impl Fn(&NodeFacts) -> Option<Patch>) {

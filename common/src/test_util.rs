@@ -159,6 +159,13 @@ impl NodeBuilder {
     }
 }
 
+/// The facts of a Node written as JSON, as the programs read them from the API.
+pub fn facts_of_json(obj: &Value) -> crate::NodeFacts {
+    let node: k8s_openapi::api::core::v1::Node =
+        serde_json::from_value(obj.clone()).expect("the JSON of a Node");
+    crate::NodeFacts::from_node(&node)
+}
+
 /// Applies a JSON Patch to `doc` as the Kubernetes API server does (with evanphx/json-patch):
 /// all of it or nothing, and a `test` of `null` passes where the key is absent (its parent
 /// object must exist), which is how a write tests that a label is not there yet. RFC 6902, and

@@ -328,9 +328,7 @@ mod tests {
             .facts()
     }
 
-    fn apply(object: &mut Value, patch: &Patch) -> Result<(), json_patch::PatchError> {
-        json_patch::patch(object, patch)
-    }
+    use common::test_util::apply_patch as apply;
 
     #[test]
     fn a_request_adds_reboot_needed_and_keeps_other_annotations() {

@@ -7,7 +7,7 @@
 use super::{LEDGER, NODES, POOL, ZONE, checks};
 use crate::gates::alert_watch::{AlertGate, AlertReading};
 use common::{
-    AnnotationKeys, MaxUnavailable, NodeFacts,
+    AnnotationKeys, MaxUnavailable,
     ledger::{PAUSED_ANNOTATION, SLOTS_ANNOTATION, Slot, slots_json, slots_of},
 };
 use controller_core::window::Windows;
@@ -143,9 +143,7 @@ pub fn annotation(obj: &Value, key: &str) -> Option<String> {
         .map(str::to_owned)
 }
 
-pub fn facts(obj: &Value) -> NodeFacts {
-    NodeFacts::from_node(&node_of(obj))
-}
+pub use common::test_util::facts_of_json as facts;
 
 pub fn node_of(obj: &Value) -> Node {
     serde_json::from_value(obj.clone()).expect("a model node is a Node")

@@ -5,7 +5,6 @@ use super::*;
 use crate::ledger::Slot;
 use common::test_util::NodeBuilder;
 use common::{AnnotationKeys, NodeFacts};
-use k8s_openapi::api::core::v1::Node;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -16,10 +15,7 @@ pub(super) fn node_json(name: &str, ready: bool) -> Value {
         .json()
 }
 
-pub(super) fn facts(obj: &Value) -> NodeFacts {
-    let node: Node = serde_json::from_value(obj.clone()).unwrap();
-    NodeFacts::from_node(&node)
-}
+pub(super) use common::test_util::facts_of_json as facts;
 
 pub(super) fn view(obj: &Value) -> NodeView {
     view_of(facts(obj))

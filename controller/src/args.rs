@@ -172,7 +172,8 @@ pub struct Args {
     pub reboot_timeout: Duration,
 
     /// Off by default: a node told to reboot that has not completed within this long (such as
-    /// `2h`) is given up as `kubectl reboot abandon` does (kured's `--lock-ttl`): its protocol
+    /// `2h`) and is NotReady is given up as `kubectl reboot abandon` does (kured's
+    /// `--lock-ttl`); a Ready one keeps its slot, since it may still go down: its protocol
     /// is cleared, the operator's cordon removed and its slot released, with a `GaveUp`
     /// Warning, a notification and `node_reboot_reboots_given_up_total`; the rollout goes on.
     /// A given-up node that is NotReady still counts against --max-unavailable. At least

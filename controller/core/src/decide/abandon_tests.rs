@@ -231,6 +231,16 @@ fn a_node_not_completed_within_give_up_after_is_given_up_as_an_administrator_wou
         at(3_000, &nodes).0.node_actions,
         [NodeAction::Abandon { node: "a".into() }]
     );
+    // A Ready node is not given up: its slot would go to another node while it may still go
+    // down.
+    let mut ready = a.clone();
+    ready["status"]["conditions"] = serde_json::json!([{"type": "Ready", "status": "True"}]);
+    ready["metadata"]["annotations"]
+        .as_object_mut()
+        .expect("annotations")
+        .remove("reboot-abandon");
+    let nodes = told_to_reboot(&ready);
+    assert!(!at(3_000, &nodes).0.node_actions.contains(&give_up));
     // An administrator's "no" stays theirs.
     let mut declined = lost_and_given_up();
     annotate(&mut declined, "reboot-abandon", "false");

@@ -507,9 +507,12 @@ impl<'a> Round<'a> {
 
     /// Whether `--give-up-after` has passed since the node was told to reboot, without the
     /// reboot proven. Never over a `reboot-abandon` already there, even one that says no: that
-    /// value is the administrator's.
+    /// value is the administrator's. Only a node that is NotReady: it goes on counting against
+    /// the budget once its slot is released, while a Ready one whose agent has taken, or may
+    /// still take, the go-ahead could go down after its slot went to another node.
     fn gives_up(&self, view: &NodeView) -> bool {
-        view.state.abandon.is_none()
+        view.facts.readiness != common::Readiness::Ready
+            && view.state.abandon.is_none()
             && view.state.abandon_declined.is_none()
             && view.state.phase != Phase::Idle
             && !view.facts.reboot_proven(&view.state.phase)

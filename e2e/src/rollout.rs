@@ -135,3 +135,22 @@ pub fn annotate_ledger(cp: &testenv::ControlPlane, annotation: &str) {
         ],
     );
 }
+
+/// `name`, whose next reboot was swallowed (`swallow_next_reboot`, before its request), once
+/// its agent has started that reboot: the agent stops and the node goes NotReady, as a machine
+/// that never comes back.
+pub async fn never_comes_back(sb: &Sandbox, name: &str, watch: &BudgetWatch) {
+    wait_until(
+        &format!("{name} is rebooting"),
+        Duration::from_secs(120),
+        Some(watch),
+        || async {
+            common::NodeFacts::from_node(&node(&sb.client, name).await)
+                .annotations
+                .contains_key("reboot-in-progress")
+        },
+    )
+    .await;
+    sb.fleet.pause_agent(name).await;
+    sb.fleet.set_ready(name, false).await;
+}

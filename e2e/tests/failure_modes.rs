@@ -558,14 +558,7 @@ async fn a_node_that_never_comes_back_is_given_up_after_give_up_after_and_the_ro
     let watch = BudgetWatch::start(client.clone(), 2).await;
     sb.fleet.swallow_next_reboot("sim-1");
     request_reboot(&sb.control_plane, "sim-1");
-    wait_until("sim-1 is rebooting", PATIENCE, Some(&watch), || async {
-        common::NodeFacts::from_node(&node(&client, "sim-1").await)
-            .annotations
-            .contains_key("reboot-in-progress")
-    })
-    .await;
-    sb.fleet.pause_agent("sim-1").await;
-    sb.fleet.set_ready("sim-1", false).await;
+    e2e::rollout::never_comes_back(&sb, "sim-1", &watch).await;
     wait_until(
         "the controller gives sim-1 up",
         PATIENCE,

@@ -461,15 +461,7 @@ async fn a_node_that_never_comes_back_is_abandoned_with_the_plugin_and_the_rollo
     // sim-1 is told to reboot and never comes back.
     sb.fleet.swallow_next_reboot("sim-1");
     admin.ok(&["reboot", "request", "sim-1"]);
-    wait_until("sim-1 is rebooting", PATIENCE, Some(&watch), || async {
-        let n = e2e::node(&client, "sim-1").await;
-        common::NodeFacts::from_node(&n)
-            .annotations
-            .contains_key("reboot-in-progress")
-    })
-    .await;
-    sb.fleet.pause_agent("sim-1").await;
-    sb.fleet.set_ready("sim-1", false).await;
+    e2e::rollout::never_comes_back(&sb, "sim-1", &watch).await;
     admin.ok(&["reboot", "request", "sim-2", "sim-3"]);
     wait_until(
         "sim-1 is overdue and holds the pool",

@@ -182,10 +182,12 @@ pub struct Args {
     pub give_up_after: Option<Duration>,
 
     /// When new reboots may start, in the window's time zone: `DAYS HH:MM-HH:MM [ZONE]`,
-    /// such as `Mon-Fri 22:00-06:00 Europe/Berlin` (an end before the start ends the next
-    /// day; ZONE is an IANA zone, default UTC). Repeat the flag, or separate windows with `;`
-    /// in REBOOT_WINDOW, for several: their union. Default: always. Reboots already granted
-    /// finish after a window closes (see --finish-after-window).
+    /// such as `Mon-Fri 22:00-06:00 Europe/Berlin` (DAYS as `Mon`, `mo` or `Monday`, ranges
+    /// and lists; an end before the start ends the next day; ZONE is an IANA zone, default
+    /// UTC), or `CRON DURATION [ZONE]`, such as `0 22 * * 1-5 8h Europe/Berlin`. Repeat the
+    /// flag, or separate windows with `;` in REBOOT_WINDOW, for several: their union.
+    /// Default: always. A closed window stops new grants; see --finish-after-window for a node
+    /// granted before it closed.
     #[arg(long = "reboot-window", env = "REBOOT_WINDOW", value_name = "WINDOW",
           value_delimiter = ';', value_parser = parse_window)]
     pub reboot_windows: Vec<Window>,

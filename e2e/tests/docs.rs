@@ -236,6 +236,19 @@ fn runbooks() -> String {
     out
 }
 
+/// The Operating page's table: each alert with its summary, linked to its runbook.
+fn alerts_table() -> String {
+    let mut out = String::from("| alert | what it means |\n|---|---|\n");
+    for (name, summary, _) in alerts() {
+        out.push_str(&format!(
+            "| [`{name}`](operations.md#{}) | {} |\n",
+            name.to_lowercase(),
+            cell(&summary)
+        ));
+    }
+    out
+}
+
 // ---------------------------------------------------------------------------------------
 // The generated parts of the pages.
 
@@ -304,6 +317,7 @@ fn the_generated_parts_of_the_docs_say_what_the_programs_the_chart_and_the_rules
             ],
         ),
         ("docs/src/operations.md", vec![("runbooks", runbooks())]),
+        ("docs/src/operating.md", vec![("alerts", alerts_table())]),
     ];
     let mut stale = Vec::new();
     for (page, parts) in pages {

@@ -1,5 +1,5 @@
 //! A plain HTTP GET for what the programs read from other servers (Prometheus, Alertmanager,
-//! the controller's `/metrics`), and a POST for what the controller tells them (notification
+//! the controller's `/metrics`), and a POST or any request for what the controller tells them (notification
 //! webhooks): http or https with the system's CAs (`SSL_CERT_FILE` names a bundle), HTTP/1.1.
 //! The caller bounds each with its own timeout and words its own errors.
 
@@ -53,7 +53,9 @@ pub async fn post(
     send(client, request).await
 }
 
-async fn send(
+/// Sends `request` as it is (any method, its own headers): the status and body of the answer,
+/// or what went wrong (with the error's causes).
+pub async fn send(
     client: &HttpClient,
     request: hyper::Request<Full<Bytes>>,
 ) -> Result<(StatusCode, Bytes), String> {

@@ -6,16 +6,17 @@
 
 mod rollout;
 mod send;
+pub mod service;
 pub mod target;
 pub mod template;
 
 pub use rollout::Rollout;
-pub use target::{Format, Target};
+pub use target::Target;
 
 use crate::metrics::Metrics;
-use bytes::Bytes;
 use k8s_openapi::jiff::Timestamp;
 use serde_json::{Value, json};
+use service::Request;
 use std::{sync::Arc, time::Duration};
 use tokio::sync::mpsc;
 
@@ -74,24 +75,27 @@ pub struct Notice {
 }
 
 impl Notice {
-    /// The body `format` wants, as JSON.
-    pub fn body(&self, format: Format) -> Value {
-        match format {
-            Format::Json => json!({
-                "kind": self.kind.as_str(),
-                "node": self.node,
-                "pool": self.pool,
-                "message": self.message,
-                "time": self.time.to_string(),
-                "details": self.details,
-            }),
-            Format::Slack => json!({ "text": self.message }),
-            Format::Teams => json!({
-                "@type": "MessageCard",
-                "@context": "http://schema.org/extensions",
-                "summary": self.message,
-                "text": self.message,
-            }),
+    /// The notice as JSON, as webhooks get it: kind, node, pool, message, time, details.
+    pub fn json(&self) -> Value {
+        json!({
+            "kind": self.kind.as_str(),
+            "node": self.node,
+            "pool": self.pool,
+            "message": self.message,
+            "time": self.time.to_string(),
+            "details": self.details,
+        })
+    }
+
+    /// A notice that says nothing: what a service's URL is read from.
+    pub fn blank() -> Self {
+        Self {
+            kind: Kind::RolloutStarted,
+            node: None,
+            pool: String::new(),
+            message: String::new(),
+            time: Timestamp::UNIX_EPOCH,
+            details: Value::Null,
         }
     }
 }
@@ -108,7 +112,7 @@ pub struct Notifier {
 
 #[derive(Debug)]
 struct Inner {
-    queues: Vec<(Format, mpsc::Sender<Bytes>)>,
+    queues: Vec<(Target, mpsc::Sender<Vec<Request>>)>,
     templates: Templates,
     metrics: Metrics,
 }
@@ -137,7 +141,7 @@ impl Notifier {
             .map(|target| {
                 let (tx, rx) = mpsc::channel(capacity);
                 send::spawn(client.clone(), target.clone(), rx, timeout, metrics.clone());
-                (target.format, tx)
+                (target.clone(), tx)
             })
             .collect();
         Self {
@@ -197,9 +201,8 @@ impl Notifier {
             return;
         };
         tracing::info!(kind = notice.kind.as_str(), node = ?notice.node, "notify: {}", notice.message);
-        for (format, queue) in &inner.queues {
-            let body = Bytes::from(notice.body(*format).to_string());
-            if let Err(error) = queue.try_send(body) {
+        for (target, queue) in &inner.queues {
+            if let Err(error) = queue.try_send(target.requests(notice)) {
                 let reason = match error {
                     mpsc::error::TrySendError::Full(_) => "queue_full",
                     mpsc::error::TrySendError::Closed(_) => "sender_stopped",
@@ -228,9 +231,9 @@ mod tests {
     }
 
     #[test]
-    fn each_webhook_gets_the_body_it_reads() {
+    fn a_webhook_gets_the_notice_as_json() {
         assert_eq!(
-            notice().body(Format::Json),
+            notice().json(),
             json!({
                 "kind": "node_back",
                 "node": "n1",
@@ -240,13 +243,6 @@ mod tests {
                 "details": {"boot_id": "b2"},
             })
         );
-        assert_eq!(
-            notice().body(Format::Slack),
-            json!({"text": "Node n1 rebooted and uncordoned"})
-        );
-        let card = notice().body(Format::Teams);
-        assert_eq!(card["@type"], "MessageCard");
-        assert_eq!(card["text"], "Node n1 rebooted and uncordoned");
     }
 
     #[tokio::test]

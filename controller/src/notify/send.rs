@@ -1,13 +1,14 @@
-//! One webhook's sender: takes its queue in order and POSTs each notification, each attempt
+//! One service's sender: takes its queue in order and sends each notification's requests, each attempt
 //! bounded by `--notify-timeout`, retried with backoff when the webhook may answer later
 //! (no answer, a connection error, 429 or 5xx). What it could not deliver is counted and
 //! logged with the webhook's URL redacted.
 
 use super::Target;
+use super::service::Request;
 use crate::metrics::Metrics;
 use backon::{ExponentialBuilder, Retryable};
-use bytes::Bytes;
-use observability::http_get::{HttpClient, post};
+use http_body_util::Full;
+use observability::http_get::{HttpClient, send};
 use std::time::Duration;
 use tokio::sync::mpsc;
 
@@ -26,42 +27,69 @@ struct Failure {
 pub(super) fn spawn(
     client: HttpClient,
     target: Target,
-    mut queue: mpsc::Receiver<Bytes>,
+    mut queue: mpsc::Receiver<Vec<Request>>,
     timeout: Duration,
     metrics: Metrics,
 ) {
     tokio::spawn(async move {
-        while let Some(body) = queue.recv().await {
-            let attempt = || post_once(&client, &target, body.clone(), timeout);
-            let backoff = ExponentialBuilder::new()
-                .with_min_delay(FIRST_RETRY)
-                .with_max_times(RETRIES)
-                .with_jitter();
-            let sent = attempt
-                .retry(backoff)
-                .when(|failure| failure.retry)
-                .notify(|failure, delay| {
-                    tracing::debug!(webhook = %target, why = %failure.why, ?delay, "notification not delivered; retrying");
-                })
-                .await;
-            match sent {
-                Ok(()) => metrics.notification("sent"),
-                Err(failure) => {
-                    metrics.notification("failed");
-                    tracing::warn!(webhook = %target, why = %failure.why, "notification not delivered");
-                }
+        while let Some(requests) = queue.recv().await {
+            for request in requests {
+                send_with_retries(&client, &target, &request, timeout, &metrics).await;
             }
         }
     });
 }
 
-async fn post_once(
+/// Sends `request`, retried while the service may answer later; counts and logs how it ended.
+async fn send_with_retries(
     client: &HttpClient,
     target: &Target,
-    body: Bytes,
+    request: &Request,
+    timeout: Duration,
+    metrics: &Metrics,
+) {
+    let attempt = || send_once(client, target, request, timeout);
+    let backoff = ExponentialBuilder::new()
+        .with_min_delay(FIRST_RETRY)
+        .with_max_times(RETRIES)
+        .with_jitter();
+    let sent = attempt
+        .retry(backoff)
+        .when(|failure| failure.retry)
+        .notify(|failure, delay| {
+            tracing::debug!(webhook = %target, why = %failure.why, ?delay, "notification not delivered; retrying");
+        })
+        .await;
+    match sent {
+        Ok(()) => metrics.notification("sent"),
+        Err(failure) => {
+            metrics.notification("failed");
+            tracing::warn!(webhook = %target, why = %failure.why, "notification not delivered");
+        }
+    }
+}
+
+async fn send_once(
+    client: &HttpClient,
+    target: &Target,
+    request: &Request,
     timeout: Duration,
 ) -> Result<(), Failure> {
-    let sent = tokio::time::timeout(timeout, post(client, &target.url, "application/json", body));
+    let built = request
+        .headers
+        .iter()
+        .fold(
+            http::Request::builder()
+                .method(request.method.clone())
+                .uri(&request.url),
+            |built, (name, value)| built.header(name, value),
+        )
+        .body(Full::new(request.body.clone()))
+        .map_err(|e| Failure {
+            why: target.hide_secrets(&format!("not a request: {e}")),
+            retry: false,
+        })?;
+    let sent = tokio::time::timeout(timeout, send(client, built));
     match sent.await {
         Err(_) => Err(Failure {
             why: format!("no answer within --notify-timeout {timeout:?}"),
@@ -133,14 +161,10 @@ mod tests {
             "{base}/hooks/T0KEN-in-the-path%2Fencoded?token=S3CRET-query&user=bob"
         ))
         .expect("a valid URL");
-        let failure = post_once(
-            &http_client(),
-            &target,
-            Bytes::from_static(b"{}"),
-            Duration::from_secs(10),
-        )
-        .await
-        .expect_err("the webhook answers 404");
+        let request = target.requests(&crate::notify::Notice::blank()).remove(0);
+        let failure = send_once(&http_client(), &target, &request, Duration::from_secs(10))
+            .await
+            .expect_err("the webhook answers 404");
         assert!(!failure.retry, "a 404 is not retried: {failure:?}");
         assert!(failure.why.starts_with("HTTP 404"), "{}", failure.why);
         assert!(

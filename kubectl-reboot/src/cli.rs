@@ -10,7 +10,8 @@ use std::time::Duration;
 
 /// The node-reboot-operator from kubectl: what every node of the pool is doing and why
 /// (`status`), the whole rollout planned wave by wave (`plan`), and the administrator's
-/// requests (`request`, `cancel`, `abandon`, `pause`, `resume`).
+/// requests (`request`, `cancel`, `abandon`, `pause`, `resume`); and `migrate-from-kured`,
+/// a running kured's settings as this operator's chart values.
 /// It reads only what the operator already writes: the nodes' annotations, the slot ledger
 /// Lease, the Events, and the controller's metrics if reachable.
 #[derive(Debug, Parser)]
@@ -74,6 +75,73 @@ pub enum Command {
     Pause,
     /// Resumes the pool (removes `reboot-paused` from the ledger Lease).
     Resume,
+    /// Reads the running kured DaemonSet (found by its image in any namespace, or named with
+    /// `--kured-namespace` and `--kured-name`), its container's args and `KURED_*`
+    /// environment, and prints this operator's chart values with every kured setting
+    /// translated (`> values.yaml`); what cannot be translated is listed at the top, and on
+    /// standard error, with why and what to do instead. With `--cleanup`, run once kured is
+    /// removed, takes off the nodes what kured's configuration put there (the line it
+    /// printed gives the flags): its PreferNoSchedule taint, its pre- and post-reboot labels,
+    /// its annotations; nothing else. Needs to read DaemonSets (and to patch nodes for
+    /// `--cleanup`).
+    MigrateFromKured(MigrateArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct MigrateArgs {
+    /// kured's namespace (default: every namespace; kube-system with `--kured-name`).
+    #[arg(long, env = "KUBECTL_REBOOT_KURED_NAMESPACE")]
+    pub kured_namespace: Option<String>,
+
+    /// kured's DaemonSet (default: the one DaemonSet that runs kured's image).
+    #[arg(long, env = "KUBECTL_REBOOT_KURED_NAME")]
+    pub kured_name: Option<String>,
+
+    /// Instead of translating, remove what kured left on the nodes; refused while kured runs.
+    #[arg(long, env = "KUBECTL_REBOOT_KURED_CLEANUP")]
+    pub cleanup: bool,
+
+    /// With `--cleanup`: say what would be removed from each node, and change nothing.
+    #[arg(long, env = "KUBECTL_REBOOT_DRY_RUN", requires = "cleanup")]
+    pub dry_run: bool,
+
+    /// With `--cleanup`: kured's `--prefer-no-schedule-taint`; its PreferNoSchedule taint
+    /// comes off.
+    #[arg(
+        long,
+        env = "KUBECTL_REBOOT_KURED_PREFER_NO_SCHEDULE_TAINT",
+        requires = "cleanup"
+    )]
+    pub prefer_no_schedule_taint: Option<String>,
+
+    /// With `--cleanup`: kured's `--pre-reboot-node-labels` (`key=value`, repeat or separate
+    /// with commas); a label comes off a node only with that value.
+    #[arg(long, env = "KUBECTL_REBOOT_KURED_PRE_REBOOT_NODE_LABELS", requires = "cleanup",
+          value_delimiter = ',', value_parser = parse_label)]
+    pub pre_reboot_node_labels: Vec<(String, String)>,
+
+    /// With `--cleanup`: kured's `--post-reboot-node-labels`, as above. Leave out those that
+    /// the operator's own postRebootNodeLabels set again, or that something selects nodes by.
+    #[arg(long, env = "KUBECTL_REBOOT_KURED_POST_REBOOT_NODE_LABELS", requires = "cleanup",
+          value_delimiter = ',', value_parser = parse_label)]
+    pub post_reboot_node_labels: Vec<(String, String)>,
+
+    /// With `--cleanup`: kured ran with `--annotate-nodes`; its
+    /// `weave.works/kured-reboot-in-progress` and `weave.works/kured-most-recent-reboot-needed`
+    /// node annotations come off.
+    #[arg(
+        long,
+        env = "KUBECTL_REBOOT_KURED_ANNOTATE_NODES",
+        requires = "cleanup"
+    )]
+    pub annotate_nodes: bool,
+}
+
+fn parse_label(value: &str) -> Result<(String, String), String> {
+    match value.split_once('=') {
+        Some((key, value)) if !key.is_empty() => Ok((key.to_owned(), value.to_owned())),
+        _ => Err(format!("`{value}` is not key=value, as kured's labels are")),
+    }
 }
 
 #[derive(Debug, Clone, Args)]
@@ -287,6 +355,48 @@ mod tests {
         assert!(
             err.to_string().contains("max-unavailable-per-zone"),
             "{err}"
+        );
+    }
+
+    #[test]
+    fn migrate_from_kured_names_kured_apart_from_the_operators_namespace() {
+        let cli = parse(&[
+            "migrate-from-kured",
+            "-n",
+            "ops",
+            "--kured-namespace",
+            "kube-system",
+        ])
+        .unwrap();
+        assert_eq!(cli.global.namespace, "ops");
+        let Command::MigrateFromKured(m) = cli.command else {
+            panic!("migrate-from-kured")
+        };
+        assert_eq!(m.kured_namespace.as_deref(), Some("kube-system"));
+        assert!(
+            parse(&["migrate-from-kured", "--dry-run"]).is_err(),
+            "--dry-run needs --cleanup"
+        );
+        let cli = parse(&[
+            "migrate-from-kured",
+            "--cleanup",
+            "--post-reboot-node-labels=lb=in,zone=a",
+        ])
+        .unwrap();
+        let Command::MigrateFromKured(m) = cli.command else {
+            panic!("migrate-from-kured")
+        };
+        assert_eq!(
+            m.post_reboot_node_labels,
+            [("lb".into(), "in".into()), ("zone".into(), "a".into())]
+        );
+        assert!(
+            parse(&[
+                "migrate-from-kured",
+                "--cleanup",
+                "--pre-reboot-node-labels=lb"
+            ])
+            .is_err()
         );
     }
 

@@ -55,6 +55,10 @@ pub enum Error {
     #[error("cannot read the controller's metrics: {0}")]
     Metrics(String),
 
+    /// `migrate-from-kured`: kured cannot be read, or is still running.
+    #[error("{0}")]
+    Kured(String),
+
     /// Some of the nodes could not be changed; each was reported.
     #[error("{failed} of {total} nodes could not be changed (see above)")]
     SomeFailed { failed: usize, total: usize },

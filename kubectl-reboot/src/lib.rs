@@ -2,8 +2,9 @@
 //! pool with its state and why it waits, the slots against the budget and when the queue
 //! should be done; `plan` shows the whole rollout wave by wave, windows included; `request`,
 //! `cancel`, `pause` and `resume` do what the docs tell an administrator to do by hand;
-//! `abandon` asks the controller to give a node up. It reads only what the operator already
-//! writes.
+//! `abandon` asks the controller to give a node up; `migrate-from-kured` translates a running
+//! kured's settings into this operator's chart values ([`kured`]). It reads only what the
+//! operator already writes, and kured's DaemonSet.
 //!
 //! The classification and the estimate are pure functions ([`status`], [`estimate`]) over
 //! what [`read`] gathers; [`actions`] decides its patches purely and writes them.
@@ -15,6 +16,7 @@ pub mod error;
 pub mod estimate;
 pub mod identity;
 pub mod input;
+pub mod kured;
 pub mod metrics;
 pub mod plan;
 pub mod plan_render;
@@ -29,7 +31,7 @@ mod fixtures;
 pub use cli::Cli;
 pub use error::Error;
 
-use cli::{Command, Global, Output, PlanArgs, StatusArgs};
+use cli::{Command, Global, MigrateArgs, Output, PlanArgs, StatusArgs};
 use k8s_openapi::jiff::Timestamp;
 use kube::{
     Client, Config,
@@ -69,7 +71,49 @@ pub async fn run(cli: Cli) -> Result<(), Error> {
             say(&done);
             Ok(())
         }
+        Command::MigrateFromKured(args) => migrate_from_kured(&client, args).await,
     }
+}
+
+/// `migrate-from-kured`: the values on stdout, what was not translated also on stderr; or,
+/// with `--cleanup`, kured's marks off the nodes.
+async fn migrate_from_kured(client: &Client, args: &MigrateArgs) -> Result<(), Error> {
+    if args.cleanup {
+        let marks = kured::cleanup::KuredMarks {
+            taint: args
+                .prefer_no_schedule_taint
+                .clone()
+                .filter(|t| !t.is_empty()),
+            labels: args
+                .pre_reboot_node_labels
+                .iter()
+                .chain(&args.post_reboot_node_labels)
+                .cloned()
+                .collect(),
+            annotations: args.annotate_nodes,
+        };
+        return kured::cleanup::run(client, &marks, args.dry_run, say).await;
+    }
+    let wanted = kured::Wanted {
+        namespace: args.kured_namespace.clone(),
+        name: args.kured_name.clone(),
+    };
+    let found = kured::find(client, &wanted).await?;
+    let translation = kured::translate::translate(&found);
+    let mut stderr = std::io::stderr().lock();
+    for (what, why) in &translation.not_translated {
+        let _ = writeln!(stderr, "not translated: {what}: {why}");
+    }
+    for note in &translation.notes {
+        let _ = writeln!(stderr, "note: {note}");
+    }
+    drop(stderr);
+    let _ = write!(
+        std::io::stdout().lock(),
+        "{}",
+        kured::translate::render(&found, &translation)
+    );
+    Ok(())
 }
 
 /// A client as kubectl would make it: `--kubeconfig` (or `KUBECONFIG`, a `:`-separated

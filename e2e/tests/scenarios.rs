@@ -30,6 +30,7 @@ mod marks;
 mod monitoring;
 mod network_faults;
 mod notify;
+mod notify_services;
 mod operability;
 mod opt_out;
 mod preflight;

@@ -293,7 +293,7 @@ impl Shell {
                 .protocol(&self.keys)
                 .grant
                 .unwrap_or_default();
-            let ours = &self.ledger.id;
+            let ours = &self.ledger.current().id;
             let note = match common::ledger::ledger_of_grant(&grant) {
                 Some(theirs) => format!(
                     "carries {}={grant} of the ledger {theirs} (another pool's; the node was \
@@ -525,11 +525,12 @@ impl Shell {
             .node_actions
             .iter()
             .any(|a| !matches!(a, NodeAction::WarnInvalidRequest { .. }));
-        let nothing_left = decision.waiting.is_empty() && self.ledger.slots.is_empty() && !acting;
+        let nothing_left =
+            decision.waiting.is_empty() && self.ledger.current().slots.is_empty() && !acting;
         if self.rollout.idle(nothing_left) {
             let message = format!(
                 "Reboot rollout of {} finished: no node waits for a reboot or holds a slot",
-                self.ledger.id
+                self.ledger.current().id
             );
             self.notify_rollout(Kind::RolloutFinished, None, message, serde_json::json!({}));
         }
@@ -540,7 +541,7 @@ impl Shell {
         let message = format!(
             "Reboot rollout of {} stopped: {words}. No new reboot starts until this clears; \
              reboots under way finish",
-            self.ledger.id
+            self.ledger.current().id
         );
         let details = serde_json::json!({ "reason": reason });
         self.notify_rollout(Kind::RolloutStopped, node, message, details);
@@ -555,13 +556,13 @@ impl Shell {
     ) {
         let now = self.clock.now();
         self.notifier
-            .rollout(kind, node, message, &self.ledger.id, now, details);
+            .rollout(kind, node, message, &self.ledger.current().id, now, details);
     }
 
     pub(super) fn notify_node(&self, kind: Kind, node: &str, details: serde_json::Value) {
         let now = self.clock.now();
         self.notifier
-            .node(kind, node, &self.ledger.id, now, details);
+            .node(kind, node, &self.ledger.current().id, now, details);
     }
 
     pub(super) fn warn_invalid(&mut self, node: &Node, name: &str, value: &str) {

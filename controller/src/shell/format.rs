@@ -1,36 +1,12 @@
-//! What a round says about state in a format this build does not know (a newer operator wrote
+//! What a round says about nodes in a format this build does not know (a newer operator wrote
 //! it): an error in the log, a Warning Event naming the version found, the one known and the
 //! fix, and the `unknown_format` gauge. The decision core already leaves such state alone.
+//! (The ledger's copy says the same of the ledger.)
 
 use super::*;
-use common::format::{CURRENT, UnknownFormat};
+use common::format::CURRENT;
 
 impl Shell {
-    /// Said once per value found: the ledger cannot be read, so every grant is held.
-    pub(super) fn warn_unknown_ledger_format(&mut self, found: Option<&str>) {
-        self.metrics
-            .unknown_format("ledger", usize::from(found.is_some()));
-        if found == self.warned_format.as_deref() {
-            return;
-        }
-        self.warned_format = found.map(str::to_owned);
-        let Some(found) = found else {
-            tracing::info!("the slot ledger is in a format this controller knows again");
-            return;
-        };
-        let unknown = UnknownFormat {
-            found: found.to_owned(),
-        };
-        let note = format!(
-            "the slot ledger ({}) is in {unknown}. Until then this controller grants, releases \
-             and drives nothing (the ledger is not read as empty)",
-            common::ledger::FORMAT_ANNOTATION
-        );
-        tracing::error!(found, known = CURRENT, "{note}");
-        self.events
-            .publish_about(self.ledger_store.reference(), Reason::UnknownFormat, note);
-    }
-
     /// Nodes whose protocol annotations are in a format this build does not know: said once
     /// per episode; counted as unavailable, never driven.
     pub(super) fn announce_unknown_format(

@@ -28,9 +28,7 @@ use crate::{
 use common::{AnnotationKeys, MaxUnavailable, NodeFacts, RebootMarks, Transition};
 use controller_core::{
     decide::{Decision, Fence, Hold, NodeAction, ReleaseReason, Round, Unexpected},
-    dry_run,
-    ledger::{Ledger, new_grant_id},
-    plan,
+    dry_run, plan,
     pool_index::PoolCounts,
     schedule::Schedule,
 };
@@ -94,23 +92,8 @@ pub struct Shell {
     nodes: Store<Node>,
     index: SharedIndex,
     overlay: Overlay,
-    ledger: Ledger,
-    /// Why the ledger as last read could not be used (it is rebuilt before any new grant).
-    ledger_damage: Option<String>,
-    /// The ledger Lease was deleted (the watch saw it, or a write found it gone): read it
-    /// again, and recreate it from our last good copy if it is still gone.
-    ledger_gone: bool,
-    /// The damaged ledger version whose rebuild read every node fresh.
-    reread_for: Option<String>,
-    /// The watch has brought the Lease's deletion (and its last contents, taken into
-    /// `ledger` when newer): what it is recreated from is the newest copy there was.
-    deletion_seen: bool,
-    /// The unexpected `reboot-paused` value last warned about.
-    warned_pause: Option<String>,
-    /// The unknown ledger format last warned about.
-    warned_format: Option<String>,
-    ledger_store: LedgerStore,
-    ledger_watch: watch::Receiver<ReadLedger>,
+    /// The ledger as last read, and what is known of its Lease.
+    ledger: LedgerCopy,
     events: Events,
     schedule: Schedule,
     gates: Gates,
@@ -138,6 +121,8 @@ mod announce;
 mod dry_plan;
 mod format;
 mod ledger;
+
+use ledger::LedgerCopy;
 mod writes;
 
 impl Shell {
@@ -154,15 +139,13 @@ impl Shell {
             nodes: parts.nodes,
             index: parts.index,
             overlay: parts.overlay,
-            ledger: Ledger::default(),
-            ledger_damage: None,
-            ledger_gone: false,
-            deletion_seen: false,
-            reread_for: None,
-            warned_pause: None,
-            warned_format: None,
-            ledger_store: parts.ledger_store,
-            ledger_watch: parts.ledger_watch,
+            ledger: LedgerCopy::new(
+                parts.ledger,
+                parts.ledger_store,
+                parts.ledger_watch,
+                parts.metrics.clone(),
+                parts.events.clone(),
+            ),
             events: parts.events,
             schedule: parts.schedule,
             gates: parts.gates,
@@ -179,8 +162,7 @@ impl Shell {
             sightings: parts.sightings,
             seen: Seen::new(),
         };
-        shell.take_ledger(parts.ledger);
-        shell.rollout = Rollout::taken_over(!shell.ledger.slots.is_empty());
+        shell.rollout = Rollout::taken_over(!shell.ledger.current().slots.is_empty());
         shell
     }
 
@@ -202,21 +184,23 @@ impl Shell {
         if !self.leadership.is_leading() {
             return false;
         }
-        self.catch_up_ledger();
-        if self.ledger_gone && !self.dry_run && !self.restore_ledger().await {
+        self.ledger.catch_up();
+        if self.ledger.is_gone() && !self.dry_run && !self.restore_ledger().await {
             return false;
         }
         self.collect_drain_outcomes();
         self.reread_for_rebuild().await;
         let (nodes, others) = self.gather();
-        self.seen =
-            self.sightings
-                .look(&self.ledger, carries_in(&nodes, &self.keys), self.wall_ms());
+        self.seen = self.sightings.look(
+            self.ledger.current(),
+            carries_in(&nodes, &self.keys),
+            self.wall_ms(),
+        );
         let views = self.memory.views(
             &nodes,
             ViewInputs {
                 keys: &self.keys,
-                ledger: &self.ledger,
+                ledger: self.ledger.current(),
                 drains: &self.drains,
                 overlay: &self.overlay,
                 now: self.now_ms(),
@@ -234,7 +218,7 @@ impl Shell {
         let (scheduled, window_open) = self.hold_now();
         let gates = self.gates.read(&self.metrics);
         let fence = Fence {
-            paused: self.ledger.paused,
+            paused: self.ledger.current().paused,
             window_open,
             gates_closed: gates.pool.is_some(),
         };
@@ -244,7 +228,7 @@ impl Shell {
         let round = Round {
             nodes: &views,
             others: &others,
-            ledger: &self.ledger,
+            ledger: self.ledger.current(),
             deleted: self.overlay.deleted(),
             budget,
             zone_budget: self.zone_budget,
@@ -283,7 +267,7 @@ impl Shell {
             (scheduled.is_none() && !decision.waiting.is_empty())
                 || decision.held.iter().any(gated),
         );
-        if self.ledger_damage.is_some() {
+        if self.ledger.is_damaged() {
             plan::rebuild_only(&mut decision);
         }
         let by_name: HashMap<&str, &Arc<Node>> = nodes
@@ -321,7 +305,7 @@ impl Shell {
         if self.fence_now().0.hold().is_some() {
             plan::drop_new_grants(&mut decision);
         }
-        if !decision.ledger.is_empty() || self.ledger_damage.is_some() {
+        if !decision.ledger.is_empty() || self.ledger.is_damaged() {
             if !self.leadership.is_leading() {
                 return false;
             }
@@ -330,12 +314,12 @@ impl Shell {
                 // Another controller moved first: decide again on the ledger as it is now.
                 Err(LedgerError::Conflict) => {
                     self.metrics.api_error("ledger", ApiErrorKind::Conflict);
-                    return self.reload_ledger().await;
+                    return self.ledger.reload().await;
                 }
                 // Deleted by hand: recreate it, then decide again on it.
                 Err(LedgerError::Gone) => {
                     self.metrics.api_error("ledger", ApiErrorKind::NotFound);
-                    self.ledger_gone = true;
+                    self.ledger.mark_gone();
                     return self.restore_ledger().await;
                 }
                 Err(error) => {
@@ -376,14 +360,7 @@ impl Shell {
     /// The fence as it stands now: the pause as last seen (the ledger watch may have seen it
     /// after this round's copy), the window by the clock, the gates' latest answers.
     fn fence_now(&mut self) -> (Fence, GateReading) {
-        let paused = {
-            let watched = self.ledger_watch.borrow();
-            if self.ledger.is_older_than(&watched.ledger) {
-                watched.ledger.paused
-            } else {
-                self.ledger.paused
-            }
-        };
+        let paused = self.ledger.paused_now();
         let gates = self.gates.read(&self.metrics);
         let fence = Fence {
             paused,
@@ -399,7 +376,7 @@ impl Shell {
             &self.nodes,
             &self.index,
             &mut self.overlay,
-            self.ledger.slots.keys(),
+            self.ledger.current().slots.keys(),
         )
     }
 
@@ -409,7 +386,7 @@ impl Shell {
             &self.nodes,
             &self.index,
             &mut self.overlay,
-            &self.ledger,
+            self.ledger.current(),
             &self.keys,
         );
         let budget = self.max_unavailable.resolve(summary.nodes);
@@ -425,7 +402,7 @@ impl Shell {
     fn hold_now(&mut self) -> (Option<Hold>, bool) {
         let now = self.clock.now();
         let window_open = self.schedule.windows.is_open(now);
-        let hold = Schedule::hold(self.ledger.paused, window_open);
+        let hold = Schedule::hold(self.ledger.current().paused, window_open);
         if hold != self.hold {
             match self.schedule.waiting_event(hold, now) {
                 Some((_, why)) => tracing::info!(?hold, "no new reboots: {why}"),
@@ -433,7 +410,9 @@ impl Shell {
             }
             self.hold = hold;
         }
-        self.metrics.paused.set(i64::from(self.ledger.paused));
+        self.metrics
+            .paused
+            .set(i64::from(self.ledger.current().paused));
         self.metrics.window_open.set(i64::from(window_open));
         let next = self.schedule.windows.next_opening(now).unwrap_or(now);
         self.metrics.window_next_open.set(next.as_second());
@@ -456,7 +435,7 @@ impl Shell {
     /// version. Rebuilt from the cache, it would forget the grant of a node whose update the
     /// watch has not brought yet (another replica's), and grant that slot again.
     async fn reread_for_rebuild(&mut self) {
-        if self.ledger_damage.is_none() || self.reread_for == self.ledger.resource_version {
+        if !self.ledger.wants_reread() {
             return;
         }
         let names: Vec<String> = self
@@ -472,7 +451,7 @@ impl Shell {
         for name in names {
             self.refetch(&name).await;
         }
-        self.reread_for.clone_from(&self.ledger.resource_version);
+        self.ledger.reread_done();
     }
 
     /// The model test's check of the incremental round: deciding on the nodes in the protocol
@@ -493,7 +472,7 @@ impl Shell {
             &all,
             ViewInputs {
                 keys: &self.keys,
-                ledger: &self.ledger,
+                ledger: self.ledger.current(),
                 drains: &self.drains,
                 overlay: &overlay,
                 now: round.now,

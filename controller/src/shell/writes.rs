@@ -77,7 +77,8 @@ impl Shell {
         match &action {
             NodeAction::Refetch(_) => {
                 let carried = facts.protocol(&self.keys).grant;
-                let rekey = carried.is_some() && carried.as_deref() != self.ledger.grant_of(&name);
+                let rekey = carried.is_some()
+                    && carried.as_deref() != self.ledger.current().grant_of(&name);
                 Prepared::Refetch(name, node.metadata.resource_version.clone(), rekey)
             }
             NodeAction::StartDrain { grant, .. } => {
@@ -304,6 +305,7 @@ impl Shell {
         self.drains.forget_retries(name);
         let since = self
             .ledger
+            .current()
             .slots
             .get(name)
             .map(|s| s.granted_at.clone())

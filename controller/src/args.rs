@@ -369,12 +369,11 @@ pub struct GateArgs {
 #[command(next_help_heading = "Notifications")]
 pub struct NotifyArgs {
     /// Where the leader sends a message when a rollout starts, a node is drained, is told to
-    /// reboot and is back, and when a rollout stops (and why) or finishes: a Slack
-    /// (`slack://A/B/C`, `slack://hook:A-B-C@webhook`) or Teams
-    /// (`teams://GROUP@TENANT/ALT-ID/OWNER?host=ORG.webhook.office.com`) incoming webhook in
-    /// kured's (shoutrrr's) form or as it is, or an http(s):// URL (`generic://`,
-    /// `generic+https://`) that gets a JSON POST. Repeat the flag, or separate URLs with commas
-    /// or spaces, for several.
+    /// reboot and is back, and when a rollout stops (and why) or finishes: a URL of kured's
+    /// (shoutrrr's) for Slack, Teams, Discord, Telegram, Mattermost, Rocket.Chat, Google Chat,
+    /// ntfy, Gotify, Pushover, Zulip, Matrix, OpsGenie or a generic webhook, with its options,
+    /// or an http(s):// URL that gets a JSON POST (the kured page of the docs lists the forms).
+    /// Repeat the flag, or separate URLs with commas or spaces, for several.
     /// A webhook URL is a secret: it is never logged in full.
     #[arg(
         long = "notify-url",

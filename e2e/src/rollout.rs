@@ -3,11 +3,11 @@
 //! ledger empty, and the budget never exceeded.
 
 use crate::{BudgetWatch, node, protocol_annotations, wait_until};
-use common::ledger::{LEDGER_NAME, OPERATOR_NAMESPACE, slots_of};
+use common::ledger::{LEDGER_NAME, OPERATOR_NAMESPACE, Slot, slots_of};
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::Api;
 use nodesim::sandbox::Sandbox;
-use std::time::Duration;
+use std::{collections::BTreeMap, time::Duration};
 
 /// How long any rollout of the end-to-end scenarios may take before the test fails.
 pub const ROLLOUT: Duration = Duration::from_secs(180);
@@ -64,13 +64,49 @@ pub async fn ledger_is_empty(sb: &Sandbox) -> bool {
     ledger_is_empty_on(&sb.client).await
 }
 
-/// No node holds a slot in the ledger (false while there is no readable ledger).
+/// No node holds a slot in the ledger (false while there is no readable ledger, or the API
+/// server does not answer: a wait goes on).
 pub async fn ledger_is_empty_on(client: &kube::Client) -> bool {
-    let leases: Api<Lease> = Api::namespaced(client.clone(), OPERATOR_NAMESPACE);
-    let Ok(lease) = leases.get(LEDGER_NAME).await else {
+    let Ok(Some(lease)) = read_ledger(client, LEDGER_NAME).await else {
         return false;
     };
     slots_of(lease.metadata.annotations.as_ref()).is_ok_and(|slots| slots.is_empty())
+}
+
+async fn read_ledger(client: &kube::Client, name: &str) -> kube::Result<Option<Lease>> {
+    Api::<Lease>::namespaced(client.clone(), OPERATOR_NAMESPACE)
+        .get_opt(name)
+        .await
+}
+
+/// The slot ledger Lease `name` in the operator's namespace, read straight from the API
+/// server; `None` while there is none. A read that fails fails the test: an answer the test
+/// could not get is not "no ledger".
+pub async fn ledger_lease(client: &kube::Client, name: &str) -> Option<Lease> {
+    read_ledger(client, name)
+        .await
+        .unwrap_or_else(|e| panic!("read the ledger Lease {name}: {e}"))
+}
+
+/// The slots of the ledger `name`, by node; `None` while there is no ledger Lease, or while
+/// it does not read as a ledger (a damaged one, which the controller rebuilds).
+pub async fn ledger_slots(client: &kube::Client, name: &str) -> Option<BTreeMap<String, Slot>> {
+    let lease = ledger_lease(client, name).await?;
+    slots_of(lease.metadata.annotations.as_ref()).ok()
+}
+
+/// What the operator has done to the node, if anything: it carries a grant, is cordoned, or
+/// was rebooted. `None`: the operator has not touched it.
+pub async fn touched(sb: &Sandbox, name: &str) -> Option<String> {
+    let facts = common::NodeFacts::from_node(&node(&sb.client, name).await);
+    let keys = common::AnnotationKeys::default();
+    if let Some(grant) = facts.annotations.get(&keys.grant) {
+        return Some(format!("it carries {}={grant}", keys.grant));
+    }
+    if facts.unschedulable {
+        return Some("it was cordoned".into());
+    }
+    (sb.fleet.reboots(name) > 0).then(|| "it was rebooted".into())
 }
 
 /// Waits until every node rebooted exactly once and the ledger is empty, within budget, then

@@ -6,7 +6,7 @@
 
 use common::ControllerReason;
 use common::ledger::{LEDGER_NAME, OPERATOR_NAMESPACE, slots_of};
-use e2e::rollout::annotate_ledger;
+use e2e::rollout::{annotate_ledger, ledger_lease, touched};
 use e2e::{
     BudgetWatch, apply, eventually, has_event, kubectl, node, request_reboot,
     rollout::ledger_events, scrape::controller_metric, wait_until,
@@ -26,24 +26,7 @@ async fn sandbox(nodes: usize, controller_args: &[&str]) -> Sandbox {
 }
 
 async fn ledger(client: &Client) -> Option<Lease> {
-    Api::<Lease>::namespaced(client.clone(), OPERATOR_NAMESPACE)
-        .get_opt(LEDGER_NAME)
-        .await
-        .expect("read the ledger Lease")
-}
-
-/// Whether the node carries a grant or was cordoned or rebooted: anything a grant starts.
-async fn granted(sb: &Sandbox, name: &str) -> Option<String> {
-    let n = node(&sb.client, name).await;
-    let facts = common::NodeFacts::from_node(&n);
-    let keys = common::AnnotationKeys::default();
-    if let Some(grant) = facts.annotations.get(&keys.grant) {
-        return Some(format!("it carries {}={grant}", keys.grant));
-    }
-    if facts.unschedulable {
-        return Some("it was cordoned".into());
-    }
-    (sb.fleet.reboots(name) > 0).then(|| "it was rebooted".into())
+    ledger_lease(client, LEDGER_NAME).await
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -68,7 +51,7 @@ async fn a_pause_typed_as_true_with_a_capital_pauses_and_a_warning_says_how_it_w
         PATIENCE,
         Some(&watch),
         || async {
-            if let Some(what) = granted(&sb, "sim-1").await {
+            if let Some(what) = touched(&sb, "sim-1").await {
                 return Some(Some(what));
             }
             has_event(&client, "sim-1", ControllerReason::Paused, &[])
@@ -83,7 +66,7 @@ async fn a_pause_typed_as_true_with_a_capital_pauses_and_a_warning_says_how_it_w
     );
     // A grant decided from a copy of the ledger read before the pause would show by now.
     tokio::time::sleep(Duration::from_secs(2)).await;
-    assert_eq!(granted(&sb, "sim-1").await, None, "granted while paused");
+    assert_eq!(touched(&sb, "sim-1").await, None, "granted while paused");
     let slots = slots_of(
         ledger(&client)
             .await
@@ -420,7 +403,7 @@ async fn a_node_back_not_ready_past_the_reboot_timeout_stops_the_rollout_until_i
     tokio::time::sleep(Duration::from_secs(6)).await;
     for name in ["sim-2", "sim-3"] {
         assert_eq!(
-            granted(&sb, name).await,
+            touched(&sb, name).await,
             None,
             "{name} was granted while sim-1 is past its reboot timeout"
         );
@@ -512,7 +495,7 @@ async fn a_node_that_does_not_come_back_holds_the_pool_until_it_is_given_up_by_h
         has_event(&client, "sim-2", ControllerReason::Requested, &["sim-1"]).await
     })
     .await;
-    assert_eq!(granted(&sb, "sim-2").await, None, "sim-2 granted");
+    assert_eq!(touched(&sb, "sim-2").await, None, "sim-2 granted");
 
     // The administrator gives sim-1 up with the command the Warning names.
     let command = note

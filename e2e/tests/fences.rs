@@ -5,17 +5,16 @@
 //! further (cordon, drain, `reboot-now`) until the fence lifts; then the node goes on.
 
 use common::ControllerReason;
-use common::ledger::{LEDGER_NAME, OPERATOR_NAMESPACE, slots_of};
+use common::ledger::LEDGER_NAME;
 use e2e::rollout::annotate_ledger;
 use e2e::{
     BudgetWatch, NodeState, apply, has_event, kubectl, node, pod_that_blocks_the_drain_of,
     protocol_annotations, request_reboot,
-    rollout::{back, ledger_is_empty_on},
+    rollout::{back, ledger_is_empty_on, ledger_slots, touched},
     scrape::controller_metric,
     wait_until,
 };
-use k8s_openapi::api::coordination::v1::Lease;
-use kube::{Api, Client};
+use kube::Client;
 use nodesim::sandbox::{Sandbox, SandboxConfig};
 use std::{process::Command, time::Duration};
 use testenv::{Prometheus, rules};
@@ -27,21 +26,9 @@ const HELD: &str = common::events::NOTE_HELD;
 
 /// Whether the ledger holds a slot for `name`.
 async fn holds_slot(client: &Client, name: &str) -> bool {
-    let leases: Api<Lease> = Api::namespaced(client.clone(), OPERATOR_NAMESPACE);
-    let Ok(Some(lease)) = leases.get_opt(LEDGER_NAME).await else {
-        return false;
-    };
-    slots_of(lease.metadata.annotations.as_ref()).is_ok_and(|slots| slots.contains_key(name))
-}
-
-/// Whether the operator has moved the node: carries its grant, cordoned, or told to reboot.
-async fn moved(client: &Client, name: &str) -> bool {
-    let node = node(client, name).await;
-    let state = NodeState::of(&node);
-    state.unschedulable
-        || protocol_annotations(&node)
-            .iter()
-            .any(|k| ["reboot-grant", "reboot-now", "reboot-in-progress"].contains(&k.as_str()))
+    ledger_slots(client, LEDGER_NAME)
+        .await
+        .is_some_and(|slots| slots.contains_key(name))
 }
 
 fn signal(pid: u32, which: &str) {
@@ -216,13 +203,13 @@ async fn a_grant_written_after_an_alert_fired_is_not_claimed_until_the_gate_open
         || async {
             holds_slot(&client, &name).await
                 && (has_event(&client, &name, ControllerReason::AlertsFiring, &[HELD]).await
-                    || moved(&client, &name).await)
+                    || touched(&sb, &name).await.is_some())
         },
     )
     .await;
     let now = node(&client, &name).await;
     assert!(
-        !moved(&client, &name).await,
+        touched(&sb, &name).await.is_none(),
         "{name} was claimed while the alert fired: {} {:?}",
         NodeState::of(&now),
         protocol_annotations(&now)
@@ -236,7 +223,7 @@ async fn a_grant_written_after_an_alert_fired_is_not_claimed_until_the_gate_open
         Some(&watch),
         || async {
             has_event(&client, &name, ControllerReason::Paused, &[HELD]).await
-                || moved(&client, &name).await
+                || touched(&sb, &name).await.is_some()
         },
     )
     .await;
@@ -253,7 +240,7 @@ async fn a_grant_written_after_an_alert_fired_is_not_claimed_until_the_gate_open
     // A few alert check periods: the gate alone would let it go on by now.
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert!(
-        !moved(&client, &name).await,
+        touched(&sb, &name).await.is_none(),
         "{name} was claimed while the pool was paused"
     );
     assert!(holds_slot(&client, &name).await, "{name} keeps its grant");

@@ -7,10 +7,11 @@
 use common::{AgentReason, ControllerReason};
 use common::{
     AnnotationKeys, NodeFacts,
-    ledger::{LEDGER_NAME, OPERATOR_NAMESPACE, slots_of},
+    ledger::{LEDGER_NAME, OPERATOR_NAMESPACE},
 };
 use e2e::{
-    BudgetWatch, eventually, kubectl, node, node_events, request_reboot, rollout::ledger_events,
+    BudgetWatch, eventually, kubectl, node, node_events, request_reboot,
+    rollout::{ledger_events, ledger_slots, touched},
     wait_until,
 };
 use k8s_openapi::api::coordination::v1::Lease;
@@ -32,13 +33,9 @@ fn leases(client: &Client) -> Api<Lease> {
     Api::namespaced(client.clone(), OPERATOR_NAMESPACE)
 }
 
-/// The ledger's slots, by node, as grant ids; `None` while there is no ledger Lease.
+/// The ledger's slots, by node, as grant ids; `None` while there is no readable ledger.
 async fn slots(client: &Client) -> Option<BTreeMap<String, String>> {
-    let lease = leases(client)
-        .get_opt(LEDGER_NAME)
-        .await
-        .expect("read the ledger Lease")?;
-    let slots = slots_of(lease.metadata.annotations.as_ref()).expect("a readable ledger");
+    let slots = ledger_slots(client, LEDGER_NAME).await?;
     Some(slots.into_iter().map(|(n, s)| (n, s.grant)).collect())
 }
 
@@ -51,9 +48,7 @@ async fn soaking(client: &Client, name: &str) -> bool {
 
 /// Anything a grant starts on `name`: a grant carried, a cordon, a reboot.
 async fn granted(sb: &Sandbox, name: &str) -> bool {
-    let keys = AnnotationKeys::default();
-    let facts = NodeFacts::from_node(&node(&sb.client, name).await);
-    facts.annotations.contains_key(&keys.grant) || facts.unschedulable || sb.fleet.reboots(name) > 0
+    touched(sb, name).await.is_some()
 }
 
 /// Requests `name`'s reboot and waits until it is rebooted and soaking in its slot.
@@ -266,7 +261,7 @@ async fn a_slot_holder_deleted_from_the_cluster_frees_its_slot() {
         PATIENCE,
         Some(&watch),
         || async {
-            let slots = slots(&client).await.unwrap_or_default();
+            let slots = slots(&client).await?;
             (!slots.contains_key("sim-1") && sb.fleet.reboots("sim-2") == 1).then_some(slots)
         },
     )

@@ -471,23 +471,6 @@ async fn controller_crashes_and_an_api_server_restart_lose_nothing() {
     sb.stop().await;
 }
 
-/// The Events about the slot ledger Lease, as `(reason, message)`.
-async fn ledger_events(client: &kube::Client) -> Vec<(String, String)> {
-    use k8s_openapi::api::core::v1::Event;
-    let params = kube::api::ListParams::default().fields(&format!(
-        "involvedObject.name={}",
-        common::ledger::LEDGER_NAME
-    ));
-    kube::Api::<Event>::namespaced(client.clone(), common::ledger::OPERATOR_NAMESPACE)
-        .list(&params)
-        .await
-        .expect("list events")
-        .items
-        .into_iter()
-        .map(|e| (e.reason.unwrap_or_default(), e.message.unwrap_or_default()))
-        .collect()
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn a_damaged_ledger_is_reported_and_rebuilt_and_what_others_put_on_it_stays() {
     let sb = sandbox(6, "2").await;
@@ -529,11 +512,12 @@ async fn a_damaged_ledger_is_reported_and_rebuilt_and_what_others_put_on_it_stay
         ROLLOUT,
         Some(&watch),
         || async {
-            ledger_events(&sb.client)
+            e2e::rollout::ledger_events(&sb.client)
                 .await
                 .iter()
-                .any(|(reason, message)| {
-                    reason == ControllerReason::LedgerDamaged.as_str()
+                .any(|(kind, reason, message)| {
+                    kind == "Warning"
+                        && reason == ControllerReason::LedgerDamaged.as_str()
                         && message.contains("rebuilt")
                 })
         },

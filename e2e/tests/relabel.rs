@@ -9,12 +9,12 @@
 //! budget a relabel must not escape.
 
 use common::ControllerReason;
-use common::{
-    AnnotationKeys, NodeFacts,
-    ledger::{OPERATOR_NAMESPACE, slots_of},
+use common::{AnnotationKeys, NodeFacts, ledger::OPERATOR_NAMESPACE};
+use e2e::{
+    BudgetWatch, NodeState, has_event, kubectl, label_node, node, rollout::ledger_slots,
+    unavailable, wait_until,
 };
-use e2e::{BudgetWatch, NodeState, has_event, kubectl, label_node, node, unavailable, wait_until};
-use k8s_openapi::api::{coordination::v1::Lease, core::v1::Node};
+use k8s_openapi::api::core::v1::Node;
 use kube::{Api, Client, runtime::watcher};
 use nodesim::{
     observe::{Observe, ResumingWatch},
@@ -139,14 +139,7 @@ fn completed(n: &Node) -> bool {
 }
 
 async fn slots(client: &Client, ledger: &str) -> BTreeMap<String, common::ledger::Slot> {
-    let lease = Api::<Lease>::namespaced(client.clone(), OPERATOR_NAMESPACE)
-        .get_opt(ledger)
-        .await
-        .ok()
-        .flatten();
-    lease
-        .and_then(|l| slots_of(l.metadata.annotations.as_ref()).ok())
-        .unwrap_or_default()
+    ledger_slots(client, ledger).await.unwrap_or_default()
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -3,14 +3,14 @@
 //! resume with kubectl.
 
 use common::ControllerReason;
-use common::ledger::{LEDGER_NAME, OPERATOR_NAMESPACE, slots_of};
-use e2e::rollout::annotate_ledger;
+use common::ledger::{LEDGER_NAME, slots_of};
+use e2e::rollout::{annotate_ledger, ledger_lease};
 use e2e::{
     BudgetWatch, eventually, every_node, has_event, kubectl, node_events,
     rollout::rollout_completes, scrape::controller_metric, wait_until,
 };
 use k8s_openapi::{api::coordination::v1::Lease, jiff::Timestamp};
-use kube::{Api, Client};
+use kube::Client;
 use nodesim::sandbox::{Sandbox, SandboxConfig};
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -32,12 +32,8 @@ async fn sandbox(
     e2e::sandbox_without_pods(config).await
 }
 
-async fn ledger_lease(client: &Client) -> Option<Lease> {
-    Api::<Lease>::namespaced(client.clone(), OPERATOR_NAMESPACE)
-        .get_opt(LEDGER_NAME)
-        .await
-        .ok()
-        .flatten()
+async fn ledger(client: &Client) -> Option<Lease> {
+    ledger_lease(client, LEDGER_NAME).await
 }
 
 async fn count_events(client: &Client, node: &str, reason: ControllerReason) -> usize {
@@ -88,7 +84,7 @@ async fn grants_start_when_the_window_opens_and_stop_when_it_closes_leaving_node
         watch
             .check()
             .unwrap_or_else(|violation| panic!("{violation}"));
-        if let Some(lease) = ledger_lease(&client).await {
+        if let Some(lease) = ledger(&client).await {
             for (node, slot) in slots_of(lease.metadata.annotations.as_ref()).expect("ledger") {
                 let at: Timestamp = slot.granted_at.parse().expect("an RFC 3339 grant time");
                 grants.entry(node).or_insert(at);
@@ -181,9 +177,7 @@ async fn kubectl_pauses_new_reboots_the_one_under_way_finishes_and_resume_finish
     )
     .await;
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let annotations = ledger_lease(&client)
-        .await
-        .and_then(|l| l.metadata.annotations);
+    let annotations = ledger(&client).await.and_then(|l| l.metadata.annotations);
     assert_eq!(
         annotations
             .as_ref()
@@ -452,7 +446,7 @@ async fn concurrency_keeps_the_operator_to_its_own_limit_below_the_budget() {
         watch
             .check()
             .unwrap_or_else(|violation| panic!("{violation}"));
-        if let Some(lease) = ledger_lease(&client).await {
+        if let Some(lease) = ledger(&client).await {
             let slots = slots_of(lease.metadata.annotations.as_ref()).expect("ledger");
             assert!(
                 slots.len() <= 1,

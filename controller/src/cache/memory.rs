@@ -1,44 +1,27 @@
-//! What the controller remembers between rounds that is not in the API server: when it first
-//! saw each request (for the promotion order) and which Events it already sent. (Drains and
-//! their retry times belong to the `DrainTracker`.) Losing all of it on a restart costs
-//! nothing but a possibly different order among waiting requests and a repeated Event.
+//! What the decision reads that is not in the API server: when this process first saw each
+//! request (for the promotion order) and since when each node has been Ready (for the soak).
+//! (Drains and their retry times belong to the `DrainTracker`; what was already said, to the
+//! shell's announcer.) Losing it on a restart costs nothing but a possibly different order
+//! among waiting requests.
 
 use crate::{
     cache::{nodes::Overlay, sightings::Seen},
     drain::tracker::DrainTracker,
 };
 use common::{AnnotationKeys, NodeFacts, Request};
-use controller_core::{
-    decide::{NodeView, Unexpected},
-    ledger::Ledger,
-};
+use controller_core::{decide::NodeView, ledger::Ledger};
 use k8s_openapi::api::core::v1::Node;
 use std::{
     collections::{HashMap, HashSet},
     sync::Arc,
 };
 
+/// The decision's inputs that only this process knows, turned into the core's views.
 #[derive(Debug, Clone, Default)]
 pub struct Memory {
     requested_at: HashMap<String, u64>,
     soak: SoakClock,
-    /// Per waiting node, the reason it was last told it waits.
-    announced_waiting: HashMap<String, &'static str>,
-    /// Per granted node held back by a fence, the reason it was told so in this episode.
-    announced_held: HashMap<String, &'static str>,
-    warned_invalid: HashMap<String, String>,
-    not_ready_after_reboot: HashSet<String>,
-    reboots_overdue: HashSet<String>,
-    /// Nodes carrying a grant that is not this ledger's, as of the last round.
-    foreign: HashSet<String>,
-    /// Nodes in a format this build does not know, as of the last round.
-    unknown_format: HashSet<String>,
-    /// Values typed by hand read otherwise than written, per node, as of the last round.
-    unexpected: HashSet<(String, Unexpected)>,
-    /// `--dry-run`: what was said already, per node.
-    said_dry_run: HashSet<(String, String)>,
 }
-
 /// What the soak (`--min-ready-seconds`) is measured from: since when each node has been
 /// Ready without a break, and when its last completion was first seen (a short reboot may
 /// never show NotReady).
@@ -106,13 +89,6 @@ fn millis(at: &str) -> Option<u64> {
     u64::try_from(at.as_millisecond()).ok()
 }
 
-/// Of the nodes in `now`, those not in `last`; `last` becomes `now`.
-fn first_in_episode<T: Clone + Eq + std::hash::Hash>(last: &mut HashSet<T>, now: &[T]) -> Vec<T> {
-    let fresh = now.iter().filter(|n| !last.contains(*n)).cloned().collect();
-    *last = now.iter().cloned().collect();
-    fresh
-}
-
 /// What a round's views are made of besides the nodes.
 #[derive(Debug, Clone, Copy)]
 pub struct ViewInputs<'a> {
@@ -146,7 +122,6 @@ impl Memory {
                     Some(*self.requested_at.entry(name.clone()).or_insert(now))
                 } else {
                     self.requested_at.remove(&name);
-                    self.announced_waiting.remove(&name);
                     None
                 };
                 let ready_since = self.soak.ready_since(
@@ -155,9 +130,6 @@ impl Memory {
                     state.last_grant.as_deref(),
                     now,
                 );
-                if !matches!(state.request, Request::Invalid(_)) {
-                    self.warned_invalid.remove(&name);
-                }
                 NodeView {
                     requested_at,
                     not_before: drains.not_before(&name),
@@ -188,74 +160,6 @@ impl Memory {
         self.requested_at
             .retain(|n, _| present.contains(n.as_str()));
         self.soak.retain(|n| present.contains(n));
-        // A round views only the nodes in the protocol: one that left it since the last
-        // round is no longer viewed, so what was said about it is forgotten here.
-        let requested = &self.requested_at;
-        self.announced_waiting
-            .retain(|n, _| requested.contains_key(n));
-        self.warned_invalid
-            .retain(|n, _| present.contains(n.as_str()));
         views
-    }
-
-    /// Of the nodes NotReady after their reboot now, those that were not in the last round
-    /// (a Warning once per episode).
-    pub fn first_not_ready_after_reboot(&mut self, now: &[String]) -> Vec<String> {
-        first_in_episode(&mut self.not_ready_after_reboot, now)
-    }
-
-    /// Of the nodes past their reboot timeout now, those that were not in the last round.
-    pub fn first_reboots_overdue(&mut self, now: &[String]) -> Vec<String> {
-        first_in_episode(&mut self.reboots_overdue, now)
-    }
-
-    /// Of the granted nodes held back now (with the reason of their Event), those not told so
-    /// yet: once per reason and episode. A node no longer held is forgotten.
-    pub fn first_held(&mut self, held: &[(String, &'static str)]) -> Vec<String> {
-        self.announced_held
-            .retain(|n, _| held.iter().any(|(h, _)| h == n));
-        held.iter()
-            .filter(|(name, reason)| {
-                self.announced_held.insert(name.clone(), reason) != Some(reason)
-            })
-            .map(|(name, _)| name.clone())
-            .collect()
-    }
-
-    /// Of the nodes carrying a grant that is not ours now, those that were not in the last
-    /// round (said once per episode).
-    pub fn first_foreign(&mut self, now: &[String]) -> Vec<String> {
-        first_in_episode(&mut self.foreign, now)
-    }
-
-    /// Of the nodes in a format this build does not know now, those that were not in the last
-    /// round (said once per episode).
-    pub fn first_unknown_format(&mut self, now: &[String]) -> Vec<String> {
-        first_in_episode(&mut self.unknown_format, now)
-    }
-
-    /// Of the values typed by hand that a round read otherwise than written, those that were
-    /// not there in the last round (a Warning once per value and episode).
-    pub fn first_unexpected(&mut self, now: &[(String, Unexpected)]) -> Vec<(String, Unexpected)> {
-        first_in_episode(&mut self.unexpected, now)
-    }
-
-    /// True the first time a node is seen waiting for `reason` (a slot, the window, the
-    /// end of a pause), for its Event: once per reason and wait.
-    pub fn first_wait(&mut self, node: &str, reason: &'static str) -> bool {
-        self.announced_waiting.insert(node.to_owned(), reason) != Some(reason)
-    }
-
-    /// True the first time `--dry-run` says `what` about `node`.
-    pub fn first_dry_run(&mut self, node: &str, what: &str) -> bool {
-        self.said_dry_run.insert((node.to_owned(), what.to_owned()))
-    }
-
-    /// True the first time this invalid value is seen on this node.
-    pub fn first_warning(&mut self, node: &str, value: &str) -> bool {
-        self.warned_invalid
-            .insert(node.to_owned(), value.to_owned())
-            .as_deref()
-            != Some(value)
     }
 }

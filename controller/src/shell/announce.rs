@@ -4,7 +4,10 @@
 
 use super::*;
 use crate::notify::Kind;
+use common::Request;
 use common::events::{NOTE_HELD, NOTE_REQUESTED, NOTE_REQUESTED_BUT};
+use controller_core::decide::NodeView;
+use std::collections::HashSet;
 
 /// A gate's waiting note without the words that say a request waits for a slot.
 fn waiting_words(note: &str) -> &str {
@@ -36,7 +39,7 @@ impl Shell {
             .iter()
             .map(|(name, reason, _)| (name.clone(), reason.as_str()))
             .collect();
-        let first: BTreeSet<String> = self.memory.first_held(&named).into_iter().collect();
+        let first: BTreeSet<String> = self.said.first_held(&named).into_iter().collect();
         for (name, reason, note) in said {
             if !first.contains(&name) {
                 continue;
@@ -107,7 +110,7 @@ impl Shell {
         budget: usize,
     ) {
         for step in dry_run::plan(decision, budget, self.drains.enabled()) {
-            if !self.memory.first_dry_run(&step.node, &step.what) {
+            if !self.said.first_dry_run(&step.node, &step.what) {
                 continue;
             }
             let mut what = step.what;
@@ -196,7 +199,7 @@ impl Shell {
     ) {
         let sick = &decision.not_ready_after_reboot;
         self.metrics.not_ready_after_reboot.set(sick.len() as i64);
-        for name in self.memory.first_not_ready_after_reboot(sick) {
+        for name in self.said.first_not_ready_after_reboot(sick) {
             tracing::warn!(node = %name, "NotReady after its reboot: no new reboots until it is Ready");
             self.notify_stopped(
                 Some(&name),
@@ -225,7 +228,7 @@ impl Shell {
     ) {
         let late = &decision.overdue;
         self.metrics.reboots_overdue.set(late.len() as i64);
-        for name in self.memory.first_reboots_overdue(late) {
+        for name in self.said.first_reboots_overdue(late) {
             let Some(node) = nodes.get(name.as_str()) else {
                 continue;
             };
@@ -285,7 +288,7 @@ impl Shell {
         decision: &Decision,
         nodes: &HashMap<&str, &Arc<Node>>,
     ) {
-        for name in self.memory.first_foreign(&decision.foreign) {
+        for name in self.said.first_foreign(&decision.foreign) {
             let Some(node) = nodes.get(name.as_str()) else {
                 continue;
             };
@@ -328,7 +331,7 @@ impl Shell {
             let reason = Reason::RebootDisabled;
             if let Some(node) = nodes
                 .get(name.as_str())
-                .filter(|_| self.memory.first_wait(name, reason.as_str()))
+                .filter(|_| self.said.first_wait(name, reason.as_str()))
             {
                 let label = self
                     .keys
@@ -353,7 +356,7 @@ impl Shell {
         decision: &Decision,
         nodes: &HashMap<&str, &Arc<Node>>,
     ) {
-        for (name, value) in self.memory.first_unexpected(&decision.unexpected) {
+        for (name, value) in self.said.first_unexpected(&decision.unexpected) {
             let Some(node) = nodes.get(name.as_str()) else {
                 continue;
             };
@@ -452,7 +455,7 @@ impl Shell {
             };
             if let Some(node) = nodes
                 .get(name.as_str())
-                .filter(|_| self.memory.first_wait(name, reason.as_str()))
+                .filter(|_| self.said.first_wait(name, reason.as_str()))
             {
                 tracing::info!(node = %name, "{note}");
                 self.events.publish(node, reason, note);
@@ -566,7 +569,7 @@ impl Shell {
     }
 
     pub(super) fn warn_invalid(&mut self, node: &Node, name: &str, value: &str) {
-        if self.memory.first_warning(name, value) {
+        if self.said.first_warning(name, value) {
             tracing::warn!(node = %name, %value, "ignoring reboot-needed: not `true`");
             let note = format!(
                 "{}={value:?} is not a reboot request: only \"true\" is; fix the value or remove the annotation",
@@ -583,4 +586,118 @@ fn blocking_list(blocking: &std::collections::BTreeMap<String, String>) -> Vec<S
         .iter()
         .map(|(pod, why)| format!("{pod}: {why}"))
         .collect()
+}
+
+/// What the announcer has already said, so that each thing is said once: per reason and
+/// wait, per value, or per episode (from the round a node shows it until the round it no
+/// longer does).
+#[derive(Debug, Default)]
+pub(super) struct Said {
+    /// Per waiting node, the reason it was last told it waits.
+    announced_waiting: HashMap<String, &'static str>,
+    /// Per granted node held back by a fence, the reason it was told so in this episode.
+    announced_held: HashMap<String, &'static str>,
+    warned_invalid: HashMap<String, String>,
+    not_ready_after_reboot: HashSet<String>,
+    reboots_overdue: HashSet<String>,
+    /// Nodes carrying a grant that is not this ledger's, as of the last round.
+    foreign: HashSet<String>,
+    /// Nodes in a format this build does not know, as of the last round.
+    unknown_format: HashSet<String>,
+    /// Values typed by hand read otherwise than written, per node, as of the last round.
+    unexpected: HashSet<(String, Unexpected)>,
+    /// `--dry-run`: what was said already, per node.
+    said_dry_run: HashSet<(String, String)>,
+}
+
+/// Of the nodes in `now`, those not in `last`; `last` becomes `now`.
+fn first_in_episode<T: Clone + Eq + std::hash::Hash>(last: &mut HashSet<T>, now: &[T]) -> Vec<T> {
+    let fresh = now.iter().filter(|n| !last.contains(*n)).cloned().collect();
+    *last = now.iter().cloned().collect();
+    fresh
+}
+
+impl Said {
+    /// Forgets what was said about the nodes that no longer wait for a reboot or no longer
+    /// carry an invalid request: a round views only the nodes in the protocol, so one that
+    /// left it since the last round is no longer among `views`.
+    pub(super) fn forget(&mut self, views: &[NodeView]) {
+        let with = |wanted: fn(&Request) -> bool| -> HashSet<&str> {
+            views
+                .iter()
+                .filter(|v| wanted(&v.state.request))
+                .map(NodeView::name)
+                .collect()
+        };
+        let waiting = with(|r| *r == Request::Needed);
+        let invalid = with(|r| matches!(r, Request::Invalid(_)));
+        self.announced_waiting
+            .retain(|n, _| waiting.contains(n.as_str()));
+        self.warned_invalid
+            .retain(|n, _| invalid.contains(n.as_str()));
+    }
+
+    /// Of the nodes NotReady after their reboot now, those that were not in the last round
+    /// (a Warning once per episode).
+    pub(super) fn first_not_ready_after_reboot(&mut self, now: &[String]) -> Vec<String> {
+        first_in_episode(&mut self.not_ready_after_reboot, now)
+    }
+
+    /// Of the nodes past their reboot timeout now, those that were not in the last round.
+    pub(super) fn first_reboots_overdue(&mut self, now: &[String]) -> Vec<String> {
+        first_in_episode(&mut self.reboots_overdue, now)
+    }
+
+    /// Of the granted nodes held back now (with the reason of their Event), those not told so
+    /// yet: once per reason and episode. A node no longer held is forgotten.
+    pub(super) fn first_held(&mut self, held: &[(String, &'static str)]) -> Vec<String> {
+        self.announced_held
+            .retain(|n, _| held.iter().any(|(h, _)| h == n));
+        held.iter()
+            .filter(|(name, reason)| {
+                self.announced_held.insert(name.clone(), reason) != Some(reason)
+            })
+            .map(|(name, _)| name.clone())
+            .collect()
+    }
+
+    /// Of the nodes carrying a grant that is not ours now, those that were not in the last
+    /// round (said once per episode).
+    pub(super) fn first_foreign(&mut self, now: &[String]) -> Vec<String> {
+        first_in_episode(&mut self.foreign, now)
+    }
+
+    /// Of the nodes in a format this build does not know now, those that were not in the last
+    /// round (said once per episode).
+    pub(super) fn first_unknown_format(&mut self, now: &[String]) -> Vec<String> {
+        first_in_episode(&mut self.unknown_format, now)
+    }
+
+    /// Of the values typed by hand that a round read otherwise than written, those that were
+    /// not there in the last round (a Warning once per value and episode).
+    pub(super) fn first_unexpected(
+        &mut self,
+        now: &[(String, Unexpected)],
+    ) -> Vec<(String, Unexpected)> {
+        first_in_episode(&mut self.unexpected, now)
+    }
+
+    /// True the first time a node is seen waiting for `reason` (a slot, the window, the
+    /// end of a pause), for its Event: once per reason and wait.
+    pub(super) fn first_wait(&mut self, node: &str, reason: &'static str) -> bool {
+        self.announced_waiting.insert(node.to_owned(), reason) != Some(reason)
+    }
+
+    /// True the first time `--dry-run` says `what` about `node`.
+    pub(super) fn first_dry_run(&mut self, node: &str, what: &str) -> bool {
+        self.said_dry_run.insert((node.to_owned(), what.to_owned()))
+    }
+
+    /// True the first time this invalid value is seen on this node.
+    pub(super) fn first_warning(&mut self, node: &str, value: &str) -> bool {
+        self.warned_invalid
+            .insert(node.to_owned(), value.to_owned())
+            .as_deref()
+            != Some(value)
+    }
 }

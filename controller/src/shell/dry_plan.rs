@@ -45,7 +45,7 @@ impl Shell {
     /// Logs the plan once each time it changes.
     pub(super) fn say_rollout_plan(&mut self, lines: Option<Vec<String>>) {
         let Some(lines) = lines else { return };
-        if lines.is_empty() || !self.memory.first_dry_run("", &lines.join("\n")) {
+        if lines.is_empty() || !self.said.first_dry_run("", &lines.join("\n")) {
             return;
         }
         for line in lines {

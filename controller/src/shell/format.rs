@@ -16,7 +16,7 @@ impl Shell {
     ) {
         self.metrics
             .unknown_format("node", decision.unknown_format.len());
-        for name in self.memory.first_unknown_format(&decision.unknown_format) {
+        for name in self.said.first_unknown_format(&decision.unknown_format) {
             let Some(node) = nodes.get(name.as_str()) else {
                 continue;
             };

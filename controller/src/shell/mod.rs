@@ -101,6 +101,8 @@ pub struct Shell {
     /// Why the last round granted nothing new, to log when that changes.
     hold: Option<Hold>,
     memory: Memory,
+    /// What was already said, to say each thing once.
+    said: Said,
     /// When, on the decision clock, the last round's decision may change with time alone
     /// (`Round::next_look`).
     look_at: Option<u64>,
@@ -122,6 +124,7 @@ mod dry_plan;
 mod format;
 mod ledger;
 
+use announce::Said;
 use ledger::LedgerCopy;
 mod writes;
 
@@ -152,6 +155,7 @@ impl Shell {
             preflight: parts.preflight,
             hold: None,
             memory: Memory::default(),
+            said: Said::default(),
             look_at: None,
             failed: false,
             metrics: parts.metrics,
@@ -207,6 +211,7 @@ impl Shell {
                 seen: &self.seen,
             },
         );
+        self.said.forget(&views);
         // A percentage budget is sized on the nodes the cache has: a copy of ours that the cache
         // no longer has (kept one round after a read) is most likely deleted, and counting it
         // would raise the budget above what the pool allows.

@@ -27,6 +27,7 @@ mod kubectl_plugin;
 mod linux_only;
 mod liveness;
 mod marks;
+mod migrate_from_kured;
 mod monitoring;
 mod network_faults;
 mod notify;

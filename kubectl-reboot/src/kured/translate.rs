@@ -181,9 +181,9 @@ pub fn translate(kured: &Kured) -> Translation {
                     "maxUnavailable",
                     Value::Int(2 * n),
                     format!(
-                        "The capacity floor: at most {} nodes unavailable at once, counting \
-                         NotReady nodes and nodes cordoned for repair too, so {n} of those do \
-                         not stop the reboots. kured counted only its own.",
+                        "The capacity floor: at most {} nodes unavailable at once, NotReady and \
+                         cordoned nodes counted too (kured counted only its own reboots), which \
+                         leaves room for {n} cordoned for repair.",
                         2 * n
                     ),
                 );
@@ -507,7 +507,9 @@ fn notify(s: &Settings, t: &mut Translation) {
         let scheme = url.split_once("://").map(|(s, _)| s.to_ascii_lowercase());
         match scheme.as_deref() {
             Some(
-                "slack" | "teams" | "generic" | "generic+https" | "generic+http" | "http" | "https",
+                "http" | "https" | "generic" | "generic+https" | "generic+http" | "slack"
+                | "mattermost" | "rocketchat" | "teams" | "googlechat" | "hangouts" | "discord"
+                | "telegram" | "zulip" | "matrix" | "ntfy" | "gotify" | "pushover" | "opsgenie",
             ) => {
                 t.set_with(
                     Program::Controller,
@@ -519,8 +521,10 @@ fn notify(s: &Settings, t: &mut Translation) {
             }
             _ => t.not(
                 format!("--notify-url={}", redact(&url)),
-                "the controller sends to slack://, teams://, generic:// and http(s) URLs only; \
-                 point an http(s) webhook or a generic:// URL at the service instead",
+                "the controller reaches the shoutrrr services that are an HTTP request (Slack, \
+                 Teams, Discord, Telegram, Mattermost, Rocket.Chat, Google Chat, ntfy, Gotify, \
+                 Pushover, Zulip, Matrix, OpsGenie, generic webhooks), not this one; point an \
+                 http(s) webhook or a generic:// URL at a relay instead",
             ),
         }
     }
@@ -589,9 +593,27 @@ fn yaml_value(value: &Value) -> String {
     }
 }
 
+/// `text` as comment lines of at most about 100 columns; a line that starts with two spaces
+/// (a value to copy) is kept as it is.
 fn comment_lines(out: &mut String, indent: &str, text: &str) {
-    for line in text.lines() {
-        let _ = writeln!(out, "{indent}# {line}");
+    for paragraph in text.lines() {
+        if paragraph.starts_with("  ") {
+            let _ = writeln!(out, "{indent}#{paragraph}");
+            continue;
+        }
+        let mut line = String::new();
+        for word in paragraph.split_whitespace() {
+            if !line.trim().is_empty() && indent.len() + 2 + line.len() + 1 + word.len() > 100 {
+                let _ = writeln!(out, "{indent}# {line}");
+                line = "  ".to_owned();
+            } else if !line.trim().is_empty() {
+                line.push(' ');
+            }
+            line.push_str(word);
+        }
+        if !line.trim().is_empty() {
+            let _ = writeln!(out, "{indent}# {line}");
+        }
     }
 }
 

@@ -164,7 +164,7 @@ pub fn translate(
         format!(
             "A window here belongs to the day it starts on: {days} nights, each to the next \
              morning. kured's hours were {start_text}-{end_text} within each of its days; the \
-             same here: [\"{days} 00:00-{until} {zone}\", \"{days} {}-24:00 {zone}\"].",
+             same here:\n  rebootWindow: [\"{days} 00:00-{until} {zone}\", \"{days} {}-24:00 {zone}\"]",
             clock(from)
         )
     });

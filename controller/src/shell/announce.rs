@@ -1,5 +1,5 @@
 //! What a round says: Events, logs and gauges about waiting, held, failing and foreign nodes,
-//! drains that ended, and a dry run's plan; and the notifications (`--notify-url`) of the
+//! and a dry run's plan; and the notifications (`--notify-url`) of the
 //! steps a rollout's followers care about, from the same places.
 
 use super::*;
@@ -124,69 +124,6 @@ impl Shell {
             tracing::info!(node = %step.node, dry_run = true, "dry run: {what}");
             if let Some(node) = nodes.get(step.node.as_str()) {
                 self.events.publish(node, Reason::DryRun, what);
-            }
-        }
-    }
-
-    pub(super) fn collect_drain_outcomes(&mut self) {
-        let now = self.wall_ms();
-        for (finished, ended) in self.drains.finished(now) {
-            let Finished {
-                grant,
-                node,
-                outcome,
-                took,
-            } = finished;
-            let name = node.metadata.name.clone().unwrap_or_default();
-            match outcome {
-                DrainOutcome::Drained { evicted, .. } => {
-                    self.metrics.drain_finished("drained", took);
-                    tracing::info!(node = %name, %grant, evicted, took = ?took, "drained");
-                    let details = serde_json::json!({
-                        "evicted": evicted,
-                        "seconds": took.as_secs_f64(),
-                    });
-                    self.notify_node(Kind::NodeDrained, &name, details);
-                }
-                DrainOutcome::Superseded => {
-                    tracing::info!(node = %name, %grant, "drain stopped: the node no longer holds its grant");
-                }
-                DrainOutcome::TimedOut { blocking, .. } if ended.forced => {
-                    self.metrics.drain_finished("timed_out", took);
-                    self.metrics.reboots_forced.inc();
-                    let pods = blocking_list(&blocking);
-                    tracing::warn!(node = %name, blocking = ?pods, "drain timed out; rebooting anyway (--force-reboot)");
-                    let note = format!(
-                        "drain timed out after --drain-timeout ({}); --force-reboot: rebooting \
-                         anyway with {} pod(s) still on the node: {}",
-                        crate::drain::humantime(took),
-                        blocking.len(),
-                        pods.join("; ")
-                    );
-                    self.events.publish(&node, Reason::RebootForced, note);
-                }
-                DrainOutcome::TimedOut { blocking, .. } => {
-                    let pods = blocking_list(&blocking);
-                    self.metrics.drain_finished("timed_out", took);
-                    self.metrics.drain_timeouts.inc();
-                    self.metrics.reboot_failed("drain_timeout");
-                    tracing::warn!(node = %name, blocking = ?pods, "drain timed out; giving the slot back");
-                    let note = format!(
-                        "drain timed out; node uncordoned and slot released, retried later; blocked by {}",
-                        pods.join("; ")
-                    );
-                    self.events.publish(&node, Reason::DrainBlocked, note);
-                }
-            }
-            let delay = self.schedule.reboot_delay;
-            if ended.first && !delay.is_zero() {
-                let note = format!(
-                    "drained; reboot-now in {} (--reboot-delay)",
-                    crate::drain::humantime(delay)
-                );
-                tracing::info!(node = %name, %grant, "{note}");
-                self.events
-                    .publish_action(&node, Reason::Draining, "RebootDelayed", note);
             }
         }
     }
@@ -578,14 +515,6 @@ impl Shell {
             self.events.publish(node, Reason::InvalidRequest, note);
         }
     }
-}
-
-/// Each pod still on a node whose drain timed out, with why.
-fn blocking_list(blocking: &std::collections::BTreeMap<String, String>) -> Vec<String> {
-    blocking
-        .iter()
-        .map(|(pod, why)| format!("{pod}: {why}"))
-        .collect()
 }
 
 /// What the announcer has already said, so that each thing is said once: per reason and

@@ -14,10 +14,7 @@ use crate::{
         leader::Leadership,
         ledger_store::{LedgerError, LedgerStore, ReadLedger},
     },
-    drain::{
-        DrainOutcome,
-        tracker::{DrainTracker, Finished},
-    },
+    drain::tracker::DrainTracker,
     gates::{
         GateReading, Gates,
         preflight::{PreflightChecks, PreflightReading},
@@ -123,6 +120,7 @@ mod announce;
 mod dry_plan;
 mod format;
 mod ledger;
+mod read;
 
 use announce::Said;
 use ledger::LedgerCopy;

@@ -374,7 +374,8 @@ fn cases() -> Vec<Case> {
             ],
             comments: vec![
                 "--cleanup --prefer-no-schedule-taint=weave.works/kured-node-reboot \
-                 --pre-reboot-node-labels=lb=out --post-reboot-node-labels=lb=in --annotate-nodes",
+                 --pre-reboot-node-labels=lb=out --annotate-nodes\n",
+                "add --post-reboot-node-labels=lb=in to --cleanup",
                 "weave.works/kured-reboot-in-progress",
             ],
         },

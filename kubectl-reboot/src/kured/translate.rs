@@ -471,13 +471,26 @@ fn labels(s: &Settings, t: &mut Translation) {
             match label.split_once('=') {
                 Some((k, v)) if !k.is_empty() && !v.contains('=') => {
                     kept.push(label.clone());
-                    t.cleanup_args.push(format!("--{flag}={label}"));
+                    // A post-reboot label is a node's steady state, which the operator's own
+                    // postRebootNodeLabels keeps: removing it is asked for by hand.
+                    if flag == "pre-reboot-node-labels" {
+                        t.cleanup_args.push(format!("--{flag}={label}"));
+                    }
                 }
                 _ => t.not(
                     format!("--{flag}={label}"),
                     "not key=value: kured skipped it too",
                 ),
             }
+        }
+        if !kept.is_empty() && flag == "post-reboot-node-labels" {
+            t.notes.push(format!(
+                "kured's post-reboot labels ({}) stay on the nodes after --cleanup: the operator \
+                 sets them after each reboot too. To remove them, add \
+                 --post-reboot-node-labels={} to --cleanup.",
+                kept.join(", "),
+                kept.join(",")
+            ));
         }
         if !kept.is_empty() {
             t.set(Program::Controller, key, Value::List(kept));
@@ -850,7 +863,6 @@ mod tests {
             [
                 "--prefer-no-schedule-taint=weave.works/kured-node-reboot",
                 "--pre-reboot-node-labels=lb=out",
-                "--post-reboot-node-labels=lb=in",
                 "--annotate-nodes"
             ]
         );

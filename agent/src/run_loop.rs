@@ -57,7 +57,7 @@ struct SentinelSaid {
 
 /// A step that failed, to be tried again from a fresh read of the node.
 #[derive(Debug)]
-struct Retry {
+struct FailedStep {
     at: Instant,
     /// Used when the node cannot be read again.
     last_seen: Node,
@@ -75,7 +75,7 @@ impl NodeAgent {
         info!(boot_id = %self.settings.boot_id, "watching the node");
         let mut watch = node_watch(self.nodes.clone(), self.name());
         let mut backoff = Backoff::default();
-        let mut retry: Option<Retry> = None;
+        let mut retry: Option<FailedStep> = None;
         let mut found_since_init = false;
         let mut own_write = OwnWrite::default();
         // The sentinel is looked at on the node as last seen, soon after the start, then
@@ -149,7 +149,7 @@ impl NodeAgent {
                     let delay = backoff.next_delay();
                     warn!(%error, "could not act on the node; trying again in {delay:?}");
                     let at = Instant::now() + delay;
-                    retry = Some(Retry {
+                    retry = Some(FailedStep {
                         at,
                         last_seen: node,
                     });

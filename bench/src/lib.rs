@@ -19,12 +19,12 @@ pub mod identity;
 pub mod load;
 pub mod machine;
 pub mod nodes;
-pub mod plan;
 pub mod pods;
 pub mod procstat;
 pub mod promotion;
 pub mod report;
 pub mod scenarios;
+pub mod sizes;
 pub mod stats;
 pub mod table;
 pub mod targets;
@@ -35,9 +35,9 @@ use clap::{Parser, ValueEnum};
 use k8s_openapi::jiff::Timestamp;
 use load::{Load, LoadSampler};
 use machine::Machine;
-use plan::Plan;
 use report::Report;
 use scenarios::{Cluster, Context};
+use sizes::Sizes;
 use std::{
     path::{Path, PathBuf},
     time::Instant,
@@ -98,21 +98,21 @@ impl Args {
         self.only.is_empty() || self.only.contains(&scenario)
     }
 
-    fn plan(&self) -> Plan {
-        let mut plan = if self.quick {
-            Plan::quick()
+    fn sizes(&self) -> Sizes {
+        let mut sizes = if self.quick {
+            Sizes::quick()
         } else {
-            Plan::full()
+            Sizes::full()
         };
         if !self.scale_steps.is_empty() {
             // Without the reference size among them, its rows say so rather than judge
             // another size against its targets.
-            plan.scale_steps = self.scale_steps.clone();
+            sizes.scale_steps = self.scale_steps.clone();
         }
         if let Some(secs) = self.idle_seconds {
-            plan.idle = std::time::Duration::from_secs(secs);
+            sizes.idle = std::time::Duration::from_secs(secs);
         }
-        plan
+        sizes
     }
 }
 
@@ -281,7 +281,7 @@ async fn sampled<T>(scenario: impl std::future::Future<Output = anyhow::Result<T
 /// Runs the benchmark; fails when a scenario failed (the report is written anyway).
 pub async fn run(args: Args) -> anyhow::Result<()> {
     let started = Instant::now();
-    let plan = args.plan();
+    let sizes = args.sizes();
     let out = args.out.clone().unwrap_or_else(default_out);
     let logs = out.join("logs");
     let _ = std::fs::remove_dir_all(&logs);
@@ -290,7 +290,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let controller_bin = binary(dir.as_deref(), "reboot-controller")?;
     let agent_bin = binary(dir.as_deref(), "reboot-agent")?;
     let ctx = Context {
-        plan: plan.clone(),
+        sizes: sizes.clone(),
         controller_help: scenarios::help_of(&controller_bin),
         agent_help: scenarios::help_of(&agent_bin),
         controller_bin,
@@ -301,7 +301,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     };
     tracing::info!(
         "bench ({} mode): controller {}, agent {}",
-        if plan.quick { "quick" } else { "full" },
+        if sizes.quick { "quick" } else { "full" },
         ctx.controller_bin.display(),
         ctx.agent_bin.display()
     );
@@ -329,11 +329,11 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         .filter(|s| !args.runs(**s))
         .map(|s| format!("{s:?}"))
         .collect();
-    write(outcomes, &plan, &out, started)
+    write(outcomes, &sizes, &out, started)
 }
 
 /// Writes report.json and details.json, prints the table and its notes.
-fn write(outcomes: Outcomes, plan: &Plan, out: &Path, started: Instant) -> anyhow::Result<()> {
+fn write(outcomes: Outcomes, sizes: &Sizes, out: &Path, started: Instant) -> anyhow::Result<()> {
     let Outcomes {
         mut report,
         mut details,
@@ -343,7 +343,7 @@ fn write(outcomes: Outcomes, plan: &Plan, out: &Path, started: Instant) -> anyho
     report.machine = Machine::this();
     report.commit = machine::commit(&workspace());
     report.date = Timestamp::now().strftime("%Y-%m-%d").to_string();
-    report.mode = if plan.quick { "quick" } else { "full" }.into();
+    report.mode = if sizes.quick { "quick" } else { "full" }.into();
     report.duration_s = started.elapsed().as_secs_f64().round();
     details.insert("errors".into(), serde_json::json!(errors));
     std::fs::write(
@@ -354,11 +354,11 @@ fn write(outcomes: Outcomes, plan: &Plan, out: &Path, started: Instant) -> anyho
         out.join("details.json"),
         serde_json::to_string_pretty(&details)? + "\n",
     )?;
-    println!("{}", report.table(plan));
+    println!("{}", report.table(sizes));
     for note in &notes {
         println!("{note}");
     }
-    let misses = report.misses(plan);
+    let misses = report.misses(sizes);
     if !misses.is_empty() {
         println!("Targets missed: {}.", misses.join("; "));
     }

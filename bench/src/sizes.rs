@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 #[derive(Debug, Clone)]
-pub struct Plan {
+pub struct Sizes {
     pub quick: bool,
     /// Promotion latency at each scale step: batches of trials (each batch gives a p50 and a
     /// p99; the report gives the median of the batches with their range), untimed warm-up
@@ -52,7 +52,7 @@ pub struct Plan {
     pub idle: Duration,
 }
 
-impl Plan {
+impl Sizes {
     pub fn full() -> Self {
         Self {
             quick: false,
@@ -135,11 +135,11 @@ mod tests {
 
     #[test]
     fn slow_trials_make_smaller_batches() {
-        let plan = Plan::full();
-        assert_eq!(plan.batch_trials(Duration::from_millis(100)), 100);
+        let sizes = Sizes::full();
+        assert_eq!(sizes.batch_trials(Duration::from_millis(100)), 100);
         // 8 minutes for 5 batches of 2 s trials: 48 each.
-        assert_eq!(plan.batch_trials(Duration::from_secs(2)), 48);
-        assert_eq!(plan.batch_trials(Duration::from_secs(60)), 20);
-        assert_eq!(Plan::quick().batch_trials(Duration::from_secs(60)), 5);
+        assert_eq!(sizes.batch_trials(Duration::from_secs(2)), 48);
+        assert_eq!(sizes.batch_trials(Duration::from_secs(60)), 20);
+        assert_eq!(Sizes::quick().batch_trials(Duration::from_secs(60)), 5);
     }
 }

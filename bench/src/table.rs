@@ -2,7 +2,7 @@
 //! during the scenario that measured it, and whether it was met. Headed by the date, the
 //! machine and the commit. Nothing is judged in quick mode.
 
-use crate::{Scenario, load::Load, plan::Plan, report::Report, targets};
+use crate::{Scenario, load::Load, report::Report, sizes::Sizes, targets};
 
 enum Verdict {
     Pass,
@@ -56,28 +56,28 @@ fn thousands(n: usize) -> String {
 }
 
 /// A row of the reference fleet: not judged when `--scale-steps` left that size out.
-fn reference_row(plan: &Plan, mut row: Row) -> Row {
-    if !plan.scale_steps.contains(&plan.scale_reference) {
+fn reference_row(sizes: &Sizes, mut row: Row) -> Row {
+    if !sizes.scale_steps.contains(&sizes.scale_reference) {
         row.result = format!(
             "not measured ({} is not among the steps)",
-            thousands(plan.scale_reference)
+            thousands(sizes.scale_reference)
         );
         row.verdict = Verdict::NotJudged;
     }
     row
 }
 
-fn scale_rows(r: &Report, plan: &Plan) -> Vec<Row> {
+fn scale_rows(r: &Report, sizes: &Sizes) -> Vec<Row> {
     let load = |nodes: usize| r.load.get(&format!("scale {nodes}")).copied();
-    let reference = plan.scale_reference;
+    let reference = sizes.scale_reference;
     let mut rows = vec![reference_row(
-        plan,
+        sizes,
         Row {
             scenario: Scenario::Scale,
             measure: format!(
                 "controller CPU, {} realistic nodes and their status reports ({:.0}/s)",
                 thousands(reference),
-                plan.heartbeat_rate(reference)
+                sizes.heartbeat_rate(reference)
             ),
             target: format!("<= {} % of one core", targets::CPU_PERCENT),
             result: show(r.controller_cpu_percent_5000, " % of one core", 1),
@@ -93,7 +93,7 @@ fn scale_rows(r: &Report, plan: &Plan) -> Vec<Row> {
                 "promotion latency p50 / p99, {} nodes, status reports going on (median of {} \
                  batches of {} trials, min–max)",
                 thousands(size.nodes),
-                plan.latency_batches,
+                sizes.latency_batches,
                 size.trials_per_batch
             ),
             target: format!("<= {} ms / <= {} ms", targets::P50_MS, targets::P99_MS),
@@ -106,7 +106,7 @@ fn scale_rows(r: &Report, plan: &Plan) -> Vec<Row> {
             verdict: if within { Verdict::Pass } else { Verdict::Miss },
         });
     }
-    let steps: Vec<String> = plan.scale_steps.iter().map(|n| thousands(*n)).collect();
+    let steps: Vec<String> = sizes.scale_steps.iter().map(|n| thousands(*n)).collect();
     let stopped = r.scale_stopped.as_ref().map_or_else(String::new, |s| {
         format!(" ({} not held: {})", thousands(s.nodes), s.reason)
     });
@@ -119,7 +119,7 @@ fn scale_rows(r: &Report, plan: &Plan) -> Vec<Row> {
         target: format!(
             ">= {}; {} if the local control plane holds it",
             thousands(targets::LARGEST_FLEET),
-            thousands(plan.scale_large)
+            thousands(sizes.scale_large)
         ),
         result: r.nodes_scale_max.map_or_else(
             || "n/a".into(),
@@ -132,7 +132,7 @@ fn scale_rows(r: &Report, plan: &Plan) -> Vec<Row> {
         ),
     });
     rows.push(reference_row(
-        plan,
+        sizes,
         Row {
             scenario: Scenario::Scale,
             measure: format!("controller peak RSS, {} nodes", thousands(reference)),
@@ -144,19 +144,22 @@ fn scale_rows(r: &Report, plan: &Plan) -> Vec<Row> {
     ));
     rows.push(Row {
         scenario: Scenario::Scale,
-        measure: format!("controller peak RSS, {} nodes", thousands(plan.scale_large)),
+        measure: format!(
+            "controller peak RSS, {} nodes",
+            thousands(sizes.scale_large)
+        ),
         target: format!("<= {} MiB", targets::RSS_LARGE_MIB),
         result: r
             .controller_rss_65000_basis
             .clone()
             .unwrap_or_else(|| "n/a".into()),
-        load: load(plan.scale_large),
+        load: load(sizes.scale_large),
         verdict: at_most(r.controller_rss_mib_65000, targets::RSS_LARGE_MIB),
     });
     rows
 }
 
-fn requests_rows(r: &Report, plan: &Plan) -> Vec<Row> {
+fn requests_rows(r: &Report, sizes: &Sizes) -> Vec<Row> {
     let load = r.load.get("requests").copied();
     let row = |measure: String, limit: f64, value: Option<f64>, decimals: usize| Row {
         scenario: Scenario::Requests,
@@ -182,7 +185,7 @@ fn requests_rows(r: &Report, plan: &Plan) -> Vec<Row> {
         row(
             format!(
                 "API requests added by each evicted pod (drain on, {} pods)",
-                plan.evicted_pods
+                sizes.evicted_pods
             ),
             targets::REQUESTS_PER_EVICTED_POD,
             r.requests_per_evicted_pod,
@@ -191,7 +194,7 @@ fn requests_rows(r: &Report, plan: &Plan) -> Vec<Row> {
     ]
 }
 
-fn makespan_rows(r: &Report, plan: &Plan) -> Vec<Row> {
+fn makespan_rows(r: &Report, sizes: &Sizes) -> Vec<Row> {
     let load = r.load.get("makespan").copied();
     let ideal = r.makespan_ideal_s;
     vec![
@@ -200,10 +203,10 @@ fn makespan_rows(r: &Report, plan: &Plan) -> Vec<Row> {
             measure: format!(
                 "rolling makespan, {} nodes, max-unavailable {}, reboot {} s, drain off \
                  (median of {} runs, min–max)",
-                plan.makespan_nodes,
-                plan.makespan_max_unavailable,
-                plan.reboot.as_secs_f64(),
-                plan.makespan_runs
+                sizes.makespan_nodes,
+                sizes.makespan_max_unavailable,
+                sizes.reboot.as_secs_f64(),
+                sizes.makespan_runs
             ),
             target: format!(
                 "<= {} x ideal ceil(N/k) x T = {}",
@@ -237,7 +240,7 @@ fn makespan_rows(r: &Report, plan: &Plan) -> Vec<Row> {
     ]
 }
 
-fn makespan_soak_row(r: &Report, plan: &Plan) -> Row {
+fn makespan_soak_row(r: &Report, sizes: &Sizes) -> Row {
     let ideal = r.makespan_soak_ideal_s;
     Row {
         scenario: Scenario::MakespanSoak,
@@ -245,11 +248,11 @@ fn makespan_soak_row(r: &Report, plan: &Plan) -> Row {
             "rolling makespan with a soak, {} nodes, max-unavailable {}, reboot {} s, \
              --min-ready-seconds {}, drain off, until the last slot is released (median of {} \
              runs, min–max)",
-            plan.makespan_nodes,
-            plan.makespan_max_unavailable,
-            plan.reboot.as_secs_f64(),
-            plan.makespan_soak.as_secs(),
-            plan.makespan_runs
+            sizes.makespan_nodes,
+            sizes.makespan_max_unavailable,
+            sizes.reboot.as_secs_f64(),
+            sizes.makespan_soak.as_secs(),
+            sizes.makespan_runs
         ),
         target: format!(
             "<= {} x ideal ceil(N/k) x (T + soak) = {}",
@@ -268,12 +271,12 @@ fn makespan_soak_row(r: &Report, plan: &Plan) -> Row {
     }
 }
 
-fn idle_rows(r: &Report, plan: &Plan) -> Vec<Row> {
+fn idle_rows(r: &Report, sizes: &Sizes) -> Vec<Row> {
     let load = r.load.get("idle").copied();
     vec![
         Row {
             scenario: Scenario::Idle,
-            measure: format!("idle agent peak RSS ({} s)", plan.idle.as_secs()),
+            measure: format!("idle agent peak RSS ({} s)", sizes.idle.as_secs()),
             target: format!("<= {} MiB", targets::AGENT_RSS_MIB),
             result: show(r.agent_rss_mib, " MiB", 1),
             load,
@@ -291,13 +294,13 @@ fn idle_rows(r: &Report, plan: &Plan) -> Vec<Row> {
 }
 
 impl Report {
-    fn rows(&self, plan: &Plan) -> Vec<Row> {
+    fn rows(&self, sizes: &Sizes) -> Vec<Row> {
         let quick = self.mode == "quick";
-        let mut rows = scale_rows(self, plan);
-        rows.extend(requests_rows(self, plan));
-        rows.extend(makespan_rows(self, plan));
-        rows.push(makespan_soak_row(self, plan));
-        rows.extend(idle_rows(self, plan));
+        let mut rows = scale_rows(self, sizes);
+        rows.extend(requests_rows(self, sizes));
+        rows.extend(makespan_rows(self, sizes));
+        rows.push(makespan_soak_row(self, sizes));
+        rows.extend(idle_rows(self, sizes));
         for row in &mut rows {
             if quick && !matches!(row.verdict, Verdict::Missing) {
                 row.verdict = Verdict::NotJudged;
@@ -319,7 +322,7 @@ impl Report {
     }
 
     /// The markdown table, headed by the date, machine, commit and mode.
-    pub fn table(&self, plan: &Plan) -> String {
+    pub fn table(&self, sizes: &Sizes) -> String {
         let mut out = format!(
             "Benchmark of {} on {}, commit {} ({} mode, {:.0} s).\n\n",
             self.date,
@@ -331,7 +334,7 @@ impl Report {
         out.push_str(
             "| measure | target | result | load (1-min avg) | pass/miss |\n|---|---|---|---|---|\n",
         );
-        for row in self.rows(plan) {
+        for row in self.rows(sizes) {
             let load = row.load.map_or_else(|| "-".into(), |l| l.show("", 2));
             out.push_str(&format!(
                 "| {} | {} | {} | {} | {} |\n",
@@ -346,8 +349,8 @@ impl Report {
     }
 
     /// The targets missed (none in quick mode).
-    pub fn misses(&self, plan: &Plan) -> Vec<String> {
-        self.rows(plan)
+    pub fn misses(&self, sizes: &Sizes) -> Vec<String> {
+        self.rows(sizes)
             .into_iter()
             .filter(|r| matches!(r.verdict, Verdict::Miss))
             .map(|r| r.measure)
@@ -369,32 +372,32 @@ mod tests {
 
     #[test]
     fn a_full_report_without_figures_shows_failed_and_not_run() {
-        let plan = Plan::full();
+        let sizes = Sizes::full();
         let report = Report {
             mode: "full".into(),
             not_run: vec!["Idle".into()],
             ..Report::default()
         };
-        let table = report.table(&plan);
+        let table = report.table(&sizes);
         assert!(
             table.contains("| idle agent API requests per hour | <= 15 | n/a | - | not run |"),
             "{table}"
         );
         assert!(table.contains("| **failed** |"), "{table}");
-        assert!(report.misses(&plan).is_empty());
+        assert!(report.misses(&sizes).is_empty());
     }
 
     #[test]
     fn the_reference_fleet_left_out_is_not_judged() {
-        let plan = Plan {
+        let sizes = Sizes {
             scale_steps: vec![1_000, 20_000],
-            ..Plan::full()
+            ..Sizes::full()
         };
         let report = Report {
             mode: "full".into(),
             ..Report::default()
         };
-        let table = report.table(&plan);
+        let table = report.table(&sizes);
         assert!(
             table.contains("| not measured (5,000 is not among the steps) | - | - |"),
             "{table}"

@@ -94,14 +94,14 @@ async fn measure(ctx: &Context, cluster: &Cluster) -> anyhow::Result<Outcome> {
     tokio::time::sleep(Duration::from_secs(2)).await;
     let from = SystemTime::now();
     let began = Instant::now();
-    tracing::info!("idle: measuring the agent for {:?}", ctx.plan.idle);
-    while began.elapsed() < ctx.plan.idle {
+    tracing::info!("idle: measuring the agent for {:?}", ctx.sizes.idle);
+    while began.elapsed() < ctx.sizes.idle {
         anyhow::ensure!(
             agent.try_wait()?.is_none(),
             "the agent exited during the idle window; see {}",
             dir.join("agent.log").display()
         );
-        let left = ctx.plan.idle.saturating_sub(began.elapsed());
+        let left = ctx.sizes.idle.saturating_sub(began.elapsed());
         tokio::time::sleep(left.min(Duration::from_secs(5))).await;
     }
     let to = SystemTime::now();

@@ -84,11 +84,11 @@ pub async fn run(ctx: &Context, cluster: &Cluster) -> anyhow::Result<Outcome> {
     run_setup(ctx, cluster, setup).await
 }
 
-/// The same with the plan's soak (`--min-ready-seconds`), on a pool of its own.
+/// The same with the soak of the sizes (`--min-ready-seconds`), on a pool of its own.
 pub async fn run_with_soak(ctx: &Context, cluster: &Cluster) -> anyhow::Result<Outcome> {
     let setup = Setup {
         pool: SOAK_POOL,
-        soak: ctx.plan.makespan_soak,
+        soak: ctx.sizes.makespan_soak,
     };
     let mut ctx = ctx.clone();
     ctx.controller_args
@@ -97,13 +97,13 @@ pub async fn run_with_soak(ctx: &Context, cluster: &Cluster) -> anyhow::Result<O
 }
 
 async fn run_setup(ctx: &Context, cluster: &Cluster, setup: Setup) -> anyhow::Result<Outcome> {
-    let plan = &ctx.plan;
-    let (n, k) = (plan.makespan_nodes, plan.makespan_max_unavailable);
+    let sizes = &ctx.sizes;
+    let (n, k) = (sizes.makespan_nodes, sizes.makespan_max_unavailable);
     let (fleet, mut controller) = start(ctx, cluster, setup).await?;
     let names = fleet.names();
     let mut runs = Vec::new();
     let mut sightings = Vec::new();
-    for r in 1..=plan.makespan_runs {
+    for r in 1..=sizes.makespan_runs {
         let (run, seen) = one_run(ctx, cluster, &names, &mut controller, setup).await?;
         tracing::info!(
             "{}, run {r}: {:.1} s for {n} nodes{}",
@@ -120,13 +120,13 @@ async fn run_setup(ctx: &Context, cluster: &Cluster, setup: Setup) -> anyhow::Re
     let reboots = fleet.total_reboots();
     controller.terminate(Duration::from_secs(5)).await;
     fleet.stop().await;
-    let ideal = ideal_s(plan, setup);
+    let ideal = ideal_s(sizes, setup);
     let makespans: Vec<f64> = runs.iter().map(|r| r.makespan_s).collect();
     let ratios: Vec<f64> = makespans.iter().map(|m| m / ideal).collect();
     Ok(Outcome {
         nodes: n,
         max_unavailable: k,
-        reboot_s: plan.reboot.as_secs_f64(),
+        reboot_s: sizes.reboot.as_secs_f64(),
         soak_s: setup.soak.as_secs_f64(),
         ideal_s: ideal,
         makespan_s: Spread::of(&makespans).context("no makespan run")?,
@@ -138,11 +138,11 @@ async fn run_setup(ctx: &Context, cluster: &Cluster, setup: Setup) -> anyhow::Re
 }
 
 /// ceil(N/k) x (T + soak): every slot busy all the time, no hand-off costing anything.
-fn ideal_s(plan: &crate::plan::Plan, setup: Setup) -> f64 {
-    let waves = plan
+fn ideal_s(sizes: &crate::sizes::Sizes, setup: Setup) -> f64 {
+    let waves = sizes
         .makespan_nodes
-        .div_ceil(plan.makespan_max_unavailable.max(1));
-    waves as f64 * (plan.reboot + setup.soak).as_secs_f64()
+        .div_ceil(sizes.makespan_max_unavailable.max(1));
+    waves as f64 * (sizes.reboot + setup.soak).as_secs_f64()
 }
 
 /// The fleet with every agent watching its node, and the controller acting.
@@ -151,9 +151,9 @@ async fn start(
     cluster: &Cluster,
     setup: Setup,
 ) -> anyhow::Result<(Fleet, ControllerProcess)> {
-    let plan = &ctx.plan;
+    let sizes = &ctx.sizes;
     let pool = setup.pool;
-    let n = plan.makespan_nodes;
+    let n = sizes.makespan_nodes;
     let cp = &cluster.control_plane;
     let dir = ctx.logs.join(format!("{pool}-nodes"));
     let _ = std::fs::remove_dir_all(&dir);
@@ -164,7 +164,7 @@ async fn start(
         cp.kubeconfig_path().to_path_buf(),
     );
     config.name_prefix = pool.into();
-    config.reboot_duration = plan.reboot;
+    config.reboot_duration = sizes.reboot;
     config.agent.args = ctx.agent_flags();
     config.labels = BTreeMap::from([(POOL_LABEL.to_owned(), pool.to_owned())]);
     let fleet = Fleet::start(cluster.admin.clone(), config).await?;
@@ -173,7 +173,7 @@ async fn start(
         ControllerSetup {
             pool,
             kubeconfig: cp.kubeconfig_path(),
-            max_unavailable: plan.makespan_max_unavailable,
+            max_unavailable: sizes.makespan_max_unavailable,
             drain: false,
         },
     )?;
@@ -324,8 +324,8 @@ async fn one_run(
     controller: &mut ControllerProcess,
     setup: Setup,
 ) -> anyhow::Result<(Run, Sightings)> {
-    let plan = &ctx.plan;
-    let (n, k) = (plan.makespan_nodes, plan.makespan_max_unavailable);
+    let sizes = &ctx.sizes;
+    let (n, k) = (sizes.makespan_nodes, sizes.makespan_max_unavailable);
     let cp = &cluster.control_plane;
     let (tx, mut progress) = watch::channel(Progress::default());
     let tx = Arc::new(tx);
@@ -347,7 +347,7 @@ async fn one_run(
     let began = Instant::now();
     request_all(&cluster.nodes(), names).await?;
     let written = began.elapsed();
-    let ideal = ideal_s(plan, setup);
+    let ideal = ideal_s(sizes, setup);
     let limit = Duration::from_secs_f64(ideal * 10.0 + 120.0);
     let done = tokio::time::timeout(limit, progress.wait_for(|p| p.finished(setup).len() == n))
         .await

@@ -6,7 +6,7 @@ pub mod makespan;
 pub mod requests;
 pub mod scale;
 
-use crate::{audit::Audit, nodes::POOL_LABEL, plan::Plan};
+use crate::{audit::Audit, nodes::POOL_LABEL, sizes::Sizes};
 use anyhow::Context as _;
 use k8s_openapi::api::{coordination::v1::Lease, core::v1::Node};
 use kube::{Api, Client};
@@ -21,7 +21,7 @@ use testenv::{ControlPlane, Options};
 /// What every scenario needs.
 #[derive(Debug, Clone)]
 pub struct Context {
-    pub plan: Plan,
+    pub sizes: Sizes,
     pub controller_bin: PathBuf,
     pub agent_bin: PathBuf,
     /// Logs and kubeconfigs of this run (`target/bench/logs`).

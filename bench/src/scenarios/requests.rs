@@ -163,7 +163,7 @@ async fn start_fleet(
         cluster.control_plane.kubeconfig_path().to_path_buf(),
     );
     config.name_prefix = POOL.into();
-    config.reboot_duration = ctx.plan.reboot;
+    config.reboot_duration = ctx.sizes.reboot;
     config.agent.args = ctx.agent_flags();
     config.labels = BTreeMap::from([(POOL_LABEL.to_owned(), POOL.to_owned())]);
     let own = agent_kubeconfig.to_path_buf();
@@ -195,7 +195,7 @@ async fn wait_for_watch(
 
 impl Bench<'_> {
     async fn setting(&self, setting: Setting) -> anyhow::Result<Reboots> {
-        let plan = &self.ctx.plan;
+        let sizes = &self.ctx.sizes;
         let began = SystemTime::now();
         let mut controller = start_controller(
             self.ctx,
@@ -214,14 +214,14 @@ impl Bench<'_> {
             Duration::from_secs(30),
         )
         .await?;
-        tokio::time::sleep(plan.settle).await;
+        tokio::time::sleep(sizes.settle).await;
         let pods = if setting == Setting::DrainOnWithPods {
-            plan.evicted_pods
+            sizes.evicted_pods
         } else {
             0
         };
         let mut reboots = Vec::new();
-        for round in 1..=plan.counted_reboots {
+        for round in 1..=sizes.counted_reboots {
             let on_node = pods::start_on(&self.cluster.admin, &self.node, round, pods).await?;
             let mut counted = self.reboot(&mut controller).await?;
             counted.evicted = pods::gone(&self.cluster.admin, &on_node).await?;
@@ -283,7 +283,7 @@ impl Bench<'_> {
             );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        tokio::time::sleep(self.ctx.plan.settle).await;
+        tokio::time::sleep(self.ctx.sizes.settle).await;
         let to = SystemTime::now();
         let audited = |who: &Identity| self.cluster.audit.requests(&who.user, from, to);
         Ok(count(

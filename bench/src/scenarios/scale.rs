@@ -183,7 +183,7 @@ impl Step {
 }
 
 pub async fn run(ctx: &Context, cluster: &Cluster) -> anyhow::Result<Outcome> {
-    let plan = &ctx.plan;
+    let sizes = &ctx.sizes;
     let mut created = 0;
     let mut steps: Vec<Step> = Vec::new();
     // The control plane before this scenario's nodes: the first step's growth is measured
@@ -194,7 +194,7 @@ pub async fn run(ctx: &Context, cluster: &Cluster) -> anyhow::Result<Outcome> {
         created_per_second: 0.0,
     }];
     let mut stopped = None;
-    for &size in plan.scale_steps.iter().filter(|&&s| s > 0) {
+    for &size in sizes.scale_steps.iter().filter(|&&s| s > 0) {
         if size <= created {
             tracing::warn!("scale: skipping {size} nodes, not more than the {created} before");
             continue;
@@ -232,9 +232,9 @@ pub async fn run(ctx: &Context, cluster: &Cluster) -> anyhow::Result<Outcome> {
     Ok(Outcome {
         reference: steps
             .iter()
-            .find(|s| s.nodes == plan.scale_reference)
+            .find(|s| s.nodes == sizes.scale_reference)
             .cloned(),
-        large: LargeFleetMemory::of(&steps, plan.scale_large),
+        large: LargeFleetMemory::of(&steps, sizes.scale_large),
         scale_max: scale_max as u64,
         stopped,
         steps,
@@ -249,12 +249,12 @@ async fn step(
     size: usize,
     history: &[Observed],
 ) -> Result<Step, String> {
-    let plan = &ctx.plan;
+    let sizes = &ctx.sizes;
     let available = procstat::available_gib().map_err(|e| format!("read /proc/meminfo: {e}"))?;
     let machine = capacity::Machine {
         available_gib: available,
-        reserve_gib: plan.memory_reserve_gib,
-        create_limit: plan.create_limit,
+        reserve_gib: sizes.memory_reserve_gib,
+        create_limit: sizes.create_limit,
     };
     if let Some(reason) = capacity::refuse(history, size, machine) {
         return Err(reason);
@@ -276,7 +276,7 @@ async fn step(
         .into_iter()
         .map(|(_, n)| n)
         .collect();
-    let heartbeats = Heartbeats::start(cluster.nodes(), all.clone(), plan.heartbeat_rate(size));
+    let heartbeats = Heartbeats::start(cluster.nodes(), all.clone(), sizes.heartbeat_rate(size));
     // The API server grows further while the reports go on: the measurement stops (dropping
     // the controller, which kills it) as soon as the machine cannot hold the step.
     let measured = tokio::select! {
@@ -284,7 +284,7 @@ async fn step(
             // A control plane that failed is the reason, not what failed because of it.
             cluster.down().unwrap_or_else(|| format!("{error:#}"))
         }),
-        why = watch_machine(cluster, plan.memory_reserve_gib) => Err(why),
+        why = watch_machine(cluster, sizes.memory_reserve_gib) => Err(why),
     };
     let heartbeats = heartbeats.finish();
     let (controller, latency) = measured?;
@@ -316,7 +316,7 @@ async fn create(
     created: usize,
     size: usize,
 ) -> Result<Creation, String> {
-    let plan = &ctx.plan;
+    let sizes = &ctx.sizes;
     let began = Instant::now();
     let api = cluster.nodes();
     let registrations = nodes::names(POOL, created + 1..size + 1)
@@ -336,11 +336,11 @@ async fn create(
         if done % CHECK_EVERY != 0 {
             continue;
         }
-        held(cluster, plan.memory_reserve_gib).map_err(stopped)?;
-        if began.elapsed() > plan.create_limit {
+        held(cluster, sizes.memory_reserve_gib).map_err(stopped)?;
+        if began.elapsed() > sizes.create_limit {
             return Err(stopped(format!(
                 "creation time: more than {:.0} min",
-                plan.create_limit.as_secs_f64() / 60.0
+                sizes.create_limit.as_secs_f64() / 60.0
             )));
         }
     }
@@ -386,7 +386,7 @@ async fn measure(
     cluster: &Cluster,
     names: &[String],
 ) -> anyhow::Result<(ControllerFigures, Batched)> {
-    let plan = &ctx.plan;
+    let sizes = &ctx.sizes;
     let mut controller = start_controller(
         ctx,
         ControllerSetup {
@@ -417,26 +417,26 @@ async fn measure(
     // The later warm-up trials tell how long a trial takes at this size (with its clean-up
     // and the pause after it), for the budget of the timed ones.
     let warming = Instant::now();
-    for i in 1..plan.warmup_trials {
+    for i in 1..sizes.warmup_trials {
         promotions
             .trial(&names[i % names.len()], Duration::from_secs(30))
             .await?;
     }
-    let each = match u32::try_from(plan.warmup_trials.saturating_sub(1)) {
+    let each = match u32::try_from(sizes.warmup_trials.saturating_sub(1)) {
         Ok(n) if n > 0 => warming.elapsed() / n,
         _ => first,
     } + Duration::from_millis(35);
-    let per_batch = plan.batch_trials(each);
+    let per_batch = sizes.batch_trials(each);
     // CPU over a window of status reports alone.
     let window = CpuWindow::start(pid)?;
-    tokio::time::sleep(plan.cpu_window).await;
+    tokio::time::sleep(sizes.cpu_window).await;
     let cpu = window.percent()?;
     let after_updates = procstat::memory(pid)?;
     let latency = promotions
         .batches(
             names,
-            (plan.latency_batches, per_batch),
-            plan.batch_pause,
+            (sizes.latency_batches, per_batch),
+            sizes.batch_pause,
             || {
                 anyhow::ensure!(
                     controller.is_running(),

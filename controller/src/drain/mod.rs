@@ -128,13 +128,13 @@ const RETRY_MAX_DELAY: Duration = Duration::from_secs(5);
 
 /// A request that failed, and when to try it again.
 #[derive(Debug)]
-struct Retry {
+struct RequestBackoff {
     backoff: ExponentialBackoff,
     max: Duration,
     at: Option<Instant>,
 }
 
-impl Retry {
+impl RequestBackoff {
     fn new() -> Self {
         Self::up_to(RETRY_MAX_DELAY)
     }
@@ -168,7 +168,7 @@ pub(crate) const NAMES_IN_EVENT: usize = 600;
 #[derive(Debug)]
 struct Refusal {
     why: String,
-    retry: Retry,
+    retry: RequestBackoff,
     /// Refused by a PodDisruptionBudget, at these versions of the pod's budgets: tried again
     /// as soon as they change to let it go.
     budgets: Option<RefusedAt>,
@@ -202,8 +202,8 @@ struct Progress {
     announced: bool,
     /// Why the view of the pods is not current, while it is not.
     watch_trouble: Option<String>,
-    watch_retry: Retry,
-    read_retry: Retry,
+    watch_retry: RequestBackoff,
+    read_retry: RequestBackoff,
 }
 
 impl Progress {
@@ -218,8 +218,8 @@ impl Progress {
             warned_unmanaged: HashSet::new(),
             announced: false,
             watch_trouble: None,
-            watch_retry: Retry::new(),
-            read_retry: Retry::new(),
+            watch_retry: RequestBackoff::new(),
+            read_retry: RequestBackoff::new(),
         }
     }
 
@@ -263,7 +263,7 @@ impl Progress {
     fn refused(&mut self, pod: &Pod, why: String, budgets: Option<RefusedAt>, max: Duration) {
         let refusal = self.refused.entry(uid(pod)).or_insert_with(|| Refusal {
             why: String::new(),
-            retry: Retry::up_to(max),
+            retry: RequestBackoff::up_to(max),
             budgets: None,
         });
         refusal.why = why;

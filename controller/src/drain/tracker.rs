@@ -109,8 +109,9 @@ fn failed_drain_backoff() -> ExponentialBackoff {
         .build()
 }
 
+/// When a node whose drain failed may be granted again, growing with each failure.
 #[derive(Debug)]
-struct Retry {
+struct RegrantBackoff {
     backoff: ExponentialBackoff,
     not_before: u64,
 }
@@ -119,7 +120,7 @@ struct Retry {
 pub struct DrainTracker {
     drainer: Option<Arc<dyn Drain>>,
     grants: HashMap<String, Tracked>,
-    retries: HashMap<String, Retry>,
+    retries: HashMap<String, RegrantBackoff>,
     done_tx: mpsc::UnboundedSender<Finished>,
     done_rx: mpsc::UnboundedReceiver<Finished>,
     /// Woken when a drain ends, so the next decision comes at once.
@@ -334,7 +335,7 @@ impl DrainTracker {
         let retry = self
             .retries
             .entry(node.to_owned())
-            .or_insert_with(|| Retry {
+            .or_insert_with(|| RegrantBackoff {
                 backoff: failed_drain_backoff(),
                 not_before: now,
             });

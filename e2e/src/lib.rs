@@ -8,13 +8,13 @@ pub use nodesim::budget_watch::{BudgetWatch, unavailable};
 use nodesim::observe::{Coverage, Observe, ResumingWatch};
 use nodesim::sandbox::SandboxConfig;
 
-pub mod chaos;
 pub mod chart_readme;
 pub mod chart_values;
 pub mod elf;
 pub mod every_node;
 pub mod faketime;
 pub mod install;
+pub mod observer;
 pub mod promql;
 pub mod protocol_steps;
 pub mod rollout;

@@ -1,6 +1,6 @@
-//! The chaos observer: an independent witness of a whole scenario. It watches every Node and
-//! the Pods of one namespace (resuming after errors, like every observer here) and checks, at
-//! every event, the invariants a user can see:
+//! The independent observer: a witness of a whole scenario (chaos, network faults, clocks, the
+//! soak, real nodes). It watches every Node and the Pods of one namespace (resuming after
+//! errors, like every observer here) and checks, at every event, the invariants a user can see:
 //!
 //! - no more unavailable nodes than the budget ([`unavailable`] decides what counts) by the
 //!   operator's doing: when others take the count over it (an administrator cordons a node,
@@ -553,7 +553,7 @@ impl std::fmt::Display for Report {
     }
 }
 
-/// The independent observer of a chaos scenario (see the module's documentation).
+/// The independent observer of a scenario (see the module's documentation).
 pub struct Observer {
     record: Shared,
     nodes: ResumingWatch<NodeFeed>,
@@ -601,7 +601,7 @@ impl Observer {
         let pods = ResumingWatch::start(
             pods_api.clone(),
             watcher::Config::default(),
-            format!("the Pods of {namespace} (chaos observer)"),
+            format!("the Pods of {namespace} (independent observer)"),
             PodFeed(record.clone()),
         )
         .await
@@ -609,7 +609,7 @@ impl Observer {
         let nodes = ResumingWatch::start(
             Api::<Node>::all(client.clone()),
             watcher::Config::default(),
-            "every Node (chaos observer)",
+            "every Node (independent observer)",
             NodeFeed(record.clone()),
         )
         .await

@@ -11,7 +11,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-/// The label of the workload's pods, as the chaos observer takes it.
+/// The label of the workload's pods, as the independent observer takes it.
 pub const WORKLOAD: (&str, &str) = ("app", "web");
 /// The namespace of the workload.
 pub const NAMESPACE: &str = "default";

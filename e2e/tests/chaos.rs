@@ -7,7 +7,7 @@
 
 use common::ControllerReason;
 use e2e::{
-    BudgetWatch, NodeHistory, apply, chaos::Observer, has_event, kubectl, label_node, node,
+    BudgetWatch, NodeHistory, apply, has_event, kubectl, label_node, node, observer::Observer,
     pod_that_blocks_the_drain_of, request_reboot, workload,
 };
 use nodesim::sandbox::{Sandbox, SandboxConfig};
@@ -61,7 +61,7 @@ async fn sandbox(setup: Setup) -> Sandbox {
         .node_labels(node_labels)
         .controller_args(setup.controller_args)
         .no_controller()
-        .control_plane(e2e::chaos::observed_control_plane());
+        .control_plane(e2e::observer::observed_control_plane());
     Sandbox::start(config).await.expect("sandbox starts")
 }
 

@@ -11,7 +11,7 @@
 
 use common::ControllerReason;
 use e2e::{
-    chaos::Observer, faketime, has_event, kubectl, node, protocol_annotations, request_reboot,
+    faketime, has_event, kubectl, node, observer::Observer, protocol_annotations, request_reboot,
 };
 use k8s_openapi::{
     api::{

@@ -13,7 +13,7 @@
 //!   nothing: the kubelet's report of the new boot completes the node.
 
 use common::ControllerReason;
-use e2e::{chaos::Observer, kubectl, node, protocol_annotations, workload};
+use e2e::{kubectl, node, observer::Observer, protocol_annotations, workload};
 use futures::StreamExt as _;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::{
@@ -45,7 +45,7 @@ async fn sandbox(nodes: usize, controller_args: &[&str], reboot_duration: Durati
         .controller_args(controller_args)
         .no_controller()
         .fault_proxies()
-        .control_plane(e2e::chaos::observed_control_plane());
+        .control_plane(e2e::observer::observed_control_plane());
     Sandbox::start(config).await.expect("sandbox starts")
 }
 

@@ -3,7 +3,7 @@
 //! one the chaos tests inject; the soak draws them at random for as long as it runs.
 
 use crate::load::Load;
-use e2e::chaos::Observer;
+use e2e::observer::Observer;
 use nodesim::sandbox::Sandbox;
 use rand::{rngs::StdRng, seq::IndexedRandom};
 use serde::Serialize;

@@ -5,7 +5,7 @@ use crate::{
     faults::{Faults, Kind},
     load::Load,
 };
-use e2e::chaos::Observer;
+use e2e::observer::Observer;
 use k8s_openapi::api::core::v1::Node;
 use kube::{Api, ResourceExt, api::ListParams};
 use nodesim::sandbox::Sandbox;

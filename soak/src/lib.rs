@@ -12,7 +12,7 @@ pub use args::Args;
 pub use figures::Figures;
 
 use anyhow::Context;
-use e2e::{chaos::Observer, workload};
+use e2e::{observer::Observer, workload};
 use faults::Faults;
 use load::Load;
 use nodesim::sandbox::{Sandbox, SandboxConfig};
@@ -154,7 +154,7 @@ async fn start_sandbox(args: &Args) -> anyhow::Result<Sandbox> {
         .controller_args(["--drain-timeout", "120s"])
         .no_controller()
         .fault_proxies()
-        .control_plane(e2e::chaos::observed_control_plane());
+        .control_plane(e2e::observer::observed_control_plane());
     Sandbox::start(config).await.context("starting the sandbox")
 }
 

@@ -2,7 +2,7 @@
 //! types them, and the bookkeeping of every request until its node is back.
 
 use crate::Args;
-use e2e::chaos::Observer;
+use e2e::observer::Observer;
 use nodesim::sandbox::Sandbox;
 use rand::{RngExt, rngs::StdRng, seq::IndexedRandom};
 use std::{

@@ -6,7 +6,7 @@
 //! agent's pod: in `make test` two guests, the leader's node rebooted; in `make node-e2e`
 //! three, each rebooted, then the other two reboot methods.
 //!
-//! An independent observer ([`e2e::chaos::Observer`]) watches every Node and the workload's
+//! An independent observer ([`e2e::observer::Observer`]) watches every Node and the workload's
 //! Pods throughout: the budget, no `reboot-now` while a workload pod is still on the node,
 //! every request rebooted exactly once. The guests' consoles and journals show the rest: a new
 //! kernel's banner per reboot, and the kubelet's graceful node shutdown.
@@ -14,7 +14,7 @@
 //! One test, in phases, because the guests are expensive. A signal to the test process stops
 //! every QEMU and the control plane before it ends ([`vmtest::unless_interrupted`]).
 
-use e2e::chaos::Observer;
+use e2e::observer::Observer;
 use k8s_openapi::api::{
     apps::v1::{DaemonSet, Deployment},
     coordination::v1::Lease,

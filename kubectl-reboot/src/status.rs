@@ -7,7 +7,7 @@ use crate::estimate::{self, Estimate};
 use crate::input::{LedgerInput, NodeEvent, NodeInput, PoolInput};
 use crate::wait::WaitReason;
 use common::{
-    AnnotationKeys, ControllerReason as Controller, Phase, Readiness, Request,
+    AnnotationKeys, ControllerReason as Controller, Phase, ProtocolState, Readiness, Request,
     events::{CONTROLLER, NOTE_HELD, NOTE_REQUESTED, NOTE_REQUESTED_BUT},
 };
 use k8s_openapi::jiff::Timestamp;
@@ -371,6 +371,15 @@ fn budget(input: &PoolInput, keys: &AnnotationKeys, pool_size: usize) -> Budget 
     }
 }
 
+/// One node as its classification reads it: the node, its protocol state, and its slot.
+struct Found<'n> {
+    node: &'n NodeInput,
+    state: &'n ProtocolState,
+    /// The grant of the node's slot in the ledger, if it holds one.
+    slot_grant: Option<&'n str>,
+    granted_at: Option<Timestamp>,
+}
+
 /// What every node's classification needs besides the node.
 struct Context<'a> {
     keys: &'a AnnotationKeys,
@@ -450,128 +459,189 @@ impl Context<'_> {
             last_completed: state.last_completed.clone(),
             abandon: None,
         };
-        let mut since = None;
-        match &state.phase {
+        let found = Found {
+            node,
+            state: &state,
+            slot_grant: slot.map(|s| s.grant.as_str()),
+            granted_at,
+        };
+        let since = match &state.phase {
             Phase::RebootNow | Phase::InProgress { .. } | Phase::Done { .. } => {
-                let (step, detail) = match state.phase {
-                    Phase::RebootNow => (
-                        Step::RebootNow,
-                        "told to reboot (reboot-now); the agent has not started yet",
-                    ),
-                    Phase::InProgress { .. } => {
-                        (Step::InProgress, "rebooting (reboot-in-progress)")
-                    }
-                    _ => (
-                        Step::Proven,
-                        "rebooted (new boot id); waiting for the kubelet to report it Ready",
-                    ),
-                };
-                status.state = State::Rebooting;
-                status.step = Some(step);
-                status.detail = detail.to_owned();
-                // How long it has been rebooting: since it was told to.
-                let approved = latest(
-                    &node.events,
-                    &[Controller::RebootApproved.as_str()],
-                    granted_at,
-                );
-                since = approved.map(|e| e.time).or(granted_at);
-                status.event = approved.map(event_ref);
-                if let Some(late) = reboots_overdue(node) {
-                    status.detail = format!(
-                        "{detail}; not completed within --reboot-timeout: no new reboot starts \
-                         in the pool until it is back in a new boot and Ready"
-                    );
-                    status.event = Some(event_ref(late));
-                }
+                Self::rebooting(&found, &mut status)
             }
             Phase::Idle if state.grant.is_some() && state.request == Request::Needed => {
-                status.state = State::Draining;
-                let draining = latest(&node.events, &[Controller::Draining.as_str()], granted_at);
-                since = draining.map(|e| e.time).or(granted_at);
-                status.event = draining.map(event_ref);
-                status.detail = match &node.pods_left {
-                    None => "cordoned; evicting its pods".to_owned(),
-                    Some(pods) if pods.is_empty() => {
-                        "cordoned; no pod left to evict, about to be told to reboot".to_owned()
-                    }
-                    Some(pods) => format!(
-                        "cordoned; {} pod{} left: {}",
-                        pods.len(),
-                        if pods.len() == 1 { "" } else { "s" },
-                        pods.join(", ")
-                    ),
-                };
-                status.pods_left = node.pods_left.clone();
-                self.held(node, granted_at, &mut status);
+                self.draining(&found, &mut status)
             }
-            Phase::Idle if state.soaking(slot.map(|s| s.grant.as_str())) => {
-                status.state = State::Soaking;
-                since = state.last_completed.as_deref().and_then(|t| t.parse().ok());
-                status.detail = if facts.readiness == Readiness::Ready {
-                    "rebooted and Ready; keeps its slot for --min-ready-seconds".to_owned()
-                } else {
-                    let event = latest(
-                        &node.events,
-                        &[Controller::NotReadyAfterReboot.as_str()],
-                        None,
-                    );
-                    status.event = event.map(event_ref);
-                    "NotReady after its reboot: no new reboot starts in the pool until it is \
-                     Ready (or its soak is cleared)"
-                        .to_owned()
-                };
-            }
+            Phase::Idle if state.soaking(found.slot_grant) => Self::soaking(&found, &mut status),
             Phase::Idle if state.grant.is_some() || slot.is_some() => {
-                if state.grant.is_none() && state.request == Request::Needed {
-                    status.state = State::Granted;
-                    status.detail = "slot granted; about to be cordoned".to_owned();
-                    self.held(node, granted_at, &mut status);
-                } else {
-                    status.state = State::Releasing;
-                    status.detail = "giving its slot back (request withdrawn)".to_owned();
-                }
-                since = granted_at;
+                self.granted_or_releasing(&found, &mut status)
             }
-            Phase::Idle => match &state.request {
-                Request::Absent => {
-                    status.detail = match (&state.last_completed, &opted_out) {
-                        (_, Some(label)) => format!("opted out ({label})"),
-                        (Some(at), None) => match at.parse::<Timestamp>() {
-                            Ok(t) => format!(
-                                "last reboot {} ago ({})",
-                                estimate::human(self.now.as_second() - t.as_second()),
-                                Timestamp::from_second(t.as_second()).unwrap_or(t)
-                            ),
-                            Err(_) => format!("last reboot completed {at}"),
-                        },
-                        (None, None) => String::new(),
-                    };
-                }
-                Request::Invalid(value) => {
-                    status.state = State::Invalid;
-                    status.detail = format!(
-                        "{}={value:?} is not a request (only \"true\" is); ignored",
-                        self.keys.needed
-                    );
-                }
-                Request::Needed => {
-                    since = self.waiting(node, opted_out.as_deref(), &mut status);
-                }
-            },
+            Phase::Idle => self.without_slot(&found, opted_out.as_deref(), &mut status),
+        };
+        self.granted_by_another_pool(&state, &mut status);
+        Self::abandon_pending(&state, &mut status);
+        if let Some(since) = since {
+            status.since = Some(since.to_string());
+            status.seconds = Some((self.now.as_second() - since.as_second()).max(0));
         }
+        status
+    }
+
+    /// Told to reboot, rebooting, or back in a new boot: the step, and since when (the
+    /// go-ahead's Event, else the grant).
+    fn rebooting(found: &Found<'_>, status: &mut NodeStatus) -> Option<Timestamp> {
+        let (step, detail) = match found.state.phase {
+            Phase::RebootNow => (
+                Step::RebootNow,
+                "told to reboot (reboot-now); the agent has not started yet",
+            ),
+            Phase::InProgress { .. } => (Step::InProgress, "rebooting (reboot-in-progress)"),
+            _ => (
+                Step::Proven,
+                "rebooted (new boot id); waiting for the kubelet to report it Ready",
+            ),
+        };
+        status.state = State::Rebooting;
+        status.step = Some(step);
+        status.detail = detail.to_owned();
+        let approved = latest(
+            &found.node.events,
+            &[Controller::RebootApproved.as_str()],
+            found.granted_at,
+        );
+        status.event = approved.map(event_ref);
+        if let Some(late) = reboots_overdue(found.node) {
+            status.detail = format!(
+                "{detail}; not completed within --reboot-timeout: no new reboot starts \
+                 in the pool until it is back in a new boot and Ready"
+            );
+            status.event = Some(event_ref(late));
+        }
+        approved.map(|e| e.time).or(found.granted_at)
+    }
+
+    /// Cordoned under its grant: the pods left to evict, or a fence that holds it.
+    fn draining(&self, found: &Found<'_>, status: &mut NodeStatus) -> Option<Timestamp> {
+        let node = found.node;
+        status.state = State::Draining;
+        let draining = latest(
+            &node.events,
+            &[Controller::Draining.as_str()],
+            found.granted_at,
+        );
+        status.event = draining.map(event_ref);
+        status.detail = match &node.pods_left {
+            None => "cordoned; evicting its pods".to_owned(),
+            Some(pods) if pods.is_empty() => {
+                "cordoned; no pod left to evict, about to be told to reboot".to_owned()
+            }
+            Some(pods) => format!(
+                "cordoned; {} pod{} left: {}",
+                pods.len(),
+                if pods.len() == 1 { "" } else { "s" },
+                pods.join(", ")
+            ),
+        };
+        status.pods_left = node.pods_left.clone();
+        self.held(node, found.granted_at, status);
+        draining.map(|e| e.time).or(found.granted_at)
+    }
+
+    /// Completed and keeping its slot for `--min-ready-seconds`; NotReady holds the pool.
+    fn soaking(found: &Found<'_>, status: &mut NodeStatus) -> Option<Timestamp> {
+        status.state = State::Soaking;
+        status.detail = if found.node.facts.readiness == Readiness::Ready {
+            "rebooted and Ready; keeps its slot for --min-ready-seconds".to_owned()
+        } else {
+            let event = latest(
+                &found.node.events,
+                &[Controller::NotReadyAfterReboot.as_str()],
+                None,
+            );
+            status.event = event.map(event_ref);
+            "NotReady after its reboot: no new reboot starts in the pool until it is \
+             Ready (or its soak is cleared)"
+                .to_owned()
+        };
+        found
+            .state
+            .last_completed
+            .as_deref()
+            .and_then(|t| t.parse().ok())
+    }
+
+    /// A slot not yet claimed (about to be cordoned, or held by a fence), or one being given
+    /// back after its request was withdrawn.
+    fn granted_or_releasing(
+        &self,
+        found: &Found<'_>,
+        status: &mut NodeStatus,
+    ) -> Option<Timestamp> {
+        if found.state.grant.is_none() && found.state.request == Request::Needed {
+            status.state = State::Granted;
+            status.detail = "slot granted; about to be cordoned".to_owned();
+            self.held(found.node, found.granted_at, status);
+        } else {
+            status.state = State::Releasing;
+            status.detail = "giving its slot back (request withdrawn)".to_owned();
+        }
+        found.granted_at
+    }
+
+    /// No slot: idle (opted out, or when it last rebooted), a value that is no request, or a
+    /// request that waits.
+    fn without_slot(
+        &self,
+        found: &Found<'_>,
+        opted_out: Option<&str>,
+        status: &mut NodeStatus,
+    ) -> Option<Timestamp> {
+        match &found.state.request {
+            Request::Absent => {
+                status.detail = match (&found.state.last_completed, opted_out) {
+                    (_, Some(label)) => format!("opted out ({label})"),
+                    (Some(at), None) => match at.parse::<Timestamp>() {
+                        Ok(t) => format!(
+                            "last reboot {} ago ({})",
+                            estimate::human(self.now.as_second() - t.as_second()),
+                            Timestamp::from_second(t.as_second()).unwrap_or(t)
+                        ),
+                        Err(_) => format!("last reboot completed {at}"),
+                    },
+                    (None, None) => String::new(),
+                };
+                None
+            }
+            Request::Invalid(value) => {
+                status.state = State::Invalid;
+                status.detail = format!(
+                    "{}={value:?} is not a request (only \"true\" is); ignored",
+                    self.keys.needed
+                );
+                None
+            }
+            Request::Needed => self.waiting(found.node, opted_out, status),
+        }
+    }
+
+    /// Relabelled into this pool during its reboot: counted here, driven by the pool whose
+    /// ledger granted it.
+    fn granted_by_another_pool(&self, state: &ProtocolState, status: &mut NodeStatus) {
         if let Some(theirs) = state
             .grant
             .as_deref()
             .and_then(common::ledger::ledger_of_grant)
             .filter(|theirs| *theirs != self.ledger.name)
         {
-            // Relabelled into this pool during its reboot: counted here, driven there.
             status.detail = format!(
                 "{}; granted by the ledger {theirs}: that pool's controller finishes it",
                 status.detail
             );
         }
+    }
+
+    /// An administrator gave the node up and the controller has not cleared it yet.
+    fn abandon_pending(state: &ProtocolState, status: &mut NodeStatus) {
         if let Some(value) = &state.abandon {
             let who = common::abandon::Abandon::read(value).describe();
             let pending = format!(
@@ -585,11 +655,6 @@ impl Context<'_> {
             };
             status.abandon = Some(who);
         }
-        if let Some(since) = since {
-            status.since = Some(since.to_string());
-            status.seconds = Some((self.now.as_second() - since.as_second()).max(0));
-        }
-        status
     }
 
     /// A granted node that a fence holds where it stands: the pause (known now), or the

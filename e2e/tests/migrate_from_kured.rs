@@ -456,6 +456,25 @@ async fn each_kured_values_file_translates_to_values_this_chart_renders() {
         check(&cp, &home, case, &["--kured-namespace", &namespace]);
     }
 
+    // kured's lock held by a node (kured's own format, on its DaemonSet) is said, so that kured
+    // is removed only once it is released.
+    kubectl(
+        &cp,
+        &[
+            "annotate",
+            "daemonset",
+            "-n",
+            "kured-extra",
+            "kured",
+            r#"weave.works/kured-node-lock={"nodeID":"worker-7","metadata":{"unschedulable":false},"created":"2026-11-28T01:00:00Z","TTL":0}"#,
+        ],
+    );
+    let output = plugin(&cp, &["--kured-namespace", "kured-extra"]);
+    let yaml = succeeded("migrate-from-kured with kured's lock held", &output);
+    let held = "kured's lock is held now (node worker-7): remove kured only once it is released";
+    assert!(yaml.replace("\n#  ", " ").contains(held), "{yaml}");
+    assert!(String::from_utf8_lossy(&output.stderr).contains(held));
+
     // Several: each is named, and the way to pick one is said.
     let said = plugin_fails(&cp, &[]);
     assert!(said.contains("kured DaemonSets found"), "{said}");

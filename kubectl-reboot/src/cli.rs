@@ -13,7 +13,8 @@ use std::time::Duration;
 /// requests (`request`, `cancel`, `abandon`, `pause`, `resume`); and `migrate-from-kured`,
 /// a running kured's settings as this operator's chart values.
 /// It reads only what the operator already writes: the nodes' annotations, the slot ledger
-/// Lease, the Events, and the controller's metrics if reachable.
+/// Lease, the Events, and the controller's metrics if reachable (and kured's DaemonSet and
+/// the nodes for `migrate-from-kured`).
 #[derive(Debug, Parser)]
 #[command(name = "kubectl-reboot", bin_name = "kubectl reboot", version)]
 pub struct Cli {
@@ -75,14 +76,17 @@ pub enum Command {
     Pause,
     /// Resumes the pool (removes `reboot-paused` from the ledger Lease).
     Resume,
-    /// Reads the running kured DaemonSet (found by its image in any namespace, or named with
+    /// Prints a running kured's settings as this operator's chart values (`> values.yaml`);
+    /// with `--cleanup`, once kured is removed, takes kured's leftovers off the nodes.
+    ///
+    /// Reads the kured DaemonSet (found by its image in any namespace, or named with
     /// `--kured-namespace` and `--kured-name`), its container's args and `KURED_*`
-    /// environment, and prints this operator's chart values with every kured setting
-    /// translated (`> values.yaml`); what cannot be translated is listed at the top, and on
-    /// standard error, with why and what to do instead. With `--cleanup`, run once kured is
-    /// removed, takes off the nodes what kured's configuration put there (the line it
-    /// printed gives the flags): its PreferNoSchedule taint, its pre- and post-reboot labels,
-    /// its annotations; nothing else. Needs to read DaemonSets (and to patch nodes for
+    /// environment as kured reads them, and prints the chart values with every kured setting
+    /// translated; what cannot be translated is listed at the top, and on standard error, with
+    /// why and what to do instead. `--cleanup` (the values' first lines give its flags)
+    /// removes from each node only what kured's configuration put there: its PreferNoSchedule
+    /// taint, its labels with kured's values, its annotations; it says what, node by node, and
+    /// is refused while kured runs. Needs to read DaemonSets (and Pods and to patch Nodes for
     /// `--cleanup`).
     MigrateFromKured(MigrateArgs),
 }

@@ -1,7 +1,9 @@
-//! `--notify-url` in shoutrrr's forms, end to end: a real rollout told to services whose URL
-//! names their host, each pointed at a receiver on loopback that keeps every request whole
-//! (method, path and query, headers, body); each service must get the exact request its API
-//! expects (ntfy, Gotify, generic with its options, Matrix).
+//! `--notify-url` in shoutrrr's forms, end to end: a real rollout told to every service, each
+//! reaching a receiver on loopback that keeps every request whole (method, path and query,
+//! headers, body), and each must get the exact request its API expects. Services whose URL
+//! names their host are pointed at the receiver; the others (and the https ones) are reached
+//! as behind an egress proxy: `ALL_PROXY` names a `CONNECT` proxy on loopback that shows a
+//! certificate in the service's name from the test CA (`SSL_CERT_FILE`).
 
 use e2e::{BudgetWatch, rollout::rollout_completes, wait_until};
 use k8s_openapi::api::core::v1::Node;
@@ -13,13 +15,20 @@ use std::{
     time::Duration,
 };
 use tokio::{
-    io::{AsyncReadExt, AsyncWriteExt},
+    io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt},
     net::{TcpListener, TcpStream},
+};
+use tokio_rustls::TlsAcceptor;
+use tokio_rustls::rustls::{
+    self,
+    pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject},
 };
 
 /// One request as it arrived.
 #[derive(Debug, Clone)]
 struct Seen {
+    /// The `CONNECT` authority it came through (`host:port`), or "" when it came straight.
+    tunnel: String,
     method: String,
     /// The path and query.
     target: String,
@@ -54,14 +63,20 @@ struct Receiver {
 }
 
 impl Receiver {
-    async fn start() -> Self {
+    /// A plain http receiver, or with `tls` a `CONNECT` proxy that answers each tunnel itself,
+    /// over TLS.
+    async fn start(tls: Option<TlsAcceptor>) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let address = listener.local_addr().expect("address");
         let seen = Arc::new(Mutex::new(Vec::new()));
         let kept = seen.clone();
         tokio::spawn(async move {
             while let Ok((stream, _)) = listener.accept().await {
-                tokio::spawn(serve(stream, kept.clone()));
+                let kept = kept.clone();
+                match tls.clone() {
+                    None => drop(tokio::spawn(serve(stream, String::new(), kept))),
+                    Some(tls) => drop(tokio::spawn(tunnel(stream, tls, kept))),
+                }
             }
         });
         Self { address, seen }
@@ -86,8 +101,41 @@ impl Receiver {
     }
 }
 
+/// Reads a `CONNECT` request, answers it, then serves the tunnel's requests over TLS.
+async fn tunnel(mut stream: TcpStream, tls: TlsAcceptor, seen: Arc<Mutex<Vec<Seen>>>) {
+    let mut head = Vec::new();
+    while !head.ends_with(b"\r\n\r\n") {
+        let mut byte = [0u8; 1];
+        match stream.read(&mut byte).await {
+            Ok(1) => head.push(byte[0]),
+            _ => return,
+        }
+    }
+    let head = String::from_utf8_lossy(&head).into_owned();
+    let Some(authority) = head
+        .strip_prefix("CONNECT ")
+        .and_then(|r| r.split(' ').next())
+    else {
+        panic!("the proxy was asked something else than a tunnel: {head}");
+    };
+    let authority = authority.to_owned();
+    let answered = stream
+        .write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
+        .await;
+    if answered.is_err() {
+        return;
+    }
+    if let Ok(stream) = tls.accept(stream).await {
+        serve(stream, authority, seen).await;
+    }
+}
+
 /// Serves one connection's requests: each read whole (headers, then Content-Length bytes).
-async fn serve(mut stream: TcpStream, seen: Arc<Mutex<Vec<Seen>>>) {
+async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
+    mut stream: S,
+    tunnel: String,
+    seen: Arc<Mutex<Vec<Seen>>>,
+) {
     let mut buffer = Vec::new();
     loop {
         let Some(end) = buffer.windows(4).position(|w| w == b"\r\n\r\n") else {
@@ -119,6 +167,7 @@ async fn serve(mut stream: TcpStream, seen: Arc<Mutex<Vec<Seen>>>) {
         }
         let body = String::from_utf8_lossy(&buffer[end + 4..end + 4 + length]).into_owned();
         seen.lock().expect("lock").push(Seen {
+            tunnel: tunnel.clone(),
             method: method.to_owned(),
             target: target.to_owned(),
             headers,
@@ -133,7 +182,7 @@ async fn serve(mut stream: TcpStream, seen: Arc<Mutex<Vec<Seen>>>) {
     }
 }
 
-async fn read_more(stream: &mut TcpStream, buffer: &mut Vec<u8>) -> bool {
+async fn read_more<S: AsyncRead + Unpin>(stream: &mut S, buffer: &mut Vec<u8>) -> bool {
     let mut chunk = [0u8; 4096];
     match stream.read(&mut chunk).await {
         Ok(0) | Err(_) => false,
@@ -146,7 +195,7 @@ async fn read_more(stream: &mut TcpStream, buffer: &mut Vec<u8>) -> bool {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn each_service_named_by_its_host_gets_the_request_its_api_expects() {
-    let receiver = Receiver::start().await;
+    let receiver = Receiver::start(None).await;
     let at = receiver.address;
     let urls = [
         format!("ntfy://alice:pw@{at}/reboots?scheme=http&title=Reboots&priority=high&tags=node"),
@@ -223,5 +272,232 @@ async fn each_service_named_by_its_host_gets_the_request_its_api_expects() {
     );
     assert_eq!(matrix.header("content-type"), Some("application/json"));
     assert_eq!(matrix.json(), json!({"msgtype": "m.text", "body": text}));
+    sb.stop().await;
+}
+
+/// A TLS acceptor showing one certificate, from the control plane's CA, for every name.
+fn acceptor(sb: &nodesim::sandbox::Sandbox, names: &[&str]) -> TlsAcceptor {
+    let (cert, key) = sb
+        .control_plane
+        .server_certificate(names)
+        .expect("a certificate");
+    let cert = CertificateDer::from_pem_slice(cert.as_bytes()).expect("a PEM certificate");
+    let key = PrivateKeyDer::from_pem_slice(key.as_bytes()).expect("a PEM key");
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .expect("TLS versions")
+        .with_no_client_auth()
+        .with_single_cert(vec![cert], key)
+        .expect("a server configuration");
+    TlsAcceptor::from(Arc::new(config))
+}
+
+/// Asserts one request's tunnel, method, path and query, and headers.
+fn assert_request(seen: &Seen, tunnel: &str, target: &str, headers: &[(&str, &str)]) {
+    assert_eq!(
+        (
+            seen.tunnel.as_str(),
+            seen.method.as_str(),
+            seen.target.as_str()
+        ),
+        (tunnel, "POST", target),
+        "{seen:?}"
+    );
+    for (name, value) in headers {
+        assert_eq!(seen.header(name), Some(*value), "{name}: {seen:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn each_service_behind_an_https_proxy_gets_the_request_its_api_expects() {
+    let urls = [
+        "discord://t0ken@12345?title=Reboots&username=kured",
+        "telegram://110201543:AAHdqTcv@telegram?chats=@ops",
+        "pushover://shoutrrr:t0ken@us3r?devices=phone&title=Reboots",
+        "slack://hook:T0001-B0002-XXXX3@webhook?channel=%23ops&username=kured",
+        "teams://g1@t2/a3/o4?host=acme.webhook.office.com&title=Reboots&color=FF0000",
+        "mattermost://bot@chat.example/t0ken/ops",
+        "rocketchat://bot@rc.example/tokA/tokB/ops",
+        "googlechat://chat.googleapis.com/v1/spaces/FOO/messages?key=k3y&token=t0k",
+        "zulip://bot%40example.org:k3y@zulip.example?stream=ops&topic=Reboots",
+        "opsgenie://api.opsgenie.com/k3y?alias=reboots",
+    ];
+    let hosts = [
+        "discord.com",
+        "api.telegram.org",
+        "api.pushover.net",
+        "hooks.slack.com",
+        "acme.webhook.office.com",
+        "chat.example",
+        "rc.example",
+        "chat.googleapis.com",
+        "zulip.example",
+        "api.opsgenie.com",
+    ];
+    let config = SandboxConfig::with_nodes(1)
+        .reboot_duration(Duration::from_secs(1))
+        .start_controller(false);
+    let mut sb = e2e::sandbox_without_pods(config).await;
+    let proxy = Receiver::start(Some(acceptor(&sb, &hosts))).await;
+    let ca = sb.control_plane.dir().join("notify-ca.pem");
+    std::fs::write(&ca, sb.control_plane.ca_pem()).expect("write the CA");
+    let mut args: Vec<String> = urls.iter().map(|u| format!("--notify-url={u}")).collect();
+    args.push("--message-template-uncordon=Back: {node}".to_owned());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let env = [
+        // ALL_PROXY, which the notifications honour as HTTPS_PROXY: the API client refuses
+        // HTTPS_PROXY with a kubeconfig (as the sandbox's controller has; in a pod, its
+        // in-cluster configuration ignores it).
+        ("ALL_PROXY", format!("http://{}", proxy.address)),
+        ("NO_PROXY", "127.0.0.1,localhost".to_owned()),
+        ("SSL_CERT_FILE", ca.display().to_string()),
+    ]
+    .map(|(k, v)| (k.to_owned(), v))
+    .to_vec();
+    sb.start_controller_with_env(&args, env)
+        .expect("the controller starts");
+    e2e::every_node::request(&sb.control_plane);
+    let watch = BudgetWatch::start(sb.client.clone(), 1).await;
+    rollout_completes(&sb, &watch).await;
+    let nodes = kube::Api::<Node>::all(sb.client.clone())
+        .list(&Default::default())
+        .await
+        .expect("nodes");
+    let node = nodes.items[0].metadata.name.clone().unwrap_or_default();
+    let text = format!("Back: {node}");
+    let json_type = ("content-type", "application/json");
+    let form_type = ("content-type", "application/x-www-form-urlencoded");
+
+    let discord = proxy.told("/api/webhooks/", &text).await;
+    assert_request(
+        &discord,
+        "discord.com:443",
+        "/api/webhooks/12345/t0ken",
+        &[json_type],
+    );
+    assert_eq!(
+        discord.json(),
+        json!({"embeds": [{"description": text, "color": 0x50d9ff, "title": "Reboots"}], "username": "kured"})
+    );
+
+    let telegram = proxy.told("/bot", &text).await;
+    assert_request(
+        &telegram,
+        "api.telegram.org:443",
+        "/bot110201543:AAHdqTcv/sendMessage",
+        &[json_type],
+    );
+    assert_eq!(
+        telegram.json(),
+        json!({"chat_id": "@ops", "text": text, "disable_notification": false, "disable_web_page_preview": false})
+    );
+
+    // A form carries the text percent-encoded.
+    let encoded = format!("Back%3A%20{node}");
+    let pushover = proxy.told("/1/messages.json", &encoded).await;
+    assert_request(
+        &pushover,
+        "api.pushover.net:443",
+        "/1/messages.json",
+        &[form_type],
+    );
+    assert_eq!(
+        pushover.body,
+        format!(
+            "device=phone&user=us3r&token=t0ken&message=Back%3A%20{node}&title=Reboots&priority=0"
+        )
+    );
+
+    let slack = proxy.told("/services/", &text).await;
+    assert_request(
+        &slack,
+        "hooks.slack.com:443",
+        "/services/T0001/B0002/XXXX3",
+        &[json_type],
+    );
+    assert_eq!(
+        slack.json(),
+        json!({"text": text, "username": "kured", "channel": "#ops"})
+    );
+
+    let teams = proxy.told("/webhookb2/", &text).await;
+    assert_request(
+        &teams,
+        "acme.webhook.office.com:443",
+        "/webhookb2/g1@t2/IncomingWebhook/a3/o4",
+        &[json_type],
+    );
+    assert_eq!(
+        teams.json(),
+        json!({
+            "@type": "MessageCard",
+            "@context": "http://schema.org/extensions",
+            "summary": "Reboots",
+            "title": "Reboots",
+            "themeColor": "FF0000",
+            "text": text,
+        })
+    );
+
+    let mattermost = proxy.told("/hooks/t0ken", &text).await;
+    assert_request(
+        &mattermost,
+        "chat.example:443",
+        "/hooks/t0ken",
+        &[json_type],
+    );
+    assert_eq!(
+        mattermost.json(),
+        json!({"text": text, "username": "bot", "channel": "ops"})
+    );
+
+    let rocketchat = proxy.told("/hooks/tokA", &text).await;
+    assert_request(
+        &rocketchat,
+        "rc.example:443",
+        "/hooks/tokA/tokB",
+        &[json_type],
+    );
+    assert_eq!(
+        rocketchat.json(),
+        json!({"text": text, "username": "bot", "channel": "#ops"})
+    );
+
+    let google = proxy.told("/v1/spaces/", &text).await;
+    assert_request(
+        &google,
+        "chat.googleapis.com:443",
+        "/v1/spaces/FOO/messages?key=k3y&token=t0k",
+        &[json_type],
+    );
+    assert_eq!(google.json(), json!({"text": text}));
+
+    let zulip = proxy.told("/api/v1/messages", &encoded).await;
+    // base64 of bot@example.org:k3y
+    let auth = ("authorization", "Basic Ym90QGV4YW1wbGUub3JnOmszeQ==");
+    assert_request(
+        &zulip,
+        "zulip.example:443",
+        "/api/v1/messages",
+        &[form_type, auth],
+    );
+    assert_eq!(
+        zulip.body,
+        format!("type=stream&to=ops&content=Back%3A%20{node}&topic=Reboots")
+    );
+
+    let opsgenie = proxy.told("/v2/alerts", &text).await;
+    let auth = ("authorization", "GenieKey k3y");
+    assert_request(
+        &opsgenie,
+        "api.opsgenie.com:443",
+        "/v2/alerts",
+        &[json_type, auth],
+    );
+    assert_eq!(
+        opsgenie.json(),
+        json!({"message": text, "alias": "reboots"})
+    );
     sb.stop().await;
 }

@@ -1,21 +1,21 @@
 //! A plain HTTP GET for what the programs read from other servers (Prometheus, Alertmanager,
 //! the controller's `/metrics`), and a POST or any request for what the controller tells them (notification
-//! webhooks): http or https with the system's CAs (`SSL_CERT_FILE` names a bundle), HTTP/1.1.
+//! webhooks): http or https with the system's CAs (`SSL_CERT_FILE` names a bundle), through
+//! the environment's proxy (`HTTPS_PROXY`, `NO_PROXY`), HTTP/1.1.
 //! The caller bounds each with its own timeout and words its own errors.
 
+use crate::proxy::ProxyConnector;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::StatusCode;
 use hyper_rustls::HttpsConnector;
-use hyper_util::{
-    client::legacy::{Client, connect::HttpConnector},
-    rt::TokioExecutor,
-};
+use hyper_util::{client::legacy::Client, rt::TokioExecutor};
 
-pub type HttpClient = Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
+pub type HttpClient = Client<HttpsConnector<ProxyConnector>, Full<Bytes>>;
 
-/// A client for http and https URLs. Without CA certificates https URLs fail (and it says
-/// so in the log), http ones still work.
+/// A client for http and https URLs, through the proxy the environment names (see
+/// [`crate::proxy`]). Without CA certificates https URLs fail (and it says so in the log),
+/// http ones still work.
 pub fn http_client() -> HttpClient {
     let builder = hyper_rustls::HttpsConnectorBuilder::new();
     let builder = builder.with_native_roots().unwrap_or_else(|error| {
@@ -25,7 +25,10 @@ pub fn http_client() -> HttpClient {
             .with_no_client_auth();
         hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(empty)
     });
-    let connector = builder.https_or_http().enable_http1().build();
+    let connector = builder
+        .https_or_http()
+        .enable_http1()
+        .wrap_connector(ProxyConnector::from_env());
     Client::builder(TokioExecutor::new()).build(connector)
 }
 

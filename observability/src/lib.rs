@@ -8,6 +8,7 @@ pub mod api_error;
 pub mod http;
 pub mod http_get;
 pub mod logs;
+pub mod proxy;
 pub mod shutdown;
 
 pub use api_error::ApiErrorKind;

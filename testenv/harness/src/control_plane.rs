@@ -294,6 +294,16 @@ impl ControlPlane {
         crate::pki::client_certificate(&ca_key, &format!("system:node:{node}"), "system:nodes")
     }
 
+    /// A serving certificate and key (PEM) for `names` (host names or addresses), signed by
+    /// the CA of [`Self::ca_pem`]: what a test's server on loopback shows in a real service's
+    /// name to a client that trusts this CA.
+    pub fn server_certificate(&self, names: &[&str]) -> Result<(String, String), Error> {
+        let path = self.dir_path.join("ca.key");
+        let ca_key = std::fs::read_to_string(&path)
+            .map_err(Error::io(format!("read {}", path.display())))?;
+        crate::pki::server_certificate(&ca_key, names)
+    }
+
     pub fn server_url(&self) -> &str {
         &self.server_url
     }

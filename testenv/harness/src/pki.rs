@@ -103,6 +103,20 @@ pub(crate) fn client_certificate(
     Ok((params.signed_by(&key, &issuer)?.pem(), key.serialize_pem()))
 }
 
+/// A serving certificate and key (PEM) for `names`, signed by the CA whose key is `ca_key_pem`.
+pub(crate) fn server_certificate(
+    ca_key_pem: &str,
+    names: &[&str],
+) -> Result<(String, String), Error> {
+    let issuer = Issuer::new(ca_params()?, KeyPair::from_pem(ca_key_pem)?);
+    let key = KeyPair::generate()?;
+    let names: Vec<String> = names.iter().map(|name| (*name).to_owned()).collect();
+    let mut params = CertificateParams::new(names)?;
+    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+    params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+    Ok((params.signed_by(&key, &issuer)?.pem(), key.serialize_pem()))
+}
+
 pub(crate) fn random_token() -> Result<String, Error> {
     let mut bytes = [0u8; 16];
     fill_random(&mut bytes)?;

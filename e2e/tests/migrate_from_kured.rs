@@ -382,6 +382,76 @@ fn cases() -> Vec<Case> {
     ]
 }
 
+/// kured's own manifest with every flag of its comments given.
+fn manifest_case() -> Case {
+    Case {
+        name: "manifest",
+        kured_values: "",
+        values: vec![
+            (
+                "agent",
+                "rebootSentinelFile",
+                json!("/host/var/run/reboot-required"),
+            ),
+            ("agent", "checkPeriod", json!("1h")),
+            ("agent", "rebootMethod", json!("command")),
+            ("agent", "rebootSignal", json!(39)),
+            (
+                "controller",
+                "prometheusUrl",
+                json!("http://prometheus.monitoring.svc.cluster.local"),
+            ),
+            ("controller", "alertFilter", json!("^RebootRequired$")),
+            (
+                "controller",
+                "notifyUrl",
+                json!(["https://hooks.slack.com/..."]),
+            ),
+            (
+                "controller",
+                "messageTemplateDrain",
+                json!("Draining node %s"),
+            ),
+            (
+                "controller",
+                "messageTemplateUncordon",
+                json!("Node %s rebooted & uncordoned successfully!"),
+            ),
+            (
+                "controller",
+                "blockingPodSelector",
+                json!(["runtime=long,cost=expensive", "name=temperamental"]),
+            ),
+            ("controller", "rebootDelay", json!("1m30s")),
+            ("controller", "minReadySeconds", json!(1800)),
+            ("controller", "concurrency", json!(1)),
+        ],
+        absent: vec![
+            ("agent", "rebootSentinelCommand"),
+            ("agent", "metricsBindAddress"),
+            ("controller", "rebootWindow"),
+            ("controller", "drainPodSelector"),
+            ("controller", "preferNoScheduleTaint"),
+            ("controller", "forceReboot"),
+            ("controller", "drainTimeout"),
+            ("controller", "giveUpAfter"),
+            ("controller", "alertFilterMode"),
+        ],
+        agent_args: vec![
+            "--reboot-sentinel-file=/host/var/run/reboot-required",
+            "--check-period=1h",
+        ],
+        controller_args: vec![
+            "--blocking-pod-selector=runtime=long,cost=expensive",
+            "--blocking-pod-selector=name=temperamental",
+            "--min-ready-seconds=1800",
+            "--alert-filter=^RebootRequired$",
+        ],
+        not_translated: vec!["--slack-username=prod", "--slack-channel=alerting"],
+        comments: vec!["Once kured is removed: kubectl reboot migrate-from-kured --cleanup\n"],
+    }
+}
+
 /// The translation of one kured namespace, checked against `case`.
 fn check(cp: &ControlPlane, home: &Path, case: &Case, args: &[&str]) {
     let output = plugin(cp, args);
@@ -455,6 +525,35 @@ async fn each_kured_values_file_translates_to_values_this_chart_renders() {
         install_kured(&cp, &home, &namespace, case.kured_values);
         check(&cp, &home, case, &["--kured-namespace", &namespace]);
     }
+
+    // kured's own manifest, every flag of its comments given (kured 1.23.0's every flag, in
+    // the container's command), but `--blocking-pod-selector=...`.
+    let manifest = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/kured-manifest/kured-ds.yaml"),
+    )
+    .expect("kured's manifest");
+    let every_flag: String = manifest
+        .lines()
+        .filter(|l| !l.contains("--blocking-pod-selector=..."))
+        .map(|l| match l.strip_prefix("#            - --") {
+            Some(flag) => format!("            - --{flag}\n"),
+            None => format!("{l}\n"),
+        })
+        .collect::<String>()
+        .replace("namespace: kube-system", "namespace: kured-manifest");
+    assert_eq!(
+        every_flag.matches("            - --").count(),
+        40,
+        "{every_flag}"
+    );
+    kubectl(&cp, &["create", "namespace", "kured-manifest"]);
+    e2e::kubectl_stdin(&cp, &["apply", "-f", "-"], &every_flag);
+    check(
+        &cp,
+        &home,
+        &manifest_case(),
+        &["--kured-namespace", "kured-manifest"],
+    );
 
     // kured's lock held by a node (kured's own format, on its DaemonSet) is said, so that kured
     // is removed only once it is released.

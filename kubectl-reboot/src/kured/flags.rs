@@ -157,6 +157,8 @@ pub fn read(args: &[String], env: &[Env]) -> Settings {
             continue;
         };
         let value = match (inline, kind) {
+            // `--flag=""` in a manifest (kured's own writes so) is the flag left empty.
+            (Some(value), _) if value == "\"\"" || value == "''" => String::new(),
             (Some(value), _) => value,
             (None, Kind::Bool) => "true".to_owned(),
             (None, _) => rest.next().cloned().unwrap_or_default(),
@@ -230,6 +232,7 @@ mod tests {
                 "--blocking-pod-selector=e=f",
                 "--period=3h",
                 "--no-such-flag=1",
+                "--drain-pod-selector=\"\"",
             ]),
             &[],
         );
@@ -237,6 +240,7 @@ mod tests {
         assert!(s.on("force-reboot"));
         assert_eq!(s.list("reboot-days"), ["mo", "tu", "we"]);
         assert_eq!(s.list("blocking-pod-selector"), ["a=b,c=d", "e=f"]);
+        assert_eq!(s.one("drain-pod-selector"), Some(""));
         assert_eq!(s.ignored.len(), 1);
         assert!(s.ignored[0].0.contains("no-such-flag"));
     }

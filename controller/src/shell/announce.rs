@@ -2,6 +2,7 @@
 //! and a dry run's plan; and the notifications (`--notify-url`) of the
 //! steps a rollout's followers care about, from the same places.
 
+use super::read::Reading;
 use super::*;
 use crate::notify::Kind;
 use common::Request;
@@ -18,6 +19,32 @@ fn waiting_words(note: &str) -> &str {
 }
 
 impl Shell {
+    /// The round's say step: what the decision on `read` means for the nodes and the rollout,
+    /// in Events, logs, gauges and notifications, each said once.
+    pub(super) fn say(
+        &mut self,
+        read: &Reading,
+        decision: &Decision,
+        by_name: &HashMap<&str, &Arc<Node>>,
+    ) {
+        let Reading {
+            pool,
+            scheduled,
+            gates,
+            preflight,
+            ..
+        } = read;
+        self.announce_waiting(decision, by_name, *pool, *scheduled, gates, preflight);
+        self.announce_preflight(decision, by_name, preflight);
+        self.warn_not_ready_after_reboot(decision, by_name);
+        self.warn_reboots_overdue(decision, by_name);
+        self.announce_foreign(decision, by_name);
+        self.announce_unknown_format(decision, by_name);
+        self.announce_opted_out(decision, by_name);
+        self.announce_unexpected(decision, by_name);
+        self.announce_rollout(decision, *scheduled, gates);
+    }
+
     /// An Event on each granted node a fence holds back, once per reason and episode: it keeps
     /// its slot and is not moved further. A gate whose check is under way is not worth one.
     pub(super) fn announce_held(

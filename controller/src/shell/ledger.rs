@@ -16,7 +16,8 @@ use controller_core::{
     ledger::{Ledger, new_grant_id},
 };
 use k8s_openapi::api::core::v1::Node;
-use std::{collections::HashMap, sync::Arc};
+use observability::ApiErrorKind;
+use std::{collections::HashMap, ops::ControlFlow, sync::Arc};
 use tokio::sync::watch;
 
 /// A read or write of the ledger failed for a reason other than a stale read or a deletion
@@ -346,6 +347,42 @@ impl LedgerCopy {
 }
 
 impl Shell {
+    /// Writes the round's ledger changes, or the rebuild of a damaged copy. `Continue` with
+    /// whether it wrote; `Break` when the round ends here, with whether another round should
+    /// follow at once (to decide again on the ledger as it is now).
+    pub(super) async fn write_slots(
+        &mut self,
+        decision: &Decision,
+        nodes: &HashMap<&str, &Arc<Node>>,
+    ) -> ControlFlow<bool, bool> {
+        if decision.ledger.is_empty() && !self.ledger.is_damaged() {
+            return ControlFlow::Continue(false);
+        }
+        if !self.leadership.is_leading() {
+            return ControlFlow::Break(false);
+        }
+        match self.write_ledger(decision, nodes).await {
+            Ok(()) => ControlFlow::Continue(true),
+            // Another controller moved first: decide again on the ledger as it is now.
+            Err(LedgerError::Conflict) => {
+                self.metrics.api_error("ledger", ApiErrorKind::Conflict);
+                ControlFlow::Break(self.ledger.reload().await)
+            }
+            // Deleted by hand: recreate it, then decide again on it.
+            Err(LedgerError::Gone) => {
+                self.metrics.api_error("ledger", ApiErrorKind::NotFound);
+                self.ledger.mark_gone();
+                ControlFlow::Break(self.restore_ledger().await)
+            }
+            Err(error) => {
+                self.metrics.api_error("ledger", error.kind());
+                tracing::warn!(%error, "could not write the slot ledger");
+                self.failed = true;
+                ControlFlow::Break(false)
+            }
+        }
+    }
+
     /// Restores the deleted ledger Lease; false when it could not be done yet.
     pub(super) async fn restore_ledger(&mut self) -> bool {
         self.ledger

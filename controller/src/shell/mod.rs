@@ -3,16 +3,16 @@
 
 use crate::{
     cache::{
-        memory::{Memory, ViewInputs},
+        memory::Memory,
         nodes::{self, Overlay, SharedIndex},
-        sightings::{self, Seen, Sightings},
+        sightings::{Seen, Sightings},
     },
     clock::Clock,
     cluster::{
         api::NodeApi,
         events::{Events, Reason},
         leader::Leadership,
-        ledger_store::{LedgerError, LedgerStore, ReadLedger},
+        ledger_store::{LedgerStore, ReadLedger},
     },
     drain::tracker::DrainTracker,
     gates::{
@@ -26,12 +26,11 @@ use common::{AnnotationKeys, MaxUnavailable, NodeFacts, RebootMarks, Transition}
 use controller_core::{
     decide::{Decision, Fence, Hold, NodeAction, ReleaseReason, Round, Unexpected},
     dry_run, plan,
-    pool_index::PoolCounts,
     schedule::Schedule,
 };
 use futures::{StreamExt, stream};
 use k8s_openapi::{api::core::v1::Node, jiff::Timestamp};
-use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::reflector::Store;
 use observability::ApiErrorKind;
 use std::{
     collections::{BTreeSet, HashMap},
@@ -124,6 +123,7 @@ mod read;
 
 use announce::Said;
 use ledger::LedgerCopy;
+use read::Reading;
 mod writes;
 
 impl Shell {
@@ -177,8 +177,8 @@ impl Shell {
         u64::try_from(self.clock.now().as_millisecond()).unwrap_or_default()
     }
 
-    /// One round: decide and execute. True when something was written and another round
-    /// should follow at once (the next step of a node often depends on this one).
+    /// One round: read, decide, say, write. True when something was written and another
+    /// round should follow at once (the next step of a node often depends on this one).
     pub async fn round(&mut self) -> bool {
         self.failed = false;
         // A round that ends early asks for no look: a past one would wake the loop at once.
@@ -186,80 +186,40 @@ impl Shell {
         if !self.leadership.is_leading() {
             return false;
         }
-        self.ledger.catch_up();
-        if self.ledger.is_gone() && !self.dry_run && !self.restore_ledger().await {
+        let Some(read) = self.read().await else {
+            return false;
+        };
+        let (mut decision, rollout) = self.decide(&read);
+        let by_name: HashMap<&str, &Arc<Node>> = read
+            .nodes
+            .iter()
+            .map(|n| (n.metadata.name.as_deref().unwrap_or_default(), n))
+            .collect();
+        self.say(&read, &decision, &by_name);
+        self.taint_waiting(&mut decision, &by_name);
+        if self.dry_run {
+            self.say_dry_run(&decision, &by_name, read.budget).await;
+            self.say_rollout_plan(rollout);
             return false;
         }
-        self.collect_drain_outcomes();
-        self.reread_for_rebuild().await;
-        let (nodes, others) = self.gather();
-        self.seen = self.sightings.look(
-            self.ledger.current(),
-            carries_in(&nodes, &self.keys),
-            self.wall_ms(),
-        );
-        let views = self.memory.views(
-            &nodes,
-            ViewInputs {
-                keys: &self.keys,
-                ledger: self.ledger.current(),
-                drains: &self.drains,
-                overlay: &self.overlay,
-                now: self.now_ms(),
-                seen: &self.seen,
-            },
-        );
-        self.said.forget(&views);
-        // A percentage budget is sized on the nodes the cache has: a copy of ours that the cache
-        // no longer has (kept one round after a read) is most likely deleted, and counting it
-        // would raise the budget above what the pool allows.
-        let cached = |v: &&controller_core::decide::NodeView| {
-            self.nodes.get(&ObjectRef::new(v.name())).is_some()
-        };
-        let pool = views.iter().filter(|v| v.in_pool).filter(cached).count() + others.nodes();
-        let budget = self.max_unavailable.resolve(pool);
-        let (scheduled, window_open) = self.hold_now();
-        let gates = self.gates.read(&self.metrics);
-        let fence = Fence {
-            paused: self.ledger.current().paused,
-            window_open,
-            gates_closed: gates.pool.is_some(),
-        };
-        let blocked = gates.blocked_nodes();
-        let now = self.now_ms();
-        let preflight = self.preflight.read(&views, &self.metrics, now);
-        let round = Round {
-            nodes: &views,
-            others: &others,
-            ledger: self.ledger.current(),
-            deleted: self.overlay.deleted(),
-            budget,
-            zone_budget: self.zone_budget,
-            concurrency: self.concurrency.map(|c| c.resolve(pool)),
-            drain_enabled: self.drains.enabled(),
-            now,
-            fence,
-            finish_after_window: self.schedule.finish_after_window,
-            min_ready: u64::try_from(self.schedule.min_ready.as_millis()).unwrap_or(u64::MAX),
-            clock: self.wall_ms(),
-            reboot_timeout: u64::try_from(self.schedule.reboot_timeout.as_millis())
-                .unwrap_or(u64::MAX),
-            give_up_after: self.schedule.give_up_after.map_or(u64::MAX, |d| {
-                u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
-            }),
-            delays: self.schedule.delays(),
-            blocked: &blocked,
-            preflight: &preflight.held,
-        };
+        self.write(decision, &by_name).await
+    }
+
+    /// The decision on what was read, as the shell may carry it out (a damaged ledger is only
+    /// rebuilt), and in a dry run the plan of the whole rollout. Notes when the decision may
+    /// change with time alone, and which checks the next rounds need.
+    fn decide(&mut self, read: &Reading) -> (Decision, Option<Vec<String>>) {
+        let blocked = read.gates.blocked_nodes();
+        let round = self.round_on(read, &blocked);
         let mut decision = round.decide();
         let rollout = self.dry_run.then(|| self.rollout_plan(&round, &decision));
         #[cfg(test)]
         self.check_incremental(&round, &decision);
         let look = round.next_look();
         self.look_at = look
-            .map(|ms| now.saturating_add(ms))
+            .map(|ms| read.now.saturating_add(ms))
             .into_iter()
-            .chain(preflight.look_at)
+            .chain(read.preflight.look_at)
             .min();
         // What was read fresh for this round has been taken in.
         self.overlay.end_round();
@@ -267,97 +227,56 @@ impl Shell {
         // a granted node waits for the gates to let it go on.
         let gated = |(_, hold): &(String, Hold)| *hold == Hold::Unhealthy;
         self.gates.want_checks(
-            (scheduled.is_none() && !decision.waiting.is_empty())
+            (read.scheduled.is_none() && !decision.waiting.is_empty())
                 || decision.held.iter().any(gated),
         );
         if self.ledger.is_damaged() {
             plan::rebuild_only(&mut decision);
         }
-        let by_name: HashMap<&str, &Arc<Node>> = nodes
-            .iter()
-            .map(|n| (n.metadata.name.as_deref().unwrap_or_default(), n))
-            .collect();
-        self.announce_waiting(&decision, &by_name, pool, scheduled, &gates, &preflight);
-        self.announce_preflight(&decision, &by_name, &preflight);
-        self.warn_not_ready_after_reboot(&decision, &by_name);
-        self.warn_reboots_overdue(&decision, &by_name);
-        self.announce_foreign(&decision, &by_name);
-        self.announce_unknown_format(&decision, &by_name);
-        self.announce_opted_out(&decision, &by_name);
-        self.announce_unexpected(&decision, &by_name);
-        self.announce_rollout(&decision, scheduled, &gates);
+        (decision, rollout)
+    }
+
+    /// The decision core's input: what was read, the ledger as held, and the flags.
+    fn round_on<'a>(&'a self, read: &'a Reading, blocked: &'a BTreeSet<String>) -> Round<'a> {
+        let fence = Fence {
+            paused: self.ledger.current().paused,
+            window_open: read.window_open,
+            gates_closed: read.gates.pool.is_some(),
+        };
+        let millis = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        Round {
+            nodes: &read.views,
+            others: &read.others,
+            ledger: self.ledger.current(),
+            deleted: self.overlay.deleted(),
+            budget: read.budget,
+            zone_budget: self.zone_budget,
+            concurrency: self.concurrency.map(|c| c.resolve(read.pool)),
+            drain_enabled: self.drains.enabled(),
+            now: read.now,
+            fence,
+            finish_after_window: self.schedule.finish_after_window,
+            min_ready: millis(self.schedule.min_ready),
+            clock: self.wall_ms(),
+            reboot_timeout: millis(self.schedule.reboot_timeout),
+            give_up_after: self.schedule.give_up_after.map_or(u64::MAX, millis),
+            delays: self.schedule.delays(),
+            blocked,
+            preflight: &read.preflight.held,
+        }
+    }
+
+    /// With `--prefer-no-schedule-taint`, the waiting nodes' taints: put on each node that
+    /// waits, taken off each that no longer does.
+    fn taint_waiting(&self, decision: &mut Decision, by_name: &HashMap<&str, &Arc<Node>>) {
         if self.marks.prefer_no_schedule_taint.is_some() {
             let t = Transition::new(&self.keys).with_marks(&self.marks);
-            plan::taint_waiting(&mut decision, |name| {
+            plan::taint_waiting(decision, |name| {
                 by_name
                     .get(name)
                     .is_some_and(|n| t.taint_waiting(&NodeFacts::from_node(n)).is_some())
             });
         }
-        if self.dry_run {
-            self.say_dry_run(&decision, &by_name, budget).await;
-            self.say_rollout_plan(rollout);
-            return false;
-        }
-        let mut progressed = false;
-        if !self.leadership.is_leading() {
-            return false;
-        }
-        self.confirm_releases(&mut decision, &by_name).await;
-        // What holds new grants is read again now: the round may have waited on the API.
-        if self.fence_now().0.hold().is_some() {
-            plan::drop_new_grants(&mut decision);
-        }
-        if !decision.ledger.is_empty() || self.ledger.is_damaged() {
-            if !self.leadership.is_leading() {
-                return false;
-            }
-            match self.write_ledger(&decision, &by_name).await {
-                Ok(()) => progressed = true,
-                // Another controller moved first: decide again on the ledger as it is now.
-                Err(LedgerError::Conflict) => {
-                    self.metrics.api_error("ledger", ApiErrorKind::Conflict);
-                    return self.ledger.reload().await;
-                }
-                // Deleted by hand: recreate it, then decide again on it.
-                Err(LedgerError::Gone) => {
-                    self.metrics.api_error("ledger", ApiErrorKind::NotFound);
-                    self.ledger.mark_gone();
-                    return self.restore_ledger().await;
-                }
-                Err(error) => {
-                    self.metrics.api_error("ledger", error.kind());
-                    tracing::warn!(%error, "could not write the slot ledger");
-                    self.failed = true;
-                    return false;
-                }
-            }
-        }
-        if !self.leadership.is_leading() {
-            return false;
-        }
-        // A grant this round did not write is claimed only while the ledger still holds it: a
-        // ledger damaged or deleted since, and rebuilt from the nodes, cannot know a grant no
-        // node carries yet.
-        let claims = decision
-            .node_actions
-            .iter()
-            .any(|a| matches!(a, NodeAction::Claim { .. }));
-        if claims && !progressed && !self.ledger_is_current().await {
-            return true;
-        }
-        // Each step that takes a granted node further is checked against the pause, the window
-        // and the gates as they are now, not as the round began: this round (or the replica
-        // that wrote the grant) may have decided on an older reading.
-        let (fence, gates) = self.fence_now();
-        let (actions, held) = plan::fence_actions(
-            &mut decision,
-            fence,
-            &gates.blocked_nodes(),
-            self.schedule.finish_after_window,
-        );
-        self.announce_held(&held, &by_name, &gates);
-        progressed | self.execute(actions, &by_name).await
     }
 
     /// The fence as it stands now: the pause as last seen (the ledger watch may have seen it
@@ -371,16 +290,6 @@ impl Shell {
             gates_closed: gates.pool.is_some(),
         };
         (fence, gates)
-    }
-
-    /// The nodes a round views (in the protocol, or holding a slot) and the rest counted.
-    fn gather(&mut self) -> (Vec<Arc<Node>>, PoolCounts) {
-        nodes::gather(
-            &self.nodes,
-            &self.index,
-            &mut self.overlay,
-            self.ledger.current().slots.keys(),
-        )
     }
 
     /// Publishes the pool gauges as this replica sees the pool now.
@@ -400,28 +309,6 @@ impl Shell {
         self.failed
     }
 
-    /// Why no new grant may be made now, if so; logged and published when it changes.
-    /// Also whether a window is open, computed once for the round.
-    fn hold_now(&mut self) -> (Option<Hold>, bool) {
-        let now = self.clock.now();
-        let window_open = self.schedule.windows.is_open(now);
-        let hold = Schedule::hold(self.ledger.current().paused, window_open);
-        if hold != self.hold {
-            match self.schedule.waiting_event(hold, now) {
-                Some((_, why)) => tracing::info!(?hold, "no new reboots: {why}"),
-                None => tracing::info!("new reboots may start (window open, not paused)"),
-            }
-            self.hold = hold;
-        }
-        self.metrics
-            .paused
-            .set(i64::from(self.ledger.current().paused));
-        self.metrics.window_open.set(i64::from(window_open));
-        let next = self.schedule.windows.next_opening(now).unwrap_or(now);
-        self.metrics.window_next_open.set(next.as_second());
-        (hold, window_open)
-    }
-
     /// How long until a round must look again though nothing else changes: the earliest of
     /// what the last round said (a soak ends, a drain may be retried, a reboot becomes overdue)
     /// and the next opening or closing of a window.
@@ -432,29 +319,6 @@ impl Shell {
             .map(|at| Duration::from_millis(at.saturating_sub(now)));
         let window = self.schedule.until_next_change(self.clock.now());
         round.into_iter().chain(window).min()
-    }
-
-    /// A damaged ledger is rebuilt from the grants the nodes carry: read fresh, once per damaged
-    /// version. Rebuilt from the cache, it would forget the grant of a node whose update the
-    /// watch has not brought yet (another replica's), and grant that slot again.
-    async fn reread_for_rebuild(&mut self) {
-        if !self.ledger.wants_reread() {
-            return;
-        }
-        let names: Vec<String> = self
-            .nodes
-            .state()
-            .iter()
-            .filter_map(|n| n.metadata.name.clone())
-            .collect();
-        tracing::info!(
-            nodes = names.len(),
-            "reading every node before rebuilding the slot ledger"
-        );
-        for name in names {
-            self.refetch(&name).await;
-        }
-        self.ledger.reread_done();
     }
 
     /// The model test's check of the incremental round: deciding on the nodes in the protocol
@@ -473,7 +337,7 @@ impl Shell {
         let all = overlay.nodes_named(&self.nodes, &names);
         let views = self.memory.clone().views(
             &all,
-            ViewInputs {
+            crate::cache::memory::ViewInputs {
                 keys: &self.keys,
                 ledger: self.ledger.current(),
                 drains: &self.drains,
@@ -482,7 +346,7 @@ impl Shell {
                 seen: &self.seen,
             },
         );
-        let everyone = PoolCounts::default();
+        let everyone = controller_core::pool_index::PoolCounts::default();
         let full = Round {
             nodes: &views,
             others: &everyone,
@@ -501,21 +365,5 @@ impl Shell {
             "the pool index is not a recount"
         );
         assert_eq!(recount.in_protocol(), index.in_protocol());
-    }
-}
-
-/// Whether the node of that name, among `nodes`, carries the grant (for [`Sightings::look`]).
-fn carries_in<'a>(
-    nodes: &'a [Arc<Node>],
-    keys: &'a AnnotationKeys,
-) -> impl Fn(&str, &str) -> bool + 'a {
-    let by_name: HashMap<&str, &Node> = nodes
-        .iter()
-        .map(|n| (n.metadata.name.as_deref().unwrap_or_default(), n.as_ref()))
-        .collect();
-    move |name, grant| {
-        by_name
-            .get(name)
-            .is_some_and(|n| sightings::carries(n, keys, grant))
     }
 }

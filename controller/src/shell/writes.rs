@@ -1,6 +1,7 @@
 //! The round's node writes and reads, and what each result means for the next round.
 
 use super::*;
+use std::ops::ControlFlow;
 
 /// What happened to one node write.
 enum Written {
@@ -24,6 +25,53 @@ enum Prepared {
 const WRITES_IN_FLIGHT: usize = 16;
 
 impl Shell {
+    /// The round's write step: the ledger's changes first (a compare-and-swap), then each
+    /// node's, every step that takes a granted node further checked against the fence as it is
+    /// now. True when something was written and another round should follow at once.
+    pub(super) async fn write(
+        &mut self,
+        mut decision: Decision,
+        by_name: &HashMap<&str, &Arc<Node>>,
+    ) -> bool {
+        if !self.leadership.is_leading() {
+            return false;
+        }
+        self.confirm_releases(&mut decision, by_name).await;
+        // What holds new grants is read again now: the round may have waited on the API.
+        if self.fence_now().0.hold().is_some() {
+            plan::drop_new_grants(&mut decision);
+        }
+        let wrote_ledger = match self.write_slots(&decision, by_name).await {
+            ControlFlow::Continue(wrote) => wrote,
+            ControlFlow::Break(again) => return again,
+        };
+        if !self.leadership.is_leading() {
+            return false;
+        }
+        // A grant this round did not write is claimed only while the ledger still holds it: a
+        // ledger damaged or deleted since, and rebuilt from the nodes, cannot know a grant no
+        // node carries yet.
+        let claims = decision
+            .node_actions
+            .iter()
+            .any(|a| matches!(a, NodeAction::Claim { .. }));
+        if claims && !wrote_ledger && !self.ledger_is_current().await {
+            return true;
+        }
+        // Each step that takes a granted node further is checked against the pause, the window
+        // and the gates as they are now, not as the round began: this round (or the replica
+        // that wrote the grant) may have decided on an older reading.
+        let (fence, gates) = self.fence_now();
+        let (actions, held) = plan::fence_actions(
+            &mut decision,
+            fence,
+            &gates.blocked_nodes(),
+            self.schedule.finish_after_window,
+        );
+        self.announce_held(&held, by_name, &gates);
+        wrote_ledger | self.execute(actions, by_name).await
+    }
+
     /// Executes a round's node actions; true when any changed something. The writes go out
     /// together (each is a compare-and-swap on its own node), so that a round that grants ten
     /// slots starts ten reboots at once rather than one after the other; one node's actions

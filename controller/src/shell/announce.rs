@@ -2,13 +2,25 @@
 //! and a dry run's plan; and the notifications (`--notify-url`) of the
 //! steps a rollout's followers care about, from the same places.
 
-use super::read::Reading;
-use super::*;
-use crate::notify::Kind;
-use common::Request;
-use common::events::{NOTE_HELD, NOTE_REQUESTED, NOTE_REQUESTED_BUT};
-use controller_core::decide::NodeView;
-use std::collections::HashSet;
+use super::{Shell, read::Reading};
+use crate::{
+    cluster::events::Reason,
+    gates::{GateReading, preflight::PreflightReading},
+    notify::Kind,
+};
+use common::{
+    NodeFacts, Request,
+    events::{NOTE_HELD, NOTE_REQUESTED, NOTE_REQUESTED_BUT},
+};
+use controller_core::{
+    decide::{Decision, Hold, NodeAction, NodeView, Unexpected},
+    dry_run,
+};
+use k8s_openapi::{api::core::v1::Node, jiff::Timestamp};
+use std::{
+    collections::{BTreeSet, HashMap, HashSet},
+    sync::Arc,
+};
 
 /// A gate's waiting note without the words that say a request waits for a slot.
 fn waiting_words(note: &str) -> &str {

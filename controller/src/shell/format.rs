@@ -3,8 +3,12 @@
 //! fix, and the `unknown_format` gauge. The decision core already leaves such state alone.
 //! (The ledger's copy says the same of the ledger.)
 
-use super::*;
-use common::format::CURRENT;
+use super::Shell;
+use crate::cluster::events::Reason;
+use common::{NodeFacts, format::CURRENT};
+use controller_core::decide::Decision;
+use k8s_openapi::api::core::v1::Node;
+use std::{collections::HashMap, sync::Arc};
 
 impl Shell {
     /// Nodes whose protocol annotations are in a format this build does not know: said once

@@ -10,28 +10,23 @@ use crate::{
     clock::Clock,
     cluster::{
         api::NodeApi,
-        events::{Events, Reason},
+        events::Events,
         leader::Leadership,
         ledger_store::{LedgerStore, ReadLedger},
     },
     drain::tracker::DrainTracker,
-    gates::{
-        GateReading, Gates,
-        preflight::{PreflightChecks, PreflightReading},
-    },
+    gates::{GateReading, Gates, preflight::PreflightChecks},
     metrics::Metrics,
     notify::{Notifier, Rollout},
 };
 use common::{AnnotationKeys, MaxUnavailable, NodeFacts, RebootMarks, Transition};
 use controller_core::{
-    decide::{Decision, Fence, Hold, NodeAction, ReleaseReason, Round, Unexpected},
-    dry_run, plan,
+    decide::{Decision, Fence, Hold, Round},
+    plan,
     schedule::Schedule,
 };
-use futures::{StreamExt, stream};
-use k8s_openapi::{api::core::v1::Node, jiff::Timestamp};
+use k8s_openapi::api::core::v1::Node;
 use kube::runtime::reflector::Store;
-use observability::ApiErrorKind;
 use std::{
     collections::{BTreeSet, HashMap},
     sync::Arc,

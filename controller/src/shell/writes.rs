@@ -1,7 +1,16 @@
 //! The round's node writes and reads, and what each result means for the next round.
 
-use super::*;
-use std::ops::ControlFlow;
+use super::Shell;
+use crate::cluster::events::Reason;
+use common::{NodeFacts, Transition};
+use controller_core::{
+    decide::{Decision, NodeAction, ReleaseReason},
+    plan,
+};
+use futures::{StreamExt, stream};
+use k8s_openapi::{api::core::v1::Node, jiff::Timestamp};
+use observability::ApiErrorKind;
+use std::{collections::HashMap, ops::ControlFlow, sync::Arc};
 
 /// What happened to one node write.
 enum Written {

@@ -419,7 +419,7 @@ async fn webhooks_that_hang_or_fail_neither_slow_nor_stop_a_rollout_notified_fro
 fn a_webhook_url_of_another_kind_stops_the_controller_at_start_without_showing_its_secret() {
     let bin = nodesim::workspace_binary("reboot-controller").expect("reboot-controller is built");
     for (how, url) in [
-        ("flag", "smtp://user:s3cret@mail.example.com/?to=ops"),
+        ("flag", "irc://user:s3cret@irc.example.com/ops"),
         ("env", "https://ok.example.com/hook, slack://T0001/s3cret"),
     ] {
         let mut command = std::process::Command::new(&bin);

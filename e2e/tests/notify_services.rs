@@ -3,7 +3,8 @@
 //! headers, body), and each must get the exact request its API expects. Services whose URL
 //! names their host are pointed at the receiver; the others (and the https ones) are reached
 //! as behind an egress proxy: `ALL_PROXY` names a `CONNECT` proxy on loopback that shows a
-//! certificate in the service's name from the test CA (`SSL_CERT_FILE`).
+//! certificate in the service's name from the test CA (`SSL_CERT_FILE`). E-mail goes to a real SMTP
+//! server, Mailpit, and is read back from its API.
 
 use e2e::{BudgetWatch, rollout::rollout_completes, wait_until};
 use k8s_openapi::api::core::v1::Node;
@@ -499,5 +500,116 @@ async fn each_service_behind_an_https_proxy_gets_the_request_its_api_expects() {
         opsgenie.json(),
         json!({"message": text, "alias": "reboots"})
     );
+    sb.stop().await;
+}
+
+/// A free port on loopback, for a server the test starts.
+fn free_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+    listener.local_addr().expect("address").port()
+}
+
+/// `GET path` on Mailpit's API, as JSON (its body read whole, chunked or not).
+async fn mailpit(api: SocketAddr, path: &str) -> Option<Value> {
+    let mut stream = TcpStream::connect(api).await.ok()?;
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {api}\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.ok()?;
+    let mut response = Vec::new();
+    stream.read_to_end(&mut response).await.ok()?;
+    let response = String::from_utf8_lossy(&response).into_owned();
+    let (head, mut body) = response.split_once("\r\n\r\n")?;
+    let mut whole = String::new();
+    if head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
+        while let Some((size, rest)) = body.split_once("\r\n") {
+            let size = usize::from_str_radix(size.trim(), 16).ok()?;
+            if size == 0 {
+                break;
+            }
+            whole.push_str(rest.get(..size)?);
+            body = rest.get(size + 2..)?;
+        }
+    } else {
+        whole.push_str(body);
+    }
+    serde_json::from_str(&whole).ok()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_email_reaches_a_real_smtp_server_logged_in_with_its_sender_recipients_and_subject() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    // Mailpit takes only this login: a mail sent without it, or with another, is refused.
+    let logins = dir.path().join("logins");
+    std::fs::write(&logins, "bob:s3cret\n").expect("write the logins");
+    let (smtp, api) = (free_port(), free_port());
+    let api = SocketAddr::from(([127, 0, 0, 1], api));
+    let _mailpit = tokio::process::Command::new(testenv::bin_dir().join("mailpit"))
+        .arg(format!("--smtp=127.0.0.1:{smtp}"))
+        .arg(format!("--listen={api}"))
+        .arg(format!(
+            "--database={}",
+            dir.path().join("mail.db").display()
+        ))
+        .arg(format!("--smtp-auth-file={}", logins.display()))
+        .args([
+            "--smtp-auth-allow-insecure",
+            "--disable-version-check",
+            "--quiet",
+        ])
+        .kill_on_drop(true)
+        .spawn()
+        .expect("mailpit runs (testenv/hack/build.sh builds it)");
+    let url = format!(
+        "smtp://bob:s3cret@127.0.0.1:{smtp}/?from=kured@example.org&fromname=Kured\
+         &to=ops@example.org,oncall@example.org&subject=Reboots&auth=Plain"
+    );
+    let config = SandboxConfig::with_nodes(1)
+        .reboot_duration(Duration::from_secs(1))
+        .controller_args([
+            format!("--notify-url={url}"),
+            "--message-template-uncordon=Back: {node}".to_owned(),
+        ]);
+    let sb = e2e::sandbox_without_pods(config).await;
+    e2e::every_node::request(&sb.control_plane);
+    let watch = BudgetWatch::start(sb.client.clone(), 1).await;
+    rollout_completes(&sb, &watch).await;
+    let nodes = kube::Api::<Node>::all(sb.client.clone())
+        .list(&Default::default())
+        .await
+        .expect("nodes");
+    let node = nodes.items[0].metadata.name.clone().unwrap_or_default();
+    let text = format!("Back: {node}");
+    let id = e2e::eventually(
+        "Mailpit holds the mail that the node is back",
+        Duration::from_secs(60),
+        None,
+        || async {
+            let list = mailpit(api, "/api/v1/messages").await?;
+            list["messages"]
+                .as_array()?
+                .iter()
+                .find(|m| m["Snippet"].as_str().is_some_and(|s| s.contains(&text)))
+                .and_then(|m| m["ID"].as_str().map(str::to_owned))
+        },
+    )
+    .await;
+    let mail = mailpit(api, &format!("/api/v1/message/{id}"))
+        .await
+        .expect("the message");
+    assert_eq!(
+        mail["From"],
+        json!({"Name": "Kured", "Address": "kured@example.org"})
+    );
+    let to: Vec<&str> = mail["To"]
+        .as_array()
+        .expect("recipients")
+        .iter()
+        .filter_map(|r| r["Address"].as_str())
+        .collect();
+    assert_eq!(to, ["ops@example.org", "oncall@example.org"]);
+    assert_eq!(mail["Subject"], "Reboots");
+    assert_eq!(mail["Text"].as_str().map(str::trim), Some(text.as_str()));
     sb.stop().await;
 }

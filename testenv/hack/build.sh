@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the local control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler,
 # kubectl), the node's programs for the real-node tier (kubelet, containerd and its runc shim,
-# the CNI plugins), Prometheus, promtool, Alertmanager, helm and toxiproxy-server into testenv/bin/. A binary is
+# the CNI plugins), Prometheus, promtool, Alertmanager, helm, toxiproxy-server and mailpit into testenv/bin/. A binary is
 # rebuilt only when what it is built from changed (go.mod and go.sum for the control plane and
 # the kubelet, the pinned version for the others), so a warm `make test` spends no time here,
 # and pinning a new tool does not rebuild the control plane.
@@ -81,6 +81,8 @@ prometheus_version=v0.316.0  # Prometheus 3.16
 alertmanager_version=v0.34.1
 helm_version=v4.3.1
 toxiproxy_version=v2.12.0
+# Mailpit: the real SMTP server the e-mail notification test sends to, read back by its API.
+mailpit_version=v1.33.1
 # The real nodes' runtime (vm/node): containerd 2.x, because kubelet v1.38 drops the 1.x
 # fallback that Debian's containerd 1.6/1.7 needs; static (no cgo) without the snapshotters
 # that need C. runc needs cgo and libseccomp, so the guests take Debian's.
@@ -96,7 +98,8 @@ prometheus:github.com/prometheus/prometheus/cmd/prometheus@${prometheus_version}
   promtool:github.com/prometheus/prometheus/cmd/promtool@${prometheus_version}
   alertmanager:without-ui:github.com/prometheus/alertmanager@${alertmanager_version}:./cmd/alertmanager
   helm:helm.sh/helm/v4/cmd/helm@${helm_version}
-  toxiproxy-server:github.com/Shopify/toxiproxy/v2/cmd/server@${toxiproxy_version})
+  toxiproxy-server:github.com/Shopify/toxiproxy/v2/cmd/server@${toxiproxy_version}
+  mailpit:github.com/axllent/mailpit@${mailpit_version})
 if [ -n "$control_plane_only" ]; then
   control_plane=()
   for t in "${targets[@]}"; do [ "${t%%:*}" = kubelet ] || control_plane+=("$t"); done
@@ -120,14 +123,14 @@ if [ ${#todo[@]} -eq 0 ]; then
   if [ -n "$control_plane_only" ]; then
     echo "testenv: control plane ${release} (etcd ${etcd_release}) is up to date in ${out_name}"
   else
-    echo "testenv: control plane and kubelet ${release}, containerd ${containerd_version}, CNI plugins ${cni_version}, Prometheus, promtool, Alertmanager, helm and toxiproxy-server are up to date in ${out_name}"
+    echo "testenv: control plane and kubelet ${release}, containerd ${containerd_version}, CNI plugins ${cni_version}, Prometheus, promtool, Alertmanager, helm, toxiproxy-server and mailpit are up to date in ${out_name}"
   fi
   exit 0
 fi
 if [ -n "$control_plane_only" ]; then
   echo "testenv: building ${#todo[@]} binaries (Kubernetes ${release}, etcd ${etcd_release}) into ${out_name}."
 else
-  echo "testenv: building ${#todo[@]} binaries (Kubernetes ${release}, etcd ${etcd_release}, Prometheus ${prometheus_version}, Alertmanager ${alertmanager_version}, helm ${helm_version}, Toxiproxy ${toxiproxy_version}) into ${out_name}."
+  echo "testenv: building ${#todo[@]} binaries (Kubernetes ${release}, etcd ${etcd_release}, Prometheus ${prometheus_version}, Alertmanager ${alertmanager_version}, helm ${helm_version}, Toxiproxy ${toxiproxy_version}, Mailpit ${mailpit_version}) into ${out_name}."
 fi
 echo "testenv: the first build downloads the modules and compiles for 15-30 minutes on 2 cores; later builds are cached."
 i=0

@@ -4,6 +4,7 @@
 //! hands it to one background sender per webhook, through a bounded queue: a slow, hanging
 //! or failing webhook never slows a reboot, it only loses its own messages (counted).
 
+mod mail;
 mod rollout;
 mod send;
 pub mod service;
@@ -16,7 +17,7 @@ pub use target::Target;
 use crate::metrics::Metrics;
 use k8s_openapi::jiff::Timestamp;
 use serde_json::{Value, json};
-use service::Request;
+use service::Delivery;
 use std::{sync::Arc, time::Duration};
 use tokio::sync::mpsc;
 
@@ -112,7 +113,7 @@ pub struct Notifier {
 
 #[derive(Debug)]
 struct Inner {
-    queues: Vec<(Target, mpsc::Sender<Vec<Request>>)>,
+    queues: Vec<(Target, mpsc::Sender<Vec<Delivery>>)>,
     templates: Templates,
     metrics: Metrics,
 }
@@ -202,7 +203,7 @@ impl Notifier {
         };
         tracing::info!(kind = notice.kind.as_str(), node = ?notice.node, "notify: {}", notice.message);
         for (target, queue) in &inner.queues {
-            if let Err(error) = queue.try_send(target.requests(notice)) {
+            if let Err(error) = queue.try_send(target.deliveries(notice)) {
                 let reason = match error {
                     mpsc::error::TrySendError::Full(_) => "queue_full",
                     mpsc::error::TrySendError::Closed(_) => "sender_stopped",

@@ -1,10 +1,11 @@
-//! One service's sender: takes its queue in order and sends each notification's requests, each attempt
+//! One service's sender: takes its queue in order and sends each notification (its HTTP
+//! requests, or its e-mail), each attempt
 //! bounded by `--notify-timeout`, retried with backoff when the webhook may answer later
 //! (no answer, a connection error, 429 or 5xx). What it could not deliver is counted and
 //! logged with the webhook's URL redacted.
 
 use super::Target;
-use super::service::Request;
+use super::service::{Delivery, Request};
 use crate::metrics::Metrics;
 use backon::{ExponentialBuilder, Retryable};
 use http_body_util::Full;
@@ -27,28 +28,46 @@ struct Failure {
 pub(super) fn spawn(
     client: HttpClient,
     target: Target,
-    mut queue: mpsc::Receiver<Vec<Request>>,
+    mut queue: mpsc::Receiver<Vec<Delivery>>,
     timeout: Duration,
     metrics: Metrics,
 ) {
     tokio::spawn(async move {
-        while let Some(requests) = queue.recv().await {
-            for request in requests {
-                send_with_retries(&client, &target, &request, timeout, &metrics).await;
+        while let Some(deliveries) = queue.recv().await {
+            for delivery in deliveries {
+                send_with_retries(&client, &target, &delivery, timeout, &metrics).await;
             }
         }
     });
 }
 
-/// Sends `request`, retried while the service may answer later; counts and logs how it ended.
+/// Sends `delivery`, retried while the service may answer later; counts and logs how it ended.
 async fn send_with_retries(
     client: &HttpClient,
     target: &Target,
-    request: &Request,
+    delivery: &Delivery,
     timeout: Duration,
     metrics: &Metrics,
 ) {
-    let attempt = || send_once(client, target, request, timeout);
+    let attempt = || async move {
+        match delivery {
+            Delivery::Http(request) => send_once(client, target, request, timeout).await,
+            Delivery::Mail(mail) => {
+                let sent = tokio::time::timeout(timeout, super::mail::send(mail, timeout)).await;
+                match sent {
+                    Err(_) => Err(Failure {
+                        why: format!("no answer within --notify-timeout {timeout:?}"),
+                        retry: true,
+                    }),
+                    Ok(Err(failure)) => Err(Failure {
+                        why: target.hide_secrets(&failure.why),
+                        retry: failure.retry,
+                    }),
+                    Ok(Ok(())) => Ok(()),
+                }
+            }
+        }
+    };
     let backoff = ExponentialBuilder::new()
         .with_min_delay(FIRST_RETRY)
         .with_max_times(RETRIES)
@@ -161,7 +180,11 @@ mod tests {
             "{base}/hooks/T0KEN-in-the-path%2Fencoded?token=S3CRET-query&user=bob"
         ))
         .expect("a valid URL");
-        let request = target.requests(&crate::notify::Notice::blank()).remove(0);
+        let Some(Delivery::Http(request)) =
+            target.deliveries(&crate::notify::Notice::blank()).pop()
+        else {
+            panic!("an http target sends HTTP requests");
+        };
         let failure = send_once(&http_client(), &target, &request, Duration::from_secs(10))
             .await
             .expect_err("the webhook answers 404");

@@ -4,7 +4,7 @@
 //! itself redacted, in logs and errors alike.
 
 use super::Notice;
-use super::service::{Request, Service};
+use super::service::{Delivery, Service};
 use std::fmt;
 
 pub use super::service::ACCEPTED;
@@ -34,9 +34,9 @@ impl fmt::Display for Target {
 }
 
 impl Target {
-    /// The requests that tell `notice`.
-    pub fn requests(&self, notice: &Notice) -> Vec<Request> {
-        self.service.requests(notice)
+    /// What tells `notice`.
+    pub fn deliveries(&self, notice: &Notice) -> Vec<Delivery> {
+        self.service.deliveries(notice)
     }
 
     /// `text` (a webhook's answer, an error) with every secret of the URL replaced by `***`:
@@ -152,15 +152,42 @@ pub fn parse(value: &str) -> Result<Target, String> {
     })
 }
 
-/// Every target of the `--notify-url` values: each value may hold several, separated by commas
-/// or spaces (as `NOTIFY_URL` does).
+/// Every target of the `--notify-url` values: each value may hold several, separated by spaces,
+/// or by commas where a URL follows (as `NOTIFY_URL` does); a comma inside a URL
+/// (`to=a@x.org,b@x.org`, `chats=@a,@b`) belongs to its list.
 pub fn parse_all(values: &[String]) -> Result<Vec<Target>, String> {
     values
         .iter()
-        .flat_map(|v| v.split([',', ' ', '\t', '\n']))
+        .flat_map(|v| v.split([' ', '\t', '\n']))
+        .flat_map(split_commas)
         .filter(|v| !v.trim().is_empty())
-        .map(parse)
+        .map(|v| parse(&v))
         .collect()
+}
+
+/// `word` cut at each comma that a `scheme://` follows.
+fn split_commas(word: &str) -> Vec<String> {
+    let mut urls: Vec<String> = Vec::new();
+    for piece in word.split(',') {
+        let starts_url = piece
+            .split_once("://")
+            .is_some_and(|(scheme, _)| !scheme.is_empty() && scheme.chars().all(is_scheme_char));
+        match urls.last_mut() {
+            Some(last) if !starts_url => {
+                last.push(',');
+                last.push_str(piece);
+            }
+            _ => urls.push(piece.to_owned()),
+        }
+    }
+    // A comma before or after the URLs separates nothing.
+    urls.iter()
+        .map(|url| url.trim_matches(',').to_owned())
+        .collect()
+}
+
+fn is_scheme_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.')
 }
 
 #[cfg(test)]
@@ -268,7 +295,7 @@ mod tests {
         for (value, why) in [
             (
                 "smtp://user:secret@mail.example.com:25/?to=a@b",
-                "smtp:// is not supported",
+                "from=ADDRESS",
             ),
             (
                 "irc://user:secret@irc.example.com/ops",
@@ -325,6 +352,7 @@ mod tests {
         let values = vec![
             "http://a/1, http://b/2".to_owned(),
             "http://c/3 slack://T1/B2/C3".to_owned(),
+            "telegram://1:K@telegram?chats=@a,@b,,generic://d/4?$to=x,y".to_owned(),
         ];
         let shown: Vec<String> = parse_all(&values)
             .unwrap()
@@ -337,9 +365,13 @@ mod tests {
                 "http://a/1",
                 "http://b/2",
                 "http://c/3",
-                "https://hooks.slack.com/services/T1/B2/C3"
+                "https://hooks.slack.com/services/T1/B2/C3",
+                "https://api.telegram.org/bot1:K/sendMessage",
+                "https://d/4",
             ]
         );
         assert!(parse_all(&[" ,".to_owned()]).unwrap().is_empty());
+        let telegram = parse_all(&["telegram://1:K@telegram?chats=@a,@b".to_owned()]).unwrap();
+        assert_eq!(telegram[0].deliveries(&Notice::blank()).len(), 2);
     }
 }

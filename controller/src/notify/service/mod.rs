@@ -7,6 +7,7 @@ mod generic;
 mod parts;
 mod push;
 mod slack;
+pub mod smtp;
 mod teams;
 
 use super::Notice;
@@ -24,7 +25,15 @@ pub const ACCEPTED: &str = "http(s)://HOST/PATH (a JSON POST; Slack's and Teams'
     googlechat://chat.googleapis.com/v1/spaces/SPACE/messages?key=KEY&token=TOKEN, \
     ntfy://[USER:PASSWORD@]HOST/TOPIC, gotify://HOST[/PATH]/TOKEN, \
     pushover://shoutrrr:API-TOKEN@USER-KEY, zulip://BOT-MAIL:BOT-KEY@HOST?stream=STREAM, \
-    matrix://:ACCESS-TOKEN@HOST?rooms=!ROOM-ID[,!ROOM-ID], opsgenie://HOST/API-KEY";
+    matrix://:ACCESS-TOKEN@HOST?rooms=!ROOM-ID[,!ROOM-ID], opsgenie://HOST/API-KEY, \
+    smtp://[USER:PASSWORD@]HOST[:PORT]/?from=ADDRESS&to=ADDRESS[,ADDRESS]";
+
+/// One message on its way: an HTTP request or an e-mail.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Delivery {
+    Http(Request),
+    Mail(smtp::Mail),
+}
 
 /// One HTTP request to send.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -87,6 +96,7 @@ pub enum Service {
     Gotify(push::Gotify),
     Pushover(push::Pushover),
     OpsGenie(push::OpsGenie),
+    Smtp(smtp::Smtp),
 }
 
 impl Service {
@@ -113,6 +123,7 @@ impl Service {
             "gotify" => push::Gotify::parse(&parts).map(Self::Gotify),
             "pushover" => push::Pushover::parse(&parts).map(Self::Pushover),
             "opsgenie" => push::OpsGenie::parse(&parts).map(Self::OpsGenie),
+            "smtp" => smtp::Smtp::parse(&parts).map(Self::Smtp),
             _ => return None,
         };
         Some(service)
@@ -132,14 +143,28 @@ impl Service {
 
     /// The URL the service posts to, secrets included: what a shown target is redacted from.
     pub fn endpoint(&self) -> String {
-        self.requests(&Notice::blank())
-            .first()
-            .map(|request| request.url.clone())
-            .unwrap_or_default()
+        match self.deliveries(&Notice::blank()).first() {
+            Some(Delivery::Http(request)) => request.url.clone(),
+            Some(Delivery::Mail(_)) | None => match self {
+                Self::Smtp(smtp) => smtp.endpoint(),
+                _ => String::new(),
+            },
+        }
     }
 
-    /// The requests that tell `notice`.
-    pub fn requests(&self, notice: &Notice) -> Vec<Request> {
+    /// What tells `notice`.
+    pub fn deliveries(&self, notice: &Notice) -> Vec<Delivery> {
+        if let Self::Smtp(smtp) = self {
+            return vec![Delivery::Mail(smtp.mail(&notice.message))];
+        }
+        self.requests(notice)
+            .into_iter()
+            .map(Delivery::Http)
+            .collect()
+    }
+
+    /// The HTTP requests that tell `notice` (none for an e-mail).
+    fn requests(&self, notice: &Notice) -> Vec<Request> {
         let text = notice.message.as_str();
         match self {
             Self::Generic(s) => vec![s.request(notice)],
@@ -156,6 +181,7 @@ impl Service {
             Self::Gotify(s) => vec![s.request(text)],
             Self::Pushover(s) => vec![s.request(text)],
             Self::OpsGenie(s) => vec![s.request(text)],
+            Self::Smtp(_) => Vec::new(),
         }
     }
 }
@@ -175,7 +201,13 @@ pub(super) mod test_util {
         Service::parse(scheme, rest)
             .expect("a supported scheme")
             .unwrap_or_else(|e| panic!("{url}: {e}"))
-            .requests(&notice())
+            .deliveries(&notice())
+            .into_iter()
+            .filter_map(|delivery| match delivery {
+                Delivery::Http(request) => Some(request),
+                Delivery::Mail(_) => None,
+            })
+            .collect()
     }
 
     /// The notice the services' tests tell.

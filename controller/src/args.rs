@@ -371,9 +371,10 @@ pub struct NotifyArgs {
     /// Where the leader sends a message when a rollout starts, a node is drained, is told to
     /// reboot and is back, and when a rollout stops (and why) or finishes: a URL of kured's
     /// (shoutrrr's) for Slack, Teams, Discord, Telegram, Mattermost, Rocket.Chat, Google Chat,
-    /// ntfy, Gotify, Pushover, Zulip, Matrix, OpsGenie or a generic webhook, with its options,
-    /// or an http(s):// URL that gets a JSON POST (the kured page of the docs lists the forms).
-    /// Repeat the flag, or separate URLs with commas or spaces, for several.
+    /// ntfy, Gotify, Pushover, Zulip, Matrix, OpsGenie, e-mail (`smtp://`) or a generic
+    /// webhook, with its options, or an http(s):// URL that gets a JSON POST (the kured page
+    /// of the docs lists the forms); through the proxy of `HTTPS_PROXY`, `HTTP_PROXY` and
+    /// `NO_PROXY`. Repeat the flag, or separate URLs with commas or spaces, for several.
     /// A webhook URL is a secret: it is never logged in full.
     #[arg(
         long = "notify-url",

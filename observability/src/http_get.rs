@@ -1,7 +1,7 @@
 //! A plain HTTP GET for what the programs read from other servers (Prometheus, Alertmanager,
-//! the controller's `/metrics`), and a POST or any request for what the controller tells them (notification
-//! webhooks): http or https with the system's CAs (`SSL_CERT_FILE` names a bundle), through
-//! the environment's proxy (`HTTPS_PROXY`, `NO_PROXY`), HTTP/1.1.
+//! the controller's `/metrics`), and a POST or any request for what the controller tells them
+//! (notification webhooks): http or https with the system's CAs (`SSL_CERT_FILE` names a
+//! bundle), through the environment's proxy (`HTTPS_PROXY`, `NO_PROXY`), HTTP/1.1.
 //! The caller bounds each with its own timeout and words its own errors.
 
 use crate::proxy::ProxyConnector;

@@ -36,12 +36,17 @@ impl std::fmt::Debug for ProxyConnector {
 impl ProxyConnector {
     /// The proxies the environment names now.
     pub fn from_env() -> Self {
+        Self::new(Matcher::from_env())
+    }
+
+    /// The proxies `matcher` names.
+    pub fn new(matcher: Matcher) -> Self {
         let mut http = HttpConnector::new();
         // HttpsConnector adds TLS itself; this one only opens TCP connections.
         http.enforce_http(false);
         Self {
             http,
-            matcher: Arc::new(Matcher::from_env()),
+            matcher: Arc::new(matcher),
         }
     }
 }
@@ -116,5 +121,56 @@ impl Write for Stream {
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+    use http_body_util::Full;
+    use hyper_util::{client::legacy::Client, rt::TokioExecutor};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpListener;
+
+    /// A proxy on loopback that answers 200 and tells the first line it was sent.
+    async fn proxy() -> (String, tokio::sync::oneshot::Receiver<String>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let address = listener.local_addr().expect("address");
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        tokio::spawn(async move {
+            let Ok((mut stream, _)) = listener.accept().await else {
+                return;
+            };
+            let mut request = vec![0; 4096];
+            let read = stream.read(&mut request).await.unwrap_or(0);
+            let text = String::from_utf8_lossy(&request[..read]).into_owned();
+            let _ = tx.send(text.lines().next().unwrap_or_default().to_owned());
+            let _ = stream
+                .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n")
+                .await;
+        });
+        (format!("http://{address}"), rx)
+    }
+
+    #[tokio::test]
+    async fn an_http_request_goes_to_the_proxy_in_absolute_form_and_no_proxy_is_honoured() {
+        let (proxy, first_line) = proxy().await;
+        let matcher = Matcher::builder()
+            .http(proxy.clone())
+            .no("direct.example")
+            .build();
+        let client: Client<_, Full<Bytes>> =
+            Client::builder(TokioExecutor::new()).build(ProxyConnector::new(matcher));
+        let uri: hyper::Uri = "http://hooks.example/a?b=c".parse().expect("a URI");
+        let answer = client.get(uri).await.expect("the proxy answers");
+        assert_eq!(answer.status(), 200);
+        assert_eq!(
+            first_line.await.expect("the proxy was asked"),
+            "GET http://hooks.example/a?b=c HTTP/1.1"
+        );
+        let matcher = Matcher::builder().http(proxy).no("direct.example").build();
+        let intercepted = matcher.intercept(&"http://direct.example/".parse().expect("a URI"));
+        assert!(intercepted.is_none(), "NO_PROXY's host is reached straight");
     }
 }

@@ -396,36 +396,7 @@ impl Shell {
             )),
         };
         for name in &decision.waiting {
-            let event = if decision.blocked.contains(name) {
-                Some(gates.blocked_event(name))
-            } else if decision.preflight.contains_key(name) {
-                preflight.event(name)
-            } else if decision.zone_unknown.contains(name) {
-                let label = self.overlay.indexing().zone_label();
-                let note = format!(
-                    "{NOTE_REQUESTED}waiting: the node has no {label} label, and with \
-                     --max-unavailable-per-zone a node is granted only in a known zone (so that \
-                     it counts against its real zone's budget); label it with its zone: \
-                     kubectl label node {name} {label}=<zone>"
-                );
-                Some((Reason::ZoneLabelMissing, note))
-            } else if decision.concurrency_full.contains(name) {
-                let note = format!(
-                    "{NOTE_REQUESTED}waiting for a slot (concurrency {}: that many of the \
-                     operator's reboots under way or soaking)",
-                    self.concurrency.map(|c| c.to_string()).unwrap_or_default()
-                );
-                Some((Reason::Requested, note))
-            } else if decision.zone_full.contains(name) {
-                let note = format!(
-                    "{NOTE_REQUESTED}waiting for a slot in its zone \
-                     (max-unavailable-per-zone {})",
-                    self.zone_budget.map(|b| b.to_string()).unwrap_or_default()
-                );
-                Some((Reason::ZoneBudgetFull, note))
-            } else {
-                pool_event.clone()
-            };
+            let event = self.waiting_event(name, decision, gates, preflight, &pool_event);
             let Some((reason, note)) = event else {
                 continue;
             };
@@ -436,6 +407,48 @@ impl Shell {
                 tracing::info!(node = %name, "{note}");
                 self.events.publish(node, reason, note);
             }
+        }
+    }
+
+    /// The Event of a waiting node: why it waits (its pods, its pre-flight checks, its zone,
+    /// the concurrency, or else `pool_event`, what the whole pool waits for), if worth one.
+    fn waiting_event(
+        &self,
+        name: &str,
+        decision: &Decision,
+        gates: &GateReading,
+        preflight: &PreflightReading,
+        pool_event: &Option<(Reason, String)>,
+    ) -> Option<(Reason, String)> {
+        if decision.blocked.contains(name) {
+            Some(gates.blocked_event(name))
+        } else if decision.preflight.contains_key(name) {
+            preflight.event(name)
+        } else if decision.zone_unknown.contains(name) {
+            let label = self.overlay.indexing().zone_label();
+            let note = format!(
+                "{NOTE_REQUESTED}waiting: the node has no {label} label, and with \
+                 --max-unavailable-per-zone a node is granted only in a known zone (so that \
+                 it counts against its real zone's budget); label it with its zone: \
+                 kubectl label node {name} {label}=<zone>"
+            );
+            Some((Reason::ZoneLabelMissing, note))
+        } else if decision.concurrency_full.contains(name) {
+            let note = format!(
+                "{NOTE_REQUESTED}waiting for a slot (concurrency {}: that many of the \
+                 operator's reboots under way or soaking)",
+                self.concurrency.map(|c| c.to_string()).unwrap_or_default()
+            );
+            Some((Reason::Requested, note))
+        } else if decision.zone_full.contains(name) {
+            let note = format!(
+                "{NOTE_REQUESTED}waiting for a slot in its zone \
+                 (max-unavailable-per-zone {})",
+                self.zone_budget.map(|b| b.to_string()).unwrap_or_default()
+            );
+            Some((Reason::ZoneBudgetFull, note))
+        } else {
+            pool_event.clone()
         }
     }
 

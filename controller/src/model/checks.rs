@@ -47,11 +47,19 @@ fn unavailable(o: &Value) -> bool {
 /// The nodes the operator holds: a slot in the ledger, one of its grants, a reboot under way,
 /// or its cordon.
 pub fn held_by_operator(s: &Server) -> BTreeSet<String> {
-    // A deleted node is no longer unavailable, whatever slot it left behind.
+    // A deleted node is no longer unavailable, whatever slot it left behind; nor is a node
+    // whose slot was released and came back in a ledger recreated from an older copy, while
+    // it carries no grant (what the node carries is counted below).
     let mut held: BTreeSet<String> = s
         .slots()
-        .into_keys()
-        .filter(|n| s.node(index(n)).is_some())
+        .into_iter()
+        .filter(|(n, slot)| {
+            s.node(index(n)).is_some_and(|node| {
+                !s.released.contains(&slot.grant)
+                    || facts(node).protocol(&super::server::keys()).grant.is_some()
+            })
+        })
+        .map(|(n, _)| n)
         .collect();
     for node in s.nodes.iter().flatten() {
         let f = facts(node);

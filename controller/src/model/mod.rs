@@ -834,3 +834,136 @@ fn a_node_opted_out_after_the_replica_saw_its_request_is_not_granted() {
     }
     model.settle();
 }
+
+/// A soak ended by one replica (its slot released, another node granted in its place) comes
+/// back when a replica with an older copy recreates a deleted ledger: the controllers count the
+/// slot again, which is conservative, and it takes no node down: the budget check counts the
+/// two nodes rebooting, not the soak brought back.
+#[test]
+fn a_released_soak_brought_back_by_a_recreated_ledger_takes_no_node_down() {
+    use Disturbance::CloseWindow;
+    use server::Kubelet::*;
+    use world::Step::*;
+    let setup = Setup {
+        replicas: 2,
+        max_unavailable: MaxUnavailable::Percent(50),
+        drain_enabled: false,
+        finish_after_window: false,
+        zone_budget: None,
+        concurrency: None,
+        give_up_after_ms: None,
+        min_ready_ms: 25000,
+        drain_delay_ms: 0,
+        reboot_delay_ms: 0,
+        soaking: vec![1],
+        not_ready: vec![false; NODES],
+        kubelets: vec![
+            Healthy,
+            BackNotReady,
+            BackNotReady,
+            Healthy,
+            Healthy,
+            Healthy,
+        ],
+    };
+    let steps = vec![
+        Kubelet(2),
+        Request(0),
+        Round(2),
+        KubeletTurns(0, Healthy),
+        SyncNode {
+            replica: 0,
+            node: 0,
+        },
+        AdminTakesCordon(0),
+        OptOut(3, Some("true".into())),
+        SyncNode {
+            replica: 0,
+            node: 0,
+        },
+        SyncNode {
+            replica: 0,
+            node: 0,
+        },
+        DeleteNode(3),
+        Round(1),
+        DisturbedRound(1, CloseWindow),
+        SyncAll(1),
+        SyncNode {
+            replica: 0,
+            node: 0,
+        },
+        SyncNode {
+            replica: 0,
+            node: 0,
+        },
+        Request(2),
+        DeleteLedger,
+        AdminCordon(2),
+        SyncNode {
+            replica: 0,
+            node: 0,
+        },
+        Round(0),
+        SyncAll(2),
+        DisturbedRound(1, CloseWindow),
+        Request(0),
+        SyncLedger(1),
+        Round(2),
+        Window(true),
+        Round(0),
+        Round(0),
+        DisturbedRound(2, CloseWindow),
+        DeleteLedger,
+        Round(0),
+        Round(1),
+    ];
+    let mut model = Model::new(&setup);
+    for step in &steps {
+        model.apply(step);
+    }
+    model.settle();
+}
+
+/// A node whose kubelet hangs is given up by `--give-up-after` in the settling rounds, after
+/// its request was typed again: the give-up drops the request, as `kubectl reboot abandon`
+/// does, so the node is not expected to complete it.
+#[test]
+fn a_node_given_up_by_give_up_after_is_not_expected_to_complete_its_request() {
+    use server::Kubelet::*;
+    use world::Step::*;
+    let setup = Setup {
+        replicas: 2,
+        max_unavailable: MaxUnavailable::Count(1),
+        drain_enabled: false,
+        finish_after_window: false,
+        zone_budget: None,
+        concurrency: None,
+        give_up_after_ms: Some(30000),
+        min_ready_ms: 25000,
+        drain_delay_ms: 0,
+        reboot_delay_ms: 0,
+        soaking: vec![],
+        not_ready: vec![false, false, false, true, false, false],
+        kubelets: vec![Healthy, Healthy, Healthy, Wedged, Healthy, Healthy],
+    };
+    let steps = vec![
+        Request(3),
+        Round(0),
+        SyncAll(0),
+        Round(2),
+        Round(0),
+        Round(0),
+        Round(0),
+        Round(0),
+        AdminCordon(0),
+        OptOut(0, Some("true".into())),
+        Request(3),
+        Round(0),
+    ];
+    let mut model = Model::new(&setup);
+    for step in &steps {
+        model.apply(step);
+    }
+    model.settle();
+}

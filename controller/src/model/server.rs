@@ -100,6 +100,12 @@ pub struct Server {
     pub reboot_delay_ms: u64,
     /// By grant: when a node first carried it (the claim, which cordons the node).
     pub claimed_at: BTreeMap<String, Timestamp>,
+    /// The nodes a controller gave up by itself (`--give-up-after`), which drops their request.
+    pub given_up: BTreeSet<usize>,
+    /// The grants whose slot a ledger write released. A ledger recreated from an older copy
+    /// may bring one back (a soak another replica had ended): the slot is counted again by
+    /// the controllers, but it takes no node down.
+    pub released: BTreeSet<String>,
     /// By replica: how many of its steps the delays were checked on (a drain it started, a
     /// `reboot-now` it wrote).
     pub delay_checks: Vec<usize>,
@@ -190,6 +196,8 @@ impl Server {
             drain_delay_ms: 0,
             reboot_delay_ms: 0,
             claimed_at: BTreeMap::new(),
+            given_up: BTreeSet::new(),
+            released: BTreeSet::new(),
             delay_checks: vec![0; 3],
             admin_labels: BTreeMap::new(),
             windows,
@@ -454,6 +462,11 @@ impl Server {
             self.ever_carried.insert(grant.clone());
             self.claimed_at.entry(grant).or_insert(self.wall);
         }
+        if annotation(&before, "reboot-abandon").is_none()
+            && annotation(&after, "reboot-abandon").is_some()
+        {
+            self.given_up.insert(i);
+        }
         self.took(k, i);
         checks::node_write(self, k, i, &before, &after);
         if checks::promoted(&before, &after) {
@@ -496,6 +509,12 @@ impl Server {
         self.lease_last = next.clone();
         self.lease = Some(next.clone());
         self.saw_lease(k);
+        let after = self.slots();
+        let released = before
+            .values()
+            .filter(|slot| !after.values().any(|kept| kept.grant == slot.grant));
+        self.released
+            .extend(released.map(|slot| slot.grant.clone()));
         checks::ledger_write(self, k, &before);
         Ok(lease_of(&next))
     }

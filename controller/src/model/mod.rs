@@ -876,7 +876,7 @@ fn a_released_soak_brought_back_by_a_recreated_ledger_takes_no_node_down() {
             node: 0,
         },
         AdminTakesCordon(0),
-        OptOut(3, Some("true".into())),
+        OptOut(3, Some("true")),
         SyncNode {
             replica: 0,
             node: 0,
@@ -957,7 +957,7 @@ fn a_node_given_up_by_give_up_after_is_not_expected_to_complete_its_request() {
         Round(0),
         Round(0),
         AdminCordon(0),
-        OptOut(0, Some("true".into())),
+        OptOut(0, Some("true")),
         Request(3),
         Round(0),
     ];

@@ -1,10 +1,7 @@
-use controller::notify::{
-    Format,
-    target::{parse, parse_all, redact},
-};
+use controller::notify::target::{parse, parse_all, redact};
 
 /// `--notify-url`: a target's webhook URL is itself an accepted value that gives the same
-/// webhook (and, given as http(s) or for Slack, the same body format); what a target shows is the
+/// webhook (and, given as http(s), the same service); what a target shows is the
 /// redaction of its URL, which never holds the URL's path or query, where webhooks keep
 /// their secrets.
 pub fn notify(data: &[u8]) {
@@ -18,14 +15,17 @@ pub fn notify(data: &[u8]) {
     let again = parse(&target.url)
         .unwrap_or_else(|e| panic!("{value:?} gave the webhook {:?}, refused: {e}", target.url));
     assert_eq!(again.url, target.url, "{value:?}");
-    // shoutrrr's Teams form names its host: the body is Teams' whatever the host, which the
-    // plain URL cannot say.
+    // A shoutrrr form (teams://, discord://, ...) says which service the plain URL cannot.
     let http = value
         .trim()
         .get(..4)
         .is_some_and(|s| s.eq_ignore_ascii_case("http"));
-    if http || target.format == Format::Slack {
-        assert_eq!(again.format, target.format, "{value:?}");
+    if http {
+        assert_eq!(
+            std::mem::discriminant(&again.service),
+            std::mem::discriminant(&target.service),
+            "{value:?}"
+        );
     }
     // Shown is `scheme://host` and, when the URL has more, `/***`: nothing of the path, the
     // query or the user.

@@ -64,9 +64,41 @@ pub fn parse_duration(value: &str) -> Result<Duration, DurationError> {
     Ok(total)
 }
 
+/// A duration as the flags take it, exact to the millisecond: `1h30m`, `45s`, `1s500ms`, `0s`.
+/// [`parse_duration`] reads it back to the same duration (but `0s`, which it refuses).
+pub fn duration_text(d: Duration) -> String {
+    let ms = d.as_millis();
+    if ms == 0 {
+        return "0s".to_owned();
+    }
+    let (h, m, s, rest) = (ms / 3_600_000, ms / 60_000 % 60, ms / 1000 % 60, ms % 1000);
+    [(h, "h"), (m, "m"), (s, "s"), (rest, "ms")]
+        .into_iter()
+        .filter(|(n, _)| *n > 0)
+        .map(|(n, unit)| format!("{n}{unit}"))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_duration_is_written_as_the_flags_read_it() {
+        assert_eq!(duration_text(Duration::ZERO), "0s");
+        for (ms, text) in [
+            (45_000, "45s"),
+            (90_000, "1m30s"),
+            (1_800_000, "30m"),
+            (5_400_000, "1h30m"),
+            (1_500, "1s500ms"),
+            (250, "250ms"),
+        ] {
+            let d = Duration::from_millis(ms);
+            assert_eq!(duration_text(d), text);
+            assert_eq!(parse_duration(text), Ok(d));
+        }
+    }
 
     #[test]
     fn units_and_sums_parse() {

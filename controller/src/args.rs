@@ -468,8 +468,8 @@ impl Args {
             let message = format!(
                 "--give-up-after {} is shorter than --reboot-timeout {}: a node would be given \
                  up before it is even overdue; give --give-up-after at least --reboot-timeout",
-                crate::drain::humantime(after),
-                crate::drain::humantime(self.reboot_timeout)
+                common::duration::duration_text(after),
+                common::duration::duration_text(self.reboot_timeout)
             );
             Self::command()
                 .error(clap::error::ErrorKind::ArgumentConflict, message)

@@ -101,7 +101,7 @@ fn a_give_up_shorter_than_the_reboot_timeout_stops_the_controller_at_start() {
     refused_at_start(
         &["--give-up-after=10m", "--reboot-timeout=30m"],
         &[
-            "--give-up-after 600s is shorter than --reboot-timeout 1800s",
+            "--give-up-after 10m is shorter than --reboot-timeout 30m",
             "at least",
         ],
     );

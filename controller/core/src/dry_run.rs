@@ -18,8 +18,8 @@ pub struct WouldDo {
 
 /// The writes of `decision` in the order the shell would make them: the ledger's, then the
 /// nodes'. `budget` is the pool's, for the grant lines.
-pub fn plan(decision: &Decision, budget: usize, drain: bool) -> Vec<WouldDo> {
-    let mut plan = Vec::new();
+pub fn would_do(decision: &Decision, budget: usize, drain: bool) -> Vec<WouldDo> {
+    let mut would = Vec::new();
     let line = |node: &str, what: String, new_grant: bool| WouldDo {
         node: node.to_owned(),
         what,
@@ -27,7 +27,7 @@ pub fn plan(decision: &Decision, budget: usize, drain: bool) -> Vec<WouldDo> {
     };
     for grant in &decision.ledger.grant {
         if grant.adopted.is_some() {
-            plan.push(line(
+            would.push(line(
                 &grant.node,
                 "would record the reboot under way in the ledger".into(),
                 false,
@@ -38,7 +38,7 @@ pub fn plan(decision: &Decision, budget: usize, drain: bool) -> Vec<WouldDo> {
             } else {
                 "cordon it and set reboot-now (--drain=false)"
             };
-            plan.push(line(
+            would.push(line(
                 &grant.node,
                 format!("would grant a slot (budget {budget}), {then}"),
                 true,
@@ -46,7 +46,7 @@ pub fn plan(decision: &Decision, budget: usize, drain: bool) -> Vec<WouldDo> {
         }
     }
     for (node, reason) in &decision.release_reasons {
-        plan.push(line(
+        would.push(line(
             node,
             format!("would release its slot ({reason:?})"),
             false,
@@ -72,9 +72,9 @@ pub fn plan(decision: &Decision, budget: usize, drain: bool) -> Vec<WouldDo> {
             }
             NodeAction::Refetch(_) | NodeAction::WarnInvalidRequest { .. } => continue,
         };
-        plan.push(line(action.node(), what.to_owned(), false));
+        would.push(line(action.node(), what.to_owned(), false));
     }
-    plan
+    would
 }
 
 /// The rollout plan in words, a line each: the slots held, each wave with its nodes and its
@@ -193,8 +193,8 @@ mod tests {
             grant: "g".into(),
         });
         decision.node_actions.push(NodeAction::Refetch("n4".into()));
-        let plan = plan(&decision, 2, true);
-        let said: Vec<(&str, &str)> = plan
+        let would = would_do(&decision, 2, true);
+        let said: Vec<(&str, &str)> = would
             .iter()
             .map(|w| (w.node.as_str(), w.what.as_str()))
             .collect();
@@ -209,6 +209,6 @@ mod tests {
                 ("n3", "would set reboot-now"),
             ]
         );
-        assert!(plan[0].new_grant && !plan[1].new_grant);
+        assert!(would[0].new_grant && !would[1].new_grant);
     }
 }

@@ -682,7 +682,7 @@ impl Drainer {
             "node NotReady: {n} {pods} counted as gone though the kubelet did not confirm the \
              deletion ({were} terminating longer than the grace period plus \
              --drain-skip-wait-for-delete-margin={}): {}",
-            humantime(margin),
+            common::duration::duration_text(margin),
             name_list(unconfirmed, ", ", NAMES_IN_EVENT)
         );
         tracing::info!(node = %node.name_any(), pods = n, "{note}");
@@ -748,15 +748,6 @@ impl Drainer {
             (_, _) => (error.to_string(), false),
         };
         Err(EvictionRefused { why, by_budget })
-    }
-}
-
-/// A duration as the flags take it: `90s`, `1500ms`.
-pub(crate) fn humantime(d: Duration) -> String {
-    if d.subsec_millis() == 0 {
-        format!("{}s", d.as_secs())
-    } else {
-        format!("{}ms", d.as_millis())
     }
 }
 

@@ -649,7 +649,7 @@ impl PreflightChecks {
 
     /// The Warning of a node granted without `check`, which has had no answer.
     fn unanswered_note(&self, check: usize) -> String {
-        let timeout = crate::drain::humantime(self.timeout);
+        let timeout = common::duration::duration_text(self.timeout);
         let (watch, error, risk, fix) = if check == AGENTS {
             (
                 format!(
@@ -808,7 +808,7 @@ impl PreflightReading {
                  the node is cordoned and drained, and once --drain-timeout ({}) has passed it \
                  is rebooted with the pods its drain could not evict",
                 self.refusals(node),
-                crate::drain::humantime(self.drain_timeout)
+                common::duration::duration_text(self.drain_timeout)
             ),
         ))
     }

@@ -148,7 +148,7 @@ impl Shell {
         nodes: &HashMap<&str, &Arc<Node>>,
         budget: usize,
     ) {
-        for step in dry_run::plan(decision, budget, self.drains.enabled()) {
+        for step in dry_run::would_do(decision, budget, self.drains.enabled()) {
             if !self.said.first_dry_run(&step.node, &step.what) {
                 continue;
             }
@@ -229,7 +229,7 @@ impl Shell {
             tracing::warn!(node = %name, "{what}: reboot overdue; no new reboots until it completes");
             let words = format!(
                 "{name} was not back within --reboot-timeout ({}): {what}",
-                crate::drain::humantime(self.schedule.reboot_timeout)
+                common::duration::duration_text(self.schedule.reboot_timeout)
             );
             self.notify_stopped(Some(&name), "reboot_timeout", &words);
             // Giving it up: removing the protocol annotations it has (a cancel, by hand).
@@ -250,7 +250,7 @@ impl Shell {
                  up (its slot is released, the operator's cordon removed): kubectl reboot \
                  abandon {name} --reason <why> (by hand: kubectl annotate node {name} {}; or \
                  delete the Node)",
-                crate::drain::humantime(self.schedule.reboot_timeout),
+                common::duration::duration_text(self.schedule.reboot_timeout),
                 give_up.join(" "),
             );
             self.events.publish(node, Reason::RebootOverdue, note);

@@ -22,7 +22,7 @@ use crate::{
 use common::{AnnotationKeys, MaxUnavailable, NodeFacts, RebootMarks, Transition};
 use controller_core::{
     decide::{Decision, Fence, Hold, Round},
-    plan,
+    effects,
     schedule::Schedule,
 };
 use k8s_openapi::api::core::v1::Node;
@@ -226,7 +226,7 @@ impl Shell {
                 || decision.held.iter().any(gated),
         );
         if self.ledger.is_damaged() {
-            plan::rebuild_only(&mut decision);
+            effects::rebuild_only(&mut decision);
         }
         (decision, rollout)
     }
@@ -266,7 +266,7 @@ impl Shell {
     fn taint_waiting(&self, decision: &mut Decision, by_name: &HashMap<&str, &Arc<Node>>) {
         if self.marks.prefer_no_schedule_taint.is_some() {
             let t = Transition::new(&self.keys).with_marks(&self.marks);
-            plan::taint_waiting(decision, |name| {
+            effects::taint_waiting(decision, |name| {
                 by_name
                     .get(name)
                     .is_some_and(|n| t.taint_waiting(&NodeFacts::from_node(n)).is_some())

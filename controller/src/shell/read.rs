@@ -189,7 +189,7 @@ impl Shell {
                     let note = format!(
                         "drain timed out after --drain-timeout ({}); --force-reboot: rebooting \
                          anyway with {} pod(s) still on the node: {}",
-                        crate::drain::humantime(took),
+                        common::duration::duration_text(took),
                         blocking.len(),
                         pods.join("; ")
                     );
@@ -212,7 +212,7 @@ impl Shell {
             if ended.first && !delay.is_zero() {
                 let note = format!(
                     "drained; reboot-now in {} (--reboot-delay)",
-                    crate::drain::humantime(delay)
+                    common::duration::duration_text(delay)
                 );
                 tracing::info!(node = %name, %grant, "{note}");
                 self.events

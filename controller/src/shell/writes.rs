@@ -5,7 +5,7 @@ use crate::cluster::events::Reason;
 use common::{NodeFacts, Transition};
 use controller_core::{
     decide::{Decision, NodeAction, ReleaseReason},
-    plan,
+    effects,
 };
 use futures::{StreamExt, stream};
 use k8s_openapi::{api::core::v1::Node, jiff::Timestamp};
@@ -48,7 +48,7 @@ impl Shell {
         self.confirm_releases(&mut decision, by_name).await;
         // What holds new grants is read again now: the round may have waited on the API.
         if self.fence_now().0.hold().is_some() {
-            plan::drop_new_grants(&mut decision);
+            effects::drop_new_grants(&mut decision);
         }
         let wrote_ledger = match self.write_slots(&decision, by_name).await {
             ControlFlow::Continue(wrote) => wrote,
@@ -71,7 +71,7 @@ impl Shell {
         // and the gates as they are now, not as the round began: this round (or the replica
         // that wrote the grant) may have decided on an older reading.
         let (fence, gates) = self.fence_now();
-        let (actions, held) = plan::fence_actions(
+        let (actions, held) = effects::fence_actions(
             &mut decision,
             fence,
             &gates.blocked_nodes(),
@@ -128,7 +128,8 @@ impl Shell {
         };
         let facts = NodeFacts::from_node(&node);
         let t = Transition::new(&self.keys).with_marks(&self.marks);
-        if let Some(patch) = plan::node_patch(&action, &facts, &t, &self.clock.now().to_string()) {
+        if let Some(patch) = effects::node_patch(&action, &facts, &t, &self.clock.now().to_string())
+        {
             return Prepared::Write(action, patch);
         }
         match &action {
@@ -159,7 +160,7 @@ impl Shell {
         &self,
         writes: Vec<(NodeAction, json_patch::Patch)>,
     ) -> Vec<(NodeAction, Written)> {
-        let groups = plan::by_node(writes, |(action, _)| action.node());
+        let groups = effects::by_node(writes, |(action, _)| action.node());
         let mut done: Vec<(usize, NodeAction, Written)> = stream::iter(groups)
             .map(|node_writes| async move {
                 let mut done = Vec::with_capacity(node_writes.len());
@@ -299,7 +300,7 @@ impl Shell {
         };
         let note = format!(
             "cordoned; {what} in {} ({flag})",
-            crate::drain::humantime(delay)
+            common::duration::duration_text(delay)
         );
         tracing::info!(node = %node.metadata.name.as_deref().unwrap_or_default(), "{note}");
         self.events
@@ -313,7 +314,7 @@ impl Shell {
         let after = self
             .schedule
             .give_up_after
-            .map(crate::drain::humantime)
+            .map(common::duration::duration_text)
             .unwrap_or_default();
         let note = format!(
             "not completed within --give-up-after {after} of being told to reboot: given up, as \
@@ -453,7 +454,7 @@ impl Shell {
         if self.schedule.min_ready.is_zero() {
             return;
         }
-        for (name, reason) in plan::to_confirm(decision) {
+        for (name, reason) in effects::to_confirm(decision) {
             let settled = match self.api.get(&name).await {
                 Ok(Some(node)) => {
                     let now = NodeFacts::from_node(&node);
@@ -463,7 +464,7 @@ impl Shell {
                     let given_up = now.protocol(&self.keys).abandon.is_some();
                     let decided = decided_on.get(name.as_str());
                     if decided.is_none_or(|d| d.metadata.resource_version != now.resource_version) {
-                        plan::drop_new_grant_to(decision, &name);
+                        effects::drop_new_grant_to(decision, &name);
                     }
                     self.overlay.record_read(node);
                     match reason {
@@ -488,7 +489,7 @@ impl Shell {
                     "soaked but not Ready or newly cordoned, or no longer given up, on a fresh \
                      read: slot kept for now"
                 );
-                plan::keep_soaking(decision, &name);
+                effects::keep_soaking(decision, &name);
             }
         }
     }

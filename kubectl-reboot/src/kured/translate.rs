@@ -4,6 +4,7 @@
 use super::flags::{IN_PROGRESS_ANNOTATION, LOCK_ANNOTATION, MOST_RECENT_ANNOTATION, Settings};
 use super::window::{self, Translated};
 use super::{HostMount, Kured};
+use common::duration::duration_text;
 use std::fmt::Write as _;
 
 /// One chart value.
@@ -107,22 +108,6 @@ pub fn go_duration(text: &str) -> Option<std::time::Duration> {
         nanos += number * scale;
     }
     Some(std::time::Duration::from_nanos(nanos.round() as u64))
-}
-
-/// A duration in the chart's form (`1h30m`, `45s`, `500ms`), to the millisecond.
-pub fn duration_text(d: std::time::Duration) -> String {
-    let ms = d.as_millis();
-    if ms == 0 {
-        return "0s".to_owned();
-    }
-    let mut out = String::new();
-    let (h, m, s, rest) = (ms / 3_600_000, ms / 60_000 % 60, ms / 1000 % 60, ms % 1000);
-    for (n, unit) in [(h, "h"), (m, "m"), (s, "s"), (rest, "ms")] {
-        if n > 0 {
-            let _ = write!(out, "{n}{unit}");
-        }
-    }
-    out
 }
 
 /// Translates kured's settings.

@@ -7,7 +7,7 @@ use super::tests::{
     node_json, told_to_reboot, view,
 };
 use super::*;
-use crate::plan;
+use crate::effects;
 use common::{AnnotationKeys, Transition};
 use serde_json::{Value, json};
 
@@ -32,7 +32,7 @@ fn lost_and_given_up() -> Value {
 fn write(obj: &mut Value, action: &NodeAction) {
     let keys = AnnotationKeys::default();
     let facts = super::tests::facts(obj);
-    let patch = plan::node_patch(action, &facts, &Transition::new(&keys), "t").expect("a write");
+    let patch = effects::node_patch(action, &facts, &Transition::new(&keys), "t").expect("a write");
     json_patch::patch(obj, &patch).expect("the write applies to the node it was decided on");
     let version: u64 = obj["metadata"]["resourceVersion"]
         .as_str()

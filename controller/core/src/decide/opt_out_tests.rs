@@ -5,7 +5,7 @@
 
 use super::tests::{annotate, base_round, claimed, granted, ledger_of, node_json, view};
 use super::*;
-use crate::plan;
+use crate::effects;
 use common::{AnnotationKeys, RebootMarks, Transition};
 use serde_json::{Value, json};
 
@@ -119,7 +119,7 @@ fn write(obj: &mut Value, action: &NodeAction) {
     let marks = marks();
     let t = Transition::new(&keys).with_marks(&marks);
     let facts = super::tests::facts(obj);
-    let Some(patch) = plan::node_patch(action, &facts, &t, "t") else {
+    let Some(patch) = effects::node_patch(action, &facts, &t, "t") else {
         return;
     };
     json_patch::patch(obj, &patch).expect("the write applies to the node it was decided on");
@@ -150,7 +150,7 @@ fn paused_round(obj: &mut Value, in_pool: bool) {
     let marks = marks();
     let t = Transition::new(&keys).with_marks(&marks);
     let facts = super::tests::facts(obj);
-    plan::taint_waiting(&mut d, |_| t.taint_waiting(&facts).is_some());
+    effects::taint_waiting(&mut d, |_| t.taint_waiting(&facts).is_some());
     for action in &d.node_actions {
         write(obj, action);
     }

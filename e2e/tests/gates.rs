@@ -13,6 +13,7 @@ use e2e::{
 };
 use futures::StreamExt;
 use k8s_openapi::api::{coordination::v1::Lease, core::v1::Pod};
+use k8s_openapi::jiff::Timestamp;
 use kube::{
     Api, Client,
     runtime::{WatchStreamExt, watcher},
@@ -395,5 +396,109 @@ async fn with_cluster_scope_a_blocking_pod_anywhere_holds_every_node_until_it_fi
     finish_backup_pod(&sb).await;
     rollout_completes(&sb, &watch).await;
     assert_eq!(gate_open(&sb, "blocking_pods").await, Some(1.0));
+    sb.stop().await;
+}
+
+/// An alert that fires while a claimed node waits for its drain, as its window closes, does
+/// not let the node reboot when the alert resolves outside the window: it is given back
+/// (uncordoned, its request kept) and waits for the next window, although
+/// --finish-after-window is on. kured checks its alerts only before taking its lock; a hold
+/// here never carries a node past its window.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_alert_firing_mid_drain_as_the_window_closes_holds_the_node_to_the_next_window() {
+    let prometheus = Prometheus::start(&rules(ALERT, false))
+        .await
+        .expect("Prometheus starts (make testenv builds it)");
+    let url = prometheus.url();
+    // Open since a minute ago, closing in 35 s: time to claim the node and fire the alert.
+    let now = Timestamp::now().as_second();
+    let hms = |t: i64| {
+        let at = Timestamp::from_second(t).expect("a time");
+        at.strftime("%H:%M:%S").to_string()
+    };
+    let close = Timestamp::from_second(now + 35).expect("a time");
+    let window = format!("daily {}-{} UTC", hms(now - 60), hms(now + 35));
+    // The drain waits 5 minutes after the cordon: the node is claimed, not drained, at the close.
+    let sb = sandbox(
+        1,
+        1,
+        &[
+            "--prometheus-url",
+            &url,
+            "--alert-check-period",
+            "1s",
+            "--prometheus-timeout",
+            "2s",
+            "--reboot-window",
+            &window,
+            "--drain-delay",
+            "5m",
+        ],
+    )
+    .await;
+    let client = sb.client.clone();
+    let watch = BudgetWatch::start(client.clone(), 1).await;
+    kubectl(
+        &sb.control_plane,
+        &["annotate", "node", "sim-1", "reboot-needed=true"],
+    );
+    wait_until(
+        "sim-1 is granted and cordoned in the window",
+        Duration::from_secs(25),
+        Some(&watch),
+        || async { e2e::NodeState::of(&e2e::node(&client, "sim-1").await).unschedulable },
+    )
+    .await;
+    prometheus
+        .set_rules(&rules(ALERT, true))
+        .expect("rules written");
+    wait_gate(&sb, &watch, "alerts", false).await;
+    assert!(
+        Timestamp::now() < close,
+        "the test was too slow to fire the alert before the window closed"
+    );
+    wait_until(
+        "sim-1 is given back once the window has closed",
+        Duration::from_secs(90),
+        Some(&watch),
+        || async {
+            let state = e2e::NodeState::of(&e2e::node(&client, "sim-1").await);
+            !state.unschedulable && state.annotations == ["reboot-needed"]
+        },
+    )
+    .await;
+    assert!(Timestamp::now() >= close, "given back before the close");
+
+    // The alert resolves outside the window: the node waits for the next one. (Outside the
+    // window no request can be granted, so the controller does not ask Prometheus meanwhile.)
+    prometheus
+        .set_rules(&rules(ALERT, false))
+        .expect("rules written");
+    wait_until(
+        "the alert resolves",
+        Duration::from_secs(60),
+        Some(&watch),
+        || async {
+            prometheus
+                .active_alerts()
+                .await
+                .is_ok_and(|a| !a.contains(ALERT))
+        },
+    )
+    .await;
+    tokio::time::sleep(HELD).await;
+    let state = e2e::NodeState::of(&e2e::node(&client, "sim-1").await);
+    assert!(
+        !state.unschedulable && state.annotations == ["reboot-needed"],
+        "sim-1 was granted again outside the window once the alert resolved: {state}"
+    );
+    assert_eq!(sb.fleet.reboots("sim-1"), 0, "rebooted outside the window");
+    assert!(
+        has_event(&client, "sim-1", ControllerReason::OutsideWindow, &[]).await,
+        "no OutsideWindow Event says why sim-1 waits"
+    );
+    watch
+        .check()
+        .unwrap_or_else(|violation| panic!("{violation}"));
     sb.stop().await;
 }

@@ -19,10 +19,11 @@ use crate::{
     metrics::Metrics,
     notify::{Notifier, Rollout},
 };
-use common::{AnnotationKeys, MaxUnavailable, NodeFacts, RebootMarks, Transition};
+use common::{AnnotationKeys, MaxUnavailable, NodeFacts, Phase, RebootMarks, Request, Transition};
 use controller_core::{
     decide::{Decision, Fence, Hold, Round},
     effects,
+    node_view::NodeView,
     schedule::Schedule,
 };
 use k8s_openapi::api::core::v1::Node;
@@ -219,11 +220,18 @@ impl Shell {
         // What was read fresh for this round has been taken in.
         self.overlay.end_round();
         // Alerts are asked about only while requests wait and nothing else holds them, or while
-        // a granted node waits for the gates to let it go on.
+        // a granted node has not been told to reboot yet: an alert that fires mid-drain must be
+        // seen to hold it (and, as its window closes, to give it back).
         let gated = |(_, hold): &(String, Hold)| *hold == Hold::Unhealthy;
+        let granted_not_told = |v: &NodeView| {
+            v.state.grant.is_some()
+                && v.state.phase == Phase::Idle
+                && v.state.request == Request::Needed
+        };
         self.gates.want_checks(
             (read.scheduled.is_none() && !decision.waiting.is_empty())
-                || decision.held.iter().any(gated),
+                || decision.held.iter().any(gated)
+                || read.views.iter().any(granted_not_told),
         );
         if self.ledger.is_damaged() {
             effects::rebuild_only(&mut decision);

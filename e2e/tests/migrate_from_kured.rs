@@ -292,7 +292,7 @@ fn cases() -> Vec<Case> {
                 "--give-up-after=30m",
                 "--message-template-drain=Draining %s",
             ],
-            not_translated: vec!["--slack-channel=ops", "set it there"],
+            not_translated: vec!["--slack-channel=ops", "kured 1.23 ignores it"],
             comments: vec![],
         },
         Case {
@@ -322,11 +322,17 @@ fn cases() -> Vec<Case> {
         Case {
             name: "smtp",
             kured_values: "configuration:\n  notifyUrl: \"smtp://user:secret@mail.example.com:25/?to=ops@example.com\"\n",
-            values: vec![],
-            absent: vec![("controller", "notifyUrl")],
+            values: vec![(
+                "controller",
+                "notifyUrl",
+                json!(["smtp://user:secret@mail.example.com:25/?to=ops@example.com"]),
+            )],
+            absent: vec![],
             agent_args: vec![],
-            controller_args: vec![],
-            not_translated: vec!["--notify-url=smtp://mail.example.com:25/***", "a relay"],
+            controller_args: vec![
+                "--notify-url=smtp://user:secret@mail.example.com:25/?to=ops@example.com",
+            ],
+            not_translated: vec![],
             comments: vec![],
         },
         Case {

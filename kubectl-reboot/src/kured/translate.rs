@@ -507,7 +507,8 @@ fn notify(s: &Settings, t: &mut Translation) {
             Some(
                 "http" | "https" | "generic" | "generic+https" | "generic+http" | "slack"
                 | "mattermost" | "rocketchat" | "teams" | "googlechat" | "hangouts" | "discord"
-                | "telegram" | "zulip" | "matrix" | "ntfy" | "gotify" | "pushover" | "opsgenie",
+                | "telegram" | "zulip" | "matrix" | "ntfy" | "gotify" | "pushover" | "opsgenie"
+                | "smtp",
             ) => {
                 t.set_with(
                     Program::Controller,
@@ -521,8 +522,8 @@ fn notify(s: &Settings, t: &mut Translation) {
                 format!("--notify-url={}", redact(&url)),
                 "the controller reaches the shoutrrr services that are an HTTP request (Slack, \
                  Teams, Discord, Telegram, Mattermost, Rocket.Chat, Google Chat, ntfy, Gotify, \
-                 Pushover, Zulip, Matrix, OpsGenie, generic webhooks), not this one; point an \
-                 http(s) webhook or a generic:// URL at a relay instead",
+                 Pushover, Zulip, Matrix, OpsGenie, generic webhooks) and e-mail (smtp://), not \
+                 this one; point an http(s) webhook or a generic:// URL at a relay instead",
             ),
         }
     }
@@ -533,7 +534,8 @@ fn notify(s: &Settings, t: &mut Translation) {
         {
             t.not(
                 format!("--{flag}={v}"),
-                "an incoming webhook posts as and where it was set up in Slack: set it there",
+                "kured 1.23 ignores it (its hook posts as and where it was set up in Slack); to \
+                 name them, write the URL as slack://hook:A-B-C@webhook?username=NAME&channel=%23NAME",
             );
         }
     }
@@ -837,12 +839,12 @@ mod tests {
                 "Sat,Sun 21:00-05:00 Europe/Berlin".into()
             ]))
         );
-        assert_eq!(c("notifyUrl"), None);
-        let refused: Vec<&str> = t.not_translated.iter().map(|(w, _)| w.as_str()).collect();
         assert_eq!(
-            refused,
-            ["--notify-url=smtp://h:25/***", "--slack-channel=ops"]
+            c("notifyUrl"),
+            Some(Value::List(vec!["smtp://u:p@h:25/?to=a@b".into()]))
         );
+        let refused: Vec<&str> = t.not_translated.iter().map(|(w, _)| w.as_str()).collect();
+        assert_eq!(refused, ["--slack-channel=ops"]);
         assert_eq!(
             t.cleanup_args,
             [

@@ -1126,7 +1126,7 @@ mod tests {
         let (reason, note) = reading(true).forced_event("n2").unwrap();
         assert_eq!(reason, Reason::DisruptionBudget);
         assert!(
-            note.contains("the pod ops/db-1") && note.contains("--drain-timeout (900s)"),
+            note.contains("the pod ops/db-1") && note.contains("--drain-timeout (15m)"),
             "{note}"
         );
         assert_eq!(reading(true).forced_event("n3"), None);

@@ -412,11 +412,22 @@ async fn the_package_installs_with_both_workloads_pinned_by_digest() {
 }
 
 // ---------------------------------------------------------------------------------------
-// The chart README's defaults, as kubectl reads them.
+// The values table's defaults, read back as YAML.
 
-/// The README's rows as (value, default) pairs, the default's YAML out of its code span.
-fn readme_defaults() -> Vec<(String, String)> {
-    read(&repo().join(README))
+/// The configuration reference, where the one table of the chart's values is.
+const REFERENCE: &str = "docs/src/reference.md";
+
+/// The rows of the reference's chart values table as (value, default) pairs, the default's
+/// YAML out of its code span.
+fn table_defaults() -> Vec<(String, String)> {
+    let page = read(&repo().join(REFERENCE));
+    let start = page
+        .find("<!-- generated:chart-values")
+        .expect("the reference has the chart values table");
+    let end = page[start..]
+        .find("<!-- end generated:chart-values")
+        .map_or(page.len(), |e| start + e);
+    page[start..end]
         .lines()
         .filter(|l| l.starts_with("| `"))
         .map(|line| {
@@ -430,11 +441,11 @@ fn readme_defaults() -> Vec<(String, String)> {
 }
 
 #[test]
-fn the_chart_readme_gives_each_value_its_default_from_values_yaml() {
-    let defaults = readme_defaults();
+fn the_values_table_gives_each_value_its_default_from_values_yaml() {
+    let defaults = table_defaults();
     assert!(
         defaults.len() > 50,
-        "only {} rows in {README}",
+        "only {} rows in {REFERENCE}'s chart values",
         defaults.len()
     );
     let values = yaml_to_json(&read(&chart_dir().join("values.yaml")));
@@ -448,12 +459,12 @@ fn the_chart_readme_gives_each_value_its_default_from_values_yaml() {
     for (path, default) in defaults.iter().filter(|(_, d)| d != "none") {
         let actual = path.split('.').fold(&values, |v, key| &v[key]);
         if &readme[path] != actual {
-            wrong.push(format!("{path}: README `{default}`, values.yaml {actual}"));
+            wrong.push(format!("{path}: table `{default}`, values.yaml {actual}"));
         }
     }
     assert!(
         wrong.is_empty(),
-        "{README} gives wrong defaults:\n{}",
+        "{REFERENCE} gives wrong defaults:\n{}",
         wrong.join("\n")
     );
 }

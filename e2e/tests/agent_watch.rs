@@ -189,6 +189,22 @@ async fn without_watch_list_the_agent_falls_back_to_a_list_and_a_watch_and_reboo
     let sb = reboot_once(args).await;
     let starts = sb.fleet.agent_starts(NODE) as usize;
     assert_eq!(starts, 2, "the agent started before and after the reboot");
+    // The reboot completes on the kubelet's report, not on the agent's: its second start may
+    // not have opened its watch yet.
+    wait_until(
+        "the agent watches after its list",
+        ROLLOUT,
+        None,
+        || async {
+            let requests = audit.agent_requests(NODE);
+            requests
+                .iter()
+                .filter(|r| r.verb == "watch" && !r.streaming())
+                .count()
+                >= starts
+        },
+    )
+    .await;
     let requests = audit.agent_requests(NODE);
     eprintln!("the agent's list and watch requests: {requests:#?}");
     let streaming: Vec<&Request> = requests.iter().filter(|r| r.streaming()).collect();

@@ -11,18 +11,7 @@ fn weekday(day: &str) -> Option<usize> {
     if let Ok(n) = day.parse::<usize>() {
         return (n < 7).then(|| (n + 6) % 7);
     }
-    const FULL: [&str; 7] = [
-        "monday",
-        "tuesday",
-        "wednesday",
-        "thursday",
-        "friday",
-        "saturday",
-        "sunday",
-    ];
-    let lower = day.to_ascii_lowercase();
-    FULL.iter()
-        .position(|f| *f == lower || ((2..=3).contains(&lower.len()) && f.starts_with(&lower)))
+    controller_core::window::parse_weekday(day).ok()
 }
 
 /// A time of day as kured reads it (Go layouts `15:04`, `15:04:05`, `03:04pm`, `15`, `03pm`,

@@ -214,7 +214,8 @@ fn uneven_clock_change(zone: &TimeZone) -> Option<i32> {
     None
 }
 
-fn parse_weekday(name: &str) -> Result<usize, String> {
+/// A day's name as windows and kured write it (`Mon`, `mo`, `monday`): 0 is Monday.
+pub fn parse_weekday(name: &str) -> Result<usize, String> {
     const FULL: [&str; 7] = [
         "monday",
         "tuesday",

@@ -502,3 +502,13 @@ pub async fn leading_controller(sb: &nodesim::sandbox::Sandbox) -> Option<usize>
     let holder = leader_identity(&sb.client).await?;
     sb.controllers.iter().position(|c| c.identity() == holder)
 }
+
+/// `--reboot-window`'s text for a window every day (UTC) from `open` to `close`, in whole
+/// seconds (the syntax has no fractions).
+pub fn daily_window(
+    open: k8s_openapi::jiff::Timestamp,
+    close: k8s_openapi::jiff::Timestamp,
+) -> String {
+    let hms = |t: k8s_openapi::jiff::Timestamp| t.strftime("%H:%M:%S").to_string();
+    format!("daily {}-{} UTC", hms(open), hms(close))
+}

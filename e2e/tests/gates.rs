@@ -412,12 +412,9 @@ async fn an_alert_firing_mid_drain_as_the_window_closes_holds_the_node_to_the_ne
     let url = prometheus.url();
     // Open since a minute ago, closing in 35 s: time to claim the node and fire the alert.
     let now = Timestamp::now().as_second();
-    let hms = |t: i64| {
-        let at = Timestamp::from_second(t).expect("a time");
-        at.strftime("%H:%M:%S").to_string()
-    };
+    let open = Timestamp::from_second(now - 60).expect("a time");
     let close = Timestamp::from_second(now + 35).expect("a time");
-    let window = format!("daily {}-{} UTC", hms(now - 60), hms(now + 35));
+    let window = e2e::daily_window(open, close);
     // The drain waits 5 minutes after the cordon: the node is claimed, not drained, at the close.
     let sb = sandbox(
         1,

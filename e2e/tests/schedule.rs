@@ -44,10 +44,6 @@ async fn count_events(client: &Client, node: &str, reason: ControllerReason) -> 
         .count()
 }
 
-fn hms(t: Timestamp) -> String {
-    t.strftime("%H:%M:%S").to_string()
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn grants_start_when_the_window_opens_and_stop_when_it_closes_leaving_nodes_waiting() {
     // A window that opens 40 s from now and closes 40 s later, every day (UTC): time for the
@@ -55,7 +51,7 @@ async fn grants_start_when_the_window_opens_and_stop_when_it_closes_leaving_node
     // Whole seconds: the window's syntax has no fractions.
     let open = Timestamp::from_second(Timestamp::now().as_second() + 40).expect("a time");
     let close = open + Duration::from_secs(40);
-    let window = format!("daily {}-{} UTC", hms(open), hms(close));
+    let window = e2e::daily_window(open, close);
     // Long reboots: not every node fits in the window.
     let sb = sandbox(6, "1", 12, &["--reboot-window", &window]).await;
     let client = sb.client.clone();
@@ -366,7 +362,7 @@ async fn a_node_held_as_its_window_closes_waits_for_the_next_window() {
     let now = Timestamp::now().as_second();
     let open = Timestamp::from_second(now - 60).expect("a time");
     let close = Timestamp::from_second(now + 30).expect("a time");
-    let window = format!("daily {}-{} UTC", hms(open), hms(close));
+    let window = e2e::daily_window(open, close);
     // The drain waits 5 minutes after the cordon: the node is claimed, not drained, at the close.
     let sb = sandbox(
         1,

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the local control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler,
 # kubectl), the node's programs for the real-node tier (kubelet, containerd and its runc shim,
-# the CNI plugins), Prometheus, promtool, Alertmanager, helm, toxiproxy-server and mailpit into testenv/bin/. A binary is
+# the CNI plugins), Prometheus, promtool, Alertmanager, helm (4 and 3), toxiproxy-server, mailpit, the registry,
+# oras, cosign and actionlint into testenv/bin/. A binary is
 # rebuilt only when what it is built from changed (go.mod and go.sum for the control plane and
 # the kubelet, the pinned version for the others), so a warm `make test` spends no time here,
 # and pinning a new tool does not rebuild the control plane.
@@ -83,6 +84,15 @@ helm_version=v4.3.1
 toxiproxy_version=v2.12.0
 # Mailpit: the real SMTP server the e-mail notification test sends to, read back by its API.
 mailpit_version=v1.33.1
+# The release tier: a real OCI registry (CNCF Distribution, the reference implementation that
+# ghcr.io, Harbor and others speak the API of), oras to push the images' OCI archives with their
+# platforms and SBOMs, cosign to sign and verify them, Helm 3 beside Helm 4 for the Quickstart
+# test, and actionlint for the GitHub workflows.
+registry_version=v3.1.2
+oras_version=v1.3.6
+cosign_version=v3.1.3
+helm3_version=v3.22.0
+actionlint_version=v1.7.12
 # The real nodes' runtime (vm/node): containerd 2.x, because kubelet v1.38 drops the 1.x
 # fallback that Debian's containerd 1.6/1.7 needs; static (no cgo) without the snapshotters
 # that need C. runc needs cgo and libseccomp, so the guests take Debian's.
@@ -99,7 +109,12 @@ prometheus:github.com/prometheus/prometheus/cmd/prometheus@${prometheus_version}
   alertmanager:without-ui:github.com/prometheus/alertmanager@${alertmanager_version}:./cmd/alertmanager
   helm:helm.sh/helm/v4/cmd/helm@${helm_version}
   toxiproxy-server:github.com/Shopify/toxiproxy/v2/cmd/server@${toxiproxy_version}
-  mailpit:github.com/axllent/mailpit@${mailpit_version})
+  mailpit:github.com/axllent/mailpit@${mailpit_version}
+  registry:github.com/distribution/distribution/v3/cmd/registry@${registry_version}
+  oras:oras.land/oras/cmd/oras@${oras_version}
+  cosign:github.com/sigstore/cosign/v3/cmd/cosign@${cosign_version}
+  helm3:helm.sh/helm/v3/cmd/helm@${helm3_version}
+  actionlint:github.com/rhysd/actionlint/cmd/actionlint@${actionlint_version})
 if [ -n "$control_plane_only" ]; then
   control_plane=()
   for t in "${targets[@]}"; do [ "${t%%:*}" = kubelet ] || control_plane+=("$t"); done
@@ -123,14 +138,14 @@ if [ ${#todo[@]} -eq 0 ]; then
   if [ -n "$control_plane_only" ]; then
     echo "testenv: control plane ${release} (etcd ${etcd_release}) is up to date in ${out_name}"
   else
-    echo "testenv: control plane and kubelet ${release}, containerd ${containerd_version}, CNI plugins ${cni_version}, Prometheus, promtool, Alertmanager, helm, toxiproxy-server and mailpit are up to date in ${out_name}"
+    echo "testenv: control plane and kubelet ${release}, containerd ${containerd_version}, CNI plugins ${cni_version}, Prometheus, promtool, Alertmanager, helm, toxiproxy-server, mailpit, registry, oras, cosign, helm3 and actionlint are up to date in ${out_name}"
   fi
   exit 0
 fi
 if [ -n "$control_plane_only" ]; then
   echo "testenv: building ${#todo[@]} binaries (Kubernetes ${release}, etcd ${etcd_release}) into ${out_name}."
 else
-  echo "testenv: building ${#todo[@]} binaries (Kubernetes ${release}, etcd ${etcd_release}, Prometheus ${prometheus_version}, Alertmanager ${alertmanager_version}, helm ${helm_version}, Toxiproxy ${toxiproxy_version}, Mailpit ${mailpit_version}) into ${out_name}."
+  echo "testenv: building ${#todo[@]} binaries (Kubernetes ${release}, etcd ${etcd_release}, Prometheus ${prometheus_version}, Alertmanager ${alertmanager_version}, helm ${helm_version}, Toxiproxy ${toxiproxy_version}, Mailpit ${mailpit_version}, registry ${registry_version}, oras ${oras_version}, cosign ${cosign_version}, Helm ${helm3_version}, actionlint ${actionlint_version}) into ${out_name}."
 fi
 echo "testenv: the first build downloads the modules and compiles for 15-30 minutes on 2 cores; later builds are cached."
 i=0

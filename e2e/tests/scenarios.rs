@@ -38,6 +38,7 @@ mod preflight;
 mod protocol;
 mod protocol_steps;
 mod publish;
+mod quickstart;
 mod relabel;
 mod schedule;
 mod security;

@@ -4,7 +4,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 ARGS ?=
 
-.PHONY: fuzz all testenv testenv-control-plane testenv-oldest-k8s test-oldest-k8s static cross-tools faketime-tools test-arm64 images chart chart-readme bins build test test-inputs lint cluster sandbox demo bench manifests vm-tools vm-image vm-e2e node-image node-e2e docs docs-tools docs-reference soak
+.PHONY: fuzz all testenv testenv-control-plane testenv-oldest-k8s test-oldest-k8s static cross-tools faketime-tools test-arm64 images chart publish chart-readme bins build test test-inputs lint cluster sandbox demo bench manifests vm-tools vm-image vm-e2e node-image node-e2e docs docs-tools docs-reference soak
 
 all: build
 
@@ -59,6 +59,18 @@ images: static
 CHART_ARGS ?=
 chart: testenv images
 	$(CARGO) run --quiet --locked -p chart-package -- $(CHART_ARGS)
+
+# Pushes the release of `make release` (target/dist/<version>/) to REGISTRY and signs it
+# (hack/publish.sh): both images' whole indexes (platforms and SBOM attestations) by oras as
+# $(REGISTRY)/reboot-agent:<version> and $(REGISTRY)/reboot-controller:<version>, the chart by
+# `helm push` to oci://$(REGISTRY)/charts, each signed by digest with cosign. VERSION: the
+# workspace's by default. Environment: REGISTRY_USERNAME and REGISTRY_PASSWORD (else the
+# credentials of `docker login`), REGISTRY_CA_FILE (a private CA), COSIGN_KEY and
+# COSIGN_PASSWORD (key-based signing; keyless, by OIDC, without). Pushing again changes nothing.
+REGISTRY ?=
+VERSION ?=
+publish: testenv
+	@REGISTRY='$(REGISTRY)' VERSION='$(VERSION)' hack/publish.sh
 
 build: static
 	$(CARGO) build --workspace --all-targets --locked

@@ -17,6 +17,7 @@ pub mod install;
 pub mod observer;
 pub mod promql;
 pub mod protocol_steps;
+pub mod release;
 pub mod rollout;
 pub mod scrape;
 pub mod workload;

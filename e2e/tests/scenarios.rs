@@ -37,6 +37,7 @@ mod opt_out;
 mod preflight;
 mod protocol;
 mod protocol_steps;
+mod publish;
 mod relabel;
 mod schedule;
 mod security;

@@ -26,6 +26,7 @@ mod options;
 mod pki;
 mod ports;
 mod process;
+mod registry;
 pub mod toxiproxy;
 mod wait;
 
@@ -36,3 +37,4 @@ pub use error::Error;
 pub use monitoring::{Alertmanager, Prometheus, rules};
 pub use options::Options;
 pub use pki::{GUEST_FORWARD_ADDRESS, KUBERNETES_SERVICE_IP};
+pub use registry::Registry;

@@ -29,11 +29,8 @@ pub(crate) struct Pki {
 
 impl Pki {
     pub fn generate() -> Result<Pki, Error> {
-        let ca_key = KeyPair::generate()?;
-        let ca = ca_params()?;
-        let ca_cert = ca.self_signed(&ca_key)?.pem();
-        let ca_key_pem = ca_key.serialize_pem();
-        let issuer = Issuer::new(ca, ca_key);
+        let (ca_cert, ca_key_pem) = new_ca()?;
+        let issuer = Issuer::new(ca_params()?, KeyPair::from_pem(&ca_key_pem)?);
 
         let server_key = KeyPair::generate()?;
         let mut server = CertificateParams::new(vec![
@@ -67,7 +64,13 @@ impl Pki {
     }
 }
 
-/// A bearer token that is hard to guess: 32 hex digits from the kernel's random source.
+/// A new testenv CA: its certificate and key, PEM.
+pub(crate) fn new_ca() -> Result<(String, String), Error> {
+    let key = KeyPair::generate()?;
+    let cert = ca_params()?.self_signed(&key)?.pem();
+    Ok((cert, key.serialize_pem()))
+}
+
 /// The CA's parameters: the same every time, so that the CA's key alone (kept in the control
 /// plane's directory) can issue more certificates later, for the real-node tier's kubelets.
 fn ca_params() -> Result<CertificateParams, Error> {
@@ -117,6 +120,7 @@ pub(crate) fn server_certificate(
     Ok((params.signed_by(&key, &issuer)?.pem(), key.serialize_pem()))
 }
 
+/// A bearer token that is hard to guess: 32 hex digits from the kernel's random source.
 pub(crate) fn random_token() -> Result<String, Error> {
     let mut bytes = [0u8; 16];
     fill_random(&mut bytes)?;

@@ -131,7 +131,6 @@ async fn tier(tier: Tier) {
     vmtest::require_tools().unwrap_or_else(|e| panic!("{e}"));
     let nodes = tier.nodes();
     let archives = image_archives();
-    release::dist_dir();
     let image = BaseImage::ensure_node().unwrap_or_else(|e| panic!("{e}"));
     let run_dir = run_dir();
     let cp = ControlPlane::start(Options::default())
@@ -242,8 +241,7 @@ async fn tier(tier: Tier) {
         release::helm(
             &cp,
             &published,
-            RELEASE,
-            NS,
+            (RELEASE, NS),
             true,
             &[
                 &value,
@@ -315,11 +313,13 @@ async fn check_the_operator_runs_the_published_images(client: &Client, published
             // `<registry>/<owner>/<name>@<digest>`, as the chart renders it.
             let name = image.rsplit('/').next().unwrap_or_default();
             let name = name.split(['@', ':']).next().unwrap_or_default();
-            let expected = format!(
-                "{}/{name}@{}",
-                published.prefix,
-                published.digests.get(name).map_or("?", String::as_str)
+            assert!(
+                release::IMAGES.contains(&name),
+                "{}'s container {} runs {image}, no image of the release",
+                pod.name_any(),
+                status.name
             );
+            let expected = published.pinned(name);
             assert_eq!(
                 status.image_id,
                 expected,
@@ -331,7 +331,9 @@ async fn check_the_operator_runs_the_published_images(client: &Client, published
         }
     }
     assert!(
-        seen.contains_key("reboot-agent") && seen.contains_key("reboot-controller"),
+        release::IMAGES
+            .iter()
+            .all(|image| seen.contains_key(*image)),
         "the agent's and the controller's pods run: {seen:?}"
     );
     eprintln!(

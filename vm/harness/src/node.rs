@@ -30,7 +30,7 @@ const MEMORY_MIB: u32 = 1024;
 /// The registry on the host that the guests pull from, as the host names it
 /// (`127.0.0.1:<port>`, the name in the images' references). QEMU forwards
 /// [`GUEST_FORWARD_ADDRESS`]:[`GUEST_REGISTRY_PORT`] to the port, and each guest's containerd
-/// is told (its `hosts.toml` for that name, written at boot by node-setup from the seed) to
+/// is told (its hosts.toml for that name, which node-setup writes at boot from the seed) to
 /// reach the registry there and to trust `ca_pem`, which signed the registry's certificate
 /// (its IP SANs hold both addresses).
 #[derive(Debug, Clone)]

@@ -172,11 +172,12 @@ vm-e2e: testenv static bins vm-image
 node-image: testenv vm-tools
 	@vm/node/image/build.sh
 
-# Real nodes: three guests join the local control plane, the operator is installed with its
-# chart from `make images`, and every node is drained and rebooted for real
+# Real nodes: three guests join the local control plane, the release of `make release` is
+# published to a local registry (`make publish`), verified with cosign and installed from it
+# with helm, the guests pulling its images, and every node is drained and rebooted for real
 # (docs/src/development.md, "Real nodes"); then the signal and syscall methods, one node each, which
 # `make test` leaves out (the tier's ignored test). Logs in target/node-e2e/run/.
-node-e2e: testenv images node-image bins
+node-e2e: testenv images release node-image bins
 	$(CARGO) test --locked -p vmtest --test node_e2e -- --nocapture --ignored
 
 # A control plane in the foreground; prints KUBECONFIG=<path> once ready; Ctrl-C stops it.

@@ -139,6 +139,7 @@ impl VmFleet {
                 name: guest.name.clone(),
                 memory_mib: 448,
                 api_port,
+                registry_port: None,
                 seed_disk: seed,
                 dir: vm_dir,
                 kernel_args: String::new(),

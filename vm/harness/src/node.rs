@@ -1,14 +1,16 @@
 //! Real nodes: guests of `vm/node/image` (a kubelet, containerd, runc, CNI, D-Bus, logind and
 //! AppArmor) that join the local control plane as a cluster's nodes do. Each kubelet has its
 //! own client certificate (`system:node:<name>`, signed by the control plane's CA), so the Node
-//! authorizer and NodeRestriction hold it to its node; each guest imports the image archives
-//! of `make images` from its seed disk, so pods start without a registry.
+//! authorizer and NodeRestriction hold it to its node. Each guest's containerd pulls the
+//! operator's images from a registry on the host, over TLS, trusting the CA that signed the
+//! registry's certificate ([`NodeRegistry`]); the sandbox image and the test workload's are
+//! imported from the seed disk.
 
 use crate::{
     Error,
     fleet::api_port,
     image::BaseImage,
-    qemu::{GUEST_API_PORT, Vm, VmSpec, boot_id_prefix, wait_for_first_boots},
+    qemu::{GUEST_API_PORT, GUEST_REGISTRY_PORT, Vm, VmSpec, boot_id_prefix, wait_for_first_boots},
     seed::{SeedFile, environment_file, write_seed_disk},
 };
 use k8s_openapi::api::core::v1::Node;
@@ -25,6 +27,18 @@ pub const LOG_PORTS: [&str; 3] = ["journal", "kubelet", "containerd"];
 /// A kubelet and containerd in 448 MiB swap themselves to a halt; 1 GiB is comfortable.
 const MEMORY_MIB: u32 = 1024;
 
+/// The registry on the host that the guests pull from, as the host names it
+/// (`127.0.0.1:<port>`, the name in the images' references). QEMU forwards
+/// [`GUEST_FORWARD_ADDRESS`]:[`GUEST_REGISTRY_PORT`] to the port, and each guest's containerd
+/// is told (its hosts.toml for that name, which node-setup writes at boot from the seed) to
+/// reach the registry there and to trust `ca_pem`, which signed the registry's certificate
+/// (its IP SANs hold both addresses).
+#[derive(Debug, Clone)]
+pub struct NodeRegistry {
+    pub port: u16,
+    pub ca_pem: String,
+}
+
 /// The real nodes of a run.
 #[derive(Debug)]
 pub struct NodeFleet {
@@ -33,13 +47,14 @@ pub struct NodeFleet {
 }
 
 impl NodeFleet {
-    /// Writes each node's seed disk (its name, pod network, kubelet credentials and the image
-    /// archives) and boots it. The guests run at once: each has one vCPU.
+    /// Writes each node's seed disk (its name, pod network, kubelet credentials, the
+    /// registry's name and CA, and the image archives to import) and boots it. The guests run
+    /// at once: each has one vCPU.
     pub fn start(
         cp: &ControlPlane,
         image: &BaseImage,
         names: &[&str],
-        archives: &[PathBuf],
+        (registry, archives): (&NodeRegistry, &[PathBuf]),
         run_dir: &Path,
     ) -> Result<NodeFleet, Error> {
         let api_port = api_port(cp)?;
@@ -49,11 +64,12 @@ impl NodeFleet {
             let seed = dir.join("seed.img");
             std::fs::create_dir_all(&dir)
                 .map_err(Error::io(format!("create {}", dir.display())))?;
-            write_seed_disk(&seed_files(cp, name, index, archives)?, &seed)?;
+            write_seed_disk(&seed_files(cp, name, index, registry, archives)?, &seed)?;
             let spec = VmSpec {
                 name: (*name).to_owned(),
                 memory_mib: MEMORY_MIB,
                 api_port,
+                registry_port: Some(registry.port),
                 seed_disk: seed,
                 dir,
                 kernel_args: format!("systemd.hostname={name}"),
@@ -138,6 +154,7 @@ fn seed_files(
     cp: &ControlPlane,
     name: &str,
     index: usize,
+    registry: &NodeRegistry,
     archives: &[PathBuf],
 ) -> Result<Vec<SeedFile>, Error> {
     let (cert, key) = cp.node_client_certificate(name)?;
@@ -171,9 +188,18 @@ fn seed_files(
     let mut files = vec![
         private(
             "node.env",
-            environment_file(&[("NODE_NAME", name), ("POD_CIDR", &pod_cidr)]),
+            environment_file(&[
+                ("NODE_NAME", name),
+                ("POD_CIDR", &pod_cidr),
+                ("REGISTRY", &format!("127.0.0.1:{}", registry.port)),
+                (
+                    "REGISTRY_ENDPOINT",
+                    &format!("{GUEST_FORWARD_ADDRESS}:{GUEST_REGISTRY_PORT}"),
+                ),
+            ]),
         ),
         private("ca.crt", cp.ca_pem().to_owned()),
+        private("registry-ca.crt", registry.ca_pem.clone()),
         private("kubelet.crt", cert),
         private("kubelet.key", key),
         private("kubelet.kubeconfig", kubeconfig),

@@ -1,5 +1,6 @@
 //! One guest: `qemu-system-x86_64` with a qcow2 overlay on the base image, the seed disk, a
-//! user-mode network that reaches nothing but the API server, and its serial console in a
+//! user-mode network that reaches nothing but the API server (and, for real nodes, the
+//! registry the chart's images come from), and its serial console in a
 //! file that outlives the guest's reboots (the QEMU process stays; the guest resets).
 //!
 //! QEMU never outlives the test process, however that ends: [`Vm`]'s `Drop` kills it, and it
@@ -19,6 +20,10 @@ use testenv::GUEST_FORWARD_ADDRESS;
 /// The port at which a guest reaches the API server on [`GUEST_FORWARD_ADDRESS`].
 pub const GUEST_API_PORT: u16 = 6443;
 
+/// The port at which a guest reaches the registry on [`GUEST_FORWARD_ADDRESS`], whatever its
+/// port on the host: the registry's certificate names the address, not the port.
+pub const GUEST_REGISTRY_PORT: u16 = 5000;
+
 /// `tcg` (software emulation, works everywhere) unless `VM_ACCEL` says `kvm`.
 pub fn accelerator() -> String {
     std::env::var("VM_ACCEL").unwrap_or_else(|_| "tcg".into())
@@ -31,6 +36,8 @@ pub struct VmSpec {
     pub memory_mib: u32,
     /// The loopback port of the API server on the host.
     pub api_port: u16,
+    /// The loopback port of a registry on the host, forwarded at [`GUEST_REGISTRY_PORT`].
+    pub registry_port: Option<u16>,
     pub seed_disk: PathBuf,
     /// Where the overlay, the serial log and QEMU's own log go.
     pub dir: PathBuf,
@@ -75,12 +82,7 @@ impl Vm {
         let qemu_log = spec.dir.join(format!("{}.qemu.log", spec.name));
         let log = std::fs::File::create(&qemu_log).map_err(Error::io("create the QEMU log"))?;
         let log_err = log.try_clone().map_err(Error::io("dup the QEMU log"))?;
-        // guestfwd's `cmd:` starts one socat per connection (a plain `tcp:` forward would
-        // serve only the first); restrict=on leaves the guest no other way out.
-        let forward = format!(
-            "user,model=virtio-net-pci,restrict=on,guestfwd=tcp:{GUEST_FORWARD_ADDRESS}:{GUEST_API_PORT}-cmd:socat - TCP:127.0.0.1:{}",
-            spec.api_port
-        );
+        let forward = network(spec);
         let mut qemu = Command::new(crate::find_on_path("setpriv").unwrap_or("setpriv".into()));
         // The parent death signal is the kernel's: QEMU gets SIGKILL when its parent dies.
         qemu.args(["--pdeathsig", "KILL", "--", "qemu-system-x86_64"])
@@ -226,6 +228,24 @@ pub async fn wait_for_first_boots(
     Ok(())
 }
 
+/// The `-nic` of a guest: QEMU's user-mode network with restrict=on, which leaves the guest no
+/// way out but the forwards of [`GUEST_FORWARD_ADDRESS`]: the API server, and the registry when
+/// the spec has one. guestfwd's `cmd:` starts one socat per connection (a plain `tcp:`
+/// forward would serve only the first).
+fn network(spec: &VmSpec) -> String {
+    let forward = |guest_port: u16, host_port: u16| {
+        format!(
+            ",guestfwd=tcp:{GUEST_FORWARD_ADDRESS}:{guest_port}-cmd:socat - TCP:127.0.0.1:{host_port}"
+        )
+    };
+    let mut nic = "user,model=virtio-net-pci,restrict=on".to_owned();
+    nic.push_str(&forward(GUEST_API_PORT, spec.api_port));
+    if let Some(port) = spec.registry_port {
+        nic.push_str(&forward(GUEST_REGISTRY_PORT, port));
+    }
+    nic
+}
+
 /// QEMU's arguments for the spec's log ports: one virtio serial controller, a file per port.
 fn log_port_args(spec: &VmSpec) -> Vec<String> {
     if spec.log_ports.is_empty() {
@@ -300,6 +320,26 @@ pub fn boot_id_prefix(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_registry_is_forwarded_beside_the_api_server_at_its_fixed_guest_port() {
+        let spec = |registry_port| VmSpec {
+            name: "node-1".into(),
+            memory_mib: 1024,
+            api_port: 40001,
+            registry_port,
+            seed_disk: "seed.img".into(),
+            dir: "run".into(),
+            kernel_args: String::new(),
+            log_ports: Vec::new(),
+        };
+        let api = "guestfwd=tcp:10.0.2.100:6443-cmd:socat - TCP:127.0.0.1:40001";
+        let registry = "guestfwd=tcp:10.0.2.100:5000-cmd:socat - TCP:127.0.0.1:40002";
+        let with = network(&spec(Some(40002)));
+        assert!(with.contains("restrict=on") && with.contains(api) && with.contains(registry));
+        let without = network(&spec(None));
+        assert!(without.contains(api) && !without.contains("10.0.2.100:5000"));
+    }
 
     #[test]
     fn boot_ids_are_read_from_the_reporters_lines() {

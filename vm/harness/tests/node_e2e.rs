@@ -1,6 +1,8 @@
 //! Real nodes (docs/src/development.md, "Real nodes"): Debian guests under QEMU, each a
 //! Kubernetes node with a real kubelet, containerd, runc and CNI, joined to the local control
-//! plane. The operator is installed with its Helm chart from the images of `make images`, its
+//! plane. The release of `make release` is published to a local registry (`make publish`),
+//! its signatures verified and its chart installed from there as a user would ([`release`]);
+//! the guests' containerd pulls the images from the registry over TLS. Its
 //! controller runs as a two-replica Deployment on the guests, a workload with a
 //! PodDisruptionBudget runs beside it, and nodes are drained and rebooted for real by their
 //! agent's pod: in `make test` two guests, the leader's node rebooted; in `make node-e2e`
@@ -14,6 +16,9 @@
 //! One test, in phases, because the guests are expensive. A signal to the test process stops
 //! every QEMU and the control plane before it ends ([`vmtest::unless_interrupted`]).
 
+#[path = "node_e2e/release.rs"]
+mod release;
+
 use e2e::observer::Observer;
 use k8s_openapi::api::{
     apps::v1::{DaemonSet, Deployment},
@@ -21,21 +26,24 @@ use k8s_openapi::api::{
     core::v1::{Node, Pod},
 };
 use kube::{Api, Client, ResourceExt, api::ListParams};
+use release::Published;
 use std::{
     collections::BTreeMap,
     path::PathBuf,
     sync::{Arc, Mutex},
     time::{Duration, Instant},
 };
-use testenv::{ControlPlane, Options};
+use testenv::{ControlPlane, Options, Registry};
 use vmtest::{
     figures::{self, Timeline},
     image::BaseImage,
-    node::{NodeFleet, boot_id, is_ready},
+    node::{NodeFleet, NodeRegistry, boot_id, is_ready},
     secs,
 };
 
 const NODES: [&str; 3] = ["node-1", "node-2", "node-3"];
+/// The archives of `make images` on each guest's seed disk.
+const SEEDED_IMAGES: [&str; 2] = ["pause.oci.tar", "test-workload.oci.tar"];
 const NS: &str = "node-reboot-operator";
 const RELEASE: &str = "node-reboot-operator";
 const WORKLOAD_NS: &str = "workload";
@@ -129,8 +137,17 @@ async fn tier(tier: Tier) {
         .await
         .unwrap_or_else(|e| panic!("{e}"));
     let client = cp.client().await.expect("admin client");
-    let mut fleet =
-        NodeFleet::start(&cp, &image, nodes, &archives, &run_dir).unwrap_or_else(|e| panic!("{e}"));
+    let registry = Registry::start().await.unwrap_or_else(|e| panic!("{e}"));
+    let ca_pem = std::fs::read_to_string(registry.ca_file()).expect("the registry's CA");
+    let guests_registry = NodeRegistry {
+        port: registry.port(),
+        ca_pem,
+    };
+    let mut fleet = NodeFleet::start(&cp, &image, nodes, (&guests_registry, &archives), &run_dir)
+        .unwrap_or_else(|e| panic!("{e}"));
+    // While the guests boot.
+    let published = release::publish(registry, &run_dir);
+    release::verify(&published);
     fleet
         .wait_until_ready(&client, JOIN_TIMEOUT)
         .await
@@ -142,8 +159,9 @@ async fn tier(tier: Tier) {
         secs(joined)
     );
 
-    helm_chart(&cp, false, &[]);
+    release::install(&cp, &published, NS, RELEASE);
     wait_for_the_operator(&client, nodes).await;
+    check_the_operator_runs_the_published_images(&client, &published).await;
     cp.apply(WORKLOAD).unwrap_or_else(|e| panic!("{e}"));
     wait_for_deployment(&client, WORKLOAD_NS, "web", 3).await;
     eprintln!(
@@ -220,8 +238,10 @@ async fn tier(tier: Tier) {
     for &(method, node) in other_methods {
         // Every agent at once: one at a time (the chart's 10%) costs a minute per node here.
         let value = format!("agent.flags.rebootMethod={method}");
-        helm_chart(
+        release::helm(
             &cp,
+            &published,
+            (RELEASE, NS),
             true,
             &[
                 &value,
@@ -250,25 +270,20 @@ async fn tier(tier: Tier) {
     );
 }
 
-/// The archives of `make images`; fails, naming the command, when they are missing.
+/// The archives of `make images` that the guests import from their seed disk: the sandbox
+/// image and the test workload's, which are no part of the release (the operator's images
+/// come from the registry). Fails, naming the command, when they are missing.
 fn image_archives() -> Vec<PathBuf> {
     let dir = vmtest::repo_root().join("target/images");
-    let mut archives: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .into_iter()
-        .flatten()
-        .filter_map(Result::ok)
-        .map(|entry| entry.path())
-        .filter(|path| path.extension().is_some_and(|e| e == "tar"))
-        .collect();
-    archives.sort();
-    assert!(
-        archives.len() >= 4,
-        "{} holds {} image archives, not the agent, controller, pause and workload images: run \
-         `make images`",
-        dir.display(),
-        archives.len()
-    );
-    archives
+    let archives = SEEDED_IMAGES.map(|name| dir.join(name));
+    for archive in &archives {
+        assert!(
+            archive.is_file(),
+            "{} is missing: run `make images`",
+            archive.display()
+        );
+    }
+    archives.to_vec()
 }
 
 /// `target/node-e2e/run`: each node's console, journal, kubelet and containerd logs.
@@ -279,28 +294,52 @@ fn run_dir() -> PathBuf {
     dir
 }
 
-/// `helm install` (`upgrade` false) or `helm upgrade --reuse-values` of the chart with
-/// `values`.
-fn helm_chart(cp: &ControlPlane, upgrade: bool, values: &[&str]) {
-    let mut helm = e2e::install::helm_on(cp);
-    if upgrade {
-        helm.args(["upgrade", RELEASE, "--reuse-values"]);
-    } else {
-        helm.args(["install", RELEASE, "--create-namespace"]);
+/// Every container of the operator's pods runs the image its release published: pulled from
+/// the registry (the guests were given no archive of it), by the digest `make release`
+/// wrote in images.txt.
+async fn check_the_operator_runs_the_published_images(client: &Client, published: &Published) {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    let pods = pods.list(&ListParams::default()).await.expect("list pods");
+    let mut seen = BTreeMap::new();
+    for pod in &pods {
+        let statuses = pod
+            .status
+            .iter()
+            .flat_map(|s| s.container_statuses.iter().flatten());
+        let containers = pod.spec.iter().flat_map(|s| s.containers.iter());
+        for status in statuses {
+            let spec = containers.clone().find(|c| c.name == status.name);
+            let image = spec.and_then(|c| c.image.as_deref()).unwrap_or_default();
+            // `<registry>/<owner>/<name>@<digest>`, as the chart renders it.
+            let name = image.rsplit('/').next().unwrap_or_default();
+            let name = name.split(['@', ':']).next().unwrap_or_default();
+            assert!(
+                release::IMAGES.contains(&name),
+                "{}'s container {} runs {image}, no image of the release",
+                pod.name_any(),
+                status.name
+            );
+            let expected = published.pinned(name);
+            assert_eq!(
+                status.image_id,
+                expected,
+                "{}'s container {} runs the image of the registry that its release published",
+                pod.name_any(),
+                status.name
+            );
+            *seen.entry(name.to_owned()).or_insert(0) += 1;
+        }
     }
-    helm.arg(e2e::install::chart_dir())
-        .args(["--namespace", NS]);
-    for value in values {
-        helm.args(["--set", value]);
-    }
-    let output = helm.output().expect("helm runs");
     assert!(
-        output.status.success(),
-        "{helm:?} failed: {}",
-        String::from_utf8_lossy(&output.stderr)
+        release::IMAGES
+            .iter()
+            .all(|image| seen.contains_key(*image)),
+        "the agent's and the controller's pods run: {seen:?}"
     );
-    let verb = if upgrade { "upgrade" } else { "install" };
-    eprintln!("node-e2e: helm {verb} {RELEASE} {}", values.join(" "));
+    eprintln!(
+        "node-e2e: the operator's containers run the published digests from {}: {seen:?}",
+        published.prefix
+    );
 }
 
 /// Waits until the DaemonSet's new template runs, ready, on every node.

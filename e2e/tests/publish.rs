@@ -130,6 +130,24 @@ async fn publish_pushes_both_indexes_and_the_chart_signed_and_again_changes_noth
         signatures
     );
 
+    // A mirror, as install.md tells: `oras cp -r` keeps each digest and brings the signatures
+    // along, so the chart's pinned digests resolve there and `cosign verify` passes there.
+    let mirror = format!("{}/mirror", registry.host());
+    for name in IMAGES.iter().copied().chain(["charts/node-reboot-operator"]) {
+        let (from, to) = (
+            format!("{path}/{name}:{VERSION}"),
+            format!("{mirror}/{name}:{VERSION}"),
+        );
+        let copied = user
+            .oras(&["cp", "-r", &from, &to])
+            .output()
+            .expect("oras runs");
+        assert!(copied.status.success(), "oras cp -r {from}: {}", said(&copied));
+        assert_eq!(user.digest(&to), user.digest(&from), "{name}: the mirror's digest");
+        let (ok, what) = user.verify(&public, &to);
+        assert!(ok, "cosign verify of the mirror's {name}: {what}");
+    }
+
     // An image that nobody signed under the same name, and a key that did not sign it, fail.
     let tampered = format!("{path}/reboot-agent:tampered");
     let pushed = user

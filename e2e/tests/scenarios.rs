@@ -39,6 +39,7 @@ mod protocol;
 mod protocol_steps;
 mod relabel;
 mod schedule;
+mod schema_agreement;
 mod security;
 mod static_build;
 

@@ -29,6 +29,17 @@ fn parse_reboot_signal(value: &str) -> Result<i32, String> {
     crate::rebooter::signal_from_number(number).map(|_| number)
 }
 
+/// The path of a file the agent writes: not empty, not a directory's (a trailing `/`).
+fn parse_file_path(value: &str) -> Result<PathBuf, String> {
+    if value.trim().is_empty() || value.ends_with('/') {
+        return Err(format!(
+            "{value:?} is not a file's path; give one such as \
+             /var/lib/reboot-agent/reboot-attempts"
+        ));
+    }
+    Ok(PathBuf::from(value))
+}
+
 fn parse_reboot_timeout(value: &str) -> Result<Duration, String> {
     parse_duration(value).map_err(|e| e.to_string())
 }
@@ -108,7 +119,8 @@ pub struct Args {
         long,
         env = "REBOOT_ATTEMPTS_FILE",
         default_value = "/var/lib/reboot-agent/reboot-attempts",
-        value_name = "PATH"
+        value_name = "PATH",
+        value_parser = parse_file_path
     )]
     pub reboot_attempts_file: PathBuf,
 
@@ -135,7 +147,8 @@ pub struct Args {
     pub reboot_sentinel_command: Option<RebootCommand>,
 
     /// The exit code of --reboot-sentinel-command that means a reboot is needed.
-    #[arg(long, env = "REBOOT_SENTINEL_EXIT_CODE", default_value_t = 0)]
+    #[arg(long, env = "REBOOT_SENTINEL_EXIT_CODE", default_value_t = 0,
+          value_parser = clap::value_parser!(i32).range(0..=255))]
     pub reboot_sentinel_exit_code: i32,
 
     /// How often to look at the sentinel, with up to 10 % of jitter so that nodes do not all
@@ -156,6 +169,12 @@ pub struct Args {
     #[arg(long, env = "METRICS_BIND_ADDRESS", default_value = "0.0.0.0:8081",
           value_parser = parse_bind_address)]
     pub metrics_bind_address: BindAddress,
+
+    /// Check the flags as a start does, print `valid` (exit code 0) or what is wrong (exit
+    /// code 2), and exit without connecting to anything. What is read on the node at start
+    /// (its name, its boot id) is not checked.
+    #[arg(long, env = "VALIDATE")]
+    pub validate: bool,
 
     /// FOR TESTS ONLY: trigger the reboot method once, without any API server, and exit.
     /// Deliberately hidden and without an environment variable, so that no pod spec can turn

@@ -9,6 +9,10 @@ fn main() -> ExitCode {
         return failed;
     }
     let args = Args::parse();
+    if args.validate {
+        println!("valid");
+        return ExitCode::SUCCESS;
+    }
     observability::logs::init(args.log_format);
     if args.reboot_once_for_test {
         return agent::test_hook::reboot_once_for_test(&args);

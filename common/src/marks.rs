@@ -129,22 +129,32 @@ fn check_key(key: &str) -> Result<(), String> {
         Some((prefix, name)) => (Some(prefix), name),
         None => (None, key),
     };
-    if let Some(prefix) = prefix {
-        let dns_part = |p: &str| {
-            !p.is_empty()
-                && p.len() <= 63
-                && p.chars()
-                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
-                && !p.starts_with('-')
-                && !p.ends_with('-')
-        };
-        if prefix.len() > 253 || !prefix.split('.').all(dns_part) {
-            return Err(format!(
-                "the prefix {prefix:?} is not a lowercase DNS subdomain"
-            ));
-        }
+    if let Some(prefix) = prefix
+        && !is_dns_subdomain(prefix)
+    {
+        return Err(format!(
+            "the prefix {prefix:?} is not a lowercase DNS subdomain"
+        ));
     }
     check_name(name, false).map_err(|why| format!("the name {why}"))
+}
+
+/// Whether `text` is a DNS label as Kubernetes names a namespace: up to 63 lowercase letters,
+/// digits and `-`, starting and ending with a letter or digit.
+pub fn is_dns_label(text: &str) -> bool {
+    !text.is_empty()
+        && text.len() <= 63
+        && text
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        && !text.starts_with('-')
+        && !text.ends_with('-')
+}
+
+/// Whether `text` is a lowercase DNS subdomain, as Kubernetes names most objects (a Lease) and
+/// prefixes label keys: DNS labels joined by `.`, up to 253 characters.
+pub fn is_dns_subdomain(text: &str) -> bool {
+    text.len() <= 253 && text.split('.').all(is_dns_label)
 }
 
 /// A label value (`may_be_empty`) or the name part of a key: up to 63 letters, digits, `-`,

@@ -48,7 +48,8 @@ pub struct Args {
     #[arg(
         long,
         env = "ZONE_LABEL",
-        default_value = "topology.kubernetes.io/zone"
+        default_value = "topology.kubernetes.io/zone",
+        value_parser = parse_label_key
     )]
     pub zone_label: String,
 
@@ -57,12 +58,14 @@ pub struct Args {
     pub annotation_prefix: AnnotationKeys,
 
     /// Namespace of the slot ledger (and of the leader Lease).
-    #[arg(long, env = "POD_NAMESPACE", default_value = common::ledger::OPERATOR_NAMESPACE)]
+    #[arg(long, env = "POD_NAMESPACE", default_value = common::ledger::OPERATOR_NAMESPACE,
+          value_parser = parse_namespace)]
     pub namespace: String,
 
     /// Name of the Lease that records which nodes hold a slot. Controllers of different
     /// pools need different ledgers.
-    #[arg(long, env = "LEDGER_NAME", default_value = common::ledger::LEDGER_NAME)]
+    #[arg(long, env = "LEDGER_NAME", default_value = common::ledger::LEDGER_NAME,
+          value_parser = parse_lease_name)]
     pub ledger_name: String,
 
     /// Evict the node's pods (Eviction API, so PodDisruptionBudgets hold) before the reboot.
@@ -124,7 +127,7 @@ pub struct Args {
     pub force_reboot: bool,
 
     /// Label selector: evict only matching pods (default: every pod but DaemonSet and mirror pods).
-    #[arg(long, env = "DRAIN_POD_SELECTOR")]
+    #[arg(long, env = "DRAIN_POD_SELECTOR", value_parser = parse_drain_pod_selector)]
     pub drain_pod_selector: Option<String>,
 
     /// Before granting a node, look for a pod the drain would evict that the Eviction API
@@ -221,6 +224,12 @@ pub struct Args {
     #[arg(long, env = "DRY_RUN")]
     pub dry_run: bool,
 
+    /// Check the flags as a start does, print `valid` (exit code 0) or what is wrong (exit
+    /// code 2), and exit without connecting to anything: for a chart's values, a pod spec, or
+    /// a change of flags before it rolls out.
+    #[arg(long, env = "VALIDATE")]
+    pub validate: bool,
+
     /// Elect one leader among the replicas with a Lease; the others keep their cache warm and
     /// change nothing. `--leader-elect=false` makes every replica act (the slot ledger still
     /// keeps the budget).
@@ -231,7 +240,8 @@ pub struct Args {
     #[arg(
         long,
         env = "LEADER_ELECTION_LEASE_NAME",
-        default_value = "reboot-controller"
+        default_value = "reboot-controller",
+        value_parser = parse_lease_name
     )]
     pub leader_election_lease_name: String,
 
@@ -448,19 +458,24 @@ impl Args {
         }
     }
 
-    /// Checks what no single flag's parser can: exits with code 2 and clap's usage message
-    /// when flags contradict each other.
+    /// [`Args::check`], or exits with code 2 and clap's usage message.
     pub fn checked(mut self) -> Self {
-        if let Err(message) = self.leader_timing().check() {
-            Self::command()
-                .error(clap::error::ErrorKind::ArgumentConflict, message)
-                .exit();
+        if let Err(error) = self.check() {
+            error.exit();
         }
-        if let Err(message) = self.check_pre_reboot_label_keys() {
-            Self::command()
-                .error(clap::error::ErrorKind::ArgumentConflict, message)
-                .exit();
-        }
+        self
+    }
+
+    /// Checks what no single flag's parser can: flags that contradict each other, and the
+    /// webhook URLs (read here into `notify.targets`). A start and `--validate` both call it.
+    pub fn check(&mut self) -> Result<(), clap::Error> {
+        use clap::error::ErrorKind::{ArgumentConflict, ValueValidation};
+        let error = |kind, message: String| Self::command().error(kind, message);
+        self.leader_timing()
+            .check()
+            .map_err(|message| error(ArgumentConflict, message))?;
+        self.check_pre_reboot_label_keys()
+            .map_err(|message| error(ArgumentConflict, message))?;
         if let Some(after) = self
             .give_up_after
             .filter(|after| *after < self.reboot_timeout)
@@ -471,19 +486,13 @@ impl Args {
                 common::duration::duration_text(after),
                 common::duration::duration_text(self.reboot_timeout)
             );
-            Self::command()
-                .error(clap::error::ErrorKind::ArgumentConflict, message)
-                .exit();
+            return Err(error(ArgumentConflict, message));
         }
         // Read here rather than by a value parser: clap's own error would show the value, and
         // a webhook URL is a secret.
-        match crate::notify::target::parse_all(&self.notify.notify_urls) {
-            Ok(targets) => self.notify.targets = targets,
-            Err(message) => Self::command()
-                .error(clap::error::ErrorKind::ValueValidation, message)
-                .exit(),
-        }
-        self
+        self.notify.targets = crate::notify::target::parse_all(&self.notify.notify_urls)
+            .map_err(|message| error(ValueValidation, message))?;
+        Ok(())
     }
 
     /// Refuses a pre-reboot label of a key that places the node: in the pool (a key of
@@ -579,6 +588,41 @@ fn parse_agent_selector(value: &str) -> Result<String, String> {
         Err(why) => Err(format!(
             "{why}; use a label selector such as `app.kubernetes.io/name=reboot-agent`, or an \
              empty value for no agent check"
+        )),
+    }
+}
+
+fn parse_drain_pod_selector(value: &str) -> Result<String, String> {
+    match PoolSelector::parse(value) {
+        Ok(_) => Ok(value.trim().to_owned()),
+        Err(why) => Err(format!(
+            "{why}; use a label selector such as `app=web`, or an empty value for every pod"
+        )),
+    }
+}
+
+fn parse_label_key(value: &str) -> Result<String, String> {
+    common::marks::check_label_key(value)
+        .map(|()| value.to_owned())
+        .map_err(|why| format!("{why}; use a label key such as `topology.kubernetes.io/zone`"))
+}
+
+fn parse_namespace(value: &str) -> Result<String, String> {
+    match common::marks::is_dns_label(value) {
+        true => Ok(value.to_owned()),
+        false => Err(format!(
+            "{value:?} is not a namespace name: up to 63 lowercase letters, digits and '-', \
+             starting and ending with a letter or digit, such as `node-reboot-operator`"
+        )),
+    }
+}
+
+fn parse_lease_name(value: &str) -> Result<String, String> {
+    match common::marks::is_dns_subdomain(value) {
+        true => Ok(value.to_owned()),
+        false => Err(format!(
+            "{value:?} is not a Lease name: a lowercase DNS subdomain (letters, digits, '-' \
+             and '.'), such as `node-reboot-operator-slots`"
         )),
     }
 }

@@ -4,6 +4,10 @@ use std::{process::ExitCode, time::Duration};
 
 fn main() -> ExitCode {
     let args = Args::parse().checked();
+    if args.validate {
+        println!("valid");
+        return ExitCode::SUCCESS;
+    }
     observability::logs::init(args.log_format);
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(runtime) => runtime,

@@ -41,6 +41,7 @@ mod publish;
 mod quickstart;
 mod relabel;
 mod schedule;
+mod schema_agreement;
 mod security;
 mod static_build;
 

@@ -182,3 +182,37 @@ sets in parentheses are gone.
 {{- end -}}
 {{- end -}}
 
+
+{{/* A duration of the flags (`1h30m`, `500ms`) in milliseconds; 0 for empty. */}}
+{{- define "nro.ms" -}}
+{{- $total := 0 -}}
+{{- range regexFindAll "[0-9]+(ms|s|m|h)" (toString .) -1 -}}
+  {{- $number := regexFind "^[0-9]+" . -}}
+  {{- $unit := trimPrefix $number . -}}
+  {{- $total = add $total (mul (atoi $number) (get (dict "ms" 1 "s" 1000 "m" 60000 "h" 3600000) $unit)) -}}
+{{- end -}}
+{{- $total -}}
+{{- end -}}
+
+{{/*
+Fails on durations of the controller's flags that contradict each other, as the controller
+refuses them at start (the schema checks each alone). Takes the controller's flags.
+*/}}
+{{- define "nro.checkDurations" -}}
+{{- $ms := dict -}}
+{{- range list "rebootTimeout" "giveUpAfter" "leaderElectionLeaseDuration" "leaderElectionRenewDeadline" "leaderElectionRetryPeriod" -}}
+  {{- $_ := set $ms . (include "nro.ms" (index $ .) | atoi) -}}
+{{- end -}}
+{{- if and .giveUpAfter (lt $ms.giveUpAfter $ms.rebootTimeout) -}}
+  {{- fail (printf "controller.flags.giveUpAfter %s is shorter than controller.flags.rebootTimeout %s: a node would be given up before it is even overdue; give giveUpAfter at least rebootTimeout" .giveUpAfter .rebootTimeout) -}}
+{{- end -}}
+{{- if lt $ms.leaderElectionLeaseDuration 1000 -}}
+  {{- fail "controller.flags.leaderElectionLeaseDuration must be at least 1s" -}}
+{{- end -}}
+{{- if ge $ms.leaderElectionRenewDeadline $ms.leaderElectionLeaseDuration -}}
+  {{- fail "controller.flags.leaderElectionRenewDeadline must be shorter than controller.flags.leaderElectionLeaseDuration: the leader must stop acting before another replica may take over" -}}
+{{- end -}}
+{{- if ge $ms.leaderElectionRetryPeriod $ms.leaderElectionRenewDeadline -}}
+  {{- fail "controller.flags.leaderElectionRetryPeriod must be shorter than controller.flags.leaderElectionRenewDeadline: so that the leader renews in time" -}}
+{{- end -}}
+{{- end -}}

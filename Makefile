@@ -92,7 +92,7 @@ lint: deny-tools testenv
 	$(CARGO) fmt --all -- --check
 	python3 hack/module-cycles.py
 	python3 hack/architecture-names.py
-	$(CARGO_DENY) deny --offline check --hide-inclusion-graph licenses bans sources
+	$(CARGO_DENY) deny --offline --locked check --hide-inclusion-graph licenses bans sources
 	testenv/bin/actionlint .github/workflows/*.yml
 	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
 
@@ -106,7 +106,7 @@ deny-tools:
 # Every check of deny.toml, RustSec's advisories included (they need the network: the CI
 # workflow runs it).
 deny: deny-tools
-	$(CARGO_DENY) deny check --hide-inclusion-graph
+	$(CARGO_DENY) deny --locked check --hide-inclusion-graph
 
 # The debug binaries that the end-to-end tests, the sandbox and the demo run as processes.
 bins:

@@ -4,7 +4,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 ARGS ?=
 
-.PHONY: fuzz all testenv testenv-control-plane testenv-oldest-k8s test-oldest-k8s static cross-tools faketime-tools test-arm64 images chart publish chart-readme bins build test test-inputs lint cluster sandbox demo bench manifests vm-tools vm-image vm-e2e node-image node-e2e docs docs-tools docs-reference soak
+.PHONY: fuzz all release deny deny-tools testenv testenv-control-plane testenv-oldest-k8s test-oldest-k8s static cross-tools faketime-tools test-arm64 images chart chart-readme bins build test test-inputs lint cluster sandbox demo bench manifests vm-tools vm-image vm-e2e node-image node-e2e docs docs-tools docs-reference soak publish
 
 all: build
 
@@ -17,15 +17,21 @@ testenv:
 # command of Dockerfile.agent and Dockerfile.controller, into target/<arch>-unknown-linux-gnu/
 # release/: every binary for this machine, and the images' two for the other architecture of
 # the images (arm64 on amd64), cross-compiled with Debian's toolchain (hack/install-cross.sh).
-# --target keeps RUSTFLAGS off build scripts and proc macros.
+# --target keeps RUSTFLAGS off build scripts and proc macros. The kubectl plugin of a release
+# too (`make release`): static for both Linux architectures, and for Windows (amd64) with
+# Debian's MinGW-w64, in one cargo run, each target's flags its own.
 STATIC_TARGET ?= $(shell uname -m)-unknown-linux-gnu
 CROSS_ARCH := $(if $(filter x86_64-%,$(STATIC_TARGET)),aarch64,x86_64)
 CROSS_LINKER := CARGO_TARGET_$(shell echo $(CROSS_ARCH) | tr a-z A-Z)_UNKNOWN_LINUX_GNU_LINKER=$(CROSS_ARCH)-linux-gnu-gcc
+WINDOWS_TARGET := x86_64-pc-windows-gnu
+WINDOWS_LINKER := CARGO_TARGET_X86_64_PC_WINDOWS_GNU_LINKER=x86_64-w64-mingw32-gcc
+CROSS_RUSTFLAGS := CARGO_TARGET_$(shell echo $(CROSS_ARCH) | tr a-z A-Z)_UNKNOWN_LINUX_GNU_RUSTFLAGS='-C target-feature=+crt-static'
 # The images' two for both architectures in one cargo run, so that one's slow final link
 # overlaps the other's compiling.
 static: cross-tools
 	$(CROSS_LINKER) RUSTFLAGS='-C target-feature=+crt-static' $(CARGO) build --release --locked --target $(STATIC_TARGET) --target $(CROSS_ARCH)-unknown-linux-gnu -p agent -p controller
 	RUSTFLAGS='-C target-feature=+crt-static' $(CARGO) build --release --locked --target $(STATIC_TARGET) -p vm-node-reporter -p kubectl-reboot
+	$(CROSS_LINKER) $(CROSS_RUSTFLAGS) $(WINDOWS_LINKER) $(CARGO) build --release --locked --target $(CROSS_ARCH)-unknown-linux-gnu --target $(WINDOWS_TARGET) -p kubectl-reboot
 
 # Rust's standard library for the other architecture, Debian's cross toolchain, and QEMU's
 # user mode registered with binfmt_misc (for test-arm64), when missing.
@@ -71,6 +77,18 @@ REGISTRY ?=
 VERSION ?=
 publish: testenv
 	@REGISTRY='$(REGISTRY)' VERSION='$(VERSION)' hack/publish.sh
+# A release in target/dist/<version>/ (<version> the workspace's), the same bytes on every
+# run (the release crate, release/): the two images' archives and SBOMs and images.txt
+# (`make images`; images.txt names the archives by their file names in the folder), the
+# packaged chart (`make chart`), the kubectl plugin's archives for linux amd64 and arm64
+# (tar.gz) and windows amd64 (zip), each the binary of `make static` and LICENSE, the krew
+# manifest reboot.yaml, and SHA256SUMS of every other file. macOS' plugin is built on a macOS
+# runner by the release workflow (.github/workflows/release.yml), which adds its archives and
+# writes reboot.yaml and SHA256SUMS again (docs/src/development.md, "Cutting a release").
+# RELEASE_ARGS go to the assembler (`cargo run -p release-dist -- assemble --help`).
+RELEASE_ARGS ?=
+release: static images chart
+	$(CARGO) run --quiet --locked -p release-dist -- assemble $(RELEASE_ARGS)
 
 build: static
 	$(CARGO) build --workspace --all-targets --locked
@@ -78,12 +96,28 @@ build: static
 # The module-cycle check (hack/module-cycles.py) fails on modules of a crate that import each
 # other, outside test code; hack/architecture-names.py on a file, folder or docs page that
 # ARCHITECTURE.md or a comment of the code, the Makefile, the scripts or the manifests names
-# and that no longer exists.
-lint:
+# and that no longer exists. cargo-deny checks the dependency tree against deny.toml
+# (licenses, bans, sources: offline; `make deny` checks advisories too, which fetches
+# RustSec's database), and actionlint (testenv/bin, from its Go module) the GitHub workflows.
+lint: deny-tools testenv
 	$(CARGO) fmt --all -- --check
 	python3 hack/module-cycles.py
 	python3 hack/architecture-names.py
+	$(CARGO_DENY) deny --offline --locked check --hide-inclusion-graph licenses bans sources
+	testenv/bin/actionlint .github/workflows/*.yml
 	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
+
+# cargo-deny from the Rust crate registry, pinned, built once into
+# $NRO_CACHE/cargo-deny-<version>/ (hack/install-cargo-deny.sh).
+CARGO_DENY_VERSION := 0.20.2
+CARGO_DENY ?= $(NRO_CACHE)/cargo-deny-$(CARGO_DENY_VERSION)/bin/cargo-deny
+deny-tools:
+	@CARGO_DENY_VERSION=$(CARGO_DENY_VERSION) CARGO_DENY_ROOT=$(NRO_CACHE)/cargo-deny-$(CARGO_DENY_VERSION) hack/install-cargo-deny.sh
+
+# Every check of deny.toml, RustSec's advisories included (they need the network: the CI
+# workflow runs it).
+deny: deny-tools
+	$(CARGO_DENY) deny --locked check --hide-inclusion-graph
 
 # The debug binaries that the end-to-end tests, the sandbox and the demo run as processes.
 bins:
@@ -145,7 +179,7 @@ test-inputs:
 	@$(MAKE) --no-print-directory vm-tools
 	@$(MAKE) --no-print-directory cross-tools
 	@$(MAKE) --no-print-directory faketime-tools
-	@$(MAKE) --no-print-directory -j$(BUILD_JOBS) testenv lint static bins vm-image images chart docs-tools
+	@$(MAKE) --no-print-directory -j$(BUILD_JOBS) testenv lint static bins vm-image images chart docs-tools deny-tools
 
 # libfaketime from Debian's packages, when missing: the clock-skew tests
 # (e2e/tests/clock_skew.rs) run controllers whose wall clock is minutes off.

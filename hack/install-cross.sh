@@ -4,7 +4,9 @@
 # Rust's standard library for that target (rustup), Debian's cross C toolchain and static C
 # library (the linker, and ring's C and assembly), and QEMU's user-mode emulator registered
 # with binfmt_misc, so that the kernel runs a foreign binary through it (the `F` flag keeps the
-# emulator open, so it works in other mount namespaces too). Installs what is missing.
+# emulator open, so it works in other mount namespaces too). And for the kubectl plugin's Windows
+# build (`make static`, `make release`): Rust's standard library for x86_64-pc-windows-gnu and
+# Debian's MinGW-w64 cross compiler (its linker, and ring's C). Installs what is missing.
 set -euo pipefail
 export PATH=$PATH:/usr/sbin:/sbin
 case $(uname -m) in
@@ -13,26 +15,30 @@ case $(uname -m) in
   *) echo "cross-tools: no cross build is set up for a $(uname -m) machine" >&2; exit 1 ;;
 esac
 triple=$cross-unknown-linux-gnu
-packages=("gcc-${cross//_/-}-linux-gnu" "libc6-dev-$deb_arch-cross" qemu-user-static)
+windows=x86_64-pc-windows-gnu
+packages=("gcc-${cross//_/-}-linux-gnu" "libc6-dev-$deb_arch-cross" qemu-user-static gcc-mingw-w64-x86-64)
 as_root() {
   if [[ $(id -u) == 0 ]]; then "$@"; else
     echo "cross-tools: run as root, or yourself: $*" >&2; exit 1
   fi
 }
 
-if ! rustc --print target-libdir --target "$triple" 2>/dev/null | xargs -I{} test -d {}; then
-  command -v rustup >/dev/null || {
-    echo "cross-tools: Rust's standard library for $triple is missing and rustup is not installed; add the target to your toolchain" >&2
-    exit 1
-  }
-  echo "cross-tools: rustup target add $triple"
-  rustup target add "$triple"
-fi
+for target in "$triple" "$windows"; do
+  if ! rustc --print target-libdir --target "$target" 2>/dev/null | xargs -I{} test -d {}; then
+    command -v rustup >/dev/null || {
+      echo "cross-tools: Rust's standard library for $target is missing and rustup is not installed; add the target to your toolchain" >&2
+      exit 1
+    }
+    echo "cross-tools: rustup target add $target"
+    rustup target add "$target"
+  fi
+done
 
 missing=()
 command -v "$cross-linux-gnu-gcc" >/dev/null || missing+=("${packages[0]}" "${packages[1]}")
 [[ -e /usr/$cross-linux-gnu/lib/libc.a ]] || missing+=("${packages[1]}")
 [[ -x /usr/libexec/qemu-binfmt/$cross-binfmt-P || -x /usr/bin/$binfmt-static ]] || missing+=(qemu-user-static)
+command -v x86_64-w64-mingw32-gcc >/dev/null || missing+=(gcc-mingw-w64-x86-64)
 if ((${#missing[@]})); then
   readarray -t missing < <(printf '%s\n' "${missing[@]}" | sort -u)
   echo "cross-tools: installing ${missing[*]} from Debian's packages"

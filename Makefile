@@ -173,13 +173,15 @@ test-oldest-k8s: testenv-oldest-k8s bins
 # builds and the agent-as-a-service guests' image (debootstrap) each leave the CPU idle for
 # parts of their time (downloads, links, package installs), so side by side they finish
 # minutes sooner on a fresh machine than one after the other. The host's package installs go
-# first: apt allows one at a time, and `make images` uses apt too.
+# first: apt allows one at a time, and `make images` uses apt too. `release` assembles
+# target/dist/<version>/ anew, which the publish, Quickstart and real-node tests install from, so
+# they never test a release older than the code.
 BUILD_JOBS ?= 8
 test-inputs:
 	@$(MAKE) --no-print-directory vm-tools
 	@$(MAKE) --no-print-directory cross-tools
 	@$(MAKE) --no-print-directory faketime-tools
-	@$(MAKE) --no-print-directory -j$(BUILD_JOBS) testenv lint static bins vm-image images chart docs-tools deny-tools
+	@$(MAKE) --no-print-directory -j$(BUILD_JOBS) testenv lint static bins vm-image images chart release docs-tools deny-tools
 
 # libfaketime from Debian's packages, when missing: the clock-skew tests
 # (e2e/tests/clock_skew.rs) run controllers whose wall clock is minutes off.

@@ -133,7 +133,11 @@ async fn publish_pushes_both_indexes_and_the_chart_signed_and_again_changes_noth
     // A mirror, as install.md tells: `oras cp -r` keeps each digest and brings the signatures
     // along, so the chart's pinned digests resolve there and `cosign verify` passes there.
     let mirror = format!("{}/mirror", registry.host());
-    for name in IMAGES.iter().copied().chain(["charts/node-reboot-operator"]) {
+    for name in IMAGES
+        .iter()
+        .copied()
+        .chain(["charts/node-reboot-operator"])
+    {
         let (from, to) = (
             format!("{path}/{name}:{VERSION}"),
             format!("{mirror}/{name}:{VERSION}"),
@@ -142,8 +146,16 @@ async fn publish_pushes_both_indexes_and_the_chart_signed_and_again_changes_noth
             .oras(&["cp", "-r", &from, &to])
             .output()
             .expect("oras runs");
-        assert!(copied.status.success(), "oras cp -r {from}: {}", said(&copied));
-        assert_eq!(user.digest(&to), user.digest(&from), "{name}: the mirror's digest");
+        assert!(
+            copied.status.success(),
+            "oras cp -r {from}: {}",
+            said(&copied)
+        );
+        assert_eq!(
+            user.digest(&to),
+            user.digest(&from),
+            "{name}: the mirror's digest"
+        );
         let (ok, what) = user.verify(&public, &to);
         assert!(ok, "cosign verify of the mirror's {name}: {what}");
     }

@@ -77,15 +77,6 @@ struct PluginArchiveArgs {
     binary: PathBuf,
 }
 
-/// The target directory this program was built into: target/<profile>/release-dist.
-fn target_dir() -> Result<PathBuf> {
-    let exe = std::env::current_exe().context("this program's own path")?;
-    exe.ancestors()
-        .nth(2)
-        .map(Path::to_path_buf)
-        .context("this program is not in <target>/<profile>/")
-}
-
 fn plugin_archive(args: &PluginArchiveArgs, dir: &Path, mtime: u64) -> Result<()> {
     let platform = Platform::find(&args.os, &args.arch)
         .with_context(|| format!("no plugin is released for {}/{}", args.os, args.arch))?;
@@ -114,7 +105,7 @@ fn plugin_archive(args: &PluginArchiveArgs, dir: &Path, mtime: u64) -> Result<()
 
 fn main() -> Result<()> {
     let args = Args::parse();
-    let target = target_dir()?;
+    let target = chart_package::own_target_dir().context("this program's target directory")?;
     let dir = args
         .dir
         .clone()

@@ -14,3 +14,16 @@ pub mod package;
 pub mod values;
 
 pub use error::Error;
+
+/// The target directory the running program of the workspace was built into: the folder
+/// above its profile's (`target/<profile>/<program>`), where `make images` and `make chart`
+/// leave their outputs for the programs after them.
+pub fn own_target_dir() -> std::io::Result<std::path::PathBuf> {
+    let exe = std::env::current_exe()?;
+    exe.ancestors()
+        .nth(2)
+        .map(std::path::Path::to_path_buf)
+        .ok_or_else(|| {
+            std::io::Error::other(format!("{} is not in <target>/<profile>/", exe.display()))
+        })
+}

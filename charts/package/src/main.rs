@@ -39,18 +39,9 @@ struct Args {
     source_date_epoch: u64,
 }
 
-/// The target directory this program was built into: target/<profile>/chart-package.
-fn target_dir() -> Result<PathBuf> {
-    let exe = std::env::current_exe().context("this program's own path")?;
-    exe.ancestors()
-        .nth(2)
-        .map(Path::to_path_buf)
-        .context("this program is not in <target>/<profile>/")
-}
-
 fn main() -> Result<()> {
     let args = Args::parse();
-    let target = target_dir()?;
+    let target = chart_package::own_target_dir().context("this program's target directory")?;
     let helm = Helm::new(
         args.helm
             .unwrap_or_else(|| Path::new(WORKSPACE).join("testenv/bin/helm")),

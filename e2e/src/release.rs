@@ -168,6 +168,19 @@ impl User {
         oras
     }
 
+    /// `oras cp -r <from> <to>` (what refers to `from` too, the signatures included), as a
+    /// user mirrors a release; copy's own flags name the credentials of each side.
+    pub fn copy(&self, from: &str, to: &str) -> std::process::Output {
+        tool("oras")
+            .args(["cp", "-r", from, to, "--from-registry-config"])
+            .arg(&self.config)
+            .arg("--to-registry-config")
+            .arg(&self.config)
+            .env("SSL_CERT_FILE", &self.ca)
+            .output()
+            .expect("oras runs")
+    }
+
     /// `oras manifest fetch <reference>`, parsed.
     pub fn manifest(&self, reference: &str) -> serde_json::Value {
         let out = self

@@ -142,10 +142,7 @@ async fn publish_pushes_both_indexes_and_the_chart_signed_and_again_changes_noth
             format!("{path}/{name}:{VERSION}"),
             format!("{mirror}/{name}:{VERSION}"),
         );
-        let copied = user
-            .oras(&["cp", "-r", &from, &to])
-            .output()
-            .expect("oras runs");
+        let copied = user.copy(&from, &to);
         assert!(
             copied.status.success(),
             "oras cp -r {from}: {}",

@@ -1,0 +1,277 @@
+//! `RebootPool`: a pool of nodes and its reboot policy, as a cluster-scoped custom resource.
+//!
+//! The API group is `node-reboot-operator.io`: a DNS name the project holds (groups under
+//! `k8s.io` need the Kubernetes API review), the same name that prefixes the operator's own
+//! annotations. `v1alpha1`: the fields may still change; a later version will be served beside
+//! it with the same schema plus its additions, so that no conversion webhook is needed until a
+//! field changes meaning.
+//!
+//! The spec holds what is a pool's policy (the settings that are flags for the flags' pool);
+//! process-wide settings (Prometheus, notifications, leader election) stay flags. Its fields
+//! are named as Kubernetes names them elsewhere: `nodeSelector` is a label selector as in a
+//! Deployment's `selector`, `maxUnavailable` an int or a percentage as in a rolling update,
+//! durations are Go durations (`15m`, `1h30m`) as in a Pod's `activeDeadlineSeconds`' kin.
+//! The CRD's CEL rules refuse what they can; the controller refuses the rest with an
+//! `InvalidSpec` condition.
+
+use k8s_openapi::{
+    apimachinery::pkg::{
+        apis::meta::v1::{Condition, LabelSelector, Time},
+        util::intstr::IntOrString,
+    },
+};
+use kube::{CustomResource, KubeSchema};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// The API group of the operator's resources.
+pub const GROUP: &str = "node-reboot-operator.io";
+/// The finalizer a pool keeps while a node it granted is still in the protocol.
+pub const FINALIZER: &str = "node-reboot-operator.io/pool-nodes";
+/// Each pool's slot ledger is a Lease in the operator's namespace named this plus the pool.
+pub const LEDGER_PREFIX: &str = "node-reboot-pool-";
+
+/// Condition types: kstatus reads `Ready`, `Reconciling` and `Stalled`; the others say more.
+pub mod condition {
+    pub const READY: &str = "Ready";
+    pub const RECONCILING: &str = "Reconciling";
+    pub const STALLED: &str = "Stalled";
+    /// A node of the pool is overdue: its reboot has not been proven in time.
+    pub const NODE_OVERDUE: &str = "NodeOverdue";
+    /// A node of the pool is also selected by another pool, and neither grants it.
+    pub const OVERLAP: &str = "Overlap";
+}
+
+/// The reasons of the conditions.
+pub mod reason {
+    pub const INVALID_SPEC: &str = "InvalidSpec";
+    pub const IDLE: &str = "Idle";
+    pub const REBOOTING: &str = "Rebooting";
+    pub const WAITING: &str = "Waiting";
+    pub const PAUSED: &str = "Paused";
+    pub const OVERDUE: &str = "NodeOverdue";
+    pub const OVERLAP: &str = "Overlap";
+    pub const DELETING: &str = "Deleting";
+}
+
+/// A pool of nodes rebooted under its own budget.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[kube(
+    group = "node-reboot-operator.io",
+    version = "v1alpha1",
+    kind = "RebootPool",
+    plural = "rebootpools",
+    shortname = "rpool",
+    status = "RebootPoolStatus",
+    printcolumn = r#"{"name":"Nodes","type":"integer","jsonPath":".status.nodes"}"#,
+    printcolumn = r#"{"name":"Budget","type":"string","jsonPath":".status.budget"}"#,
+    printcolumn = r#"{"name":"Unavailable","type":"integer","jsonPath":".status.unavailable"}"#,
+    printcolumn = r#"{"name":"Rebooting","type":"integer","jsonPath":".status.rebooting"}"#,
+    printcolumn = r#"{"name":"Waiting","type":"integer","jsonPath":".status.waiting"}"#,
+    printcolumn = r#"{"name":"Held","type":"string","jsonPath":".status.held"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct RebootPoolSpec {
+    /// The nodes of the pool. Empty selects every node. A node that two pools select is
+    /// rebooted by neither until the overlap is resolved.
+    #[serde(default)]
+    pub node_selector: LabelSelector,
+    /// How many of the pool's nodes may be unavailable at once (NotReady, cordoned, or in the
+    /// protocol): a number (`2`) or a percentage of the pool (`"25%"`, rounded down, at least
+    /// 1). Default 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("type(self) == int ? self >= 0 : self.matches('^[0-9]+%$')").message("maxUnavailable must be a number of nodes (0 or more) or a percentage such as \"25%\""))]
+    pub max_unavailable: Option<IntOrString>,
+    /// The same budget per zone (`zoneLabel`'s value); unset, zones are not counted apart.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("type(self) == int ? self >= 0 : self.matches('^[0-9]+%$')").message("maxUnavailablePerZone must be a number of nodes (0 or more) or a percentage such as \"25%\""))]
+    pub max_unavailable_per_zone: Option<IntOrString>,
+    /// How many nodes may be in the protocol at once, below `maxUnavailable`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("type(self) == int ? self >= 1 : self.matches('^[0-9]+%$')").message("concurrency must be a number of nodes (1 or more) or a percentage such as \"25%\""))]
+    pub concurrency: Option<IntOrString>,
+    /// The label that names a node's zone. Default `topology.kubernetes.io/zone`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zone_label: Option<String>,
+    /// When a reboot may start, each as `--reboot-window` takes it: days and hours in a time
+    /// zone (`mon-fri 22:00-06:00 Europe/Berlin`) or a cron schedule and a duration
+    /// (`0 22 * * 1-5 8h Europe/Berlin`). Empty: any time.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub windows: Vec<String>,
+    /// Whether a reboot under way may finish after its window closes. Default true.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finish_after_window: Option<bool>,
+    /// How long a rebooted node must stay Ready before its slot frees (the soak). Default 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self >= 0").message("minReadySeconds cannot be negative"))]
+    pub min_ready_seconds: Option<i64>,
+    /// How long a reboot may take, from the grant to the node back Ready, before it is overdue
+    /// and holds the pool. Default `30m`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("duration(self) > duration('0s')").message("rebootTimeout must be a positive duration such as \"30m\""))]
+    pub reboot_timeout: Option<String>,
+    /// After this long overdue, the slot of a node that never came back is released. Unset:
+    /// never.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("duration(self) > duration('0s')").message("giveUpAfter must be a positive duration such as \"2h\""))]
+    pub give_up_after: Option<String>,
+    /// Grants nothing new while true; reboots under way finish. `kubectl reboot pause --pool`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub paused: bool,
+    /// How a node is drained before its reboot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drain: Option<DrainSpec>,
+    /// What holds the pool: alerts and blocking pods.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gates: Option<GatesSpec>,
+    /// The labels and the taint a node carries around its reboot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub marks: Option<MarksSpec>,
+}
+
+/// The drain of a pool's nodes; each field as the flag of the same name.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct DrainSpec {
+    /// Drain before the reboot. Default true.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enabled: Option<bool>,
+    /// How long a drain may take before it is retried. Default `15m`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("duration(self) > duration('0s')").message("drain.timeout must be a positive duration such as \"15m\""))]
+    pub timeout: Option<String>,
+    /// The grace period given to each evicted pod; unset, each pod's own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("duration(self) > duration('0s')").message("drain.gracePeriod must be a positive duration such as \"30s\""))]
+    pub grace_period: Option<String>,
+    /// Only the pods this label selector selects are evicted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_selector: Option<String>,
+    /// A wait between the cordon and the drain.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("duration(self) >= duration('0s')").message("drain.delay must be a duration such as \"1m\""))]
+    pub delay: Option<String>,
+    /// Reboot even when the drain cannot finish (kured's --force-reboot). Default false.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub force_reboot: Option<bool>,
+}
+
+/// The gates of a pool; each field as the flag of the same name.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct GatesSpec {
+    /// Firing alerts whose names match this regular expression hold the pool (the
+    /// controller's `--prometheus-url` is asked).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub alert_filter: Option<String>,
+    /// Pods matching any of these label selectors hold the pool.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub blocking_pod_selectors: Vec<String>,
+}
+
+/// The marks of a pool's nodes around a reboot; each field as the flag of the same name.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct MarksSpec {
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub pre_reboot_node_labels: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub post_reboot_node_labels: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefer_no_schedule_taint: Option<String>,
+}
+
+/// What the controller last saw of the pool.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct RebootPoolStatus {
+    /// The spec's generation this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// Nodes the selector selects (overlapping nodes included).
+    #[serde(default)]
+    pub nodes: i64,
+    /// The budget as resolved in nodes (`2`, or `2 (25%)`; per zone: `2, 1/zone`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<String>,
+    /// Nodes unavailable now: NotReady, cordoned or in the protocol.
+    #[serde(default)]
+    pub unavailable: i64,
+    /// Nodes granted a slot and not yet completed.
+    #[serde(default)]
+    pub rebooting: i64,
+    /// Nodes that asked for a reboot and have no slot yet.
+    #[serde(default)]
+    pub waiting: i64,
+    /// Why the waiting nodes wait, when something holds them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held: Option<String>,
+    /// The nodes in the protocol (at most 50, then `andMore` says how many more).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub nodes_in_protocol: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub and_more: Option<i64>,
+    /// Nodes also selected by another pool, which neither grants.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub overlapping: Vec<OverlappingNode>,
+    /// The last node whose reboot completed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_completed: Option<LastCompleted>,
+    /// `Ready`, `Reconciling` and `Stalled` as kstatus reads them, and `NodeOverdue`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+}
+
+/// A node that two pools select.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct OverlappingNode {
+    pub node: String,
+    /// The other pools that select it.
+    pub pools: Vec<String>,
+}
+
+/// A completed reboot.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct LastCompleted {
+    pub node: String,
+    pub time: Time,
+}
+
+/// The name of a pool's ledger Lease.
+pub fn ledger_name(pool: &str) -> String {
+    format!("{LEDGER_PREFIX}{pool}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::CustomResourceExt;
+
+    #[test]
+    fn the_crd_is_cluster_scoped_with_status_and_cel_rules() {
+        let crd = RebootPool::crd();
+        assert_eq!(crd.spec.scope, "Cluster");
+        assert_eq!(crd.spec.group, GROUP);
+        let json = serde_json::to_string(&crd).unwrap();
+        assert!(json.contains("x-kubernetes-validations"), "{json}");
+        assert!(json.contains("\"status\":{}"), "status subresource: {json}");
+    }
+
+    #[test]
+    fn a_minimal_pool_reads_with_defaults() {
+        let pool: RebootPoolSpec = serde_json::from_value(serde_json::json!({
+            "nodeSelector": {"matchLabels": {"pool": "gpu"}},
+            "maxUnavailable": "25%",
+        }))
+        .unwrap();
+        assert_eq!(
+            pool.max_unavailable,
+            Some(IntOrString::String("25%".into()))
+        );
+        assert!(!pool.paused);
+        assert!(pool.windows.is_empty());
+    }
+}

@@ -100,7 +100,7 @@ reasons! {
         DrainBlocked, RebootForced, InvalidRequest, LedgerDamaged, LedgerRecreated,
         UnknownFormat, UnexpectedPauseValue, NotReadyAfterReboot, RebootOverdue,
         ZoneLabelMissing, NoAgent, PrometheusUnreachable, LabelKept, UnexpectedOptOutValue,
-        UnexpectedAbandonValue, PreflightUnanswered, GaveUp,
+        UnexpectedAbandonValue, PreflightUnanswered, GaveUp, InvalidSpec, PoolOverlap,
     ],
     Requested,
     Draining,
@@ -171,6 +171,10 @@ reasons! {
     /// `--give-up-after` passed since the node was told to reboot, and it has not completed:
     /// the controller gave it up, as `kubectl reboot abandon` does.
     GaveUp,
+    /// A `RebootPool`'s spec has a value the controller cannot use: the pool grants nothing.
+    InvalidSpec,
+    /// A node is selected by two `RebootPool`s: neither grants it.
+    PoolOverlap,
 }
 
 reasons! {
@@ -249,6 +253,8 @@ mod tests {
                 "LabelKept",
                 "PreflightUnanswered",
                 "GaveUp",
+                "InvalidSpec",
+                "PoolOverlap",
             ]
         );
         let agent: Vec<_> = AgentReason::ALL.iter().map(|r| r.as_str()).collect();
@@ -323,6 +329,8 @@ mod tests {
                 "LabelKept",
                 "PreflightUnanswered",
                 "GaveUp",
+                "InvalidSpec",
+                "PoolOverlap",
             ]
         );
         assert!(!AgentReason::Rebooting.is_warning());

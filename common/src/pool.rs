@@ -14,11 +14,9 @@
 //! The CRD's CEL rules refuse what they can; the controller refuses the rest with an
 //! `InvalidSpec` condition.
 
-use k8s_openapi::{
-    apimachinery::pkg::{
-        apis::meta::v1::{Condition, LabelSelector, Time},
-        util::intstr::IntOrString,
-    },
+use k8s_openapi::apimachinery::pkg::{
+    apis::meta::v1::{Condition, LabelSelector, Time},
+    util::intstr::IntOrString,
 };
 use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};

@@ -207,6 +207,13 @@ pub struct Args {
     #[command(flatten)]
     pub gates: GateArgs,
 
+    /// Whether the flags above define a pool of their own beside the `RebootPool` objects: the
+    /// nodes `--node-selector` selects that no `RebootPool` selects, rebooted under
+    /// `--max-unavailable` with the slot ledger `--ledger-name`. `false` when every node
+    /// belongs to a `RebootPool`: the nodes none selects are then never rebooted.
+    #[arg(long, env = "DEFAULT_POOL", default_value_t = true, action = clap::ArgAction::Set)]
+    pub default_pool: bool,
+
     /// Log format: `text`, or `json` (one object per line). The level comes from RUST_LOG
     /// (default `info`).
     #[arg(long, env = "LOG_FORMAT", value_enum, default_value = "text")]
@@ -544,18 +551,18 @@ fn parse_bind_address(value: &str) -> Result<BindAddress, String> {
     value.parse()
 }
 
-fn parse_max_unavailable(value: &str) -> Result<MaxUnavailable, String> {
+pub(crate) fn parse_max_unavailable(value: &str) -> Result<MaxUnavailable, String> {
     value
         .parse()
         .map_err(|e: common::MaxUnavailableError| e.to_string())
 }
 
-fn parse_duration(value: &str) -> Result<Duration, String> {
+pub(crate) fn parse_duration(value: &str) -> Result<Duration, String> {
     common::duration::parse_duration(value).map_err(|e| e.to_string())
 }
 
 /// A duration, or zero (`0s`, `0`) where zero turns the thing off.
-fn parse_duration_or_zero(value: &str) -> Result<Duration, String> {
+pub(crate) fn parse_duration_or_zero(value: &str) -> Result<Duration, String> {
     let zero = value.trim().trim_end_matches(['s', 'm', 'h']);
     if !zero.is_empty() && zero.chars().all(|c| c == '0') {
         return Ok(Duration::ZERO);
@@ -563,16 +570,16 @@ fn parse_duration_or_zero(value: &str) -> Result<Duration, String> {
     parse_duration(value)
 }
 
-fn parse_pool(value: &str) -> Result<PoolSelector, String> {
+pub(crate) fn parse_pool(value: &str) -> Result<PoolSelector, String> {
     PoolSelector::parse(value)
         .map_err(|why| format!("{why}; use a label selector such as `pool=a` or `zone in (z1,z2)`"))
 }
 
-fn parse_window(value: &str) -> Result<Window, String> {
+pub(crate) fn parse_window(value: &str) -> Result<Window, String> {
     value.parse()
 }
 
-fn parse_pod_selector(value: &str) -> Result<String, String> {
+pub(crate) fn parse_pod_selector(value: &str) -> Result<String, String> {
     match PoolSelector::parse(value) {
         Ok(_) if value.trim().is_empty() => {
             Err("empty selector; give a label selector such as `app=backup`".to_owned())
@@ -592,7 +599,7 @@ fn parse_agent_selector(value: &str) -> Result<String, String> {
     }
 }
 
-fn parse_drain_pod_selector(value: &str) -> Result<String, String> {
+pub(crate) fn parse_drain_pod_selector(value: &str) -> Result<String, String> {
     match PoolSelector::parse(value) {
         Ok(_) => Ok(value.trim().to_owned()),
         Err(why) => Err(format!(
@@ -601,7 +608,7 @@ fn parse_drain_pod_selector(value: &str) -> Result<String, String> {
     }
 }
 
-fn parse_label_key(value: &str) -> Result<String, String> {
+pub(crate) fn parse_label_key(value: &str) -> Result<String, String> {
     common::marks::check_label_key(value)
         .map(|()| value.to_owned())
         .map_err(|why| format!("{why}; use a label key such as `topology.kubernetes.io/zone`"))
@@ -638,15 +645,15 @@ fn parse_http_url(value: &str) -> Result<String, String> {
     }
 }
 
-fn parse_regex(value: &str) -> Result<regex::Regex, String> {
+pub(crate) fn parse_regex(value: &str) -> Result<regex::Regex, String> {
     regex::Regex::new(value).map_err(|e| format!("not a regular expression: {e}"))
 }
 
-fn parse_label(value: &str) -> Result<(String, String), String> {
+pub(crate) fn parse_label(value: &str) -> Result<(String, String), String> {
     common::marks::parse_label(value).map_err(|e| e.to_string())
 }
 
-fn parse_taint_key(value: &str) -> Result<String, String> {
+pub(crate) fn parse_taint_key(value: &str) -> Result<String, String> {
     common::marks::parse_taint_key(value).map_err(|e| e.to_string())
 }
 

@@ -12,6 +12,7 @@ pub mod metrics;
 #[cfg(test)]
 mod model;
 pub mod notify;
+pub mod pools;
 pub mod run;
 pub mod shell;
 

@@ -11,7 +11,7 @@
 use crate::{
     args::Args,
     cache::{
-        nodes::{self, Overlay, SharedIndex},
+        nodes::{self, NodeCache, Overlay, SharedIndex},
         sightings::{self, Sightings},
     },
     clock::SystemClock,
@@ -33,6 +33,7 @@ use crate::{
     },
     metrics::Metrics,
     notify::{self, Notifier},
+    pools::{self, PoolConfig, status::Seen, watch::Listed},
     shell::{Shell, ShellParts},
 };
 use anyhow::Context as _;
@@ -46,6 +47,7 @@ use kube::{
 };
 use observability::ApiErrorKind;
 use observability::{Health, api_client};
+use std::{collections::HashMap, sync::Mutex};
 use std::{
     future::Future,
     pin::Pin,
@@ -115,27 +117,41 @@ struct Context {
     client: Client,
     /// Without kube's retries of 429s, which are a PodDisruptionBudget's answer to an eviction.
     eviction_client: Client,
-    store: Store<Node>,
-    index: SharedIndex,
     changed: Arc<Notify>,
-    ledger_store: LedgerStore,
-    ledger_watch: watch::Receiver<ReadLedger>,
     events: Events,
     metrics: Metrics,
-    /// The watches of `--blocking-pod-selector`, kept warm like the node cache.
-    blocking_pods: Option<BlockingPods>,
+    health: Health,
+    /// The `RebootPool` objects as last listed.
+    pool_objects: watch::Receiver<Option<Listed>>,
+    /// The watches of the blocking pod selectors, one set per list of selectors, kept warm
+    /// across restarts of the pools.
+    blocking_pods: Mutex<HashMap<Vec<String>, BlockingPods>>,
     /// The watches of the pre-flight checks (agent pods, PodDisruptionBudgets), kept warm too.
     preflight: PreflightChecks,
     /// The senders of `--notify-url`; only a leader's rounds give them anything to send.
     notifier: Notifier,
-    /// When this process first saw each grant, kept while following too.
-    sightings: Sightings,
 }
 
-/// Why a replica stopped leading.
-enum Stopped {
-    Shutdown,
-    Lost,
+/// The pools running now, from one listing of the `RebootPool` objects: one node cache serves
+/// them all. A change of a pool's spec, a pool created or deleted, starts them again.
+struct Running {
+    fingerprint: Vec<(String, Option<i64>, bool)>,
+    plan: pools::Plan,
+    cache: NodeCache,
+    pools: Vec<PoolRun>,
+}
+
+/// One running pool: its settings, its index in the node cache, its ledger.
+struct PoolRun {
+    config: PoolConfig,
+    index: SharedIndex,
+    ledger_store: LedgerStore,
+    ledger_watch: watch::Receiver<ReadLedger>,
+    blocking_pods: Option<BlockingPods>,
+    /// When this process first saw each grant, kept while following too.
+    sightings: Sightings,
+    /// What its rounds last saw, for its status.
+    seen: Arc<Mutex<Seen>>,
 }
 
 impl Context {
@@ -152,93 +168,186 @@ impl Context {
         let eviction_client = api_client::client(config).context("cannot build the API client")?;
         check_selector(&client, args.node_selector.text()).await?;
         let changed = Arc::new(Notify::new());
-        let (store, index) = nodes::spawn_reflector(
-            client.clone(),
-            args.indexing(),
-            changed.clone(),
-            metrics.clone(),
-        );
-        let ledger_store = LedgerStore::new(client.clone(), &args.namespace, &args.ledger_name);
-        let ledger_watch = ledger_store.spawn_watch(client.clone(), metrics.clone(), {
-            let changed = changed.clone();
-            move || changed.notify_one()
-        });
+        let pool_objects = pools::watch::spawn(client.clone(), metrics.clone());
         let events = Events::new(
             client.clone(),
             Some(args.identity()),
             metrics.clone(),
             args.dry_run,
         );
-        let selectors = &args.gates.blocking_pod_selectors;
-        let blocking_pods = (!selectors.is_empty()).then(|| {
-            let scope = args.gates.blocking_pod_selector_scope;
-            BlockingPods::spawn(&client, selectors, scope, &changed, &metrics)
-        });
         let preflight = start_preflight(&args, &client, &changed, &metrics);
         let notifier = start_notifier(&args, &metrics);
-        let began = Instant::now();
-        store
-            .wait_until_ready()
-            .await
-            .context("node cache stopped before it synced")?;
-        health.set_ready(true);
-        tracing::info!(
-            max_unavailable = %args.max_unavailable,
-            nodes = store.len(),
-            took = ?began.elapsed(),
-            "node cache synced; ready"
-        );
         Ok(Context {
             args,
             client,
             eviction_client,
-            store,
-            index,
             changed,
-            ledger_store,
-            ledger_watch,
             events,
             metrics,
-            blocking_pods,
+            health,
+            pool_objects,
+            blocking_pods: Mutex::default(),
             preflight,
             notifier,
-            sightings: Sightings::default(),
         })
     }
 
-    /// Follows or leads until `shutdown`, then steps down.
+    /// Follows or leads until `shutdown`, then steps down. The pools start again whenever
+    /// the `RebootPool` objects change; every step of the protocol resumes from the state in
+    /// the API server, so nothing is left half done.
     async fn run(self, mut shutdown: Pin<&mut impl Future<Output = ()>>) -> anyhow::Result<()> {
         let (mut leadership, mut election) = self.elect();
         let result = loop {
-            tokio::select! {
+            let running = tokio::select! {
                 () = &mut shutdown => break Ok(()),
                 error = failed(&mut election) => break Err(error),
-                () = self.follow(&mut leadership) => {}
-            }
-            self.metrics.leader.set(1);
-            tracing::info!("leading: acting on the pool");
-            let acting = leadership.clone();
-            let stopped = tokio::select! {
-                () = &mut shutdown => Ok(Stopped::Shutdown),
-                error = failed(&mut election) => Err(error),
-                () = leadership.lost() => Ok(Stopped::Lost),
-                result = self.lead(acting) => result.map(|()| Stopped::Lost),
+                running = self.start_pools() => running,
             };
-            self.metrics.stepped_down();
-            match stopped {
-                Ok(Stopped::Shutdown) => break Ok(()),
-                Ok(Stopped::Lost) => {
-                    tracing::warn!("no longer leading: stopped acting; standing by");
-                }
+            let running = match running {
+                Ok(running) => running,
                 Err(error) => break Err(error),
+            };
+            let served = tokio::select! {
+                () = &mut shutdown => break Ok(()),
+                error = failed(&mut election) => break Err(error),
+                () = self.pools_changed(&running.fingerprint) => Ok(()),
+                result = self.serve(&running, &mut leadership) => result,
+            };
+            if let Err(error) = served {
+                break Err(error);
             }
+            tracing::info!("the RebootPools changed: starting the pools again");
         };
+        self.metrics.stepped_down();
         tracing::info!("shutting down");
         if let Some(election) = election {
             election.stop(RELEASE_GRACE).await;
         }
         self.events.flush(FLUSH_GRACE).await;
         result
+    }
+
+    /// Follows until leading, leads until the leadership is lost, and so on; returns only
+    /// on an error that stops the program.
+    async fn serve(&self, running: &Running, leadership: &mut Leadership) -> anyhow::Result<()> {
+        loop {
+            self.follow(running, leadership).await;
+            self.metrics.leader.set(1);
+            tracing::info!(pools = running.pools.len(), "leading: acting on the pools");
+            let acting = leadership.clone();
+            tokio::select! {
+                () = leadership.lost() => {}
+                result = self.lead(running, acting) => result?,
+            }
+            self.metrics.stepped_down();
+            tracing::warn!("no longer leading: stopped acting; standing by");
+        }
+    }
+
+    /// Waits for the `RebootPool` objects to be listed, then starts the node cache of every
+    /// pool and their ledgers; `/readyz` turns ready once the cache has synced.
+    async fn start_pools(&self) -> anyhow::Result<Running> {
+        let mut objects = self.pool_objects.clone();
+        let listed = objects
+            .wait_for(Option::is_some)
+            .await
+            .context("the RebootPool watch stopped")?
+            .clone()
+            .unwrap_or_default();
+        let owned: Vec<_> = listed.objects.iter().map(|p| (**p).clone()).collect();
+        let plan = pools::plan(&self.args, &owned);
+        for invalid in &plan.invalid {
+            tracing::warn!(pool = %invalid.name, problems = ?invalid.problems, "RebootPool refused: its spec is invalid; it grants nothing");
+        }
+        let indexings = plan.pools.iter().map(|p| p.args.indexing()).collect();
+        let began = Instant::now();
+        let cache = nodes::spawn_reflector(
+            self.client.clone(),
+            indexings,
+            self.changed.clone(),
+            self.metrics.clone(),
+        );
+        cache
+            .store
+            .wait_until_ready()
+            .await
+            .context("node cache stopped before it synced")?;
+        let pools = plan
+            .pools
+            .iter()
+            .zip(&cache.indexes)
+            .map(|(config, index)| self.pool_run(config.clone(), index.clone()))
+            .collect();
+        self.health.set_ready(true);
+        tracing::info!(
+            pools = ?plan.pools.iter().map(PoolConfig::label).collect::<Vec<_>>(),
+            nodes = cache.store.len(),
+            took = ?began.elapsed(),
+            "node cache synced; ready"
+        );
+        Ok(Running {
+            fingerprint: pools::fingerprint(&owned),
+            plan,
+            cache,
+            pools,
+        })
+    }
+
+    fn pool_run(&self, config: PoolConfig, index: SharedIndex) -> PoolRun {
+        let args = &config.args;
+        let ledger_store =
+            LedgerStore::new(self.client.clone(), &args.namespace, &args.ledger_name);
+        let ledger_watch = ledger_store.spawn_watch(self.client.clone(), self.metrics.clone(), {
+            let changed = self.changed.clone();
+            move || changed.notify_one()
+        });
+        let selectors = &args.gates.blocking_pod_selectors;
+        let blocking_pods = (!selectors.is_empty()).then(|| {
+            let mut watches = self
+                .blocking_pods
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            watches
+                .entry(selectors.clone())
+                .or_insert_with(|| {
+                    let scope = args.gates.blocking_pod_selector_scope;
+                    BlockingPods::spawn(
+                        &self.client,
+                        selectors,
+                        scope,
+                        &self.changed,
+                        &self.metrics,
+                    )
+                })
+                .clone()
+        });
+        PoolRun {
+            config,
+            index,
+            ledger_store,
+            ledger_watch,
+            blocking_pods,
+            sightings: Sightings::default(),
+            seen: Arc::default(),
+        }
+    }
+
+    /// Resolves when the `RebootPool` objects differ from `fingerprint` in a way that changes
+    /// the pools (a spec, a pool created or deleted).
+    async fn pools_changed(&self, fingerprint: &[(String, Option<i64>, bool)]) {
+        let mut objects = self.pool_objects.clone();
+        loop {
+            if objects.changed().await.is_err() {
+                return std::future::pending().await;
+            }
+            let now = objects.borrow_and_update().clone();
+            if let Some(listed) = now {
+                let owned: Vec<_> = listed.objects.iter().map(|p| (**p).clone()).collect();
+                if pools::fingerprint(&owned) != fingerprint {
+                    return;
+                }
+            }
+        }
     }
 
     fn elect(&self) -> (Leadership, Option<Election>) {
@@ -266,24 +375,32 @@ impl Context {
     }
 
     /// Stands by until this replica leads: the cache stays warm, the pool gauges current.
-    async fn follow(&self, leadership: &mut Leadership) {
+    async fn follow(&self, running: &Running, leadership: &mut Leadership) {
         // Empty: a follower writes nothing, so it has no copies of its own.
-        let mut overlay = Overlay::new(self.args.indexing());
+        let mut overlays: Vec<Overlay> = running
+            .pools
+            .iter()
+            .map(|p| Overlay::new(p.config.args.indexing()))
+            .collect();
         loop {
             if leadership.is_leading() {
                 return;
             }
-            let ledger = self.ledger_watch.borrow().ledger.clone();
-            let summary = nodes::pool_summary(
-                &self.store,
-                &self.index,
-                &mut overlay,
-                &ledger,
-                &self.args.annotation_prefix,
-            );
-            let budget = self.args.max_unavailable.resolve(summary.nodes);
-            self.metrics.pool(&summary, budget);
-            self.look_at_grants(&ledger);
+            for (pool, overlay) in running.pools.iter().zip(&mut overlays) {
+                let ledger = pool.ledger_watch.borrow().ledger.clone();
+                if pool.config.name.is_none() {
+                    let summary = nodes::pool_summary(
+                        &running.cache.store,
+                        &pool.index,
+                        overlay,
+                        &ledger,
+                        &self.args.annotation_prefix,
+                    );
+                    let budget = pool.config.args.max_unavailable.resolve(summary.nodes);
+                    self.metrics.pool(&summary, budget);
+                }
+                self.look_at_grants(&running.cache.store, pool, &ledger);
+            }
             tokio::select! {
                 () = leadership.acquired() => return,
                 () = tokio::time::sleep(FOLLOWER_REFRESH) => {}
@@ -293,25 +410,50 @@ impl Context {
 
     /// Notes when this replica first sees each grant claimed (its node carrying it), so that
     /// once it leads it counts the delays by its own clock (once the ledger was read).
-    fn look_at_grants(&self, ledger: &Ledger) {
+    fn look_at_grants(&self, store: &Store<Node>, pool: &PoolRun, ledger: &Ledger) {
         if ledger.resource_version.is_some() {
             let now = k8s_openapi::jiff::Timestamp::now().as_millisecond();
             let keys = &self.args.annotation_prefix;
             let carries = |name: &str, grant: &str| {
-                self.store
+                store
                     .get(&ObjectRef::new(name))
                     .is_some_and(|node| sightings::carries(&node, keys, grant))
             };
-            self.sightings
+            pool.sightings
                 .look(ledger, carries, u64::try_from(now).unwrap_or_default());
         }
     }
 
-    /// Acts on the pool until dropped (leadership lost, or shutdown); returns only on an
-    /// error that stops the program.
-    async fn lead(&self, leadership: Leadership) -> anyhow::Result<()> {
-        let ledger = self.load_ledger().await?;
-        let args = &self.args;
+    /// Acts on every pool, and writes their statuses, until dropped (leadership lost, the
+    /// pools changed, or shutdown); returns only on an error that stops the program.
+    async fn lead(&self, running: &Running, leadership: Leadership) -> anyhow::Result<()> {
+        let rounds = futures::future::try_join_all(
+            running
+                .pools
+                .iter()
+                .map(|pool| self.lead_pool(running, pool, leadership.clone())),
+        );
+        let statuses = pools::writer::write_statuses(
+            &self.client,
+            &self.pool_objects,
+            running_view(running),
+            &self.events,
+        );
+        tokio::select! {
+            result = rounds => result.map(drop),
+            () = statuses => Ok(()),
+        }
+    }
+
+    /// Acts on one pool until dropped.
+    async fn lead_pool(
+        &self,
+        running: &Running,
+        pool: &PoolRun,
+        leadership: Leadership,
+    ) -> anyhow::Result<()> {
+        let ledger = self.load_ledger(&running.cache.store, pool).await?;
+        let args = &pool.config.args;
         let drainer = args.drain.then(|| {
             let settings = DrainSettings {
                 timeout: args.drain_timeout,
@@ -347,14 +489,14 @@ impl Context {
                 self.changed.clone(),
             )
             .forcing(args.force_reboot),
-            nodes: self.store.clone(),
-            index: self.index.clone(),
+            nodes: running.cache.store.clone(),
+            index: pool.index.clone(),
             overlay: Overlay::new(args.indexing()),
             zone_budget: args.max_unavailable_per_zone,
             concurrency: args.concurrency,
             ledger,
-            ledger_store: self.ledger_store.clone(),
-            ledger_watch: self.ledger_watch.clone(),
+            ledger_store: pool.ledger_store.clone(),
+            ledger_watch: pool.ledger_watch.clone(),
             events: self.events.clone(),
             schedule: Schedule {
                 windows: Windows(args.reboot_windows.clone()),
@@ -365,13 +507,15 @@ impl Context {
                 drain_delay: args.drain_delay,
                 reboot_delay: args.reboot_delay,
             },
-            gates: Gates::new(self.blocking_pods.clone(), self.alert_checks()),
+            gates: Gates::new(pool.blocking_pods.clone(), self.alert_checks(args)),
             preflight: self.preflight.clone(),
             metrics: self.metrics.clone(),
             leadership,
             dry_run: args.dry_run,
             notifier: self.notifier.clone(),
-            sightings: self.sightings.clone(),
+            sightings: pool.sightings.clone(),
+            pool_paused: pool.config.paused,
+            reports_gauges: pool.config.name.is_none(),
         });
         let mut wait = Duration::ZERO;
         loop {
@@ -387,7 +531,16 @@ impl Context {
                     break;
                 }
             }
-            shell.publish_pool();
+            let (summary, budget, facts) = shell.publish_pool();
+            pools::writer::record_seen(
+                &pool.seen,
+                &running.cache.store,
+                &pool.index,
+                &pool.config,
+                summary,
+                budget,
+                facts,
+            );
             if shell.last_round_failed() {
                 wait = RETRY;
             }
@@ -395,9 +548,10 @@ impl Context {
         }
     }
 
-    /// The alert checks of this term as leader; they stop when the term's shell is dropped.
-    fn alert_checks(&self) -> Option<AlertChecks> {
-        let gates = &self.args.gates;
+    /// The alert checks of this term as leader for a pool; they stop when the term's shell is
+    /// dropped.
+    fn alert_checks(&self, args: &Args) -> Option<AlertChecks> {
+        let gates = &args.gates;
         let prometheus = gates.prometheus_url.clone()?;
         let settings = AlertSettings {
             prometheus: prometheus.clone(),
@@ -416,19 +570,20 @@ impl Context {
         })
     }
 
-    /// Reads the slot ledger (creating it the first time), waiting while the API server
+    /// Reads a pool's slot ledger (creating it the first time), waiting while the API server
     /// cannot be reached; a missing namespace stops the program. Missing while nodes carry its
     /// grants, it is created paused and said so in a Warning.
-    async fn load_ledger(&self) -> anyhow::Result<ReadLedger> {
+    async fn load_ledger(&self, store: &Store<Node>, pool: &PoolRun) -> anyhow::Result<ReadLedger> {
         let mut delays = reconnect_backoff();
+        let args = &pool.config.args;
         loop {
-            let read = if self.args.dry_run {
-                self.ledger_store.peek().await
+            let read = if args.dry_run {
+                pool.ledger_store.peek().await
             } else {
-                let carried_by = || self.ledger_carried_by();
-                self.ledger_store.load(carried_by).await.map(|loaded| {
+                let carried_by = || ledger_carried_by(store, pool);
+                pool.ledger_store.load(carried_by).await.map(|loaded| {
                     if loaded.recreated_paused {
-                        self.say_ledger_recreated_at_start(&loaded.carried_by);
+                        self.say_ledger_recreated_at_start(pool, &loaded.carried_by);
                     }
                     loaded.read
                 })
@@ -436,7 +591,6 @@ impl Context {
             match read {
                 Ok(ledger) => return Ok(ledger),
                 Err(error @ LedgerError::Api(..)) if error.kind() == ApiErrorKind::NotFound => {
-                    let args = &self.args;
                     return Err(error).with_context(|| {
                         format!(
                             "cannot use the slot ledger Lease {}/{}; does namespace {:?} exist \
@@ -454,50 +608,65 @@ impl Context {
             }
         }
     }
-}
 
-impl Context {
-    /// The nodes of the cache that carry a grant of this controller's ledger, or whose last
-    /// grant of it may still be soaking (completed less than `--min-ready-seconds` ago, or at a
-    /// time that cannot be read): the ledger existed before, and may have held their slots.
-    fn ledger_carried_by(&self) -> Vec<String> {
-        let keys = &self.args.annotation_prefix;
-        let ledger = self.ledger_store.id();
-        let ours = |grant: Option<&str>| {
-            grant.and_then(common::ledger::ledger_of_grant) == Some(ledger.as_str())
-        };
-        let soak = jiff::SignedDuration::from_secs(
-            i64::try_from(self.args.min_ready_seconds).unwrap_or(i64::MAX),
-        );
-        let now = jiff::Timestamp::now();
-        let may_soak = |completed: Option<&str>| {
-            completed
-                .and_then(|at| at.parse::<jiff::Timestamp>().ok())
-                .is_none_or(|at| now.duration_since(at) < soak)
-        };
-        self.store
-            .state()
-            .iter()
-            .filter(|node| {
-                let state = NodeFacts::from_node(node).protocol(keys);
-                ours(state.grant.as_deref())
-                    || (ours(state.last_grant.as_deref())
-                        && may_soak(state.last_completed.as_deref()))
-            })
-            .filter_map(|node| node.metadata.name.clone())
-            .collect()
-    }
-
-    fn say_ledger_recreated_at_start(&self, carried_by: &[String]) {
+    fn say_ledger_recreated_at_start(&self, pool: &PoolRun, carried_by: &[String]) {
         self.metrics.ledger_recreated.inc();
-        let note = self.ledger_store.recreated_at_start_note(carried_by);
+        let note = pool.ledger_store.recreated_at_start_note(carried_by);
         tracing::warn!("{note}");
         self.events.publish_about(
-            self.ledger_store.reference(),
+            pool.ledger_store.reference(),
             ControllerReason::LedgerRecreated,
             note,
         );
     }
+}
+
+/// What the status writer reads of the running pools.
+fn running_view(running: &Running) -> pools::writer::RunningView<'_> {
+    pools::writer::RunningView {
+        store: &running.cache.store,
+        plan: &running.plan,
+        pools: running
+            .pools
+            .iter()
+            .map(|p| pools::writer::PoolView {
+                config: &p.config,
+                seen: &p.seen,
+                ledger: &p.ledger_watch,
+                ledger_store: &p.ledger_store,
+            })
+            .collect(),
+    }
+}
+
+/// The nodes of the cache that carry a grant of the pool's ledger, or whose last grant of it
+/// may still be soaking (completed less than `--min-ready-seconds` ago, or at a time that
+/// cannot be read): the ledger existed before, and may have held their slots.
+fn ledger_carried_by(store: &Store<Node>, pool: &PoolRun) -> Vec<String> {
+    let args = &pool.config.args;
+    let keys = &args.annotation_prefix;
+    let ledger = pool.ledger_store.id();
+    let ours = |grant: Option<&str>| {
+        grant.and_then(common::ledger::ledger_of_grant) == Some(ledger.as_str())
+    };
+    let soak =
+        jiff::SignedDuration::from_secs(i64::try_from(args.min_ready_seconds).unwrap_or(i64::MAX));
+    let now = jiff::Timestamp::now();
+    let may_soak = |completed: Option<&str>| {
+        completed
+            .and_then(|at| at.parse::<jiff::Timestamp>().ok())
+            .is_none_or(|at| now.duration_since(at) < soak)
+    };
+    store
+        .state()
+        .iter()
+        .filter(|node| {
+            let state = NodeFacts::from_node(node).protocol(keys);
+            ours(state.grant.as_deref())
+                || (ours(state.last_grant.as_deref()) && may_soak(state.last_completed.as_deref()))
+        })
+        .filter_map(|node| node.metadata.name.clone())
+        .collect()
 }
 
 /// The watches of the pre-flight checks that are on: `--agent-selector` (unless empty) and

@@ -52,6 +52,20 @@ impl KeptLabels {
         }
     }
 
+    /// What several pools keep: every label any of them reads. (The zone label of each is
+    /// among them; `zone_of` is asked of each pool's own.)
+    pub fn union<'a>(all: impl IntoIterator<Item = &'a KeptLabels>) -> Self {
+        let mut union = Self::default();
+        for kept in all {
+            union.keys.extend(kept.keys.iter().cloned());
+            union.annotations.extend(kept.annotations.iter().cloned());
+            if union.zone.is_empty() {
+                union.zone.clone_from(&kept.zone);
+            }
+        }
+        union
+    }
+
     /// The node's zone: its zone label's value; an empty value names no zone.
     pub fn zone_of(&self, node: &Node) -> Option<String> {
         let zone = node.metadata.labels.as_ref()?.get(&self.zone)?;
@@ -177,39 +191,76 @@ impl Indexing {
     }
 }
 
+/// The node cache of every pool: one reflector over every Node, and one index per pool.
+/// Dropping it stops its watch.
+#[allow(missing_debug_implementations)] // the reflector's store has no Debug
+pub struct NodeCache {
+    pub store: Store<Node>,
+    /// In the order of the indexings given to [`spawn_reflector`].
+    pub indexes: Vec<SharedIndex>,
+    watch: AbortOnDrop,
+}
+
+impl NodeCache {
+    /// Whether the watch still runs (it ends only when dropped, or on a panic).
+    pub fn is_running(&self) -> bool {
+        !self.watch.0.is_finished()
+    }
+}
+
+/// Aborts its task when dropped.
+#[derive(Debug)]
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 /// Starts the reflector over every Node (pool membership is decided on the labels it keeps)
-/// and keeps `index` up to date with it. `changed` is notified when a node's decision facts
-/// change, when one is deleted, and when the watch (re)lists. A status report that changes
-/// none of them (a heartbeat, an image list) starts no round: with thousands of nodes those
-/// are most events.
+/// and keeps one index per pool (`indexings`) up to date with it. `changed` is notified when a
+/// node's decision facts change for some pool, when one is deleted, and when the watch
+/// (re)lists. A status report that changes none of them (a heartbeat, an image list) starts no
+/// round: with thousands of nodes those are most events.
 pub fn spawn_reflector(
     client: Client,
-    indexing: Indexing,
+    indexings: Vec<Indexing>,
     changed: Arc<Notify>,
     metrics: Metrics,
-) -> (Store<Node>, SharedIndex) {
+) -> NodeCache {
     let (store, writer) = reflector::store();
-    let index = SharedIndex::default();
     // Pages of 50 full Node objects (each can carry ~14 KB of images and managedFields before
     // the trim): with kube's default of 500, the allocator keeps the peak of the initial list,
     // and the controller stays at ~90 MiB with 5,000 nodes instead of ~33 MiB.
     let config = watcher::Config::default().page_size(50);
-    let kept = indexing.kept.clone();
+    let kept = KeptLabels::union(indexings.iter().map(|i| &i.kept));
     let stream = watcher(Api::<Node>::all(client), config)
         .default_backoff()
         .modify(move |node| trim(node, &kept))
         .reflect(writer);
-    let mut indexer = Indexer {
-        indexing,
-        index: index.clone(),
-        relisted: None,
-    };
-    tokio::spawn(async move {
+    let mut indexers: Vec<Indexer> = indexings
+        .into_iter()
+        .map(|indexing| Indexer {
+            indexing,
+            index: SharedIndex::default(),
+            relisted: None,
+        })
+        .collect();
+    let indexes = indexers.iter().map(|i| i.index.clone()).collect();
+    let task = tokio::spawn(async move {
         futures::pin_mut!(stream);
         while let Some(event) = stream.next().await {
             match event {
-                Ok(event) if !indexer.apply(&event) => continue,
-                Ok(_) => {}
+                Ok(event) => {
+                    let mut changes = false;
+                    for indexer in &mut indexers {
+                        changes |= indexer.apply(&event);
+                    }
+                    if !changes {
+                        continue;
+                    }
+                }
                 Err(error) => {
                     metrics.api_error("node", ApiErrorKind::of_watcher(&error));
                     tracing::warn!(%error, "node watch failed; retrying");
@@ -218,7 +269,11 @@ pub fn spawn_reflector(
             changed.notify_one();
         }
     });
-    (store, index)
+    NodeCache {
+        store,
+        indexes,
+        watch: AbortOnDrop(task),
+    }
 }
 
 /// A node cache fed by hand, one watch event at a time, kept exactly as [`spawn_reflector`]

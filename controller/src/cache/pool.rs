@@ -12,6 +12,10 @@ pub struct PoolSelector {
     text: Option<String>,
     selector: Selector,
     keys: BTreeSet<String>,
+    /// The selectors of the other pools: a node one of them selects is not this pool's (a
+    /// node that two `RebootPool`s select belongs to neither, and the flags' pool takes only
+    /// the nodes no `RebootPool` selects).
+    excluded: Vec<Selector>,
 }
 
 impl PoolSelector {
@@ -27,14 +31,31 @@ impl PoolSelector {
             text: (!text.trim().is_empty()).then(|| text.trim().to_owned()),
             selector: expressions.into_iter().collect(),
             keys,
+            excluded: Vec::new(),
         })
     }
 
+    /// This pool without the nodes that any of `others` selects.
+    #[must_use]
+    pub fn excluding<'a>(mut self, others: impl IntoIterator<Item = &'a PoolSelector>) -> Self {
+        for other in others {
+            self.keys.extend(other.keys.iter().cloned());
+            self.excluded.push(other.selector.clone());
+        }
+        self
+    }
+
     pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+        self.selects(labels) && !self.excluded.iter().any(|other| other.matches(labels))
+    }
+
+    /// Whether the selector itself selects the node, other pools aside.
+    pub fn selects(&self, labels: &BTreeMap<String, String>) -> bool {
         self.selector.matches(labels)
     }
 
-    /// The label keys the selector reads: the only labels the node cache keeps.
+    /// The label keys the selector (and the other pools' it excludes) reads: the only labels
+    /// the node cache keeps.
     pub fn keys(&self) -> &BTreeSet<String> {
         &self.keys
     }
@@ -204,5 +225,24 @@ mod tests {
             assert!(error.contains(why), "{bad}: {error}");
         }
         assert!(PoolSelector::parse("example.com/pool=a, zone in (z1,), tier=").is_ok());
+    }
+
+    #[test]
+    fn a_node_another_pool_selects_is_not_in_this_one() {
+        let gpu = PoolSelector::parse("pool=gpu").unwrap();
+        let spot = PoolSelector::parse("spot").unwrap();
+        let gpu_alone = gpu.clone().excluding([&spot]);
+        assert!(gpu_alone.matches(&labels(&[("pool", "gpu")])));
+        assert!(!gpu_alone.matches(&labels(&[("pool", "gpu"), ("spot", "")])));
+        assert!(gpu_alone.selects(&labels(&[("pool", "gpu"), ("spot", "")])));
+        let keys: Vec<&str> = gpu_alone.keys().iter().map(String::as_str).collect();
+        assert_eq!(
+            keys,
+            ["pool", "spot"],
+            "the excluded pools' keys are kept too"
+        );
+        let rest = PoolSelector::parse("").unwrap().excluding([&gpu, &spot]);
+        assert!(rest.matches(&labels(&[("pool", "web")])));
+        assert!(!rest.matches(&labels(&[("pool", "gpu")])));
     }
 }

@@ -362,7 +362,11 @@ impl LedgerStore {
         tokio::spawn(async move {
             futures::pin_mut!(stream);
             let mut seen = false;
-            while let Some(event) = stream.next().await {
+            // Ends when nobody reads the ledger any more (its pool stopped).
+            while let Some(event) = tokio::select! {
+                () = tx.closed() => None,
+                event = stream.next() => event,
+            } {
                 match event {
                     Ok(event) => {
                         if let Some(ledger) = on_watch_event(&id, event, &mut seen) {

@@ -411,6 +411,8 @@ impl Model {
             dry_run: false,
             notifier: crate::notify::Notifier::off(),
             sightings: crate::cache::sightings::Sightings::default(),
+            pool_paused: false,
+            reports_gauges: true,
         });
         Replica {
             shell,

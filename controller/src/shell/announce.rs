@@ -65,7 +65,9 @@ impl Shell {
         nodes: &HashMap<&str, &Arc<Node>>,
         gates: &GateReading,
     ) {
-        self.metrics.held_grants.set(held.len() as i64);
+        if self.reports_gauges {
+            self.metrics.held_grants.set(held.len() as i64);
+        }
         let now = self.clock.now();
         let said: Vec<(String, Reason, String)> = held
             .iter()
@@ -174,7 +176,9 @@ impl Shell {
         nodes: &HashMap<&str, &Arc<Node>>,
     ) {
         let sick = &decision.not_ready_after_reboot;
-        self.metrics.not_ready_after_reboot.set(sick.len() as i64);
+        if self.reports_gauges {
+            self.metrics.not_ready_after_reboot.set(sick.len() as i64);
+        }
         for name in self.said.first_not_ready_after_reboot(sick) {
             tracing::warn!(node = %name, "NotReady after its reboot: no new reboots until it is Ready");
             self.notify_stopped(
@@ -203,7 +207,10 @@ impl Shell {
         nodes: &HashMap<&str, &Arc<Node>>,
     ) {
         let late = &decision.overdue;
-        self.metrics.reboots_overdue.set(late.len() as i64);
+        self.pool_facts.overdue = late.clone();
+        if self.reports_gauges {
+            self.metrics.reboots_overdue.set(late.len() as i64);
+        }
         for name in self.said.first_reboots_overdue(late) {
             let Some(node) = nodes.get(name.as_str()) else {
                 continue;
@@ -504,6 +511,7 @@ impl Shell {
             )),
             _ => gate_note().map(|note| ("gate", note)),
         };
+        self.pool_facts.held = why.as_ref().map(|(_, words)| words.clone());
         if let Some(reason) = self.rollout.held(why.as_ref().map(|(reason, _)| *reason))
             && let Some((_, words)) = &why
         {

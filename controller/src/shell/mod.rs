@@ -16,7 +16,7 @@ use crate::{
     },
     drain::tracker::DrainTracker,
     gates::{GateReading, Gates, preflight::PreflightChecks},
-    metrics::Metrics,
+    metrics::{Metrics, PoolSummary},
     notify::{Notifier, Rollout},
 };
 use common::{AnnotationKeys, MaxUnavailable, NodeFacts, Phase, RebootMarks, Request, Transition};
@@ -68,6 +68,21 @@ pub struct ShellParts {
     pub notifier: Notifier,
     /// When this process first saw each grant (shared with its follower).
     pub sightings: Sightings,
+    /// The pool's own pause (a `RebootPool`'s `spec.paused`, or its deletion), beside the
+    /// ledger's.
+    pub pool_paused: bool,
+    /// Whether this pool's state is the pool gauges' (the flags' pool's); a `RebootPool`'s is
+    /// in its status.
+    pub reports_gauges: bool,
+}
+
+/// What a pool's status tells, as the last round saw it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PoolFacts {
+    /// Why the waiting nodes wait, when something holds them.
+    pub held: Option<String>,
+    /// The nodes whose reboot is overdue.
+    pub overdue: Vec<String>,
 }
 
 /// One leading replica's rounds: decide, write, and remember what was written.
@@ -109,6 +124,9 @@ pub struct Shell {
     sightings: Sightings,
     /// The sightings of the last round's look.
     seen: Seen,
+    pool_paused: bool,
+    reports_gauges: bool,
+    pool_facts: PoolFacts,
 }
 
 mod announce;
@@ -158,6 +176,9 @@ impl Shell {
             notifier: parts.notifier,
             rollout: Rollout::default(),
             sightings: parts.sightings,
+            pool_paused: parts.pool_paused,
+            reports_gauges: parts.reports_gauges,
+            pool_facts: PoolFacts::default(),
             seen: Seen::new(),
         };
         shell.rollout = Rollout::taken_over(!shell.ledger.current().slots.is_empty());
@@ -242,7 +263,7 @@ impl Shell {
     /// The decision core's input: what was read, the ledger as held, and the flags.
     fn round_on<'a>(&'a self, read: &'a Reading, blocked: &'a BTreeSet<String>) -> Round<'a> {
         let fence = Fence {
-            paused: self.ledger.current().paused,
+            paused: self.paused(),
             window_open: read.window_open,
             gates_closed: read.gates.pool.is_some(),
         };
@@ -285,7 +306,7 @@ impl Shell {
     /// The fence as it stands now: the pause as last seen (the ledger watch may have seen it
     /// after this round's copy), the window by the clock, the gates' latest answers.
     fn fence_now(&mut self) -> (Fence, GateReading) {
-        let paused = self.ledger.paused_now();
+        let paused = self.pool_paused || self.ledger.paused_now();
         let gates = self.gates.read(&self.metrics);
         let fence = Fence {
             paused,
@@ -295,8 +316,9 @@ impl Shell {
         (fence, gates)
     }
 
-    /// Publishes the pool gauges as this replica sees the pool now.
-    pub fn publish_pool(&mut self) {
+    /// Publishes the pool gauges as this replica sees the pool now (the flags' pool only);
+    /// returns what a pool's status tells.
+    pub fn publish_pool(&mut self) -> (PoolSummary, usize, PoolFacts) {
         let summary = nodes::pool_summary(
             &self.nodes,
             &self.index,
@@ -305,7 +327,15 @@ impl Shell {
             &self.keys,
         );
         let budget = self.max_unavailable.resolve(summary.nodes);
-        self.metrics.pool(&summary, budget);
+        if self.reports_gauges {
+            self.metrics.pool(&summary, budget);
+        }
+        (summary, budget, self.pool_facts.clone())
+    }
+
+    /// Paused by the ledger's annotation or by the pool itself.
+    fn paused(&self) -> bool {
+        self.pool_paused || self.ledger.current().paused
     }
 
     pub fn last_round_failed(&self) -> bool {

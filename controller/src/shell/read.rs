@@ -116,7 +116,7 @@ impl Shell {
     fn hold_now(&mut self) -> (Option<Hold>, bool) {
         let now = self.clock.now();
         let window_open = self.schedule.windows.is_open(now);
-        let hold = Schedule::hold(self.ledger.current().paused, window_open);
+        let hold = Schedule::hold(self.paused(), window_open);
         if hold != self.hold {
             match self.schedule.waiting_event(hold, now) {
                 Some((_, why)) => tracing::info!(?hold, "no new reboots: {why}"),
@@ -124,12 +124,12 @@ impl Shell {
             }
             self.hold = hold;
         }
-        self.metrics
-            .paused
-            .set(i64::from(self.ledger.current().paused));
-        self.metrics.window_open.set(i64::from(window_open));
-        let next = self.schedule.windows.next_opening(now).unwrap_or(now);
-        self.metrics.window_next_open.set(next.as_second());
+        if self.reports_gauges {
+            self.metrics.paused.set(i64::from(self.paused()));
+            self.metrics.window_open.set(i64::from(window_open));
+            let next = self.schedule.windows.next_opening(now).unwrap_or(now);
+            self.metrics.window_next_open.set(next.as_second());
+        }
         (hold, window_open)
     }
 

@@ -1,0 +1,213 @@
+//! The pools one controller runs: every `RebootPool`, and the flags' pool (`--default-pool`)
+//! with the nodes no `RebootPool` selects. Pure: which pools run with which settings, from the
+//! objects as listed; `run` starts them and `status` writes what they show.
+
+pub mod settings;
+pub mod status;
+pub mod watch;
+pub mod writer;
+
+use crate::{args::Args, cache::pool::PoolSelector};
+use common::pool::RebootPool;
+use kube::ResourceExt;
+use std::collections::BTreeMap;
+
+/// One pool to run.
+#[derive(Debug, Clone)]
+pub struct PoolConfig {
+    /// The `RebootPool`'s name; `None` for the flags' pool.
+    pub name: Option<String>,
+    /// Its settings: the flags with the pool's policy, its selector without the nodes the
+    /// other pools select.
+    pub args: Args,
+    /// Grants nothing new: `spec.paused`, or the pool is being deleted.
+    pub paused: bool,
+    pub deleting: bool,
+}
+
+impl PoolConfig {
+    /// How logs and Events name the pool.
+    pub fn label(&self) -> &str {
+        self.name.as_deref().unwrap_or("default")
+    }
+}
+
+/// A `RebootPool` whose spec the controller refuses, with every problem found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InvalidPool {
+    pub name: String,
+    pub problems: Vec<String>,
+}
+
+/// The pools to run, and the ones that cannot.
+#[derive(Debug, Clone, Default)]
+pub struct Plan {
+    pub pools: Vec<PoolConfig>,
+    pub invalid: Vec<InvalidPool>,
+}
+
+/// Pure: the pools to run from the `RebootPool` objects as listed, over the flags.
+///
+/// A node two `RebootPool`s select is in neither; the flags' pool has the nodes that
+/// `--node-selector` selects and no `RebootPool` does. A pool whose spec is invalid runs
+/// nothing, but its selector (when it reads) still keeps its nodes out of the others: a value
+/// the controller cannot use makes it do less, never more.
+pub fn plan(base: &Args, objects: &[RebootPool]) -> Plan {
+    let mut read: BTreeMap<String, (Result<Args, Vec<String>>, &RebootPool)> = BTreeMap::new();
+    for pool in objects {
+        let name = pool.name_any();
+        read.insert(
+            name.clone(),
+            (settings::pool_args(base, &name, &pool.spec), pool),
+        );
+    }
+    let selectors: BTreeMap<&str, PoolSelector> = read
+        .iter()
+        .filter_map(|(name, (_, pool))| {
+            settings::selector_of(&pool.spec.node_selector)
+                .ok()
+                .map(|s| (name.as_str(), s))
+        })
+        .collect();
+    let mut plan = Plan::default();
+    for (name, (args, pool)) in &read {
+        match args {
+            Ok(args) => {
+                let others = selectors
+                    .iter()
+                    .filter(|(other, _)| *other != name)
+                    .map(|(_, s)| s);
+                let mut args = args.clone();
+                args.node_selector = args.node_selector.clone().excluding(others);
+                let deleting = pool.metadata.deletion_timestamp.is_some();
+                plan.pools.push(PoolConfig {
+                    name: Some(name.clone()),
+                    args,
+                    paused: pool.spec.paused || deleting,
+                    deleting,
+                });
+            }
+            Err(problems) => plan.invalid.push(InvalidPool {
+                name: name.clone(),
+                problems: problems.clone(),
+            }),
+        }
+    }
+    if base.default_pool {
+        let mut args = base.clone();
+        args.node_selector = args.node_selector.clone().excluding(selectors.values());
+        plan.pools.push(PoolConfig {
+            name: None,
+            args,
+            paused: false,
+            deleting: false,
+        });
+    }
+    plan
+}
+
+/// What a change of which restarts the pools: each object's name, generation (a change of
+/// its spec) and deletion. A status write or a finalizer changes none of them.
+pub fn fingerprint(objects: &[RebootPool]) -> Vec<(String, Option<i64>, bool)> {
+    let mut print: Vec<_> = objects
+        .iter()
+        .map(|p| {
+            (
+                p.name_any(),
+                p.metadata.generation,
+                p.metadata.deletion_timestamp.is_some(),
+            )
+        })
+        .collect();
+    print.sort();
+    print
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+    use std::collections::BTreeMap as Map;
+
+    pub(crate) fn pool(name: &str, spec: serde_json::Value) -> RebootPool {
+        let mut pool = RebootPool::new(name, serde_json::from_value(spec).unwrap());
+        pool.metadata.generation = Some(1);
+        pool
+    }
+
+    fn labels(pairs: &[(&str, &str)]) -> Map<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    }
+
+    fn member<'a>(plan: &'a Plan, node: &Map<String, String>) -> Vec<&'a str> {
+        plan.pools
+            .iter()
+            .filter(|p| p.args.node_selector.matches(node))
+            .map(PoolConfig::label)
+            .collect()
+    }
+
+    #[test]
+    fn every_node_is_in_one_pool_at_most() {
+        let base = Args::parse_from(["reboot-controller"]);
+        let objects = [
+            pool(
+                "gpu",
+                serde_json::json!({"nodeSelector": {"matchLabels": {"pool": "gpu"}}}),
+            ),
+            pool(
+                "spot",
+                serde_json::json!({"nodeSelector": {"matchExpressions": [{"key": "spot", "operator": "Exists"}]}}),
+            ),
+        ];
+        let plan = plan(&base, &objects);
+        assert_eq!(member(&plan, &labels(&[("pool", "gpu")])), ["gpu"]);
+        assert_eq!(member(&plan, &labels(&[("spot", "")])), ["spot"]);
+        assert!(
+            member(&plan, &labels(&[("pool", "gpu"), ("spot", "")])).is_empty(),
+            "a node two pools select is in neither"
+        );
+        assert_eq!(member(&plan, &labels(&[("pool", "web")])), ["default"]);
+    }
+
+    #[test]
+    fn an_invalid_pool_runs_nothing_but_keeps_its_nodes() {
+        let base = Args::parse_from(["reboot-controller"]);
+        let objects = [pool(
+            "gpu",
+            serde_json::json!({"nodeSelector": {"matchLabels": {"pool": "gpu"}}, "windows": ["never"]}),
+        )];
+        let plan = plan(&base, &objects);
+        assert_eq!(plan.invalid.len(), 1);
+        assert!(plan.invalid[0].problems[0].starts_with("spec.windows[0]"));
+        assert!(member(&plan, &labels(&[("pool", "gpu")])).is_empty());
+    }
+
+    #[test]
+    fn the_flags_pool_can_be_turned_off() {
+        let base = Args::parse_from(["reboot-controller", "--default-pool=false"]);
+        let plan = plan(&base, &[]);
+        assert!(plan.pools.is_empty());
+    }
+
+    #[test]
+    fn a_deleted_or_paused_pool_grants_nothing_new() {
+        let base = Args::parse_from(["reboot-controller"]);
+        let mut deleted = pool("a", serde_json::json!({}));
+        deleted.metadata.deletion_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+            ));
+        let paused = pool("b", serde_json::json!({"paused": true}));
+        let plan = plan(&base, &[deleted, paused]);
+        assert!(
+            plan.pools
+                .iter()
+                .filter(|p| p.name.is_some())
+                .all(|p| p.paused)
+        );
+    }
+}

@@ -1,0 +1,305 @@
+//! A `RebootPool`'s spec read into the settings the controller runs a pool with: the
+//! process's flags with the pool's own policy in place of the flags' pool policy. Each field is
+//! read by the parser of the flag it stands for, so that a value means the same thing in both
+//! places and is refused with the same message.
+
+use crate::{
+    args::{self, Args},
+    cache::pool::PoolSelector,
+};
+use common::{
+    MaxUnavailable,
+    pool::{RebootPoolSpec, ledger_name},
+};
+use k8s_openapi::apimachinery::pkg::{apis::meta::v1::LabelSelector, util::intstr::IntOrString};
+use kube::core::Selector;
+
+/// Reads `spec` over `base`: the settings of the pool `name`, or every problem found (each
+/// naming the field), for the pool's `InvalidSpec` condition.
+pub fn pool_args(base: &Args, name: &str, spec: &RebootPoolSpec) -> Result<Args, Vec<String>> {
+    let mut problems = Vec::new();
+    let mut args = base.clone();
+    args.ledger_name = ledger_name(name);
+    // A pool's own policy starts from the defaults, not from the flags' pool's policy: a
+    // pool means what its spec says whatever the flags are.
+    args.max_unavailable = MaxUnavailable::Count(1);
+    args.max_unavailable_per_zone = None;
+    args.concurrency = None;
+    args.reboot_windows = Vec::new();
+    args.marks.pre_reboot_node_labels = Vec::new();
+    args.marks.post_reboot_node_labels = Vec::new();
+    args.marks.prefer_no_schedule_taint = None;
+    args.gates.alert_filter = None;
+    args.gates.blocking_pod_selectors = Vec::new();
+    let mut read = |field: &str, result: Result<(), String>| {
+        if let Err(why) = result {
+            problems.push(format!("spec.{field}: {why}"));
+        }
+    };
+    read(
+        "nodeSelector",
+        selector_of(&spec.node_selector).map(|s| args.node_selector = s),
+    );
+    read_budgets(&mut args, spec, &mut read);
+    read_schedule(&mut args, spec, &mut read);
+    read_drain(&mut args, spec, &mut read);
+    read_gates(&mut args, spec, &mut read);
+    read_marks(&mut args, spec, &mut read);
+    if problems.is_empty()
+        && let Err(error) = args.check()
+    {
+        problems.push(strip_clap(&error.to_string()));
+    }
+    if problems.is_empty() {
+        Ok(args)
+    } else {
+        Err(problems)
+    }
+}
+
+type Read<'a> = dyn FnMut(&str, Result<(), String>) + 'a;
+
+fn read_budgets(args: &mut Args, spec: &RebootPoolSpec, read: &mut Read<'_>) {
+    if let Some(value) = &spec.max_unavailable {
+        read(
+            "maxUnavailable",
+            budget(value).map(|b| args.max_unavailable = b),
+        );
+    }
+    if let Some(value) = &spec.max_unavailable_per_zone {
+        read(
+            "maxUnavailablePerZone",
+            budget(value).map(|b| args.max_unavailable_per_zone = Some(b)),
+        );
+    }
+    if let Some(value) = &spec.concurrency {
+        read(
+            "concurrency",
+            budget(value).map(|b| args.concurrency = Some(b)),
+        );
+    }
+    if let Some(label) = &spec.zone_label {
+        read(
+            "zoneLabel",
+            args::parse_label_key(label).map(|l| args.zone_label = l),
+        );
+    }
+}
+
+fn read_schedule(args: &mut Args, spec: &RebootPoolSpec, read: &mut Read<'_>) {
+    for (i, window) in spec.windows.iter().enumerate() {
+        read(
+            &format!("windows[{i}]"),
+            args::parse_window(window).map(|w| args.reboot_windows.push(w)),
+        );
+    }
+    if let Some(finish) = spec.finish_after_window {
+        args.finish_after_window = finish;
+    }
+    if let Some(seconds) = spec.min_ready_seconds {
+        read(
+            "minReadySeconds",
+            u64::try_from(seconds)
+                .map(|s| args.min_ready_seconds = s)
+                .map_err(|_| "cannot be negative".to_owned()),
+        );
+    }
+    if let Some(timeout) = &spec.reboot_timeout {
+        read(
+            "rebootTimeout",
+            args::parse_duration(timeout).map(|d| args.reboot_timeout = d),
+        );
+    }
+    if let Some(after) = &spec.give_up_after {
+        read(
+            "giveUpAfter",
+            args::parse_duration(after).map(|d| args.give_up_after = Some(d)),
+        );
+    }
+}
+
+fn read_drain(args: &mut Args, spec: &RebootPoolSpec, read: &mut Read<'_>) {
+    let Some(drain) = &spec.drain else { return };
+    if let Some(enabled) = drain.enabled {
+        args.drain = enabled;
+    }
+    if let Some(force) = drain.force_reboot {
+        args.force_reboot = force;
+    }
+    if let Some(timeout) = &drain.timeout {
+        read(
+            "drain.timeout",
+            args::parse_duration(timeout).map(|d| args.drain_timeout = d),
+        );
+    }
+    if let Some(grace) = &drain.grace_period {
+        read(
+            "drain.gracePeriod",
+            args::parse_duration(grace).map(|d| args.drain_grace_period = Some(d)),
+        );
+    }
+    if let Some(delay) = &drain.delay {
+        read(
+            "drain.delay",
+            args::parse_duration_or_zero(delay).map(|d| args.drain_delay = d),
+        );
+    }
+    if let Some(selector) = &drain.pod_selector {
+        read(
+            "drain.podSelector",
+            args::parse_drain_pod_selector(selector)
+                .map(|s| args.drain_pod_selector = Some(s).filter(|s| !s.is_empty())),
+        );
+    }
+}
+
+fn read_gates(args: &mut Args, spec: &RebootPoolSpec, read: &mut Read<'_>) {
+    let Some(gates) = &spec.gates else { return };
+    if let Some(filter) = &gates.alert_filter {
+        let needs_prometheus = match args.gates.prometheus_url {
+            Some(_) => Ok(()),
+            None => Err("needs the controller's --prometheus-url (chart value \
+                         gates.prometheusUrl), which is not set"
+                .to_owned()),
+        };
+        read(
+            "gates.alertFilter",
+            needs_prometheus
+                .and_then(|()| args::parse_regex(filter))
+                .map(|r| args.gates.alert_filter = Some(r)),
+        );
+    }
+    for (i, selector) in gates.blocking_pod_selectors.iter().enumerate() {
+        read(
+            &format!("gates.blockingPodSelectors[{i}]"),
+            args::parse_pod_selector(selector).map(|s| args.gates.blocking_pod_selectors.push(s)),
+        );
+    }
+}
+
+fn read_marks(args: &mut Args, spec: &RebootPoolSpec, read: &mut Read<'_>) {
+    let Some(marks) = &spec.marks else { return };
+    for (key, value) in &marks.pre_reboot_node_labels {
+        read(
+            &format!("marks.preRebootNodeLabels[{key}]"),
+            args::parse_label(&format!("{key}={value}"))
+                .map(|l| args.marks.pre_reboot_node_labels.push(l)),
+        );
+    }
+    for (key, value) in &marks.post_reboot_node_labels {
+        read(
+            &format!("marks.postRebootNodeLabels[{key}]"),
+            args::parse_label(&format!("{key}={value}"))
+                .map(|l| args.marks.post_reboot_node_labels.push(l)),
+        );
+    }
+    if let Some(key) = &marks.prefer_no_schedule_taint {
+        read(
+            "marks.preferNoScheduleTaint",
+            args::parse_taint_key(key).map(|k| args.marks.prefer_no_schedule_taint = Some(k)),
+        );
+    }
+}
+
+/// An int or a percentage, as `--max-unavailable` reads it.
+fn budget(value: &IntOrString) -> Result<MaxUnavailable, String> {
+    match value {
+        IntOrString::Int(n) => args::parse_max_unavailable(&n.to_string()),
+        IntOrString::String(text) => args::parse_max_unavailable(text),
+    }
+}
+
+/// A label selector as a Deployment's `selector`, read into the pool's selector.
+pub fn selector_of(selector: &LabelSelector) -> Result<PoolSelector, String> {
+    let parsed = Selector::try_from(selector.clone()).map_err(|e| e.to_string())?;
+    args::parse_pool(&parsed.to_string())
+}
+
+/// clap's message without its `error: ` prefix and usage lines: a pool has no command line.
+fn strip_clap(message: &str) -> String {
+    let first = message.lines().next().unwrap_or(message);
+    first
+        .trim_start_matches("error: ")
+        .replace("--", "the flag --")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    fn base() -> Args {
+        Args::parse_from(["reboot-controller", "--max-unavailable", "3"])
+    }
+
+    fn spec(json: serde_json::Value) -> RebootPoolSpec {
+        serde_json::from_value(json).unwrap()
+    }
+
+    #[test]
+    fn a_pool_runs_with_its_own_policy_and_ledger() {
+        let args = pool_args(
+            &base(),
+            "gpu",
+            &spec(serde_json::json!({
+                "nodeSelector": {"matchLabels": {"pool": "gpu"}},
+                "maxUnavailable": "25%",
+                "windows": ["mon-fri 22:00-06:00 UTC"],
+                "minReadySeconds": 120,
+                "rebootTimeout": "1h",
+                "drain": {"timeout": "5m", "podSelector": "app=web"},
+                "marks": {"preferNoScheduleTaint": "example.com/reboot-pending"},
+            })),
+        )
+        .unwrap();
+        assert_eq!(args.ledger_name, "node-reboot-pool-gpu");
+        assert_eq!(args.max_unavailable, "25%".parse().unwrap());
+        assert_eq!(args.node_selector.text(), Some("pool=gpu"));
+        assert_eq!(args.reboot_windows.len(), 1);
+        assert_eq!(args.min_ready_seconds, 120);
+        assert_eq!(args.reboot_timeout.as_secs(), 3600);
+        assert_eq!(args.drain_timeout.as_secs(), 300);
+        assert_eq!(args.drain_pod_selector.as_deref(), Some("app=web"));
+    }
+
+    #[test]
+    fn a_pool_does_not_inherit_the_flags_pools_budget() {
+        let args = pool_args(&base(), "a", &RebootPoolSpec::default()).unwrap();
+        assert_eq!(args.max_unavailable, MaxUnavailable::Count(1));
+    }
+
+    #[test]
+    fn every_problem_is_named_by_its_field() {
+        let problems = pool_args(
+            &base(),
+            "a",
+            &spec(serde_json::json!({
+                "maxUnavailable": "lots",
+                "windows": ["someday"],
+                "rebootTimeout": "soon",
+                "gates": {"alertFilter": "Kube.*"},
+            })),
+        )
+        .unwrap_err();
+        let all = problems.join("\n");
+        for field in [
+            "spec.maxUnavailable",
+            "spec.windows[0]",
+            "spec.rebootTimeout",
+            "spec.gates.alertFilter: needs the controller's --prometheus-url",
+        ] {
+            assert!(all.contains(field), "{field} in {all}");
+        }
+    }
+
+    #[test]
+    fn contradictions_between_fields_are_refused_as_the_flags_are() {
+        let problems = pool_args(
+            &base(),
+            "a",
+            &spec(serde_json::json!({"rebootTimeout": "1h", "giveUpAfter": "10m"})),
+        )
+        .unwrap_err();
+        assert!(problems[0].contains("give-up-after"), "{problems:?}");
+    }
+}

@@ -1,0 +1,368 @@
+//! The leader's writes to the `RebootPool` objects: each pool's status, patched when it
+//! changes and at most once a second (a pool of 65,000 nodes costs the API server one write a
+//! second at most), the pool's finalizer while a node it granted may still be in the protocol,
+//! and the Warnings of an invalid spec and of a node two pools select.
+
+use super::{Plan, PoolConfig, status};
+use crate::{
+    cache::nodes::{SharedIndex, lock},
+    cluster::{
+        events::Events,
+        ledger_store::{LedgerStore, ReadLedger},
+    },
+    metrics::PoolSummary,
+    pools::watch::Listed,
+    shell::PoolFacts,
+};
+use common::{
+    AnnotationKeys, ControllerReason, NodeFacts,
+    pool::{FINALIZER, RebootPool, RebootPoolStatus},
+};
+use k8s_openapi::{
+    api::{coordination::v1::Lease, core::v1::Node},
+    apimachinery::pkg::apis::meta::v1::Time,
+};
+use kube::{
+    Api, Client, Resource, ResourceExt,
+    api::{Patch, PatchParams},
+    runtime::reflector::{ObjectRef, Store},
+};
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    sync::Mutex,
+    time::Duration,
+};
+use tokio::sync::watch;
+
+/// At most one status write per pool in this period.
+const STATUS_PERIOD: Duration = Duration::from_secs(1);
+
+/// What the writer reads of the running pools.
+#[allow(missing_debug_implementations)] // the reflector's store has no Debug
+pub struct RunningView<'a> {
+    pub store: &'a Store<Node>,
+    pub plan: &'a Plan,
+    pub pools: Vec<PoolView<'a>>,
+}
+
+#[allow(missing_debug_implementations)]
+pub struct PoolView<'a> {
+    pub config: &'a PoolConfig,
+    pub seen: &'a Mutex<status::Seen>,
+    pub ledger: &'a watch::Receiver<ReadLedger>,
+    pub ledger_store: &'a LedgerStore,
+}
+
+/// Records what a pool's round saw: the counts, and its nodes in the protocol.
+pub fn record_seen(
+    seen: &Mutex<status::Seen>,
+    store: &Store<Node>,
+    index: &SharedIndex,
+    config: &PoolConfig,
+    summary: PoolSummary,
+    budget: usize,
+    facts: PoolFacts,
+) {
+    let names: Vec<String> = lock(index).in_protocol().iter().cloned().collect();
+    let keys = &config.args.annotation_prefix;
+    let mut in_pool = Vec::new();
+    let mut completed: Option<(String, Time)> = None;
+    for name in names {
+        let Some(node) = store.get(&ObjectRef::new(&name)) else {
+            continue;
+        };
+        if !config
+            .args
+            .node_selector
+            .matches(node.metadata.labels.as_ref().unwrap_or(&BTreeMap::new()))
+        {
+            continue;
+        }
+        if let Some(at) = NodeFacts::from_node(&node)
+            .protocol(keys)
+            .last_completed
+            .and_then(|at| at.parse().ok())
+            .map(Time)
+            && completed.as_ref().is_none_or(|(_, last)| at > *last)
+        {
+            completed = Some((name.clone(), at));
+        }
+        in_pool.push(name);
+    }
+    let mut seen = seen
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    seen.summary = summary;
+    seen.budget = budget;
+    seen.facts = facts;
+    seen.in_protocol = in_pool;
+    if let Some((node, at)) = completed
+        && seen
+            .last_completed
+            .as_ref()
+            .is_none_or(|(_, last)| at > *last)
+    {
+        seen.last_completed = Some((node, at));
+    }
+}
+
+/// Writes the statuses and finalizers of the pool objects until dropped.
+pub async fn write_statuses(
+    client: &Client,
+    objects: &watch::Receiver<Option<Listed>>,
+    view: RunningView<'_>,
+    events: &Events,
+) {
+    let api: Api<RebootPool> = Api::all(client.clone());
+    let mut said: BTreeSet<String> = BTreeSet::new();
+    loop {
+        let listed = objects.borrow().clone().unwrap_or_default();
+        let overlaps = overlaps(&view);
+        for object in &listed.objects {
+            let name = object.name_any();
+            let wanted = wanted_status(&view, object, &overlaps);
+            if let Some(wanted) = wanted
+                && object.status.as_ref() != Some(&wanted)
+            {
+                patch_status(&api, &name, &wanted).await;
+            }
+            tend_finalizer(client, &api, &view, object).await;
+            warn_once(&view, object, &overlaps, events, &mut said);
+        }
+        tokio::time::sleep(STATUS_PERIOD).await;
+    }
+}
+
+/// The nodes two or more `RebootPool`s select, per pool.
+fn overlaps(view: &RunningView<'_>) -> BTreeMap<String, Vec<common::pool::OverlappingNode>> {
+    let selectors: Vec<_> = view
+        .pools
+        .iter()
+        .filter_map(|p| Some((p.config.name.clone()?, p.config.args.node_selector.clone())))
+        .collect();
+    if selectors.len() < 2 {
+        return BTreeMap::new();
+    }
+    let empty = BTreeMap::new();
+    let nodes = view.store.state();
+    status::overlaps(
+        nodes.iter().map(|n| {
+            (
+                n.metadata.name.as_deref().unwrap_or_default(),
+                n.metadata.labels.as_ref().unwrap_or(&empty),
+            )
+        }),
+        &selectors,
+    )
+}
+
+fn wanted_status(
+    view: &RunningView<'_>,
+    object: &RebootPool,
+    overlaps: &BTreeMap<String, Vec<common::pool::OverlappingNode>>,
+) -> Option<RebootPoolStatus> {
+    let name = object.name_any();
+    let now = Time(k8s_openapi::jiff::Timestamp::now());
+    let previous = object
+        .status
+        .as_ref()
+        .map_or(&[][..], |s| s.conditions.as_slice());
+    let generation = object.metadata.generation;
+    if let Some(invalid) = view.plan.invalid.iter().find(|i| i.name == name) {
+        return Some(status::invalid(
+            generation,
+            &invalid.problems,
+            previous,
+            &now,
+        ));
+    }
+    let pool = view
+        .pools
+        .iter()
+        .find(|p| p.config.name.as_deref() == Some(name.as_str()))?;
+    let seen = pool
+        .seen
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .clone();
+    let mut wanted = status::running(
+        generation,
+        &seen,
+        overlaps.get(&name).cloned().unwrap_or_default(),
+        pool.config.paused && !pool.config.deleting,
+        pool.config.deleting,
+        previous,
+        &now,
+    );
+    // The last completion stays known across restarts of the pools.
+    if wanted.last_completed.is_none() {
+        wanted.last_completed = object
+            .status
+            .as_ref()
+            .and_then(|s| s.last_completed.clone());
+    }
+    Some(wanted)
+}
+
+/// `status` as a whole, so that a field now absent is removed (a merge patch would keep it).
+async fn patch_status(api: &Api<RebootPool>, name: &str, status: &RebootPoolStatus) {
+    let patch = serde_json::json!([{ "op": "add", "path": "/status", "value": status }]);
+    let patch = match serde_json::from_value::<json_patch::Patch>(patch) {
+        Ok(patch) => patch,
+        Err(error) => {
+            tracing::warn!(pool = name, %error, "cannot write the pool's status");
+            return;
+        }
+    };
+    let params = PatchParams::default();
+    if let Err(error) = api
+        .patch_status(name, &params, &Patch::<()>::Json(patch))
+        .await
+    {
+        tracing::warn!(pool = name, %error, "cannot write the pool's status; retrying");
+    }
+}
+
+/// Adds the finalizer to a pool that runs; removes it from a deleted pool once nothing of
+/// the operator's is left on its nodes (and then deletes its ledger Lease).
+async fn tend_finalizer(
+    client: &Client,
+    api: &Api<RebootPool>,
+    view: &RunningView<'_>,
+    object: &RebootPool,
+) {
+    let name = object.name_any();
+    let has = object.finalizers().iter().any(|f| f == FINALIZER);
+    let deleting = object.meta().deletion_timestamp.is_some();
+    let version = object.resource_version().unwrap_or_default();
+    let patch = if !deleting && !has {
+        if object.finalizers().is_empty() {
+            serde_json::json!([
+                { "op": "test", "path": "/metadata/resourceVersion", "value": version },
+                { "op": "add", "path": "/metadata/finalizers", "value": [FINALIZER] },
+            ])
+        } else {
+            serde_json::json!([
+                { "op": "test", "path": "/metadata/resourceVersion", "value": version },
+                { "op": "add", "path": "/metadata/finalizers/-", "value": FINALIZER },
+            ])
+        }
+    } else if deleting && has && finished(view, &name) {
+        let Some(at) = object.finalizers().iter().position(|f| f == FINALIZER) else {
+            return;
+        };
+        if let Some(pool) = view
+            .pools
+            .iter()
+            .find(|p| p.config.name.as_deref() == Some(name.as_str()))
+        {
+            delete_ledger(client, pool).await;
+        }
+        tracing::info!(pool = %name, "deleted pool: nothing of ours is left on its nodes; releasing it");
+        serde_json::json!([
+            { "op": "test", "path": "/metadata/resourceVersion", "value": version },
+            { "op": "remove", "path": format!("/metadata/finalizers/{at}") },
+        ])
+    } else {
+        return;
+    };
+    let Ok(patch) = serde_json::from_value::<json_patch::Patch>(patch) else {
+        return;
+    };
+    if let Err(error) = api
+        .patch(&name, &PatchParams::default(), &Patch::<()>::Json(patch))
+        .await
+    {
+        tracing::debug!(pool = %name, %error, "finalizer not written (a newer version, or gone)");
+    }
+}
+
+/// Whether a deleted pool's nodes are finished: its ledger holds no slot, and none of its
+/// nodes carries a grant of its ledger, our cordon, or a label or taint of ours.
+fn finished(view: &RunningView<'_>, name: &str) -> bool {
+    let Some(pool) = view
+        .pools
+        .iter()
+        .find(|p| p.config.name.as_deref() == Some(name))
+    else {
+        // An invalid spec runs nothing, so it granted nothing under this spec; what an earlier
+        // spec granted is found by the nodes' grants.
+        return no_grant_of(view.store, &common::pool::ledger_name(name), None);
+    };
+    let ledger = pool.ledger.borrow();
+    ledger.ledger.resource_version.is_some()
+        && ledger.ledger.slots.is_empty()
+        && no_grant_of(
+            view.store,
+            &pool.ledger_store.id(),
+            Some(&pool.config.args.annotation_prefix),
+        )
+}
+
+fn no_grant_of(store: &Store<Node>, ledger: &str, keys: Option<&AnnotationKeys>) -> bool {
+    let default_keys = AnnotationKeys::default();
+    let keys = keys.unwrap_or(&default_keys);
+    store.state().iter().all(|node| {
+        let state = NodeFacts::from_node(node).protocol(keys);
+        let ours = |grant: Option<&str>| {
+            grant
+                .and_then(common::ledger::ledger_of_grant)
+                .is_some_and(|of| of == ledger || of.ends_with(&format!("/{ledger}")))
+        };
+        !(ours(state.grant.as_deref())
+            || (ours(state.last_grant.as_deref())
+                && (state.cordoned_by_operator
+                    || state.labelled.is_some()
+                    || state.tainted.is_some())))
+    })
+}
+
+async fn delete_ledger(client: &Client, pool: &PoolView<'_>) {
+    let args = &pool.config.args;
+    let leases: Api<Lease> = Api::namespaced(client.clone(), &args.namespace);
+    if let Err(error) = leases
+        .delete(&args.ledger_name, &kube::api::DeleteParams::default())
+        .await
+    {
+        tracing::debug!(%error, lease = %args.ledger_name, "the deleted pool's ledger was not deleted");
+    }
+}
+
+/// A Warning on an invalid spec (once per generation) and on each node two pools select (once
+/// per node and pools).
+fn warn_once(
+    view: &RunningView<'_>,
+    object: &RebootPool,
+    overlaps: &BTreeMap<String, Vec<common::pool::OverlappingNode>>,
+    events: &Events,
+    said: &mut BTreeSet<String>,
+) {
+    let name = object.name_any();
+    if let Some(invalid) = view.plan.invalid.iter().find(|i| i.name == name) {
+        let key = format!("invalid/{name}/{:?}", object.metadata.generation);
+        if said.insert(key) {
+            let note = format!(
+                "RebootPool {name} grants nothing: {}; fix its spec",
+                invalid.problems.join("; ")
+            );
+            events.publish_about(object.object_ref(&()), ControllerReason::InvalidSpec, note);
+        }
+    }
+    for overlap in overlaps.get(&name).into_iter().flatten() {
+        let key = format!(
+            "overlap/{}/{name}/{}",
+            overlap.node,
+            overlap.pools.join(",")
+        );
+        if said.insert(key)
+            && let Some(node) = view.store.get(&ObjectRef::new(&overlap.node))
+        {
+            let note = format!(
+                "selected by the RebootPools {name} and {}: neither reboots it until their \
+                 nodeSelectors no longer both select it",
+                overlap.pools.join(" and ")
+            );
+            events.publish(&node, ControllerReason::PoolOverlap, note);
+        }
+    }
+}

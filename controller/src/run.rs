@@ -135,7 +135,7 @@ struct Context {
 /// The pools running now, from one listing of the `RebootPool` objects: one node cache serves
 /// them all. A change of a pool's spec, a pool created or deleted, starts them again.
 struct Running {
-    fingerprint: Vec<(String, Option<i64>, bool)>,
+    fingerprint: Vec<pools::Fingerprint>,
     plan: pools::Plan,
     cache: NodeCache,
     pools: Vec<PoolRun>,
@@ -217,6 +217,11 @@ impl Context {
                 break Err(error);
             }
             tracing::info!("the RebootPools changed: starting the pools again");
+            if leadership.is_leading() && !self.args.dry_run {
+                let ran: Vec<&PoolConfig> = running.pools.iter().map(|p| &p.config).collect();
+                pools::writer::delete_ledgers_of_gone_pools(&self.client, &ran, &self.pool_objects)
+                    .await;
+            }
         };
         self.metrics.stepped_down();
         tracing::info!("shutting down");
@@ -334,7 +339,7 @@ impl Context {
 
     /// Resolves when the `RebootPool` objects differ from `fingerprint` in a way that changes
     /// the pools (a spec, a pool created or deleted).
-    async fn pools_changed(&self, fingerprint: &[(String, Option<i64>, bool)]) {
+    async fn pools_changed(&self, fingerprint: &[pools::Fingerprint]) {
         let mut objects = self.pool_objects.clone();
         loop {
             if objects.changed().await.is_err() {
@@ -427,20 +432,29 @@ impl Context {
     /// Acts on every pool, and writes their statuses, until dropped (leadership lost, the
     /// pools changed, or shutdown); returns only on an error that stops the program.
     async fn lead(&self, running: &Running, leadership: Leadership) -> anyhow::Result<()> {
-        let rounds = futures::future::try_join_all(
-            running
-                .pools
-                .iter()
-                .map(|pool| self.lead_pool(running, pool, leadership.clone())),
-        );
+        let rounds = async {
+            futures::future::try_join_all(
+                running
+                    .pools
+                    .iter()
+                    .map(|pool| self.lead_pool(running, pool, leadership.clone())),
+            )
+            .await?;
+            // No pool runs (none is defined yet, and --default-pool=false): lead idle until
+            // the pools change.
+            std::future::pending::<anyhow::Result<()>>().await
+        };
         let statuses = pools::writer::write_statuses(
             &self.client,
             &self.pool_objects,
             running_view(running),
             &self.events,
         );
+        if self.args.dry_run {
+            return rounds.await;
+        }
         tokio::select! {
-            result = rounds => result.map(drop),
+            result = rounds => result,
             () = statuses => Ok(()),
         }
     }

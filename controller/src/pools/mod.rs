@@ -80,10 +80,13 @@ pub fn plan(base: &Args, objects: &[RebootPool]) -> Plan {
                 let mut args = args.clone();
                 args.node_selector = args.node_selector.clone().excluding(others);
                 let deleting = pool.metadata.deletion_timestamp.is_some();
+                // Nothing is granted before the finalizer is there: a pool deleted after a
+                // grant must wait for it. (A dry run writes neither.)
+                let unfenced = !base.dry_run && !has_finalizer(pool);
                 plan.pools.push(PoolConfig {
                     name: Some(name.clone()),
                     args,
-                    paused: pool.spec.paused || deleting,
+                    paused: pool.spec.paused || deleting || unfenced,
                     deleting,
                 });
             }
@@ -107,20 +110,34 @@ pub fn plan(base: &Args, objects: &[RebootPool]) -> Plan {
 }
 
 /// What a change of which restarts the pools: each object's name, generation (a change of
-/// its spec) and deletion. A status write or a finalizer changes none of them.
-pub fn fingerprint(objects: &[RebootPool]) -> Vec<(String, Option<i64>, bool)> {
+/// its spec), deletion, and whether it has the finalizer yet. A status write changes none.
+pub fn fingerprint(objects: &[RebootPool]) -> Vec<Fingerprint> {
     let mut print: Vec<_> = objects
         .iter()
-        .map(|p| {
-            (
-                p.name_any(),
-                p.metadata.generation,
-                p.metadata.deletion_timestamp.is_some(),
-            )
+        .map(|p| Fingerprint {
+            name: p.name_any(),
+            generation: p.metadata.generation,
+            deleting: p.metadata.deletion_timestamp.is_some(),
+            fenced: has_finalizer(p),
         })
         .collect();
     print.sort();
     print
+}
+
+/// One pool object as far as the running pools depend on it.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Fingerprint {
+    name: String,
+    generation: Option<i64>,
+    deleting: bool,
+    fenced: bool,
+}
+
+fn has_finalizer(pool: &RebootPool) -> bool {
+    pool.finalizers()
+        .iter()
+        .any(|f| f == common::pool::FINALIZER)
 }
 
 #[cfg(test)]
@@ -132,6 +149,7 @@ mod tests {
     pub(crate) fn pool(name: &str, spec: serde_json::Value) -> RebootPool {
         let mut pool = RebootPool::new(name, serde_json::from_value(spec).unwrap());
         pool.metadata.generation = Some(1);
+        pool.metadata.finalizers = Some(vec![common::pool::FINALIZER.to_owned()]);
         pool
     }
 
@@ -184,6 +202,22 @@ mod tests {
         assert_eq!(plan.invalid.len(), 1);
         assert!(plan.invalid[0].problems[0].starts_with("spec.windows[0]"));
         assert!(member(&plan, &labels(&[("pool", "gpu")])).is_empty());
+    }
+
+    #[test]
+    fn a_pool_grants_nothing_before_its_finalizer_is_there() {
+        let base = Args::parse_from(["reboot-controller"]);
+        let mut bare = pool("a", serde_json::json!({}));
+        bare.metadata.finalizers = None;
+        let before = plan(&base, std::slice::from_ref(&bare));
+        assert!(before.pools[0].paused);
+        let fenced = pool("a", serde_json::json!({}));
+        assert_ne!(
+            fingerprint(&[bare]),
+            fingerprint(std::slice::from_ref(&fenced)),
+            "adding it starts the pool again"
+        );
+        assert!(!plan(&base, &[fenced]).pools[0].paused);
     }
 
     #[test]

@@ -120,13 +120,14 @@ pub async fn write_statuses(
         let overlaps = overlaps(&view);
         for object in &listed.objects {
             let name = object.name_any();
+            // The finalizer first: its patch is refused if the object changed meanwhile.
+            tend_finalizer(&api, &view, object).await;
             let wanted = wanted_status(&view, object, &overlaps);
             if let Some(wanted) = wanted
                 && object.status.as_ref() != Some(&wanted)
             {
                 patch_status(&api, &name, &wanted).await;
             }
-            tend_finalizer(client, &api, &view, object).await;
             warn_once(&view, object, &overlaps, events, &mut said);
         }
         tokio::time::sleep(STATUS_PERIOD).await;
@@ -189,7 +190,7 @@ fn wanted_status(
         generation,
         &seen,
         overlaps.get(&name).cloned().unwrap_or_default(),
-        pool.config.paused && !pool.config.deleting,
+        object.spec.paused,
         pool.config.deleting,
         previous,
         &now,
@@ -224,13 +225,9 @@ async fn patch_status(api: &Api<RebootPool>, name: &str, status: &RebootPoolStat
 }
 
 /// Adds the finalizer to a pool that runs; removes it from a deleted pool once nothing of
-/// the operator's is left on its nodes (and then deletes its ledger Lease).
-async fn tend_finalizer(
-    client: &Client,
-    api: &Api<RebootPool>,
-    view: &RunningView<'_>,
-    object: &RebootPool,
-) {
+/// the operator's is left on its nodes (its ledger Lease is deleted once its rounds stopped:
+/// `delete_ledgers_of_gone_pools`).
+async fn tend_finalizer(api: &Api<RebootPool>, view: &RunningView<'_>, object: &RebootPool) {
     let name = object.name_any();
     let has = object.finalizers().iter().any(|f| f == FINALIZER);
     let deleting = object.meta().deletion_timestamp.is_some();
@@ -251,13 +248,6 @@ async fn tend_finalizer(
         let Some(at) = object.finalizers().iter().position(|f| f == FINALIZER) else {
             return;
         };
-        if let Some(pool) = view
-            .pools
-            .iter()
-            .find(|p| p.config.name.as_deref() == Some(name.as_str()))
-        {
-            delete_ledger(client, pool).await;
-        }
         tracing::info!(pool = %name, "deleted pool: nothing of ours is left on its nodes; releasing it");
         serde_json::json!([
             { "op": "test", "path": "/metadata/resourceVersion", "value": version },
@@ -317,17 +307,6 @@ fn no_grant_of(store: &Store<Node>, ledger: &str, keys: Option<&AnnotationKeys>)
     })
 }
 
-async fn delete_ledger(client: &Client, pool: &PoolView<'_>) {
-    let args = &pool.config.args;
-    let leases: Api<Lease> = Api::namespaced(client.clone(), &args.namespace);
-    if let Err(error) = leases
-        .delete(&args.ledger_name, &kube::api::DeleteParams::default())
-        .await
-    {
-        tracing::debug!(%error, lease = %args.ledger_name, "the deleted pool's ledger was not deleted");
-    }
-}
-
 /// A Warning on an invalid spec (once per generation) and on each node two pools select (once
 /// per node and pools).
 fn warn_once(
@@ -363,6 +342,35 @@ fn warn_once(
                 overlap.pools.join(" and ")
             );
             events.publish(&node, ControllerReason::PoolOverlap, note);
+        }
+    }
+}
+
+/// Deletes the ledger Leases of the pools that ran and whose objects are gone: their rounds
+/// have stopped, so nothing recreates them.
+pub async fn delete_ledgers_of_gone_pools(
+    client: &Client,
+    ran: &[&PoolConfig],
+    objects: &watch::Receiver<Option<Listed>>,
+) {
+    let listed = objects.borrow().clone().unwrap_or_default();
+    for config in ran {
+        let Some(name) = &config.name else { continue };
+        if listed.objects.iter().any(|o| o.name_any() == *name) {
+            continue;
+        }
+        let args = &config.args;
+        let leases: Api<Lease> = Api::namespaced(client.clone(), &args.namespace);
+        match leases
+            .delete(&args.ledger_name, &kube::api::DeleteParams::default())
+            .await
+        {
+            Ok(_) => {
+                tracing::info!(pool = %name, lease = %args.ledger_name, "deleted the ledger of a deleted pool")
+            }
+            Err(error) => {
+                tracing::debug!(%error, lease = %args.ledger_name, "the deleted pool's ledger was not deleted")
+            }
         }
     }
 }

@@ -1,0 +1,286 @@
+//! Pools as objects, end to end: the real `RebootPool` CRD on the real API server, one real
+//! controller running every pool, real agents on simulated nodes. An independent watch holds
+//! each pool to its own budget (its label is the pool's, as zones are held to theirs).
+
+use common::{
+    ControllerReason,
+    pool::{FINALIZER, RebootPool},
+};
+use e2e::{
+    BudgetWatch, kubectl, label_node, node, node_events, protocol_annotations, request_reboot,
+    rollout::{ROLLOUT, back},
+    wait_until,
+};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::{
+    Api, Client, CustomResourceExt, ResourceExt,
+    api::{DeleteParams, PostParams},
+};
+use nodesim::{
+    budget_watch::ZoneBudget,
+    sandbox::{Sandbox, SandboxConfig},
+};
+use std::time::Duration;
+
+/// A sandbox whose nodes carry `pool=<name>` as given, with the CRD installed and the
+/// controller started after it (with `controller_args`).
+async fn sandbox(pools: &[(&str, usize)], unlabelled: usize, controller_args: &[&str]) -> Sandbox {
+    let nodes = pools.iter().map(|(_, n)| n).sum::<usize>() + unlabelled;
+    let config = SandboxConfig::with_nodes(nodes)
+        .reboot_duration(Duration::from_secs(1))
+        .start_controller(false)
+        .without_pods();
+    let mut sb = Sandbox::start(config).await.expect("sandbox starts");
+    install_crd(&sb.client).await;
+    let mut i = 1;
+    for (pool, n) in pools {
+        for _ in 0..*n {
+            label_node(
+                &sb.control_plane,
+                &format!("sim-{i}"),
+                &format!("pool={pool}"),
+            );
+            i += 1;
+        }
+    }
+    sb.start_controller(controller_args)
+        .expect("controller starts");
+    sb
+}
+
+async fn install_crd(client: &Client) {
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    crds.create(&PostParams::default(), &RebootPool::crd())
+        .await
+        .expect("the RebootPool CRD is created");
+    wait_until(
+        "the RebootPool CRD is established",
+        Duration::from_secs(30),
+        None,
+        || async {
+            Api::<RebootPool>::all(client.clone())
+                .list(&Default::default())
+                .await
+                .is_ok()
+        },
+    )
+    .await;
+}
+
+async fn create_pool(client: &Client, name: &str, spec: serde_json::Value) {
+    let pool = RebootPool::new(name, serde_json::from_value(spec).expect("a pool spec"));
+    Api::<RebootPool>::all(client.clone())
+        .create(&PostParams::default(), &pool)
+        .await
+        .expect("the pool is created");
+}
+
+async fn pool(client: &Client, name: &str) -> Option<RebootPool> {
+    Api::<RebootPool>::all(client.clone())
+        .get_opt(name)
+        .await
+        .expect("pools can be read")
+}
+
+fn condition(pool: &RebootPool, kind: &str) -> Option<String> {
+    pool.status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == kind)
+        .map(|c| c.status.clone())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn two_pools_reboot_at_once_each_under_its_own_budget() {
+    let sb = sandbox(&[("a", 4), ("b", 4)], 1, &[]).await;
+    create_pool(
+        &sb.client,
+        "a",
+        serde_json::json!({"nodeSelector": {"matchLabels": {"pool": "a"}}, "maxUnavailable": 2}),
+    )
+    .await;
+    create_pool(&sb.client, "b", serde_json::json!({"nodeSelector": {"matchLabels": {"pool": "b"}}, "maxUnavailable": "50%"})).await;
+    let zones = ZoneBudget {
+        label: "pool".into(),
+        budget: 2,
+    };
+    // Each pool 2, the flags' pool (sim-9) 1.
+    let watch = BudgetWatch::start_with_zones(sb.client.clone(), 5, Some(zones)).await;
+    e2e::every_node::request(&sb.control_plane);
+    wait_until(
+        "every node rebooted once and back",
+        ROLLOUT,
+        Some(&watch),
+        || async {
+            for i in 1..=9 {
+                if !back(&sb, &format!("sim-{i}"), 1).await {
+                    return false;
+                }
+            }
+            true
+        },
+    )
+    .await;
+    assert_eq!(watch.zone_max_seen(), 2, "each pool used its budget");
+    assert!(
+        watch.max_seen() > 2,
+        "the pools rebooted at the same time, each under its own budget (at most {} at once)",
+        watch.max_seen()
+    );
+    // What a user reads: the status, and kubectl's columns.
+    wait_until(
+        "both pools show Ready and idle",
+        Duration::from_secs(30),
+        Some(&watch),
+        || async {
+            let a = pool(&sb.client, "a").await.unwrap();
+            let status = a.status.clone().unwrap_or_default();
+            status.nodes == 4
+                && status.budget.as_deref() == Some("2")
+                && status.observed_generation == Some(1)
+                && condition(&a, "Ready").as_deref() == Some("True")
+                && condition(&a, "Reconciling").as_deref() == Some("False")
+                && a.finalizers().iter().any(|f| f == FINALIZER)
+        },
+    )
+    .await;
+    let table = kubectl(&sb.control_plane, &["get", "rebootpools"]);
+    for column in ["NODES", "BUDGET", "UNAVAILABLE", "REBOOTING", "WAITING"] {
+        assert!(table.contains(column), "{table}");
+    }
+    assert!(
+        table
+            .lines()
+            .any(|l| l.starts_with("b ") && l.contains(" 4 ")),
+        "{table}"
+    );
+    watch.check().expect("budgets held");
+    sb.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_node_two_pools_select_is_rebooted_by_neither_until_they_part() {
+    let sb = sandbox(&[("a", 2)], 0, &["--default-pool=false"]).await;
+    create_pool(
+        &sb.client,
+        "a",
+        serde_json::json!({"nodeSelector": {"matchLabels": {"pool": "a"}}}),
+    )
+    .await;
+    create_pool(&sb.client, "spot", serde_json::json!({"nodeSelector": {"matchExpressions": [{"key": "spot", "operator": "Exists"}]}})).await;
+    label_node(&sb.control_plane, "sim-1", "spot=true");
+    let watch = BudgetWatch::start(sb.client.clone(), 2).await;
+    request_reboot(&sb.control_plane, "sim-1");
+    request_reboot(&sb.control_plane, "sim-2");
+    wait_until("sim-2 is rebooted", ROLLOUT, Some(&watch), || {
+        back(&sb, "sim-2", 1)
+    })
+    .await;
+    wait_until(
+        "both pools show the overlap, and sim-1 has a Warning naming both",
+        Duration::from_secs(30),
+        Some(&watch),
+        || async {
+            let shows = |p: Option<RebootPool>| {
+                p.and_then(|p| p.status)
+                    .is_some_and(|s| s.overlapping.iter().any(|o| o.node == "sim-1"))
+            };
+            let events = node_events(&sb.client, "sim-1").await;
+            shows(pool(&sb.client, "a").await)
+                && shows(pool(&sb.client, "spot").await)
+                && events.iter().any(|(reason, _, note)| {
+                    reason == ControllerReason::PoolOverlap.as_str()
+                        && note.contains('a')
+                        && note.contains("spot")
+                })
+        },
+    )
+    .await;
+    assert_eq!(sb.fleet.reboots("sim-1"), 0, "neither pool rebooted it");
+    assert!(
+        protocol_annotations(&node(&sb.client, "sim-1").await)
+            .iter()
+            .all(|k| k == "reboot-needed"),
+        "sim-1 was not granted"
+    );
+    kubectl(&sb.control_plane, &["label", "node", "sim-1", "spot-"]);
+    wait_until("sim-1 is rebooted by pool a", ROLLOUT, Some(&watch), || {
+        back(&sb, "sim-1", 1)
+    })
+    .await;
+    watch.check().expect("budget held");
+    sb.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pool_deleted_mid_rollout_finishes_its_reboots_and_leaves_nothing() {
+    let sb = sandbox(&[("a", 3)], 0, &["--default-pool=false"]).await;
+    // A soak keeps the first node in the protocol long enough to delete the pool under it.
+    create_pool(
+        &sb.client,
+        "a",
+        serde_json::json!({"nodeSelector": {"matchLabels": {"pool": "a"}}, "minReadySeconds": 5}),
+    )
+    .await;
+    let watch = BudgetWatch::start(sb.client.clone(), 1).await;
+    e2e::every_node::request(&sb.control_plane);
+    let granted = e2e::eventually("a node is granted", ROLLOUT, Some(&watch), || async {
+        for i in 1..=3 {
+            let name = format!("sim-{i}");
+            if protocol_annotations(&node(&sb.client, &name).await)
+                .iter()
+                .any(|k| k == "reboot-grant")
+            {
+                return Some(name);
+            }
+        }
+        None
+    })
+    .await;
+    Api::<RebootPool>::all(sb.client.clone())
+        .delete("a", &DeleteParams::default())
+        .await
+        .expect("the pool is deleted");
+    assert!(
+        pool(&sb.client, "a").await.is_some(),
+        "its finalizer keeps it while {granted} is in the protocol"
+    );
+    wait_until("the pool is gone", ROLLOUT, Some(&watch), || async {
+        pool(&sb.client, "a").await.is_none()
+    })
+    .await;
+    assert_eq!(
+        sb.fleet.reboots(&granted),
+        1,
+        "the reboot under way finished"
+    );
+    for i in 1..=3 {
+        let name = format!("sim-{i}");
+        let n = node(&sb.client, &name).await;
+        assert_ne!(
+            n.spec.as_ref().and_then(|s| s.unschedulable),
+            Some(true),
+            "{name} is not left cordoned"
+        );
+        let left: Vec<String> = protocol_annotations(&n)
+            .into_iter()
+            .filter(|k| k == "reboot-grant" || k == "reboot-now" || k == "reboot-in-progress")
+            .collect();
+        assert!(left.is_empty(), "{name} keeps {left:?}");
+        if name != granted {
+            assert_eq!(
+                sb.fleet.reboots(&name),
+                0,
+                "{name}: nothing new was started"
+            );
+        }
+    }
+    let leases = kubectl(&sb.control_plane, &["get", "lease", "-A", "-o", "name"]);
+    assert!(
+        !leases.contains("node-reboot-pool-a"),
+        "its ledger is deleted: {leases}"
+    );
+    watch.check().expect("budget held");
+    sb.stop().await;
+}

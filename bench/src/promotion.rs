@@ -48,6 +48,8 @@ pub struct Promotions {
     nodes: Api<Node>,
     client: Client,
     pool: String,
+    /// The ledger Lease whose slots must be empty again after each trial.
+    ledger: String,
     keys: AnnotationKeys,
     sightings: Sightings,
     seen: Arc<Notify>,
@@ -61,6 +63,7 @@ impl Promotions {
         watch_client: Client,
         write_client: Client,
         pool: &str,
+        ledger: &str,
     ) -> anyhow::Result<Self> {
         let keys = AnnotationKeys::default();
         let sightings: Sightings = Arc::default();
@@ -115,6 +118,7 @@ impl Promotions {
             nodes: Api::all(write_client.clone()),
             client: write_client,
             pool: pool.to_owned(),
+            ledger: ledger.to_owned(),
             keys,
             sightings,
             seen,
@@ -197,7 +201,7 @@ impl Promotions {
     async fn is_clean(&self, node: &str) -> anyhow::Result<bool> {
         let n = self.nodes.get(node).await?;
         Ok(crate::scenarios::is_clean(&n)
-            && crate::scenarios::slots(&self.client, &self.pool)
+            && crate::scenarios::slots_of(&self.client, &self.ledger)
                 .await?
                 .is_empty())
     }

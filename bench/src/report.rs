@@ -60,6 +60,8 @@ pub struct SizeLatency {
     pub trials_per_batch: usize,
     pub p50_ms: Spread,
     pub p99_ms: Spread,
+    /// The pool's `RebootPool` status writes per second during the trials.
+    pub status_writes_per_second: f64,
 }
 
 /// Every key a report must have a number under after a run of every scenario (what the CI
@@ -98,6 +100,7 @@ impl Report {
                 trials_per_batch: s.latency.trials_per_batch,
                 p50_ms: s.latency.p50_ms,
                 p99_ms: s.latency.p99_ms,
+                status_writes_per_second: s.controller.status_writes_per_second,
             })
             .collect();
         self.promotion_latency_p50_ms = worst(o.steps.iter().map(|s| s.latency.p50_ms.median));

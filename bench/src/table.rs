@@ -106,6 +106,22 @@ fn scale_rows(r: &Report, sizes: &Sizes) -> Vec<Row> {
             verdict: if within { Verdict::Pass } else { Verdict::Miss },
         });
     }
+    for size in &r.promotion_latency {
+        rows.push(Row {
+            scenario: Scenario::Scale,
+            measure: format!(
+                "RebootPool status writes per second during the promotion trials, {} nodes",
+                thousands(size.nodes)
+            ),
+            target: format!("<= {} /s", targets::STATUS_WRITES_PER_SECOND),
+            result: show(Some(size.status_writes_per_second), " /s", 2),
+            load: load(size.nodes),
+            verdict: at_most(
+                Some(size.status_writes_per_second),
+                targets::STATUS_WRITES_PER_SECOND,
+            ),
+        });
+    }
     let steps: Vec<String> = sizes.scale_steps.iter().map(|n| thousands(*n)).collect();
     let stopped = r.scale_stopped.as_ref().map_or_else(String::new, |s| {
         format!(" ({} not held: {})", thousands(s.nodes), s.reason)

@@ -55,3 +55,7 @@ mod tests {
         assert!(within(20_000, 12.0, 80.0, 70.0));
     }
 }
+
+/// A pool's status is written when it changes, at most about once a second whatever the
+/// pool's size (a promotion trial changes the pool's counts twice).
+pub const STATUS_WRITES_PER_SECOND: f64 = 1.1;

@@ -432,30 +432,40 @@ impl Context {
     /// Acts on every pool, and writes their statuses, until dropped (leadership lost, the
     /// pools changed, or shutdown); returns only on an error that stops the program.
     async fn lead(&self, running: &Running, leadership: Leadership) -> anyhow::Result<()> {
-        let rounds = async {
-            futures::future::try_join_all(
-                running
-                    .pools
-                    .iter()
-                    .map(|pool| self.lead_pool(running, pool, leadership.clone())),
-            )
-            .await?;
-            // No pool runs (none is defined yet, and --default-pool=false): lead idle until
-            // the pools change.
-            std::future::pending::<anyhow::Result<()>>().await
+        // Every change wakes every pool: `changed` keeps one wake-up for its one waiter (a
+        // change during a round is not lost), and hands it on to each pool's own.
+        let wakes: Vec<Arc<Notify>> = running.pools.iter().map(|_| Arc::default()).collect();
+        let fan_out = async {
+            loop {
+                self.changed.notified().await;
+                for wake in &wakes {
+                    wake.notify_one();
+                }
+            }
         };
+        let rounds =
+            async {
+                futures::future::try_join_all(
+                    running.pools.iter().zip(&wakes).map(|(pool, wake)| {
+                        self.lead_pool(running, pool, wake, leadership.clone())
+                    }),
+                )
+                .await?;
+                // No pool runs (none is defined yet, and --default-pool=false): lead idle until
+                // the pools change.
+                std::future::pending::<anyhow::Result<()>>().await
+            };
         let statuses = pools::writer::write_statuses(
             &self.client,
             &self.pool_objects,
             running_view(running),
             &self.events,
         );
-        if self.args.dry_run {
-            return rounds.await;
-        }
         tokio::select! {
             result = rounds => result,
-            () = statuses => Ok(()),
+            () = fan_out => Ok(()),
+            // A dry run writes no status.
+            () = statuses, if !self.args.dry_run => Ok(()),
         }
     }
 
@@ -464,6 +474,7 @@ impl Context {
         &self,
         running: &Running,
         pool: &PoolRun,
+        wake: &Notify,
         leadership: Leadership,
     ) -> anyhow::Result<()> {
         let ledger = self.load_ledger(&running.cache.store, pool).await?;
@@ -534,7 +545,7 @@ impl Context {
         let mut wait = Duration::ZERO;
         loop {
             tokio::select! {
-                () = self.changed.notified() => {}
+                () = wake.notified() => {}
                 () = tokio::time::sleep(wait.max(Duration::from_millis(1))) => {}
             }
             wait = RESYNC;

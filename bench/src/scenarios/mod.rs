@@ -221,14 +221,52 @@ pub fn start_controller(
     )?)
 }
 
+/// Installs the `RebootPool` CRD (unless there) and creates the pool `pool` over the nodes
+/// labelled with it, with budget `max_unavailable` and no drain.
+pub async fn pool_object(admin: &Client, pool: &str, max_unavailable: usize) -> anyhow::Result<()> {
+    use common::pool::RebootPool;
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    use kube::CustomResourceExt;
+    let crds: Api<CustomResourceDefinition> = Api::all(admin.clone());
+    crate::identity::create_or_keep(&crds, serde_json::to_value(RebootPool::crd())?).await?;
+    let pools: Api<RebootPool> = Api::all(admin.clone());
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while pools.list(&Default::default()).await.is_err() {
+        anyhow::ensure!(
+            tokio::time::Instant::now() < deadline,
+            "the RebootPool CRD was not served within 60 s"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let object = serde_json::json!({
+        "apiVersion": "node-reboot-operator.io/v1alpha1",
+        "kind": "RebootPool",
+        "metadata": {"name": pool},
+        "spec": {
+            "nodeSelector": {"matchLabels": {POOL_LABEL: pool}},
+            "maxUnavailable": max_unavailable,
+            "drain": {"enabled": false},
+        },
+    });
+    crate::identity::create_or_keep(&pools, object).await
+}
+
 /// The nodes holding a slot in a pool's ledger (none when the ledger does not exist yet).
 pub async fn slots(
     admin: &Client,
     pool: &str,
 ) -> anyhow::Result<BTreeMap<String, serde_json::Value>> {
+    slots_of(admin, &ledger_name(pool)).await
+}
+
+/// The nodes holding a slot in the ledger Lease `ledger`.
+pub async fn slots_of(
+    admin: &Client,
+    ledger: &str,
+) -> anyhow::Result<BTreeMap<String, serde_json::Value>> {
     let leases: Api<Lease> = Api::namespaced(admin.clone(), OPERATOR_NAMESPACE);
     let json = leases
-        .get_opt(&ledger_name(pool))
+        .get_opt(ledger)
         .await?
         .and_then(|l| l.metadata.annotations)
         .and_then(|mut a| a.remove(common::ledger::SLOTS_ANNOTATION))

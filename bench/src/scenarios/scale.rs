@@ -12,6 +12,7 @@
 use super::{Cluster, Context, ControlPlaneMemory, ControllerSetup, start_controller};
 use crate::{
     capacity::{self, Observed},
+    identity,
     load::{Load, LoadSampler},
     nodes::{self, HeartbeatCounts, Heartbeats},
     procstat::{self, CpuWindow},
@@ -69,6 +70,10 @@ pub struct ControllerFigures {
     pub cpu_percent: f64,
     /// The first trial, which may still include part of the controller's start.
     pub first_promotion_ms: f64,
+    /// Writes of the pool's `RebootPool` status per second during the promotion trials (each
+    /// trial changes the pool's counts twice): the status writes are coalesced to at most
+    /// about one a second, whatever the pool's size.
+    pub status_writes_per_second: f64,
 }
 
 /// The step the machine could not hold, and why.
@@ -162,7 +167,8 @@ impl Step {
         format!(
             "Scale, {} nodes: created {} in {:.0} s ({:.0}/s); API server {:.0} MiB, etcd {:.0} MiB \
              (database {:.0} MiB); controller peak RSS {:.1} MiB, CPU {:.1} % during {:.1} status \
-             reports/s ({:.1}/s sent); promotion p50 {}, p99 {}: {} the targets; took {:.0} s.",
+             reports/s ({:.1}/s sent); {:.2} RebootPool status writes/s; promotion p50 {}, p99 {}: \
+             {} the targets; took {:.0} s.",
             self.nodes,
             self.creation.nodes,
             self.creation.seconds,
@@ -174,6 +180,7 @@ impl Step {
             self.controller.cpu_percent,
             self.heartbeats.rate,
             self.heartbeats.sent_per_second,
+            self.controller.status_writes_per_second,
             self.latency.p50_ms.show(" ms", 1),
             self.latency.p99_ms.show(" ms", 1),
             if self.within { "within" } else { "not within" },
@@ -387,11 +394,21 @@ async fn measure(
     names: &[String],
 ) -> anyhow::Result<(ControllerFigures, Batched)> {
     let sizes = &ctx.sizes;
+    // The pool is a RebootPool, run by a controller whose requests the audit log tells apart.
+    super::pool_object(&cluster.admin, POOL, 1).await?;
+    let dir = ctx.logs.join("identities");
+    let identity = identity::service_account(
+        &cluster.control_plane,
+        &cluster.admin,
+        "scale-controller",
+        &dir,
+    )
+    .await?;
     let mut controller = start_controller(
         ctx,
         ControllerSetup {
             pool: POOL,
-            kubeconfig: cluster.control_plane.kubeconfig_path(),
+            kubeconfig: &identity.kubeconfig,
             max_unavailable: 1,
             drain: false,
         },
@@ -403,6 +420,7 @@ async fn measure(
         cluster.control_plane.client().await?,
         cluster.control_plane.client().await?,
         POOL,
+        &common::pool::ledger_name(POOL),
     )
     .await?;
     super::controller_ready(
@@ -432,6 +450,7 @@ async fn measure(
     tokio::time::sleep(sizes.cpu_window).await;
     let cpu = window.percent()?;
     let after_updates = procstat::memory(pid)?;
+    let trials_began = std::time::SystemTime::now();
     let latency = promotions
         .batches(
             names,
@@ -448,6 +467,17 @@ async fn measure(
         )
         .await?;
     let memory = procstat::memory(pid)?;
+    let trials_ended = std::time::SystemTime::now();
+    let status_writes = cluster
+        .audit
+        .requests(&identity.user, trials_began, trials_ended)?
+        .iter()
+        .filter(|r| r.kind.label() == "patch rebootpools/status")
+        .count();
+    let trials_seconds = trials_ended
+        .duration_since(trials_began)
+        .unwrap_or_default()
+        .as_secs_f64();
     controller.terminate(Duration::from_secs(5)).await;
     let figures = ControllerFigures {
         peak_rss_mib: memory.peak_mib,
@@ -457,6 +487,7 @@ async fn measure(
         rss_after_mib: memory.rss_mib,
         cpu_percent: cpu,
         first_promotion_ms: first.as_secs_f64() * 1000.0,
+        status_writes_per_second: status_writes as f64 / trials_seconds.max(1e-3),
     };
     Ok((figures, latency))
 }

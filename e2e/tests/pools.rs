@@ -7,7 +7,8 @@ use common::{
     pool::{FINALIZER, RebootPool},
 };
 use e2e::{
-    BudgetWatch, kubectl, label_node, node, node_events, protocol_annotations, request_reboot,
+    BudgetWatch, kubectl, kubectl_stdin, label_node, node, node_events, protocol_annotations,
+    request_reboot,
     rollout::{ROLLOUT, back},
     wait_until,
 };
@@ -281,6 +282,130 @@ async fn a_pool_deleted_mid_rollout_finishes_its_reboots_and_leaves_nothing() {
         !leases.contains("node-reboot-pool-a"),
         "its ledger is deleted: {leases}"
     );
+    watch.check().expect("budget held");
+    sb.stop().await;
+}
+
+/// kstatus's rules for a resource with conditions (sigs.k8s.io/cli-utils, as Argo CD and
+/// Flux apply them): not yet observed is InProgress; `Stalled` True is Failed; `Reconciling`
+/// True is InProgress; otherwise Current.
+fn kstatus(pool: &RebootPool) -> &'static str {
+    let observed = pool.status.as_ref().and_then(|s| s.observed_generation);
+    if observed != pool.metadata.generation {
+        return "InProgress";
+    }
+    match (condition(pool, "Stalled"), condition(pool, "Reconciling")) {
+        (Some(s), _) if s == "True" => "Failed",
+        (_, Some(r)) if r == "True" => "InProgress",
+        _ => "Current",
+    }
+}
+
+const POOLS_YAML: &str = r#"
+apiVersion: node-reboot-operator.io/v1alpha1
+kind: RebootPool
+metadata: {name: control-plane}
+spec:
+  nodeSelector: {matchLabels: {pool: control-plane}}
+  maxUnavailable: 1
+  minReadySeconds: 1
+---
+apiVersion: node-reboot-operator.io/v1alpha1
+kind: RebootPool
+metadata: {name: general}
+spec:
+  nodeSelector: {matchLabels: {pool: general}}
+  maxUnavailable: "50%"
+---
+apiVersion: node-reboot-operator.io/v1alpha1
+kind: RebootPool
+metadata: {name: gpu}
+spec:
+  nodeSelector: {matchLabels: {pool: gpu}}
+  windows: ["someday at noon"]
+"#;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn pools_applied_server_side_show_their_health_as_kstatus_reads_it() {
+    let sb = sandbox(
+        &[("control-plane", 1), ("general", 2), ("gpu", 1)],
+        0,
+        &["--default-pool=false"],
+    )
+    .await;
+    kubectl_stdin(
+        &sb.control_plane,
+        &["apply", "--server-side", "-f", "-"],
+        POOLS_YAML,
+    );
+    let watch = BudgetWatch::start(sb.client.clone(), 2).await;
+    let health = || async {
+        let mut all = Vec::new();
+        for name in ["control-plane", "general", "gpu"] {
+            all.push(kstatus(&pool(&sb.client, name).await.expect("applied")));
+        }
+        all
+    };
+    wait_until(
+        "the two valid pools are Current, the invalid one Failed",
+        Duration::from_secs(60),
+        Some(&watch),
+        || async { health().await == ["Current", "Current", "Failed"] },
+    )
+    .await;
+    let gpu = pool(&sb.client, "gpu").await.unwrap();
+    let held = gpu.status.unwrap().held.unwrap_or_default();
+    assert!(
+        held.contains("spec.windows[0]"),
+        "the field is named: {held}"
+    );
+    kubectl(
+        &sb.control_plane,
+        &[
+            "wait",
+            "--for=condition=Ready",
+            "rebootpool/general",
+            "--timeout=30s",
+        ],
+    );
+    // A rollout in progress, then done; a spec edit is observed.
+    e2e::every_node::request(&sb.control_plane);
+    wait_until(
+        "the control-plane and general nodes are rebooted",
+        ROLLOUT,
+        Some(&watch),
+        || async {
+            back(&sb, "sim-1", 1).await
+                && back(&sb, "sim-2", 1).await
+                && back(&sb, "sim-3", 1).await
+        },
+    )
+    .await;
+    assert_eq!(
+        sb.fleet.reboots("sim-4"),
+        0,
+        "the invalid pool granted nothing"
+    );
+    let fixed = POOLS_YAML.replace("someday at noon", "mon-sun 00:00-24:00 UTC");
+    kubectl_stdin(
+        &sb.control_plane,
+        &["apply", "--server-side", "-f", "-"],
+        &fixed,
+    );
+    wait_until(
+        "the fixed pool reboots its node",
+        ROLLOUT,
+        Some(&watch),
+        || back(&sb, "sim-4", 1),
+    )
+    .await;
+    wait_until(
+        "every pool is Current at its new generation",
+        Duration::from_secs(60),
+        Some(&watch),
+        || async { health().await == ["Current", "Current", "Current"] },
+    )
+    .await;
     watch.check().expect("budget held");
     sb.stop().await;
 }

@@ -167,9 +167,13 @@ pub fn plan(
         .collect();
     let ledger = ledger(input);
     let others = PoolCounts::default();
-    let views: Vec<NodeView> = input
+    // A node that two RebootPools select is granted by neither: no wave takes it.
+    let (overlapping, planned_nodes): (Vec<&NodeInput>, Vec<&NodeInput>) = input
         .nodes
         .iter()
+        .partition(|n| !n.overlap.is_empty() && !input.ledger.slots.contains_key(&n.facts.name));
+    let views: Vec<NodeView> = planned_nodes
+        .into_iter()
         .map(|n| view(n, keys, &settings.zone_label))
         .collect();
     let planned = rollout_plan::plan(PlanInput {
@@ -228,6 +232,16 @@ pub fn plan(
                     _ => left_detail(*why),
                 },
             })
+            .chain(
+                overlapping
+                    .iter()
+                    .filter(|n| requested(n, keys))
+                    .map(|n| LeftNode {
+                        name: n.facts.name.clone(),
+                        reason: WaitReason::Overlap.as_str(),
+                        detail: status::overlap(&n.overlap),
+                    }),
+            )
             .collect(),
         spills: planned
             .spills()
@@ -242,6 +256,10 @@ pub fn plan(
         notes,
         warnings: status.warnings,
     })
+}
+
+fn requested(node: &NodeInput, keys: &AnnotationKeys) -> bool {
+    node.facts.protocol(keys).request == common::Request::Needed
 }
 
 fn basis_name(basis: Basis) -> &'static str {

@@ -164,3 +164,32 @@ fn a_paused_pool_has_no_wave_and_an_unknown_budget_is_an_error_naming_the_fix() 
     let err = super::plan(&unknown, &keys, &settings(&[]), at(NOW)).unwrap_err();
     assert!(err.contains("--max-unavailable"), "{err}");
 }
+
+#[test]
+fn a_reboot_pools_plan_takes_its_spec_and_leaves_the_overlapping_nodes_out() {
+    let keys = AnnotationKeys::default();
+    let mut nodes = fleet();
+    nodes[0].overlap = vec!["gpu".into(), "big".into()];
+    let spec: common::pool::RebootPoolSpec = serde_json::from_value(serde_json::json!({
+        "maxUnavailable": "50%", "windows": ["Tue 22:00-23:00"]}))
+    .unwrap();
+    let input = PoolInput {
+        name: Some("gpu".into()),
+        spec: Some(spec.clone()),
+        budget: crate::input::BudgetInput::default(),
+        ..pool(nodes, false)
+    };
+    let settings =
+        crate::pool_spec::plan_settings(&spec, Some(Duration::from_secs(20 * 60))).unwrap();
+    let plan = plan(&input, &keys, &settings, at(NOW)).unwrap();
+    // 50% of the 9 nodes: 4 at a time, in the spec's window; g (first asked) is in two pools.
+    assert_eq!(plan.settings.max_unavailable, Some(4));
+    assert_eq!(plan.settings.windows, ["Tue 22:00-23:00"]);
+    assert_eq!(
+        wave_nodes(&plan),
+        [vec!["f", "e", "d", "c"], vec!["b", "a"]]
+    );
+    let g = plan.left.iter().find(|l| l.name == "g").expect("g is left");
+    assert_eq!(g.reason, "in two pools");
+    assert!(g.detail.contains("gpu and big"), "{}", g.detail);
+}

@@ -114,6 +114,8 @@ pub fn is_stale(error: &kube::Error) -> bool {
     matches!(error, kube::Error::Api(s) if s.is_invalid() || s.is_conflict())
 }
 
+/// Not found: the object, or its whole resource (a CRD not installed answers a plain 404
+/// page, without a Status reason).
 pub fn is_not_found(error: &kube::Error) -> bool {
-    matches!(error, kube::Error::Api(s) if s.is_not_found())
+    matches!(error, kube::Error::Api(s) if s.is_not_found() || s.code == 404)
 }

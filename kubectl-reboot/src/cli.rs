@@ -50,9 +50,10 @@ pub struct Global {
 
 #[derive(Debug, Clone, Subcommand)]
 pub enum Command {
-    /// Every node of the pool with its state (idle, requested, waiting and why, draining,
+    /// Every node of each pool with its state (idle, requested, waiting and why, draining,
     /// rebooting, soaking), the slots in use against the budget, and when the queue should
-    /// be done. Needs only read access (the `node-reboot-viewer` roles).
+    /// be done: the flags' pool, then each RebootPool (its budget from its spec), or only
+    /// `--pool`'s. Needs only read access (the `node-reboot-viewer` roles).
     Status(StatusArgs),
     /// The whole rollout, wave by wave: which nodes reboot together, in what order and why,
     /// which wait (for a window, the pause, a gate, a blocking pod, their zone's budget) and

@@ -260,7 +260,7 @@ async fn plan(client: &Client, global: &Global, args: &PlanArgs) -> Result<(), E
     let settings = match &input.spec {
         Some(spec) => {
             let pool = input.name.as_deref().unwrap_or_default();
-            pool_spec::plan_settings(spec, args.reboot_duration)
+            plan::Settings::of_spec(spec, args.reboot_duration)
                 .map_err(|why| Error::CannotPlan(format!("the RebootPool {pool}'s {why}")))?
         }
         None => plan::Settings {

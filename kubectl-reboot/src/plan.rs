@@ -6,10 +6,11 @@
 use crate::{
     estimate::Basis,
     input::{NodeInput, PoolInput},
+    pool_spec,
     status::{self, State},
     wait::WaitReason,
 };
-use common::{AnnotationKeys, MaxUnavailable, events::CONTROLLER};
+use common::{AnnotationKeys, MaxUnavailable, events::CONTROLLER, pool::RebootPoolSpec};
 use controller_core::{
     decide::{DrainState, NodeView},
     ledger::Ledger,
@@ -38,6 +39,32 @@ pub struct Settings {
     pub min_ready: Duration,
     /// `--reboot-duration`: a reboot's length, instead of the history's.
     pub reboot: Option<Duration>,
+}
+
+impl Settings {
+    /// The settings `plan` takes from the spec (`reboot`, a reboot's length, is the plugin's).
+    pub fn of_spec(spec: &RebootPoolSpec, reboot: Option<Duration>) -> Result<Self, String> {
+        let windows = spec
+            .windows
+            .iter()
+            .map(|w| w.parse().map_err(|e| format!("its window {w:?}: {e}")))
+            .collect::<Result<Vec<_>, String>>()?;
+        let budget = pool_spec::budget(spec);
+        Ok(Self {
+            windows: Windows(windows),
+            zone_label: budget.zone_label,
+            zone_budget: budget.per_zone.transpose()?,
+            concurrency: spec
+                .concurrency
+                .as_ref()
+                .map(|c| pool_spec::limit("concurrency", c, 1))
+                .transpose()?,
+            min_ready: Duration::from_secs(
+                spec.min_ready_seconds.unwrap_or(0).max(0).unsigned_abs(),
+            ),
+            reboot,
+        })
+    }
 }
 
 /// One node of a wave.

@@ -1,15 +1,12 @@
-//! A RebootPool's spec as `status` and `plan` read it: its budget, its selector in words, and
-//! the settings of its plan. Pure: what the spec cannot mean is said, never guessed.
+//! A RebootPool's spec as `status` and `plan` read it: its budget and its selector in words.
+//! Pure: what the spec cannot mean is said, never guessed.
 
-use crate::plan::Settings;
 use common::{
     MaxUnavailable,
     pool::{RebootPool, RebootPoolSpec},
 };
-use controller_core::window::Windows;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::core::Selector;
-use std::time::Duration;
 
 /// The zone label when the spec names none.
 pub const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
@@ -40,7 +37,7 @@ pub fn budget(spec: &RebootPoolSpec) -> SpecBudget {
     }
 }
 
-fn zone_label(spec: &RebootPoolSpec) -> String {
+pub(crate) fn zone_label(spec: &RebootPoolSpec) -> String {
     spec.zone_label
         .clone()
         .filter(|l| !l.is_empty())
@@ -48,7 +45,11 @@ fn zone_label(spec: &RebootPoolSpec) -> String {
 }
 
 /// A number of nodes (at least `least`) or a percentage, as a budget.
-fn limit(field: &str, value: &IntOrString, least: i32) -> Result<MaxUnavailable, String> {
+pub(crate) fn limit(
+    field: &str,
+    value: &IntOrString,
+    least: i32,
+) -> Result<MaxUnavailable, String> {
     match value {
         IntOrString::Int(n) if *n >= least => Ok(MaxUnavailable::Count(n.unsigned_abs())),
         IntOrString::Int(n) => Err(format!(
@@ -66,28 +67,6 @@ pub fn selector(pool: &RebootPool) -> String {
         Ok(selector) => selector.to_string(),
         Err(e) => format!("(cannot be read, so it holds every node: {e})"),
     }
-}
-
-/// The settings `plan` takes from the spec (`reboot`, a reboot's length, is the plugin's).
-pub fn plan_settings(spec: &RebootPoolSpec, reboot: Option<Duration>) -> Result<Settings, String> {
-    let windows = spec
-        .windows
-        .iter()
-        .map(|w| w.parse().map_err(|e| format!("its window {w:?}: {e}")))
-        .collect::<Result<Vec<_>, String>>()?;
-    let budget = budget(spec);
-    Ok(Settings {
-        windows: Windows(windows),
-        zone_label: budget.zone_label,
-        zone_budget: budget.per_zone.transpose()?,
-        concurrency: spec
-            .concurrency
-            .as_ref()
-            .map(|c| limit("concurrency", c, 1))
-            .transpose()?,
-        min_ready: Duration::from_secs(spec.min_ready_seconds.unwrap_or(0).max(0).unsigned_abs()),
-        reboot,
-    })
 }
 
 #[cfg(test)]
@@ -116,24 +95,6 @@ mod tests {
         );
         let bad = budget(&spec(json!({"maxUnavailable": "half"}))).max_unavailable;
         assert!(bad.unwrap_err().contains("maxUnavailable \"half\""));
-    }
-
-    #[test]
-    fn the_plan_takes_the_specs_settings() {
-        let s = plan_settings(
-            &spec(json!({"windows": ["Sat 01:00-05:00 UTC"], "concurrency": 2,
-                "maxUnavailablePerZone": "50%", "minReadySeconds": 30})),
-            None,
-        )
-        .unwrap();
-        assert_eq!(s.windows.0.len(), 1);
-        assert_eq!(s.concurrency, Some(MaxUnavailable::Count(2)));
-        assert_eq!(s.zone_budget, Some(MaxUnavailable::Percent(50)));
-        assert_eq!(s.min_ready, Duration::from_secs(30));
-        let err = plan_settings(&spec(json!({"windows": ["someday"]})), None).unwrap_err();
-        assert!(err.contains("\"someday\""), "{err}");
-        let err = plan_settings(&spec(json!({"concurrency": 0})), None).unwrap_err();
-        assert!(err.contains("concurrency 0"), "{err}");
     }
 
     #[test]

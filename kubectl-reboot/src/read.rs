@@ -28,9 +28,20 @@ const NEEDS: &str =
 /// RebootPool selects) and each RebootPool; or, with `--pool`, that RebootPool only. Without
 /// the RebootPool CRD there is only the flags' pool.
 pub async fn pools(client: &Client, global: &Global, args: &StatusArgs) -> Result<Pools, Error> {
-    let (found, mut warnings) = match reboot_pools(client).await {
-        Ok(found) => (found, Vec::new()),
-        Err(why) => (Vec::new(), vec![why]),
+    let (found, mut warnings) = match (reboot_pools(client).await, &args.pool) {
+        (Ok(found), _) => (found, Vec::new()),
+        (Err(e), Some(_)) => {
+            return Err(Error::api("cannot list the RebootPools", "status", NEEDS)(
+                e,
+            ));
+        }
+        (Err(e), None) => (
+            Vec::new(),
+            vec![format!(
+                "cannot list the RebootPools, so the flags' pool may show nodes that a \
+                 RebootPool selects (the node-reboot-viewer role lists them): {e}"
+            )],
+        ),
     };
     let metrics_url = args.metrics_url.as_deref().map(metrics::metrics_url);
     let metrics_read = async {
@@ -82,9 +93,8 @@ pub async fn pools(client: &Client, global: &Global, args: &StatusArgs) -> Resul
     })
 }
 
-/// Every RebootPool, by name; none when its CRD is not installed. Why they cannot be read
-/// otherwise (the flags' pool may then show nodes a RebootPool selects).
-async fn reboot_pools(client: &Client) -> Result<Vec<RebootPool>, String> {
+/// Every RebootPool, by name; none when its CRD is not installed.
+async fn reboot_pools(client: &Client) -> Result<Vec<RebootPool>, kube::Error> {
     match Api::<RebootPool>::all(client.clone())
         .list(&ListParams::default())
         .await
@@ -95,10 +105,7 @@ async fn reboot_pools(client: &Client) -> Result<Vec<RebootPool>, String> {
             Ok(pools)
         }
         Err(e) if crate::error::is_not_found(&e) => Ok(Vec::new()),
-        Err(e) => Err(format!(
-            "cannot list the RebootPools, so the flags' pool may show nodes that a RebootPool \
-             selects (the node-reboot-viewer role lists them): {e}"
-        )),
+        Err(e) => Err(e),
     }
 }
 

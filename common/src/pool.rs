@@ -18,7 +18,10 @@ use k8s_openapi::apimachinery::pkg::{
     apis::meta::v1::{Condition, LabelSelector, Time},
     util::intstr::IntOrString,
 };
-use kube::{CustomResource, KubeSchema};
+use kube::{
+    CustomResource, KubeSchema,
+    core::{Selector, SelectorExt},
+};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -243,10 +246,83 @@ pub fn ledger_name(pool: &str) -> String {
     format!("{LEDGER_PREFIX}{pool}")
 }
 
+/// Whether `pool` selects a node with these labels. An empty selector selects every node. A
+/// selector that cannot be read (an `In` without values, an unknown operator: the API
+/// server's schema lets them through) selects every node too: a broken pool holds the nodes
+/// it may have meant (they overlap with every other pool, and it grants nothing while its spec
+/// is invalid) rather than let another pool's rules reboot them.
+pub fn selects(pool: &RebootPool, labels: &BTreeMap<String, String>) -> bool {
+    Selector::try_from(pool.spec.node_selector.clone()).map_or(true, |s| s.matches(labels))
+}
+
+/// The names of the pools that select a node with these labels, in the order of `pools`:
+/// none, the node is the flags' pool's; one, it is that pool's; two or more, it overlaps and
+/// no pool grants it.
+pub fn pools_of<'p>(labels: &BTreeMap<String, String>, pools: &'p [RebootPool]) -> Vec<&'p str> {
+    pools
+        .iter()
+        .filter(|pool| selects(pool, labels))
+        .map(|pool| pool.metadata.name.as_deref().unwrap_or_default())
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use kube::CustomResourceExt;
+
+    fn pool(name: &str, selector: serde_json::Value) -> RebootPool {
+        let spec: RebootPoolSpec =
+            serde_json::from_value(serde_json::json!({ "nodeSelector": selector })).unwrap();
+        RebootPool::new(name, spec)
+    }
+
+    fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    }
+
+    #[test]
+    fn a_node_belongs_to_the_pools_whose_selectors_select_it() {
+        let pools = [
+            pool("gpu", serde_json::json!({"matchLabels": {"pool": "gpu"}})),
+            pool(
+                "big",
+                serde_json::json!({"matchExpressions": [
+                    {"key": "size", "operator": "In", "values": ["xl", "xxl"]}]}),
+            ),
+            pool(
+                "untainted",
+                serde_json::json!({"matchExpressions": [
+                    {"key": "dedicated", "operator": "DoesNotExist"}]}),
+            ),
+        ];
+        let dedicated = labels(&[("dedicated", "db")]);
+        assert!(pools_of(&dedicated, &pools).is_empty(), "the flags' pool's");
+        let gpu = labels(&[("pool", "gpu"), ("dedicated", "ml")]);
+        assert_eq!(pools_of(&gpu, &pools), ["gpu"]);
+        let both = labels(&[("pool", "gpu"), ("size", "xl"), ("dedicated", "ml")]);
+        assert_eq!(pools_of(&both, &pools), ["gpu", "big"], "an overlap");
+        assert_eq!(pools_of(&labels(&[]), &pools), ["untainted"]);
+    }
+
+    #[test]
+    fn an_empty_selector_selects_every_node_and_a_broken_one_too() {
+        let every = pool("every", serde_json::json!({}));
+        let broken = pool(
+            "broken",
+            serde_json::json!({"matchExpressions": [{"key": "pool", "operator": "In"}]}),
+        );
+        let node = labels(&[("pool", "web")]);
+        assert!(selects(&every, &node));
+        assert!(
+            selects(&broken, &node),
+            "a broken selector holds, never frees"
+        );
+        assert_eq!(pools_of(&node, &[every, broken]), ["every", "broken"]);
+    }
 
     #[test]
     fn the_crd_is_cluster_scoped_with_status_and_cel_rules() {

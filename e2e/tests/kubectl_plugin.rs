@@ -11,7 +11,7 @@ use common::ledger::{LEDGER_NAME, OPERATOR_NAMESPACE};
 use e2e::{BudgetWatch, eventually, kubectl, rollout::rollout_completes, wait_until};
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::Api;
-use nodesim::sandbox::{Sandbox, SandboxConfig};
+use nodesim::sandbox::SandboxConfig;
 use serde_json::Value;
 use std::{
     collections::BTreeMap,
@@ -19,18 +19,19 @@ use std::{
     process::{Command, Output, Stdio},
     time::Duration,
 };
+use testenv::ControlPlane;
 
 const PATIENCE: Duration = Duration::from_secs(120);
 
 /// The real kubectl, with only the plugin's directory on PATH, as one identity.
-struct Kubectl {
+pub(crate) struct Kubectl {
     kubectl: PathBuf,
     path: PathBuf,
     kubeconfig: PathBuf,
 }
 
 impl Kubectl {
-    fn command(&self, args: &[&str]) -> Command {
+    pub(crate) fn command(&self, args: &[&str]) -> Command {
         let mut command = Command::new(&self.kubectl);
         // kubectl hands a plugin every argument after its name, and finds the plugin only
         // when no flag comes first: the kubeconfig goes in the environment.
@@ -43,12 +44,12 @@ impl Kubectl {
         command
     }
 
-    fn run(&self, args: &[&str]) -> Output {
+    pub(crate) fn run(&self, args: &[&str]) -> Output {
         self.command(args).output().expect("kubectl runs")
     }
 
     /// Runs and expects success; stdout.
-    fn ok(&self, args: &[&str]) -> String {
+    pub(crate) fn ok(&self, args: &[&str]) -> String {
         let output = self.run(args);
         assert!(
             output.status.success(),
@@ -61,7 +62,7 @@ impl Kubectl {
     }
 
     /// Runs and expects a failure that says `words` on stderr.
-    fn fails(&self, args: &[&str], words: &str) {
+    pub(crate) fn fails(&self, args: &[&str], words: &str) {
         let output = self.run(args);
         let said = stderr(&output);
         assert!(
@@ -72,7 +73,7 @@ impl Kubectl {
         assert!(said.contains(words), "{words:?} missing: {said}");
     }
 
-    fn json(&self, extra: &[&str]) -> Value {
+    pub(crate) fn json(&self, extra: &[&str]) -> Value {
         let mut args = vec!["reboot", "status", "-o", "json"];
         args.extend_from_slice(extra);
         let text = self.ok(&args);
@@ -82,9 +83,9 @@ impl Kubectl {
 
 /// The plugin alone in a directory (target/debug also holds `kubectl-reboot.d`, which
 /// `kubectl plugin list` would warn about).
-fn plugin_dir(sb: &Sandbox) -> PathBuf {
+fn plugin_dir(cp: &ControlPlane) -> PathBuf {
     let built = nodesim::workspace_binary("kubectl-reboot").unwrap_or_else(|e| panic!("{e}"));
-    let dir = sb.control_plane.dir().join("plugins");
+    let dir = cp.dir().join("plugins");
     std::fs::create_dir_all(&dir).expect("plugin dir");
     std::os::unix::fs::symlink(&built, dir.join("kubectl-reboot")).expect("symlink the plugin");
     dir
@@ -98,8 +99,7 @@ fn rbac_manifest() -> String {
 /// A ServiceAccount `default/<name>` bound to the docs' roles `<role>` (the ClusterRole
 /// and the Role in the operator's namespace), and a kubeconfig with a token of it minted by
 /// `kubectl create token`.
-fn service_account(sb: &Sandbox, name: &str, roles: &[&str]) -> PathBuf {
-    let cp = &sb.control_plane;
+fn service_account(cp: &ControlPlane, name: &str, roles: &[&str]) -> PathBuf {
     kubectl(cp, &["create", "serviceaccount", "-n", "default", name]);
     let subject = format!("--serviceaccount=default:{name}");
     for role in roles {
@@ -131,29 +131,28 @@ fn service_account(sb: &Sandbox, name: &str, roles: &[&str]) -> PathBuf {
 
 /// The plugin on PATH, the docs' roles, and one identity of each kind: the cluster admin,
 /// a read-only user (`node-reboot-viewer`) and an administrator (`node-reboot-admin` too).
-struct Users {
-    dir: PathBuf,
-    root: Kubectl,
-    viewer: Kubectl,
-    admin: Kubectl,
+pub(crate) struct Users {
+    pub(crate) dir: PathBuf,
+    pub(crate) root: Kubectl,
+    pub(crate) viewer: Kubectl,
+    pub(crate) admin: Kubectl,
 }
 
-fn users(sb: &Sandbox) -> Users {
-    let dir = plugin_dir(sb);
+/// The plugin on PATH and the docs' roles in `cp`, whose operator namespace exists.
+pub(crate) fn users(cp: &ControlPlane) -> Users {
+    let dir = plugin_dir(cp);
     let kubectl_bin = testenv::ControlPlane::bin("kubectl").expect("kubectl");
     let as_identity = |kubeconfig: PathBuf| Kubectl {
         kubectl: kubectl_bin.clone(),
         path: dir.clone(),
         kubeconfig,
     };
-    sb.control_plane
-        .apply(&rbac_manifest())
-        .expect("apply rbac.yaml");
+    cp.apply(&rbac_manifest()).expect("apply rbac.yaml");
     Users {
-        root: as_identity(sb.control_plane.kubeconfig_path().to_path_buf()),
-        viewer: as_identity(service_account(sb, "viewer", &["node-reboot-viewer"])),
+        root: as_identity(cp.kubeconfig_path().to_path_buf()),
+        viewer: as_identity(service_account(cp, "viewer", &["node-reboot-viewer"])),
         admin: as_identity(service_account(
-            sb,
+            cp,
             "admin",
             &["node-reboot-viewer", "node-reboot-admin"],
         )),
@@ -187,7 +186,7 @@ fn node_json<'v>(status: &'v Value, name: &str) -> &'v Value {
         .unwrap_or_else(|| panic!("{name} not in {status}"))
 }
 
-fn stderr(output: &Output) -> String {
+pub(crate) fn stderr(output: &Output) -> String {
     String::from_utf8_lossy(&output.stderr).into_owned()
 }
 
@@ -203,7 +202,7 @@ async fn the_plugin_on_path_shows_why_nodes_wait_and_drives_a_rollout_with_plain
         root,
         viewer,
         admin,
-    } = users(&sb);
+    } = users(&sb.control_plane);
 
     // The real kubectl finds the plugin on PATH.
     let list = root.ok(&["plugin", "list"]);
@@ -450,7 +449,7 @@ async fn a_node_that_never_comes_back_is_abandoned_with_the_plugin_and_the_rollo
     let sb = e2e::sandbox_without_pods(config).await;
     let client = sb.client.clone();
     let watch = BudgetWatch::start(client.clone(), 2).await;
-    let Users { viewer, admin, .. } = users(&sb);
+    let Users { viewer, admin, .. } = users(&sb.control_plane);
     let leases: Api<Lease> = Api::namespaced(client.clone(), OPERATOR_NAMESPACE);
     let slots = async || {
         let lease = leases.get_opt(LEDGER_NAME).await.ok().flatten();

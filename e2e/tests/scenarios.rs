@@ -24,6 +24,7 @@ mod helm;
 mod helm_upgrade;
 mod kubectl_plan;
 mod kubectl_plugin;
+mod kubectl_pools;
 mod linux_only;
 mod liveness;
 mod marks;

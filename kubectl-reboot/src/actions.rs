@@ -4,7 +4,9 @@
 //! (the object changed meanwhile) reads it again and decides again.
 
 use crate::error::{Error, is_not_found, is_stale};
-use common::{AnnotationKeys, NodeFacts, Phase, Request, ledger::PAUSED_ANNOTATION};
+use common::{
+    AnnotationKeys, NodeFacts, Phase, Request, ledger::PAUSED_ANNOTATION, pool::RebootPool,
+};
 use json_patch::{
     AddOperation, Patch, PatchOperation, RemoveOperation, TestOperation,
     jsonptr::{PointerBuf, Token},
@@ -311,6 +313,65 @@ pub async fn set_paused(
             format!("cannot change {what}"),
             command,
             LEASE_NEEDS,
+        )(e)),
+    }
+}
+
+const POOL_NEEDS: &str = "get and patch on rebootpools (the node-reboot-admin ClusterRole)";
+
+/// `pause --pool` and `resume --pool`: `spec.paused` of the RebootPool, set (or cleared) with
+/// a merge patch; what was done, or that there was nothing to do.
+pub async fn set_pool_paused(client: &Client, pool: &str, pause: bool) -> Result<String, Error> {
+    let command = if pause { "pause" } else { "resume" };
+    let api: Api<RebootPool> = Api::all(client.clone());
+    let what = format!("the RebootPool {pool}");
+    let unknown = |known: Vec<String>| Error::UnknownPool {
+        name: pool.to_owned(),
+        known,
+    };
+    let found = match api.get_opt(pool).await {
+        Ok(found) => found,
+        // No CRD: no RebootPool at all.
+        Err(e) if is_not_found(&e) => None,
+        Err(e) => {
+            return Err(Error::api(
+                format!("cannot read {what}"),
+                command,
+                POOL_NEEDS,
+            )(e));
+        }
+    };
+    let Some(found) = found else {
+        let known = match api.list(&Default::default()).await {
+            Ok(list) => list
+                .items
+                .iter()
+                .filter_map(|p| p.metadata.name.clone())
+                .collect(),
+            Err(_) => Vec::new(),
+        };
+        return Err(unknown(known));
+    };
+    match (pause, found.spec.paused) {
+        (true, true) => return Ok(format!("already paused (spec.paused on {what})")),
+        (false, false) => return Ok(format!("not paused (spec.paused is false on {what})")),
+        _ => {}
+    }
+    let patch = json!({"spec": {"paused": pause}});
+    match api
+        .patch(pool, &PatchParams::default(), &KubePatch::Merge(&patch))
+        .await
+    {
+        Ok(_) if pause => Ok(format!(
+            "paused: no new reboot starts in the RebootPool {pool} (spec.paused: true); reboots \
+             under way finish. `kubectl reboot resume --pool {pool}` resumes"
+        )),
+        Ok(_) => Ok(format!("resumed (spec.paused: false on {what})")),
+        Err(e) if is_not_found(&e) => Err(unknown(Vec::new())),
+        Err(e) => Err(Error::api(
+            format!("cannot change {what}"),
+            command,
+            POOL_NEEDS,
         )(e)),
     }
 }

@@ -50,9 +50,10 @@ pub struct Global {
 
 #[derive(Debug, Clone, Subcommand)]
 pub enum Command {
-    /// Every node of the pool with its state (idle, requested, waiting and why, draining,
+    /// Every node of each pool with its state (idle, requested, waiting and why, draining,
     /// rebooting, soaking), the slots in use against the budget, and when the queue should
-    /// be done. Needs only read access (the `node-reboot-viewer` roles).
+    /// be done: the flags' pool, then each RebootPool (its budget from its spec), or only
+    /// `--pool`'s. Needs only read access (the `node-reboot-viewer` roles).
     Status(StatusArgs),
     /// The whole rollout, wave by wave: which nodes reboot together, in what order and why,
     /// which wait (for a window, the pause, a gate, a blocking pod, their zone's budget) and
@@ -71,11 +72,12 @@ pub enum Command {
     /// the protocol's annotations and records who and why in a `RebootAbandoned` Event. An
     /// error for a node that is not in the reboot protocol.
     Abandon(AbandonArgs),
-    /// Pauses the pool: no new reboot starts (`reboot-paused=true` on the ledger Lease);
-    /// reboots under way finish.
-    Pause,
-    /// Resumes the pool (removes `reboot-paused` from the ledger Lease).
-    Resume,
+    /// Pauses the pool: no new reboot starts (`reboot-paused=true` on the ledger Lease; with
+    /// `--pool`, `spec.paused: true` on that RebootPool); reboots under way finish.
+    Pause(PoolArgs),
+    /// Resumes the pool (removes `reboot-paused` from the ledger Lease; with `--pool`, sets
+    /// `spec.paused: false` on that RebootPool).
+    Resume(PoolArgs),
     /// Prints a running kured's settings as this operator's chart values (`> values.yaml`);
     /// with `--cleanup`, once kured is removed, takes kured's leftovers off the nodes.
     ///
@@ -167,7 +169,19 @@ pub struct AbandonArgs {
 }
 
 #[derive(Debug, Clone, Args)]
+pub struct PoolArgs {
+    /// A RebootPool, by name; without it, the flags' pool (its ledger Lease `--ledger-name`).
+    #[arg(long, env = "KUBECTL_REBOOT_POOL", value_name = "NAME")]
+    pub pool: Option<String>,
+}
+
+#[derive(Debug, Clone, Args)]
 pub struct StatusArgs {
+    /// Only this RebootPool. Without it, every pool: the flags' pool (the nodes no RebootPool
+    /// selects) and each RebootPool.
+    #[arg(long, env = "KUBECTL_REBOOT_POOL", value_name = "NAME")]
+    pub pool: Option<String>,
+
     /// Label selector of the pool: the controller's `--node-selector` (default: all nodes).
     #[arg(long, env = "NODE_SELECTOR", default_value = "")]
     pub node_selector: String,
@@ -210,6 +224,12 @@ pub struct StatusArgs {
 
 #[derive(Debug, Clone, Args)]
 pub struct PlanArgs {
+    /// Plan this RebootPool's nodes, with the budget, zone budget, concurrency, zone label,
+    /// windows and soak of its spec (the flags below that say the same are then not read).
+    /// Without it, the flags' pool (the nodes no RebootPool selects).
+    #[arg(long, env = "KUBECTL_REBOOT_POOL", value_name = "NAME")]
+    pub pool: Option<String>,
+
     /// Label selector of the pool: the controller's `--node-selector` (default: all nodes).
     #[arg(long, env = "NODE_SELECTOR", default_value = "")]
     pub node_selector: String,
@@ -265,6 +285,7 @@ impl PlanArgs {
     /// What `status` would read for the same pool.
     pub fn status_args(&self) -> StatusArgs {
         StatusArgs {
+            pool: self.pool.clone(),
             node_selector: self.node_selector.clone(),
             metrics_url: self.metrics_url.clone(),
             max_unavailable: self.max_unavailable,

@@ -59,12 +59,36 @@ pub enum Error {
     #[error("{0}")]
     Kured(String),
 
+    /// `--pool` names no RebootPool.
+    #[error(
+        "no RebootPool {name}: {}; without --pool, every pool is shown (the flags' pool and \
+         each RebootPool)",
+        known_pools(known)
+    )]
+    UnknownPool { name: String, known: Vec<String> },
+
     /// Some of the nodes could not be changed; each was reported.
     #[error("{failed} of {total} nodes could not be changed (see above)")]
     SomeFailed { failed: usize, total: usize },
 }
 
+fn known_pools(known: &[String]) -> String {
+    if known.is_empty() {
+        "there is none (kubectl get rebootpools)".to_owned()
+    } else {
+        format!("the RebootPools are {}", known.join(", "))
+    }
+}
+
 impl Error {
+    /// The exit code: 2 for a bad argument, 1 for the rest.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            Self::UnknownPool { .. } => 2,
+            _ => 1,
+        }
+    }
+
     /// Classifies an API error of `what`, for `command` (which needs `needs`).
     pub fn api(
         what: impl Into<String>,
@@ -90,6 +114,8 @@ pub fn is_stale(error: &kube::Error) -> bool {
     matches!(error, kube::Error::Api(s) if s.is_invalid() || s.is_conflict())
 }
 
+/// Not found: the object, or its whole resource (a CRD not installed answers a plain 404
+/// page, without a Status reason).
 pub fn is_not_found(error: &kube::Error) -> bool {
-    matches!(error, kube::Error::Api(s) if s.is_not_found())
+    matches!(error, kube::Error::Api(s) if s.is_not_found() || s.code == 404)
 }

@@ -17,6 +17,7 @@ pub fn node_input(facts: NodeFacts) -> NodeInput {
         in_pool: true,
         events: Vec::new(),
         pods_left: None,
+        overlap: Vec::new(),
     }
 }
 
@@ -42,7 +43,9 @@ pub fn slot(grant: &str, at: &str) -> Slot {
 /// `--max-unavailable=budget` given to the plugin; no windows, nothing unread.
 pub fn pool(nodes: Vec<NodeInput>, slots: &[(&str, Slot)], paused: bool, budget: u32) -> PoolInput {
     PoolInput {
+        name: None,
         selector: String::new(),
+        spec: None,
         nodes,
         ledger: LedgerInput {
             name: "node-reboot-operator/node-reboot-operator-slots".into(),

@@ -27,6 +27,8 @@ pub struct NodeInput {
     pub events: Vec<NodeEvent>,
     /// The pods a drain still has to evict (`namespace/name`), read for draining nodes only.
     pub pods_left: Option<Vec<String>>,
+    /// The RebootPools that select it, when more than one does: no pool grants it.
+    pub overlap: Vec<String>,
 }
 
 /// The slot ledger Lease as read.
@@ -55,10 +57,25 @@ pub struct BudgetInput {
     pub flag: Option<common::MaxUnavailable>,
 }
 
+/// A RebootPool's budget as its spec gives it: `maxUnavailable` (default 1) and
+/// `maxUnavailablePerZone`, each read or refused with why.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SpecBudget {
+    pub max_unavailable: Result<common::MaxUnavailable, String>,
+    pub per_zone: Option<Result<common::MaxUnavailable, String>>,
+    /// `zoneLabel`, or its default.
+    pub zone_label: String,
+}
+
 /// Everything a status is computed from.
 #[derive(Debug, Clone)]
 pub struct PoolInput {
+    /// The RebootPool's name; `None` for the flags' pool.
+    pub name: Option<String>,
+    /// `--node-selector`, or the RebootPool's `nodeSelector` as a label selector string.
     pub selector: String,
+    /// The RebootPool's spec: its budget, windows and the rest; `None` for the flags' pool.
+    pub spec: Option<common::pool::RebootPoolSpec>,
     pub nodes: Vec<NodeInput>,
     pub ledger: LedgerInput,
     pub budget: BudgetInput,
@@ -66,4 +83,15 @@ pub struct PoolInput {
     pub warnings: Vec<String>,
     /// The controller's `--reboot-window`s, as given to the plugin (none: always).
     pub windows: controller_core::window::Windows,
+}
+
+/// What `status` shows: every pool, or (`--pool`) one RebootPool.
+#[derive(Debug, Clone)]
+pub enum Pools {
+    /// The flags' pool (the nodes no RebootPool selects) and each RebootPool, by name.
+    All {
+        flags: PoolInput,
+        pools: Vec<PoolInput>,
+    },
+    One(PoolInput),
 }

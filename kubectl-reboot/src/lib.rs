@@ -20,6 +20,7 @@ pub mod kured;
 pub mod metrics;
 pub mod plan;
 pub mod plan_render;
+pub mod pool_spec;
 pub mod read;
 pub mod render;
 pub mod status;
@@ -64,10 +65,15 @@ pub async fn run(cli: Cli) -> Result<(), Error> {
             say(&abandon::abandon_node(&client, keys, &args.node, &by, &args.reason).await?);
             Ok(())
         }
-        Command::Pause | Command::Resume => {
-            let pause = matches!(cli.command, Command::Pause);
-            let done =
-                actions::set_paused(&client, &global.namespace, &global.ledger_name, pause).await?;
+        Command::Pause(args) | Command::Resume(args) => {
+            let pause = matches!(cli.command, Command::Pause(_));
+            let done = match &args.pool {
+                Some(pool) => actions::set_pool_paused(&client, pool, pause).await?,
+                None => {
+                    actions::set_paused(&client, &global.namespace, &global.ledger_name, pause)
+                        .await?
+                }
+            };
             say(&done);
             Ok(())
         }
@@ -195,8 +201,8 @@ fn say(line: &str) {
 
 /// One status, read now.
 async fn snapshot(client: &Client, global: &Global, args: &StatusArgs) -> Result<String, Error> {
-    let input = read::pool(client, global, args).await?;
-    let status = status::status(&input, &global.annotation_prefix, Timestamp::now());
+    let pools = read::pools(client, global, args).await?;
+    let status = status::every_pool(&pools, &global.annotation_prefix, Timestamp::now());
     Ok(match args.output {
         Output::Text => render::text(&status),
         Output::Json => render::json(&status, args.watch),
@@ -248,14 +254,23 @@ async fn status(client: &Client, global: &Global, args: &StatusArgs) -> Result<(
 
 /// `plan`: the pool read once, the rollout planned from it.
 async fn plan(client: &Client, global: &Global, args: &PlanArgs) -> Result<(), Error> {
-    let input = read::pool(client, global, &args.status_args()).await?;
-    let settings = plan::Settings {
-        windows: controller_core::window::Windows(args.reboot_windows.clone()),
-        zone_label: args.zone_label.clone(),
-        zone_budget: args.max_unavailable_per_zone,
-        concurrency: args.concurrency,
-        min_ready: std::time::Duration::from_secs(args.min_ready_seconds),
-        reboot: args.reboot_duration,
+    let input = match read::pools(client, global, &args.status_args()).await? {
+        input::Pools::One(pool) | input::Pools::All { flags: pool, .. } => pool,
+    };
+    let settings = match &input.spec {
+        Some(spec) => {
+            let pool = input.name.as_deref().unwrap_or_default();
+            plan::Settings::of_spec(spec, args.reboot_duration)
+                .map_err(|why| Error::CannotPlan(format!("the RebootPool {pool}'s {why}")))?
+        }
+        None => plan::Settings {
+            windows: controller_core::window::Windows(args.reboot_windows.clone()),
+            zone_label: args.zone_label.clone(),
+            zone_budget: args.max_unavailable_per_zone,
+            concurrency: args.concurrency,
+            min_ready: std::time::Duration::from_secs(args.min_ready_seconds),
+            reboot: args.reboot_duration,
+        },
     };
     let planned = plan::plan(
         &input,

@@ -4,14 +4,19 @@ use std::process::ExitCode;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let outcome = tokio::runtime::Runtime::new()
-        .map_err(anyhow::Error::from)
-        .and_then(|runtime| runtime.block_on(run(cli)).map_err(anyhow::Error::from));
-    match outcome {
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("error: {:#}", anyhow::Error::from(error));
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(cli)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
-            eprintln!("error: {error:#}");
-            ExitCode::FAILURE
+            let code = error.exit_code();
+            eprintln!("error: {:#}", anyhow::Error::from(error));
+            ExitCode::from(code)
         }
     }
 }

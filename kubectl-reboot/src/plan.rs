@@ -6,10 +6,11 @@
 use crate::{
     estimate::Basis,
     input::{NodeInput, PoolInput},
+    pool_spec,
     status::{self, State},
     wait::WaitReason,
 };
-use common::{AnnotationKeys, MaxUnavailable, events::CONTROLLER};
+use common::{AnnotationKeys, MaxUnavailable, events::CONTROLLER, pool::RebootPoolSpec};
 use controller_core::{
     decide::{DrainState, NodeView},
     ledger::Ledger,
@@ -38,6 +39,32 @@ pub struct Settings {
     pub min_ready: Duration,
     /// `--reboot-duration`: a reboot's length, instead of the history's.
     pub reboot: Option<Duration>,
+}
+
+impl Settings {
+    /// The settings `plan` takes from the spec (`reboot`, a reboot's length, is the plugin's).
+    pub fn of_spec(spec: &RebootPoolSpec, reboot: Option<Duration>) -> Result<Self, String> {
+        let windows = spec
+            .windows
+            .iter()
+            .map(|w| w.parse().map_err(|e| format!("its window {w:?}: {e}")))
+            .collect::<Result<Vec<_>, String>>()?;
+        let budget = pool_spec::budget(spec);
+        Ok(Self {
+            windows: Windows(windows),
+            zone_label: budget.zone_label,
+            zone_budget: budget.per_zone.transpose()?,
+            concurrency: spec
+                .concurrency
+                .as_ref()
+                .map(|c| pool_spec::limit("concurrency", c, 1))
+                .transpose()?,
+            min_ready: Duration::from_secs(
+                spec.min_ready_seconds.unwrap_or(0).max(0).unsigned_abs(),
+            ),
+            reboot,
+        })
+    }
 }
 
 /// One node of a wave.
@@ -167,9 +194,13 @@ pub fn plan(
         .collect();
     let ledger = ledger(input);
     let others = PoolCounts::default();
-    let views: Vec<NodeView> = input
+    // A node that two RebootPools select is granted by neither: no wave takes it.
+    let (overlapping, planned_nodes): (Vec<&NodeInput>, Vec<&NodeInput>) = input
         .nodes
         .iter()
+        .partition(|n| !n.overlap.is_empty() && !input.ledger.slots.contains_key(&n.facts.name));
+    let views: Vec<NodeView> = planned_nodes
+        .into_iter()
         .map(|n| view(n, keys, &settings.zone_label))
         .collect();
     let planned = rollout_plan::plan(PlanInput {
@@ -228,6 +259,16 @@ pub fn plan(
                     _ => left_detail(*why),
                 },
             })
+            .chain(
+                overlapping
+                    .iter()
+                    .filter(|n| requested(n, keys))
+                    .map(|n| LeftNode {
+                        name: n.facts.name.clone(),
+                        reason: WaitReason::Overlap.as_str(),
+                        detail: status::overlap(&n.overlap),
+                    }),
+            )
             .collect(),
         spills: planned
             .spills()
@@ -242,6 +283,10 @@ pub fn plan(
         notes,
         warnings: status.warnings,
     })
+}
+
+fn requested(node: &NodeInput, keys: &AnnotationKeys) -> bool {
+    node.facts.protocol(keys).request == common::Request::Needed
 }
 
 fn basis_name(basis: Basis) -> &'static str {

@@ -5,10 +5,10 @@
 use crate::{
     cli::{Global, StatusArgs},
     error::Error,
-    input::{BudgetInput, LedgerInput, NodeEvent, NodeInput, PoolInput},
+    input::{BudgetInput, LedgerInput, NodeEvent, NodeInput, PoolInput, Pools},
     metrics,
 };
-use common::{AnnotationKeys, NodeFacts, Phase, Request, events::CONTROLLER};
+use common::{AnnotationKeys, NodeFacts, Phase, Request, events::CONTROLLER, pool::RebootPool};
 use k8s_openapi::{
     api::{
         coordination::v1::Lease,
@@ -21,35 +21,120 @@ use std::{collections::BTreeMap, time::Duration};
 
 /// The namespace where the Events about Nodes (cluster-scoped) are written.
 const NODE_EVENTS_NAMESPACE: &str = "default";
-const NEEDS: &str = "get, list on nodes, pods and events, and get on the ledger Lease";
+const NEEDS: &str =
+    "get, list on nodes, pods, events and rebootpools, and get on the ledger Leases";
 
-/// Reads the pool as `status` shows it.
-pub async fn pool(client: &Client, global: &Global, args: &StatusArgs) -> Result<PoolInput, Error> {
-    let keys = &global.annotation_prefix;
+/// Reads every pool as `status` shows it: the flags' pool (`--node-selector`, less the nodes a
+/// RebootPool selects) and each RebootPool; or, with `--pool`, that RebootPool only. Without
+/// the RebootPool CRD there is only the flags' pool.
+pub async fn pools(client: &Client, global: &Global, args: &StatusArgs) -> Result<Pools, Error> {
+    let (found, mut warnings) = match (reboot_pools(client).await, &args.pool) {
+        (Ok(found), _) => (found, Vec::new()),
+        (Err(e), Some(_)) => {
+            return Err(Error::api("cannot list the RebootPools", "status", NEEDS)(
+                e,
+            ));
+        }
+        (Err(e), None) => (
+            Vec::new(),
+            vec![format!(
+                "cannot list the RebootPools, so the flags' pool may show nodes that a \
+                 RebootPool selects (the node-reboot-viewer role lists them): {e}"
+            )],
+        ),
+    };
+    let metrics_url = args.metrics_url.as_deref().map(metrics::metrics_url);
+    let metrics_read = async {
+        match (&metrics_url, &args.pool) {
+            (Some(url), None) => Some(metrics::fetch(url, Duration::from_secs(5)).await),
+            _ => None,
+        }
+    };
+    let (events, metrics_read) = tokio::join!(node_events(client), metrics_read);
+    let events = events.unwrap_or_else(|why| {
+        warnings.push(why);
+        BTreeMap::new()
+    });
+    if let Some(name) = &args.pool {
+        let unknown = || Error::UnknownPool {
+            name: name.clone(),
+            known: found
+                .iter()
+                .filter_map(|p| p.metadata.name.clone())
+                .collect(),
+        };
+        let mut one = reboot_pool_inputs(client, global, args, &found, &events)
+            .await?
+            .pop()
+            .ok_or_else(unknown)?;
+        one.warnings.extend(warnings);
+        return Ok(Pools::One(one));
+    }
+    let (reading, metrics_error) = match metrics_read {
+        None => (None, None),
+        Some(Ok(reading)) => (Some(reading), None),
+        Some(Err(error)) => (None, Some(error.to_string())),
+    };
+    let budget = BudgetInput {
+        metrics: reading,
+        metrics_url,
+        metrics_error,
+        flag: args.max_unavailable,
+    };
+    let (flags, pools) = tokio::join!(
+        flags_pool(client, global, args, (&found, &events), budget),
+        reboot_pool_inputs(client, global, args, &found, &events),
+    );
+    let mut flags = flags?;
+    flags.warnings.splice(0..0, warnings);
+    Ok(Pools::All {
+        flags,
+        pools: pools?,
+    })
+}
+
+/// Every RebootPool, by name; none when its CRD is not installed.
+async fn reboot_pools(client: &Client) -> Result<Vec<RebootPool>, kube::Error> {
+    match Api::<RebootPool>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+    {
+        Ok(list) => {
+            let mut pools = list.items;
+            pools.sort_by_key(|p| p.metadata.name.clone());
+            Ok(pools)
+        }
+        Err(e) if crate::error::is_not_found(&e) => Ok(Vec::new()),
+        Err(e) => Err(e),
+    }
+}
+
+/// The flags' pool: `--node-selector`'s nodes that no RebootPool selects, and the nodes that
+/// hold one of its slots.
+async fn flags_pool(
+    client: &Client,
+    global: &Global,
+    args: &StatusArgs,
+    (found, events): (&[RebootPool], &BTreeMap<String, Vec<NodeEvent>>),
+    budget: BudgetInput,
+) -> Result<PoolInput, Error> {
     let nodes_api: Api<Node> = Api::all(client.clone());
     let mut params = ListParams::default();
     if !args.node_selector.trim().is_empty() {
         params = params.labels(args.node_selector.trim());
     }
-    let metrics_url = args.metrics_url.as_deref().map(metrics::metrics_url);
-    let metrics_read = async {
-        match &metrics_url {
-            Some(url) => Some(metrics::fetch(url, Duration::from_secs(5)).await),
-            None => None,
-        }
-    };
-    let (listed, events, metrics_read) = tokio::join!(
-        nodes_and_ledger(client, global, &params),
-        node_events(client),
-        metrics_read,
-    );
-    let (listed, ledger) = listed?;
+    let name = format!("{}/{}", global.namespace, global.ledger_name);
+    let (listed, mut ledgers) = nodes_and_ledgers(client, global, &params, &[name]).await?;
+    let ledger = ledgers.pop().unwrap_or_default();
     let mut warnings = Vec::new();
-    let mut events = events.unwrap_or_else(|why| {
-        warnings.push(why);
-        BTreeMap::new()
-    });
-    let mut nodes: Vec<(Node, bool)> = listed.into_iter().map(|n| (n, true)).collect();
+    let mut nodes: Vec<(Node, bool)> = listed
+        .into_iter()
+        .map(|n| {
+            let ours = pools_of(n.metadata.labels.as_ref(), found).is_empty();
+            (n, ours)
+        })
+        .filter(|(n, ours)| *ours || ledger.slots.contains_key(&n.name_any()))
+        .collect();
     // A node that left the pool while it holds a slot still counts: show it.
     for holder in ledger.slots.keys() {
         if nodes.iter().any(|(n, _)| n.name_any() == *holder) {
@@ -63,8 +148,100 @@ pub async fn pool(client: &Client, global: &Global, args: &StatusArgs) -> Result
             )),
         }
     }
-    let mut inputs = Vec::with_capacity(nodes.len());
-    for (node, in_pool) in nodes {
+    let nodes = nodes
+        .into_iter()
+        .map(|(n, in_pool)| (n, in_pool, Vec::new()));
+    let inputs = node_inputs(client, global, args, nodes, events, &mut warnings).await;
+    Ok(PoolInput {
+        name: None,
+        selector: args.node_selector.trim().to_owned(),
+        spec: None,
+        nodes: inputs,
+        ledger,
+        budget,
+        warnings,
+        windows: controller_core::window::Windows(args.reboot_windows.clone()),
+    })
+}
+
+/// The names of the RebootPools that select a node with these labels.
+fn pools_of<'p>(
+    labels: Option<&BTreeMap<String, String>>,
+    pools: &'p [RebootPool],
+) -> Vec<&'p str> {
+    let none = BTreeMap::new();
+    common::pool::pools_of(labels.unwrap_or(&none), pools)
+}
+
+/// Each RebootPool (only `--pool`'s, if given) from one list of every node: the nodes its
+/// `nodeSelector` selects (those that another pool selects too marked so), those holding one
+/// of its slots, its ledger, and its spec, which gives its budget and pause.
+async fn reboot_pool_inputs(
+    client: &Client,
+    global: &Global,
+    args: &StatusArgs,
+    found: &[RebootPool],
+    events: &BTreeMap<String, Vec<NodeEvent>>,
+) -> Result<Vec<PoolInput>, Error> {
+    let wanted: Vec<&RebootPool> = found
+        .iter()
+        .filter(|p| args.pool.is_none() || p.metadata.name == args.pool)
+        .collect();
+    if wanted.is_empty() {
+        return Ok(Vec::new());
+    }
+    let names: Vec<String> = wanted
+        .iter()
+        .map(|p| {
+            let pool = p.metadata.name.as_deref().unwrap_or_default();
+            format!("{}/{}", global.namespace, common::pool::ledger_name(pool))
+        })
+        .collect();
+    let (all, ledgers) = nodes_and_ledgers(client, global, &ListParams::default(), &names).await?;
+    let mut inputs = Vec::with_capacity(wanted.len());
+    for (pool, mut ledger) in wanted.into_iter().zip(ledgers) {
+        let name = pool.metadata.name.clone().unwrap_or_default();
+        ledger.paused = pool.spec.paused;
+        let mut warnings = Vec::new();
+        let nodes = all.iter().filter_map(|node| {
+            let theirs = pools_of(node.metadata.labels.as_ref(), found);
+            let ours = theirs.contains(&name.as_str());
+            let holds = ledger.slots.contains_key(&node.name_any());
+            let overlap = if theirs.len() > 1 {
+                theirs.iter().map(|p| (*p).to_owned()).collect()
+            } else {
+                Vec::new()
+            };
+            (ours || holds).then(|| (node.clone(), ours, overlap))
+        });
+        let nodes: Vec<_> = nodes.collect();
+        let nodes = node_inputs(client, global, args, nodes, events, &mut warnings).await;
+        inputs.push(PoolInput {
+            selector: crate::pool_spec::selector(pool),
+            name: Some(name),
+            spec: Some(pool.spec.clone()),
+            nodes,
+            ledger,
+            budget: BudgetInput::default(),
+            warnings,
+            windows: controller_core::window::Windows(Vec::new()),
+        });
+    }
+    Ok(inputs)
+}
+
+/// The nodes as `status` reads them: their facts, Events and, draining, the pods left.
+async fn node_inputs(
+    client: &Client,
+    global: &Global,
+    args: &StatusArgs,
+    nodes: impl IntoIterator<Item = (Node, bool, Vec<String>)>,
+    events: &BTreeMap<String, Vec<NodeEvent>>,
+    warnings: &mut Vec<String>,
+) -> Vec<NodeInput> {
+    let keys = &global.annotation_prefix;
+    let mut inputs = Vec::new();
+    for (node, in_pool, overlap) in nodes {
         let facts = NodeFacts::from_node(&node);
         let pods_left = if draining(&facts, keys) {
             match pods_left(client, &facts.name, args.drain_pod_selector.as_deref()).await {
@@ -78,31 +255,15 @@ pub async fn pool(client: &Client, global: &Global, args: &StatusArgs) -> Result
             None
         };
         inputs.push(NodeInput {
-            events: events.remove(&facts.name).unwrap_or_default(),
+            events: events.get(&facts.name).cloned().unwrap_or_default(),
             labels: node.metadata.labels.clone().unwrap_or_default(),
             in_pool,
             pods_left,
+            overlap,
             facts,
         });
     }
-    let (reading, metrics_error) = match metrics_read {
-        None => (None, None),
-        Some(Ok(reading)) => (Some(reading), None),
-        Some(Err(error)) => (None, Some(error.to_string())),
-    };
-    Ok(PoolInput {
-        selector: args.node_selector.trim().to_owned(),
-        nodes: inputs,
-        ledger,
-        budget: BudgetInput {
-            metrics: reading,
-            metrics_url,
-            metrics_error,
-            flag: args.max_unavailable,
-        },
-        warnings,
-        windows: controller_core::window::Windows(args.reboot_windows.clone()),
-    })
+    inputs
 }
 
 fn draining(facts: &NodeFacts, keys: &AnnotationKeys) -> bool {
@@ -110,17 +271,29 @@ fn draining(facts: &NodeFacts, keys: &AnnotationKeys) -> bool {
     state.phase == Phase::Idle && state.grant.is_some() && state.request == Request::Needed
 }
 
-/// The nodes and the ledger as they were at one moment: the ledger read before and after the
-/// list of nodes must be the same version (else a grant or a release between the two reads
-/// would show a node twice or not at all). A busy pool gets a few tries, then the last read.
-async fn nodes_and_ledger(
+/// The nodes and the ledgers (`namespace/name` each) as they were at one moment: the ledgers
+/// read before and after the list of nodes must be the same versions (else a grant or a
+/// release between the two reads would show a node twice or not at all). A busy pool gets a
+/// few tries, then the last read.
+async fn nodes_and_ledgers(
     client: &Client,
     global: &Global,
     params: &ListParams,
-) -> Result<(Vec<Node>, LedgerInput), Error> {
+    ledgers: &[String],
+) -> Result<(Vec<Node>, Vec<LedgerInput>), Error> {
     const TRIES: usize = 5;
     let nodes: Api<Node> = Api::all(client.clone());
-    let mut before = ledger(client, global).await?;
+    let read_all = async || {
+        let mut read = Vec::with_capacity(ledgers.len());
+        for name in ledgers {
+            read.push(ledger(client, global, name).await?);
+        }
+        Ok::<_, Error>(read)
+    };
+    let versions = |read: &[LedgerInput]| -> Vec<Option<String>> {
+        read.iter().map(|l| l.version.clone()).collect()
+    };
+    let mut before = read_all().await?;
     let mut tries = 1;
     loop {
         let listed =
@@ -128,8 +301,8 @@ async fn nodes_and_ledger(
                 .list(params)
                 .await
                 .map_err(Error::api("cannot list nodes", "status", NEEDS))?;
-        let after = ledger(client, global).await?;
-        if after.version == before.version || tries == TRIES {
+        let after = read_all().await?;
+        if versions(&after) == versions(&before) || tries == TRIES {
             return Ok((listed.items, after));
         }
         before = after;
@@ -137,11 +310,12 @@ async fn nodes_and_ledger(
     }
 }
 
-/// The ledger Lease: its slots and the pause. Absent is not an error here (status says so).
-async fn ledger(client: &Client, global: &Global) -> Result<LedgerInput, Error> {
-    let name = format!("{}/{}", global.namespace, global.ledger_name);
+/// A ledger Lease (`namespace/name`): its slots and the pause. Absent is not an error here
+/// (status says so).
+async fn ledger(client: &Client, global: &Global, name: &str) -> Result<LedgerInput, Error> {
+    let lease_name = name.rsplit('/').next().unwrap_or(name);
     let lease = Api::<Lease>::namespaced(client.clone(), &global.namespace)
-        .get_opt(&global.ledger_name)
+        .get_opt(lease_name)
         .await
         .map_err(Error::api(
             format!("cannot read the ledger Lease {name}"),
@@ -150,11 +324,11 @@ async fn ledger(client: &Client, global: &Global) -> Result<LedgerInput, Error> 
         ))?;
     let Some(lease) = lease else {
         return Ok(LedgerInput {
-            name,
+            name: name.to_owned(),
             ..LedgerInput::default()
         });
     };
-    Ok(ledger_of(name, &lease))
+    Ok(ledger_of(name.to_owned(), &lease))
 }
 
 /// What the ledger Lease says: its slots (none, with the reason, when they cannot be read)

@@ -5,19 +5,39 @@ use crate::estimate::human;
 use crate::status::{NodeStatus, State, Status};
 use std::fmt::Write;
 
-/// The text view.
+/// The text view: the pool, then each RebootPool the same way.
 pub fn text(status: &Status) -> String {
+    let mut out = one(status, !status.pools.is_empty());
+    for pool in &status.pools {
+        let _ = write!(out, "\n{}", one(pool, false));
+    }
+    out
+}
+
+/// One pool's text; `others`: RebootPools take some of the flags' pool's nodes.
+fn one(status: &Status, others: bool) -> String {
     let mut out = String::new();
     let pool = &status.pool;
-    let selector = if pool.selector.is_empty() {
-        "all nodes".to_owned()
+    let selector = match (&pool.name, pool.selector.is_empty()) {
+        (Some(_), true) => "nodeSelector: every node".to_owned(),
+        (Some(_), false) => format!("nodeSelector {}", pool.selector),
+        (None, true) => "all nodes".to_owned(),
+        (None, false) => format!("--node-selector {}", pool.selector),
+    };
+    let selector = if others {
+        format!("{selector} that no RebootPool selects")
     } else {
-        format!("--node-selector {}", pool.selector)
+        selector
+    };
+    let name = match &pool.name {
+        Some(name) => format!("RebootPool {name}: "),
+        None if others => "the flags' pool: ".to_owned(),
+        None => String::new(),
     };
     let paused = if pool.paused { ", PAUSED" } else { "" };
     let _ = writeln!(
         out,
-        "Pool:    {} node{} ({selector}), ledger {}{paused}",
+        "Pool:    {name}{} node{} ({selector}), ledger {}{paused}",
         pool.nodes,
         plural(pool.nodes),
         pool.ledger
@@ -36,6 +56,10 @@ pub fn text(status: &Status) -> String {
             b.unavailable, b.source_detail
         ),
     };
+    if let Some(zones) = &b.per_zone {
+        let each: Vec<String> = zones.iter().map(|(z, n)| format!("{z} {n}")).collect();
+        let _ = writeln!(out, "         per zone: {}", each.join(", "));
+    }
     let _ = writeln!(out, "Queue:   {}", status.estimate.summary);
     let _ = writeln!(out);
     let rows: Vec<[String; 5]> = status.nodes.iter().map(row).collect();

@@ -12,6 +12,7 @@ use common::{
 };
 use k8s_openapi::jiff::Timestamp;
 use serde::Serialize;
+use std::collections::BTreeMap;
 
 /// Events may be stamped by another clock (an agent's node): this much earlier than the
 /// ledger's grant time still counts as of that grant.
@@ -134,6 +135,9 @@ pub enum BudgetSource {
     Metrics,
     /// `--max-unavailable` given to the plugin, resolved against the pool.
     Flag,
+    /// A RebootPool's `maxUnavailable` (and `maxUnavailablePerZone`), resolved against the
+    /// nodes its `nodeSelector` selects.
+    Spec,
     Unknown,
 }
 
@@ -149,12 +153,17 @@ pub struct Budget {
     pub slots_in_use: usize,
     /// Nodes unavailable as the budget counts them.
     pub unavailable: usize,
+    /// A RebootPool's `maxUnavailablePerZone` resolved against each zone's nodes; `null`
+    /// without one.
+    pub per_zone: Option<BTreeMap<String, usize>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Pool {
-    /// `--node-selector`; empty: every node.
+    /// The RebootPool's name; `null` for the flags' pool (the nodes no RebootPool selects).
+    pub name: Option<String>,
+    /// `--node-selector`, or the RebootPool's `nodeSelector`; empty: every node.
     pub selector: String,
     pub nodes: usize,
     /// The ledger Lease, `namespace/name`, and whether it exists.
@@ -177,10 +186,25 @@ pub struct Status {
     pub nodes: Vec<NodeStatus>,
     /// What could not be read, and so may be missing.
     pub warnings: Vec<String>,
+    /// Each RebootPool, as this document shows the flags' pool (in the flags' pool's
+    /// document only, and empty with `--pool`).
+    pub pools: Vec<Status>,
 }
 
 pub const KIND: &str = "RebootStatus";
 pub const API_VERSION: &str = "kubectl-reboot.node-reboot-operator/v1";
+
+/// What `status` shows at `now`: the flags' pool's document with each RebootPool's in
+/// `pools`, or the one RebootPool's.
+pub fn every_pool(pools: &crate::input::Pools, keys: &AnnotationKeys, now: Timestamp) -> Status {
+    match pools {
+        crate::input::Pools::All { flags, pools } => Status {
+            pools: pools.iter().map(|p| status(p, keys, now)).collect(),
+            ..status(flags, keys, now)
+        },
+        crate::input::Pools::One(pool) => status(pool, keys, now),
+    }
+}
 
 /// The status of the pool at `now`.
 pub fn status(input: &PoolInput, keys: &AnnotationKeys, now: Timestamp) -> Status {
@@ -191,9 +215,17 @@ pub fn status(input: &PoolInput, keys: &AnnotationKeys, now: Timestamp) -> Statu
     let budget_full = budget
         .max_unavailable
         .is_some_and(|max| budget.unavailable >= max);
+    let paused_by = match &input.name {
+        Some(pool) => format!("spec.paused on the RebootPool {pool}"),
+        None => format!(
+            "reboot-paused=true on the ledger Lease {}",
+            input.ledger.name
+        ),
+    };
     let context = Context {
         keys,
         ledger: &input.ledger,
+        paused_by: &paused_by,
         sick: sick.first().map(String::as_str),
         late: late.first().map(String::as_str),
         budget_full,
@@ -203,7 +235,10 @@ pub fn status(input: &PoolInput, keys: &AnnotationKeys, now: Timestamp) -> Statu
     nodes.sort_by(|a, b| a.name.cmp(&b.name));
     let remaining = nodes
         .iter()
-        .filter(|n| n.state.queued() && n.reason != Some(WaitReason::OptedOut))
+        .filter(|n| {
+            n.state.queued()
+                && !matches!(n.reason, Some(WaitReason::OptedOut | WaitReason::Overlap))
+        })
         .count();
     let failing = match (late.is_empty(), sick.is_empty()) {
         (false, _) => Some(WaitReason::RebootOverdue),
@@ -223,11 +258,18 @@ pub fn status(input: &PoolInput, keys: &AnnotationKeys, now: Timestamp) -> Statu
     );
     let mut warnings = input.warnings.clone();
     if !input.ledger.found {
-        warnings.push(format!(
-            "the ledger Lease {} does not exist: is the controller running, with this \
-             --namespace and --ledger-name?",
-            input.ledger.name
-        ));
+        warnings.push(match &input.name {
+            Some(pool) => format!(
+                "the ledger Lease {} does not exist: the controller creates it when it first \
+                 runs the RebootPool {pool}; is it running, with this --namespace?",
+                input.ledger.name
+            ),
+            None => format!(
+                "the ledger Lease {} does not exist: is the controller running, with this \
+                 --namespace and --ledger-name?",
+                input.ledger.name
+            ),
+        });
     }
     if let Some(damage) = &input.ledger.damage {
         warnings.push(format!("the ledger is damaged: {damage}"));
@@ -242,6 +284,7 @@ pub fn status(input: &PoolInput, keys: &AnnotationKeys, now: Timestamp) -> Statu
         api_version: API_VERSION,
         time: now.to_string(),
         pool: Pool {
+            name: input.name.clone(),
             selector: input.selector.clone(),
             nodes: pool_size,
             ledger: input.ledger.name.clone(),
@@ -252,6 +295,7 @@ pub fn status(input: &PoolInput, keys: &AnnotationKeys, now: Timestamp) -> Statu
         estimate,
         nodes,
         warnings,
+        pools: Vec::new(),
     }
 }
 
@@ -341,7 +385,14 @@ fn budget(input: &PoolInput, keys: &AnnotationKeys, pool_size: usize) -> Budget 
         .metrics
         .as_ref()
         .and_then(|m| m.max_unavailable);
+    let mut per_zone = None;
     let (max_unavailable, source, source_detail) = match (from_metrics, input.budget.flag) {
+        _ if input.spec.is_some() => {
+            let spec = input.spec.as_ref().map(crate::pool_spec::budget);
+            let (max, detail, zones) = spec_budget(input, spec.as_ref(), pool_size);
+            per_zone = zones;
+            (max, BudgetSource::Spec, detail)
+        }
         (Some(max), _) => (
             Some(max),
             BudgetSource::Metrics,
@@ -368,7 +419,60 @@ fn budget(input: &PoolInput, keys: &AnnotationKeys, pool_size: usize) -> Budget 
         source_detail,
         slots_in_use: input.ledger.slots.len(),
         unavailable,
+        per_zone,
     }
+}
+
+/// A RebootPool's budget from its spec: `maxUnavailable` against the pool, and
+/// `maxUnavailablePerZone` against each zone's nodes (as `zoneLabel` names the zone); with
+/// where it comes from in words. A value the spec cannot mean leaves the budget unknown.
+fn spec_budget(
+    input: &PoolInput,
+    spec: Option<&crate::pool_spec::SpecBudget>,
+    pool_size: usize,
+) -> (Option<usize>, String, Option<BTreeMap<String, usize>>) {
+    let Some(spec) = spec else {
+        return (None, String::new(), None);
+    };
+    let pool = input.name.as_deref().unwrap_or_default();
+    let max = match &spec.max_unavailable {
+        Ok(max) => max,
+        Err(why) => {
+            return (
+                None,
+                format!("unknown: the RebootPool {pool}'s {why}"),
+                None,
+            );
+        }
+    };
+    let mut detail =
+        format!("the RebootPool {pool}'s maxUnavailable {max}, for a pool of {pool_size}");
+    let zones = match &spec.per_zone {
+        None => None,
+        Some(Err(why)) => {
+            detail.push_str(&format!("; its {why}"));
+            None
+        }
+        Some(Ok(per_zone)) => {
+            let mut sizes: BTreeMap<String, usize> = BTreeMap::new();
+            for node in input.nodes.iter().filter(|n| n.in_pool) {
+                if let Some(zone) = node.labels.get(&spec.zone_label) {
+                    *sizes.entry(zone.clone()).or_default() += 1;
+                }
+            }
+            detail.push_str(&format!(
+                "; maxUnavailablePerZone {per_zone} of each {} zone",
+                spec.zone_label
+            ));
+            Some(
+                sizes
+                    .into_iter()
+                    .map(|(zone, size)| (zone, per_zone.resolve(size)))
+                    .collect(),
+            )
+        }
+    };
+    (Some(max.resolve(pool_size)), detail, zones)
 }
 
 /// One node as its classification reads it: the node, its protocol state, and its slot.
@@ -384,6 +488,8 @@ struct Found<'n> {
 struct Context<'a> {
     keys: &'a AnnotationKeys,
     ledger: &'a LedgerInput,
+    /// What pauses the pool, in words.
+    paused_by: &'a str,
     /// A soaking node that is not Ready: the pool holds for it.
     sick: Option<&'a str>,
     /// A node told to reboot that did not complete within `--reboot-timeout`: the pool holds.
@@ -599,6 +705,7 @@ impl Context<'_> {
         match &found.state.request {
             Request::Absent => {
                 status.detail = match (&found.state.last_completed, opted_out) {
+                    _ if !found.node.overlap.is_empty() => overlap(&found.node.overlap),
                     (_, Some(label)) => format!("opted out ({label})"),
                     (Some(at), None) => match at.parse::<Timestamp>() {
                         Ok(t) => format!(
@@ -722,6 +829,7 @@ impl Context<'_> {
         // What is known now outranks an Event that may be from an earlier wait.
         let (reason, event) = match from_event {
             _ if opted_out.is_some() => (Some(WaitReason::OptedOut), None),
+            _ if !node.overlap.is_empty() => (Some(WaitReason::Overlap), None),
             _ if self.ledger.paused => (Some(WaitReason::Paused), None),
             // The pool holds for the late node whatever slot is free.
             _ if self.late.is_some() => (Some(WaitReason::RebootOverdue), None),
@@ -753,11 +861,16 @@ impl Context<'_> {
                 WaitReason::OptedOut.as_str(),
                 opted_out.unwrap_or_default()
             ),
-            (Some(WaitReason::Paused), None) => format!(
-                "{}: reboot-paused=true on the ledger Lease {}",
-                WaitReason::Paused.as_str(),
-                self.ledger.name
-            ),
+            (Some(WaitReason::Paused), None) => {
+                format!("{}: {}", WaitReason::Paused.as_str(), self.paused_by)
+            }
+            (Some(WaitReason::Overlap), None) => {
+                format!(
+                    "{}: {}",
+                    WaitReason::Overlap.as_str(),
+                    overlap(&node.overlap)
+                )
+            }
             (Some(WaitReason::NotReadyAfterReboot), None) => format!(
                 "{}: {} is NotReady within --min-ready-seconds of its reboot",
                 WaitReason::NotReadyAfterReboot.as_str(),
@@ -774,6 +887,14 @@ impl Context<'_> {
         status.detail = why;
         event.map(|e| e.time)
     }
+}
+
+/// Why no pool grants a node that several RebootPools select.
+pub(crate) fn overlap(pools: &[String]) -> String {
+    format!(
+        "selected by the RebootPools {}: none of them reboots it until only one selects it",
+        pools.join(" and ")
+    )
 }
 
 #[cfg(test)]

@@ -40,6 +40,9 @@ pub enum WaitReason {
     /// A PodDisruptionBudget that allows no disruption covers one of its pods: not cordoned
     /// until the budget allows one (`DisruptionBudget`, which names the budget).
     DisruptionBudget,
+    /// Two or more RebootPools select it: none of them grants it until their selectors no
+    /// longer overlap.
+    Overlap,
 }
 
 impl WaitReason {
@@ -59,6 +62,7 @@ impl WaitReason {
             Self::DrainTimedOut => "drain timed out, retried later",
             Self::NoAgent => "no agent",
             Self::DisruptionBudget => "PodDisruptionBudget allows no disruption",
+            Self::Overlap => "in two pools",
         }
     }
 

@@ -3,6 +3,7 @@
 use super::*;
 use crate::fixtures::{self, at, event, node_input};
 use common::{events::ControllerReason, test_util::NodeBuilder};
+use serde_json::json;
 
 const NOW: &str = "2026-11-24T21:00:00Z";
 
@@ -163,4 +164,54 @@ fn a_paused_pool_has_no_wave_and_an_unknown_budget_is_an_error_naming_the_fix() 
     unknown.budget.flag = None;
     let err = super::plan(&unknown, &keys, &settings(&[]), at(NOW)).unwrap_err();
     assert!(err.contains("--max-unavailable"), "{err}");
+}
+
+#[test]
+fn a_reboot_pools_plan_takes_its_spec_and_leaves_the_overlapping_nodes_out() {
+    let keys = AnnotationKeys::default();
+    let mut nodes = fleet();
+    nodes[0].overlap = vec!["gpu".into(), "big".into()];
+    let spec: common::pool::RebootPoolSpec = serde_json::from_value(json!({
+        "maxUnavailable": "50%", "windows": ["Tue 22:00-23:00"]}))
+    .unwrap();
+    let input = PoolInput {
+        name: Some("gpu".into()),
+        spec: Some(spec.clone()),
+        budget: crate::input::BudgetInput::default(),
+        ..pool(nodes, false)
+    };
+    let settings = Settings::of_spec(&spec, Some(Duration::from_secs(20 * 60))).unwrap();
+    let plan = plan(&input, &keys, &settings, at(NOW)).unwrap();
+    // 50% of the 9 nodes: 4 at a time, in the spec's window; g (first asked) is in two pools.
+    assert_eq!(plan.settings.max_unavailable, Some(4));
+    assert_eq!(plan.settings.windows, ["Tue 22:00-23:00"]);
+    assert_eq!(
+        wave_nodes(&plan),
+        [vec!["f", "e", "d", "c"], vec!["b", "a"]]
+    );
+    let g = plan.left.iter().find(|l| l.name == "g").expect("g is left");
+    assert_eq!(g.reason, "in two pools");
+    assert!(g.detail.contains("gpu and big"), "{}", g.detail);
+}
+
+#[test]
+fn the_plan_takes_the_specs_settings() {
+    let s = Settings::of_spec(
+        &spec(json!({"windows": ["Sat 01:00-05:00 UTC"], "concurrency": 2,
+            "maxUnavailablePerZone": "50%", "minReadySeconds": 30})),
+        None,
+    )
+    .unwrap();
+    assert_eq!(s.windows.0.len(), 1);
+    assert_eq!(s.concurrency, Some(MaxUnavailable::Count(2)));
+    assert_eq!(s.zone_budget, Some(MaxUnavailable::Percent(50)));
+    assert_eq!(s.min_ready, Duration::from_secs(30));
+    let err = Settings::of_spec(&spec(json!({"windows": ["someday"]})), None).unwrap_err();
+    assert!(err.contains("\"someday\""), "{err}");
+    let err = Settings::of_spec(&spec(json!({"concurrency": 0})), None).unwrap_err();
+    assert!(err.contains("concurrency 0"), "{err}");
+}
+
+fn spec(value: serde_json::Value) -> common::pool::RebootPoolSpec {
+    serde_json::from_value(value).unwrap()
 }

@@ -716,3 +716,124 @@ fn with_the_controllers_windows_the_estimate_waits_for_the_next_opening() {
         s.estimate.summary
     );
 }
+
+/// The RebootPool `gpu` of `nodes`, with this spec; its ledger empty.
+fn reboot_pool(nodes: Vec<NodeInput>, spec: serde_json::Value) -> PoolInput {
+    PoolInput {
+        name: Some("gpu".into()),
+        spec: Some(serde_json::from_value(spec).unwrap()),
+        budget: crate::input::BudgetInput::default(),
+        ..pool(nodes, &[], false)
+    }
+}
+
+fn zoned(name: &str, zone: &str, annotations: &[(&str, &str)]) -> NodeInput {
+    node_input(
+        NodeBuilder::new(name)
+            .annotations(annotations)
+            .label("topology.kubernetes.io/zone", zone)
+            .boot_id("b1")
+            .facts(),
+    )
+}
+
+#[test]
+fn a_reboot_pools_budget_is_its_spec_resolved_against_its_nodes_and_zones() {
+    let nodes = vec![
+        zoned("a", "z1", &[]),
+        zoned("b", "z1", &[]),
+        zoned("c", "z1", &[]),
+        zoned("d", "z2", &[]),
+    ];
+    let s = classify(&reboot_pool(
+        nodes.clone(),
+        serde_json::json!({"maxUnavailable": "50%", "maxUnavailablePerZone": "67%"}),
+    ));
+    assert_eq!(s.pool.name.as_deref(), Some("gpu"));
+    assert_eq!(s.budget.source, BudgetSource::Spec);
+    assert_eq!(s.budget.max_unavailable, Some(2), "50% of 4");
+    let zones = s.budget.per_zone.clone().unwrap();
+    assert_eq!(zones, BTreeMap::from([("z1".into(), 2), ("z2".into(), 1)]));
+    assert!(
+        s.budget.source_detail.contains("maxUnavailable 50%"),
+        "{}",
+        s.budget.source_detail
+    );
+    // Without one, 1; a value the spec cannot mean leaves it unknown, and says why.
+    let s = classify(&reboot_pool(nodes.clone(), serde_json::json!({})));
+    assert_eq!(
+        (s.budget.max_unavailable, s.budget.per_zone),
+        (Some(1), None)
+    );
+    let s = classify(&reboot_pool(
+        nodes,
+        serde_json::json!({"maxUnavailable": "lots"}),
+    ));
+    assert_eq!(s.budget.max_unavailable, None);
+    assert!(s.budget.source_detail.contains("\"lots\""));
+}
+
+#[test]
+fn a_node_two_pools_select_waits_naming_both_and_the_pause_is_the_specs() {
+    let mut both = node("both", &[NEEDED]);
+    both.overlap = vec!["gpu".into(), "big".into()];
+    let mut idle = node("idle-both", &[]);
+    idle.overlap = vec!["gpu".into(), "big".into()];
+    let input = reboot_pool(
+        vec![both, idle, node("mine", &[NEEDED])],
+        serde_json::json!({}),
+    );
+    let s = classify(&input);
+    let both = of(&s, "both");
+    assert_eq!(
+        (both.state, both.reason),
+        (State::Waiting, Some(WaitReason::Overlap))
+    );
+    assert!(
+        both.detail.contains("RebootPools gpu and big"),
+        "{}",
+        both.detail
+    );
+    assert!(of(&s, "idle-both").detail.contains("gpu and big"));
+    assert_eq!(
+        s.estimate.remaining, 1,
+        "the overlapping node is not queued"
+    );
+
+    let mut paused = input;
+    paused.ledger.paused = true;
+    let s = classify(&paused);
+    assert_eq!(of(&s, "mine").reason, Some(WaitReason::Paused));
+    assert_eq!(
+        of(&s, "mine").detail,
+        "paused: spec.paused on the RebootPool gpu"
+    );
+}
+
+#[test]
+fn every_pool_is_the_flags_pools_document_with_each_reboot_pool_in_it() {
+    let flags = pool(vec![node("web", &[])], &[], false);
+    let gpu = reboot_pool(
+        vec![node("g1", &[])],
+        serde_json::json!({"maxUnavailable": 3}),
+    );
+    let all = crate::input::Pools::All {
+        flags: flags.clone(),
+        pools: vec![gpu.clone()],
+    };
+    let keys = AnnotationKeys::default();
+    let s = every_pool(&all, &keys, at(NOW));
+    assert_eq!((s.pool.name.clone(), s.nodes.len()), (None, 1));
+    assert_eq!(s.pools.len(), 1);
+    assert_eq!(s.pools[0].pool.name.as_deref(), Some("gpu"));
+    assert_eq!(s.pools[0].budget.max_unavailable, Some(3));
+    let text = crate::render::text(&s);
+    assert!(
+        text.contains("the flags' pool: 1 node (all nodes that no RebootPool selects)"),
+        "{text}"
+    );
+    assert!(text.contains("Pool:    RebootPool gpu: 1 node"), "{text}");
+    let one = every_pool(&crate::input::Pools::One(gpu), &keys, at(NOW));
+    assert_eq!(one.pool.name.as_deref(), Some("gpu"));
+    assert!(one.pools.is_empty());
+}

@@ -77,6 +77,7 @@ pub struct RebootPoolSpec {
     /// The nodes of the pool. Empty selects every node. A node that two pools select is
     /// rebooted by neither until the overlap is resolved.
     #[serde(default)]
+    #[x_kube(validation = Rule::new("!has(self.matchExpressions) || self.matchExpressions.all(e, (e.operator == 'In' || e.operator == 'NotIn') ? (has(e.values) && size(e.values) > 0) : ((e.operator == 'Exists' || e.operator == 'DoesNotExist') && (!has(e.values) || size(e.values) == 0)))").message("nodeSelector.matchExpressions: In and NotIn need values, Exists and DoesNotExist take none (no other operator is known)"))]
     pub node_selector: LabelSelector,
     /// How many of the pool's nodes may be unavailable at once (NotReady, cordoned, or in the
     /// protocol): a number (`2`) or a percentage of the pool (`"25%"`, rounded down, at least

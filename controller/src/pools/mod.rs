@@ -50,8 +50,8 @@ pub struct Plan {
 ///
 /// A node two `RebootPool`s select is in neither; the flags' pool has the nodes that
 /// `--node-selector` selects and no `RebootPool` does. A pool whose spec is invalid runs
-/// nothing, but its selector (when it reads) still keeps its nodes out of the others: a value
-/// the controller cannot use makes it do less, never more.
+/// nothing, but its selector still keeps its nodes out of the others (a selector that cannot
+/// be read, every node): a value the controller cannot use makes it do less, never more.
 pub fn plan(base: &Args, objects: &[RebootPool]) -> Plan {
     let mut read: BTreeMap<String, (Result<Args, Vec<String>>, &RebootPool)> = BTreeMap::new();
     for pool in objects {
@@ -61,12 +61,13 @@ pub fn plan(base: &Args, objects: &[RebootPool]) -> Plan {
             (settings::pool_args(base, &name, &pool.spec), pool),
         );
     }
+    // A selector that cannot be read selects every node (as `common::pool::selects` reads
+    // it): its pool runs nothing, and keeps every node from the others until it is fixed.
     let selectors: BTreeMap<&str, PoolSelector> = read
         .iter()
-        .filter_map(|(name, (_, pool))| {
-            settings::selector_of(&pool.spec.node_selector)
-                .ok()
-                .map(|s| (name.as_str(), s))
+        .map(|(name, (_, pool))| {
+            let selector = settings::selector_of(&pool.spec.node_selector).unwrap_or_default();
+            (name.as_str(), selector)
         })
         .collect();
     let mut plan = Plan::default();

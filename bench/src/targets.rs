@@ -41,6 +41,10 @@ pub fn within(nodes: usize, p50_ms: f64, p99_ms: f64, rss_mib: f64) -> bool {
     p50_ms <= P50_MS && p99_ms <= P99_MS && rss_mib <= rss_limit_mib(nodes)
 }
 
+/// A pool's status is written when it changes, at most about once a second whatever the
+/// pool's size (a promotion trial changes the pool's counts twice).
+pub const STATUS_WRITES_PER_SECOND: f64 = 1.1;
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -55,7 +59,3 @@ mod tests {
         assert!(within(20_000, 12.0, 80.0, 70.0));
     }
 }
-
-/// A pool's status is written when it changes, at most about once a second whatever the
-/// pool's size (a promotion trial changes the pool's counts twice).
-pub const STATUS_WRITES_PER_SECOND: f64 = 1.1;

@@ -34,6 +34,7 @@ mod notify;
 mod notify_services;
 mod operability;
 mod opt_out;
+mod pools_crd;
 mod preflight;
 mod protocol;
 mod protocol_steps;

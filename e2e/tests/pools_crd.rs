@@ -362,3 +362,31 @@ async fn the_example_pools_of_the_docs_manifests_and_chart_are_accepted() {
         "{said}"
     );
 }
+
+/// `make sandbox`, `make demo` and the scenarios start with the chart's CRD installed, so that
+/// the controller they run finds RebootPools served.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_sandbox_serves_rebootpools_from_the_charts_crd_file() {
+    let sandbox = nodesim::sandbox::Sandbox::start(
+        nodesim::sandbox::SandboxConfig::with_nodes(1).no_controller(),
+    )
+    .await
+    .expect("the sandbox starts");
+    let cp = &sandbox.control_plane;
+    let listed = kubectl(cp, &["get", "rebootpools"], "");
+    assert!(
+        listed.status.success(),
+        "kubectl get rebootpools: {}",
+        String::from_utf8_lossy(&listed.stderr)
+    );
+    let file = std::fs::read_to_string(crd_file()).expect("the chart's CRD file");
+    assert_eq!(
+        nodesim::sandbox::REBOOTPOOL_CRD,
+        file,
+        "the sandbox's CRD is the chart's file"
+    );
+    // Applied by the sandbox with server-side apply, so the chart's file applies over it.
+    let again = succeeds(cp, &["apply", "--server-side", "-f", "-"], &file);
+    assert!(again.contains("serverside-applied"), "{again}");
+    sandbox.stop().await;
+}

@@ -656,6 +656,26 @@ fn the_default_pool_value_reaches_the_controller_only_when_false() {
     );
 }
 
+/// Two pools of one name would be one RebootPool written twice: the chart refuses it.
+#[test]
+fn two_pools_of_one_name_are_refused() {
+    let home = scratch("pool-names");
+    let mut twice = helm(&home);
+    twice
+        .args(["template", RELEASE])
+        .arg(chart_dir())
+        .args(["--namespace", NS])
+        .args([
+            "--set",
+            "pools[0].name=gpu,pools[1].name=general,pools[2].name=gpu",
+        ]);
+    let said = fails(twice);
+    assert!(
+        said.contains("pools[2]: the name \"gpu\" is pools[0]'s too"),
+        "{said}"
+    );
+}
+
 #[test]
 fn the_optional_monitoring_objects_render_when_enabled() {
     let home = scratch("monitoring");

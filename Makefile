@@ -4,7 +4,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 ARGS ?=
 
-.PHONY: fuzz all release deny deny-tools testenv testenv-control-plane testenv-oldest-k8s test-oldest-k8s static cross-tools faketime-tools test-arm64 images chart chart-readme bins build test test-inputs lint cluster sandbox demo bench manifests vm-tools vm-image vm-e2e node-image node-e2e docs docs-tools docs-reference soak publish
+.PHONY: fuzz all release deny deny-tools testenv testenv-control-plane testenv-oldest-k8s test-oldest-k8s static cross-tools faketime-tools test-arm64 images chart chart-readme crd bins build test test-inputs lint cluster sandbox demo bench manifests vm-tools vm-image vm-e2e node-image node-e2e docs docs-tools docs-reference soak publish
 
 all: build
 
@@ -284,6 +284,12 @@ docs-reference: bins
 # Chart.yaml, values.yaml and values.schema.json.
 chart-readme:
 	DOCS_REFERENCE_WRITE=1 $(CARGO) test --locked -p e2e --test scenarios -- docs::the_generated_parts_of_the_chart_readme
+
+# The RebootPool CustomResourceDefinition, generated from its type (common::pool::RebootPool)
+# into the chart's crds/rebootpools.yaml and manifests/rebootpools-crd.yaml; the chart-package
+# crate's test fails while either differs from what the type generates.
+crd:
+	$(CARGO) run --quiet --locked -p chart-package --bin crd
 
 # What `kubectl apply -k manifests/` installs, rendered.
 manifests: testenv

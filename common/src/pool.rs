@@ -10,7 +10,8 @@
 //! process-wide settings (Prometheus, notifications, leader election) stay flags. Its fields
 //! are named as Kubernetes names them elsewhere: `nodeSelector` is a label selector as in a
 //! Deployment's `selector`, `maxUnavailable` an int or a percentage as in a rolling update,
-//! durations are Go durations (`15m`, `1h30m`) as in a Pod's `activeDeadlineSeconds`' kin.
+//! durations are whole numbers with a unit (`ms`, `s`, `m`, `h`), added up (`15m`, `1h30m`),
+//! as the flags take them.
 //! The CRD's CEL rules refuse what they can; the controller refuses the rest with an
 //! `InvalidSpec` condition.
 
@@ -111,12 +112,12 @@ pub struct RebootPoolSpec {
     /// How long a reboot may take, from the grant to the node back Ready, before it is overdue
     /// and holds the pool. Default `30m`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[x_kube(validation = Rule::new("duration(self) > duration('0s')").message("rebootTimeout must be a positive duration such as \"30m\""))]
+    #[x_kube(validation = Rule::new("self.matches('^([0-9]+(ms|s|m|h))+$') && duration(self) > duration('0s')").message("rebootTimeout must be a positive duration such as \"30m\""))]
     pub reboot_timeout: Option<String>,
     /// After this long overdue, the slot of a node that never came back is released. Unset:
     /// never.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[x_kube(validation = Rule::new("duration(self) > duration('0s')").message("giveUpAfter must be a positive duration such as \"2h\""))]
+    #[x_kube(validation = Rule::new("self.matches('^([0-9]+(ms|s|m|h))+$') && duration(self) > duration('0s')").message("giveUpAfter must be a positive duration such as \"2h\""))]
     pub give_up_after: Option<String>,
     /// Grants nothing new while true; reboots under way finish. `kubectl reboot pause --pool`.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -141,18 +142,18 @@ pub struct DrainSpec {
     pub enabled: Option<bool>,
     /// How long a drain may take before it is retried. Default `15m`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[x_kube(validation = Rule::new("duration(self) > duration('0s')").message("drain.timeout must be a positive duration such as \"15m\""))]
+    #[x_kube(validation = Rule::new("self.matches('^([0-9]+(ms|s|m|h))+$') && duration(self) > duration('0s')").message("drain.timeout must be a positive duration such as \"15m\""))]
     pub timeout: Option<String>,
     /// The grace period given to each evicted pod; unset, each pod's own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[x_kube(validation = Rule::new("duration(self) > duration('0s')").message("drain.gracePeriod must be a positive duration such as \"30s\""))]
+    #[x_kube(validation = Rule::new("self.matches('^([0-9]+(ms|s|m|h))+$') && duration(self) > duration('0s')").message("drain.gracePeriod must be a positive duration such as \"30s\""))]
     pub grace_period: Option<String>,
     /// Only the pods this label selector selects are evicted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod_selector: Option<String>,
     /// A wait between the cordon and the drain.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[x_kube(validation = Rule::new("duration(self) >= duration('0s')").message("drain.delay must be a duration such as \"1m\""))]
+    #[x_kube(validation = Rule::new("self.matches('^(([0-9]+(ms|s|m|h))+|0)$')").message("drain.delay must be a duration such as \"1m\""))]
     pub delay: Option<String>,
     /// Reboot even when the drain cannot finish (kured's --force-reboot). Default false.
     #[serde(default, skip_serializing_if = "Option::is_none")]

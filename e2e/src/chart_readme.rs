@@ -61,6 +61,24 @@ pod-security.kubernetes.io/enforce=privileged`. Change a value with `helm upgrad
 values.schema.json refuses an unknown key or a wrong type. The installation guide and the
 configuration reference are in the repository's docs (docs/src/install.md,
 docs/src/reference.md).
+
+## Pools and their CRD
+
+The value `pools` creates RebootPools, each a group of nodes with its own budget and rules
+that the one controller runs: each item is the pool's `name` and the fields of its spec
+(`nodeSelector`, `maxUnavailable`, `windows`, ...). `defaultPool: false` turns off the pool
+of `controller.flags`, which takes the nodes no RebootPool selects. docs/src/pools.md says
+how pools work.
+
+Their CustomResourceDefinition is the chart's `crds/rebootpools.yaml`. Helm (3 and 4)
+installs `crds/` on `helm install` only: it never upgrades the CRD on `helm upgrade` nor
+deletes it on `helm uninstall` (which keeps every RebootPool too). After an upgrade to a
+chart whose CRD changed, apply it from that chart:
+
+```sh
+helm pull oci://registry.example.com/charts/node-reboot-operator --version <version> --untar
+kubectl apply --server-side -f node-reboot-operator/crds/rebootpools.yaml
+```
 "#;
 
 /// The whole README.

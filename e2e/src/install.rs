@@ -697,8 +697,8 @@ pub async fn check_an_agent_may_change_only_the_protocol_annotations_of_its_own_
 }
 
 /// What each program's ServiceAccount must not do (the agent: pods, evictions, Secrets, the
-/// ledger; the controller: Secrets, other Leases, deleting pods) is refused, and what the
-/// controller needs (list pods, evict, cordon) works.
+/// ledger; the controller: Secrets, Leases outside its namespace, deleting pods) is refused,
+/// and what the controller needs (list pods, evict, cordon, a pool's ledger) works.
 pub async fn check_what_the_programs_must_not_do_is_refused(ids: &Identities) {
     let admin_pods: Api<Pod> = Api::default_namespaced(ids.admin.clone());
     let pod: Pod = object(json!({
@@ -716,10 +716,12 @@ pub async fn check_what_the_programs_must_not_do_is_refused(ids: &Identities) {
         .await
         .expect("secret");
     let lease: Lease = object(json!({"metadata": {"name": "someone-else"}}));
-    Api::<Lease>::namespaced(ids.admin.clone(), NS)
-        .create(&PostParams::default(), &lease)
-        .await
-        .expect("lease");
+    for namespace in [NS, "default"] {
+        Api::<Lease>::namespaced(ids.admin.clone(), namespace)
+            .create(&PostParams::default(), &lease)
+            .await
+            .expect("lease");
+    }
 
     // The agent: no pods, no evictions, no secrets.
     let agent = ids.agent_a.clone();
@@ -754,7 +756,8 @@ pub async fn check_what_the_programs_must_not_do_is_refused(ids: &Identities) {
         "forbidden",
     );
 
-    // The controller: drains through evictions only, reads no secrets, only its own Leases.
+    // The controller: drains through evictions only, reads no secrets, only the Leases of its
+    // own namespace (each RebootPool's ledger is one, named after the pool).
     let controller = ids.controller.clone();
     let secrets: Api<Secret> = Api::namespaced(controller.clone(), NS);
     refused(
@@ -772,13 +775,18 @@ pub async fn check_what_the_programs_must_not_do_is_refused(ids: &Identities) {
         403,
         "forbidden",
     );
-    let leases: Api<Lease> = Api::namespaced(controller.clone(), NS);
+    let elsewhere: Api<Lease> = Api::namespaced(controller.clone(), "default");
     refused(
-        "the controller reading another Lease",
-        leases.get("someone-else").await,
+        "the controller reading a Lease outside its namespace",
+        elsewhere.get("someone-else").await,
         403,
         "forbidden",
     );
+    let ledger: Lease = object(json!({"metadata": {"name": common::pool::ledger_name("gpu")}}));
+    Api::<Lease>::namespaced(controller.clone(), NS)
+        .create(&PostParams::default(), &ledger)
+        .await
+        .expect("the controller creates a pool's ledger in its namespace");
     let pods: Api<Pod> = Api::default_namespaced(controller.clone());
     let delete = pods.delete("work", &DeleteParams::default()).await;
     refused("the controller deleting a pod", delete, 403, "forbidden");

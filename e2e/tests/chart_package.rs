@@ -169,6 +169,17 @@ fn the_package_lints_renders_both_images_by_digest_and_is_the_checked_in_chart()
         first_difference(&readme, &read(&repo().join(README)))
     );
 
+    // The RebootPool CRD of crds/, which `helm install` installs first.
+    // helm prints each CRD file after a `---` line.
+    let crds = helm_says(dir.path(), &["show", "crds", chart]);
+    let crds = crds.strip_prefix("---\n").unwrap_or(&crds);
+    let crd_file = read(&chart_dir().join("crds/rebootpools.yaml"));
+    assert!(
+        crds.trim_end() == crd_file.trim_end(),
+        "helm show crds does not show crds/rebootpools.yaml: {}",
+        first_difference(crds, &crd_file)
+    );
+
     // values.yaml as checked in, the two digests set; and the checked-in file untouched.
     let shown = helm_says(dir.path(), &["show", "values", chart]);
     assert_eq!(read(&chart_dir().join("values.yaml")), values_before);

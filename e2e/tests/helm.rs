@@ -198,7 +198,8 @@ fn the_chart_passes_helm_lint_strict() {
 #[test]
 fn default_values_render_the_same_objects_as_kubectl_kustomize_manifests() {
     let home = scratch("parity");
-    let mut helm_objects = objects(&template(&home, &[]));
+    // The CRD too: manifests/ ships the chart's crds/rebootpools.yaml.
+    let mut helm_objects = objects(&template(&home, &["--include-crds"]));
     let mut kustomize =
         Command::new(ControlPlane::bin("kubectl").unwrap_or_else(|e| panic!("{e}")));
     kustomize.arg("kustomize").arg(manifests_dir());
@@ -245,7 +246,14 @@ fn default_values_render_the_same_objects_as_kubectl_kustomize_manifests() {
         "the chart with default values and manifests/ differ; change both:\n{}",
         report.join("\n")
     );
-    assert_eq!(helm_objects.len(), 16, "{:#?}", helm_objects.keys());
+    assert_eq!(helm_objects.len(), 17, "{:#?}", helm_objects.keys());
+    assert!(
+        helm_objects.contains_key(
+            "CustomResourceDefinition apiextensions.k8s.io/v1 /rebootpools.node-reboot-operator.io"
+        ),
+        "{:#?}",
+        helm_objects.keys()
+    );
 }
 
 /// The flags of a program's `--help`, with their defaults (`None`: no default shown).
@@ -342,6 +350,8 @@ fn every_flag_of_both_programs_is_a_value_with_the_programs_default() {
                 "node-name" => continue,
                 // One value for both programs and the admission policy.
                 "annotation-prefix" => values["annotationPrefix"].clone(),
+                // Beside `pools`, not a setting of the flags' pool: its env var DEFAULT_POOL.
+                "default-pool" => values["defaultPool"].clone(),
                 _ => {
                     keys.push(key.clone());
                     match table.get(&key) {
@@ -491,7 +501,9 @@ fn every_flag_value_reaches_its_program() {
         let mut expected = Vec::new();
         for (flag, default) in flags_of(program) {
             let value = match flag.as_str() {
-                "node-name" => continue,
+                // As the env var DEFAULT_POOL, not an arg:
+                // the_default_pool_value_reaches_the_controller_only_when_false.
+                "node-name" | "default-pool" => continue,
                 "annotation-prefix" => &samples["annotationPrefix"],
                 _ => &samples[section]["flags"][camel_case(&flag)],
             };
@@ -558,10 +570,12 @@ fn every_flag_value_reaches_its_program() {
             .contains(&"--reboot-sentinel-command=sh -c '! needs-restarting -r'".to_owned()),
         "the sentinel command reaches the agent as written"
     );
+    // Every Lease of that namespace: each RebootPool's ledger is named after the pool.
     let role = &rendered["Role rbac.authorization.k8s.io/v1 ledgers/reboot-controller-leases"];
     assert_eq!(
-        role["rules"][0]["resourceNames"],
-        json!(["pool-a-slots", "pool-a-leader"])
+        role["rules"][0],
+        json!({"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+               "verbs": ["get", "list", "watch", "create", "update", "patch"]})
     );
     assert!(
         rendered.contains_key(
@@ -603,6 +617,63 @@ fn every_flag_value_reaches_its_program() {
     for field in ["ports", "livenessProbe", "readinessProbe"] {
         assert!(container[field].is_null(), "{field}: {container}");
     }
+}
+
+/// `defaultPool: false` reaches the controller as DEFAULT_POOL=false (`--default-pool`);
+/// `true`, the default, is the program's own and is not passed, so the Deployment stays
+/// manifests/'.
+#[test]
+fn the_default_pool_value_reaches_the_controller_only_when_false() {
+    let home = scratch("default-pool");
+    let env_of = |args: &[&str]| {
+        let rendered = objects(&template(&home, args));
+        rendered[&format!("Deployment apps/v1 {NS}/reboot-controller")]["spec"]["template"]["spec"]
+            ["containers"][0]["env"]
+            .as_array()
+            .expect("env")
+            .iter()
+            .filter(|e| e["name"] == "DEFAULT_POOL")
+            .cloned()
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        env_of(&["--set", "defaultPool=false"]),
+        [json!({"name": "DEFAULT_POOL", "value": "false"})]
+    );
+    assert_eq!(env_of(&[]), Vec::<Value>::new());
+    assert_eq!(env_of(&["--set", "defaultPool=true"]), Vec::<Value>::new());
+    let mut wrong = helm(&home);
+    wrong.args(["template", RELEASE]).arg(chart_dir()).args([
+        "--namespace",
+        NS,
+        "--set",
+        "defaultPool=no",
+    ]);
+    let said = fails(wrong);
+    assert!(
+        said.contains("at '/defaultPool': got string, want boolean"),
+        "{said}"
+    );
+}
+
+/// Two pools of one name would be one RebootPool written twice: the chart refuses it.
+#[test]
+fn two_pools_of_one_name_are_refused() {
+    let home = scratch("pool-names");
+    let mut twice = helm(&home);
+    twice
+        .args(["template", RELEASE])
+        .arg(chart_dir())
+        .args(["--namespace", NS])
+        .args([
+            "--set",
+            "pools[0].name=gpu,pools[1].name=general,pools[2].name=gpu",
+        ]);
+    let said = fails(twice);
+    assert!(
+        said.contains("pools[2]: the name \"gpu\" is pools[0]'s too"),
+        "{said}"
+    );
 }
 
 #[test]
@@ -900,6 +971,9 @@ async fn helm_install_upgrade_and_uninstall_on_the_local_control_plane() {
         16,
         "every object installed: {installed}"
     );
+    // crds/: installed with the release.
+    let crd = "customresourcedefinition.apiextensions.k8s.io/rebootpools.node-reboot-operator.io";
+    assert_eq!(e2e::kubectl(&cp, &["get", crd, "-o", "name"]).trim(), crd);
     let namespace: Value =
         serde_json::from_str(&e2e::kubectl(&cp, &["get", "namespace", NS, "-o", "json"]))
             .expect("JSON");
@@ -953,6 +1027,12 @@ async fn helm_install_upgrade_and_uninstall_on_the_local_control_plane() {
         left.trim(),
         format!("namespace/{NS}"),
         "every object but the namespace is gone"
+    );
+    // Helm never deletes a chart's CRDs: the RebootPools stay.
+    assert_eq!(
+        e2e::kubectl(&cp, &["get", crd, "-o", "name"]).trim(),
+        crd,
+        "helm uninstall keeps the CRD"
     );
     assert_eq!(releases(&cp), "[]");
 }

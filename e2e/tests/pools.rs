@@ -12,9 +12,8 @@ use e2e::{
     rollout::{ROLLOUT, back},
     wait_until,
 };
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::{
-    Api, Client, CustomResourceExt, ResourceExt,
+    Api, Client, ResourceExt,
     api::{DeleteParams, PostParams},
 };
 use nodesim::{
@@ -23,8 +22,8 @@ use nodesim::{
 };
 use std::time::Duration;
 
-/// A sandbox whose nodes carry `pool=<name>` as given, with the CRD installed and the
-/// controller started after it (with `controller_args`).
+/// A sandbox (which installs the chart's RebootPool CRD) whose nodes carry `pool=<name>` as
+/// given, its controller started with `controller_args`.
 async fn sandbox(pools: &[(&str, usize)], unlabelled: usize, controller_args: &[&str]) -> Sandbox {
     let nodes = pools.iter().map(|(_, n)| n).sum::<usize>() + unlabelled;
     let config = SandboxConfig::with_nodes(nodes)
@@ -32,7 +31,6 @@ async fn sandbox(pools: &[(&str, usize)], unlabelled: usize, controller_args: &[
         .start_controller(false)
         .without_pods();
     let mut sb = Sandbox::start(config).await.expect("sandbox starts");
-    install_crd(&sb.client).await;
     let mut i = 1;
     for (pool, n) in pools {
         for _ in 0..*n {
@@ -47,25 +45,6 @@ async fn sandbox(pools: &[(&str, usize)], unlabelled: usize, controller_args: &[
     sb.start_controller(controller_args)
         .expect("controller starts");
     sb
-}
-
-async fn install_crd(client: &Client) {
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    crds.create(&PostParams::default(), &RebootPool::crd())
-        .await
-        .expect("the RebootPool CRD is created");
-    wait_until(
-        "the RebootPool CRD is established",
-        Duration::from_secs(30),
-        None,
-        || async {
-            Api::<RebootPool>::all(client.clone())
-                .list(&Default::default())
-                .await
-                .is_ok()
-        },
-    )
-    .await;
 }
 
 async fn create_pool(client: &Client, name: &str, spec: serde_json::Value) {

@@ -36,6 +36,7 @@ mod notify_services;
 mod operability;
 mod opt_out;
 mod pools;
+mod pools_crd;
 mod preflight;
 mod protocol;
 mod protocol_steps;

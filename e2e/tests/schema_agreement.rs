@@ -765,3 +765,43 @@ fn the_schema_refuses_what_the_programs_refuse() {
         problems.join("\n\n")
     );
 }
+
+/// The chart's `pools` items take exactly the fields of a RebootPool's spec, and its `name`,
+/// each of the CRD's type: a field the chart's schema lacked would be refused by `helm
+/// install`, one the CRD lacked would not reach the controller.
+#[test]
+fn the_charts_pools_take_the_fields_of_a_rebootpool_spec_with_their_types() {
+    use kube::CustomResourceExt as _;
+    let crd = serde_json::to_value(common::pool::RebootPool::crd()).expect("JSON");
+    let spec = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"];
+    let spec = spec.as_object().expect("the spec's properties");
+    let schema = e2e::chart_values::chart_schema();
+    let items = &schema["properties"]["pools"]["items"];
+    assert_eq!(items["required"], json!(["name"]), "{items}");
+    assert_eq!(items["additionalProperties"], json!(false), "{items}");
+    let chart = items["properties"]
+        .as_object()
+        .expect("the items' properties");
+    let chart_keys: BTreeSet<&String> = chart.keys().filter(|k| *k != "name").collect();
+    let spec_keys: BTreeSet<&String> = spec.keys().collect();
+    assert_eq!(
+        chart_keys, spec_keys,
+        "the properties of pools[] in values.schema.json (beside `name`) and RebootPool's spec"
+    );
+    let type_of = |field: &Value| -> Value {
+        if field["x-kubernetes-int-or-string"] == json!(true) {
+            return json!(["integer", "string"]);
+        }
+        match field.get("anyOf").and_then(Value::as_array) {
+            Some(any) => Value::Array(any.iter().map(|a| a["type"].clone()).collect()),
+            None => field["type"].clone(),
+        }
+    };
+    for (key, field) in spec {
+        assert_eq!(
+            type_of(&chart[key]),
+            type_of(field),
+            "pools[].{key}: values.schema.json's type and the CRD's"
+        );
+    }
+}

@@ -183,6 +183,7 @@ impl Sandbox {
         let control_plane = ControlPlane::start(config.control_plane.clone()).await?;
         let client = control_plane.client().await?;
         create_namespace(&client, OPERATOR_NAMESPACE).await?;
+        install_crds(&control_plane)?;
         let mut fleet_config = FleetConfig::new(
             config.nodes,
             agent_bin,
@@ -339,6 +340,27 @@ async fn agents_behind_proxies(
     Ok((faults, kubeconfigs))
 }
 
+/// The RebootPool CustomResourceDefinition as the chart ships it (its `crds/`, generated from
+/// `common::pool::RebootPool` by `make crd`).
+pub const REBOOTPOOL_CRD: &str =
+    include_str!("../../charts/node-reboot-operator/crds/rebootpools.yaml");
+
+/// Installs the operator's CRDs as a user upgrades them (`kubectl apply --server-side` of the
+/// chart's file) and waits until the API server serves them: the controller watches RebootPools.
+pub fn install_crds(cp: &ControlPlane) -> Result<(), Error> {
+    cp.kubectl_with_input(&["apply", "--server-side", "-f", "-"], REBOOTPOOL_CRD)?;
+    cp.kubectl_with_input(
+        &[
+            "wait",
+            "--for=condition=Established",
+            "--timeout=60s",
+            "customresourcedefinition/rebootpools.node-reboot-operator.io",
+        ],
+        "",
+    )?;
+    Ok(())
+}
+
 pub async fn create_namespace(client: &Client, name: &str) -> Result<(), Error> {
     let ns: Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": name}}))
         .map_err(|e| Error::Setup(e.to_string()))?;
@@ -377,6 +399,10 @@ pub async fn run_until_signal(config: SandboxConfig) -> anyhow::Result<()> {
     eprintln!(
         "sandbox: the leader:  kubectl -n {OPERATOR_NAMESPACE} get lease reboot-controller \
          -o jsonpath='{{.spec.holderIdentity}}'"
+    );
+    eprintln!(
+        "sandbox: the RebootPool CRD is installed (the chart's crds/rebootpools.yaml): try  \
+         kubectl get rebootpools"
     );
     println!(
         "KUBECONFIG={}",

@@ -7,6 +7,7 @@
 //! it renders is pinned by digest.
 
 pub mod chart_yaml;
+pub mod crd;
 mod error;
 pub mod helm;
 pub mod images_txt;

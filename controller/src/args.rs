@@ -62,8 +62,9 @@ pub struct Args {
           value_parser = parse_namespace)]
     pub namespace: String,
 
-    /// Name of the Lease that records which nodes hold a slot. Controllers of different
-    /// pools need different ledgers.
+    /// Name of the Lease that records which nodes of the flags' pool hold a slot (each
+    /// `RebootPool`'s is `node-reboot-pool-<name>`). Two controller Deployments need different
+    /// ledgers.
     #[arg(long, env = "LEDGER_NAME", default_value = common::ledger::LEDGER_NAME,
           value_parser = parse_lease_name)]
     pub ledger_name: String,

@@ -18,6 +18,9 @@ const NAMED: usize = 50;
 pub struct Seen {
     pub summary: PoolSummary,
     pub budget: usize,
+    /// The budget as given, when it is not a count (`25%`), and the zones' (`1/zone`).
+    pub budget_given: Option<String>,
+    pub zone_budget: Option<String>,
     pub facts: PoolFacts,
     /// The pool's nodes in the protocol, by name.
     pub in_protocol: Vec<String>,
@@ -118,7 +121,7 @@ pub fn running(
     RebootPoolStatus {
         observed_generation: generation,
         nodes: i64::try_from(seen.summary.nodes + overlapping.len()).unwrap_or(i64::MAX),
-        budget: Some(seen.budget.to_string()),
+        budget: Some(budget_text(seen)),
         unavailable: i64::try_from(seen.summary.unavailable).unwrap_or(i64::MAX),
         rebooting,
         waiting,
@@ -205,6 +208,18 @@ pub fn overlaps<'a>(
     found
 }
 
+/// `2`, `2 (25%)`, `2, 1/zone`.
+fn budget_text(seen: &Seen) -> String {
+    let mut text = seen.budget.to_string();
+    if let Some(given) = &seen.budget_given {
+        text.push_str(&format!(" ({given})"));
+    }
+    if let Some(zone) = &seen.zone_budget {
+        text.push_str(&format!(", {zone}/zone"));
+    }
+    text
+}
+
 fn overlap_message(overlapping: &[OverlappingNode]) -> String {
     match overlapping.first() {
         None => "no node is in another pool too".into(),
@@ -289,6 +304,11 @@ mod tests {
         assert_eq!(status_of(&idle, "Stalled"), "False");
         let busy = running(Some(3), &seen(3, 2, &[]), vec![], false, false, &[], &now());
         assert_eq!((busy.waiting, busy.rebooting), (3, 2));
+        let mut shares = seen(0, 0, &[]);
+        shares.budget_given = Some("25%".into());
+        shares.zone_budget = Some("1".into());
+        let status = running(Some(1), &shares, vec![], false, false, &[], &now());
+        assert_eq!(status.budget.as_deref(), Some("2 (25%), 1/zone"));
         assert_eq!(status_of(&busy, "Reconciling"), "True");
         let late = running(
             Some(3),

@@ -94,6 +94,10 @@ pub fn record_seen(
         .unwrap_or_else(std::sync::PoisonError::into_inner);
     seen.summary = summary;
     seen.budget = budget;
+    let args = &config.args;
+    seen.budget_given = matches!(args.max_unavailable, common::MaxUnavailable::Percent(_))
+        .then(|| args.max_unavailable.to_string());
+    seen.zone_budget = args.max_unavailable_per_zone.map(|z| z.to_string());
     seen.facts = facts;
     seen.in_protocol = in_pool;
     if let Some((node, at)) = completed

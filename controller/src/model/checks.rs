@@ -527,13 +527,21 @@ pub fn pool_ledger_write(
         .round
         .clone()
         .expect("every ledger write comes from a round");
-    assert!(fences.window_open, "granted {granted:?} outside the windows");
-    assert!(!fences.unhealthy, "granted {granted:?} while a health gate was closed");
+    assert!(
+        fences.window_open,
+        "granted {granted:?} outside the windows"
+    );
+    assert!(
+        !fences.unhealthy,
+        "granted {granted:?} while a health gate was closed"
+    );
     let running = s.running[k]
         .iter()
         .find(|p| p.ledger == ledger)
         .cloned()
-        .unwrap_or_else(|| panic!("replica {k} granted {granted:?} in {ledger}, not a pool it runs"));
+        .unwrap_or_else(|| {
+            panic!("replica {k} granted {granted:?} in {ledger}, not a pool it runs")
+        });
     assert!(
         !running.paused && !running.deleted,
         "replica {k} granted {granted:?} in {ledger}, which it runs paused or deleted"

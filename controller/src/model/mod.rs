@@ -403,11 +403,7 @@ impl Model {
         &self,
         k: usize,
         indexings: Vec<Indexing>,
-    ) -> (
-        Store<Node>,
-        Vec<crate::cache::nodes::SharedIndex>,
-        NodeFeed,
-    ) {
+    ) -> (Store<Node>, Vec<crate::cache::nodes::SharedIndex>, NodeFeed) {
         let (store, indexes, mut feed) = NodeFeed::of_pools(indexings);
         feed.apply(watcher::Event::Init);
         for node in lock(&self.server).nodes.iter().flatten() {

@@ -11,9 +11,7 @@ use super::{Model, PoolParts, Replica, Setup, server::PoolTruth, server::Running
 use crate::{args::Args, pools};
 use clap::Parser;
 use common::pool::RebootPool;
-use k8s_openapi::apimachinery::pkg::{
-    apis::meta::v1::Time, util::intstr::IntOrString,
-};
+use k8s_openapi::apimachinery::pkg::{apis::meta::v1::Time, util::intstr::IntOrString};
 use serde_json::{Value, json};
 
 /// The pools a case may run: `a` selects `pool=a`, `b` `pool in (b)`, `c` `tier=gpu`.
@@ -21,7 +19,11 @@ const NAMES: [&str; 3] = ["a", "b", "c"];
 
 /// The controller's flags: no flags' pool, the model's namespace.
 fn base_args() -> Args {
-    Args::parse_from(["reboot-controller", "--default-pool=false", "--namespace=ns"])
+    Args::parse_from([
+        "reboot-controller",
+        "--default-pool=false",
+        "--namespace=ns",
+    ])
 }
 
 /// What pool `p` selects, as the model reads it.
@@ -146,8 +148,7 @@ impl Model {
     /// Replica `k`'s watch of the `RebootPool`s delivers them: a change of a spec, or a
     /// deletion, starts its pools again from the new plan.
     pub(super) fn sync_pools(&mut self, k: usize) {
-        if self.objects.is_empty() || self.replicas[k].print == pools::fingerprint(&self.objects)
-        {
+        if self.objects.is_empty() || self.replicas[k].print == pools::fingerprint(&self.objects) {
             return;
         }
         let replica = self.pool_replica(k);
@@ -193,9 +194,9 @@ impl Model {
     /// Whether every pool's ledger is there and empty.
     pub(super) fn pool_ledgers_empty(&self) -> bool {
         let s = self.s();
-        s.pools
-            .iter()
-            .all(|p| s.ledgers.contains_key(&p.ledger()) && s.slots_of_ledger(&p.ledger()).is_empty())
+        s.pools.iter().all(|p| {
+            s.ledgers.contains_key(&p.ledger()) && s.slots_of_ledger(&p.ledger()).is_empty()
+        })
     }
 
     /// A deleted pool leaves nothing of the operator's on the nodes: no slot, no grant of its
@@ -236,7 +237,7 @@ impl Model {
                     .as_deref()
                     .and_then(|record| common::marks::recorded_taint(record).1);
                 assert!(
-                    tainted_by.as_deref() != Some(&*id),
+                    tainted_by != Some(id.as_str()),
                     "deleted pool {} left its waiting taint on n{i}: {node:#}",
                     pool.name
                 );
@@ -259,9 +260,7 @@ mod tests {
     }
 
     fn ledger_of(model: &Model, i: usize) -> Option<String> {
-        granted(model, i).and_then(|g| {
-            common::ledger::ledger_of_grant(&g).map(str::to_owned)
-        })
+        granted(model, i).and_then(|g| common::ledger::ledger_of_grant(&g).map(str::to_owned))
     }
 
     proptest! {
@@ -309,9 +308,16 @@ mod tests {
                 model.apply(&Round(k));
             }
         }
-        assert!(granted(&model, 2).is_none(), "n2 granted over the budget of 1");
+        assert!(
+            granted(&model, 2).is_none(),
+            "n2 granted over the budget of 1"
+        );
         model.settle();
-        assert!(model.s().boots[..3].iter().all(|&b| b == 1), "{:?}", model.s().boots);
+        assert!(
+            model.s().boots[..3].iter().all(|&b| b == 1),
+            "{:?}",
+            model.s().boots
+        );
     }
 
     /// A node relabelled from pool a into pool b mid-reboot: a, whose ledger granted it,
@@ -330,7 +336,11 @@ mod tests {
                 model.apply(&SyncAll(k));
                 model.apply(&Round(k));
             }
-            assert_eq!(ledger_of(&model, 0).as_deref(), Some(&*a), "n0 changed hands");
+            assert_eq!(
+                ledger_of(&model, 0).as_deref(),
+                Some(&*a),
+                "n0 changed hands"
+            );
             assert!(granted(&model, 3).is_none(), "b granted n3 over its budget");
         }
         model.settle();
@@ -359,11 +369,7 @@ mod tests {
     #[test]
     fn a_node_two_pools_select_is_granted_by_neither() {
         let mut model = Model::with_pools(&scripted(2, 1, true), &[1, 1, 1]);
-        for step in [
-            Tier { node: 0, gpu: true },
-            Request(0),
-            Request(5),
-        ] {
+        for step in [Tier { node: 0, gpu: true }, Request(0), Request(5)] {
             model.apply(&step);
         }
         model.settle();

@@ -419,9 +419,7 @@ impl Server {
     /// A node of the pool, as the truth has it.
     pub fn in_pool(&self, i: usize) -> bool {
         if !self.pools.is_empty() {
-            return self
-                .pool_of(i)
-                .is_some_and(|p| !self.pools[p].deleted);
+            return self.pool_of(i).is_some_and(|p| !self.pools[p].deleted);
         }
         self.node(i)
             .is_some_and(|n| n["metadata"]["labels"][POOL] == json!("a"))

@@ -687,7 +687,11 @@ impl Model {
         assert!(s.slots().is_empty(), "slots left: {:?}", s.slots());
         for pool in &s.pools {
             let left = s.slots_of_ledger(&pool.ledger());
-            assert!(left.is_empty(), "slots left in pool {}: {left:?}", pool.name);
+            assert!(
+                left.is_empty(),
+                "slots left in pool {}: {left:?}",
+                pool.name
+            );
         }
         for (i, node) in s.nodes.iter().enumerate() {
             let Some(node) = node else { continue };

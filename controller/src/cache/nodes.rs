@@ -282,20 +282,37 @@ pub fn spawn_reflector(
 #[allow(missing_debug_implementations)] // the reflector's writer has no Debug
 pub struct NodeFeed {
     writer: reflector::store::Writer<Node>,
-    indexer: Indexer,
+    kept: KeptLabels,
+    indexers: Vec<Indexer>,
 }
 
 impl NodeFeed {
     pub fn new(indexing: Indexing) -> (Store<Node>, SharedIndex, Self) {
+        let (store, mut indexes, feed) = Self::of_pools(vec![indexing]);
+        (store, indexes.remove(0), feed)
+    }
+
+    /// One store for several pools, with one index each (in the order of `indexings`), as
+    /// [`spawn_reflector`] keeps them.
+    pub fn of_pools(indexings: Vec<Indexing>) -> (Store<Node>, Vec<SharedIndex>, Self) {
         let writer = reflector::store::Writer::default();
         let store = writer.as_reader();
-        let index = SharedIndex::default();
-        let indexer = Indexer {
-            indexing,
-            index: index.clone(),
-            relisted: None,
+        let kept = KeptLabels::union(indexings.iter().map(|i| &i.kept));
+        let indexers: Vec<Indexer> = indexings
+            .into_iter()
+            .map(|indexing| Indexer {
+                indexing,
+                index: SharedIndex::default(),
+                relisted: None,
+            })
+            .collect();
+        let indexes = indexers.iter().map(|i| i.index.clone()).collect();
+        let feed = Self {
+            writer,
+            kept,
+            indexers,
         };
-        (store, index, Self { writer, indexer })
+        (store, indexes, feed)
     }
 
     /// The index of every node in `store`, counted afresh.
@@ -310,15 +327,16 @@ impl NodeFeed {
 
     /// Takes in one watch event, trimmed as the reflector trims it.
     pub fn apply(&mut self, mut event: watcher::Event<Node>) {
-        let kept = &self.indexer.indexing.kept;
         match &mut event {
             watcher::Event::Apply(node)
             | watcher::Event::InitApply(node)
-            | watcher::Event::Delete(node) => trim(node, kept),
+            | watcher::Event::Delete(node) => trim(node, &self.kept),
             watcher::Event::Init | watcher::Event::InitDone => {}
         }
         self.writer.apply_watcher_event(&event);
-        self.indexer.apply(&event);
+        for indexer in &mut self.indexers {
+            indexer.apply(&event);
+        }
     }
 }
 

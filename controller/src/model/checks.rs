@@ -122,6 +122,9 @@ pub fn node_write(s: &Server, k: usize, i: usize, before: &Value, after: &Value)
         delays_kept(s, i, after);
     }
     admins_labels_kept(s, i, before, after);
+    if !s.pools.is_empty() {
+        pool_node_write(s, k, i, before, after, claimed || recordoned || promoted);
+    }
     if claimed || recordoned || promoted {
         let what = format!(
             "n{i} moved further (claimed {claimed}, cordoned {recordoned}, reboot-now {promoted})"
@@ -176,6 +179,9 @@ fn admins_labels_kept(s: &Server, i: usize, before: &Value, after: &Value) {
 /// The operator holds no more nodes than the budget, unless the pool shrank since its last
 /// grant (then the budget it granted under is what it answers for).
 pub fn budget_held(s: &Server) {
+    if !s.pools.is_empty() {
+        return pools_budget_held(s);
+    }
     let held = held_by_operator(s);
     let budget = s
         .max_unavailable
@@ -420,4 +426,172 @@ pub fn every_step(s: &Server) {
         }
     }
     budget_held(s);
+}
+
+/// Whose grant `node` carries: its ledger's name (`ns/<name>` in the grant id).
+fn ledger_of(grant: Option<String>) -> Option<String> {
+    let grant = grant?;
+    let id = common::ledger::ledger_of_grant(&grant)?;
+    Some(id.rsplit('/').next().unwrap_or(id).to_owned())
+}
+
+fn grant_ledger(node: &Value) -> Option<String> {
+    ledger_of(annotation(node, "reboot-grant"))
+}
+
+/// With several pools, a node write by replica `k`: a node never goes from one ledger's grant
+/// to another's, and a pool that replica runs paused moves none of its nodes further (a
+/// deleted one takes them to the end); a node two pools select is never claimed.
+fn pool_node_write(s: &Server, k: usize, i: usize, before: &Value, after: &Value, moved: bool) {
+    let (was, now) = (grant_ledger(before), grant_ledger(after));
+    if let (Some(was), Some(now)) = (&was, &now) {
+        assert_eq!(was, now, "n{i} went from a grant of {was} to one of {now}");
+    }
+    if was.is_none() && now.is_some() {
+        assert!(
+            s.selecting(before) < 2,
+            "n{i} claimed a grant of {now:?} while two pools select it"
+        );
+    }
+    if moved && let Some(ledger) = &now {
+        let paused = s.running[k]
+            .iter()
+            .find(|p| &p.ledger == ledger)
+            .is_none_or(|p| p.paused);
+        assert!(
+            !paused,
+            "n{i} moved further by replica {k} in {ledger}, which it runs paused or not at all"
+        );
+    }
+}
+
+/// The nodes a pool's ledger holds: its slots (of nodes that exist; a slot released and
+/// brought back by an older copy only while its node carries a grant), and every node that
+/// carries one of its grants.
+fn held_by_pool(s: &Server, ledger: &str) -> BTreeSet<String> {
+    let mut held: BTreeSet<String> = s
+        .slots_of_ledger(ledger)
+        .into_iter()
+        .filter(|(n, slot)| {
+            s.node(index(n)).is_some_and(|node| {
+                !s.released.contains(&slot.grant) || annotation(node, "reboot-grant").is_some()
+            })
+        })
+        .map(|(n, _)| n)
+        .collect();
+    for node in s.nodes.iter().flatten() {
+        if grant_ledger(node).as_deref() == Some(ledger) {
+            held.insert(facts(node).name);
+        }
+    }
+    held
+}
+
+/// With several pools: each holds no more nodes than its budget (or the budget its last grant
+/// was made under, when it was lowered since).
+pub fn pools_budget_held(s: &Server) {
+    for pool in &s.pools {
+        let ledger = pool.ledger();
+        let held = held_by_pool(s, &ledger);
+        let at_grant = s.pool_budget_at_grant.get(&ledger).copied().unwrap_or(0);
+        let budget = (pool.budget as usize).max(at_grant);
+        assert!(
+            held.len() <= budget,
+            "pool {} holds {held:?} with a budget of {budget}",
+            pool.name
+        );
+    }
+}
+
+/// A compare-and-swap of a pool's ledger by replica `k`, from the slots `before`: a new grant
+/// only in a pool the replica runs unpaused, on a node of that pool that no other pool selects
+/// and that carries no other ledger's grant, with the pool's unavailable nodes (as the replica
+/// saw them and as they are) below the budget the replica runs it with.
+pub fn pool_ledger_write(
+    s: &mut Server,
+    k: usize,
+    ledger: &str,
+    before: &std::collections::BTreeMap<String, common::ledger::Slot>,
+) {
+    let after = s.slots_of_ledger(ledger);
+    let granted: Vec<String> = after
+        .iter()
+        .filter(|(node, slot)| before.get(*node).is_none_or(|b| b.grant != slot.grant))
+        .filter(|(_, slot)| !s.ever_carried.contains(&slot.grant))
+        .map(|(node, _)| node.clone())
+        .collect();
+    if granted.is_empty() {
+        return;
+    }
+    let (_, fences) = s
+        .round
+        .clone()
+        .expect("every ledger write comes from a round");
+    assert!(
+        fences.window_open,
+        "granted {granted:?} outside the windows"
+    );
+    assert!(
+        !fences.unhealthy,
+        "granted {granted:?} while a health gate was closed"
+    );
+    let running = s.running[k]
+        .iter()
+        .find(|p| p.ledger == ledger)
+        .cloned()
+        .unwrap_or_else(|| {
+            panic!("replica {k} granted {granted:?} in {ledger}, not a pool it runs")
+        });
+    assert!(
+        !running.paused && !running.deleted,
+        "replica {k} granted {granted:?} in {ledger}, which it runs paused or deleted"
+    );
+    let p = s
+        .pools
+        .iter()
+        .position(|p| p.ledger() == ledger)
+        .expect("a pool of the model");
+    let seen = |i: usize, what: &dyn Fn(&Value) -> bool| -> bool {
+        s.seen_copy(k, i).is_some_and(|c| what(&c)) && s.node(i).is_some_and(what)
+    };
+    for node in &granted {
+        let i = index(node);
+        assert!(
+            !fences.blocked.contains(node),
+            "granted {node}, which a blocking pod runs on"
+        );
+        assert!(
+            !seen(i, &|n| s.selecting(n) > 1),
+            "{ledger} granted {node}, which two pools select as the replica and the truth show"
+        );
+        assert!(
+            !seen(i, &|n| s.pool_of_copy(n) != Some(p)),
+            "{ledger} granted {node}, outside its pool as the replica and the truth show"
+        );
+        assert!(
+            !seen(i, &|n| grant_ledger(n).is_some_and(|l| l != ledger)),
+            "{ledger} granted {node}, which carries another ledger's grant"
+        );
+        assert!(
+            !seen(i, &opted_out),
+            "granted {node}, whose label opts it out as the replica and the truth both show"
+        );
+    }
+    let mut counted: BTreeSet<String> = after
+        .keys()
+        .filter(|n| s.node(index(n)).is_some())
+        .cloned()
+        .collect();
+    for i in 0..NODES {
+        if seen(i, &|n| s.pool_of_copy(n) == Some(p)) && seen(i, &unavailable) {
+            counted.insert(format!("n{i}"));
+        }
+    }
+    let budget = running.budget.resolve(NODES);
+    assert!(
+        counted.len() <= budget,
+        "{ledger} granted {granted:?}: unavailable {counted:?} with a budget of {budget} \
+         (replica {k})"
+    );
+    s.pool_budget_at_grant.insert(ledger.to_owned(), budget);
 }

@@ -12,6 +12,7 @@
 //! ends in exactly one proven reboot.
 
 mod checks;
+mod pools;
 mod server;
 
 use crate::{
@@ -105,19 +106,34 @@ impl NodeApi for Api {
     }
 }
 
+/// The flags' pool's ledger; any other name is a `RebootPool`'s.
+const FLAGS_LEDGER: &str = "slots";
+
 impl LeaseApi for Api {
-    fn get(&self, _: &str) -> BoxFuture<'_, kube::Result<Option<Lease>>> {
-        let lease = lock(&self.server).get_lease(self.replica);
+    fn get(&self, name: &str) -> BoxFuture<'_, kube::Result<Option<Lease>>> {
+        let mut s = lock(&self.server);
+        let lease = match name {
+            FLAGS_LEDGER => s.get_lease(self.replica),
+            _ => s.get_pool_lease(name),
+        };
         async move { Ok(lease) }.boxed()
     }
 
     fn create(&self, lease: Lease) -> BoxFuture<'_, kube::Result<Lease>> {
-        let created = lock(&self.server).create_lease_by(self.replica, &lease);
+        let mut s = lock(&self.server);
+        let created = match lease.metadata.name.as_deref() {
+            Some(FLAGS_LEDGER) => s.create_lease_by(self.replica, &lease),
+            _ => s.create_pool_lease(&lease),
+        };
         async move { created }.boxed()
     }
 
-    fn merge(&self, _: &str, patch: Value) -> BoxFuture<'_, kube::Result<Lease>> {
-        let written = lock(&self.server).merge_lease(self.replica, &patch);
+    fn merge(&self, name: &str, patch: Value) -> BoxFuture<'_, kube::Result<Lease>> {
+        let mut s = lock(&self.server);
+        let written = match name {
+            FLAGS_LEDGER => s.merge_lease(self.replica, &patch),
+            _ => s.merge_pool_lease(self.replica, name, &patch),
+        };
         async move { written }.boxed()
     }
 }
@@ -260,15 +276,36 @@ impl Drains {
     }
 }
 
-/// One controller replica: the real round, and the lagging views the model feeds it.
+/// One controller replica: a real round per pool, and the lagging views the model feeds it.
 struct Replica {
-    shell: Shell,
+    pools: Vec<PoolShell>,
     feed: NodeFeed,
     store: Store<Node>,
+    drains: Drains,
+    /// The gate of blocking pods every pool of the replica reads.
+    pods_gate: BlockingPods,
+    /// With `RebootPool`s: the objects as this replica last listed them.
+    print: Vec<crate::pools::Fingerprint>,
+}
+
+/// One pool as a replica runs it: its round, and its ledger's watch.
+struct PoolShell {
+    shell: Shell,
+    /// The ledger's Lease name, and its identity (`ns/<name>`) that its grant ids name.
+    ledger: String,
+    ledger_id: String,
     ledger_tx: watch::Sender<ReadLedger>,
     listed: bool,
-    drains: Drains,
     events: CapturedEvents,
+}
+
+/// What one pool's round is built with: the model's settings, or a `RebootPool`'s plan.
+struct PoolParts {
+    ledger: String,
+    index: crate::cache::nodes::SharedIndex,
+    indexing: Indexing,
+    max_unavailable: MaxUnavailable,
+    paused: bool,
 }
 
 /// What a case is made of, drawn by proptest.
@@ -295,6 +332,9 @@ struct Model {
     server: Shared,
     replicas: Vec<Replica>,
     runtime: tokio::runtime::Runtime,
+    setup: Setup,
+    /// The `RebootPool` objects as the API server has them (none: the flags' pool alone).
+    objects: Vec<common::pool::RebootPool>,
 }
 
 fn windows() -> Windows {
@@ -327,6 +367,8 @@ impl Model {
             server,
             replicas: Vec::new(),
             runtime,
+            setup: setup.clone(),
+            objects: Vec::new(),
         };
         for k in 0..setup.replicas {
             let replica = model.replica(k, setup);
@@ -336,24 +378,82 @@ impl Model {
     }
 
     fn replica(&self, k: usize, setup: &Setup) -> Replica {
-        let api = Api {
-            server: self.server.clone(),
-            replica: k,
-        };
         let indexing = Indexing::new(
             PoolSelector::parse(&format!("{POOL}=a")).expect("a selector"),
             ZONE,
             keys(),
         )
         .keeping_labels(marks().label_keys());
-        let (store, index, mut feed) = NodeFeed::new(indexing.clone());
+        let (store, mut indexes, feed) = self.node_feed(k, vec![indexing.clone()]);
+        let mut replica = self.bare_replica(k, store, feed);
+        let parts = PoolParts {
+            ledger: FLAGS_LEDGER.to_owned(),
+            index: indexes.remove(0),
+            indexing,
+            max_unavailable: setup.max_unavailable,
+            paused: false,
+        };
+        let pool = self.pool_shell(&replica, setup, parts, None);
+        replica.pools.push(pool);
+        replica
+    }
+
+    /// Replica `k`'s node cache, listed afresh from the truth, with one index per pool.
+    fn node_feed(
+        &self,
+        k: usize,
+        indexings: Vec<Indexing>,
+    ) -> (Store<Node>, Vec<crate::cache::nodes::SharedIndex>, NodeFeed) {
+        let (store, indexes, mut feed) = NodeFeed::of_pools(indexings);
         feed.apply(watcher::Event::Init);
         for node in lock(&self.server).nodes.iter().flatten() {
             feed.apply(watcher::Event::InitApply(server::node_of(node)));
         }
         feed.apply(watcher::Event::InitDone);
-        lock(&self.server).views.push(store.clone());
-        let ledger_store = LedgerStore::with_api(Arc::new(api.clone()), "ns", "slots");
+        let mut s = lock(&self.server);
+        match s.views.get_mut(k) {
+            Some(view) => *view = store.clone(),
+            None => s.views.push(store.clone()),
+        }
+        (store, indexes, feed)
+    }
+
+    fn bare_replica(&self, k: usize, store: Store<Node>, feed: NodeFeed) -> Replica {
+        let api = Api {
+            server: self.server.clone(),
+            replica: k,
+        };
+        let (pods_gate, pods) = BlockingPods::fed("app=backup", Scope::Node);
+        let mut s = lock(&self.server);
+        s.pod_watches.push(pods);
+        if !s.blocked.is_empty() {
+            s.show_blocked();
+        }
+        Replica {
+            pools: Vec::new(),
+            feed,
+            store,
+            drains: Drains {
+                api,
+                pending: Arc::default(),
+            },
+            pods_gate,
+            print: Vec::new(),
+        }
+    }
+
+    /// One pool's round for `replica`: the model's settings, with the pool's own parts; a
+    /// `RebootPool`'s settings (`args`) where it has them.
+    fn pool_shell(
+        &self,
+        replica: &Replica,
+        setup: &Setup,
+        parts: PoolParts,
+        args: Option<&crate::args::Args>,
+    ) -> PoolShell {
+        let api = replica.drains.api.clone();
+        let ledger_store = LedgerStore::with_api(Arc::new(api.clone()), "ns", &parts.ledger);
+        let ledger_id = ledger_store.id();
         let _guard = self.runtime.enter();
         let ledger = self
             .runtime
@@ -361,12 +461,6 @@ impl Model {
             .expect("the model ledger loads")
             .read;
         let (ledger_tx, ledger_watch) = watch::channel(ledger.clone());
-        let drains = Drains {
-            api: api.clone(),
-            pending: Arc::default(),
-        };
-        let (pods_gate, pods) = BlockingPods::fed("app=backup", Scope::Node);
-        lock(&self.server).pod_watches.push(pods);
         let (wanted, _) = watch::channel(false);
         let alert_checks = AlertChecks {
             readings: lock(&self.server).alerts.subscribe(),
@@ -378,49 +472,61 @@ impl Model {
         let (metrics, _) = Metrics::new();
         let drainer = setup
             .drain_enabled
-            .then(|| Arc::new(drains.clone()) as Arc<dyn Drain>);
-        let shell = Shell::new(ShellParts {
-            node_api: Arc::new(api),
-            clock: Arc::new(ModelClock(self.server.clone())),
-            keys: keys(),
-            marks: marks(),
-            max_unavailable: setup.max_unavailable,
-            zone_budget: setup.zone_budget,
-            concurrency: setup.concurrency,
-            drains: DrainTracker::new(drainer, Arc::new(Notify::new())),
-            nodes: store.clone(),
-            index,
-            overlay: Overlay::new(indexing),
-            ledger,
-            ledger_store,
-            ledger_watch,
-            events,
-            schedule: Schedule {
+            .then(|| Arc::new(replica.drains.clone()) as Arc<dyn Drain>);
+        let reboot_timeout = Duration::from_millis(lock(&self.server).reboot_timeout_ms);
+        let schedule = match args {
+            Some(args) => Schedule {
+                windows: Windows(args.reboot_windows.clone()),
+                finish_after_window: args.finish_after_window,
+                min_ready: Duration::from_secs(args.min_ready_seconds),
+                reboot_timeout: args.reboot_timeout,
+                give_up_after: args.give_up_after,
+                drain_delay: args.drain_delay,
+                reboot_delay: args.reboot_delay,
+            },
+            None => Schedule {
                 windows: windows(),
                 finish_after_window: setup.finish_after_window,
                 min_ready: Duration::from_millis(setup.min_ready_ms),
-                reboot_timeout: Duration::from_millis(lock(&self.server).reboot_timeout_ms),
+                reboot_timeout,
                 give_up_after: setup.give_up_after_ms.map(Duration::from_millis),
                 drain_delay: Duration::from_millis(setup.drain_delay_ms),
                 reboot_delay: Duration::from_millis(setup.reboot_delay_ms),
             },
-            gates: Gates::new(Some(pods_gate), Some(alert_checks)),
+        };
+        let shell = Shell::new(ShellParts {
+            node_api: Arc::new(api),
+            clock: Arc::new(ModelClock(self.server.clone())),
+            keys: args.map_or_else(keys, |a| a.annotation_prefix.clone()),
+            marks: args.map_or_else(marks, |a| a.marks.marks()),
+            max_unavailable: parts.max_unavailable,
+            zone_budget: args.map_or(setup.zone_budget, |a| a.max_unavailable_per_zone),
+            concurrency: args.map_or(setup.concurrency, |a| a.concurrency),
+            drains: DrainTracker::new(drainer, Arc::new(Notify::new())),
+            nodes: replica.store.clone(),
+            index: parts.index,
+            overlay: Overlay::new(parts.indexing),
+            ledger,
+            ledger_store,
+            ledger_watch,
+            events,
+            schedule,
+            gates: Gates::new(Some(replica.pods_gate.clone()), Some(alert_checks)),
             preflight: crate::gates::preflight::PreflightChecks::default(),
             metrics,
             leadership: Leadership::always(),
             dry_run: false,
             notifier: crate::notify::Notifier::off(),
             sightings: crate::cache::sightings::Sightings::default(),
-            pool_paused: false,
-            reports_gauges: true,
+            pool_paused: parts.paused,
+            reports_gauges: args.is_none(),
         });
-        Replica {
+        PoolShell {
             shell,
-            feed,
-            store,
+            ledger: parts.ledger,
+            ledger_id,
             ledger_tx,
             listed: true,
-            drains,
             events: captured,
         }
     }
@@ -448,9 +554,10 @@ impl Model {
             s.round = Some((k, fences));
             s.disturbance = disturbance;
         }
-        let replica = &mut self.replicas[k];
-        self.runtime.block_on(replica.shell.round());
-        replica.events.take();
+        for pool in &mut self.replicas[k].pools {
+            self.runtime.block_on(pool.shell.round());
+            pool.events.take();
+        }
         let mut s = self.s();
         s.round = None;
         s.disturbance = None;
@@ -481,19 +588,25 @@ impl Model {
         }
     }
 
-    /// The ledger as replica `k`'s watch delivers it: the Lease, or its deletion.
+    /// The ledgers as replica `k`'s watches deliver them: each Lease, or its deletion.
     fn sync_ledger(&mut self, k: usize) {
-        let (lease, last) = {
-            let s = self.s();
-            (s.lease.clone(), s.lease_last.clone())
-        };
-        let replica = &mut self.replicas[k];
-        let event = match lease {
-            Some(lease) => watcher::Event::Apply(server::lease_of(&lease)),
-            None => watcher::Event::Delete(server::lease_of(&last)),
-        };
-        if let Some(read) = on_watch_event(LEDGER, event, &mut replica.listed) {
-            let _ = replica.ledger_tx.send(read);
+        for p in 0..self.replicas[k].pools.len() {
+            let (lease, last) = {
+                let s = self.s();
+                match self.replicas[k].pools[p].ledger.as_str() {
+                    FLAGS_LEDGER => (s.lease.clone(), s.lease_last.clone()),
+                    name => (s.ledgers.get(name).cloned(), Value::Null),
+                }
+            };
+            let pool = &mut self.replicas[k].pools[p];
+            let event = match lease {
+                Some(lease) => watcher::Event::Apply(server::lease_of(&lease)),
+                None if last.is_null() => continue,
+                None => watcher::Event::Delete(server::lease_of(&last)),
+            };
+            if let Some(read) = on_watch_event(&pool.ledger_id, event, &mut pool.listed) {
+                let _ = pool.ledger_tx.send(read);
+            }
         }
         let mut s = self.s();
         if let Some(version) = lease_version(&s) {

@@ -137,6 +137,46 @@ pub struct Server {
     /// What the replicas' gates read: the alerts, and by replica the blocking pods' watch.
     pub alerts: watch::Sender<AlertReading>,
     pub pod_watches: Vec<reflector::store::Writer<Pod>>,
+    /// With several pools: the `RebootPool`s as the truth has them (empty: the one pool of
+    /// the flags, `pool=a`, with the ledger `slots`).
+    pub pools: Vec<PoolTruth>,
+    /// By ledger name: each pool's ledger Lease.
+    pub ledgers: BTreeMap<String, Value>,
+    /// By replica: the pools its shells run, as its last plan made them.
+    pub running: Vec<Vec<RunningPool>>,
+    /// By ledger name: the budget its last new grant was made under.
+    pub pool_budget_at_grant: BTreeMap<String, usize>,
+}
+
+/// A `RebootPool` of the model: it selects the nodes whose label `key` is `value`.
+#[derive(Debug, Clone)]
+pub struct PoolTruth {
+    pub name: String,
+    pub key: &'static str,
+    pub value: &'static str,
+    pub budget: u32,
+    pub deleted: bool,
+}
+
+impl PoolTruth {
+    pub fn ledger(&self) -> String {
+        common::pool::ledger_name(&self.name)
+    }
+
+    pub fn selects(&self, node: &Value) -> bool {
+        node["metadata"]["labels"][self.key] == json!(self.value)
+    }
+}
+
+/// A pool as one replica runs it.
+#[derive(Debug, Clone)]
+pub struct RunningPool {
+    pub ledger: String,
+    pub budget: MaxUnavailable,
+    /// `spec.paused`: nothing granted, and its granted nodes held where they stand.
+    pub paused: bool,
+    /// Deleted: nothing granted, and its granted nodes go on to the end.
+    pub deleted: bool,
 }
 
 pub fn keys() -> AnnotationKeys {
@@ -158,6 +198,17 @@ pub fn node_of(obj: &Value) -> Node {
 pub fn index(name: &str) -> usize {
     name[1..].parse().expect("model nodes are n0, n1, ...")
 }
+
+/// With several pools, each node's `pool` and `tier` labels at the start: n0 to n2 in pool
+/// a, n3 and n4 in b, n5 in c (which selects `tier=gpu`; with two pools, in none).
+const POOLS_AT_START: [(&str, &str); NODES] = [
+    ("a", "web"),
+    ("a", "web"),
+    ("a", "web"),
+    ("b", "web"),
+    ("b", "web"),
+    ("c", "gpu"),
+];
 
 /// Three zones of two, two and one nodes, and one node without a zone label.
 pub fn first_zone(i: usize) -> Option<String> {
@@ -216,6 +267,10 @@ impl Server {
             reads: vec![BTreeMap::new(); 3],
             alerts: watch::channel(alert_reading(false)).0,
             pod_watches: Vec::new(),
+            pools: Vec::new(),
+            ledgers: BTreeMap::new(),
+            running: vec![Vec::new(); 3],
+            pool_budget_at_grant: BTreeMap::new(),
         };
         for (i, ready) in not_ready.iter().enumerate() {
             server.create_node(i);
@@ -235,7 +290,7 @@ impl Server {
     /// Node `i` created (again), Ready, in the pool and its first zone.
     pub fn create_node(&mut self, i: usize) {
         self.next_uid += 1;
-        let mut labels = json!({ POOL: "a" });
+        let mut labels = self.labels_at_start(i);
         if let Some(zone) = first_zone(i) {
             labels[ZONE] = zone.into();
         }
@@ -247,6 +302,25 @@ impl Server {
                        "nodeInfo": {"bootID": format!("n{i}-boot-{}", self.boots[i])}}
         }));
         self.bump(i);
+    }
+
+    fn labels_at_start(&self, i: usize) -> Value {
+        match POOLS_AT_START.get(i).filter(|_| !self.pools.is_empty()) {
+            Some((pool, tier)) => json!({ POOL: pool, "tier": tier }),
+            None => json!({ POOL: "a" }),
+        }
+    }
+
+    /// The `RebootPool`s of the model: the nodes labelled for them.
+    pub fn set_pools(&mut self, pools: Vec<PoolTruth>) {
+        self.pools = pools;
+        for i in 0..NODES {
+            let labels = self.labels_at_start(i);
+            if let Some(node) = self.node_mut(i) {
+                json_patch::merge(&mut node["metadata"]["labels"], &labels);
+                self.bump(i);
+            }
+        }
     }
 
     pub fn node(&self, i: usize) -> Option<&Value> {
@@ -344,8 +418,40 @@ impl Server {
 
     /// A node of the pool, as the truth has it.
     pub fn in_pool(&self, i: usize) -> bool {
+        if !self.pools.is_empty() {
+            return self.pool_of(i).is_some_and(|p| !self.pools[p].deleted);
+        }
         self.node(i)
             .is_some_and(|n| n["metadata"]["labels"][POOL] == json!("a"))
+    }
+
+    /// With several pools: the one pool that selects node `i` (a node two select is in
+    /// neither), deleted or not.
+    pub fn pool_of(&self, i: usize) -> Option<usize> {
+        self.node(i).and_then(|n| self.pool_of_copy(n))
+    }
+
+    pub fn pool_of_copy(&self, node: &Value) -> Option<usize> {
+        let selecting: Vec<usize> = (0..self.pools.len())
+            .filter(|&p| self.pools[p].selects(node))
+            .collect();
+        match selecting.as_slice() {
+            [p] => Some(*p),
+            _ => None,
+        }
+    }
+
+    /// How many pools select `node`.
+    pub fn selecting(&self, node: &Value) -> usize {
+        self.pools.iter().filter(|p| p.selects(node)).count()
+    }
+
+    /// The slots of a pool's ledger (none when it is missing or damaged).
+    pub fn slots_of_ledger(&self, ledger: &str) -> BTreeMap<String, Slot> {
+        self.ledgers
+            .get(ledger)
+            .and_then(|l| slots_of(lease_of(l).metadata.annotations.as_ref()).ok())
+            .unwrap_or_default()
     }
 
     pub fn zone(&self, i: usize) -> Option<String> {
@@ -473,6 +579,50 @@ impl Server {
             self.delay_checks[k] += 1;
         }
         Ok(node_of(&after))
+    }
+
+    /// A pool's ledger (any name but the flags' pool's `slots`), as the ledger store reads it.
+    pub fn get_pool_lease(&self, name: &str) -> Option<Lease> {
+        self.ledgers.get(name).map(lease_of)
+    }
+
+    pub fn create_pool_lease(&mut self, lease: &Lease) -> kube::Result<Lease> {
+        let name = lease.metadata.name.clone().unwrap_or_default();
+        if self.ledgers.contains_key(&name) {
+            return Err(error(409, "AlreadyExists"));
+        }
+        self.revision += 1;
+        let annotations = json!(lease.metadata.annotations.clone().unwrap_or_default());
+        let created = json!({"metadata": {"name": name, "namespace": "ns",
+            "resourceVersion": self.revision.to_string(), "annotations": annotations}});
+        self.ledgers.insert(name, created.clone());
+        Ok(lease_of(&created))
+    }
+
+    /// A pool ledger's compare-and-swap by replica `k`, checked as it lands.
+    pub fn merge_pool_lease(&mut self, k: usize, name: &str, patch: &Value) -> kube::Result<Lease> {
+        self.disturb();
+        let Some(current) = self.ledgers.get(name).cloned() else {
+            return Err(error(404, "NotFound"));
+        };
+        let expected = patch["metadata"]["resourceVersion"].as_str();
+        if expected.is_some() && expected != current["metadata"]["resourceVersion"].as_str() {
+            return Err(error(409, "Conflict"));
+        }
+        let before = self.slots_of_ledger(name);
+        let mut next = current;
+        json_patch::merge(&mut next, patch);
+        self.revision += 1;
+        next["metadata"]["resourceVersion"] = self.revision.to_string().into();
+        self.ledgers.insert(name.to_owned(), next.clone());
+        let after = self.slots_of_ledger(name);
+        let released = before
+            .values()
+            .filter(|slot| !after.values().any(|kept| kept.grant == slot.grant));
+        self.released
+            .extend(released.map(|slot| slot.grant.clone()));
+        checks::pool_ledger_write(self, k, name, &before);
+        Ok(lease_of(&next))
     }
 
     pub fn get_lease(&mut self, k: usize) -> Option<Lease> {

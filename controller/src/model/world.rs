@@ -71,6 +71,24 @@ pub enum Step {
     RecreateNode(usize),
     DeleteLedger,
     DamageLedger,
+    /// With `RebootPool`s: replica `k`'s watch of them delivers their changes.
+    SyncPools(usize),
+    /// The administrator sets a pool's `maxUnavailable`.
+    PoolBudget {
+        pool: usize,
+        budget: u32,
+    },
+    /// The node's `pool` label set to a pool's (`pool` 2: `c`, which no pool selects by it).
+    MovePool {
+        node: usize,
+        pool: usize,
+    },
+    /// The node labelled `tier=gpu` (pool c's selector) or `tier=web`.
+    Tier {
+        node: usize,
+        gpu: bool,
+    },
+    DeletePool(usize),
 }
 
 fn kubelet() -> impl Strategy<Value = Kubelet> {
@@ -161,6 +179,21 @@ pub fn step() -> impl Strategy<Value = Step> {
         1 => n.prop_map(Step::RecreateNode),
         1 => Just(Step::DeleteLedger),
         1 => Just(Step::DamageLedger),
+    ]
+}
+
+/// The steps of a model with `RebootPool`s: the world's, and the administrator's edits of
+/// the pools and of the labels that select their nodes.
+pub fn pool_step() -> impl Strategy<Value = Step> {
+    let r = 0..3usize;
+    let n = 0..NODES;
+    prop_oneof![
+        20 => step(),
+        2 => r.prop_map(Step::SyncPools),
+        1 => (0..3usize, 1..3u32).prop_map(|(pool, budget)| Step::PoolBudget { pool, budget }),
+        2 => (n.clone(), 0..3usize).prop_map(|(node, pool)| Step::MovePool { node, pool }),
+        1 => (n, proptest::bool::weighted(0.5)).prop_map(|(node, gpu)| Step::Tier { node, gpu }),
+        1 => (0..3usize).prop_map(Step::DeletePool),
     ]
 }
 
@@ -331,6 +364,13 @@ impl Model {
             }
             Step::DeleteLedger => self.s().delete_lease(),
             Step::DamageLedger => self.s().damage_lease(),
+            Step::SyncPools(k) => self.sync_pools(r(k)),
+            Step::PoolBudget { pool, budget } => self.set_pool_budget(pool, budget),
+            Step::MovePool { node, pool } => self.label(node, POOL, Some(["a", "b", "c"][pool])),
+            Step::Tier { node, gpu } => {
+                self.label(node, "tier", Some(if gpu { "gpu" } else { "web" }));
+            }
+            Step::DeletePool(p) => self.delete_pool(p),
         }
         self.after_step();
     }
@@ -516,9 +556,14 @@ impl Model {
     /// No request, no slot, nothing in the protocol, no waiting taint on a node that waits
     /// for nothing: nothing more can happen.
     fn quiet(&self) -> bool {
+        let ledgers_empty = if self.objects.is_empty() {
+            let s = self.s();
+            s.slots().is_empty() && s.lease.is_some()
+        } else {
+            self.pool_ledgers_empty()
+        };
         let s = self.s();
-        s.slots().is_empty()
-            && s.lease.is_some()
+        ledgers_empty
             && (0..NODES).all(|i| {
                 s.node(i).is_none_or(|n| {
                     let state = facts(n).protocol(&keys());
@@ -544,6 +589,9 @@ impl Model {
     /// lifted, watches caught up, drains finish): every standing request must end in exactly
     /// one proven reboot, and nothing may be left in the protocol.
     pub(super) fn settle(&mut self) {
+        for k in 0..self.replicas.len() {
+            self.sync_pools(k);
+        }
         self.apply(&Step::Pause(None));
         self.apply(&Step::Window(true));
         self.apply(&Step::Gate(false));
@@ -637,6 +685,14 @@ impl Model {
             );
         }
         assert!(s.slots().is_empty(), "slots left: {:?}", s.slots());
+        for pool in &s.pools {
+            let left = s.slots_of_ledger(&pool.ledger());
+            assert!(
+                left.is_empty(),
+                "slots left in pool {}: {left:?}",
+                pool.name
+            );
+        }
         for (i, node) in s.nodes.iter().enumerate() {
             let Some(node) = node else { continue };
             let state = facts(node).protocol(&keys());

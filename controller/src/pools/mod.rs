@@ -20,7 +20,9 @@ pub struct PoolConfig {
     /// Its settings: the flags with the pool's policy, its selector without the nodes the
     /// other pools select.
     pub args: Args,
-    /// Grants nothing new: `spec.paused`, or the pool is being deleted.
+    /// Grants nothing new and holds its granted nodes where they stand: `spec.paused`, or
+    /// the finalizer is not there yet. (A pool being deleted grants nothing new either: it
+    /// selects no node, and the nodes it granted go on to the end.)
     pub paused: bool,
     pub deleting: bool,
 }
@@ -81,13 +83,21 @@ pub fn plan(base: &Args, objects: &[RebootPool]) -> Plan {
                 let mut args = args.clone();
                 args.node_selector = args.node_selector.clone().excluding(others);
                 let deleting = pool.metadata.deletion_timestamp.is_some();
+                if deleting {
+                    // A deleted pool has no node left: it grants nothing new, takes the nodes
+                    // it granted to the end (as any pool does a node that left it), and takes
+                    // its waiting taint off the nodes that waited in it. A pause would hold
+                    // its granted nodes where they stand, and the pool would never finish.
+                    // Its selector still keeps its nodes out of the other pools.
+                    args.node_selector = args.node_selector.excluding([&PoolSelector::default()]);
+                }
                 // Nothing is granted before the finalizer is there: a pool deleted after a
                 // grant must wait for it. (A dry run writes neither.)
                 let unfenced = !base.dry_run && !has_finalizer(pool);
                 plan.pools.push(PoolConfig {
                     name: Some(name.clone()),
                     args,
-                    paused: pool.spec.paused || deleting || unfenced,
+                    paused: pool.spec.paused || unfenced,
                     deleting,
                 });
             }
@@ -238,11 +248,15 @@ mod tests {
             ));
         let paused = pool("b", serde_json::json!({"paused": true}));
         let plan = plan(&base, &[deleted, paused]);
+        let (deleted, paused) = (&plan.pools[0], &plan.pools[1]);
+        assert!(paused.paused);
         assert!(
-            plan.pools
-                .iter()
-                .filter(|p| p.name.is_some())
-                .all(|p| p.paused)
+            !deleted.paused,
+            "a deleted pool's granted nodes go on to the end"
+        );
+        assert!(
+            !deleted.args.node_selector.matches(&Map::new()),
+            "a deleted pool selects no node"
         );
     }
 }

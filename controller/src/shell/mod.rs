@@ -68,8 +68,8 @@ pub struct ShellParts {
     pub notifier: Notifier,
     /// When this process first saw each grant (shared with its follower).
     pub sightings: Sightings,
-    /// The pool's own pause (a `RebootPool`'s `spec.paused`, or its deletion), beside the
-    /// ledger's.
+    /// The pool's own pause (a `RebootPool`'s `spec.paused`, or its finalizer not there yet),
+    /// beside the ledger's.
     pub pool_paused: bool,
     /// Whether this pool's state is the pool gauges' (the flags' pool's); a `RebootPool`'s is
     /// in its status.

@@ -124,6 +124,11 @@ pub fn ledger_of_grant(grant: &str) -> Option<&str> {
     grant.rsplit_once('/').map(|(ledger, _)| ledger)
 }
 
+/// Whether `grant` (a node's, if any) is one of the ledger `ledger` (its id).
+pub fn is_grant_of(grant: Option<&str>, ledger: &str) -> bool {
+    grant.and_then(ledger_of_grant) == Some(ledger)
+}
+
 /// The slots annotation is there but is not a ledger (a hand edit, or another program).
 #[derive(Debug, Error)]
 #[error("the slot ledger annotation {SLOTS_ANNOTATION} is not valid JSON of slots: {0}")]

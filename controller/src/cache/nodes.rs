@@ -234,33 +234,17 @@ pub fn spawn_reflector(
     // the trim): with kube's default of 500, the allocator keeps the peak of the initial list,
     // and the controller stays at ~90 MiB with 5,000 nodes instead of ~33 MiB.
     let config = watcher::Config::default().page_size(50);
-    let kept = KeptLabels::union(indexings.iter().map(|i| &i.kept));
+    let (mut indexers, indexes, kept) = Indexers::new(indexings);
     let stream = watcher(Api::<Node>::all(client), config)
         .default_backoff()
         .modify(move |node| trim(node, &kept))
         .reflect(writer);
-    let mut indexers: Vec<Indexer> = indexings
-        .into_iter()
-        .map(|indexing| Indexer {
-            indexing,
-            index: SharedIndex::default(),
-            relisted: None,
-        })
-        .collect();
-    let indexes = indexers.iter().map(|i| i.index.clone()).collect();
     let task = tokio::spawn(async move {
         futures::pin_mut!(stream);
         while let Some(event) = stream.next().await {
             match event {
-                Ok(event) => {
-                    let mut changes = false;
-                    for indexer in &mut indexers {
-                        changes |= indexer.apply(&event);
-                    }
-                    if !changes {
-                        continue;
-                    }
-                }
+                Ok(event) if !indexers.apply(&event) => continue,
+                Ok(_) => {}
                 Err(error) => {
                     metrics.api_error("node", ApiErrorKind::of_watcher(&error));
                     tracing::warn!(%error, "node watch failed; retrying");
@@ -283,7 +267,7 @@ pub fn spawn_reflector(
 pub struct NodeFeed {
     writer: reflector::store::Writer<Node>,
     kept: KeptLabels,
-    indexers: Vec<Indexer>,
+    indexers: Indexers,
 }
 
 impl NodeFeed {
@@ -297,16 +281,7 @@ impl NodeFeed {
     pub fn of_pools(indexings: Vec<Indexing>) -> (Store<Node>, Vec<SharedIndex>, Self) {
         let writer = reflector::store::Writer::default();
         let store = writer.as_reader();
-        let kept = KeptLabels::union(indexings.iter().map(|i| &i.kept));
-        let indexers: Vec<Indexer> = indexings
-            .into_iter()
-            .map(|indexing| Indexer {
-                indexing,
-                index: SharedIndex::default(),
-                relisted: None,
-            })
-            .collect();
-        let indexes = indexers.iter().map(|i| i.index.clone()).collect();
+        let (indexers, indexes, kept) = Indexers::new(indexings);
         let feed = Self {
             writer,
             kept,
@@ -334,9 +309,38 @@ impl NodeFeed {
             watcher::Event::Init | watcher::Event::InitDone => {}
         }
         self.writer.apply_watcher_event(&event);
-        for indexer in &mut self.indexers {
-            indexer.apply(&event);
+        self.indexers.apply(&event);
+    }
+}
+
+/// One [`Indexer`] per pool over one stream of events.
+#[derive(Debug)]
+struct Indexers(Vec<Indexer>);
+
+impl Indexers {
+    /// The indexers of `indexings`, their indexes (in that order), and the labels the trim
+    /// keeps for all of them.
+    fn new(indexings: Vec<Indexing>) -> (Self, Vec<SharedIndex>, KeptLabels) {
+        let kept = KeptLabels::union(indexings.iter().map(|i| &i.kept));
+        let indexers: Vec<Indexer> = indexings
+            .into_iter()
+            .map(|indexing| Indexer {
+                indexing,
+                index: SharedIndex::default(),
+                relisted: None,
+            })
+            .collect();
+        let indexes = indexers.iter().map(|i| i.index.clone()).collect();
+        (Self(indexers), indexes, kept)
+    }
+
+    /// True when the event may change a decision of some pool.
+    fn apply(&mut self, event: &watcher::Event<Node>) -> bool {
+        let mut changes = false;
+        for indexer in &mut self.0 {
+            changes |= indexer.apply(event);
         }
+        changes
     }
 }
 

@@ -65,6 +65,7 @@ pub mod reason {
     plural = "rebootpools",
     shortname = "rpool",
     status = "RebootPoolStatus",
+    validation = Rule::new("size(self.metadata.name) <= 236").message("a RebootPool's name is at most 236 characters: its ledger is the Lease node-reboot-pool-<name>"),
     printcolumn = r#"{"name":"Nodes","type":"integer","jsonPath":".status.nodes"}"#,
     printcolumn = r#"{"name":"Budget","type":"string","jsonPath":".status.budget"}"#,
     printcolumn = r#"{"name":"Unavailable","type":"integer","jsonPath":".status.unavailable"}"#,
@@ -164,8 +165,10 @@ pub struct DrainSpec {
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct GatesSpec {
-    /// Firing alerts whose names match this regular expression hold the pool (the
-    /// controller's `--prometheus-url` is asked).
+    /// A regular expression on alert names, read as the controller's `--alert-filter-mode`
+    /// says: by default (`exclude`) the alerts it matches do not hold the pool, and every other
+    /// active alert does; with `include` only those it matches do. The controller's
+    /// `--prometheus-url` is asked.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub alert_filter: Option<String>,
     /// Pods matching any of these label selectors hold the pool.

@@ -625,7 +625,7 @@ fn parse_namespace(value: &str) -> Result<String, String> {
     }
 }
 
-fn parse_lease_name(value: &str) -> Result<String, String> {
+pub(crate) fn parse_lease_name(value: &str) -> Result<String, String> {
     match common::marks::is_dns_subdomain(value) {
         true => Ok(value.to_owned()),
         false => Err(format!(

@@ -458,8 +458,9 @@ impl Context {
         let statuses = pools::writer::write_statuses(
             &self.client,
             &self.pool_objects,
-            running_view(running),
+            running_view(running, &self.args),
             &self.events,
+            &leadership,
         );
         tokio::select! {
             result = rounds => result,
@@ -557,15 +558,18 @@ impl Context {
                 }
             }
             let (summary, budget, facts) = shell.publish_pool();
-            pools::writer::record_seen(
-                &pool.seen,
-                &running.cache.store,
-                &pool.index,
-                &pool.config,
-                summary,
-                budget,
-                facts,
-            );
+            // What a status shows: the flags' pool has none.
+            if pool.config.name.is_some() {
+                pools::writer::record_seen(
+                    &pool.seen,
+                    &running.cache.store,
+                    &pool.index,
+                    &pool.config,
+                    summary,
+                    budget,
+                    facts,
+                );
+            }
             if shell.last_round_failed() {
                 wait = RETRY;
             }
@@ -647,9 +651,11 @@ impl Context {
 }
 
 /// What the status writer reads of the running pools.
-fn running_view(running: &Running) -> pools::writer::RunningView<'_> {
+fn running_view<'a>(running: &'a Running, args: &'a Args) -> pools::writer::RunningView<'a> {
     pools::writer::RunningView {
         store: &running.cache.store,
+        namespace: &args.namespace,
+        keys: &args.annotation_prefix,
         plan: &running.plan,
         pools: running
             .pools
@@ -671,9 +677,7 @@ fn ledger_carried_by(store: &Store<Node>, pool: &PoolRun) -> Vec<String> {
     let args = &pool.config.args;
     let keys = &args.annotation_prefix;
     let ledger = pool.ledger_store.id();
-    let ours = |grant: Option<&str>| {
-        grant.and_then(common::ledger::ledger_of_grant) == Some(ledger.as_str())
-    };
+    let ours = |grant: Option<&str>| common::ledger::is_grant_of(grant, &ledger);
     let soak =
         jiff::SignedDuration::from_secs(i64::try_from(args.min_ready_seconds).unwrap_or(i64::MAX));
     let now = jiff::Timestamp::now();

@@ -7,10 +7,7 @@
 
 use e2e::install::{NS, chart_dir, control_plane, helm};
 use serde_json::{Value, json};
-use std::{
-    path::{Path, PathBuf},
-    process::Output,
-};
+use std::path::{Path, PathBuf};
 use testenv::ControlPlane;
 
 const CRD: &str = "customresourcedefinition/rebootpools.node-reboot-operator.io";
@@ -26,35 +23,10 @@ fn scratch(test: &str) -> PathBuf {
     dir
 }
 
-/// kubectl with `input` on its stdin: its output, successful or not.
-fn kubectl(cp: &ControlPlane, args: &[&str], input: &str) -> Output {
-    use std::io::Write as _;
-    use std::process::Stdio;
-    let mut child = cp
-        .kubectl()
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("kubectl starts");
-    child
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(input.as_bytes())
-        .expect("kubectl reads its stdin");
-    child.wait_with_output().expect("kubectl finishes")
-}
-
+/// kubectl with `input` on its stdin, which must succeed: its output.
 fn succeeds(cp: &ControlPlane, args: &[&str], input: &str) -> String {
-    let out = kubectl(cp, args, input);
-    assert!(
-        out.status.success(),
-        "kubectl {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    cp.kubectl_with_input(args, input)
+        .unwrap_or_else(|error| panic!("{error}"))
 }
 
 /// A control plane with the CRD applied as the docs say to upgrade it, and served.
@@ -249,16 +221,25 @@ async fn a_bad_pool_is_refused_with_a_message_naming_the_field() {
     let mut problems = Vec::new();
     for (n, (spec, field, message)) in cases.iter().enumerate() {
         let manifest = pool(&format!("bad-{n}"), spec.clone()).to_string();
-        let out = kubectl(&cp, &["apply", "--server-side", "-f", "-"], &manifest);
-        let said = String::from_utf8_lossy(&out.stderr);
-        if out.status.success() {
+        let Err(refused) = cp.kubectl_with_input(&["apply", "--server-side", "-f", "-"], &manifest)
+        else {
             problems.push(format!("{spec}: accepted"));
-        } else if !said.contains(field) || !said.contains(message) {
+            continue;
+        };
+        let said = refused.to_string();
+        if !said.contains(field) || !said.contains(message) {
             problems.push(format!("{spec}: not `{field}` and `{message}`: {said}"));
         } else if said.contains("evaluating rule") {
             // A rule that fails to evaluate refuses with CEL's error beside the message.
             problems.push(format!("{spec}: the rule did not evaluate: {said}"));
         }
+    }
+    let long = pool(&"p".repeat(240), json!({})).to_string();
+    let refused = cp
+        .kubectl_with_input(&["apply", "--server-side", "-f", "-"], &long)
+        .map_or_else(|e| e.to_string(), |out| format!("accepted: {out}"));
+    if !refused.contains("at most 236 characters") {
+        problems.push(format!("a name too long for its ledger Lease: {refused}"));
     }
     assert!(problems.is_empty(), "{}", problems.join("\n"));
     let left = succeeds(&cp, &["get", "rebootpools", "-o", "name"], "");
@@ -373,12 +354,7 @@ async fn the_sandbox_serves_rebootpools_from_the_charts_crd_file() {
     .await
     .expect("the sandbox starts");
     let cp = &sandbox.control_plane;
-    let listed = kubectl(cp, &["get", "rebootpools"], "");
-    assert!(
-        listed.status.success(),
-        "kubectl get rebootpools: {}",
-        String::from_utf8_lossy(&listed.stderr)
-    );
+    succeeds(cp, &["get", "rebootpools"], "");
     let file = std::fs::read_to_string(crd_file()).expect("the chart's CRD file");
     assert_eq!(
         nodesim::sandbox::REBOOTPOOL_CRD,

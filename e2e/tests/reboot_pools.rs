@@ -223,6 +223,10 @@ async fn a_pool_deleted_mid_rollout_finishes_its_reboots_and_leaves_nothing() {
         .map(|i| format!("sim-{i}"))
         .filter(|n| *n != granted && sb.fleet.reboots(n) == 0)
         .collect();
+    assert!(
+        !untouched.is_empty(),
+        "a node is still to be started when the pool is deleted (budget 1, a soak)"
+    );
     Api::<RebootPool>::all(sb.client.clone())
         .delete("a", &DeleteParams::default())
         .await

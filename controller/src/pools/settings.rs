@@ -18,19 +18,14 @@ use kube::core::Selector;
 /// naming the field), for the pool's `InvalidSpec` condition.
 pub fn pool_args(base: &Args, name: &str, spec: &RebootPoolSpec) -> Result<Args, Vec<String>> {
     let mut problems = Vec::new();
-    let mut args = base.clone();
-    args.ledger_name = ledger_name(name);
-    // A pool's own policy starts from the defaults, not from the flags' pool's policy: a
-    // pool means what its spec says whatever the flags are.
-    args.max_unavailable = MaxUnavailable::Count(1);
-    args.max_unavailable_per_zone = None;
-    args.concurrency = None;
-    args.reboot_windows = Vec::new();
-    args.marks.pre_reboot_node_labels = Vec::new();
-    args.marks.post_reboot_node_labels = Vec::new();
-    args.marks.prefer_no_schedule_taint = None;
-    args.gates.alert_filter = None;
-    args.gates.blocking_pod_selectors = Vec::new();
+    let mut args = with_default_policy(base)?;
+    // The Lease's name is the pool's with a prefix: a name too long for it cannot run.
+    match args::parse_lease_name(&ledger_name(name)) {
+        Ok(lease) => args.ledger_name = lease,
+        Err(why) => problems.push(format!(
+            "metadata.name: too long for its ledger Lease: {why}"
+        )),
+    }
     let mut read = |field: &str, result: Result<(), String>| {
         if let Err(why) = result {
             problems.push(format!("spec.{field}: {why}"));
@@ -58,6 +53,41 @@ pub fn pool_args(base: &Args, name: &str, spec: &RebootPoolSpec) -> Result<Args,
 }
 
 type Read<'a> = dyn FnMut(&str, Result<(), String>) + 'a;
+
+/// The process's settings with every field a spec has at its flag's default, not at the value
+/// the controller was started with: a pool means what its spec says whatever the flags are.
+/// The settings a spec has no field for (the reboot delay, the eviction retries, the alert
+/// filter's mode...) are the process's for every pool.
+fn with_default_policy(base: &Args) -> Result<Args, Vec<String>> {
+    use clap::{CommandFactory, FromArgMatches};
+    // Without the environment variables, which carry the flags' pool's settings too.
+    let command = Args::command().mut_args(|arg| arg.env(None::<&str>));
+    let defaults = command
+        .try_get_matches_from(["reboot-controller"])
+        .and_then(|matches| Args::from_arg_matches(&matches))
+        .map_err(|error| vec![format!("the flags' defaults cannot be read: {error}")])?;
+    let mut args = base.clone();
+    args.node_selector = defaults.node_selector;
+    args.max_unavailable = defaults.max_unavailable;
+    args.max_unavailable_per_zone = defaults.max_unavailable_per_zone;
+    args.concurrency = defaults.concurrency;
+    args.zone_label = defaults.zone_label;
+    args.reboot_windows = defaults.reboot_windows;
+    args.finish_after_window = defaults.finish_after_window;
+    args.min_ready_seconds = defaults.min_ready_seconds;
+    args.reboot_timeout = defaults.reboot_timeout;
+    args.give_up_after = defaults.give_up_after;
+    args.drain = defaults.drain;
+    args.drain_timeout = defaults.drain_timeout;
+    args.drain_grace_period = defaults.drain_grace_period;
+    args.drain_pod_selector = defaults.drain_pod_selector;
+    args.drain_delay = defaults.drain_delay;
+    args.force_reboot = defaults.force_reboot;
+    args.marks = defaults.marks;
+    args.gates.alert_filter = defaults.gates.alert_filter;
+    args.gates.blocking_pod_selectors = defaults.gates.blocking_pod_selectors;
+    Ok(args)
+}
 
 fn read_budgets(args: &mut Args, spec: &RebootPoolSpec, read: &mut Read<'_>) {
     if let Some(value) = &spec.max_unavailable {
@@ -266,6 +296,33 @@ mod tests {
     fn a_pool_does_not_inherit_the_flags_pools_budget() {
         let args = pool_args(&base(), "a", &RebootPoolSpec::default()).unwrap();
         assert_eq!(args.max_unavailable, MaxUnavailable::Count(1));
+    }
+
+    #[test]
+    fn a_field_left_out_is_the_flags_default_not_the_flags_pools_value() {
+        let started = Args::parse_from([
+            "reboot-controller",
+            "--min-ready-seconds=300",
+            "--drain-timeout=5m",
+            "--drain=false",
+            "--reboot-delay=10s",
+        ]);
+        let args = pool_args(&started, "a", &RebootPoolSpec::default()).unwrap();
+        assert_eq!(args.min_ready_seconds, 0);
+        assert_eq!(args.drain_timeout.as_secs(), 15 * 60);
+        assert!(args.drain);
+        assert_eq!(
+            args.reboot_delay.as_secs(),
+            10,
+            "a setting a pool has no field for stays the process's"
+        );
+    }
+
+    #[test]
+    fn a_name_too_long_for_its_ledger_is_refused() {
+        let long = "p".repeat(240);
+        let problems = pool_args(&base(), &long, &RebootPoolSpec::default()).unwrap_err();
+        assert!(problems[0].starts_with("metadata.name"), "{problems:?}");
     }
 
     #[test]

@@ -6,6 +6,7 @@
 use super::{Plan, PoolConfig, status};
 use crate::{
     cache::nodes::{SharedIndex, lock},
+    cluster::leader::Leadership,
     cluster::{
         events::Events,
         ledger_store::{LedgerStore, ReadLedger},
@@ -41,6 +42,9 @@ const STATUS_PERIOD: Duration = Duration::from_secs(1);
 #[allow(missing_debug_implementations)] // the reflector's store has no Debug
 pub struct RunningView<'a> {
     pub store: &'a Store<Node>,
+    /// The operator's namespace (of every ledger) and annotation keys.
+    pub namespace: &'a str,
+    pub keys: &'a AnnotationKeys,
     pub plan: &'a Plan,
     pub pools: Vec<PoolView<'a>>,
 }
@@ -116,6 +120,7 @@ pub async fn write_statuses(
     objects: &watch::Receiver<Option<Listed>>,
     view: RunningView<'_>,
     events: &Events,
+    leadership: &Leadership,
 ) {
     let api: Api<RebootPool> = Api::all(client.clone());
     let mut said: BTreeSet<String> = BTreeSet::new();
@@ -125,7 +130,7 @@ pub async fn write_statuses(
         for object in &listed.objects {
             let name = object.name_any();
             // The finalizer first: its patch is refused if the object changed meanwhile.
-            tend_finalizer(&api, &view, object).await;
+            tend_finalizer(&api, &view, object, leadership).await;
             let wanted = wanted_status(&view, object, &overlaps);
             if let Some(wanted) = wanted
                 && object.status.as_ref() != Some(&wanted)
@@ -231,7 +236,12 @@ async fn patch_status(api: &Api<RebootPool>, name: &str, status: &RebootPoolStat
 /// Adds the finalizer to a pool that runs; removes it from a deleted pool once nothing of
 /// the operator's is left on its nodes (its ledger Lease is deleted once its rounds stopped:
 /// `delete_ledgers_of_gone_pools`).
-async fn tend_finalizer(api: &Api<RebootPool>, view: &RunningView<'_>, object: &RebootPool) {
+async fn tend_finalizer(
+    api: &Api<RebootPool>,
+    view: &RunningView<'_>,
+    object: &RebootPool,
+    leadership: &Leadership,
+) {
     let name = object.name_any();
     let has = object.finalizers().iter().any(|f| f == FINALIZER);
     let deleting = object.meta().deletion_timestamp.is_some();
@@ -248,7 +258,11 @@ async fn tend_finalizer(api: &Api<RebootPool>, view: &RunningView<'_>, object: &
                 { "op": "add", "path": "/metadata/finalizers/-", "value": FINALIZER },
             ])
         }
-    } else if deleting && has && finished(view, &name) {
+    } else if deleting
+        && has
+        && finished(view, &name)
+        && released_now(view, &name, leadership).await
+    {
         let Some(at) = object.finalizers().iter().position(|f| f == FINALIZER) else {
             return;
         };
@@ -271,6 +285,23 @@ async fn tend_finalizer(api: &Api<RebootPool>, view: &RunningView<'_>, object: &
     }
 }
 
+/// Whether the pool's ledger holds no slot as read now, by a replica that still leads: the
+/// cache and the watched ledger may be stale (a leader frozen past its lease), and a finalizer
+/// removed too early leaves a node mid-reboot with a grant that no pool finishes. A node is
+/// granted only after its slot is in the ledger, and its grant is removed before the slot is
+/// released, so a ledger empty now means no node carries its grant.
+async fn released_now(view: &RunningView<'_>, name: &str, leadership: &Leadership) -> bool {
+    let Some(pool) = view
+        .pools
+        .iter()
+        .find(|p| p.config.name.as_deref() == Some(name))
+    else {
+        return true;
+    };
+    let fresh = pool.ledger_store.get().await;
+    leadership.is_leading() && matches!(fresh, Ok(Some(read)) if read.ledger.slots.is_empty())
+}
+
 /// Whether a deleted pool's nodes are finished: its ledger holds no slot, and none of its
 /// nodes carries a grant of its ledger, our cordon, or a label or taint of ours.
 fn finished(view: &RunningView<'_>, name: &str) -> bool {
@@ -281,28 +312,19 @@ fn finished(view: &RunningView<'_>, name: &str) -> bool {
     else {
         // An invalid spec runs nothing, so it granted nothing under this spec; what an earlier
         // spec granted is found by the nodes' grants.
-        return no_grant_of(view.store, &common::pool::ledger_name(name), None);
+        let ledger = common::ledger::ledger_id(view.namespace, &common::pool::ledger_name(name));
+        return no_grant_of(view.store, &ledger, view.keys);
     };
     let ledger = pool.ledger.borrow();
     ledger.ledger.resource_version.is_some()
         && ledger.ledger.slots.is_empty()
-        && no_grant_of(
-            view.store,
-            &pool.ledger_store.id(),
-            Some(&pool.config.args.annotation_prefix),
-        )
+        && no_grant_of(view.store, &pool.ledger_store.id(), view.keys)
 }
 
-fn no_grant_of(store: &Store<Node>, ledger: &str, keys: Option<&AnnotationKeys>) -> bool {
-    let default_keys = AnnotationKeys::default();
-    let keys = keys.unwrap_or(&default_keys);
+fn no_grant_of(store: &Store<Node>, ledger: &str, keys: &AnnotationKeys) -> bool {
     store.state().iter().all(|node| {
         let state = NodeFacts::from_node(node).protocol(keys);
-        let ours = |grant: Option<&str>| {
-            grant
-                .and_then(common::ledger::ledger_of_grant)
-                .is_some_and(|of| of == ledger || of.ends_with(&format!("/{ledger}")))
-        };
+        let ours = |grant: Option<&str>| common::ledger::is_grant_of(grant, ledger);
         !(ours(state.grant.as_deref())
             || (ours(state.last_grant.as_deref())
                 && (state.cordoned_by_operator

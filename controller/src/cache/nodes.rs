@@ -498,6 +498,21 @@ impl Overlay {
             .is_some_and(|read| read.as_deref() == version)
     }
 
+    /// Our copies of nodes the cache does not have that no read since the last round
+    /// confirmed: each may have been deleted since (the cache saw it go), or made again after
+    /// the cache's last word on it (the cache lags, and the node may be cordoned or NotReady).
+    /// A round reads them again before it counts them.
+    pub fn unconfirmed_copies(&self, store: &Store<Node>) -> Vec<String> {
+        self.ours
+            .iter()
+            .filter(|(name, copy)| {
+                store.get(&ObjectRef::new(name)).is_none()
+                    && !self.is_fresh(name, copy.metadata.resource_version.as_deref())
+            })
+            .map(|(name, _)| name.clone())
+            .collect()
+    }
+
     /// A round has taken in the fresh reads: later rounds read again what they need fresh.
     pub fn end_round(&mut self) {
         self.fresh.clear();
@@ -541,15 +556,12 @@ impl Overlay {
                     nodes.push(node);
                 }
                 (Some(copy), Some(_)) => nodes.push(copy),
-                // The cache no longer has it (deleted, most likely): our copy stands only for
-                // the round right after the read that made it, otherwise the deletion would be
-                // hidden for the whole term. Left out, a slot holder is read again.
-                (Some(copy), None) => {
-                    let version = copy.metadata.resource_version.as_deref();
-                    if self.is_fresh(&name, version) {
-                        nodes.push(copy);
-                    }
-                }
+                // The cache does not have it: deleted since, or made again after the cache's
+                // last word on it. The round read it again first (`unconfirmed_copies`), so our
+                // copy is the node as it is now (a read that found it gone dropped the copy),
+                // or, where that read failed, as it last was: counted as it was rather than
+                // hidden from the budget.
+                (Some(copy), None) => nodes.push(copy),
                 (None, Some(node)) => nodes.push(node),
                 (None, None) => {}
             }
@@ -640,10 +652,11 @@ mod tests {
 
     /// A node deleted after we wrote or read it is gone from the cache but not from our own
     /// copies: that copy must not hide the deletion (the slot holder would never be read again
-    /// and its slot would be held for the whole term). Without a cached node, our copy stands
-    /// only for the round right after the read that made it; after that the round reads it again.
+    /// and its slot would be held for the whole term), nor be dropped unread (the node may have
+    /// been made again, cordoned, while the cache lags). It is named for a read, and a read that
+    /// finds the node gone drops it.
     #[test]
-    fn our_copy_of_a_node_the_cache_no_longer_has_does_not_hide_its_deletion() {
+    fn our_copy_of_a_node_the_cache_no_longer_has_is_read_again_before_it_counts() {
         let (store, mut writer) = reflector::store::<Node>();
         let names = BTreeSet::from(["n1".to_owned()]);
         let mut overlay = Overlay::default();
@@ -660,8 +673,25 @@ mod tests {
             1,
             "our newer copy"
         );
+        assert!(
+            overlay.unconfirmed_copies(&store).is_empty(),
+            "the cache has the node: no read needed"
+        );
         // The node is deleted: the watch removes it from the cache.
         writer.apply_watcher_event(&watcher::Event::Delete(cached));
+        assert_eq!(overlay.unconfirmed_copies(&store), ["n1"], "read it again");
+        // A read that finds it still there (made again) makes the copy fresh: no second read.
+        overlay.record_read(node("6", "2026-11-23T10:00:00Z", true, &[]));
+        assert!(overlay.unconfirmed_copies(&store).is_empty());
+        assert_eq!(overlay.nodes_named(&store, &names).len(), 1, "counted");
+        overlay.end_round();
+        assert_eq!(
+            overlay.unconfirmed_copies(&store),
+            ["n1"],
+            "read again each round while the cache lacks it"
+        );
+        // A read that finds it gone.
+        overlay.record_deleted("n1");
         let seen = overlay.nodes_named(&store, &names);
         assert!(
             seen.is_empty(),
@@ -669,6 +699,7 @@ mod tests {
             seen.first()
                 .and_then(|n| n.metadata.resource_version.clone())
         );
+        assert!(overlay.unconfirmed_copies(&store).is_empty());
     }
 
     #[test]

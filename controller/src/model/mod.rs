@@ -802,6 +802,57 @@ fn a_grant_is_not_adopted_back_from_a_cached_copy_of_a_node_created_again() {
     model.settle();
 }
 
+/// A node deleted and created again, then cordoned by an administrator, while a replica's
+/// cache still has it deleted: a read of the slot it held shows the replica the new node, and
+/// every round after counts it unavailable until the cache has it (re-reading it each round),
+/// never only the round right after the read. Found by the randomized test: it granted n3 with
+/// n0 and the new n5 down and a budget of 2.
+#[test]
+fn a_node_made_again_and_cordoned_counts_while_the_cache_lags() {
+    use world::Step::*;
+    let mut setup = scripted(3, 2, false);
+    setup.kubelets[4] = server::Kubelet::NeverBack;
+    let mut model = Model::new(&setup);
+    let steps = [
+        Request(5),
+        Relabel {
+            node: 0,
+            in_pool: true,
+            zone: None,
+        },
+        Abandon(0, r#"{"by":"model","reason":"never coming back"}"#),
+        Round(0),
+        SyncNode {
+            replica: 0,
+            node: 5,
+        },
+        Round(0),
+        DamageLedger,
+        AdminLabel {
+            node: 0,
+            mark: 0,
+            value: Some("true"),
+        },
+        SyncAll(1),
+        KubeletTurns(0, server::Kubelet::Wedged),
+        Round(1),
+        SyncAll(0),
+        Round(0),
+        DeleteNode(5),
+        Request(1),
+        SyncAll(0),
+        RecreateNode(5),
+        AdminCordon(5),
+        Round(0),
+        Round(0),
+        Round(0),
+    ];
+    for step in &steps {
+        model.apply(step);
+    }
+    model.settle();
+}
+
 /// A grant held by a fence before its claim (a health gate that fired between the grant and
 /// its claim), seen meanwhile by another replica, and claimed much later. That replica counts
 /// the delay from when it saw the claim, not from when it saw the grant: its drain (or, with

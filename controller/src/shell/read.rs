@@ -52,10 +52,11 @@ impl Shell {
         }
         self.collect_drain_outcomes();
         self.reread_for_rebuild().await;
+        self.reread_copies_the_cache_lacks().await;
         let (nodes, others, views) = self.view();
         // A percentage budget is sized on the nodes the cache has: a copy of ours that the cache
-        // no longer has (kept one round after a read) is most likely deleted, and counting it
-        // would raise the budget above what the pool allows.
+        // does not have may be of a node deleted since the read, and counting it would raise
+        // the budget above what the pool allows.
         let cached = |v: &&NodeView| self.nodes.get(&ObjectRef::new(v.name())).is_some();
         let pool = views.iter().filter(|v| v.in_pool).filter(cached).count() + others.nodes();
         let budget = self.max_unavailable.resolve(pool);
@@ -154,6 +155,16 @@ impl Shell {
             self.refetch(&name).await;
         }
         self.ledger.reread_done();
+    }
+
+    /// Reads again each node we hold a copy of that the cache does not have: the round counts
+    /// it as the API server has it now. Dropped unread, a node made again and cordoned while
+    /// the cache lags would be hidden from the budget; kept unread, a deletion would be hidden
+    /// from the round.
+    async fn reread_copies_the_cache_lacks(&mut self) {
+        for name in self.overlay.unconfirmed_copies(&self.nodes) {
+            self.refetch(&name).await;
+        }
     }
 
     /// Takes in the drains that ended since the last round: each one's metric, log, Event and

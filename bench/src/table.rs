@@ -4,6 +4,7 @@
 
 use crate::{Scenario, load::Load, report::Report, sizes::Sizes, targets};
 
+#[derive(Debug, PartialEq, Eq)]
 enum Verdict {
     Pass,
     Miss,
@@ -26,6 +27,15 @@ fn at_most(value: Option<f64>, limit: f64) -> Verdict {
         None => Verdict::Missing,
         Some(v) if v <= limit => Verdict::Pass,
         Some(_) => Verdict::Miss,
+    }
+}
+
+/// Pass when `value` is above nothing and at most `limit`: a rate that must be kept low, of
+/// something that must happen (0 would be a pass for nothing done).
+fn some_and_at_most(value: Option<f64>, limit: f64) -> Verdict {
+    match value {
+        Some(v) if v <= 0.0 => Verdict::Miss,
+        _ => at_most(value, limit),
     }
 }
 
@@ -113,10 +123,10 @@ fn scale_rows(r: &Report, sizes: &Sizes) -> Vec<Row> {
                 "RebootPool status writes per second during the promotion trials, {} nodes",
                 thousands(size.nodes)
             ),
-            target: format!("<= {} /s", targets::STATUS_WRITES_PER_SECOND),
+            target: format!("> 0 and <= {} /s", targets::STATUS_WRITES_PER_SECOND),
             result: show(Some(size.status_writes_per_second), " /s", 2),
             load: load(size.nodes),
-            verdict: at_most(
+            verdict: some_and_at_most(
                 Some(size.status_writes_per_second),
                 targets::STATUS_WRITES_PER_SECOND,
             ),
@@ -384,6 +394,16 @@ mod tests {
         assert_eq!(thousands(5_000), "5,000");
         assert_eq!(thousands(65_000), "65,000");
         assert_eq!(thousands(1_234_567), "1,234,567");
+    }
+
+    /// A pool whose status was never written did not keep it: no pass for a rate of 0.
+    #[test]
+    fn no_status_write_at_all_misses_the_status_target() {
+        let limit = targets::STATUS_WRITES_PER_SECOND;
+        assert_eq!(some_and_at_most(Some(0.0), limit), Verdict::Miss);
+        assert_eq!(some_and_at_most(Some(0.5), limit), Verdict::Pass);
+        assert_eq!(some_and_at_most(Some(limit + 0.5), limit), Verdict::Miss);
+        assert_eq!(some_and_at_most(None, limit), Verdict::Missing);
     }
 
     #[test]

@@ -805,8 +805,8 @@ fn a_grant_is_not_adopted_back_from_a_cached_copy_of_a_node_created_again() {
 /// A node deleted and created again, then cordoned by an administrator, while a replica's
 /// cache still has it deleted: a read of the slot it held shows the replica the new node, and
 /// every round after counts it unavailable until the cache has it (re-reading it each round),
-/// never only the round right after the read. Found by the randomized test: it granted n3 with
-/// n0 and the new n5 down and a budget of 2.
+/// never only the round right after the read. Found by the randomized test: a later round
+/// granted a third node with n0 and the new n5 down and a budget of 2.
 #[test]
 fn a_node_made_again_and_cordoned_counts_while_the_cache_lags() {
     use world::Step::*;

@@ -72,13 +72,18 @@ how pools work.
 
 Their CustomResourceDefinition is the chart's `crds/rebootpools.yaml`. Helm (3 and 4)
 installs `crds/` on `helm install` only: it never upgrades the CRD on `helm upgrade` nor
-deletes it on `helm uninstall` (which keeps every RebootPool too). After an upgrade to a
-chart whose CRD changed, apply it from that chart:
+deletes it on `helm uninstall`. After an upgrade to a chart whose CRD changed, apply it from
+that chart:
 
 ```sh
 helm pull oci://registry.example.com/charts/node-reboot-operator --version <version> --untar
 kubectl apply --server-side -f node-reboot-operator/crds/rebootpools.yaml
 ```
+
+Before `helm uninstall`, delete the pools while the controller still runs
+(`kubectl delete rebootpools --all --timeout=30m`): each keeps a finalizer until its reboots
+under way are done, which only the controller removes. docs/src/pools.md, "Uninstalling with
+pools", says what to do with a pool left `Terminating`.
 "#;
 
 /// The whole README.

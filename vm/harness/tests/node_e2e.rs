@@ -6,7 +6,10 @@
 //! controller runs as a two-replica Deployment on the guests, a workload with a
 //! PodDisruptionBudget runs beside it, and nodes are drained and rebooted for real by their
 //! agent's pod: in `make test` two guests, the leader's node rebooted; in `make node-e2e`
-//! three, each rebooted, then the other two reboot methods.
+//! three, each rebooted, then the other two reboot methods. The chart is installed with three
+//! RebootPools in its values and the flags' pool off: a control-plane-like pool of the first
+//! guest (budget 1, a soak), the workers' pool of the others and a GPU pool of none; each pool
+//! reports its nodes in `kubectl get rebootpools` and records its own reboots.
 //!
 //! An independent observer ([`e2e::observer::Observer`]) watches every Node and the workload's
 //! Pods throughout: the budget, no `reboot-now` while a workload pod is still on the node,
@@ -55,6 +58,20 @@ const POLL: Duration = Duration::from_millis(250);
 /// One node's drain, reboot and return under emulation: 1.5-4 minutes measured on a fast
 /// machine, up to 15 on a slow one.
 const REBOOT_TIMEOUT: Duration = Duration::from_secs(1800);
+
+/// The chart's `pools` as JSON, the flags' pool turned off: a control-plane-like pool of the
+/// first node (budget 1 and a soak, as the docs advise), the workers' pool of the others, and a
+/// GPU pool that selects no node here.
+const POOLS: &str = r#"[
+  {"name": "control-plane", "maxUnavailable": 1, "minReadySeconds": 20,
+   "nodeSelector": {"matchExpressions": [{"key": "node-role.kubernetes.io/control-plane", "operator": "Exists"}]}},
+  {"name": "workers", "maxUnavailable": 1,
+   "nodeSelector": {"matchExpressions": [{"key": "node-role.kubernetes.io/control-plane", "operator": "DoesNotExist"},
+                                         {"key": "nvidia.com/gpu.present", "operator": "DoesNotExist"}]}},
+  {"name": "gpu", "maxUnavailable": 1, "nodeSelector": {"matchLabels": {"nvidia.com/gpu.present": "true"}}}
+]"#;
+/// The label that puts a node in the control-plane pool.
+const CONTROL_PLANE_LABEL: &str = "node-role.kubernetes.io/control-plane";
 
 /// The workload: three replicas spread over the nodes, a PDB that allows one disruption, and a
 /// container that says on its log which signal ended it.
@@ -159,8 +176,19 @@ async fn tier(tier: Tier) {
         secs(joined)
     );
 
-    release::install(&cp, &published, NS, RELEASE);
+    e2e::kubectl(
+        &cp,
+        &[
+            "label",
+            "node",
+            NODES[0],
+            &format!("{CONTROL_PLANE_LABEL}="),
+        ],
+    );
+    release::install(&cp, &published, (NS, RELEASE), POOLS);
     wait_for_the_operator(&client, nodes).await;
+    let pools = pools_of(nodes);
+    wait_for_the_pools(&cp, &pools).await;
     check_the_operator_runs_the_published_images(&client, &published).await;
     cp.apply(WORKLOAD).unwrap_or_else(|e| panic!("{e}"));
     wait_for_deployment(&client, WORKLOAD_NS, "web", 3).await;
@@ -171,7 +199,12 @@ async fn tier(tier: Tier) {
 
     check_the_agents_token_is_held_to_its_node(&cp, &client).await;
 
-    let observer = Observer::start(client.clone(), 1, WORKLOAD_NS, ("app", "web")).await;
+    // Each pool's budget is 1: one node of each may be down at once.
+    let budget = match tier {
+        Tier::LeadersNode => 1,
+        Tier::EveryNodeAndMethod => 2,
+    };
+    let observer = Observer::start(client.clone(), budget, WORKLOAD_NS, ("app", "web")).await;
     let leaders = LeaderWatch::start(client.clone());
     let boots_before = boot_ids(&client).await;
     let rebooted: Vec<&str> = match tier {
@@ -222,6 +255,7 @@ async fn tier(tier: Tier) {
             run_dir.display()
         );
     }
+    check_each_pool_completed_its_own(&cp, &pools, &rebooted).await;
     let holders = leaders.holders();
     assert!(
         holders.len() >= 2,
@@ -262,6 +296,7 @@ async fn tier(tier: Tier) {
     }
     check_no_workload_pod_was_killed_by_the_shutdown(&client).await;
     observer.finish(&[]).await;
+    uninstall_as_the_docs_say(&cp, &client).await;
     eprintln!(
         "node-e2e: passed in {} (joined {}, rollout {})",
         secs(started.elapsed()),
@@ -606,6 +641,152 @@ fn describe(node: &Node) -> String {
         },
         boot_id(node).map_or("?", |id| &id[..8.min(id.len())])
     )
+}
+
+/// Each pool of [`POOLS`] and the nodes it selects here.
+fn pools_of(nodes: &[&'static str]) -> BTreeMap<&'static str, Vec<&'static str>> {
+    BTreeMap::from([
+        ("control-plane", nodes[..1].to_vec()),
+        ("workers", nodes[1..].to_vec()),
+        ("gpu", Vec::new()),
+    ])
+}
+
+/// `kubectl get rebootpools` as JSON, by pool name.
+fn rebootpools(cp: &ControlPlane) -> BTreeMap<String, serde_json::Value> {
+    let listed = e2e::kubectl(cp, &["get", "rebootpools", "-o", "json"]);
+    let listed: serde_json::Value = serde_json::from_str(&listed).expect("a JSON list");
+    listed["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|pool| {
+            (
+                pool["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned(),
+                pool.clone(),
+            )
+        })
+        .collect()
+}
+
+/// The status condition `kind` of a pool, `True` or `False`.
+fn condition<'a>(pool: &'a serde_json::Value, kind: &str) -> &'a str {
+    pool["status"]["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| c["type"] == kind)
+        .and_then(|c| c["status"].as_str())
+        .unwrap_or("unknown")
+}
+
+/// Waits until the controller reports on every pool of the chart's values: its status is of
+/// its current spec, counts the nodes it selects, and says Ready. Prints what
+/// `kubectl get rebootpools` shows then.
+async fn wait_for_the_pools(cp: &ControlPlane, pools: &BTreeMap<&str, Vec<&str>>) {
+    wait_until(
+        "every pool of the chart's values is Ready with its nodes",
+        PODS_TIMEOUT,
+        async || {
+            let seen = rebootpools(cp);
+            (seen.len() == pools.len()
+                && pools.iter().all(|(name, nodes)| {
+                    seen.get(*name).is_some_and(|pool| {
+                        pool["status"]["observedGeneration"] == pool["metadata"]["generation"]
+                            && pool["status"]["nodes"] == nodes.len()
+                            && condition(pool, "Ready") == "True"
+                    })
+                }))
+            .then_some(())
+        },
+    )
+    .await;
+    eprintln!(
+        "node-e2e: kubectl get rebootpools\n{}",
+        e2e::kubectl(cp, &["get", "rebootpools"])
+    );
+}
+
+/// Each rebooted node's pool, and that pool alone, records it as its last completed reboot,
+/// and every pool is Ready with nothing rebooting (within a minute: statuses are written at
+/// most about once a second).
+async fn check_each_pool_completed_its_own(
+    cp: &ControlPlane,
+    pools: &BTreeMap<&str, Vec<&str>>,
+    rebooted: &[&str],
+) {
+    let wrong = |seen: &BTreeMap<String, serde_json::Value>| -> Option<String> {
+        pools.iter().find_map(|(name, nodes)| {
+            let pool = seen.get(*name)?;
+            let last = pool["status"]["lastCompleted"]["node"].as_str();
+            let ours: Vec<&str> = nodes
+                .iter()
+                .copied()
+                .filter(|n| rebooted.contains(n))
+                .collect();
+            let last_is_ours = match last {
+                None => ours.is_empty(),
+                Some(node) => ours.contains(&node),
+            };
+            let settled = condition(pool, "Ready") == "True" && pool["status"]["rebooting"] == 0;
+            (!last_is_ours || !settled).then(|| {
+                format!(
+                    "pool {name} (rebooted {ours:?}) should record its last completed reboot \
+                     as one of them, be Ready and reboot nothing: {pool}"
+                )
+            })
+        })
+    };
+    let start = Instant::now();
+    loop {
+        let seen = rebootpools(cp);
+        let Some(problem) = wrong(&seen) else {
+            break;
+        };
+        assert!(start.elapsed() < Duration::from_secs(60), "{problem}");
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    eprintln!(
+        "node-e2e: each pool recorded its own reboots: kubectl get rebootpools\n{}",
+        e2e::kubectl(cp, &["get", "rebootpools"])
+    );
+}
+
+/// The pools deleted while the controller runs, then `helm uninstall`, as docs/src/pools.md
+/// says: the controller removes each pool's finalizer and its ledger Lease, so that nothing of
+/// the pools is left behind.
+async fn uninstall_as_the_docs_say(cp: &ControlPlane, client: &Client) {
+    e2e::kubectl(cp, &["delete", "rebootpools", "--all", "--timeout=300s"]);
+    assert!(
+        rebootpools(cp).is_empty(),
+        "kubectl delete rebootpools --all returned with the pools gone"
+    );
+    let leases: Api<Lease> = Api::namespaced(client.clone(), NS);
+    wait_until(
+        "the deleted pools' ledger Leases are deleted",
+        PODS_TIMEOUT,
+        async || {
+            let left = leases.list(&ListParams::default()).await.ok()?;
+            (!left
+                .iter()
+                .any(|lease| lease.name_any().starts_with(common::pool::LEDGER_PREFIX)))
+            .then_some(())
+        },
+    )
+    .await;
+    let mut uninstall = e2e::install::helm_on(cp);
+    uninstall.args(["uninstall", RELEASE, "--namespace", NS, "--wait"]);
+    let out = uninstall.output().expect("helm runs");
+    assert!(
+        out.status.success(),
+        "helm uninstall: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(rebootpools(cp).is_empty(), "no RebootPool is left");
+    eprintln!("node-e2e: pools deleted, then helm uninstall: nothing of the pools is left");
 }
 
 /// Every holder the controller's leader Lease has had while the test watched.

@@ -96,8 +96,13 @@ pub fn verify(published: &Published) {
 /// `helm registry login`; the operator's namespace, created and labelled as the chart's own
 /// would be, since it holds the image pull secret before the release (Helm does not adopt a
 /// namespace it did not create: `namespace.create=false`); the secret; then `helm install`
-/// from the registry.
-pub fn install(cp: &ControlPlane, published: &Published, namespace: &str, release: &str) {
+/// from the registry, with `pools` (the chart's value, as JSON) and the flags' pool turned off.
+pub fn install(
+    cp: &ControlPlane,
+    published: &Published,
+    (namespace, release): (&str, &str),
+    pools: &str,
+) {
     let registry = &published.registry;
     let mut login = e2e::install::helm_on(cp);
     login
@@ -125,8 +130,19 @@ pub fn install(cp: &ControlPlane, published: &Published, namespace: &str, releas
     );
     let image_registry = format!("image.registry={}", published.prefix);
     let pull_secret = format!("imagePullSecrets[0].name={PULL_SECRET}");
-    let values = [&image_registry, &pull_secret, "namespace.create=false"];
-    helm(cp, published, (release, namespace), false, &values);
+    let values = [
+        &image_registry,
+        &pull_secret,
+        "namespace.create=false",
+        "defaultPool=false",
+    ];
+    helm_with(
+        cp,
+        published,
+        (release, namespace),
+        false,
+        (&values, Some(pools)),
+    );
 }
 
 /// `helm install` (`upgrade` false) or `helm upgrade --reuse-values` of the published chart
@@ -137,6 +153,17 @@ pub fn helm(
     (release, namespace): (&str, &str),
     upgrade: bool,
     values: &[&str],
+) {
+    helm_with(cp, published, (release, namespace), upgrade, (values, None));
+}
+
+/// [`helm`], with the value `pools` given as JSON (`--set-json`) where there is one.
+fn helm_with(
+    cp: &ControlPlane,
+    published: &Published,
+    (release, namespace): (&str, &str),
+    upgrade: bool,
+    (values, pools): (&[&str], Option<&str>),
 ) {
     let mut helm = e2e::install::helm_on(cp);
     if upgrade {
@@ -150,6 +177,9 @@ pub fn helm(
         .arg(published.registry.ca_file());
     for value in values {
         helm.args(["--set", value]);
+    }
+    if let Some(pools) = pools {
+        helm.args(["--set-json", &format!("pools={pools}")]);
     }
     let out = helm.output().expect("helm runs");
     assert!(out.status.success(), "{helm:?}: {}", said(&out));

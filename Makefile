@@ -103,6 +103,9 @@ lint: deny-tools testenv
 	$(CARGO) fmt --all -- --check
 	python3 hack/module-cycles.py
 	python3 hack/architecture-names.py
+	@# cargo-deny reads every package of Cargo.lock, each platform's (windows-sys too): a fresh
+	@# machine's builds have not fetched them all when lint runs beside them.
+	$(CARGO) fetch --locked
 	$(CARGO_DENY) deny --offline --locked check --hide-inclusion-graph licenses bans sources
 	testenv/bin/actionlint .github/workflows/*.yml
 	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings

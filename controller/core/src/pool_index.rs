@@ -38,6 +38,8 @@ pub struct Entry {
     /// NotReady or cordoned (invariant 1 of docs/src/design.md without the protocol's part).
     pub unavailable_by_itself: bool,
     pub in_protocol: bool,
+    /// When its last reboot completed (`reboot-last-completed`), where that reads as a time.
+    pub last_completed: Option<jiff::Timestamp>,
 }
 
 impl Entry {
@@ -48,6 +50,7 @@ impl Entry {
             zone: pool.zone,
             unavailable_by_itself: facts.unavailable_by_itself(),
             in_protocol: in_protocol(state),
+            last_completed: state.last_completed.as_deref().and_then(|t| t.parse().ok()),
         }
     }
 }
@@ -111,6 +114,10 @@ pub struct PoolIndex {
     entries: HashMap<String, Entry>,
     totals: PoolCounts,
     in_protocol: BTreeSet<String>,
+    /// The pool node whose reboot completed last, and when: kept as the watch delivers each
+    /// node (a completion takes the node out of the protocol in the same write, so the nodes
+    /// in the protocol alone would miss it). A node deleted since stays the last completed.
+    last_completed: Option<(String, jiff::Timestamp)>,
 }
 
 impl PoolIndex {
@@ -124,6 +131,14 @@ impl PoolIndex {
         let entry = entry();
         self.remove(name);
         self.totals.add(&entry);
+        if let Some(at) = entry.last_completed.filter(|_| entry.in_pool)
+            && self
+                .last_completed
+                .as_ref()
+                .is_none_or(|(_, last)| at > *last)
+        {
+            self.last_completed = Some((name.to_owned(), at));
+        }
         if entry.in_protocol {
             self.in_protocol.insert(name.to_owned());
         }
@@ -142,6 +157,11 @@ impl PoolIndex {
     /// The nodes in the protocol, as the last changes left them.
     pub fn in_protocol(&self) -> &BTreeSet<String> {
         &self.in_protocol
+    }
+
+    /// The pool node whose reboot completed last, and when.
+    pub fn last_completed(&self) -> Option<&(String, jiff::Timestamp)> {
+        self.last_completed.as_ref()
     }
 
     /// Every pool node the index has.
@@ -184,7 +204,48 @@ mod tests {
             zone: (zone > 0).then(|| format!("z{zone}")),
             unavailable_by_itself: unavailable,
             in_protocol,
+            last_completed: None,
         }
+    }
+
+    /// A completion takes the node out of the protocol in the same write: the index still
+    /// knows it as the pool's last, from any replica's watch and across a relist, and a node
+    /// of another pool or an older completion does not replace it.
+    #[test]
+    fn the_last_completed_reboot_is_kept_as_the_node_leaves_the_protocol() {
+        let at = |t: &str| Some(t.parse::<jiff::Timestamp>().unwrap());
+        let mut index = PoolIndex::default();
+        let rebooting = entry(1, true, true, true);
+        put(&mut index, "n1", &rebooting);
+        assert_eq!(index.last_completed(), None);
+        let completed = Entry {
+            print: 100,
+            last_completed: at("2026-12-01T10:00:00Z"),
+            ..entry(1, false, false, true)
+        };
+        put(&mut index, "n1", &completed);
+        assert!(index.in_protocol().is_empty());
+        let last = |index: &PoolIndex| index.last_completed().map(|(n, t)| (n.clone(), *t));
+        assert_eq!(
+            last(&index),
+            Some(("n1".into(), at("2026-12-01T10:00:00Z").unwrap()))
+        );
+        let older = Entry {
+            print: 101,
+            last_completed: at("2026-11-30T10:00:00Z"),
+            ..entry(1, false, false, true)
+        };
+        put(&mut index, "n2", &older);
+        let elsewhere = Entry {
+            print: 102,
+            last_completed: at("2026-12-01T11:00:00Z"),
+            ..entry(1, false, false, false)
+        };
+        put(&mut index, "n3", &elsewhere);
+        assert_eq!(
+            last(&index),
+            Some(("n1".into(), at("2026-12-01T10:00:00Z").unwrap()))
+        );
     }
 
     fn put(index: &mut PoolIndex, name: &str, e: &Entry) -> bool {

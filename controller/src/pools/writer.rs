@@ -67,10 +67,14 @@ pub fn record_seen(
     budget: usize,
     facts: PoolFacts,
 ) {
-    let names: Vec<String> = lock(index).in_protocol().iter().cloned().collect();
-    let keys = &config.args.annotation_prefix;
+    let (names, completed): (Vec<String>, _) = {
+        let index = lock(index);
+        let completed = index
+            .last_completed()
+            .map(|(node, at)| (node.clone(), Time(*at)));
+        (index.in_protocol().iter().cloned().collect(), completed)
+    };
     let mut in_pool = Vec::new();
-    let mut completed: Option<(String, Time)> = None;
     for name in names {
         let Some(node) = store.get(&ObjectRef::new(&name)) else {
             continue;
@@ -81,15 +85,6 @@ pub fn record_seen(
             .matches(node.metadata.labels.as_ref().unwrap_or(&BTreeMap::new()))
         {
             continue;
-        }
-        if let Some(at) = NodeFacts::from_node(&node)
-            .protocol(keys)
-            .last_completed
-            .and_then(|at| at.parse().ok())
-            .map(Time)
-            && completed.as_ref().is_none_or(|(_, last)| at > *last)
-        {
-            completed = Some((name.clone(), at));
         }
         in_pool.push(name);
     }

@@ -720,7 +720,9 @@ async fn check_each_pool_completed_its_own(
 ) {
     let wrong = |seen: &BTreeMap<String, serde_json::Value>| -> Option<String> {
         pools.iter().find_map(|(name, nodes)| {
-            let pool = seen.get(*name)?;
+            let Some(pool) = seen.get(*name) else {
+                return Some(format!("pool {name} is gone: {seen:?}"));
+            };
             let last = pool["status"]["lastCompleted"]["node"].as_str();
             let ours: Vec<&str> = nodes
                 .iter()

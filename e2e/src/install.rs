@@ -787,6 +787,18 @@ pub async fn check_what_the_programs_must_not_do_is_refused(ids: &Identities) {
         .create(&PostParams::default(), &ledger)
         .await
         .expect("the controller creates a pool's ledger in its namespace");
+    Api::<Lease>::namespaced(controller.clone(), NS)
+        .delete(&common::pool::ledger_name("gpu"), &DeleteParams::default())
+        .await
+        .expect("the controller deletes a deleted pool's ledger in its namespace");
+    refused(
+        "the controller deleting a Lease outside its namespace",
+        elsewhere
+            .delete("someone-else", &DeleteParams::default())
+            .await,
+        403,
+        "forbidden",
+    );
     let pods: Api<Pod> = Api::default_namespaced(controller.clone());
     let delete = pods.delete("work", &DeleteParams::default()).await;
     refused("the controller deleting a pod", delete, 403, "forbidden");

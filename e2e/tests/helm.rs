@@ -575,7 +575,7 @@ fn every_flag_value_reaches_its_program() {
     assert_eq!(
         role["rules"][0],
         json!({"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
-               "verbs": ["get", "list", "watch", "create", "update", "patch"]})
+               "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]})
     );
     assert!(
         rendered.contains_key(

@@ -3,14 +3,15 @@
 //! runs with each program under its own ServiceAccount token from the manifests' RBAC, and what the
 //! programs must not do is tried and refused.
 
+use common::pool::RebootPool;
 use e2e::install::{
-    Identities, apply_manifests,
+    Identities, NS, apply_manifests,
     check_an_agent_may_change_only_the_protocol_annotations_of_its_own_node,
     check_the_controller_pod_meets_restricted_pod_security,
     check_what_the_programs_must_not_do_is_refused, control_plane, fleet_under_service_accounts,
     object, wait_until_the_policy_is_type_checked,
 };
-use e2e::{BudgetWatch, node_events, wait_until};
+use e2e::{BudgetWatch, kubectl, node_events, wait_until};
 use k8s_openapi::api::core::v1::Pod;
 use kube::{
     Api,
@@ -177,4 +178,74 @@ async fn an_agent_may_change_only_the_protocol_annotations_of_its_own_node() {
 async fn what_the_programs_must_not_do_is_refused() {
     let ids = manifests_identities().await;
     check_what_the_programs_must_not_do_is_refused(&ids).await;
+}
+
+/// RebootPools run and are deleted with the controller under its own ServiceAccount token:
+/// the finalizer, the status and each pool's ledger Lease, made when the pool first runs and
+/// deleted once its object is gone, all within the manifests' RBAC. The pools are deleted
+/// together, so some are gone before the leader starts the pools again.
+#[tokio::test(flavor = "multi_thread")]
+async fn pools_run_and_are_deleted_with_the_controller_under_its_own_service_account() {
+    let cp = control_plane(false).await;
+    let admin = cp.client().await.expect("admin client");
+    apply_manifests(&cp);
+    let names: Vec<String> = (1..=4).map(|i| format!("sim-{i}")).collect();
+    let (fleet, controller_kubeconfig) =
+        fleet_under_service_accounts(&cp, &admin, &names, Duration::from_secs(1)).await;
+    let pools = Api::<RebootPool>::all(admin.clone());
+    for (pool, nodes) in [("a", &names[..2]), ("b", &names[2..]), ("c", &[][..])] {
+        for node in nodes {
+            e2e::label_node(&cp, node, &format!("pool={pool}"));
+        }
+        let spec = json!({"nodeSelector": {"matchLabels": {"pool": pool}}});
+        let object = RebootPool::new(pool, serde_json::from_value(spec).expect("a spec"));
+        pools
+            .create(&PostParams::default(), &object)
+            .await
+            .expect("the pool is created");
+    }
+    let controller_log = cp.dir().join("controller.log");
+    let mut controller = ControllerProcess::start(
+        workspace_binary("reboot-controller").expect("controller built"),
+        controller_kubeconfig,
+        vec!["--default-pool=false".into()],
+        controller_log.clone(),
+    )
+    .expect("controller starts");
+    // A budget of one in each pool.
+    let watch = BudgetWatch::start(admin.clone(), 2).await;
+    e2e::every_node::request(&cp);
+    wait_until(
+        "every node rebooted once and back",
+        ROLLOUT,
+        Some(&watch),
+        || async { e2e::rollout::all_back_in(&fleet, &admin, &names, 1).await },
+    )
+    .await;
+    let ledgers = || kubectl(&cp, &["get", "lease", "-n", NS, "-o", "name"]);
+    for pool in ["a", "b", "c"] {
+        let ledger = common::pool::ledger_name(pool);
+        assert!(
+            ledgers().contains(&ledger),
+            "{ledger} was made when the pool first ran: {}",
+            ledgers()
+        );
+    }
+
+    kubectl(&cp, &["delete", "rebootpools", "--all", "--timeout=240s"]);
+    wait_until(
+        "the deleted pools' ledger Leases are deleted",
+        ROLLOUT,
+        Some(&watch),
+        || async { !ledgers().contains(common::pool::LEDGER_PREFIX) },
+    )
+    .await;
+    watch.check().unwrap();
+    let refused = refusals(&controller_log);
+    assert!(
+        refused.is_empty(),
+        "requests refused to the controller: {refused:#?}"
+    );
+    controller.terminate(Duration::from_secs(5)).await;
+    fleet.stop().await;
 }

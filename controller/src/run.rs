@@ -217,11 +217,6 @@ impl Context {
                 break Err(error);
             }
             tracing::info!("the RebootPools changed: starting the pools again");
-            if leadership.is_leading() && !self.args.dry_run {
-                let ran: Vec<&PoolConfig> = running.pools.iter().map(|p| &p.config).collect();
-                pools::writer::delete_ledgers_of_gone_pools(&self.client, &ran, &self.pool_objects)
-                    .await;
-            }
         };
         self.metrics.stepped_down();
         tracing::info!("shutting down");
@@ -462,11 +457,22 @@ impl Context {
             &self.events,
             &leadership,
         );
+        // Once per start of leading, which follows every change of the pools.
+        let sweep = async {
+            pools::ledgers::delete_ledgers_of_gone_pools(
+                &self.client,
+                &self.args.namespace,
+                &self.args.ledger_name,
+            )
+            .await;
+            std::future::pending::<()>().await;
+        };
         tokio::select! {
             result = rounds => result,
             () = fan_out => Ok(()),
-            // A dry run writes no status.
+            // A dry run writes no status and deletes nothing.
             () = statuses, if !self.args.dry_run => Ok(()),
+            () = sweep, if !self.args.dry_run => Ok(()),
         }
     }
 

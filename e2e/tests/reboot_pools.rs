@@ -279,6 +279,66 @@ async fn a_pool_deleted_mid_rollout_finishes_its_reboots_and_leaves_nothing() {
     sb.stop().await;
 }
 
+/// A pool deleted while no controller ran (its finalizer removed by hand, as the docs say for
+/// a pool left `Terminating` after an uninstall) leaves its ledger Lease behind; the next
+/// leader, which never ran that pool, deletes it, and keeps the ledger of a pool that exists.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_ledger_left_by_a_pool_deleted_while_no_controller_ran_is_deleted_by_the_next_leader() {
+    let mut sb = sandbox(&[("a", 1), ("b", 1)], 0, &["--default-pool=false"]).await;
+    for name in ["a", "b"] {
+        let selector = serde_json::json!({"nodeSelector": {"matchLabels": {"pool": name}}});
+        create_pool(&sb.client, name, selector).await;
+    }
+    let leases = |sb: &Sandbox| kubectl(&sb.control_plane, &["get", "lease", "-A", "-o", "name"]);
+    wait_until(
+        "both pools run: their finalizers and ledgers are there",
+        ROLLOUT,
+        None,
+        || async {
+            let leases = leases(&sb);
+            let mut fenced = true;
+            for name in ["a", "b"] {
+                fenced &= pool(&sb.client, name)
+                    .await
+                    .is_some_and(|p| p.finalizers().iter().any(|f| f == FINALIZER));
+            }
+            fenced && leases.contains("node-reboot-pool-a") && leases.contains("node-reboot-pool-b")
+        },
+    )
+    .await;
+    sb.controllers[0].kill().await;
+    kubectl(
+        &sb.control_plane,
+        &["delete", "rebootpool", "a", "--wait=false"],
+    );
+    let unfence = r#"[{"op": "remove", "path": "/metadata/finalizers"}]"#;
+    kubectl(
+        &sb.control_plane,
+        &["patch", "rebootpool", "a", "--type=json", "-p", unfence],
+    );
+    assert!(pool(&sb.client, "a").await.is_none(), "the pool is gone");
+    assert!(
+        leases(&sb).contains("node-reboot-pool-a"),
+        "its ledger is left with no controller running"
+    );
+
+    sb.start_controller(&["--default-pool=false"])
+        .expect("a new controller starts");
+    wait_until(
+        "the new leader deletes the gone pool's ledger",
+        ROLLOUT,
+        None,
+        || async { !leases(&sb).contains("node-reboot-pool-a") },
+    )
+    .await;
+    assert!(
+        leases(&sb).contains("node-reboot-pool-b"),
+        "the ledger of the pool that exists is kept: {}",
+        leases(&sb)
+    );
+    sb.stop().await;
+}
+
 /// kstatus's rules for a resource with conditions (sigs.k8s.io/cli-utils, as Argo CD and
 /// Flux apply them): not yet observed is InProgress; `Stalled` True is Failed; `Reconciling`
 /// True is InProgress; otherwise Current.

@@ -2,6 +2,7 @@
 //! with the nodes no `RebootPool` selects. Pure: which pools run with which settings, from the
 //! objects as listed; `run` starts them and `status` writes what they show.
 
+pub mod ledgers;
 pub mod settings;
 pub mod status;
 pub mod watch;

@@ -19,10 +19,7 @@ use common::{
     AnnotationKeys, ControllerReason, NodeFacts,
     pool::{FINALIZER, RebootPool, RebootPoolStatus},
 };
-use k8s_openapi::{
-    api::{coordination::v1::Lease, core::v1::Node},
-    apimachinery::pkg::apis::meta::v1::Time,
-};
+use k8s_openapi::{api::core::v1::Node, apimachinery::pkg::apis::meta::v1::Time};
 use kube::{
     Api, Client, Resource, ResourceExt,
     api::{Patch, PatchParams},
@@ -230,7 +227,7 @@ async fn patch_status(api: &Api<RebootPool>, name: &str, status: &RebootPoolStat
 
 /// Adds the finalizer to a pool that runs; removes it from a deleted pool once nothing of
 /// the operator's is left on its nodes (its ledger Lease is deleted once its rounds stopped:
-/// `delete_ledgers_of_gone_pools`).
+/// `ledgers::delete_ledgers_of_gone_pools`).
 async fn tend_finalizer(
     api: &Api<RebootPool>,
     view: &RunningView<'_>,
@@ -363,35 +360,6 @@ fn warn_once(
                 overlap.pools.join(" and ")
             );
             events.publish(&node, ControllerReason::PoolOverlap, note);
-        }
-    }
-}
-
-/// Deletes the ledger Leases of the pools that ran and whose objects are gone: their rounds
-/// have stopped, so nothing recreates them.
-pub async fn delete_ledgers_of_gone_pools(
-    client: &Client,
-    ran: &[&PoolConfig],
-    objects: &watch::Receiver<Option<Listed>>,
-) {
-    let listed = objects.borrow().clone().unwrap_or_default();
-    for config in ran {
-        let Some(name) = &config.name else { continue };
-        if listed.objects.iter().any(|o| o.name_any() == *name) {
-            continue;
-        }
-        let args = &config.args;
-        let leases: Api<Lease> = Api::namespaced(client.clone(), &args.namespace);
-        match leases
-            .delete(&args.ledger_name, &kube::api::DeleteParams::default())
-            .await
-        {
-            Ok(_) => {
-                tracing::info!(pool = %name, lease = %args.ledger_name, "deleted the ledger of a deleted pool")
-            }
-            Err(error) => {
-                tracing::debug!(%error, lease = %args.ledger_name, "the deleted pool's ledger was not deleted")
-            }
         }
     }
 }

@@ -197,13 +197,11 @@ impl Context {
     /// the API server, so nothing is left half done.
     async fn run(self, mut shutdown: Pin<&mut impl Future<Output = ()>>) -> anyhow::Result<()> {
         let (mut leadership, mut election) = self.elect();
-        // The node cache of the pools that ran, for the next ones to use if it serves them.
-        let mut last_cache = None;
         let result = loop {
             let running = tokio::select! {
                 () = &mut shutdown => break Ok(()),
                 error = failed(&mut election) => break Err(error),
-                running = self.start_pools(last_cache.take()) => running,
+                running = self.start_pools() => running,
             };
             let running = match running {
                 Ok(running) => running,
@@ -219,7 +217,6 @@ impl Context {
                 break Err(error);
             }
             tracing::info!("the RebootPools changed: starting the pools again");
-            last_cache = Some(running.cache);
         };
         self.metrics.stepped_down();
         tracing::info!("shutting down");
@@ -248,9 +245,8 @@ impl Context {
     }
 
     /// Waits for the `RebootPool` objects to be listed, then starts the node cache of every
-    /// pool (or indexes the `previous` one for them, when it keeps what they read) and their
-    /// ledgers; `/readyz` turns ready once the cache has synced.
-    async fn start_pools(&self, previous: Option<NodeCache>) -> anyhow::Result<Running> {
+    /// pool and their ledgers; `/readyz` turns ready once the cache has synced.
+    async fn start_pools(&self) -> anyhow::Result<Running> {
         let mut objects = self.pool_objects.clone();
         let listed = objects
             .wait_for(Option::is_some)
@@ -263,23 +259,14 @@ impl Context {
         for invalid in &plan.invalid {
             tracing::warn!(pool = %invalid.name, problems = ?invalid.problems, "RebootPool refused: its spec is invalid; it grants nothing");
         }
-        let indexings: Vec<_> = plan.pools.iter().map(|p| p.args.indexing()).collect();
+        let indexings = plan.pools.iter().map(|p| p.args.indexing()).collect();
         let began = Instant::now();
-        let cache = match previous.and_then(|cache| cache.reindexed(indexings.clone())) {
-            Some(cache) => {
-                tracing::info!(
-                    "the node cache keeps what the pools read: indexed again, not listed"
-                );
-                cache
-            }
-            // The previous cache, if any, is dropped: its watch stopped before this one lists.
-            None => nodes::spawn_reflector(
-                self.client.clone(),
-                indexings,
-                self.changed.clone(),
-                self.metrics.clone(),
-            ),
-        };
+        let cache = nodes::spawn_reflector(
+            self.client.clone(),
+            indexings,
+            self.changed.clone(),
+            self.metrics.clone(),
+        );
         cache
             .store
             .wait_until_ready()

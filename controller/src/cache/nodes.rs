@@ -66,11 +66,6 @@ impl KeptLabels {
         union
     }
 
-    /// Whether the copies trimmed as `self` keep everything `other` reads.
-    pub fn covers(&self, other: &KeptLabels) -> bool {
-        other.keys.is_subset(&self.keys) && other.annotations.is_subset(&self.annotations)
-    }
-
     /// The node's zone: its zone label's value; an empty value names no zone.
     pub fn zone_of(&self, node: &Node) -> Option<String> {
         let zone = node.metadata.labels.as_ref()?.get(&self.zone)?;
@@ -201,37 +196,12 @@ impl Indexing {
 #[allow(missing_debug_implementations)] // the reflector's store has no Debug
 pub struct NodeCache {
     pub store: Store<Node>,
-    /// In the order of the indexings given to [`spawn_reflector`] (or to
-    /// [`reindexed`](Self::reindexed)).
+    /// In the order of the indexings given to [`spawn_reflector`].
     pub indexes: Vec<SharedIndex>,
-    /// Shared with the watch, which applies each event to them after the store.
-    indexers: Arc<Mutex<Indexers>>,
-    /// What the store's trimmed copies keep.
-    kept: KeptLabels,
-    changed: Arc<Notify>,
     watch: AbortOnDrop,
 }
 
 impl NodeCache {
-    /// The same store and watch indexed for other pools, when the trimmed copies keep every
-    /// label and annotation those pools read and no relist is under way: a change of the
-    /// pools (a finalizer, a budget, a pool deleted) then costs no list of every node, which
-    /// at tens of thousands of nodes takes minutes. `None` otherwise, with this cache and its
-    /// watch dropped: a new reflector must list with the labels the new pools read.
-    pub fn reindexed(mut self, indexings: Vec<Indexing>) -> Option<NodeCache> {
-        if !self.is_running() {
-            return None;
-        }
-        // Under the indexers' lock the watch applies no event: the store is counted as it
-        // stands, and an event already in the store but not yet indexed is applied to the new
-        // indexes next (recording a node is idempotent).
-        let indexes =
-            lock_indexers(&self.indexers).reindexed(indexings, &self.store, &self.kept)?;
-        self.indexes = indexes;
-        self.changed.notify_one();
-        Some(self)
-    }
-
     /// Whether the watch still runs (it ends only when dropped, or on a panic).
     pub fn is_running(&self) -> bool {
         !self.watch.0.is_finished()
@@ -264,45 +234,30 @@ pub fn spawn_reflector(
     // the trim): with kube's default of 500, the allocator keeps the peak of the initial list,
     // and the controller stays at ~90 MiB with 5,000 nodes instead of ~33 MiB.
     let config = watcher::Config::default().page_size(50);
-    let (indexers, indexes, kept) = Indexers::new(indexings);
-    let indexers = Arc::new(Mutex::new(indexers));
-    let trimmed_as = kept.clone();
+    let (mut indexers, indexes, kept) = Indexers::new(indexings);
     let stream = watcher(Api::<Node>::all(client), config)
         .default_backoff()
-        .modify(move |node| trim(node, &trimmed_as))
+        .modify(move |node| trim(node, &kept))
         .reflect(writer);
-    let task = tokio::spawn({
-        let indexers = indexers.clone();
-        let changed = changed.clone();
-        async move {
-            futures::pin_mut!(stream);
-            while let Some(event) = stream.next().await {
-                match event {
-                    Ok(event) if !lock_indexers(&indexers).apply(&event) => continue,
-                    Ok(_) => {}
-                    Err(error) => {
-                        metrics.api_error("node", ApiErrorKind::of_watcher(&error));
-                        tracing::warn!(%error, "node watch failed; retrying");
-                    }
+    let task = tokio::spawn(async move {
+        futures::pin_mut!(stream);
+        while let Some(event) = stream.next().await {
+            match event {
+                Ok(event) if !indexers.apply(&event) => continue,
+                Ok(_) => {}
+                Err(error) => {
+                    metrics.api_error("node", ApiErrorKind::of_watcher(&error));
+                    tracing::warn!(%error, "node watch failed; retrying");
                 }
-                changed.notify_one();
             }
+            changed.notify_one();
         }
     });
     NodeCache {
         store,
         indexes,
-        indexers,
-        kept,
-        changed,
         watch: AbortOnDrop(task),
     }
-}
-
-fn lock_indexers(indexers: &Mutex<Indexers>) -> MutexGuard<'_, Indexers> {
-    indexers
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// A node cache fed by hand, one watch event at a time, kept exactly as [`spawn_reflector`]
@@ -338,14 +293,11 @@ impl NodeFeed {
     /// The index of every node in `store`, counted afresh.
     #[cfg(test)]
     pub fn recount(indexing: &Indexing, store: &Store<Node>) -> PoolIndex {
-        count(indexing, store)
-    }
-
-    /// As [`NodeCache::reindexed`]: the same store indexed for `indexings`; `None` while a
-    /// relist is under way or when the trimmed copies lack a label they read.
-    pub fn reindexed(&mut self, indexings: Vec<Indexing>) -> Option<Vec<SharedIndex>> {
-        let store = self.writer.as_reader();
-        self.indexers.reindexed(indexings, &store, &self.kept)
+        let mut index = PoolIndex::default();
+        for node in store.state() {
+            indexing.record(&mut index, &node);
+        }
+        index
     }
 
     /// Takes in one watch event, trimmed as the reflector trims it.
@@ -359,15 +311,6 @@ impl NodeFeed {
         self.writer.apply_watcher_event(&event);
         self.indexers.apply(&event);
     }
-}
-
-/// The index of every node in `store`, counted afresh.
-fn count(indexing: &Indexing, store: &Store<Node>) -> PoolIndex {
-    let mut index = PoolIndex::default();
-    for node in store.state() {
-        indexing.record(&mut index, &node);
-    }
-    index
 }
 
 /// One [`Indexer`] per pool over one stream of events.
@@ -389,28 +332,6 @@ impl Indexers {
             .collect();
         let indexes = indexers.iter().map(|i| i.index.clone()).collect();
         (Self(indexers), indexes, kept)
-    }
-
-    /// Replaces the indexers by those of `indexings`, each index counted from `store`, whose
-    /// copies were trimmed as `trimmed_as`, and returns their indexes. `None` (nothing
-    /// replaced) when those copies dropped a label or annotation the new pools read, or while
-    /// a relist is under way, whose first part is in no store the indexes could be counted from.
-    fn reindexed(
-        &mut self,
-        indexings: Vec<Indexing>,
-        store: &Store<Node>,
-        trimmed_as: &KeptLabels,
-    ) -> Option<Vec<SharedIndex>> {
-        let wanted = KeptLabels::union(indexings.iter().map(|i| &i.kept));
-        if !trimmed_as.covers(&wanted) || self.0.iter().any(|i| i.relisted.is_some()) {
-            return None;
-        }
-        let (fresh, indexes, _) = Self::new(indexings);
-        for indexer in &fresh.0 {
-            *lock(&indexer.index) = count(&indexer.indexing, store);
-        }
-        *self = fresh;
-        Some(indexes)
     }
 
     /// True when the event may change a decision of some pool.
@@ -727,67 +648,6 @@ mod tests {
         let after: Vec<String> = lock(&index).in_protocol().iter().cloned().collect();
         assert_eq!(after, ["kept"]);
         assert_eq!(lock(&index).totals().nodes(), 1);
-    }
-
-    fn pool_indexing(selector: &str) -> Indexing {
-        let pool = crate::cache::pool::PoolSelector::parse(selector).expect("a selector");
-        Indexing::new(pool, "zone", AnnotationKeys::default())
-    }
-
-    fn in_pool(name: &str, pool: &str, annotations: &[(&str, &str)]) -> Node {
-        let mut n = node("1", "2026-11-23T10:00:00Z", true, annotations);
-        n.metadata.name = Some(name.into());
-        n.metadata
-            .labels
-            .get_or_insert_with(Default::default)
-            .insert("pool".into(), pool.into());
-        n
-    }
-
-    /// The pools changed (a finalizer, a budget, another pool over the same label): the same
-    /// store is indexed for the new pools and counts as a relist would, and goes on following
-    /// the watch; a relist under way refuses it, and a selector on a label the trimmed copies
-    /// dropped needs a new list.
-    #[test]
-    fn the_store_is_indexed_again_for_new_pools_as_a_relist_would_count_it() {
-        let a = pool_indexing("pool=a");
-        let (store, _, mut feed) = NodeFeed::of_pools(vec![a.clone()]);
-        let requested: &[(&str, &str)] = &[("reboot-needed", "true")];
-        feed.apply(watcher::Event::Apply(in_pool("n1", "a", requested)));
-        feed.apply(watcher::Event::Apply(in_pool("n2", "b", requested)));
-        feed.apply(watcher::Event::Apply(in_pool("n3", "b", &[])));
-        let b = pool_indexing("pool=b");
-        let indexes = feed
-            .reindexed(vec![a.clone(), b.clone()])
-            .expect("no relist under way");
-        let same = |indexes: &[SharedIndex]| {
-            for (index, indexing) in indexes.iter().zip([&a, &b]) {
-                let counted = NodeFeed::recount(indexing, &store);
-                let index = lock(index);
-                assert_eq!(index.totals(), counted.totals());
-                assert_eq!(index.in_protocol(), counted.in_protocol());
-            }
-        };
-        same(&indexes);
-        assert_eq!(lock(&indexes[1]).totals().nodes(), 2, "n2 and n3 in pool b");
-        // The watch goes on into the new indexes.
-        feed.apply(watcher::Event::Apply(in_pool("n3", "a", requested)));
-        feed.apply(watcher::Event::Delete(in_pool("n1", "a", requested)));
-        same(&indexes);
-        assert_eq!(lock(&indexes[1]).totals().nodes(), 1, "n2 alone in pool b");
-
-        feed.apply(watcher::Event::Init);
-        feed.apply(watcher::Event::InitApply(in_pool("n2", "b", &[])));
-        assert!(
-            feed.reindexed(vec![b.clone()]).is_none(),
-            "a relist under way: its first part is in no store yet"
-        );
-        let kept = KeptLabels::union([&a.kept, &b.kept]);
-        assert!(kept.covers(&b.kept));
-        assert!(
-            !kept.covers(&pool_indexing("tier=gpu").kept),
-            "tier was trimmed away"
-        );
     }
 
     /// A node deleted after we wrote or read it is gone from the cache but not from our own

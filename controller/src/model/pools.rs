@@ -103,31 +103,19 @@ impl Model {
             .map(|p| object(p, budgets[p], &setup))
             .collect();
         for k in 0..replicas {
-            let replica = model.pool_replica(k, None);
+            let replica = model.pool_replica(k);
             model.replicas.push(replica);
         }
         model
     }
 
-    /// Replica `k` with its pools started from the objects as they are now: the node cache of
-    /// the pools it ran (`previous`) indexed again when it serves them, as the controller does,
-    /// or a new one listed afresh; one round per pool of the plan, with the ledgers read again.
-    fn pool_replica(&self, k: usize, previous: Option<Replica>) -> Replica {
+    /// Replica `k` with its pools started from the objects as they are now: a new node cache
+    /// (listed afresh) and one round per pool of the plan, with the ledgers read again.
+    fn pool_replica(&self, k: usize) -> Replica {
         let plan = pools::plan(&base_args(), &self.objects);
         assert!(plan.invalid.is_empty(), "invalid pools: {:?}", plan.invalid);
-        let indexings: Vec<_> = plan.pools.iter().map(|p| p.args.indexing()).collect();
-        let reindexed = previous.and_then(
-            |Replica {
-                 store, mut feed, ..
-             }| {
-                let indexes = feed.reindexed(indexings.clone())?;
-                Some((store, indexes, feed))
-            },
-        );
-        let (store, indexes, feed) = match reindexed {
-            Some(kept) => kept,
-            None => self.node_feed(k, indexings),
-        };
+        let indexings = plan.pools.iter().map(|p| p.args.indexing()).collect();
+        let (store, indexes, feed) = self.node_feed(k, indexings);
         let mut replica = self.bare_replica(k, store, feed);
         for (config, index) in plan.pools.iter().zip(indexes) {
             let parts = PoolParts {
@@ -163,9 +151,8 @@ impl Model {
         if self.objects.is_empty() || self.replicas[k].print == pools::fingerprint(&self.objects) {
             return;
         }
-        let previous = self.replicas.remove(k);
-        let replica = self.pool_replica(k, Some(previous));
-        self.replicas.insert(k, replica);
+        let replica = self.pool_replica(k);
+        self.replicas[k] = replica;
     }
 
     /// The administrator sets pool `p`'s `maxUnavailable`.

@@ -5,6 +5,9 @@
 //!   ONE watch request with `sendInitialEvents=true`, and the agent never lists;
 //! - with `--feature-gates=WatchList=false`, the API server refuses that request (422) once per
 //!   start, the agent falls back to a list and a watch, says so once, and the reboot completes.
+//!
+//! The controller's watch of every Node opens the same way: with WatchList, a streaming list
+//! and no paged list of the nodes; without, the refused request, then pages of 50.
 
 use e2e::{
     request_reboot,
@@ -63,6 +66,27 @@ impl Audit {
     /// The list and watch requests of `node`'s agent, in the order received. Only the agent
     /// selects a single Node by name in this sandbox (the controller watches them all).
     fn agent_requests(&self, node: &str) -> Vec<Request> {
+        self.requests(|uri| {
+            uri.contains(&format!("fieldSelector=metadata.name%3D{node}"))
+                || uri.contains(&format!("fieldSelector=metadata.name={node}"))
+        })
+    }
+
+    /// The controller's pages of the list of every node: no selector, 50 at a time (the
+    /// control plane's own components list by 500, or at once).
+    fn controller_pages(&self) -> Vec<Request> {
+        let paged_by_50 = |uri: &str| {
+            let query = uri.split_once('?').map_or("", |(_, q)| q);
+            query.split('&').any(|param| param == "limit=50")
+        };
+        self.requests(|uri| !uri.contains("fieldSelector") && paged_by_50(uri))
+            .into_iter()
+            .filter(|r| r.verb == "list")
+            .collect()
+    }
+
+    /// The list and watch requests whose URI is `wanted`, in the order received.
+    fn requests(&self, wanted: impl Fn(&str) -> bool) -> Vec<Request> {
         let text = std::fs::read_to_string(&self.log)
             .unwrap_or_else(|e| panic!("read the audit log {}: {e}", self.log.display()));
         let events: Vec<Value> = text
@@ -72,10 +96,6 @@ impl Audit {
                     .unwrap_or_else(|e| panic!("an audit event that is not JSON ({e}): {line}"))
             })
             .collect();
-        let selects_node = |uri: &str| {
-            uri.contains(&format!("fieldSelector=metadata.name%3D{node}"))
-                || uri.contains(&format!("fieldSelector=metadata.name={node}"))
-        };
         let answers: BTreeMap<&str, u64> = events
             .iter()
             .filter(|e| e["stage"] == "ResponseComplete")
@@ -89,7 +109,7 @@ impl Audit {
         events
             .iter()
             .filter(|e| e["stage"] == "RequestReceived")
-            .filter(|e| e["requestURI"].as_str().is_some_and(selects_node))
+            .filter(|e| e["requestURI"].as_str().is_some_and(&wanted))
             .map(|e| Request {
                 verb: e["verb"].as_str().unwrap_or_default().to_owned(),
                 uri: e["requestURI"].as_str().unwrap_or_default().to_owned(),
@@ -240,6 +260,58 @@ async fn without_watch_list_the_agent_falls_back_to_a_list_and_a_watch_and_reboo
         "the reason is the API server's: {fell_back:#?}"
     );
     assert!(said(&log, STREAMED).is_empty(), "{log}");
+    sb.stop().await;
+}
+
+/// The controller's log lines for each way its node cache's watch can start.
+const CACHE_STREAMED: &str = "the watch of every node started with a streaming list";
+const CACHE_FELL_BACK: &str = "falling back to a list and a watch of every node";
+
+/// A sandbox of three nodes whose controller's node cache has started, and that reboots a node.
+async fn controller_reboots_a_node(extra_apiserver_args: Vec<String>) -> (Sandbox, String) {
+    let config = SandboxConfig::with_nodes(3)
+        .reboot_duration(Duration::from_secs(1))
+        .without_pods()
+        .apiserver_args(extra_apiserver_args);
+    let sb = Sandbox::start(config).await.expect("sandbox starts");
+    request_reboot(&sb.control_plane, NODE);
+    wait_until("sim-1 is rebooted and back", ROLLOUT, None, || {
+        back(&sb, NODE, 1)
+    })
+    .await;
+    let log = std::fs::read_to_string(sb.controllers[0].log_path()).expect("the controller's log");
+    (sb, log)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_controllers_node_cache_starts_with_a_streaming_list_and_pages_nothing() {
+    let audit = Audit::new();
+    let (sb, log) = controller_reboots_a_node(audit.apiserver_args()).await;
+    assert_eq!(said(&log, CACHE_STREAMED).len(), 1, "{log}");
+    assert!(said(&log, CACHE_FELL_BACK).is_empty(), "{log}");
+    let pages = audit.controller_pages();
+    assert!(
+        pages.is_empty(),
+        "the controller listed the nodes: {pages:#?}"
+    );
+    sb.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn without_watch_list_the_controllers_node_cache_lists_in_pages_and_reboots() {
+    let audit = Audit::new();
+    let mut args = audit.apiserver_args();
+    args.push("--feature-gates=WatchList=false".into());
+    let (sb, log) = controller_reboots_a_node(args).await;
+    let fell_back = said(&log, CACHE_FELL_BACK);
+    assert_eq!(fell_back.len(), 1, "said once: {log}");
+    assert!(
+        fell_back[0].contains("WatchList feature gate"),
+        "the reason is the API server's: {fell_back:#?}"
+    );
+    assert!(said(&log, CACHE_STREAMED).is_empty(), "{log}");
+    let pages = audit.controller_pages();
+    assert!(!pages.is_empty(), "the nodes are listed in pages of 50");
     sb.stop().await;
 }
 

@@ -10,6 +10,7 @@ pub mod http_get;
 pub mod logs;
 pub mod proxy;
 pub mod shutdown;
+pub mod streaming_watch;
 
 pub use api_error::ApiErrorKind;
 

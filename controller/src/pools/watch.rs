@@ -1,9 +1,10 @@
 //! The watch of the `RebootPool` objects. Until they are listed no pool runs: the flags'
 //! pool takes only the nodes no `RebootPool` selects, which is not known before. Without the
-//! CRD there are none, and the watch keeps asking, so that pools created after it is installed
-//! are run.
+//! CRD there are none, and the watch keeps asking, less and less often down to once a minute,
+//! so that pools created after it is installed are run within a minute.
 
 use crate::metrics::Metrics;
+use backon::{BackoffBuilder, ExponentialBackoff, ExponentialBuilder};
 use common::pool::RebootPool;
 use futures::StreamExt;
 use kube::{
@@ -11,7 +12,7 @@ use kube::{
     runtime::{WatchStreamExt, reflector, watcher},
 };
 use observability::ApiErrorKind;
-use std::sync::Arc;
+use std::{sync::Arc, time::Duration};
 use tokio::sync::watch;
 
 /// The pools as last listed.
@@ -27,19 +28,23 @@ pub struct Listed {
 pub fn spawn(client: Client, metrics: Metrics) -> watch::Receiver<Option<Listed>> {
     let (tx, rx) = watch::channel(None);
     let (store, writer) = reflector::store();
-    let stream = watcher(Api::<RebootPool>::all(client), watcher::Config::default())
-        .default_backoff()
-        .reflect(writer);
+    // No kube-runtime backoff: each retry starts with an `Init`, which resets it, so a missing
+    // CRD was asked for about once a second for good (4 requests of every reboot's 14).
+    let stream =
+        watcher(Api::<RebootPool>::all(client), watcher::Config::default()).reflect(writer);
     tokio::spawn(async move {
         futures::pin_mut!(stream);
         let mut said_no_crd = false;
+        let mut retries = retry_backoff();
         while let Some(event) = tokio::select! {
             () = tx.closed() => None,
             event = stream.next() => event,
         } {
+            let failed = event.is_err();
             match event {
                 Ok(watcher::Event::Init | watcher::Event::InitApply(_)) => {}
                 Ok(_) => {
+                    retries = retry_backoff();
                     said_no_crd = false;
                     let _ = tx.send(Some(Listed {
                         objects: store.state(),
@@ -69,9 +74,29 @@ pub fn spawn(client: Client, metrics: Metrics) -> watch::Receiver<Option<Listed>
                     );
                 }
             }
+            if failed {
+                let delay = retries.next().unwrap_or(RETRY_MAX_DELAY);
+                tokio::select! {
+                    () = tx.closed() => break,
+                    () = tokio::time::sleep(delay) => {}
+                }
+            }
         }
     });
     rx
+}
+
+/// The longest wait between two lists of the pools while they cannot be listed (the CRD is
+/// not installed, or the RBAC refuses them).
+const RETRY_MAX_DELAY: Duration = Duration::from_secs(60);
+
+/// From a second, doubling up to [`RETRY_MAX_DELAY`].
+fn retry_backoff() -> ExponentialBackoff {
+    ExponentialBuilder::new()
+        .with_min_delay(Duration::from_secs(1))
+        .with_max_delay(RETRY_MAX_DELAY)
+        .without_max_times()
+        .build()
 }
 
 fn crd_missing(error: &watcher::Error) -> bool {

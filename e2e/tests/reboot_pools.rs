@@ -47,6 +47,21 @@ async fn sandbox(pools: &[(&str, usize)], unlabelled: usize, controller_args: &[
     sb
 }
 
+/// The node is neither cordoned nor granted nor rebooting.
+async fn assert_nothing_of_ours_left(client: &Client, name: &str) {
+    let n = node(client, name).await;
+    assert_ne!(
+        n.spec.as_ref().and_then(|s| s.unschedulable),
+        Some(true),
+        "{name} is not left cordoned"
+    );
+    let left: Vec<String> = protocol_annotations(&n)
+        .into_iter()
+        .filter(|k| k == "reboot-grant" || k == "reboot-now" || k == "reboot-in-progress")
+        .collect();
+    assert!(left.is_empty(), "{name} keeps {left:?}");
+}
+
 async fn create_pool(client: &Client, name: &str, spec: serde_json::Value) {
     let pool = RebootPool::new(name, serde_json::from_value(spec).expect("a pool spec"));
     Api::<RebootPool>::all(client.clone())
@@ -246,17 +261,7 @@ async fn a_pool_deleted_mid_rollout_finishes_its_reboots_and_leaves_nothing() {
     );
     for i in 1..=3 {
         let name = format!("sim-{i}");
-        let n = node(&sb.client, &name).await;
-        assert_ne!(
-            n.spec.as_ref().and_then(|s| s.unschedulable),
-            Some(true),
-            "{name} is not left cordoned"
-        );
-        let left: Vec<String> = protocol_annotations(&n)
-            .into_iter()
-            .filter(|k| k == "reboot-grant" || k == "reboot-now" || k == "reboot-in-progress")
-            .collect();
-        assert!(left.is_empty(), "{name} keeps {left:?}");
+        assert_nothing_of_ours_left(&sb.client, &name).await;
         if untouched.contains(&name) {
             assert_eq!(
                 sb.fleet.reboots(&name),
@@ -275,6 +280,102 @@ async fn a_pool_deleted_mid_rollout_finishes_its_reboots_and_leaves_nothing() {
         },
     )
     .await;
+    watch.check().expect("budget held");
+    sb.stop().await;
+}
+
+/// A pool paused, then deleted, while its granted node waits out its drain delay: the pause
+/// holds that node where it stands (cordoned, not drained, not rebooted), so the finalizer
+/// stays, and the status says why and what lets it go. Unpaused, the pool reboots that node,
+/// starts nothing new and goes, leaving nothing behind.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pool_deleted_while_paused_stays_until_it_is_resumed() {
+    const DRAIN_DELAY: Duration = Duration::from_secs(20);
+    let sb = sandbox(&[("a", 2)], 0, &["--default-pool=false"]).await;
+    create_pool(
+        &sb.client,
+        "a",
+        serde_json::json!({
+            "nodeSelector": {"matchLabels": {"pool": "a"}},
+            "drain": {"delay": format!("{}s", DRAIN_DELAY.as_secs())},
+        }),
+    )
+    .await;
+    let watch = BudgetWatch::start(sb.client.clone(), 1).await;
+    e2e::every_node::request(&sb.control_plane);
+    let granted = e2e::eventually("a node is granted", ROLLOUT, Some(&watch), || async {
+        for name in ["sim-1", "sim-2"] {
+            if protocol_annotations(&node(&sb.client, name).await)
+                .iter()
+                .any(|k| k == "reboot-grant")
+            {
+                return Some(name.to_owned());
+            }
+        }
+        None
+    })
+    .await;
+    let other = if granted == "sim-1" { "sim-2" } else { "sim-1" };
+    let paused = |on: bool| {
+        let patch = format!(r#"{{"spec":{{"paused":{on}}}}}"#);
+        kubectl(
+            &sb.control_plane,
+            &["patch", "rebootpool", "a", "--type=merge", "-p", &patch],
+        );
+    };
+    paused(true);
+    Api::<RebootPool>::all(sb.client.clone())
+        .delete("a", &DeleteParams::default())
+        .await
+        .expect("the pool is deleted");
+    wait_until(
+        "the pool's status says it is deleted while paused",
+        ROLLOUT,
+        Some(&watch),
+        || async {
+            pool(&sb.client, "a").await.is_some_and(|p| {
+                p.status
+                    .and_then(|s| s.held)
+                    .is_some_and(|h| h.contains("until spec.paused is false"))
+            })
+        },
+    )
+    .await;
+    // Past the drain delay: unpaused, the node would have been drained and rebooted by now.
+    tokio::time::sleep(DRAIN_DELAY + Duration::from_secs(5)).await;
+    let held = pool(&sb.client, "a").await.expect("the paused pool stays");
+    assert!(
+        held.finalizers().iter().any(|f| f == FINALIZER),
+        "its finalizer stays"
+    );
+    assert_eq!(
+        sb.fleet.reboots(&granted),
+        0,
+        "{granted} is held, not rebooted"
+    );
+    assert_eq!(
+        node(&sb.client, &granted)
+            .await
+            .spec
+            .and_then(|s| s.unschedulable),
+        Some(true),
+        "{granted} is held where it stands: cordoned"
+    );
+
+    paused(false);
+    wait_until("the pool is gone", ROLLOUT, Some(&watch), || async {
+        pool(&sb.client, "a").await.is_none()
+    })
+    .await;
+    assert_eq!(
+        sb.fleet.reboots(&granted),
+        1,
+        "{granted} rebooted once resumed"
+    );
+    for name in [granted.as_str(), other] {
+        assert_nothing_of_ours_left(&sb.client, name).await;
+    }
+    assert_eq!(sb.fleet.reboots(other), 0, "{other}: nothing new started");
     watch.check().expect("budget held");
     sb.stop().await;
 }

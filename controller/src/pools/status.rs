@@ -46,7 +46,15 @@ pub fn running(
     };
     let rebooting = i64::try_from(seen.summary.slots_in_use).unwrap_or(i64::MAX);
     let waiting = count("requested");
-    let held = if deleting {
+    let held = if deleting && paused {
+        // A pause holds the granted nodes where they stand, so the deletion cannot end: say
+        // how to let it.
+        Some(
+            "the pool is being deleted while paused: its granted nodes are held where they \
+             stand and its finalizer stays until spec.paused is false"
+                .into(),
+        )
+    } else if deleting {
         Some("the pool is being deleted: its reboots under way finish, no new one starts".into())
     } else if paused {
         Some("the pool is paused (spec.paused)".into())
@@ -322,6 +330,26 @@ mod tests {
         assert_eq!(status_of(&late, "Stalled"), "True");
         assert_eq!(status_of(&late, "NodeOverdue"), "True");
         assert!(late.held.unwrap().contains("n1"));
+    }
+
+    #[test]
+    fn a_pool_deleted_while_paused_says_how_to_let_its_deletion_end() {
+        let held = |paused, deleting| {
+            running(
+                Some(1),
+                &seen(0, 1, &[]),
+                vec![],
+                paused,
+                deleting,
+                &[],
+                &now(),
+            )
+            .held
+            .unwrap_or_default()
+        };
+        assert!(held(true, true).contains("until spec.paused is false"));
+        assert!(held(false, true).contains("its reboots under way finish"));
+        assert!(held(true, false).contains("paused"));
     }
 
     #[test]

@@ -21,7 +21,7 @@ use k8s_openapi::apimachinery::pkg::{
 };
 use kube::{
     CustomResource, KubeSchema,
-    core::{Selector, SelectorExt},
+    core::{Expression, Selector, SelectorExt},
 };
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -257,7 +257,36 @@ pub fn ledger_name(pool: &str) -> String {
 /// it may have meant (they overlap with every other pool, and it grants nothing while its spec
 /// is invalid) rather than let another pool's rules reboot them.
 pub fn selects(pool: &RebootPool, labels: &BTreeMap<String, String>) -> bool {
-    Selector::try_from(pool.spec.node_selector.clone()).map_or(true, |s| s.matches(labels))
+    node_selector(&pool.spec.node_selector).map_or(true, |s| s.matches(labels))
+}
+
+/// A pool's `nodeSelector` as the controller runs it and the plugin shows it: read as the API
+/// server reads a label selector, each key and value checked as Kubernetes checks labels (a
+/// label it would refuse is on no node, so a selector naming one would select nothing without
+/// a word). `Err` names what cannot be read.
+pub fn node_selector(selector: &LabelSelector) -> Result<Selector, String> {
+    let parsed = Selector::try_from(selector.clone()).map_err(|e| e.to_string())?;
+    let key = |k: &str| {
+        crate::marks::check_label_key(k).map_err(|why| format!("{k:?} is not a label key: {why}"))
+    };
+    let value = |v: &str| {
+        crate::marks::check_label_value(v)
+            .map_err(|why| format!("{v:?} is not a label value: {why}"))
+    };
+    for expression in parsed.clone() {
+        match &expression {
+            Expression::In(k, values) | Expression::NotIn(k, values) => {
+                key(k)?;
+                values.iter().try_for_each(|v| value(v))?;
+            }
+            Expression::Equal(k, v) | Expression::NotEqual(k, v) => {
+                key(k)?;
+                value(v)?;
+            }
+            Expression::Exists(k) | Expression::DoesNotExist(k) => key(k)?,
+        }
+    }
+    Ok(parsed)
 }
 
 /// The names of the pools that select a node with these labels, in the order of `pools`:
@@ -327,6 +356,33 @@ mod tests {
             "a broken selector holds, never frees"
         );
         assert_eq!(pools_of(&node, &[every, broken]), ["every", "broken"]);
+    }
+
+    /// A label Kubernetes would refuse is on no node: a selector naming one cannot be what the
+    /// administrator meant, so it is read as broken (selecting every node), exactly as the
+    /// controller reads it.
+    #[test]
+    fn a_selector_on_a_label_kubernetes_refuses_is_broken() {
+        let spaced = pool(
+            "spaced",
+            serde_json::json!({"matchLabels": {"pool name": "gpu"}}),
+        );
+        let error = node_selector(&spaced.spec.node_selector).unwrap_err();
+        assert!(
+            error.contains("\"pool name\" is not a label key"),
+            "{error}"
+        );
+        let bad_value = serde_json::json!({"matchExpressions": [
+            {"key": "pool", "operator": "In", "values": ["gpu", "a b"]}]});
+        let bad_value = pool("bad-value", bad_value);
+        let error = node_selector(&bad_value.spec.node_selector).unwrap_err();
+        assert!(error.contains("\"a b\" is not a label value"), "{error}");
+        assert!(selects(&spaced, &labels(&[("pool", "web")])));
+        let fine = pool(
+            "fine",
+            serde_json::json!({"matchLabels": {"example.com/pool": "gpu"}}),
+        );
+        assert!(!selects(&fine, &labels(&[("pool", "web")])));
     }
 
     #[test]

@@ -35,6 +35,22 @@ impl PoolSelector {
         })
     }
 
+    /// A selector already read and checked (a `RebootPool`'s `nodeSelector`).
+    pub fn of(selector: Selector) -> Self {
+        let keys = selector
+            .clone()
+            .into_iter()
+            .map(|e| key_of(&e).to_owned())
+            .collect();
+        let text = selector.to_string();
+        Self {
+            text: (!text.is_empty()).then_some(text),
+            selector,
+            keys,
+            excluded: Vec::new(),
+        }
+    }
+
     /// This pool without the nodes that any of `others` selects.
     #[must_use]
     pub fn excluding<'a>(mut self, others: impl IntoIterator<Item = &'a PoolSelector>) -> Self {

@@ -12,7 +12,6 @@ use common::{
     pool::{RebootPoolSpec, ledger_name},
 };
 use k8s_openapi::apimachinery::pkg::{apis::meta::v1::LabelSelector, util::intstr::IntOrString};
-use kube::core::Selector;
 
 /// Reads `spec` over `base`: the settings of the pool `name`, or every problem found (each
 /// naming the field), for the pool's `InvalidSpec` condition.
@@ -239,10 +238,10 @@ fn budget(value: &IntOrString) -> Result<MaxUnavailable, String> {
     }
 }
 
-/// A label selector as a Deployment's `selector`, read into the pool's selector.
+/// A label selector as a Deployment's `selector`, read into the pool's selector as the
+/// plugin reads it (`common::pool::node_selector`).
 pub fn selector_of(selector: &LabelSelector) -> Result<PoolSelector, String> {
-    let parsed = Selector::try_from(selector.clone()).map_err(|e| e.to_string())?;
-    args::parse_pool(&parsed.to_string())
+    common::pool::node_selector(selector).map(PoolSelector::of)
 }
 
 /// clap's message without its `error: ` prefix and usage lines: a pool has no command line.

@@ -14,12 +14,16 @@ use e2e::install::{
 use e2e::{BudgetWatch, kubectl, node_events, wait_until};
 use k8s_openapi::api::core::v1::Pod;
 use kube::{
-    Api,
+    Api, Client,
     api::{ListParams, PostParams},
 };
-use nodesim::{ControllerProcess, workspace_binary};
+use nodesim::{ControllerProcess, Fleet, workspace_binary};
 use serde_json::json;
-use std::{path::Path, time::Duration};
+use std::{
+    path::{Path, PathBuf},
+    time::Duration,
+};
+use testenv::ControlPlane;
 
 const ROLLOUT: Duration = Duration::from_secs(240);
 
@@ -51,6 +55,45 @@ async fn manifests_apply_and_the_controller_pod_meets_restricted_pod_security() 
 /// (`e2e/tests/agent_watch.rs` and `e2e/tests/drain.rs` turn the feature off to check).
 const NO_WATCH_LIST: &str =
     "sendInitialEvents is forbidden for watch unless the WatchList feature gate is enabled";
+
+/// A fleet whose programs run under the manifests' ServiceAccounts.
+struct Rollout<'a> {
+    cp: &'a ControlPlane,
+    admin: &'a Client,
+    fleet: &'a Fleet,
+    names: &'a [String],
+}
+
+impl Rollout<'_> {
+    /// Starts the controller under its own token (`kubeconfig`) with `args`, asks every node
+    /// for a reboot and waits until each has rebooted once and is back, no more than `budget`
+    /// unavailable at any time.
+    async fn every_node_once(
+        &self,
+        kubeconfig: PathBuf,
+        args: Vec<String>,
+        log: &Path,
+        budget: usize,
+    ) -> (ControllerProcess, BudgetWatch) {
+        let controller = ControllerProcess::start(
+            workspace_binary("reboot-controller").expect("controller built"),
+            kubeconfig,
+            args,
+            log.to_owned(),
+        )
+        .expect("controller starts");
+        let watch = BudgetWatch::start(self.admin.clone(), budget).await;
+        e2e::every_node::request(self.cp);
+        wait_until(
+            "every node rebooted once and back",
+            ROLLOUT,
+            Some(&watch),
+            || async { e2e::rollout::all_back_in(self.fleet, self.admin, self.names, 1).await },
+        )
+        .await;
+        (controller, watch)
+    }
+}
 
 /// The lines of a log that say the API server refused something.
 fn refusals(log: &Path) -> Vec<String> {
@@ -87,23 +130,20 @@ async fn twenty_nodes_reboot_once_each_with_each_program_under_its_own_service_a
     }
 
     let controller_log = cp.dir().join("controller.log");
-    let mut controller = ControllerProcess::start(
-        workspace_binary("reboot-controller").expect("controller built"),
-        controller_kubeconfig,
-        vec!["--max-unavailable".into(), "3".into()],
-        controller_log.clone(),
-    )
-    .expect("controller starts");
-
-    let watch = BudgetWatch::start(admin.clone(), 3).await;
-    e2e::every_node::request(&cp);
-    wait_until(
-        "every node rebooted once and back",
-        ROLLOUT,
-        Some(&watch),
-        || async { e2e::rollout::all_back_in(&fleet, &admin, &names, 1).await },
-    )
-    .await;
+    let rollout = Rollout {
+        cp: &cp,
+        admin: &admin,
+        fleet: &fleet,
+        names: &names,
+    };
+    let (mut controller, watch) = rollout
+        .every_node_once(
+            controller_kubeconfig,
+            vec!["--max-unavailable".into(), "3".into()],
+            &controller_log,
+            3,
+        )
+        .await;
     wait_until(
         "the ledger is empty",
         Duration::from_secs(10),
@@ -205,23 +245,21 @@ async fn pools_run_and_are_deleted_with_the_controller_under_its_own_service_acc
             .expect("the pool is created");
     }
     let controller_log = cp.dir().join("controller.log");
-    let mut controller = ControllerProcess::start(
-        workspace_binary("reboot-controller").expect("controller built"),
-        controller_kubeconfig,
-        vec!["--default-pool=false".into()],
-        controller_log.clone(),
-    )
-    .expect("controller starts");
-    // A budget of one in each pool.
-    let watch = BudgetWatch::start(admin.clone(), 2).await;
-    e2e::every_node::request(&cp);
-    wait_until(
-        "every node rebooted once and back",
-        ROLLOUT,
-        Some(&watch),
-        || async { e2e::rollout::all_back_in(&fleet, &admin, &names, 1).await },
-    )
-    .await;
+    let rollout = Rollout {
+        cp: &cp,
+        admin: &admin,
+        fleet: &fleet,
+        names: &names,
+    };
+    // A budget of one in each of the two pools with nodes.
+    let (mut controller, watch) = rollout
+        .every_node_once(
+            controller_kubeconfig,
+            vec!["--default-pool=false".into()],
+            &controller_log,
+            2,
+        )
+        .await;
     let ledgers = || kubectl(&cp, &["get", "lease", "-n", NS, "-o", "name"]);
     for pool in ["a", "b", "c"] {
         let ledger = common::pool::ledger_name(pool);

@@ -761,22 +761,37 @@ async fn check_each_pool_completed_its_own(
 /// says: the controller removes each pool's finalizer and its ledger Lease, so that nothing of
 /// the pools is left behind.
 async fn uninstall_as_the_docs_say(cp: &ControlPlane, client: &Client) {
+    let leases: Api<Lease> = Api::namespaced(client.clone(), NS);
+    let ledgers = async || -> Option<Vec<String>> {
+        let listed = leases.list(&ListParams::default()).await.ok()?;
+        Some(
+            listed
+                .iter()
+                .map(ResourceExt::name_any)
+                .filter(|name| name.starts_with(common::pool::LEDGER_PREFIX))
+                .collect(),
+        )
+    };
+    // Each pool's ledger is there before the deletion, so that its going is seen, not assumed.
+    let before = ledgers().await.expect("the Leases are listed");
+    let pools = rebootpools(cp);
+    assert!(!pools.is_empty(), "the chart's pools are there to delete");
+    for pool in pools.keys() {
+        let ledger = common::pool::ledger_name(pool);
+        assert!(
+            before.contains(&ledger),
+            "{ledger} is there before its pool is deleted: {before:?}"
+        );
+    }
     e2e::kubectl(cp, &["delete", "rebootpools", "--all", "--timeout=300s"]);
     assert!(
         rebootpools(cp).is_empty(),
         "kubectl delete rebootpools --all returned with the pools gone"
     );
-    let leases: Api<Lease> = Api::namespaced(client.clone(), NS);
     wait_until(
         "the deleted pools' ledger Leases are deleted",
         PODS_TIMEOUT,
-        async || {
-            let left = leases.list(&ListParams::default()).await.ok()?;
-            (!left
-                .iter()
-                .any(|lease| lease.name_any().starts_with(common::pool::LEDGER_PREFIX)))
-            .then_some(())
-        },
+        async || ledgers().await?.is_empty().then_some(()),
     )
     .await;
     let mut uninstall = e2e::install::helm_on(cp);

@@ -144,8 +144,10 @@ fn said<'l>(log: &'l str, what: &str) -> Vec<&'l str> {
     log.lines().filter(|l| l.contains(what)).collect()
 }
 
-async fn reboot_once(extra_apiserver_args: Vec<String>) -> Sandbox {
-    let config = SandboxConfig::with_nodes(1)
+/// A sandbox of `nodes` nodes on an API server with `extra_apiserver_args`, once sim-1 has
+/// rebooted and is back.
+async fn sim_1_rebooted(nodes: usize, extra_apiserver_args: Vec<String>) -> Sandbox {
+    let config = SandboxConfig::with_nodes(nodes)
         .reboot_duration(Duration::from_secs(1))
         .without_pods()
         .apiserver_args(extra_apiserver_args);
@@ -155,6 +157,11 @@ async fn reboot_once(extra_apiserver_args: Vec<String>) -> Sandbox {
         back(&sb, NODE, 1)
     })
     .await;
+    sb
+}
+
+async fn reboot_once(extra_apiserver_args: Vec<String>) -> Sandbox {
+    let sb = sim_1_rebooted(1, extra_apiserver_args).await;
     // The kubelet's report of the new boot completes the node, mostly before the agent starts
     // again: wait until both starts have opened their watch, one way or the other.
     wait_until(
@@ -267,18 +274,9 @@ async fn without_watch_list_the_agent_falls_back_to_a_list_and_a_watch_and_reboo
 const CACHE_STREAMED: &str = "the watch of every node started with a streaming list";
 const CACHE_FELL_BACK: &str = "falling back to a list and a watch of every node";
 
-/// A sandbox of three nodes whose controller's node cache has started, and that reboots a node.
+/// A sandbox of three nodes whose controller has rebooted sim-1, and the controller's log.
 async fn controller_reboots_a_node(extra_apiserver_args: Vec<String>) -> (Sandbox, String) {
-    let config = SandboxConfig::with_nodes(3)
-        .reboot_duration(Duration::from_secs(1))
-        .without_pods()
-        .apiserver_args(extra_apiserver_args);
-    let sb = Sandbox::start(config).await.expect("sandbox starts");
-    request_reboot(&sb.control_plane, NODE);
-    wait_until("sim-1 is rebooted and back", ROLLOUT, None, || {
-        back(&sb, NODE, 1)
-    })
-    .await;
+    let sb = sim_1_rebooted(3, extra_apiserver_args).await;
     let log = std::fs::read_to_string(sb.controllers[0].log_path()).expect("the controller's log");
     (sb, log)
 }

@@ -221,9 +221,9 @@ pub fn start_controller(
     )?)
 }
 
-/// Installs the `RebootPool` CRD (unless there) and creates the pool `pool` over the nodes
-/// labelled with it, with budget `max_unavailable` and no drain.
-pub async fn pool_object(admin: &Client, pool: &str, max_unavailable: usize) -> anyhow::Result<()> {
+/// Installs the `RebootPool` CRD (unless there), as the chart and `manifests/` do, and waits
+/// until it is served.
+pub async fn install_pool_crd(admin: &Client) -> anyhow::Result<()> {
     use common::pool::RebootPool;
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
     use kube::CustomResourceExt;
@@ -238,6 +238,15 @@ pub async fn pool_object(admin: &Client, pool: &str, max_unavailable: usize) -> 
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    Ok(())
+}
+
+/// Installs the `RebootPool` CRD (unless there) and creates the pool `pool` over the nodes
+/// labelled with it, with budget `max_unavailable` and no drain.
+pub async fn pool_object(admin: &Client, pool: &str, max_unavailable: usize) -> anyhow::Result<()> {
+    use common::pool::RebootPool;
+    install_pool_crd(admin).await?;
+    let pools: Api<RebootPool> = Api::all(admin.clone());
     let object = serde_json::json!({
         "apiVersion": "node-reboot-operator.io/v1alpha1",
         "kind": "RebootPool",

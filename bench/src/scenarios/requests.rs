@@ -125,6 +125,8 @@ pub async fn run(ctx: &Context, cluster: &Cluster) -> anyhow::Result<Outcome> {
     let dir = ctx.logs.join("requests");
     let controller = identity::service_account(cp, &cluster.admin, "controller", &dir).await?;
     let agent = identity::service_account(cp, &cluster.admin, "agent", &dir).await?;
+    // As every install has it: the controller watches the pools instead of asking for them.
+    super::install_pool_crd(&cluster.admin).await?;
     let began = SystemTime::now();
     let fleet = start_fleet(ctx, cluster, &agent.kubeconfig, &dir).await?;
     let node = fleet.names().remove(0);

@@ -12,7 +12,9 @@
 //!
 //! An API server without the feature refuses the request (422: the WatchList feature gate is
 //! off; before 1.27, `resourceVersionMatch` is forbidden on a watch) or, older still, ignores
-//! the parameter and never sends the bookmark that ends the initial events. Either way the
+//! the parameter and never sends the bookmark that ends the initial events: it sends every
+//! object as a plain watch does, then their changes, so an object that comes twice (a busy
+//! cluster) or a silence after the last one (a quiet one) tells. Either way the
 //! watch falls back to a list and a watch for the rest of the process's life; its next start
 //! tries the streaming list again, so an API server that gains the feature is used at once.
 //! The decision is the pure [`StreamingListProbe`]; [`streaming_watch`] applies it.
@@ -20,10 +22,10 @@
 use futures::{StreamExt, stream::BoxStream};
 use k8s_openapi::serde::de::DeserializeOwned;
 use kube::{
-    Api, Resource,
+    Api, Resource, ResourceExt,
     runtime::{WatchStreamExt, watcher},
 };
-use std::{fmt, time::Duration};
+use std::{collections::HashSet, fmt, time::Duration};
 use tokio::time::Instant;
 use tracing::{info, warn};
 
@@ -52,6 +54,10 @@ pub enum Fallback {
     NoBookmark { waited: Duration },
     /// [`MAX_UNFINISHED_STARTS`] streaming watches in a row ended before their initial events.
     Unfinished { starts: u32 },
+    /// An object came twice before the bookmark: a streaming list sends each object once, so
+    /// the API server ignores `sendInitialEvents` and streams changes that would, in a busy
+    /// cluster, keep the deadline from ever passing (and the cache from ever being complete).
+    Repeated { object: String },
 }
 
 impl fmt::Display for Fallback {
@@ -72,6 +78,11 @@ impl fmt::Display for Fallback {
                 f,
                 "{starts} streaming lists in a row ended before their initial events did"
             ),
+            Self::Repeated { object } => write!(
+                f,
+                "the API server sent {object} twice before ending the initial events of the \
+                 streaming list (it ignores sendInitialEvents)"
+            ),
         }
     }
 }
@@ -83,15 +94,18 @@ pub struct StreamingListProbe {
     /// When the current streaming watch last showed it is alive before the end of its initial
     /// events: accepted (`Init`), or one of them (`InitApply`).
     awaiting_since: Option<Instant>,
+    /// The objects of the current streaming watch's initial events so far.
+    initial: HashSet<String>,
     /// Streaming watches in a row that ended before their initial events did.
     unfinished: u32,
 }
 
 impl StreamingListProbe {
     /// Takes in one item of the streaming watch, seen at `now`.
-    pub fn observe<K>(&mut self, item: &WatchItem<K>, now: Instant) -> Option<Fallback> {
+    pub fn observe<K: Resource>(&mut self, item: &WatchItem<K>, now: Instant) -> Option<Fallback> {
         match item {
             Ok(watcher::Event::Init) => {
+                self.initial.clear();
                 // kube-runtime starts over (a new `Init`) when a streaming watch ends before
                 // its bookmark: that start did not finish.
                 if self.awaiting_since.replace(now).is_some() {
@@ -99,15 +113,24 @@ impl StreamingListProbe {
                 }
                 None
             }
-            Ok(watcher::Event::InitApply(_)) => {
+            Ok(watcher::Event::InitApply(object)) => {
                 // Tens of thousands of objects take a while: the clock runs from the last.
                 if let Some(since) = self.awaiting_since.as_mut() {
                     *since = now;
                 }
+                let key = match object.meta().namespace.as_deref() {
+                    Some(namespace) => format!("{namespace}/{}", object.name_any()),
+                    None => object.name_any(),
+                };
+                if self.initial.contains(&key) {
+                    return Some(Fallback::Repeated { object: key });
+                }
+                self.initial.insert(key);
                 None
             }
             Ok(watcher::Event::InitDone) => {
                 self.awaiting_since = None;
+                self.initial = HashSet::new();
                 self.unfinished = 0;
                 None
             }
@@ -118,6 +141,7 @@ impl StreamingListProbe {
                 }
                 // No deadline while no watch is open: an API server that is down or restarting
                 // says nothing about the feature. The watch it may have cut did not finish.
+                self.initial.clear();
                 if self.awaiting_since.take().is_some() {
                     return self.one_more_unfinished();
                 }
@@ -303,6 +327,12 @@ mod tests {
         )))
     }
 
+    fn named(name: &str) -> Node {
+        let mut node = Node::default();
+        node.metadata.name = Some(name.to_owned());
+        node
+    }
+
     fn at(t0: Instant, secs: u64) -> Instant {
         t0 + Duration::from_secs(secs)
     }
@@ -387,7 +417,7 @@ mod tests {
         let mut probe = StreamingListProbe::default();
         probe.observe(&event(watcher::Event::Init), t0);
         for second in 1..=300 {
-            let node = event(watcher::Event::InitApply(Node::default()));
+            let node = event(watcher::Event::InitApply(named(&format!("node-{second}"))));
             assert_eq!(probe.observe(&node, at(t0, second)), None);
             assert_eq!(probe.nothing_until(at(t0, second)), None);
         }
@@ -397,6 +427,41 @@ mod tests {
             None
         );
         assert_eq!(probe.deadline(), None);
+    }
+
+    #[test]
+    fn an_object_twice_before_the_bookmark_falls_back_at_once() {
+        // A server that ignores sendInitialEvents in a busy cluster: every node, then their
+        // changes, each well within the deadline of the one before, and never a bookmark.
+        let t0 = Instant::now();
+        let mut probe = StreamingListProbe::default();
+        probe.observe(&event(watcher::Event::Init), t0);
+        for name in ["a", "b", "c"] {
+            let node = event(watcher::Event::InitApply(named(name)));
+            assert_eq!(probe.observe(&node, at(t0, 1)), None);
+        }
+        let change = event(watcher::Event::InitApply(named("b")));
+        assert_eq!(
+            probe.observe(&change, at(t0, 2)),
+            Some(Fallback::Repeated { object: "b".into() })
+        );
+    }
+
+    #[test]
+    fn each_start_of_a_streaming_list_may_send_every_object_again() {
+        // A start cut before its bookmark, then a complete one, then a relist: the same
+        // objects each time is what a streaming list does.
+        let t0 = Instant::now();
+        let mut probe = StreamingListProbe::default();
+        let a = || event(watcher::Event::InitApply(named("a")));
+        probe.observe(&event(watcher::Event::Init), t0);
+        assert_eq!(probe.observe(&a(), t0), None);
+        assert_eq!(probe.observe(&unreachable(), at(t0, 1)), None);
+        probe.observe(&event(watcher::Event::Init), at(t0, 2));
+        assert_eq!(probe.observe(&a(), at(t0, 2)), None);
+        probe.observe(&event(watcher::Event::InitDone), at(t0, 2));
+        probe.observe(&event(watcher::Event::Init), at(t0, 3));
+        assert_eq!(probe.observe(&a(), at(t0, 3)), None);
     }
 
     #[test]
@@ -488,6 +553,13 @@ mod tests {
         assert!(
             cut.to_string().starts_with("3 streaming lists in a row"),
             "{cut}"
+        );
+        let twice = Fallback::Repeated {
+            object: "node-7".into(),
+        };
+        assert!(
+            twice.to_string().contains("sent node-7 twice"),
+            "{twice}"
         );
     }
 }

@@ -123,6 +123,21 @@ pub fn check_label_value(value: &str) -> Result<(), String> {
     check_name(value, true).map_err(|why| format!("the value {why}"))
 }
 
+/// A label selector's key as given, or why Kubernetes would refuse it, naming the key: a
+/// selector naming a label no node can carry would select nothing without a word.
+pub fn selector_key(key: &str) -> Result<&str, String> {
+    check_label_key(key)
+        .map(|()| key)
+        .map_err(|why| format!("{key:?} is not a label key: {why}"))
+}
+
+/// A label selector's value as given, or why Kubernetes would refuse it, naming the value.
+pub fn selector_value(value: &str) -> Result<&str, String> {
+    check_label_value(value)
+        .map(|()| value)
+        .map_err(|why| format!("{value:?} is not a label value: {why}"))
+}
+
 /// A qualified name: an optional DNS-subdomain prefix and `/`, then a name.
 fn check_key(key: &str) -> Result<(), String> {
     let (prefix, name) = match key.rsplit_once('/') {

@@ -15,6 +15,7 @@
 //! The CRD's CEL rules refuse what they can; the controller refuses the rest with an
 //! `InvalidSpec` condition.
 
+use crate::marks::{selector_key, selector_value};
 use k8s_openapi::apimachinery::pkg::{
     apis::meta::v1::{Condition, LabelSelector, Time},
     util::intstr::IntOrString,
@@ -266,24 +267,19 @@ pub fn selects(pool: &RebootPool, labels: &BTreeMap<String, String>) -> bool {
 /// a word). `Err` names what cannot be read.
 pub fn node_selector(selector: &LabelSelector) -> Result<Selector, String> {
     let parsed = Selector::try_from(selector.clone()).map_err(|e| e.to_string())?;
-    let key = |k: &str| {
-        crate::marks::check_label_key(k).map_err(|why| format!("{k:?} is not a label key: {why}"))
-    };
-    let value = |v: &str| {
-        crate::marks::check_label_value(v)
-            .map_err(|why| format!("{v:?} is not a label value: {why}"))
-    };
     for expression in parsed.clone() {
         match &expression {
             Expression::In(k, values) | Expression::NotIn(k, values) => {
-                key(k)?;
-                values.iter().try_for_each(|v| value(v))?;
+                selector_key(k)?;
+                values.iter().try_for_each(|v| selector_value(v).map(drop))?;
             }
             Expression::Equal(k, v) | Expression::NotEqual(k, v) => {
-                key(k)?;
-                value(v)?;
+                selector_key(k)?;
+                selector_value(v)?;
             }
-            Expression::Exists(k) | Expression::DoesNotExist(k) => key(k)?,
+            Expression::Exists(k) | Expression::DoesNotExist(k) => {
+                selector_key(k)?;
+            }
         }
     }
     Ok(parsed)

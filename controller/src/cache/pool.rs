@@ -2,7 +2,7 @@
 //! node holding one of this pool's slots is still seen, and finished, after its labels take
 //! it out of the pool; membership is the selector evaluated here on each node's labels.
 
-use common::marks::{check_label_key, check_label_value};
+use common::marks::{selector_key, selector_value};
 use kube::core::{Expression, Selector, SelectorExt};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -132,16 +132,8 @@ fn split_requirements(text: &str) -> Result<Vec<String>, String> {
 /// node, so a selector naming it would select nothing without a word (and the API server
 /// refuses it where the selector reaches it: `--agent-selector`, `--drain-pod-selector`).
 fn parse_requirement(text: &str) -> Result<Expression, String> {
-    let key = |k: &str| -> Result<String, String> {
-        let k = k.trim();
-        check_label_key(k).map_err(|why| format!("{k:?} is not a label key: {why}"))?;
-        Ok(k.to_owned())
-    };
-    let value = |v: &str| -> Result<String, String> {
-        let v = v.trim();
-        check_label_value(v).map_err(|why| format!("{v:?} is not a label value: {why}"))?;
-        Ok(v.to_owned())
-    };
+    let key = |k: &str| selector_key(k.trim()).map(str::to_owned);
+    let value = |v: &str| selector_value(v.trim()).map(str::to_owned);
     if let Some(rest) = text.strip_prefix('!') {
         return Ok(Expression::DoesNotExist(key(rest)?));
     }

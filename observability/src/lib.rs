@@ -11,6 +11,7 @@ pub mod logs;
 pub mod proxy;
 pub mod shutdown;
 pub mod streaming_watch;
+pub mod watch_retry;
 
 pub use api_error::ApiErrorKind;
 

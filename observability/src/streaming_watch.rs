@@ -19,12 +19,10 @@
 //! tries the streaming list again, so an API server that gains the feature is used at once.
 //! The decision is the pure [`StreamingListProbe`]; [`streaming_watch`] applies it.
 
+use crate::watch_retry::{MAX_DELAY, retry_with_backoff};
 use futures::{StreamExt, stream::BoxStream};
 use k8s_openapi::serde::de::DeserializeOwned;
-use kube::{
-    Api, Resource, ResourceExt,
-    runtime::{WatchStreamExt, watcher},
-};
+use kube::{Api, Resource, ResourceExt, runtime::watcher};
 use std::{collections::HashSet, fmt, time::Duration};
 use tokio::time::Instant;
 use tracing::{info, warn};
@@ -229,7 +227,7 @@ fn open<K>(api: &Api<K>, config: watcher::Config) -> BoxStream<'static, WatchIte
 where
     K: Resource + Clone + DeserializeOwned + fmt::Debug + Send + Sync + 'static,
 {
-    watcher(api.clone(), config).default_backoff().boxed()
+    retry_with_backoff(watcher(api.clone(), config).boxed(), MAX_DELAY)
 }
 
 struct StreamingWatch<K> {
@@ -557,9 +555,6 @@ mod tests {
         let twice = Fallback::Repeated {
             object: "node-7".into(),
         };
-        assert!(
-            twice.to_string().contains("sent node-7 twice"),
-            "{twice}"
-        );
+        assert!(twice.to_string().contains("sent node-7 twice"), "{twice}");
     }
 }

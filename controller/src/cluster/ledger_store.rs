@@ -11,12 +11,9 @@ use common::ledger::{
 use controller_core::ledger::Ledger;
 use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
-use kube::{
-    Api, Client, Resource,
-    api::ObjectMeta,
-    runtime::{WatchStreamExt, watcher},
-};
+use kube::{Api, Client, Resource, api::ObjectMeta, runtime::watcher};
 use observability::ApiErrorKind;
+use observability::watch_retry::{MAX_DELAY, retry_with_backoff};
 use serde_json::json;
 use std::{collections::BTreeMap, fmt, sync::Arc};
 use thiserror::Error;
@@ -357,7 +354,7 @@ impl LedgerStore {
         let (tx, rx) = watch::channel(ReadLedger::default());
         let config = watcher::Config::default().fields(&format!("metadata.name={}", self.name));
         let api: Api<Lease> = Api::namespaced(client, &self.namespace);
-        let stream = watcher(api, config).default_backoff();
+        let stream = retry_with_backoff(watcher(api, config).boxed(), MAX_DELAY);
         let id = self.id();
         tokio::spawn(async move {
             futures::pin_mut!(stream);

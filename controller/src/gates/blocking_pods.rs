@@ -6,11 +6,13 @@ use crate::{
     gates::preflight::{Listing, follow},
     metrics::Metrics,
 };
+use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::Pod;
 use kube::{
     Api, Client, ResourceExt as _,
     runtime::{WatchStreamExt as _, reflector, reflector::Store, watcher},
 };
+use observability::watch_retry::{MAX_DELAY, retry_with_backoff};
 use std::{
     collections::{BTreeMap, BTreeSet},
     sync::Arc,
@@ -94,9 +96,11 @@ impl BlockingPods {
                 let (store, writer) = reflector::store();
                 let listing = Listing::default();
                 let config = watcher::Config::default().labels(selector);
-                let stream = watcher(Api::<Pod>::all(client.clone()), config)
-                    .default_backoff()
-                    .reflect(writer);
+                let stream = retry_with_backoff(
+                    watcher(Api::<Pod>::all(client.clone()), config).boxed(),
+                    MAX_DELAY,
+                )
+                .reflect(writer);
                 let what = format!("blocking pod watch (--blocking-pod-selector {selector})");
                 follow(
                     stream,

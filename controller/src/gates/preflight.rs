@@ -30,6 +30,7 @@ use kube::{
     runtime::{WatchStreamExt as _, reflector, reflector::Store, watcher},
 };
 use observability::ApiErrorKind;
+use observability::watch_retry::{MAX_DELAY, retry_with_backoff};
 use std::{
     collections::{BTreeMap, BTreeSet},
     sync::{
@@ -140,10 +141,12 @@ impl AgentPods {
         let (store, writer) = reflector::store();
         let listing = Listing::default();
         let config = watcher::Config::default().labels(selector);
-        let stream = watcher(Api::<Pod>::all(client.clone()), config)
-            .default_backoff()
-            .modify(trim_pod)
-            .reflect(writer);
+        let stream = retry_with_backoff(
+            watcher(Api::<Pod>::all(client.clone()), config).boxed(),
+            MAX_DELAY,
+        )
+        .modify(trim_pod)
+        .reflect(writer);
         let what = format!("agent pod watch (--agent-selector {selector})");
         follow(
             stream,
@@ -291,11 +294,14 @@ impl DisruptionBudgets {
             reads: LastError::default(),
             changes,
         };
-        let stream = watcher(
-            Api::<PodDisruptionBudget>::all(client.clone()),
-            watcher::Config::default(),
+        let stream = retry_with_backoff(
+            watcher(
+                Api::<PodDisruptionBudget>::all(client.clone()),
+                watcher::Config::default(),
+            )
+            .boxed(),
+            MAX_DELAY,
         )
-        .default_backoff()
         .modify(|pdb: &mut PodDisruptionBudget| pdb.metadata.managed_fields = None)
         .reflect(writer)
         .inspect(move |_| {

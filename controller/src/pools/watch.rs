@@ -4,14 +4,13 @@
 //! so that pools created after it is installed are run within a minute.
 
 use crate::metrics::Metrics;
-use backon::{BackoffBuilder, ExponentialBackoff, ExponentialBuilder};
 use common::pool::RebootPool;
 use futures::StreamExt;
 use kube::{
     Api, Client,
     runtime::{WatchStreamExt, reflector, watcher},
 };
-use observability::ApiErrorKind;
+use observability::{ApiErrorKind, watch_retry::retry_with_backoff};
 use std::{sync::Arc, time::Duration};
 use tokio::sync::watch;
 
@@ -28,23 +27,23 @@ pub struct Listed {
 pub fn spawn(client: Client, metrics: Metrics) -> watch::Receiver<Option<Listed>> {
     let (tx, rx) = watch::channel(None);
     let (store, writer) = reflector::store();
-    // No kube-runtime backoff: each retry starts with an `Init`, which resets it, so a missing
-    // CRD was asked for about once a second for good (4 requests of every reboot's 14).
-    let stream =
-        watcher(Api::<RebootPool>::all(client), watcher::Config::default()).reflect(writer);
+    // Retries wait longer and longer while the CRD is missing: each one starts with an
+    // `Init`, which reset kube-runtime's backoff, so the CRD was asked for about once a second.
+    let stream = retry_with_backoff(
+        watcher(Api::<RebootPool>::all(client), watcher::Config::default()).boxed(),
+        RETRY_MAX_DELAY,
+    )
+    .reflect(writer);
     tokio::spawn(async move {
         futures::pin_mut!(stream);
         let mut said_no_crd = false;
-        let mut retries = retry_backoff();
         while let Some(event) = tokio::select! {
             () = tx.closed() => None,
             event = stream.next() => event,
         } {
-            let failed = event.is_err();
             match event {
                 Ok(watcher::Event::Init | watcher::Event::InitApply(_)) => {}
                 Ok(_) => {
-                    retries = retry_backoff();
                     said_no_crd = false;
                     let _ = tx.send(Some(Listed {
                         objects: store.state(),
@@ -74,13 +73,6 @@ pub fn spawn(client: Client, metrics: Metrics) -> watch::Receiver<Option<Listed>
                     );
                 }
             }
-            if failed {
-                let delay = retries.next().unwrap_or(RETRY_MAX_DELAY);
-                tokio::select! {
-                    () = tx.closed() => break,
-                    () = tokio::time::sleep(delay) => {}
-                }
-            }
         }
     });
     rx
@@ -89,15 +81,6 @@ pub fn spawn(client: Client, metrics: Metrics) -> watch::Receiver<Option<Listed>
 /// The longest wait between two lists of the pools while they cannot be listed (the CRD is
 /// not installed, or the RBAC refuses them).
 const RETRY_MAX_DELAY: Duration = Duration::from_secs(60);
-
-/// From a second, doubling up to [`RETRY_MAX_DELAY`].
-fn retry_backoff() -> ExponentialBackoff {
-    ExponentialBuilder::new()
-        .with_min_delay(Duration::from_secs(1))
-        .with_max_delay(RETRY_MAX_DELAY)
-        .without_max_times()
-        .build()
-}
 
 fn crd_missing(error: &watcher::Error) -> bool {
     match error {

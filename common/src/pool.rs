@@ -271,7 +271,9 @@ pub fn node_selector(selector: &LabelSelector) -> Result<Selector, String> {
         match &expression {
             Expression::In(k, values) | Expression::NotIn(k, values) => {
                 selector_key(k)?;
-                values.iter().try_for_each(|v| selector_value(v).map(drop))?;
+                values
+                    .iter()
+                    .try_for_each(|v| selector_value(v).map(drop))?;
             }
             Expression::Equal(k, v) | Expression::NotEqual(k, v) => {
                 selector_key(k)?;

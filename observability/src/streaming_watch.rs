@@ -27,8 +27,7 @@ use std::{collections::HashSet, fmt, time::Duration};
 use tokio::time::Instant;
 use tracing::{info, warn};
 
-/// One item of a watch, as kube-runtime's watcher gives it.
-pub type WatchItem<K> = Result<watcher::Event<K>, watcher::Error>;
+pub use crate::watch_retry::WatchItem;
 
 /// How long an accepted streaming watch may go without an initial event, before the bookmark
 /// that ends them, until it is taken for one that will never end them. An API server that has

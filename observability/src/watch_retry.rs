@@ -5,11 +5,13 @@
 //! every watcher of every replica and agent at once. Here only progress resets the delay: an
 //! object, a deletion, or the end of a list.
 
-use crate::streaming_watch::WatchItem;
 use backon::{BackoffBuilder, ExponentialBackoff, ExponentialBuilder};
 use futures::{StreamExt, stream::BoxStream};
 use kube::runtime::watcher;
 use std::time::Duration;
+
+/// One item of a watch, as kube-runtime's watcher gives it.
+pub type WatchItem<K> = Result<watcher::Event<K>, watcher::Error>;
 
 /// The first wait after an error.
 pub const FIRST_DELAY: Duration = Duration::from_secs(1);

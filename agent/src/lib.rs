@@ -73,7 +73,7 @@ pub async fn run(args: Args) -> Result<(), AgentError> {
         let config = kube::Config::infer()
             .await
             .map_err(|e| AgentError::Client(kube::Error::InferConfig(e)))?;
-        observability::api_client::client(config).map_err(AgentError::Client)
+        observability::api_client::client(config, "reboot-agent").map_err(AgentError::Client)
     }
     .instrument(span)
     .await?;

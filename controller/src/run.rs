@@ -56,6 +56,9 @@ use std::{
 };
 use tokio::sync::{Notify, watch};
 
+/// The User-Agent's name of this program's requests.
+const PROGRAM: &str = "reboot-controller";
+
 /// How often the controller decides even without a change: a bound for missed events. What
 /// changes with time alone (a soak ends, a drain retry is due, a reboot becomes overdue, a
 /// window opens or closes) is woken for when it is due (`Shell::next_look`).
@@ -161,11 +164,13 @@ impl Context {
         let mut config = kube::Config::infer()
             .await
             .context("no Kubernetes API server configured (in-cluster config or KUBECONFIG)")?;
-        let client = api_client::client(config.clone()).context("cannot build the API client")?;
+        let client =
+            api_client::client(config.clone(), PROGRAM).context("cannot build the API client")?;
         // kube retries a 429 up to 15 times over many minutes by default; for an eviction a
         // 429 is the PodDisruptionBudget's answer, which the drain must see and report.
         config.default_retry = false;
-        let eviction_client = api_client::client(config).context("cannot build the API client")?;
+        let eviction_client =
+            api_client::client(config, PROGRAM).context("cannot build the API client")?;
         check_selector(&client, args.node_selector.text()).await?;
         let changed = Arc::new(Notify::new());
         let pool_objects = pools::watch::spawn(client.clone(), metrics.clone());

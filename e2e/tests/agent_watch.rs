@@ -63,30 +63,37 @@ impl Audit {
         ]
     }
 
-    /// The list and watch requests of `node`'s agent, in the order received. Only the agent
-    /// selects a single Node by name in this sandbox (the controller watches them all).
+    /// The list and watch requests of `node`'s agent, in the order received.
     fn agent_requests(&self, node: &str) -> Vec<Request> {
-        self.requests(|uri| {
+        self.requests(AGENT, |uri| {
             uri.contains(&format!("fieldSelector=metadata.name%3D{node}"))
                 || uri.contains(&format!("fieldSelector=metadata.name={node}"))
         })
     }
 
-    /// The controller's pages of the list of every node: no selector, 50 at a time (the
-    /// control plane's own components list by 500, or at once).
+    /// The controller's lists and watches of every node (its node cache), in the order
+    /// received.
+    fn controller_node_requests(&self) -> Vec<Request> {
+        self.requests(CONTROLLER, |uri| {
+            uri.starts_with("/api/v1/nodes?") && !uri.contains("fieldSelector")
+        })
+    }
+
+    /// The controller's pages of the list of every node, 50 at a time.
     fn controller_pages(&self) -> Vec<Request> {
         let paged_by_50 = |uri: &str| {
             let query = uri.split_once('?').map_or("", |(_, q)| q);
             query.split('&').any(|param| param == "limit=50")
         };
-        self.requests(|uri| !uri.contains("fieldSelector") && paged_by_50(uri))
+        self.controller_node_requests()
             .into_iter()
-            .filter(|r| r.verb == "list")
+            .filter(|r| r.verb == "list" && paged_by_50(&r.uri))
             .collect()
     }
 
-    /// The list and watch requests whose URI is `wanted`, in the order received.
-    fn requests(&self, wanted: impl Fn(&str) -> bool) -> Vec<Request> {
+    /// The list and watch requests of `program` (its User-Agent's name) whose URI is
+    /// `wanted`, in the order received.
+    fn requests(&self, program: &str, wanted: impl Fn(&str) -> bool) -> Vec<Request> {
         let text = std::fs::read_to_string(&self.log)
             .unwrap_or_else(|e| panic!("read the audit log {}: {e}", self.log.display()));
         let events: Vec<Value> = text
@@ -109,6 +116,11 @@ impl Audit {
         events
             .iter()
             .filter(|e| e["stage"] == "RequestReceived")
+            .filter(|e| {
+                e["userAgent"]
+                    .as_str()
+                    .is_some_and(|agent| agent.starts_with(&format!("{program}/")))
+            })
             .filter(|e| e["requestURI"].as_str().is_some_and(&wanted))
             .map(|e| Request {
                 verb: e["verb"].as_str().unwrap_or_default().to_owned(),
@@ -135,6 +147,10 @@ impl Request {
         self.verb == "watch" && self.uri.contains("sendInitialEvents=true")
     }
 }
+
+/// The User-Agents' names of the two programs.
+const AGENT: &str = "reboot-agent";
+const CONTROLLER: &str = "reboot-controller";
 
 /// The agent's log lines for each way its watch can start.
 const STREAMED: &str = "the watch of the node started with a streaming list";
@@ -292,6 +308,16 @@ async fn the_controllers_node_cache_starts_with_a_streaming_list_and_pages_nothi
         pages.is_empty(),
         "the controller listed the nodes: {pages:#?}"
     );
+    // Not a check that passes because the audit log names no request of the controller.
+    let requests = audit.controller_node_requests();
+    let first = requests
+        .first()
+        .expect("the controller's watch is in the audit log");
+    assert!(first.streaming(), "{requests:#?}");
+    assert!(
+        first.code.is_none_or(|code| code < 400),
+        "the streaming list was refused: {requests:#?}"
+    );
     sb.stop().await;
 }
 
@@ -308,6 +334,14 @@ async fn without_watch_list_the_controllers_node_cache_lists_in_pages_and_reboot
         "the reason is the API server's: {fell_back:#?}"
     );
     assert!(said(&log, CACHE_STREAMED).is_empty(), "{log}");
+    let requests = audit.controller_node_requests();
+    let first = requests
+        .first()
+        .expect("the controller's watch is in the audit log");
+    assert!(
+        first.streaming() && first.code == Some(422),
+        "the streaming list comes first and is refused: {requests:#?}"
+    );
     let pages = audit.controller_pages();
     assert!(!pages.is_empty(), "the nodes are listed in pages of 50");
     sb.stop().await;
@@ -318,17 +352,24 @@ fn the_audit_log_is_read_as_the_agent_requests_it() {
     // The parsing above on two events as the v1.37 API server writes them.
     let audit = Audit::new();
     let received = json!({"kind": "Event", "stage": "RequestReceived", "auditID": "a1",
-        "verb": "watch", "requestURI": "/api/v1/nodes?allowWatchBookmarks=true&\
+        "userAgent": "reboot-agent/0.1.0", "verb": "watch", "requestURI": "/api/v1/nodes?allowWatchBookmarks=true&\
         fieldSelector=metadata.name%3Dsim-1&resourceVersion=0&resourceVersionMatch=NotOlderThan&\
         sendInitialEvents=true&timeoutSeconds=290&watch=true"});
     let complete = json!({"kind": "Event", "stage": "ResponseComplete", "auditID": "a1",
         "verb": "watch", "requestURI": received["requestURI"], "responseStatus": {"code": 422}});
     let other = json!({"kind": "Event", "stage": "RequestReceived", "auditID": "a2",
-        "verb": "list", "requestURI": "/api/v1/nodes?limit=500"});
-    std::fs::write(&audit.log, format!("{received}\n{complete}\n{other}\n")).unwrap();
+        "userAgent": "reboot-controller/0.1.0", "verb": "list", "requestURI": "/api/v1/nodes?limit=50"});
+    let kubectl = json!({"kind": "Event", "stage": "RequestReceived", "auditID": "a3",
+        "userAgent": "kubectl/v1.37.1", "verb": "list", "requestURI": received["requestURI"]});
+    std::fs::write(
+        &audit.log,
+        format!("{received}\n{complete}\n{other}\n{kubectl}\n"),
+    )
+    .unwrap();
     let requests = audit.agent_requests(NODE);
     assert_eq!(requests.len(), 1, "{requests:#?}");
     assert_eq!(requests[0].verb, "watch");
     assert!(requests[0].streaming());
     assert_eq!(requests[0].code, Some(422));
+    assert_eq!(audit.controller_pages().len(), 1);
 }

@@ -17,6 +17,7 @@
 //! directly. Certificates and tokens from an exec credential plugin come through kube's TLS
 //! configuration and authentication layer, as in kube's own stack.
 
+use http::header::{HeaderValue, USER_AGENT};
 use hyper_timeout::TimeoutConnector;
 use hyper_util::{
     client::legacy::{self, connect::HttpConnector},
@@ -28,13 +29,19 @@ use kube::{
 };
 use tower::{BoxError, ServiceBuilder, retry::RetryLayer};
 
-/// A client for `config`, whose connections send each write at once.
-pub fn client(config: Config) -> Result<Client, kube::Error> {
+/// A client for `config`, whose connections send each write at once, and whose requests
+/// name `program` and its version as their User-Agent (`reboot-agent/0.1.0`): the API
+/// server's audit log then tells the operator's requests from the rest.
+pub fn client(mut config: Config, program: &str) -> Result<Client, kube::Error> {
     if let Some(proxy_url) = &config.proxy_url {
         return Err(kube::Error::ProxyProtocolUnsupported {
             proxy_url: Box::new(proxy_url.clone()),
         });
     }
+    let agent = format!("{program}/{}", env!("CARGO_PKG_VERSION"));
+    let agent =
+        HeaderValue::from_str(&agent).map_err(|e| kube::Error::HttpError(http::Error::from(e)))?;
+    config.headers.push((USER_AGENT, agent));
     let mut http = HttpConnector::new();
     http.enforce_http(false);
     http.set_nodelay(true);
@@ -68,7 +75,9 @@ mod tests {
     fn a_proxy_is_refused_with_a_message_naming_it() {
         let mut config = Config::new("https://10.0.0.1:6443".parse().unwrap());
         config.proxy_url = Some("http://proxy.example:3128".parse().unwrap());
-        let error = client(config).err().expect("a proxy must be refused");
+        let error = client(config, "reboot-agent")
+            .err()
+            .expect("a proxy must be refused");
         assert!(
             matches!(error, kube::Error::ProxyProtocolUnsupported { .. }),
             "{error:?}"

@@ -440,6 +440,72 @@ async fn a_ledger_left_by_a_pool_deleted_while_no_controller_ran_is_deleted_by_t
     sb.stop().await;
 }
 
+/// A controller started before the CRD runs the flags' pool alone, says so once, and runs the
+/// pools of a CRD installed later without a restart.
+#[tokio::test(flavor = "multi_thread")]
+async fn pools_of_a_crd_installed_after_the_controller_run_without_a_restart() {
+    let config = SandboxConfig::with_nodes(2)
+        .reboot_duration(Duration::from_secs(1))
+        .start_controller(false)
+        .without_pods();
+    let mut sb = Sandbox::start(config).await.expect("sandbox starts");
+    label_node(&sb.control_plane, "sim-1", "pool=late");
+    kubectl(
+        &sb.control_plane,
+        &["delete", "crd", "rebootpools.node-reboot-operator.io"],
+    );
+    sb.start_controller(&[]).expect("controller starts");
+    let log_path = sb.controllers[0].log_path().clone();
+    let log = || std::fs::read_to_string(&log_path).unwrap_or_default();
+    const NO_CRD: &str = "the RebootPool CRD is not installed";
+    request_reboot(&sb.control_plane, "sim-2");
+    wait_until(
+        "the flags' pool reboots sim-2 without the CRD",
+        ROLLOUT,
+        None,
+        || async { back(&sb, "sim-2", 1).await },
+    )
+    .await;
+    assert!(log().contains(NO_CRD), "{}", log());
+
+    nodesim::sandbox::install_crds(&sb.control_plane).expect("the CRD is installed");
+    create_pool(
+        &sb.client,
+        "late",
+        serde_json::json!({"nodeSelector": {"matchLabels": {"pool": "late"}}}),
+    )
+    .await;
+    // The controller asks less and less often while the CRD is missing, down to once a
+    // minute: the patience is twice that and more.
+    wait_until(
+        "the running controller takes the new pool in",
+        Duration::from_secs(180),
+        None,
+        || async {
+            pool(&sb.client, "late").await.is_some_and(|p| {
+                p.status.and_then(|s| s.observed_generation) == Some(1)
+                    && p.metadata
+                        .finalizers
+                        .unwrap_or_default()
+                        .iter()
+                        .any(|f| f == FINALIZER)
+            })
+        },
+    )
+    .await;
+    request_reboot(&sb.control_plane, "sim-1");
+    wait_until("the pool reboots sim-1", ROLLOUT, None, || async {
+        back(&sb, "sim-1", 1).await
+    })
+    .await;
+    assert!(
+        sb.controllers[0].is_running(),
+        "the same controller, not restarted"
+    );
+    assert_eq!(log().matches(NO_CRD).count(), 1, "said once: {}", log());
+    sb.stop().await;
+}
+
 /// kstatus's rules for a resource with conditions (sigs.k8s.io/cli-utils, as Argo CD and
 /// Flux apply them): not yet observed is InProgress; `Stalled` True is Failed; `Reconciling`
 /// True is InProgress; otherwise Current.

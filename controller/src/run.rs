@@ -34,7 +34,7 @@ use crate::{
     metrics::Metrics,
     notify::{self, Notifier},
     pools::{self, PoolConfig, status::Seen, watch::Listed},
-    shell::{Shell, ShellParts},
+    shell::{PoolPause, Shell, ShellParts},
 };
 use anyhow::Context as _;
 use common::{ControllerReason, NodeFacts};
@@ -351,6 +351,8 @@ impl Context {
                 if pools::fingerprint(&owned) != fingerprint {
                     return;
                 }
+                // What the pools read at each round may have changed (a finalizer came).
+                self.changed.notify_one();
             }
         }
     }
@@ -551,7 +553,7 @@ impl Context {
             dry_run: args.dry_run,
             notifier: self.notifier.clone(),
             sightings: pool.sightings.clone(),
-            pool_paused: pool.config.paused,
+            pool_paused: self.pool_pause(&pool.config),
             reports_gauges: pool.config.name.is_none(),
         });
         let mut wait = Duration::ZERO;
@@ -586,6 +588,21 @@ impl Context {
             }
             wait = next_wait(wait, shell.next_look());
         }
+    }
+
+    /// The pool's own pause: its spec's, and while its object lacks the finalizer, read from
+    /// the RebootPool watch at each round.
+    fn pool_pause(&self, config: &PoolConfig) -> PoolPause {
+        let Some(name) = config.name.clone().filter(|_| config.needs_finalizer) else {
+            return PoolPause::fixed(config.paused);
+        };
+        let objects = self.pool_objects.clone();
+        PoolPause::until_fenced(config.paused, move || {
+            objects
+                .borrow()
+                .as_ref()
+                .is_some_and(|listed| pools::fenced(&listed.objects, &name))
+        })
     }
 
     /// The alert checks of this term as leader for a pool; they stop when the term's shell is

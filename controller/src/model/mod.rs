@@ -518,7 +518,7 @@ impl Model {
             dry_run: false,
             notifier: crate::notify::Notifier::off(),
             sightings: crate::cache::sightings::Sightings::default(),
-            pool_paused: parts.paused,
+            pool_paused: crate::shell::PoolPause::fixed(parts.paused),
             reports_gauges: args.is_none(),
         });
         PoolShell {

@@ -11,7 +11,7 @@ pub mod writer;
 use crate::{args::Args, cache::pool::PoolSelector};
 use common::pool::RebootPool;
 use kube::ResourceExt;
-use std::collections::BTreeMap;
+use std::{collections::BTreeMap, sync::Arc};
 
 /// One pool to run.
 #[derive(Debug, Clone)]
@@ -21,10 +21,13 @@ pub struct PoolConfig {
     /// Its settings: the flags with the pool's policy, its selector without the nodes the
     /// other pools select.
     pub args: Args,
-    /// Grants nothing new and holds its granted nodes where they stand: `spec.paused`, or
-    /// the finalizer is not there yet. (A pool being deleted grants nothing new either: it
-    /// selects no node, and the nodes it granted go on to the end.)
+    /// Grants nothing new and holds its granted nodes where they stand: `spec.paused`. (A pool
+    /// being deleted grants nothing new either: it selects no node, and the nodes it granted
+    /// go on to the end.)
     pub paused: bool,
+    /// Grants nothing while its object lacks the finalizer, read at each round (see
+    /// [`fenced`]): a `RebootPool`'s, outside a dry run (which writes neither).
+    pub needs_finalizer: bool,
     pub deleting: bool,
 }
 
@@ -92,13 +95,11 @@ pub fn plan(base: &Args, objects: &[RebootPool]) -> Plan {
                     // Its selector still keeps its nodes out of the other pools.
                     args.node_selector = args.node_selector.excluding([&PoolSelector::default()]);
                 }
-                // Nothing is granted before the finalizer is there: a pool deleted after a
-                // grant must wait for it. (A dry run writes neither.)
-                let unfenced = !base.dry_run && !has_finalizer(pool);
                 plan.pools.push(PoolConfig {
                     name: Some(name.clone()),
                     args,
-                    paused: pool.spec.paused || unfenced,
+                    paused: pool.spec.paused,
+                    needs_finalizer: !base.dry_run,
                     deleting,
                 });
             }
@@ -115,6 +116,7 @@ pub fn plan(base: &Args, objects: &[RebootPool]) -> Plan {
             name: None,
             args,
             paused: false,
+            needs_finalizer: false,
             deleting: false,
         });
     }
@@ -122,7 +124,8 @@ pub fn plan(base: &Args, objects: &[RebootPool]) -> Plan {
 }
 
 /// What a change of which restarts the pools: each object's name, generation (a change of
-/// its spec), deletion, and whether it has the finalizer yet. A status write changes none.
+/// its spec) and deletion. A status write changes none, nor does the finalizer: a pool reads
+/// it at each round ([`fenced`]).
 pub fn fingerprint(objects: &[RebootPool]) -> Vec<Fingerprint> {
     let mut print: Vec<_> = objects
         .iter()
@@ -130,7 +133,6 @@ pub fn fingerprint(objects: &[RebootPool]) -> Vec<Fingerprint> {
             name: p.name_any(),
             generation: p.metadata.generation,
             deleting: p.metadata.deletion_timestamp.is_some(),
-            fenced: has_finalizer(p),
         })
         .collect();
     print.sort();
@@ -143,7 +145,14 @@ pub struct Fingerprint {
     name: String,
     generation: Option<i64>,
     deleting: bool,
-    fenced: bool,
+}
+
+/// Whether the pool `name` among `objects` (as last listed) carries the finalizer: until it
+/// does, the pool grants nothing. A pool no longer listed is not fenced.
+pub fn fenced(objects: &[Arc<RebootPool>], name: &str) -> bool {
+    objects
+        .iter()
+        .any(|p| p.metadata.name.as_deref() == Some(name) && has_finalizer(p))
 }
 
 fn has_finalizer(pool: &RebootPool) -> bool {
@@ -221,15 +230,29 @@ mod tests {
         let base = Args::parse_from(["reboot-controller"]);
         let mut bare = pool("a", serde_json::json!({}));
         bare.metadata.finalizers = None;
-        let before = plan(&base, std::slice::from_ref(&bare));
-        assert!(before.pools[0].paused);
-        let fenced = pool("a", serde_json::json!({}));
-        assert_ne!(
-            fingerprint(&[bare]),
-            fingerprint(std::slice::from_ref(&fenced)),
-            "adding it starts the pool again"
+        let plan = plan(&base, std::slice::from_ref(&bare));
+        assert!(plan.pools[0].needs_finalizer);
+        assert!(
+            !plan.pools[1].needs_finalizer,
+            "the flags' pool has no object"
         );
-        assert!(!plan(&base, &[fenced]).pools[0].paused);
+        assert!(!fenced(&[Arc::new(bare.clone())], "a"));
+        let with = pool("a", serde_json::json!({}));
+        assert!(fenced(&[Arc::new(with.clone())], "a"));
+        assert!(
+            !fenced(&[Arc::new(with.clone())], "b"),
+            "another pool's finalizer"
+        );
+        assert_eq!(
+            fingerprint(&[bare]),
+            fingerprint(std::slice::from_ref(&with)),
+            "adding it starts no pool again: each reads it at its rounds"
+        );
+        let dry = Args::parse_from(["reboot-controller", "--dry-run"]);
+        assert!(
+            !super::plan(&dry, &[with]).pools[0].needs_finalizer,
+            "a dry run writes none"
+        );
     }
 
     #[test]

@@ -70,7 +70,7 @@ pub struct ShellParts {
     pub sightings: Sightings,
     /// The pool's own pause (a `RebootPool`'s `spec.paused`, or its finalizer not there yet),
     /// beside the ledger's.
-    pub pool_paused: bool,
+    pub pool_paused: PoolPause,
     /// Whether this pool's state is the pool gauges' (the flags' pool's); a `RebootPool`'s is
     /// in its status.
     pub reports_gauges: bool,
@@ -124,9 +124,51 @@ pub struct Shell {
     sightings: Sightings,
     /// The sightings of the last round's look.
     seen: Seen,
-    pool_paused: bool,
+    pool_paused: PoolPause,
     reports_gauges: bool,
     pool_facts: PoolFacts,
+}
+
+/// A pool's own pause, beside the ledger's: its `spec.paused`, fixed for a run of the pools (a
+/// change of the spec starts them again), and, read at each round, whether the pool object
+/// lacks its finalizer. Nothing is granted before the finalizer is there, so that a pool
+/// deleted after a grant waits for it; reading it live spares every pool a restart, and the
+/// node cache a list of every node, when the controller adds it.
+#[derive(Clone)]
+pub struct PoolPause {
+    spec: bool,
+    fenced: Option<Arc<dyn Fn() -> bool + Send + Sync>>,
+}
+
+impl PoolPause {
+    /// A pause that is as given for the whole run (the flags' pool, the model's pools).
+    pub fn fixed(paused: bool) -> Self {
+        Self {
+            spec: paused,
+            fenced: None,
+        }
+    }
+
+    /// `spec`, and paused too while `fenced` says the finalizer is not there.
+    pub fn until_fenced(spec: bool, fenced: impl Fn() -> bool + Send + Sync + 'static) -> Self {
+        Self {
+            spec,
+            fenced: Some(Arc::new(fenced)),
+        }
+    }
+
+    /// Whether the pool is paused now.
+    pub fn now(&self) -> bool {
+        self.spec || self.fenced.as_ref().is_some_and(|fenced| !fenced())
+    }
+}
+
+impl std::fmt::Debug for PoolPause {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PoolPause")
+            .field("now", &self.now())
+            .finish()
+    }
 }
 
 mod announce;
@@ -306,7 +348,7 @@ impl Shell {
     /// The fence as it stands now: the pause as last seen (the ledger watch may have seen it
     /// after this round's copy), the window by the clock, the gates' latest answers.
     fn fence_now(&mut self) -> (Fence, GateReading) {
-        let paused = self.pool_paused || self.ledger.paused_now();
+        let paused = self.pool_paused.now() || self.ledger.paused_now();
         let gates = self.gates.read(&self.metrics);
         let fence = Fence {
             paused,
@@ -335,7 +377,7 @@ impl Shell {
 
     /// Paused by the ledger's annotation or by the pool itself.
     fn paused(&self) -> bool {
-        self.pool_paused || self.ledger.current().paused
+        self.pool_paused.now() || self.ledger.current().paused
     }
 
     pub fn last_round_failed(&self) -> bool {

@@ -503,6 +503,12 @@ async fn pools_of_a_crd_installed_after_the_controller_run_without_a_restart() {
         "the same controller, not restarted"
     );
     assert_eq!(log().matches(NO_CRD).count(), 1, "said once: {}", log());
+    // The pool's creation starts the pools again (a list of every node); the finalizer the
+    // controller adds to it does not.
+    let restarts = log()
+        .matches("the RebootPools changed: starting the pools again")
+        .count();
+    assert_eq!(restarts, 1, "{}", log());
     sb.stop().await;
 }
 

@@ -118,6 +118,8 @@ reasons! {
     UnknownFormat,
     /// A requested node waits for the next maintenance window.
     OutsideWindow,
+    /// A requested node waits for a blackout (`--reboot-blackout`) to end.
+    Blackout,
     /// A requested node waits while the pool is paused.
     Paused,
     /// The ledger's `reboot-paused` has a value other than `true` or `false`: read as paused.
@@ -231,6 +233,7 @@ mod tests {
                 "LedgerRecreated",
                 "UnknownFormat",
                 "OutsideWindow",
+                "Blackout",
                 "Paused",
                 "UnexpectedPauseValue",
                 "ZoneBudgetFull",

@@ -104,6 +104,16 @@ pub struct RebootPoolSpec {
     /// (`0 22 * * 1-5 8h Europe/Berlin`). Empty: any time.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub windows: Vec<String>,
+    /// When no reboot may start, whatever `windows` say, each as `--reboot-blackout` takes it:
+    /// a range of days (`2026-12-20..2027-01-03 Europe/Berlin`, both included) or of times
+    /// (`2026-12-24T18:00..2026-12-27T06:00`), or anything `windows` takes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub blackouts: Vec<String>,
+    /// Budgets that apply while their period is under way, each as `--scheduled-budget` takes
+    /// it: `BUDGET WHEN`, such as `1 Mon-Fri 06:00-22:00 Europe/Berlin` or
+    /// `0 2026-12-20..2027-01-03`. Of `maxUnavailable` and those under way, the lowest applies.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub scheduled_budgets: Vec<String>,
     /// Whether a reboot under way may finish after its window closes. Default true.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finish_after_window: Option<bool>,

@@ -5,7 +5,8 @@ use clap::{CommandFactory, Parser};
 use common::{AnnotationKeys, MaxUnavailable};
 use controller_core::{
     alerts::{AlertFilter, FilterMode},
-    window::Window,
+    scheduled_budget::{Budgets, ScheduledBudget},
+    window::{Period, Window, Windows},
 };
 use observability::BindAddress;
 pub use observability::LogFormat;
@@ -195,6 +196,27 @@ pub struct Args {
     #[arg(long = "reboot-window", env = "REBOOT_WINDOW", value_name = "WINDOW",
           value_delimiter = ';', value_parser = parse_window)]
     pub reboot_windows: Vec<Window>,
+
+    /// When no new reboot may start, whatever --reboot-window says: `FROM..UNTIL [ZONE]`, such
+    /// as `2026-12-20..2027-01-03 Europe/Berlin` (whole days, both included) or
+    /// `2026-12-24T18:00..2026-12-27T06:00` (the end excluded), or anything --reboot-window
+    /// takes, such as `Fri 16:00-24:00` or `0 0 24 12 * 72h`. Repeat the flag, or separate them
+    /// with `;` in REBOOT_BLACKOUT. A reboot under way when one starts goes on as when a window
+    /// closes (--finish-after-window).
+    #[arg(long = "reboot-blackout", env = "REBOOT_BLACKOUT", value_name = "PERIOD",
+          value_delimiter = ';', value_parser = parse_period)]
+    pub reboot_blackouts: Vec<Period>,
+
+    /// A budget that applies while its period is under way: `BUDGET WHEN`, such as
+    /// `1 Mon-Fri 06:00-22:00 Europe/Berlin` (one node by day) or `0 2026-12-20..2027-01-03`
+    /// (nothing during a freeze); BUDGET as --max-unavailable takes it, or 0; WHEN as
+    /// --reboot-blackout takes it. Of --max-unavailable and the scheduled budgets under way,
+    /// the lowest applies; a lower budget revokes nothing under way, it only holds new reboots
+    /// until the pool is under it. Repeat the flag, or separate them with `;` in
+    /// SCHEDULED_BUDGET.
+    #[arg(long = "scheduled-budget", env = "SCHEDULED_BUDGET", value_name = "BUDGET WHEN",
+          value_delimiter = ';', value_parser = parse_scheduled_budget)]
+    pub scheduled_budgets: Vec<ScheduledBudget>,
 
     /// When a window closes, a node that was granted a slot but not yet told to reboot
     /// (cordoned, maybe draining) goes on to its reboot (`true`), or is uncordoned and waits
@@ -539,6 +561,19 @@ impl Args {
         .keeping_labels(self.marks.marks().label_keys())
     }
 
+    /// The windows and the blackouts.
+    pub fn windows(&self) -> Windows {
+        Windows::new(self.reboot_windows.clone()).with_blackouts(self.reboot_blackouts.clone())
+    }
+
+    /// `--max-unavailable` and the scheduled budgets.
+    pub fn budgets(&self) -> Budgets {
+        Budgets {
+            base: self.max_unavailable,
+            scheduled: self.scheduled_budgets.clone(),
+        }
+    }
+
     /// This replica's name: `--leader-election-identity` (POD_NAME), else `<hostname>_<pid>`.
     pub fn identity(&self) -> String {
         self.leader_election_identity
@@ -577,6 +612,14 @@ pub(crate) fn parse_pool(value: &str) -> Result<PoolSelector, String> {
 }
 
 pub(crate) fn parse_window(value: &str) -> Result<Window, String> {
+    value.parse()
+}
+
+pub(crate) fn parse_period(value: &str) -> Result<Period, String> {
+    value.parse()
+}
+
+pub(crate) fn parse_scheduled_budget(value: &str) -> Result<ScheduledBudget, String> {
     value.parse()
 }
 

@@ -38,7 +38,7 @@ use crate::{
 };
 use anyhow::Context as _;
 use common::{ControllerReason, NodeFacts};
-use controller_core::{ledger::Ledger, schedule::Schedule, window::Windows};
+use controller_core::{ledger::Ledger, schedule::Schedule};
 use k8s_openapi::api::core::v1::Node;
 use kube::{
     Api, Client,
@@ -403,7 +403,12 @@ impl Context {
                         &ledger,
                         &self.args.annotation_prefix,
                     );
-                    let budget = pool.config.args.max_unavailable.resolve(summary.nodes);
+                    let budget = pool
+                        .config
+                        .args
+                        .budgets()
+                        .at(summary.nodes, jiff::Timestamp::now())
+                        .budget;
                     self.metrics.pool(&summary, budget);
                 }
                 self.look_at_grants(&running.cache.store, pool, &ledger);
@@ -522,7 +527,7 @@ impl Context {
             clock: Arc::new(SystemClock::default()),
             keys: args.annotation_prefix.clone(),
             marks: args.marks.marks(),
-            max_unavailable: args.max_unavailable,
+            budgets: args.budgets(),
             drains: DrainTracker::new(
                 drainer.map(|d| Arc::new(d) as Arc<dyn Drain>),
                 self.changed.clone(),
@@ -538,7 +543,7 @@ impl Context {
             ledger_watch: pool.ledger_watch.clone(),
             events: self.events.clone(),
             schedule: Schedule {
-                windows: Windows(args.reboot_windows.clone()),
+                windows: args.windows(),
                 finish_after_window: args.finish_after_window,
                 min_ready: Duration::from_secs(args.min_ready_seconds),
                 reboot_timeout: args.reboot_timeout,

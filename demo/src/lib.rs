@@ -307,6 +307,7 @@ fn waiting(reason: ControllerReason) -> Option<&'static str> {
         R::Requested => "budget full",
         R::ZoneBudgetFull => "zone budget full",
         R::OutsideWindow => "outside the window",
+        R::Blackout => "blackout",
         R::Paused => "paused",
         R::NotReadyAfterReboot => "NotReady after reboot",
         R::AlertsFiring => "alerts firing",

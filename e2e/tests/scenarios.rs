@@ -7,6 +7,7 @@
 
 mod agent_watch;
 mod bad_input;
+mod blackouts;
 mod chaos;
 mod chart_package;
 mod clock_skew;

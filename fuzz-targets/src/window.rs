@@ -1,4 +1,4 @@
-use controller_core::window::{Window, Windows};
+use controller_core::window::{Period, Window, Windows};
 use jiff::Timestamp;
 
 /// Instants where windows go wrong if they ever do: both daylight saving changes of Europe
@@ -22,8 +22,17 @@ pub fn window(data: &[u8]) {
     let Some(text) = crate::text(data) else {
         return;
     };
-    // `--reboot-window` takes several, separated by `;`.
-    let windows: Vec<Window> = text.split(';').filter_map(|t| t.parse().ok()).collect();
+    // `--reboot-window` takes several, separated by `;`; those after a `!` are blackouts.
+    let (open, closed): (Vec<&str>, Vec<&str>) = text.split(';').partition(|t| !t.starts_with('!'));
+    let windows: Vec<Window> = open.iter().filter_map(|t| t.parse().ok()).collect();
+    let blackouts: Vec<Period> = closed.iter().filter_map(|t| t[1..].parse().ok()).collect();
+    for blackout in &blackouts {
+        let written = blackout.to_string();
+        let again: Period = written
+            .parse()
+            .unwrap_or_else(|e| panic!("{text:?} written {written:?} no longer parses: {e}"));
+        assert_eq!(&again, blackout, "{text:?} written {written:?}");
+    }
     for window in &windows {
         let written = window.to_string();
         let again: Window = written
@@ -34,16 +43,17 @@ pub fn window(data: &[u8]) {
     if windows.is_empty() {
         return;
     }
-    let windows = Windows(windows);
     // A window is accepted only when it opens within four years of now (a weekly one, within
     // a week): one that never opens after all would hold every reboot back without a word.
     // Now, not a fixed instant: a rare schedule (the fifth Sunday of February) is accepted in
-    // some years only.
+    // some years only. Blackouts may close every opening: that is theirs to say.
     let now = Timestamp::now();
+    let open = Windows::new(windows.clone());
     assert!(
-        windows.next_opening(now).is_some(),
-        "{windows} never opens after {now}"
+        open.next_opening(now).is_some(),
+        "{open} never opens after {now}"
     );
+    let windows = open.with_blackouts(blackouts);
     for now in INSTANTS {
         let now: Timestamp = now.parse().expect("a valid instant");
         check_at(&windows, now);

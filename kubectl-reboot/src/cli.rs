@@ -5,7 +5,10 @@
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use common::{AnnotationKeys, MaxUnavailable};
-use controller_core::window::Window;
+use controller_core::{
+    scheduled_budget::ScheduledBudget,
+    window::{Period, Window},
+};
 use std::time::Duration;
 
 /// The node-reboot-operator from kubectl: what every node of the pool is doing and why
@@ -220,6 +223,12 @@ pub struct StatusArgs {
     #[arg(long = "reboot-window", env = "REBOOT_WINDOW", value_name = "WINDOW",
           value_delimiter = ';', value_parser = parse_window)]
     pub reboot_windows: Vec<Window>,
+
+    /// The controller's `--reboot-blackout`s, for the estimate: no new reboot starts during
+    /// one (repeat the flag, or separate them with `;` in REBOOT_BLACKOUT).
+    #[arg(long = "reboot-blackout", env = "REBOOT_BLACKOUT", value_name = "PERIOD",
+          value_delimiter = ';', value_parser = parse_period)]
+    pub reboot_blackouts: Vec<Period>,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -266,6 +275,18 @@ pub struct PlanArgs {
           value_delimiter = ';', value_parser = parse_window)]
     pub reboot_windows: Vec<Window>,
 
+    /// The controller's `--reboot-blackout`s (repeat the flag, or separate them with `;` in
+    /// REBOOT_BLACKOUT): no wave starts during one.
+    #[arg(long = "reboot-blackout", env = "REBOOT_BLACKOUT", value_name = "PERIOD",
+          value_delimiter = ';', value_parser = parse_period)]
+    pub reboot_blackouts: Vec<Period>,
+
+    /// The controller's `--scheduled-budget`s (repeat the flag, or separate them with `;` in
+    /// SCHEDULED_BUDGET): each lowers the budget while under way.
+    #[arg(long = "scheduled-budget", env = "SCHEDULED_BUDGET", value_name = "BUDGET WHEN",
+          value_delimiter = ';', value_parser = parse_scheduled_budget)]
+    pub scheduled_budgets: Vec<ScheduledBudget>,
+
     /// The controller's `--min-ready-seconds`: each wave holds its slots this much longer.
     #[arg(long, env = "MIN_READY_SECONDS", default_value_t = 0)]
     pub min_ready_seconds: u64,
@@ -294,6 +315,7 @@ impl PlanArgs {
             watch: false,
             interval: Duration::from_secs(2),
             reboot_windows: self.reboot_windows.clone(),
+            reboot_blackouts: self.reboot_blackouts.clone(),
         }
     }
 }
@@ -315,6 +337,14 @@ fn parse_max_unavailable(value: &str) -> Result<MaxUnavailable, String> {
 }
 
 fn parse_window(value: &str) -> Result<Window, String> {
+    value.parse()
+}
+
+fn parse_period(value: &str) -> Result<Period, String> {
+    value.parse()
+}
+
+fn parse_scheduled_budget(value: &str) -> Result<ScheduledBudget, String> {
     value.parse()
 }
 

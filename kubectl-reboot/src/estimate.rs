@@ -166,7 +166,7 @@ pub fn estimate(
                     .map(|end| end.duration_since(now).as_secs_f64().round().max(0.0) as u64),
             };
             estimate.done_in_seconds = done_in;
-            let in_windows = if windows.0.is_empty() {
+            let in_windows = if windows.open.is_empty() {
                 String::new()
             } else {
                 format!(", starting waves only in the windows ({windows})")
@@ -371,7 +371,7 @@ mod tests {
     #[test]
     fn waves_that_do_not_fit_the_window_wait_for_its_next_opening() {
         // Tuesday 22:00-23:00 holds three waves of 20 minutes; five waves need next Tuesday.
-        let windows = Windows(vec!["Tue 22:00-23:00".parse().unwrap()]);
+        let windows = Windows::new(vec!["Tue 22:00-23:00".parse().unwrap()]);
         let now = at("2026-11-24T21:00:00Z");
         let e = estimate(10, Some(2), &[1200.0], None, None, (now, &windows));
         assert_eq!(e.done_at.as_deref(), Some("2026-12-01T22:40:00Z"));

@@ -264,7 +264,9 @@ async fn plan(client: &Client, global: &Global, args: &PlanArgs) -> Result<(), E
                 .map_err(|why| Error::CannotPlan(format!("the RebootPool {pool}'s {why}")))?
         }
         None => plan::Settings {
-            windows: controller_core::window::Windows(args.reboot_windows.clone()),
+            windows: controller_core::window::Windows::new(args.reboot_windows.clone())
+                .with_blackouts(args.reboot_blackouts.clone()),
+            scheduled_budgets: args.scheduled_budgets.clone(),
             zone_label: args.zone_label.clone(),
             zone_budget: args.max_unavailable_per_zone,
             concurrency: args.concurrency,

@@ -16,6 +16,7 @@ use controller_core::{
     ledger::Ledger,
     pool_index::PoolCounts,
     rollout_plan::{self, PlanInput, RolloutPlan, Wait},
+    scheduled_budget::ScheduledBudget,
     window::Windows,
 };
 use k8s_openapi::jiff::Timestamp;
@@ -31,7 +32,10 @@ const ORDER: &str = "oldest request first (when the controller first said why it
 /// The controller's settings that the plan needs, as given to the plugin.
 #[derive(Debug, Clone, Default)]
 pub struct Settings {
+    /// The windows and the blackouts.
     pub windows: Windows,
+    /// `--scheduled-budget`.
+    pub scheduled_budgets: Vec<ScheduledBudget>,
     pub zone_label: String,
     pub zone_budget: Option<MaxUnavailable>,
     /// `--concurrency`.
@@ -44,14 +48,12 @@ pub struct Settings {
 impl Settings {
     /// The settings `plan` takes from the spec (`reboot`, a reboot's length, is the plugin's).
     pub fn of_spec(spec: &RebootPoolSpec, reboot: Option<Duration>) -> Result<Self, String> {
-        let windows = spec
-            .windows
-            .iter()
-            .map(|w| w.parse().map_err(|e| format!("its window {w:?}: {e}")))
-            .collect::<Result<Vec<_>, String>>()?;
+        let windows = parse_each(&spec.windows, "window")?;
+        let blackouts = parse_each(&spec.blackouts, "blackout")?;
         let budget = pool_spec::budget(spec);
         Ok(Self {
-            windows: Windows(windows),
+            windows: Windows::new(windows).with_blackouts(blackouts),
+            scheduled_budgets: parse_each(&spec.scheduled_budgets, "scheduled budget")?,
             zone_label: budget.zone_label,
             zone_budget: budget.per_zone.transpose()?,
             concurrency: spec
@@ -65,6 +67,17 @@ impl Settings {
             reboot,
         })
     }
+}
+
+/// Each of `texts` read as a `what` of the spec.
+fn parse_each<T: std::str::FromStr<Err = String>>(
+    texts: &[String],
+    what: &str,
+) -> Result<Vec<T>, String> {
+    texts
+        .iter()
+        .map(|t| t.parse().map_err(|e| format!("its {what} {t:?}: {e}")))
+        .collect()
 }
 
 /// One node of a wave.
@@ -128,6 +141,10 @@ pub struct SettingsUsed {
     pub zone_label: String,
     /// The windows, as given; empty: always.
     pub windows: Vec<String>,
+    /// The blackouts, as given.
+    pub blackouts: Vec<String>,
+    /// The scheduled budgets, as given.
+    pub scheduled_budgets: Vec<String>,
     pub min_ready_seconds: u64,
     /// A reboot's length used, in seconds; `null`: unknown.
     pub reboot_seconds: Option<f64>,
@@ -176,6 +193,8 @@ pub fn plan(
          --metrics-url with its /metrics"
             .to_owned()
     })?;
+    let mut notes = Vec::new();
+    let budget = base_budget(input, settings, &status, budget, &mut notes);
     let (reboot, reboot_from) = match (settings.reboot, status.estimate.reboot_seconds) {
         (Some(r), _) => (Some(r), "flag"),
         (None, Some(s)) => (
@@ -184,7 +203,6 @@ pub fn plan(
         ),
         (None, None) => (None, "none"),
     };
-    let mut notes = Vec::new();
     let held = hold(input, &status, &mut notes);
     let blocked: BTreeSet<String> = status
         .nodes
@@ -208,6 +226,8 @@ pub fn plan(
         others: &others,
         ledger: &ledger,
         budget,
+        scheduled_budgets: &settings.scheduled_budgets,
+        pool_size: input.nodes.len(),
         zone_budget: settings.zone_budget,
         concurrency: settings.concurrency.map(|c| c.resolve(input.nodes.len())),
         windows: &settings.windows,
@@ -232,7 +252,9 @@ pub fn plan(
             max_unavailable_per_zone: settings.zone_budget.map(|z| z.to_string()),
             concurrency: settings.concurrency.map(|c| c.to_string()),
             zone_label: settings.zone_label.clone(),
-            windows: settings.windows.0.iter().map(ToString::to_string).collect(),
+            windows: texts(&settings.windows.open),
+            blackouts: texts(&settings.windows.blackouts),
+            scheduled_budgets: texts(&settings.scheduled_budgets),
             min_ready_seconds: settings.min_ready.as_secs(),
             reboot_seconds: reboot.map(|r| r.as_secs_f64()),
             reboot_from,
@@ -283,6 +305,37 @@ pub fn plan(
         notes,
         warnings: status.warnings,
     })
+}
+
+/// The budget the scheduled budgets lower: the controller's metrics give the one in force
+/// now, so with scheduled budgets `--max-unavailable` given here goes first.
+fn base_budget(
+    input: &PoolInput,
+    settings: &Settings,
+    status: &status::Status,
+    budget: usize,
+    notes: &mut Vec<String>,
+) -> usize {
+    if settings.scheduled_budgets.is_empty()
+        || status.budget.source != status::BudgetSource::Metrics
+    {
+        return budget;
+    }
+    match input.budget.flag {
+        Some(flag) => flag.resolve(input.nodes.len()),
+        None => {
+            notes.push(format!(
+                "the budget is the controller's in force now ({budget}), which a scheduled \
+                 budget may lower: give --max-unavailable (MAX_UNAVAILABLE) for the waves after \
+                 it ends to be right"
+            ));
+            budget
+        }
+    }
+}
+
+fn texts<T: ToString>(items: &[T]) -> Vec<String> {
+    items.iter().map(ToString::to_string).collect()
 }
 
 fn requested(node: &NodeInput, keys: &AnnotationKeys) -> bool {
@@ -349,14 +402,18 @@ fn what_is_not_known(settings: &Settings, timed: bool, status: &status::Status) 
                 .to_owned(),
         );
     }
-    let waits_for_window = status
-        .nodes
-        .iter()
-        .any(|n| n.reason == Some(WaitReason::OutsideWindow));
-    if waits_for_window && settings.windows.0.is_empty() {
+    let waits_for = |reason| status.nodes.iter().any(|n| n.reason == Some(reason));
+    if waits_for(WaitReason::OutsideWindow) && settings.windows.open.is_empty() {
         notes.push(
             "the controller says requests wait for a maintenance window, and none was given \
              here: give its --reboot-window (REBOOT_WINDOW) for the times to be right"
+                .to_owned(),
+        );
+    }
+    if waits_for(WaitReason::Blackout) && settings.windows.blackouts.is_empty() {
+        notes.push(
+            "the controller says a blackout holds new reboots, and none was given here: give \
+             its --reboot-blackout (REBOOT_BLACKOUT) for the times to be right"
                 .to_owned(),
         );
     }
@@ -386,7 +443,12 @@ fn left_detail(why: Wait) -> String {
         Wait::OptedOut => "labelled reboot-disabled: never rebooted",
         Wait::NoZoneLabel => "no zone label while zone budgets are on: never granted without one",
         Wait::WindowNeverOpens => "no maintenance window opens again",
-        Wait::BudgetFull | Wait::ZoneFull | Wait::ConcurrencyFull | Wait::OutsideWindow => "waits",
+        Wait::BudgetFull
+        | Wait::ZoneFull
+        | Wait::ConcurrencyFull
+        | Wait::OutsideWindow
+        | Wait::Blackout
+        | Wait::ScheduledBudget => "waits",
     }
     .to_owned()
 }

@@ -33,6 +33,20 @@ pub fn text(plan: &Plan) -> String {
         s.windows.join(" or ")
     };
     let _ = writeln!(out, "Windows:  {windows}");
+    if !s.scheduled_budgets.is_empty() {
+        let _ = writeln!(
+            out,
+            "Budgets:  {} while under way (the lowest applies)",
+            s.scheduled_budgets.join("; ")
+        );
+    }
+    if !s.blackouts.is_empty() {
+        let _ = writeln!(
+            out,
+            "Blackout: {} (nothing new starts)",
+            s.blackouts.join("; ")
+        );
+    }
     let reboot = match (s.reboot_seconds, s.reboot_from) {
         (Some(r), "flag") => format!("{} (--reboot-duration)", human(r.round() as i64)),
         (Some(r), from) => format!("{} (from the {from})", human(r.round() as i64)),

@@ -160,7 +160,8 @@ async fn flags_pool(
         ledger,
         budget,
         warnings,
-        windows: controller_core::window::Windows(args.reboot_windows.clone()),
+        windows: controller_core::window::Windows::new(args.reboot_windows.clone())
+            .with_blackouts(args.reboot_blackouts.clone()),
     })
 }
 
@@ -224,7 +225,7 @@ async fn reboot_pool_inputs(
             ledger,
             budget: BudgetInput::default(),
             warnings,
-            windows: controller_core::window::Windows(Vec::new()),
+            windows: controller_core::window::Windows::default(),
         });
     }
     Ok(inputs)

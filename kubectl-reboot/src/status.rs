@@ -246,8 +246,13 @@ pub fn status(input: &PoolInput, keys: &AnnotationKeys, now: Timestamp) -> Statu
         (true, true) => None,
     };
     let held_by = held_by(&input.ledger, &nodes, failing)
-        // The windows given say when the next one opens: the estimate waits for it.
-        .filter(|h| *h != WaitReason::OutsideWindow || input.windows.0.is_empty());
+        // The windows and blackouts given say when new reboots may start: the estimate waits
+        // for it.
+        .filter(|h| match h {
+            WaitReason::OutsideWindow => input.windows.open.is_empty(),
+            WaitReason::Blackout => input.windows.blackouts.is_empty(),
+            _ => true,
+        });
     let estimate = estimate::estimate(
         remaining,
         budget.max_unavailable,
@@ -770,6 +775,7 @@ impl Context<'_> {
         let reasons = [
             Controller::Paused.as_str(),
             Controller::OutsideWindow.as_str(),
+            Controller::Blackout.as_str(),
             Controller::AlertsFiring.as_str(),
             Controller::PrometheusUnreachable.as_str(),
             Controller::BlockingPod.as_str(),
@@ -809,6 +815,7 @@ impl Context<'_> {
                 Controller::ZoneBudgetFull.as_str(),
                 Controller::ZoneLabelMissing.as_str(),
                 Controller::OutsideWindow.as_str(),
+                Controller::Blackout.as_str(),
                 Controller::Paused.as_str(),
                 Controller::AlertsFiring.as_str(),
                 Controller::PrometheusUnreachable.as_str(),

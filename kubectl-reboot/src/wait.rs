@@ -17,6 +17,8 @@ pub enum WaitReason {
     NoZoneLabel,
     /// Outside every `--reboot-window` (`OutsideWindow`).
     OutsideWindow,
+    /// A `--reboot-blackout` holds new reboots (`Blackout`).
+    Blackout,
     /// `reboot-paused=true` on the ledger Lease (`Paused`).
     Paused,
     /// Prometheus reports alerts that count (`AlertsFiring`).
@@ -52,6 +54,7 @@ impl WaitReason {
             Self::ZoneBudgetFull => "zone budget full",
             Self::NoZoneLabel => "no zone label",
             Self::OutsideWindow => "outside window",
+            Self::Blackout => "blackout",
             Self::Paused => "paused",
             Self::AlertsFiring => "gate closed: alerts firing",
             Self::PrometheusUnreachable => "gate closed: Prometheus unreachable",
@@ -74,6 +77,7 @@ impl WaitReason {
             R::ZoneBudgetFull => Self::ZoneBudgetFull,
             R::ZoneLabelMissing => Self::NoZoneLabel,
             R::OutsideWindow => Self::OutsideWindow,
+            R::Blackout => Self::Blackout,
             R::Paused => Self::Paused,
             R::AlertsFiring => Self::AlertsFiring,
             R::PrometheusUnreachable => Self::PrometheusUnreachable,
@@ -91,6 +95,7 @@ impl WaitReason {
         matches!(
             self,
             Self::OutsideWindow
+                | Self::Blackout
                 | Self::Paused
                 | Self::AlertsFiring
                 | Self::PrometheusUnreachable

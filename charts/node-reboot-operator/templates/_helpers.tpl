@@ -31,6 +31,8 @@ flag of the programs' --help is here and in values.yaml, with the same default.
   (list "rebootTimeout" "reboot-timeout" "30m" "value")
   (list "giveUpAfter" "give-up-after" "" "value")
   (list "rebootWindow" "reboot-window" list "list")
+  (list "rebootBlackout" "reboot-blackout" list "list")
+  (list "scheduledBudget" "scheduled-budget" list "list")
   (list "finishAfterWindow" "finish-after-window" true "value")
   (list "blockingPodSelector" "blocking-pod-selector" list "list")
   (list "blockingPodSelectorScope" "blocking-pod-selector-scope" "node" "value")

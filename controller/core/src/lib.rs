@@ -16,4 +16,5 @@ pub mod node_view;
 pub mod pool_index;
 pub mod rollout_plan;
 pub mod schedule;
+pub mod scheduled_budget;
 pub mod window;

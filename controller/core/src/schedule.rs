@@ -73,19 +73,32 @@ impl Schedule {
                  no new reboot starts until an administrator removes it"
                     .to_owned(),
             )),
-            Hold::OutsideWindow => {
-                let next = self
-                    .next_opening(now)
-                    .map_or_else(|| "never".to_owned(), |t| t.to_string());
-                Some((
-                    Reason::OutsideWindow,
-                    format!(
-                        "reboot requested; waiting for the next maintenance window ({}), which \
-                         opens at {next}",
-                        self.windows
-                    ),
-                ))
-            }
+            Hold::OutsideWindow => Some(self.closed_event(now, "reboot requested; ")),
+        }
+    }
+
+    /// Why the windows are closed at `now` (a blackout, or no window open), and until when:
+    /// the Event's reason and its note, after `prefix`.
+    pub fn closed_event(&self, now: Timestamp, prefix: &str) -> (Reason, String) {
+        let next = self
+            .next_opening(now)
+            .map_or_else(|| "never".to_owned(), |t| t.to_string());
+        match self.windows.blackout_at(now) {
+            Some(blackout) => (
+                Reason::Blackout,
+                format!(
+                    "{prefix}the blackout `{blackout}` holds new reboots, whatever the \
+                     maintenance windows say; they may start again at {next}"
+                ),
+            ),
+            None => (
+                Reason::OutsideWindow,
+                format!(
+                    "{prefix}waiting for the next maintenance window ({}), which opens at \
+                     {next}",
+                    self.windows
+                ),
+            ),
         }
     }
 }
@@ -101,7 +114,7 @@ mod tests {
     #[test]
     fn a_pause_outranks_a_closed_window_and_no_window_is_always_open() {
         let schedule = Schedule {
-            windows: crate::window::Windows(vec!["Mon 22:00-23:00".parse().unwrap()]),
+            windows: crate::window::Windows::new(vec!["Mon 22:00-23:00".parse().unwrap()]),
             finish_after_window: true,
             min_ready: Duration::ZERO,
             reboot_timeout: Duration::from_secs(1800),
@@ -129,6 +142,22 @@ mod tests {
             .unwrap();
         assert_eq!(reason, Reason::OutsideWindow);
         assert!(note.contains("2026-11-23T22:00:00Z"), "{note}");
+        let frozen = Schedule {
+            windows: schedule
+                .windows
+                .clone()
+                .with_blackouts(vec!["2026-11-23..2026-11-24".parse().unwrap()]),
+            ..schedule.clone()
+        };
+        let (reason, note) = frozen
+            .waiting_event(Some(Hold::OutsideWindow), at("2026-11-23T22:30:00Z"))
+            .unwrap();
+        assert_eq!(reason, Reason::Blackout, "{note}");
+        assert!(note.contains("`2026-11-23..2026-11-24`"), "{note}");
+        assert!(
+            note.contains("2026-11-30T22:00:00Z"),
+            "the next window after it: {note}"
+        );
         assert!(Schedule::default().windows.is_open(monday_noon));
         assert_eq!(Schedule::default().until_next_opening(monday_noon), None);
     }

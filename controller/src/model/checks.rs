@@ -333,7 +333,9 @@ pub fn ledger_write(
             "granted {granted:?} while n{i} is NotReady in its soak"
         );
     }
-    let budget = s.max_unavailable.resolve(s.pool_size().max(seen_pool));
+    // The budget in force: a scheduled budget under way lowers it (a round reads the clock
+    // once, and only a disturbance moves it mid-round, to a window's closing).
+    let budget = s.budget_in_force(s.pool_size().max(seen_pool));
     assert!(
         counted.len() <= budget,
         "granted {granted:?}: unavailable {counted:?} with a budget of {budget}"

@@ -41,6 +41,7 @@ use crate::{
 use common::MaxUnavailable;
 use controller_core::{
     schedule::Schedule,
+    scheduled_budget::Budgets,
     window::{Window, Windows},
 };
 use futures::{FutureExt, future::BoxFuture};
@@ -304,7 +305,7 @@ struct PoolParts {
     ledger: String,
     index: crate::cache::nodes::SharedIndex,
     indexing: Indexing,
-    max_unavailable: MaxUnavailable,
+    budgets: Budgets,
     paused: bool,
 }
 
@@ -323,6 +324,9 @@ struct Setup {
     /// `--drain-delay` and `--reboot-delay`.
     drain_delay_ms: u64,
     reboot_delay_ms: u64,
+    /// A blackout over the first 20 minutes of each opening of the window, and a scheduled
+    /// budget of 1 over the next 20 (the wall clock starts outside both).
+    schedules: bool,
     soaking: Vec<usize>,
     not_ready: Vec<bool>,
     kubelets: Vec<Kubelet>,
@@ -337,16 +341,33 @@ struct Model {
     objects: Vec<common::pool::RebootPool>,
 }
 
-fn windows() -> Windows {
+fn windows(setup: &Setup) -> Windows {
     // Open twelve hours a day: a step is a second, so only the model's window steps move
     // the clock across an opening or a closing.
     let window: Window = "Mon-Sun 00:00-12:00 UTC".parse().expect("a window");
-    Windows(vec![window])
+    let blackouts = setup
+        .schedules
+        .then(|| "Mon-Sun 00:00-00:20 UTC".parse().expect("a period"));
+    Windows::new(vec![window]).with_blackouts(blackouts.into_iter().collect())
+}
+
+/// `--max-unavailable`, and with `schedules` a budget of 1 from the end of the blackout for 20
+/// minutes: each opening after the first starts under it.
+fn budgets(setup: &Setup) -> Budgets {
+    let scheduled = setup.schedules.then(|| {
+        "1 Mon-Sun 00:20-00:40 UTC"
+            .parse()
+            .expect("a scheduled budget")
+    });
+    Budgets {
+        base: setup.max_unavailable,
+        scheduled: scheduled.into_iter().collect(),
+    }
 }
 
 impl Model {
     fn new(setup: &Setup) -> Self {
-        let mut server = Server::new(setup.max_unavailable, windows(), &setup.not_ready);
+        let mut server = Server::new(budgets(setup), windows(setup), &setup.not_ready);
         server.drain_enabled = setup.drain_enabled;
         server.finish_after_window = setup.finish_after_window;
         server.zone_budget = setup.zone_budget;
@@ -390,7 +411,7 @@ impl Model {
             ledger: FLAGS_LEDGER.to_owned(),
             index: indexes.remove(0),
             indexing,
-            max_unavailable: setup.max_unavailable,
+            budgets: budgets(setup),
             paused: false,
         };
         let pool = self.pool_shell(&replica, setup, parts, None);
@@ -476,7 +497,7 @@ impl Model {
         let reboot_timeout = Duration::from_millis(lock(&self.server).reboot_timeout_ms);
         let schedule = match args {
             Some(args) => Schedule {
-                windows: Windows(args.reboot_windows.clone()),
+                windows: args.windows(),
                 finish_after_window: args.finish_after_window,
                 min_ready: Duration::from_secs(args.min_ready_seconds),
                 reboot_timeout: args.reboot_timeout,
@@ -485,7 +506,7 @@ impl Model {
                 reboot_delay: args.reboot_delay,
             },
             None => Schedule {
-                windows: windows(),
+                windows: windows(setup),
                 finish_after_window: setup.finish_after_window,
                 min_ready: Duration::from_millis(setup.min_ready_ms),
                 reboot_timeout,
@@ -499,7 +520,7 @@ impl Model {
             clock: Arc::new(ModelClock(self.server.clone())),
             keys: args.map_or_else(keys, |a| a.annotation_prefix.clone()),
             marks: args.map_or_else(marks, |a| a.marks.marks()),
-            max_unavailable: parts.max_unavailable,
+            budgets: parts.budgets,
             zone_budget: args.map_or(setup.zone_budget, |a| a.max_unavailable_per_zone),
             concurrency: args.map_or(setup.concurrency, |a| a.concurrency),
             drains: DrainTracker::new(drainer, Arc::new(Notify::new())),
@@ -667,6 +688,7 @@ fn scripted(replicas: usize, max_unavailable: u32, drain: bool) -> Setup {
         min_ready_ms: 0,
         drain_delay_ms: 0,
         reboot_delay_ms: 0,
+        schedules: false,
         soaking: Vec::new(),
         not_ready: vec![false; NODES],
         kubelets: vec![server::Kubelet::Healthy; NODES],
@@ -1021,6 +1043,7 @@ fn a_released_soak_brought_back_by_a_recreated_ledger_takes_no_node_down() {
         min_ready_ms: 25000,
         drain_delay_ms: 0,
         reboot_delay_ms: 0,
+        schedules: false,
         soaking: vec![1],
         not_ready: vec![false; NODES],
         kubelets: vec![
@@ -1109,6 +1132,7 @@ fn a_node_given_up_by_give_up_after_is_not_expected_to_complete_its_request() {
         min_ready_ms: 25000,
         drain_delay_ms: 0,
         reboot_delay_ms: 0,
+        schedules: false,
         soaking: vec![],
         not_ready: vec![false, false, false, true, false, false],
         kubelets: vec![Healthy, Healthy, Healthy, Wedged, Healthy, Healthy],

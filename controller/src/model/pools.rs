@@ -85,6 +85,8 @@ impl Model {
             give_up_after_ms: None,
             drain_delay_ms: 0,
             reboot_delay_ms: 0,
+            // The pools' windows are their specs'.
+            schedules: false,
             ..setup.clone()
         };
         let replicas = setup.replicas;
@@ -122,7 +124,7 @@ impl Model {
                 ledger: config.args.ledger_name.clone(),
                 index,
                 indexing: config.args.indexing(),
-                max_unavailable: config.args.max_unavailable,
+                budgets: config.args.budgets(),
                 paused: config.paused,
             };
             let pool = self.pool_shell(&replica, &self.setup, parts, Some(&config.args));

@@ -10,7 +10,10 @@ use common::{
     AnnotationKeys, MaxUnavailable,
     ledger::{PAUSED_ANNOTATION, SLOTS_ANNOTATION, Slot, slots_json, slots_of},
 };
-use controller_core::window::Windows;
+use controller_core::{
+    scheduled_budget::{Budgets, ScheduledBudget},
+    window::Windows,
+};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::{
     api::{coordination::v1::Lease, core::v1::Node},
@@ -88,6 +91,8 @@ pub struct Server {
     pub agents_silent: BTreeSet<usize>,
     pub admin_cordoned: BTreeSet<usize>,
     pub max_unavailable: MaxUnavailable,
+    /// `--scheduled-budget`: they lower `max_unavailable` while under way.
+    pub scheduled_budgets: Vec<ScheduledBudget>,
     pub zone_budget: Option<MaxUnavailable>,
     /// `--concurrency`.
     pub concurrency: Option<MaxUnavailable>,
@@ -224,7 +229,7 @@ fn error(code: u16, reason: &str) -> kube::Error {
 }
 
 impl Server {
-    pub fn new(max_unavailable: MaxUnavailable, windows: Windows, not_ready: &[bool]) -> Self {
+    pub fn new(budgets: Budgets, windows: Windows, not_ready: &[bool]) -> Self {
         let mut server = Self {
             nodes: vec![None; NODES],
             last: vec![Value::Null; NODES],
@@ -237,7 +242,8 @@ impl Server {
             down: BTreeSet::new(),
             agents_silent: BTreeSet::new(),
             admin_cordoned: BTreeSet::new(),
-            max_unavailable,
+            max_unavailable: budgets.base,
+            scheduled_budgets: budgets.scheduled,
             zone_budget: None,
             concurrency: None,
             drain_enabled: true,
@@ -394,6 +400,16 @@ impl Server {
         self.lease.as_ref().is_some_and(|l| {
             common::ledger::Pause::of(lease_of(l).metadata.annotations.as_ref()).pauses()
         })
+    }
+
+    /// The budget in force now in a pool of `pool_size`: the lowest of `max_unavailable` and
+    /// the scheduled budgets under way.
+    pub fn budget_in_force(&self, pool_size: usize) -> usize {
+        let budgets = Budgets {
+            base: self.max_unavailable,
+            scheduled: self.scheduled_budgets.clone(),
+        };
+        budgets.at(pool_size, self.wall).budget
     }
 
     pub fn window_open(&self) -> bool {

@@ -236,7 +236,7 @@ pub fn setup() -> impl Strategy<Value = Setup> {
         proptest::bool::weighted(0.5),
         (zone_budget, concurrency, give_up_after),
         prop_oneof![Just(0u64), Just(25_000u64)],
-        (delay(), delay()),
+        (delay(), delay(), proptest::bool::weighted(0.3)),
         proptest::collection::vec(0..NODES, 0..3),
         proptest::collection::vec(proptest::bool::weighted(0.15), NODES),
         proptest::collection::vec(kubelet(), NODES),
@@ -249,7 +249,7 @@ pub fn setup() -> impl Strategy<Value = Setup> {
                 finish_after_window,
                 (zone_budget, concurrency, give_up_after_ms),
                 min_ready_ms,
-                (drain_delay_ms, reboot_delay_ms),
+                (drain_delay_ms, reboot_delay_ms, schedules),
                 soaking,
                 not_ready,
                 kubelets,
@@ -264,6 +264,7 @@ pub fn setup() -> impl Strategy<Value = Setup> {
                 min_ready_ms,
                 drain_delay_ms,
                 reboot_delay_ms,
+                schedules,
                 soaking,
                 not_ready,
                 kubelets,
@@ -593,7 +594,10 @@ impl Model {
             self.sync_pools(k);
         }
         self.apply(&Step::Pause(None));
-        self.apply(&Step::Window(true));
+        // A blackout may follow the window's opening: step until open.
+        for _ in 0..3 {
+            self.apply(&Step::Window(true));
+        }
         self.apply(&Step::Gate(false));
         {
             let mut s = self.s();

@@ -72,6 +72,8 @@ fn with_default_policy(base: &Args) -> Result<Args, Vec<String>> {
     args.concurrency = defaults.concurrency;
     args.zone_label = defaults.zone_label;
     args.reboot_windows = defaults.reboot_windows;
+    args.reboot_blackouts = defaults.reboot_blackouts;
+    args.scheduled_budgets = defaults.scheduled_budgets;
     args.finish_after_window = defaults.finish_after_window;
     args.min_ready_seconds = defaults.min_ready_seconds;
     args.reboot_timeout = defaults.reboot_timeout;
@@ -120,6 +122,18 @@ fn read_schedule(args: &mut Args, spec: &RebootPoolSpec, read: &mut Read<'_>) {
         read(
             &format!("windows[{i}]"),
             args::parse_window(window).map(|w| args.reboot_windows.push(w)),
+        );
+    }
+    for (i, blackout) in spec.blackouts.iter().enumerate() {
+        read(
+            &format!("blackouts[{i}]"),
+            args::parse_period(blackout).map(|b| args.reboot_blackouts.push(b)),
+        );
+    }
+    for (i, budget) in spec.scheduled_budgets.iter().enumerate() {
+        read(
+            &format!("scheduledBudgets[{i}]"),
+            args::parse_scheduled_budget(budget).map(|b| args.scheduled_budgets.push(b)),
         );
     }
     if let Some(finish) = spec.finish_after_window {
@@ -274,6 +288,8 @@ mod tests {
                 "nodeSelector": {"matchLabels": {"pool": "gpu"}},
                 "maxUnavailable": "25%",
                 "windows": ["mon-fri 22:00-06:00 UTC"],
+                "blackouts": ["2026-12-20..2027-01-03 Europe/Berlin"],
+                "scheduledBudgets": ["1 Mon-Fri 06:00-22:00"],
                 "minReadySeconds": 120,
                 "rebootTimeout": "1h",
                 "drain": {"timeout": "5m", "podSelector": "app=web"},
@@ -285,10 +301,38 @@ mod tests {
         assert_eq!(args.max_unavailable, "25%".parse().unwrap());
         assert_eq!(args.node_selector.text(), Some("pool=gpu"));
         assert_eq!(args.reboot_windows.len(), 1);
+        assert_eq!(args.reboot_blackouts.len(), 1);
+        assert_eq!(args.budgets().scheduled.len(), 1);
         assert_eq!(args.min_ready_seconds, 120);
         assert_eq!(args.reboot_timeout.as_secs(), 3600);
         assert_eq!(args.drain_timeout.as_secs(), 300);
         assert_eq!(args.drain_pod_selector.as_deref(), Some("app=web"));
+    }
+
+    #[test]
+    fn a_bad_blackout_or_scheduled_budget_names_its_field() {
+        let problems = pool_args(
+            &base(),
+            "a",
+            &spec(serde_json::json!({
+                "blackouts": ["2027-01-03..2026-12-20"],
+                "scheduledBudgets": ["some daily 01:00-02:00"],
+            })),
+        )
+        .unwrap_err();
+        assert_eq!(problems.len(), 2, "{problems:?}");
+        assert!(
+            problems[0].starts_with("spec.blackouts[0]: "),
+            "{problems:?}"
+        );
+        assert!(
+            problems[0].contains("ends before it starts"),
+            "{problems:?}"
+        );
+        assert!(
+            problems[1].starts_with("spec.scheduledBudgets[0]: "),
+            "{problems:?}"
+        );
     }
 
     #[test]

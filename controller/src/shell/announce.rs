@@ -112,18 +112,8 @@ impl Shell {
                 ),
             ),
             Hold::OutsideWindow => {
-                let next = self
-                    .schedule
-                    .next_opening(now)
-                    .map_or_else(|| "never".to_owned(), |t| t.to_string());
-                (
-                    Reason::OutsideWindow,
-                    format!(
-                        "outside the maintenance windows ({}); {stays} until the next one opens \
-                         at {next}",
-                        self.schedule.windows
-                    ),
-                )
+                let (reason, why) = self.schedule.closed_event(now, "");
+                (reason, format!("{why}; {stays} until then"))
             }
             Hold::Unhealthy => {
                 let (reason, note) = gates.pool.as_ref()?.event.clone()?;
@@ -398,7 +388,7 @@ impl Shell {
                 Reason::Requested,
                 format!(
                     "{NOTE_REQUESTED}waiting for a slot (max-unavailable {} of {pool} nodes)",
-                    self.max_unavailable
+                    self.budgets.at(pool, now)
                 ),
             )),
         };
@@ -502,13 +492,14 @@ impl Shell {
         let why = match scheduled {
             _ if decision.waiting.is_empty() => None,
             Some(Hold::Paused) => Some(("paused", "the pool is paused".to_owned())),
-            Some(Hold::OutsideWindow) => Some((
-                "window_closed",
-                format!(
-                    "outside the maintenance windows ({})",
-                    self.schedule.windows
-                ),
-            )),
+            Some(Hold::OutsideWindow) => {
+                let (reason, why) = self.schedule.closed_event(self.clock.now(), "");
+                let kind = match reason {
+                    Reason::Blackout => "blackout",
+                    _ => "window_closed",
+                };
+                Some((kind, why))
+            }
             _ => gate_note().map(|note| ("gate", note)),
         };
         self.pool_facts.held = why.as_ref().map(|(_, words)| words.clone());

@@ -24,11 +24,14 @@ impl Shell {
             None
         };
         let now = self.clock.now();
+        let pool_size = round.nodes.iter().filter(|v| v.in_pool).count() + round.others.nodes();
         let plan = rollout_plan::plan(PlanInput {
             nodes: round.nodes.to_vec(),
             others: round.others,
             ledger: round.ledger,
-            budget: round.budget,
+            budget: self.budgets.base.resolve(pool_size),
+            scheduled_budgets: &self.budgets.scheduled,
+            pool_size,
             zone_budget: round.zone_budget,
             concurrency: round.concurrency,
             windows: &self.schedule.windows,

@@ -471,12 +471,12 @@ impl Shell {
              wait (max-unavailable {})",
             self.ledger.current().id,
             granted.join(", "),
-            self.max_unavailable
+            self.budgets
         );
         let details = serde_json::json!({
             "nodes": granted,
             "waiting": waiting,
-            "max_unavailable": self.max_unavailable.to_string(),
+            "max_unavailable": self.budgets.to_string(),
         });
         self.notify_rollout(crate::notify::Kind::RolloutStarted, None, message, details);
     }

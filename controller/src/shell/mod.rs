@@ -25,6 +25,7 @@ use controller_core::{
     effects,
     node_view::NodeView,
     schedule::Schedule,
+    scheduled_budget::Budgets,
 };
 use k8s_openapi::api::core::v1::Node;
 use kube::runtime::reflector::Store;
@@ -43,7 +44,7 @@ pub struct ShellParts {
     pub keys: AnnotationKeys,
     /// Labels and the taint set around a reboot (`--pre-reboot-node-labels` and the others).
     pub marks: RebootMarks,
-    pub max_unavailable: MaxUnavailable,
+    pub budgets: Budgets,
     pub zone_budget: Option<MaxUnavailable>,
     /// `--concurrency`.
     pub concurrency: Option<MaxUnavailable>,
@@ -92,7 +93,7 @@ pub struct Shell {
     clock: Arc<dyn Clock>,
     keys: AnnotationKeys,
     marks: RebootMarks,
-    max_unavailable: MaxUnavailable,
+    budgets: Budgets,
     zone_budget: Option<MaxUnavailable>,
     concurrency: Option<MaxUnavailable>,
     drains: DrainTracker,
@@ -189,7 +190,7 @@ impl Shell {
             clock: parts.clock,
             keys: parts.keys,
             marks: parts.marks.of_ledger(parts.ledger_store.id()),
-            max_unavailable: parts.max_unavailable,
+            budgets: parts.budgets,
             zone_budget: parts.zone_budget,
             concurrency: parts.concurrency,
             drains: parts.drains,
@@ -368,7 +369,7 @@ impl Shell {
             self.ledger.current(),
             &self.keys,
         );
-        let budget = self.max_unavailable.resolve(summary.nodes);
+        let budget = self.budgets.at(summary.nodes, self.clock.now()).budget;
         if self.reports_gauges {
             self.metrics.pool(&summary, budget);
         }

@@ -59,7 +59,7 @@ impl Shell {
         // the budget above what the pool allows.
         let cached = |v: &&NodeView| self.nodes.get(&ObjectRef::new(v.name())).is_some();
         let pool = views.iter().filter(|v| v.in_pool).filter(cached).count() + others.nodes();
-        let budget = self.max_unavailable.resolve(pool);
+        let budget = self.budgets.at(pool, self.clock.now()).budget;
         let (scheduled, window_open) = self.hold_now();
         let gates = self.gates.read(&self.metrics);
         let now = self.now_ms();

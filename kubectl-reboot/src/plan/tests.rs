@@ -32,7 +32,8 @@ fn pool(nodes: Vec<NodeInput>, paused: bool) -> PoolInput {
 
 fn settings(windows: &[&str]) -> Settings {
     Settings {
-        windows: Windows(windows.iter().map(|w| w.parse().unwrap()).collect()),
+        windows: Windows::new(windows.iter().map(|w| w.parse().unwrap()).collect()),
+        scheduled_budgets: Vec::new(),
         zone_label: "topology.kubernetes.io/zone".into(),
         zone_budget: None,
         concurrency: None,
@@ -202,7 +203,7 @@ fn the_plan_takes_the_specs_settings() {
         None,
     )
     .unwrap();
-    assert_eq!(s.windows.0.len(), 1);
+    assert_eq!(s.windows.open.len(), 1);
     assert_eq!(s.concurrency, Some(MaxUnavailable::Count(2)));
     assert_eq!(s.zone_budget, Some(MaxUnavailable::Percent(50)));
     assert_eq!(s.min_ready, Duration::from_secs(30));

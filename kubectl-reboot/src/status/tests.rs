@@ -706,7 +706,7 @@ fn with_the_controllers_windows_the_estimate_waits_for_the_next_opening() {
     // Without the windows, a closed one holds the pool: no end time.
     assert_eq!(classify(&input).estimate.done_at, None);
     // 2026-01-01 is a Thursday: the window opens at 22:00, the reboot takes 10 minutes.
-    input.windows = controller_core::window::Windows(vec!["Thu 22:00-23:00".parse().unwrap()]);
+    input.windows = controller_core::window::Windows::new(vec!["Thu 22:00-23:00".parse().unwrap()]);
     let s = classify(&input);
     assert_eq!(s.estimate.held_by, None);
     assert_eq!(s.estimate.done_at.as_deref(), Some("2026-01-01T22:10:00Z"));

@@ -14,6 +14,7 @@ use crate::{
     decide::{Fence, NodeView, Round},
     ledger::{Grant, Ledger, LedgerChange},
     pool_index::PoolCounts,
+    scheduled_budget::{Budgets, ScheduledBudget},
     window::Windows,
 };
 use common::{MaxUnavailable, Request};
@@ -41,6 +42,10 @@ pub enum Wait {
     NoZoneLabel,
     /// Outside every `--reboot-window`: waits for the next opening.
     OutsideWindow,
+    /// A `--reboot-blackout` holds new reboots: waits for its end.
+    Blackout,
+    /// A `--scheduled-budget` under way lowers the budget, and its slots are taken.
+    ScheduledBudget,
     /// `reboot-paused=true` on the ledger Lease: nothing starts until it is removed.
     Paused,
     /// A health gate is closed now (alerts firing, Prometheus unreachable, a blocking pod in
@@ -65,6 +70,8 @@ impl Wait {
             Self::ConcurrencyFull => "concurrency full",
             Self::NoZoneLabel => "no zone label",
             Self::OutsideWindow => "outside window",
+            Self::Blackout => "blackout",
+            Self::ScheduledBudget => "scheduled budget full",
             Self::Paused => "paused",
             Self::GateClosed => "gate closed",
             Self::BlockingPod => "blocking pod",
@@ -84,7 +91,12 @@ pub struct PlanInput<'a> {
     /// The rest of the pool, counted.
     pub others: &'a PoolCounts,
     pub ledger: &'a Ledger,
+    /// `--max-unavailable`, resolved.
     pub budget: usize,
+    /// `--scheduled-budget`: each lowers `budget` while under way.
+    pub scheduled_budgets: &'a [ScheduledBudget],
+    /// The pool's size, to resolve the scheduled budgets.
+    pub pool_size: usize,
     pub zone_budget: Option<MaxUnavailable>,
     /// `--concurrency`, resolved against the pool's size.
     pub concurrency: Option<usize>,
@@ -185,6 +197,9 @@ struct Simulation<'a> {
     hold: Duration,
     /// When the last wave was granted.
     last_wave: Option<Timestamp>,
+    /// The last round left requests waiting under a scheduled budget lower than
+    /// `--max-unavailable`: its end is a moment when more may be granted.
+    held_by_schedule: bool,
     /// A slot came free at a time that is not known (no reboot length): what follows has no
     /// known start.
     untimed_free: bool,
@@ -209,6 +224,7 @@ impl<'a> Simulation<'a> {
             },
             hold,
             last_wave: None,
+            held_by_schedule: false,
             untimed_free: false,
             grants: 0,
             input,
@@ -252,7 +268,11 @@ impl<'a> Simulation<'a> {
             if !self.input.windows.is_open(t) {
                 match self.input.windows.next_opening(t) {
                     Some(opening) => {
-                        self.note_all(Wait::OutsideWindow);
+                        let why = match self.input.windows.blackout_at(t) {
+                            Some(_) => Wait::Blackout,
+                            None => Wait::OutsideWindow,
+                        };
+                        self.note_all(why);
                         t = opening;
                         continue;
                     }
@@ -266,13 +286,19 @@ impl<'a> Simulation<'a> {
             if !granted.is_empty() {
                 self.add_wave(t, granted);
             }
-            // The next moment something changes: a slot comes free, or the window closes and
-            // opens again (a grant may come only then).
+            // The next moment something changes: a slot comes free, the window closes and
+            // opens again, or a scheduled budget that holds requests ends (a grant may come
+            // only then).
+            let budget_change = self
+                .held_by_schedule
+                .then(|| self.budgets().next_change(t))
+                .flatten();
             match self
                 .busy
                 .values()
                 .map(|b| b.frees_at)
                 .chain(self.retry_at(t))
+                .chain(budget_change)
                 .min()
             {
                 Some(next) => t = next.max(t),
@@ -313,9 +339,24 @@ impl<'a> Simulation<'a> {
             .saturating_add(u64::try_from(since).unwrap_or(u64::MAX))
     }
 
+    fn budgets(&self) -> Budgets {
+        Budgets {
+            base: MaxUnavailable::Count(u32::try_from(self.input.budget).unwrap_or(u32::MAX)),
+            scheduled: self.input.scheduled_budgets.to_vec(),
+        }
+    }
+
+    /// The budget in force at `t`, and whether a scheduled budget lowers it.
+    fn budget_at(&self, t: Timestamp) -> (usize, bool) {
+        let budget = self.budgets().at(self.input.pool_size, t).budget;
+        (budget, budget < self.input.budget)
+    }
+
     /// One decision at `t`: the nodes granted, noting why the others wait.
     fn round(&mut self, t: Timestamp) -> Vec<Grant> {
         let decision = self.decide(t);
+        let lowered = self.budget_at(t).1;
+        self.held_by_schedule = lowered && !decision.waiting.is_empty();
         for name in &decision.waiting {
             let why = if decision.zone_full.contains(name) {
                 Wait::ZoneFull
@@ -325,6 +366,8 @@ impl<'a> Simulation<'a> {
                 Wait::NoZoneLabel
             } else if decision.blocked.contains(name) {
                 Wait::BlockingPod
+            } else if lowered {
+                Wait::ScheduledBudget
             } else {
                 Wait::BudgetFull
             };
@@ -345,7 +388,7 @@ impl<'a> Simulation<'a> {
             others: self.input.others,
             ledger: &self.ledger,
             deleted: &BTreeSet::new(),
-            budget: self.input.budget,
+            budget: self.budget_at(t).0,
             zone_budget: self.input.zone_budget,
             concurrency: self.input.concurrency,
             drain_enabled: true,

@@ -33,6 +33,7 @@ fn requested(names: &[&str]) -> Vec<NodeView> {
 struct Setup {
     ledger: Ledger,
     windows: Windows,
+    scheduled_budgets: Vec<ScheduledBudget>,
     blocked: BTreeSet<String>,
     others: PoolCounts,
 }
@@ -44,7 +45,8 @@ impl Setup {
                 id: "ns/slots".into(),
                 ..Ledger::default()
             },
-            windows: Windows(windows.iter().map(|w| w.parse().unwrap()).collect()),
+            windows: Windows::new(windows.iter().map(|w| w.parse().unwrap()).collect()),
+            scheduled_budgets: Vec::new(),
             blocked: BTreeSet::new(),
             others: PoolCounts::default(),
         }
@@ -56,6 +58,8 @@ impl Setup {
             others: &self.others,
             ledger: &self.ledger,
             budget,
+            scheduled_budgets: &self.scheduled_budgets,
+            pool_size: 10,
             zone_budget: None,
             concurrency: None,
             windows: &self.windows,
@@ -149,6 +153,74 @@ fn a_pool_the_window_has_no_room_for_spills_into_the_next_opening() {
         "it waited for the first window, then for the budget, then for the next window"
     );
     assert_eq!(plan.done_at, Some(at("2026-12-01T22:40:00Z")));
+}
+
+#[test]
+fn a_blackout_holds_every_wave_until_it_ends() {
+    // No window: reboots may start at any time but during the blackout, 10:30 to 12:00.
+    let mut setup = Setup::new(&[]);
+    setup.windows = setup
+        .windows
+        .with_blackouts(vec!["2026-11-24T10:30..2026-11-24T12:00".parse().unwrap()]);
+    let nodes = requested(&["n1", "n2", "n3"]);
+    let plan = plan(setup.input(nodes, 1, "2026-11-24T10:00:00Z"));
+    assert_eq!(
+        starts(&plan),
+        [
+            "2026-11-24T10:00:00Z",
+            "2026-11-24T10:20:00Z",
+            "2026-11-24T12:00:00Z"
+        ],
+        "the third wave would start at 10:40, in the blackout"
+    );
+    assert_eq!(
+        plan.waves[2].nodes[0].waited,
+        [Wait::BudgetFull, Wait::Blackout]
+    );
+}
+
+#[test]
+fn a_scheduled_budget_changes_the_size_of_the_waves() {
+    // 3 at a time, but 1 by day from 08:00.
+    let mut setup = Setup::new(&[]);
+    setup.scheduled_budgets = vec!["1 daily 08:00-20:00".parse().unwrap()];
+    let nodes = requested(&["n1", "n2", "n3", "n4", "n5", "n6", "n7", "n8"]);
+    let plan = plan(setup.input(nodes, 3, "2026-11-24T07:30:00Z"));
+    let sizes: Vec<usize> = plan.waves.iter().map(|w| w.nodes.len()).collect();
+    assert_eq!(sizes, [3, 3, 1, 1], "{:?}", starts(&plan));
+    assert_eq!(
+        starts(&plan),
+        [
+            "2026-11-24T07:30:00Z",
+            "2026-11-24T07:50:00Z",
+            "2026-11-24T08:10:00Z",
+            "2026-11-24T08:30:00Z"
+        ]
+    );
+    assert_eq!(plan.waves[2].nodes[0].waited, [Wait::BudgetFull]);
+    assert_eq!(
+        plan.waves[3].nodes[0].waited,
+        [Wait::BudgetFull, Wait::ScheduledBudget]
+    );
+}
+
+#[test]
+fn a_freeze_at_zero_holds_the_rollout_and_it_goes_on_after_it() {
+    let mut setup = Setup::new(&[]);
+    setup.scheduled_budgets = vec!["0 2026-11-24T08:00..2026-11-25T08:00".parse().unwrap()];
+    let nodes = requested(&["n1", "n2", "n3"]);
+    let plan = plan(setup.input(nodes, 2, "2026-11-24T07:50:00Z"));
+    assert_eq!(
+        starts(&plan),
+        ["2026-11-24T07:50:00Z", "2026-11-25T08:00:00Z"],
+        "the slots freed at 08:10 are not given again during the freeze"
+    );
+    assert_eq!(names(&plan.waves[1]), ["n3"]);
+    assert_eq!(
+        plan.waves[1].nodes[0].waited,
+        [Wait::BudgetFull, Wait::ScheduledBudget]
+    );
+    assert!(plan.left.is_empty());
 }
 
 #[test]

@@ -7,7 +7,7 @@ fn at(utc: &str) -> Timestamp {
 }
 
 fn windows(texts: &[&str]) -> Windows {
-    Windows(texts.iter().map(|t| t.parse().unwrap()).collect())
+    Windows::new(texts.iter().map(|t| t.parse().unwrap()).collect())
 }
 
 #[test]

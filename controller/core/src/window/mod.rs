@@ -12,6 +12,9 @@ use jiff::{
 };
 use std::{fmt, str::FromStr};
 
+mod period;
+pub use period::{PERIOD_SYNTAX, Period};
+
 /// The accepted syntax, shown with every parse error.
 pub const SYNTAX: &str = "a window is `DAYS HH:MM-HH:MM [ZONE]`, such as \
     `Mon-Fri 22:00-06:00 Europe/Berlin` or `daily 01:00-05:00`: DAYS is `daily` or days \
@@ -364,38 +367,95 @@ fn weekday_index(day: &Date) -> usize {
         .unwrap_or_default()
 }
 
-/// Every `--reboot-window`: their union. None at all means always open.
+/// Every `--reboot-window` (their union) and every `--reboot-blackout`: a window opens what no
+/// blackout closes. No window at all means always open.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Windows(pub Vec<Window>);
+pub struct Windows {
+    pub open: Vec<Window>,
+    pub blackouts: Vec<Period>,
+}
+
+/// Blackouts followed one into the next at most, when looking for the end of one: far above
+/// any real list, so that a bug cannot loop forever.
+const MAX_BLACKOUT_STEPS: usize = 1_000;
 
 impl Windows {
-    pub fn is_open(&self, now: Timestamp) -> bool {
-        self.0.is_empty() || self.0.iter().any(|w| w.is_open(now))
-    }
-
-    /// When new grants may next be made: `now` while open.
-    pub fn next_opening(&self, now: Timestamp) -> Option<Timestamp> {
-        if self.0.is_empty() {
-            return Some(now);
+    pub fn new(open: Vec<Window>) -> Windows {
+        Windows {
+            open,
+            blackouts: Vec::new(),
         }
-        self.0.iter().filter_map(|w| w.next_opening(now)).min()
     }
 
-    /// After `now`, the first moment one of the windows opens or closes: whether new grants may
-    /// be made (and, with `--finish-after-window=false`, whether grants may go on) can change
-    /// only then. `None` without windows.
+    pub fn with_blackouts(self, blackouts: Vec<Period>) -> Windows {
+        Windows { blackouts, ..self }
+    }
+
+    /// Whether new grants may be made at `now`: a window is open and no blackout is.
+    pub fn is_open(&self, now: Timestamp) -> bool {
+        self.windows_open(now) && self.blackout_at(now).is_none()
+    }
+
+    fn windows_open(&self, now: Timestamp) -> bool {
+        self.open.is_empty() || self.open.iter().any(|w| w.is_open(now))
+    }
+
+    /// The blackout that holds new grants at `now`, if one does.
+    pub fn blackout_at(&self, now: Timestamp) -> Option<&Period> {
+        self.blackouts.iter().find(|b| b.is_active(now))
+    }
+
+    /// When new grants may next be made: `now` while open; `None` if not within four years.
+    pub fn next_opening(&self, now: Timestamp) -> Option<Timestamp> {
+        let mut t = now;
+        for _ in 0..MAX_BLACKOUT_STEPS {
+            if !self.open.is_empty() {
+                t = self.open.iter().filter_map(|w| w.next_opening(t)).min()?;
+            }
+            if self.blackout_at(t).is_none() {
+                return Some(t);
+            }
+            t = self.blackout_end(t)?;
+        }
+        None
+    }
+
+    /// When the blackouts active at `t` (and those they run into) are over.
+    fn blackout_end(&self, mut t: Timestamp) -> Option<Timestamp> {
+        for _ in 0..MAX_BLACKOUT_STEPS {
+            let active = self.blackouts.iter().filter(|b| b.is_active(t));
+            match active.filter_map(|b| b.next_change(t)).max() {
+                Some(end) => t = end,
+                None if self.blackout_at(t).is_some() => return None,
+                None => return Some(t),
+            }
+        }
+        None
+    }
+
+    /// After `now`, the first moment a window or a blackout starts or ends: whether new grants
+    /// may be made (and, with `--finish-after-window=false`, whether grants may go on) can
+    /// change only then. `None` without windows and blackouts.
     pub fn next_change(&self, now: Timestamp) -> Option<Timestamp> {
-        self.0.iter().filter_map(|w| w.next_change(now)).min()
+        let windows = self.open.iter().filter_map(|w| w.next_change(now));
+        let blackouts = self.blackouts.iter().filter_map(|b| b.next_change(now));
+        windows.chain(blackouts).min()
     }
 }
 
 impl fmt::Display for Windows {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.0.is_empty() {
-            return f.write_str("always");
+        if self.open.is_empty() {
+            f.write_str("always")?;
+        } else {
+            let texts: Vec<String> = self.open.iter().map(ToString::to_string).collect();
+            f.write_str(&texts.join(" or "))?;
         }
-        let texts: Vec<String> = self.0.iter().map(ToString::to_string).collect();
-        f.write_str(&texts.join(" or "))
+        if !self.blackouts.is_empty() {
+            let texts: Vec<String> = self.blackouts.iter().map(ToString::to_string).collect();
+            write!(f, ", except {}", texts.join(" and "))?;
+        }
+        Ok(())
     }
 }
 

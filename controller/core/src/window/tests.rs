@@ -84,7 +84,7 @@ fn new_york_overnight_windows_across_both_changes() {
 
 #[test]
 fn several_windows_are_a_union_and_none_is_always_open() {
-    let windows = Windows(vec![
+    let windows = Windows::new(vec![
         window("Sat,Sun 00:00-24:00"),
         window("Wed 12:00-13:00 UTC"),
     ]);
@@ -281,4 +281,60 @@ fn a_cron_window_in_a_zone_whose_clocks_change_by_half_an_hour_is_refused() {
         weekly.next_opening(fold),
         Some("2026-04-04T16:30:00Z".parse().unwrap())
     );
+}
+
+#[test]
+fn a_blackout_closes_what_the_windows_open() {
+    // Weekdays 22:00-06:00, but not from Christmas Eve's evening to the 27th's morning.
+    let windows = Windows::new(vec![window("Mon-Fri 22:00-06:00")])
+        .with_blackouts(vec!["2026-12-24T18:00..2026-12-27T06:00".parse().unwrap()]);
+    // 2026-12-23 is a Wednesday.
+    assert!(windows.is_open(at("2026-12-23T23:00:00Z")));
+    assert!(
+        !windows.is_open(at("2026-12-24T23:00:00Z")),
+        "Thursday, Christmas Eve"
+    );
+    assert_eq!(
+        windows
+            .blackout_at(at("2026-12-24T23:00:00Z"))
+            .map(ToString::to_string),
+        Some("2026-12-24T18:00..2026-12-27T06:00".to_owned())
+    );
+    assert_eq!(
+        windows.next_opening(at("2026-12-24T12:00:00Z")),
+        Some(at("2026-12-28T22:00:00Z")),
+        "Friday's window is in the blackout; the next is Monday's"
+    );
+    assert_eq!(
+        windows.next_change(at("2026-12-24T12:00:00Z")),
+        Some(at("2026-12-24T18:00:00Z")),
+        "the blackout's start is a change"
+    );
+    assert_eq!(
+        windows.to_string(),
+        "Mon-Fri 22:00-06:00, except 2026-12-24T18:00..2026-12-27T06:00"
+    );
+}
+
+#[test]
+fn blackouts_that_run_into_each_other_are_followed_to_the_end_of_the_last() {
+    let windows = Windows::default().with_blackouts(vec![
+        "2026-12-20..2026-12-24".parse().unwrap(),
+        "2026-12-24T12:00..2026-12-26T00:00".parse().unwrap(),
+        "Sat,Sun 00:00-24:00".parse().unwrap(),
+    ]);
+    // The 25th is a Friday: the second runs into Saturday's, which runs into Sunday's.
+    assert!(!windows.is_open(at("2026-12-21T00:00:00Z")));
+    assert_eq!(
+        windows.next_opening(at("2026-12-21T00:00:00Z")),
+        Some(at("2026-12-28T00:00:00Z"))
+    );
+    assert!(windows.is_open(at("2026-12-28T00:00:00Z")));
+}
+
+#[test]
+fn a_blackout_that_never_ends_never_opens() {
+    let windows = Windows::default().with_blackouts(vec!["daily 00:00-24:00".parse().unwrap()]);
+    assert!(!windows.is_open(at("2026-12-21T00:00:00Z")));
+    assert_eq!(windows.next_opening(at("2026-12-21T00:00:00Z")), None);
 }

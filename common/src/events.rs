@@ -162,6 +162,9 @@ reasons! {
     /// (`--check-disruption-budgets`): not granted; with `--force-reboot`, granted and its
     /// drain forced.
     DisruptionBudget,
+    /// A requested node is being removed by an autoscaler (its `ToBeDeletedByClusterAutoscaler`
+    /// or `karpenter.sh/disrupted` taint): not granted while the taint is there.
+    NodeBeingRemoved,
     /// A drain timed out and the node is rebooted anyway with pods on it (`--force-reboot`).
     RebootForced,
     /// A label of a key `--pre-reboot-node-labels` or `--post-reboot-node-labels` sets was
@@ -252,6 +255,7 @@ mod tests {
                 "BlockingPod",
                 "NoAgent",
                 "DisruptionBudget",
+                "NodeBeingRemoved",
                 "RebootForced",
                 "LabelKept",
                 "PreflightUnanswered",

@@ -6,6 +6,7 @@
 #![recursion_limit = "256"]
 
 mod agent_watch;
+mod autoscalers;
 mod bad_input;
 mod blackouts;
 mod chaos;

@@ -824,6 +824,7 @@ impl Context<'_> {
                 Controller::DrainBlocked.as_str(),
                 Controller::NoAgent.as_str(),
                 Controller::DisruptionBudget.as_str(),
+                Controller::NodeBeingRemoved.as_str(),
                 // Not reasons to wait, but they end a wait: an Event before them is old.
                 Controller::Draining.as_str(),
                 Controller::RebootApproved.as_str(),

@@ -42,6 +42,9 @@ pub enum WaitReason {
     /// A PodDisruptionBudget that allows no disruption covers one of its pods: not cordoned
     /// until the budget allows one (`DisruptionBudget`, which names the budget).
     DisruptionBudget,
+    /// An autoscaler is removing it (`ToBeDeletedByClusterAutoscaler`, `karpenter.sh/disrupted`):
+    /// not cordoned while the taint is there (`NodeBeingRemoved`).
+    BeingRemoved,
     /// Two or more RebootPools select it: none of them grants it until their selectors no
     /// longer overlap.
     Overlap,
@@ -65,6 +68,7 @@ impl WaitReason {
             Self::DrainTimedOut => "drain timed out, retried later",
             Self::NoAgent => "no agent",
             Self::DisruptionBudget => "PodDisruptionBudget allows no disruption",
+            Self::BeingRemoved => "an autoscaler is removing it",
             Self::Overlap => "in two pools",
         }
     }
@@ -86,6 +90,7 @@ impl WaitReason {
             R::DrainBlocked => Self::DrainTimedOut,
             R::NoAgent => Self::NoAgent,
             R::DisruptionBudget => Self::DisruptionBudget,
+            R::NodeBeingRemoved => Self::BeingRemoved,
             _ => return None,
         })
     }

@@ -7,6 +7,7 @@
 //! runtime), so the compiler keeps it pure.
 
 pub mod alerts;
+pub mod autoscaler;
 pub mod budget;
 pub mod decide;
 pub mod dry_run;

@@ -20,7 +20,10 @@ use crate::{
 };
 use common::events::NOTE_REQUESTED;
 use common::eviction::{Disposition, disposition};
-use controller_core::decide::{NodeView, Preflight};
+use controller_core::{
+    autoscaler,
+    decide::{NodeView, Preflight},
+};
 use futures::StreamExt as _;
 use k8s_openapi::api::{core::v1::Pod, policy::v1::PodDisruptionBudget};
 use kube::{
@@ -693,6 +696,7 @@ fn publish(metrics: &Metrics, held: &BTreeMap<String, Preflight>, unanswered: [b
     for (check, name) in [
         (Preflight::NoAgent, CHECKS[AGENTS]),
         (Preflight::DisruptionBudget, CHECKS[BUDGETS]),
+        (Preflight::BeingRemoved, "being_removed"),
         (Preflight::Checking, "checking"),
     ] {
         let count = held.values().filter(|c| **c == check).count();
@@ -748,7 +752,9 @@ pub fn held(
                     .contains_key(name)
                     .then_some(Preflight::DisruptionBudget),
             };
-            Some((name.to_owned(), agent.or(budget)?))
+            // Whatever the checks say: the node is going away.
+            let removed = autoscaler::removal_taint(&v.facts).map(|_| Preflight::BeingRemoved);
+            Some((name.to_owned(), removed.or(agent).or(budget)?))
         })
         .collect()
 }
@@ -777,6 +783,15 @@ impl PreflightReading {
                      the node, so nothing would take reboot-now; another node may go first (is \
                      the reboot-agent DaemonSet scheduled here?)",
                     self.agent_selector
+                ),
+            )),
+            Preflight::BeingRemoved => Some((
+                Reason::NodeBeingRemoved,
+                format!(
+                    "{NOTE_REQUESTED}not cordoned: an autoscaler is removing the node (its {} \
+                     taint), and a reboot would race its removal; it is granted if the taint \
+                     goes and the node stays",
+                    autoscaler::REMOVAL_TAINTS.join(" or ")
                 ),
             )),
             Preflight::DisruptionBudget => Some((
@@ -1081,6 +1096,31 @@ mod tests {
             tokio::task::yield_now().await;
         }
         assert_eq!(listing.last_error(), None);
+    }
+
+    #[test]
+    fn a_node_an_autoscaler_is_removing_is_held_whatever_the_checks_and_force_say() {
+        let mut removed = requested("gone");
+        removed.facts = NodeBuilder::new("gone")
+            .annotation("reboot-needed", "true")
+            .taint("ToBeDeletedByClusterAutoscaler", "NoSchedule")
+            .facts();
+        let views = [removed, requested("stays")];
+        let expected = BTreeMap::from([("gone".to_owned(), Preflight::BeingRemoved)]);
+        for (agents, force) in [(Check::Off, false), (Check::Unanswered, true)] {
+            assert_eq!(held(&views, agents, Check::Off, force), expected);
+        }
+        let reading = PreflightReading {
+            held: expected,
+            ..PreflightReading::default()
+        };
+        let (reason, note) = reading.event("gone").expect("an Event");
+        assert_eq!(reason, Reason::NodeBeingRemoved);
+        assert!(
+            note.contains("ToBeDeletedByClusterAutoscaler or karpenter.sh/disrupted"),
+            "{note}"
+        );
+        assert_eq!(reading.event("stays"), None);
     }
 
     #[test]

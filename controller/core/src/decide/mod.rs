@@ -73,6 +73,9 @@ pub enum Preflight {
     /// A PodDisruptionBudget that allows no disruption covers a pod the drain would evict:
     /// the drain could not finish.
     DisruptionBudget,
+    /// An autoscaler is removing the node (`autoscaler::REMOVAL_TAINTS`): a reboot would race
+    /// its removal.
+    BeingRemoved,
     /// A check cannot tell yet (its watch has not listed, or a budget's pods are being read).
     Checking,
 }

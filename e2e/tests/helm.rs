@@ -425,6 +425,8 @@ fn sample_values() -> Value {
             "rebootTimeout": "45m",
             "giveUpAfter": "2h",
             "rebootWindow": ["Mon-Fri 22:00-06:00 Europe/Berlin", "0 2 * * 6 4h"],
+            "rebootBlackout": ["2026-12-20..2027-01-03 Europe/Berlin", "Fri 16:00-24:00"],
+            "scheduledBudget": ["1 Mon-Fri 06:00-22:00 Europe/Berlin", "0 2026-12-20..2027-01-03"],
             "finishAfterWindow": false,
             "blockingPodSelector": ["app=backup", "reboot-blocker=true"],
             "blockingPodSelectorScope": "cluster",

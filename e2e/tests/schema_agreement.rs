@@ -267,6 +267,24 @@ fn cases_of(section: &str, key: &str) -> Option<Vec<Value>> {
             json!(["Mon-Fri 22:00-06:00 Mars/Olympus"]),
             json!(["Funday 22:00-06:00"]),
         ],
+        ("controller", "rebootBlackout") => vec![
+            json!([]),
+            json!(["2026-12-20..2027-01-03 Europe/Berlin"]),
+            json!(["2026-12-24T18:00..2026-12-27T06:00", "Fri 16:00-24:00"]),
+            json!(["0 0 24 12 * 72h"]),
+            json!([""]),
+            json!(["2027-01-03..2026-12-20"]),
+            json!(["sometime"]),
+        ],
+        ("controller", "scheduledBudget") => vec![
+            json!([]),
+            json!(["1 Mon-Fri 06:00-22:00 Europe/Berlin"]),
+            json!(["0 2026-12-20..2027-01-03", "25% daily 01:00-05:00"]),
+            json!(["1"]),
+            json!(["one daily 01:00-05:00"]),
+            json!(["150% daily 01:00-05:00"]),
+            json!(["1 sometime"]),
+        ],
         ("controller", "blockingPodSelector") => vec![
             json!([]),
             json!(["app=backup"]),
@@ -479,6 +497,26 @@ fn only_the_program() -> Vec<(&'static str, Value, &'static str)> {
             "controller.flags.rebootWindow",
             json!(["Funday 22:00-06:00"]),
             "a day's name: the schema checks the window's shape, not its words",
+        ),
+        (
+            "controller.flags.rebootBlackout",
+            json!(["2027-01-03..2026-12-20"]),
+            "the order of two dates: the schema checks a blackout is not blank",
+        ),
+        (
+            "controller.flags.rebootBlackout",
+            json!(["sometime"]),
+            "a period's words: the schema checks a blackout is not blank",
+        ),
+        (
+            "controller.flags.scheduledBudget",
+            json!(["150% daily 01:00-05:00"]),
+            "a percentage over 100: the schema checks the budget is a number or a percentage",
+        ),
+        (
+            "controller.flags.scheduledBudget",
+            json!(["1 sometime"]),
+            "a period's words: the schema checks the budget and that a period follows",
         ),
         (
             "controller.flags.notifyUrl",

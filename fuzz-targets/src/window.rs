@@ -26,20 +26,8 @@ pub fn window(data: &[u8]) {
     let (open, closed): (Vec<&str>, Vec<&str>) = text.split(';').partition(|t| !t.starts_with('!'));
     let windows: Vec<Window> = open.iter().filter_map(|t| t.parse().ok()).collect();
     let blackouts: Vec<Period> = closed.iter().filter_map(|t| t[1..].parse().ok()).collect();
-    for blackout in &blackouts {
-        let written = blackout.to_string();
-        let again: Period = written
-            .parse()
-            .unwrap_or_else(|e| panic!("{text:?} written {written:?} no longer parses: {e}"));
-        assert_eq!(&again, blackout, "{text:?} written {written:?}");
-    }
-    for window in &windows {
-        let written = window.to_string();
-        let again: Window = written
-            .parse()
-            .unwrap_or_else(|e| panic!("{text:?} written {written:?} no longer parses: {e}"));
-        assert_eq!(&again, window, "{text:?} written {written:?}");
-    }
+    blackouts.iter().for_each(|b| written_parses_back(text, b));
+    windows.iter().for_each(|w| written_parses_back(text, w));
     if windows.is_empty() {
         return;
     }
@@ -58,6 +46,18 @@ pub fn window(data: &[u8]) {
         let now: Timestamp = now.parse().expect("a valid instant");
         check_at(&windows, now);
     }
+}
+
+/// `item`, read from `text`, parses back from its own text to the same item.
+fn written_parses_back<T>(text: &str, item: &T)
+where
+    T: std::str::FromStr<Err = String> + std::fmt::Display + PartialEq + std::fmt::Debug,
+{
+    let written = item.to_string();
+    let again: T = written
+        .parse()
+        .unwrap_or_else(|e| panic!("{text:?} written {written:?} no longer parses: {e}"));
+    assert_eq!(&again, item, "{text:?} written {written:?}");
 }
 
 fn check_at(windows: &Windows, now: Timestamp) {

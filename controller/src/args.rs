@@ -214,7 +214,7 @@ pub struct Args {
     /// the lowest applies; a lower budget revokes nothing under way, it only holds new reboots
     /// until the pool is under it. Repeat the flag, or separate them with `;` in
     /// SCHEDULED_BUDGET.
-    #[arg(long = "scheduled-budget", env = "SCHEDULED_BUDGET", value_name = "BUDGET WHEN",
+    #[arg(long = "scheduled-budget", env = "SCHEDULED_BUDGET", value_name = "BUDGET WHEN", allow_hyphen_values = true,
           value_delimiter = ';', value_parser = parse_scheduled_budget)]
     pub scheduled_budgets: Vec<ScheduledBudget>,
 

@@ -174,6 +174,50 @@ fn bad_reboot_windows_stop_the_controller_at_start_showing_the_syntax() {
 }
 
 #[test]
+fn bad_blackouts_and_scheduled_budgets_stop_the_controller_at_start_showing_the_syntax() {
+    for (flag, value, why, syntax) in [
+        (
+            "--reboot-blackout",
+            "2027-01-03..2026-12-20",
+            "ends before it starts",
+            "`FROM..UNTIL [ZONE]`",
+        ),
+        (
+            "--reboot-blackout",
+            "2026-12-20..2027-01-03 Europe/Atlantis",
+            "not a known IANA time zone",
+            "`FROM..UNTIL [ZONE]`",
+        ),
+        (
+            "--reboot-blackout",
+            "christmas",
+            "not a range of dates",
+            "`Mon-Fri 22:00-06:00 Europe/Berlin`",
+        ),
+        (
+            "--scheduled-budget",
+            "1",
+            "expected a budget and when it applies",
+            "`BUDGET WHEN`",
+        ),
+        (
+            "--scheduled-budget",
+            "-1 daily 01:00-05:00",
+            "negative",
+            "`BUDGET WHEN`",
+        ),
+        (
+            "--scheduled-budget",
+            "1 2027-01-03..2026-12-20",
+            "ends before it starts",
+            "`BUDGET WHEN`",
+        ),
+    ] {
+        refused_at_start(&[flag, value], &[why, syntax]);
+    }
+}
+
+#[test]
 fn bad_health_gates_stop_the_controller_at_start() {
     for (args, why) in [
         (

@@ -283,7 +283,7 @@ pub struct PlanArgs {
 
     /// The controller's `--scheduled-budget`s (repeat the flag, or separate them with `;` in
     /// SCHEDULED_BUDGET): each lowers the budget while under way.
-    #[arg(long = "scheduled-budget", env = "SCHEDULED_BUDGET", value_name = "BUDGET WHEN",
+    #[arg(long = "scheduled-budget", env = "SCHEDULED_BUDGET", value_name = "BUDGET WHEN", allow_hyphen_values = true,
           value_delimiter = ';', value_parser = parse_scheduled_budget)]
     pub scheduled_budgets: Vec<ScheduledBudget>,
 

@@ -100,7 +100,8 @@ reasons! {
         DrainBlocked, RebootForced, InvalidRequest, LedgerDamaged, LedgerRecreated,
         UnknownFormat, UnexpectedPauseValue, NotReadyAfterReboot, RebootOverdue,
         ZoneLabelMissing, NoAgent, PrometheusUnreachable, LabelKept, UnexpectedOptOutValue,
-        UnexpectedAbandonValue, PreflightUnanswered, GaveUp, InvalidSpec, PoolOverlap,
+        UnexpectedAbandonValue, PreflightUnanswered, GaveUp, InvalidSpec, PoolOverlap, SetAside,
+        Stalled, UnexpectedDrainFailuresValue,
     ],
     Requested,
     Draining,
@@ -180,6 +181,15 @@ reasons! {
     InvalidSpec,
     /// A node is selected by two `RebootPool`s: neither grants it.
     PoolOverlap,
+    /// A node's drains failed `--drain-attempts` times: set aside, not granted again until an
+    /// administrator removes its `reboot-drain-failures`; the Event names the blocking pods.
+    SetAside,
+    /// More nodes of the pool are set aside than `--max-blocked-nodes`: no new reboot starts
+    /// until an administrator looks at them.
+    Stalled,
+    /// A requested node's `reboot-drain-failures` is not a count (edited by hand): read as set
+    /// aside.
+    UnexpectedDrainFailuresValue,
 }
 
 reasons! {
@@ -262,6 +272,9 @@ mod tests {
                 "GaveUp",
                 "InvalidSpec",
                 "PoolOverlap",
+                "SetAside",
+                "Stalled",
+                "UnexpectedDrainFailuresValue",
             ]
         );
         let agent: Vec<_> = AgentReason::ALL.iter().map(|r| r.as_str()).collect();
@@ -338,6 +351,9 @@ mod tests {
                 "GaveUp",
                 "InvalidSpec",
                 "PoolOverlap",
+                "SetAside",
+                "Stalled",
+                "UnexpectedDrainFailuresValue",
             ]
         );
         assert!(!AgentReason::Rebooting.is_warning());

@@ -39,6 +39,11 @@ pub const REBOOT_TAINTED: &str = "reboot-tainted";
 /// controller with the grant and removed with it. None (every node before versions existed)
 /// reads as version 1; a version this build does not know makes it leave the node alone.
 pub const REBOOT_PROTOCOL_VERSION: &str = "reboot-protocol-version";
+/// How many drains of the node's standing request failed, and what blocked the last one
+/// (`crate::drain_failures`): written by the controller when it gives a failed drain's slot
+/// back, removed when the node completes a reboot or its request goes. With `--drain-attempts`,
+/// a node that failed that many times is set aside until an administrator removes this.
+pub const REBOOT_DRAIN_FAILURES: &str = "reboot-drain-failures";
 
 /// Who asked for the last reboot and why, when it was not an administrator: written with
 /// `reboot-needed` by an agent that found its node's reboot sentinel
@@ -70,7 +75,7 @@ pub const AGENT_MAY_CHANGE: [&str; 7] = [
 
 /// The controller's alone: the grant keys, so no agent can forge a slot, and the cordon marker
 /// and completion time, so no agent can mark an administrator's cordon as the operator's.
-pub const CONTROLLER_ONLY: [&str; 8] = [
+pub const CONTROLLER_ONLY: [&str; 9] = [
     REBOOT_CORDONED,
     REBOOT_LAST_COMPLETED,
     REBOOT_GRANT,
@@ -79,6 +84,7 @@ pub const CONTROLLER_ONLY: [&str; 8] = [
     REBOOT_LABELLED,
     REBOOT_TAINTED,
     REBOOT_PROTOCOL_VERSION,
+    REBOOT_DRAIN_FAILURES,
 ];
 
 /// The administrator's alone: no agent may give its own node up (it would free its slot while
@@ -86,8 +92,8 @@ pub const CONTROLLER_ONLY: [&str; 8] = [
 pub const ADMINISTRATOR_ONLY: [&str; 1] = [REBOOT_ABANDON];
 
 /// Every key, for documentation: the agent's, the controller's, then the administrator's.
-pub const ALL: [&str; 16] = {
-    let mut all = [""; 16];
+pub const ALL: [&str; 17] = {
+    let mut all = [""; 17];
     let mut i = 0;
     let controllers = AGENT_MAY_CHANGE.len() + CONTROLLER_ONLY.len();
     while i < all.len() {
@@ -130,6 +136,7 @@ pub struct AnnotationKeys {
     pub labelled: String,
     pub tainted: String,
     pub protocol_version: String,
+    pub drain_failures: String,
     pub requested_by: String,
     pub sentinel: String,
     pub abandon: String,
@@ -173,6 +180,7 @@ impl AnnotationKeys {
             labelled: key(REBOOT_LABELLED),
             tainted: key(REBOOT_TAINTED),
             protocol_version: key(REBOOT_PROTOCOL_VERSION),
+            drain_failures: key(REBOOT_DRAIN_FAILURES),
             requested_by: key(REBOOT_REQUESTED_BY),
             sentinel: key(REBOOT_SENTINEL),
             abandon: key(REBOOT_ABANDON),
@@ -181,7 +189,7 @@ impl AnnotationKeys {
     }
 
     /// Every annotation key in use, in the order of [`ALL`].
-    pub fn all(&self) -> [&str; 16] {
+    pub fn all(&self) -> [&str; 17] {
         [
             &self.needed,
             &self.now,
@@ -198,6 +206,7 @@ impl AnnotationKeys {
             &self.labelled,
             &self.tainted,
             &self.protocol_version,
+            &self.drain_failures,
             &self.abandon,
         ]
     }

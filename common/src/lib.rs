@@ -4,6 +4,7 @@
 
 pub mod abandon;
 pub mod budget;
+pub mod drain_failures;
 pub mod duration;
 pub mod events;
 pub mod eviction;

@@ -537,6 +537,12 @@ impl<'a> Transition<'a> {
                 .remove_annotation(&self.keys.grant);
         }
         ops = self.forget_format(node, ops);
+        // The reboot is done: the failed drains of its request are history.
+        if let Some(failures) = &state.drain_failures {
+            ops = ops
+                .test_annotation(&self.keys.drain_failures, failures)
+                .remove_annotation(&self.keys.drain_failures);
+        }
         let recorded = self.recorded_labels(node);
         ops = self.remove_pre_labels(node, ops, &recorded, &self.marks.post_reboot_labels);
         ops = self.set_post_labels(node, ops, &recorded);
@@ -548,14 +554,34 @@ impl<'a> Transition<'a> {
     /// the node back as it was, dropping `grant` (the node's, when `None`). `None` when there
     /// is nothing to undo.
     pub fn release(&self, node: &NodeFacts) -> Option<Patch> {
+        self.release_ops(node).map(Ops::build)
+    }
+
+    /// Controller, the drain of the node's grant failed: give it back as [`Self::release`]
+    /// does, and count the failure in `reboot-drain-failures` with the pods that blocked it
+    /// (`blocking`, each with why), all while the node is as it was read.
+    pub fn release_failed_drain(&self, node: &NodeFacts, blocking: &[String]) -> Patch {
+        let recorded = node.protocol(self.keys).drain_failures;
+        let failures = crate::drain_failures::DrainFailures::next(recorded.as_deref(), blocking);
+        self.release_ops(node)
+            .unwrap_or_else(|| Ops::on(node).test_unchanged(node))
+            .set_annotation(&self.keys.drain_failures, &failures.to_value())
+            .build()
+    }
+
+    fn release_ops(&self, node: &NodeFacts) -> Option<Ops> {
         let state = node.protocol(self.keys);
-        // A node whose request stands waits again: its waiting taint stays.
-        let untaint = state.tainted.is_some() && state.request != Request::Needed;
+        // A node whose request stands waits again: its waiting taint, and the count of its
+        // failed drains, stay.
+        let withdrawn = state.request != Request::Needed;
+        let untaint = state.tainted.is_some() && withdrawn;
+        let forget_failures = state.drain_failures.is_some() && withdrawn;
         if !state.cordoned_by_operator
             && state.grant.is_none()
             && state.approved_at.is_none()
             && state.labelled.is_none()
             && !untaint
+            && !forget_failures
         {
             return None;
         }
@@ -570,7 +596,10 @@ impl<'a> Transition<'a> {
         if untaint {
             ops = self.remove_waiting_taint(node, ops);
         }
-        Some(self.uncordon_ops(node, ops).build())
+        if forget_failures {
+            ops = ops.remove_annotation(&self.keys.drain_failures);
+        }
+        Some(self.uncordon_ops(node, ops))
     }
     /// Controller, an administrator gives the node up (`reboot-abandon`): clears every key of
     /// the protocol it has (the request, the go-ahead, the reboot under way, its proof, the
@@ -592,6 +621,7 @@ impl<'a> Transition<'a> {
             &self.keys.done,
             &self.keys.grant,
             &self.keys.protocol_version,
+            &self.keys.drain_failures,
         ] {
             if let Some(value) = node.annotations.get(key) {
                 ops = ops.test_annotation(key, value).remove_annotation(key);

@@ -131,6 +131,17 @@ pub struct RebootPoolSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = Rule::new("self.matches('^([0-9]+(ms|s|m|h))+$') && duration(self) > duration('0s')").message("giveUpAfter must be a positive duration such as \"2h\""))]
     pub give_up_after: Option<String>,
+    /// After this many failed drains of its request, a node is set aside (not granted again
+    /// until its `reboot-drain-failures` is removed) and the rest of the pool goes on. Unset: a
+    /// failing drain is retried for ever.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self >= 1").message("drainAttempts must be 1 or more"))]
+    pub drain_attempts: Option<i64>,
+    /// With more nodes set aside than this, the pool is stalled: nothing new starts. Needs
+    /// `drainAttempts`. Unset: no limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self >= 0").message("maxBlockedNodes cannot be negative"))]
+    pub max_blocked_nodes: Option<i64>,
     /// Grants nothing new while true; reboots under way finish. `kubectl reboot pause --pool`.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub paused: bool,

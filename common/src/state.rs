@@ -55,6 +55,9 @@ pub struct ProtocolState {
     /// A `reboot-abandon` whose value reads as no (`false`, `no`, `0`): it gives nothing up,
     /// and the controller says so in a Warning. The administrator's to remove.
     pub abandon_declined: Option<String>,
+    /// The failed drains of the standing request (`reboot-drain-failures`), as written
+    /// (see [`crate::drain_failures`]).
+    pub drain_failures: Option<String>,
     /// The format version of these annotations (`reboot-protocol-version`) as found; none
     /// reads as version 1 (see [`crate::format`]).
     pub format: Option<String>,
@@ -97,6 +100,7 @@ impl ProtocolState {
             tainted: annotations.get(&keys.tainted).cloned(),
             abandon: abandon.clone().filter(|_| !declined),
             abandon_declined: abandon.filter(|_| declined),
+            drain_failures: annotations.get(&keys.drain_failures).cloned(),
             format: annotations.get(&keys.protocol_version).cloned(),
         }
     }

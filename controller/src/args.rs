@@ -5,6 +5,7 @@ use clap::{CommandFactory, Parser};
 use common::{AnnotationKeys, MaxUnavailable};
 use controller_core::{
     alerts::{AlertFilter, FilterMode},
+    decide::SetAside,
     scheduled_budget::{Budgets, ScheduledBudget},
     window::{Period, Window, Windows},
 };
@@ -127,6 +128,23 @@ pub struct Args {
     #[arg(long, env = "FORCE_REBOOT", default_value_t = false, action = clap::ArgAction::Set,
           num_args = 0..=1, default_missing_value = "true")]
     pub force_reboot: bool,
+
+    /// Set a node aside once this many drains of its request have failed (timed out): it keeps
+    /// its request but is not granted again, uncordoned, with a Warning (`SetAside`) naming the
+    /// pods that blocked it, and the rest of the pool goes on. The count is kept on the node
+    /// (`reboot-drain-failures`); remove it to try the node again. A reboot completed or a
+    /// request withdrawn clears it. Unset: a failing drain is retried for ever (after 30 s,
+    /// growing to 15 minutes).
+    #[arg(long, env = "DRAIN_ATTEMPTS", value_parser = parse_drain_attempts)]
+    pub drain_attempts: Option<u32>,
+
+    /// With more nodes of the pool set aside (--drain-attempts) than this, the pool is stalled:
+    /// no new reboot starts (a `Stalled` Event on the waiting nodes) until an administrator
+    /// fixes their drains and removes their `reboot-drain-failures`, or gives them up. Reboots
+    /// under way finish. Unset: no limit.
+    #[arg(long, env = "MAX_BLOCKED_NODES", requires = "drain_attempts", allow_hyphen_values = true,
+          value_parser = parse_max_blocked_nodes)]
+    pub max_blocked_nodes: Option<u32>,
 
     /// Label selector: evict only matching pods (default: every pod but DaemonSet and mirror pods).
     #[arg(long, env = "DRAIN_POD_SELECTOR", value_parser = parse_drain_pod_selector)]
@@ -574,6 +592,16 @@ impl Args {
         }
     }
 
+    /// `--drain-attempts` and `--max-blocked-nodes`.
+    pub fn set_aside(&self) -> SetAside {
+        SetAside {
+            attempts: self.drain_attempts,
+            most: self
+                .max_blocked_nodes
+                .map(|most| usize::try_from(most).unwrap_or(usize::MAX)),
+        }
+    }
+
     /// This replica's name: `--leader-election-identity` (POD_NAME), else `<hostname>_<pid>`.
     pub fn identity(&self) -> String {
         self.leader_election_identity
@@ -591,6 +619,25 @@ pub(crate) fn parse_max_unavailable(value: &str) -> Result<MaxUnavailable, Strin
     value
         .parse()
         .map_err(|e: common::MaxUnavailableError| e.to_string())
+}
+
+pub(crate) fn parse_drain_attempts(value: &str) -> Result<u32, String> {
+    match value.trim().parse::<u32>() {
+        Ok(attempts) if attempts >= 1 => Ok(attempts),
+        _ => Err(format!(
+            "{value:?} is not a number of drain attempts: give how many failed drains set a \
+             node aside, 1 or more (such as 3), or leave the flag out to retry for ever"
+        )),
+    }
+}
+
+pub(crate) fn parse_max_blocked_nodes(value: &str) -> Result<u32, String> {
+    value.trim().parse::<u32>().map_err(|_| {
+        format!(
+            "{value:?} is not a number of nodes: give how many nodes may be set aside before \
+             the pool stalls, 0 or more (such as 2), or leave the flag out for no limit"
+        )
+    })
 }
 
 pub(crate) fn parse_duration(value: &str) -> Result<Duration, String> {

@@ -169,6 +169,7 @@ pub struct Metrics {
     pub reboots_overdue: Gauge,
     pub held_grants: Gauge,
     pub opted_out_requests: Gauge,
+    pub set_aside_nodes: Gauge,
     pub gates_open: Family<GateLabels, Gauge>,
     pub blocked_nodes: Gauge,
     pub preflight_held: Family<CheckLabels, Gauge>,
@@ -207,6 +208,7 @@ impl Metrics {
             reboots_overdue: Gauge::default(),
             held_grants: Gauge::default(),
             opted_out_requests: Gauge::default(),
+            set_aside_nodes: Gauge::default(),
             gates_open: Family::default(),
             blocked_nodes: Gauge::default(),
             preflight_held: Family::default(),
@@ -346,6 +348,13 @@ impl Metrics {
             "Requested nodes opted out (labelled reboot-disabled, any value but false), which are \
              never granted",
             m.opted_out_requests,
+        );
+        registry.register(
+            "set_aside_nodes",
+            "Requested nodes set aside after --drain-attempts failed drains, which are not granted \
+             until an administrator removes their reboot-drain-failures; more than \
+             --max-blocked-nodes stall the pool",
+            m.set_aside_nodes,
         );
         registry.register(
             "gate_open",

@@ -538,6 +538,7 @@ impl Context {
             overlay: Overlay::new(args.indexing()),
             zone_budget: args.max_unavailable_per_zone,
             concurrency: args.concurrency,
+            set_aside: args.set_aside(),
             ledger,
             ledger_store: pool.ledger_store.clone(),
             ledger_watch: pool.ledger_watch.clone(),

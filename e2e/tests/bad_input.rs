@@ -218,6 +218,24 @@ fn bad_blackouts_and_scheduled_budgets_stop_the_controller_at_start_showing_the_
 }
 
 #[test]
+fn bad_drain_attempts_stop_the_controller_at_start_with_the_fix() {
+    for (args, why) in [
+        (&["--drain-attempts", "0"][..], "1 or more (such as 3)"),
+        (
+            &["--drain-attempts", "three"][..],
+            "leave the flag out to retry for ever",
+        ),
+        (&["--max-blocked-nodes", "2"][..], "--drain-attempts"),
+        (
+            &["--drain-attempts", "3", "--max-blocked-nodes", "-1"][..],
+            "0 or more (such as 2)",
+        ),
+    ] {
+        refused_at_start(args, &[why]);
+    }
+}
+
+#[test]
 fn bad_health_gates_stop_the_controller_at_start() {
     for (args, why) in [
         (

@@ -417,6 +417,8 @@ fn sample_values() -> Value {
             "drainDelay": "30s",
             "rebootDelay": "1m",
             "forceReboot": true,
+            "drainAttempts": 3,
+            "maxBlockedNodes": 2,
             "drainPodSelector": "drain=yes",
             "checkDisruptionBudgets": false,
             "agentSelector": "app=my-agent",

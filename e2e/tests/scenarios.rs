@@ -48,6 +48,7 @@ mod relabel;
 mod schedule;
 mod schema_agreement;
 mod security;
+mod set_aside;
 mod static_build;
 
 /// `make test` runs each module apart (hack/test-binaries.sh): this check is one too.

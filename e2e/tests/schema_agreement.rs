@@ -250,6 +250,13 @@ fn cases_of(section: &str, key: &str) -> Option<Vec<Value>> {
             durations()
         }
         ("controller", "minReadySeconds") => counts(),
+        ("controller", "drainAttempts") => {
+            let mut cases = counts();
+            cases.extend(strings(&["", "3", " 2 ", "0", "three"]));
+            cases
+        }
+        // Alone, refused on both sides (it needs drainAttempts); with it, in `combinations`.
+        ("controller", "maxBlockedNodes") => counts(),
         ("controller", "rebootWindow") => vec![
             json!([]),
             json!(["Mon-Fri 22:00-06:00"]),
@@ -371,7 +378,12 @@ fn cases_of(section: &str, key: &str) -> Option<Vec<Value>> {
 
 /// Cases of two values together, each about the first value named.
 fn combinations() -> Vec<(&'static str, &'static str, Value)> {
+    let set_aside = |most: Value| json!({"controller": {"flags": {"drainAttempts": 3, "maxBlockedNodes": most}}});
     vec![
+        ("controller", "maxBlockedNodes", set_aside(json!(0))),
+        ("controller", "maxBlockedNodes", set_aside(json!(2))),
+        ("controller", "maxBlockedNodes", set_aside(json!("2"))),
+        ("controller", "maxBlockedNodes", set_aside(json!(-1))),
         (
             "agent",
             "rebootSentinelFile",

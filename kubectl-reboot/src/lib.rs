@@ -271,6 +271,8 @@ async fn plan(client: &Client, global: &Global, args: &PlanArgs) -> Result<(), E
             zone_budget: args.max_unavailable_per_zone,
             concurrency: args.concurrency,
             min_ready: std::time::Duration::from_secs(args.min_ready_seconds),
+            // The controller's --drain-attempts is not the plugin's to know.
+            set_aside: Default::default(),
             reboot: args.reboot_duration,
         },
     };

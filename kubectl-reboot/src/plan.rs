@@ -12,7 +12,7 @@ use crate::{
 };
 use common::{AnnotationKeys, MaxUnavailable, events::CONTROLLER, pool::RebootPoolSpec};
 use controller_core::{
-    decide::{DrainState, NodeView},
+    decide::{DrainState, NodeView, SetAside},
     ledger::Ledger,
     pool_index::PoolCounts,
     rollout_plan::{self, PlanInput, RolloutPlan, Wait},
@@ -41,6 +41,8 @@ pub struct Settings {
     /// `--concurrency`.
     pub concurrency: Option<MaxUnavailable>,
     pub min_ready: Duration,
+    /// A RebootPool's `drainAttempts` and `maxBlockedNodes`: the nodes set aside are left out.
+    pub set_aside: SetAside,
     /// `--reboot-duration`: a reboot's length, instead of the history's.
     pub reboot: Option<Duration>,
 }
@@ -64,6 +66,10 @@ impl Settings {
             min_ready: Duration::from_secs(
                 spec.min_ready_seconds.unwrap_or(0).max(0).unsigned_abs(),
             ),
+            set_aside: SetAside {
+                attempts: spec.drain_attempts.and_then(|a| u32::try_from(a).ok()),
+                most: spec.max_blocked_nodes.and_then(|m| usize::try_from(m).ok()),
+            },
             reboot,
         })
     }
@@ -235,6 +241,7 @@ pub fn plan(
         blocked: &blocked,
         reboot,
         min_ready: settings.min_ready,
+        set_aside: settings.set_aside,
         now,
         now_ms: millis(now),
     });
@@ -443,6 +450,14 @@ fn left_detail(why: Wait) -> String {
         Wait::OptedOut => "labelled reboot-disabled: never rebooted",
         Wait::NoZoneLabel => "no zone label while zone budgets are on: never granted without one",
         Wait::WindowNeverOpens => "no maintenance window opens again",
+        Wait::SetAside => {
+            "its drains failed drainAttempts times: not rebooted until its \
+             reboot-drain-failures is removed"
+        }
+        Wait::Stalled => {
+            "more nodes are set aside than maxBlockedNodes: nothing starts until an administrator \
+             tries them again or gives them up"
+        }
         Wait::BudgetFull
         | Wait::ZoneFull
         | Wait::ConcurrencyFull

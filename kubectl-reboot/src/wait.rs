@@ -45,6 +45,11 @@ pub enum WaitReason {
     /// An autoscaler is removing it (`ToBeDeletedByClusterAutoscaler`, `karpenter.sh/disrupted`):
     /// not cordoned while the taint is there (`NodeBeingRemoved`).
     BeingRemoved,
+    /// Its drains failed `--drain-attempts` times: not granted until an administrator removes
+    /// its `reboot-drain-failures` (`SetAside`, which names the blocking pods).
+    SetAside,
+    /// More nodes of the pool are set aside than `--max-blocked-nodes` (`Stalled`).
+    Stalled,
     /// Two or more RebootPools select it: none of them grants it until their selectors no
     /// longer overlap.
     Overlap,
@@ -69,6 +74,8 @@ impl WaitReason {
             Self::NoAgent => "no agent",
             Self::DisruptionBudget => "PodDisruptionBudget allows no disruption",
             Self::BeingRemoved => "an autoscaler is removing it",
+            Self::SetAside => "set aside: its drains kept failing",
+            Self::Stalled => "stalled: too many nodes set aside",
             Self::Overlap => "in two pools",
         }
     }
@@ -91,6 +98,8 @@ impl WaitReason {
             R::NoAgent => Self::NoAgent,
             R::DisruptionBudget => Self::DisruptionBudget,
             R::NodeBeingRemoved => Self::BeingRemoved,
+            R::SetAside | R::UnexpectedDrainFailuresValue => Self::SetAside,
+            R::Stalled => Self::Stalled,
             _ => return None,
         })
     }
@@ -106,6 +115,7 @@ impl WaitReason {
                 | Self::PrometheusUnreachable
                 | Self::NotReadyAfterReboot
                 | Self::RebootOverdue
+                | Self::Stalled
         )
     }
 }

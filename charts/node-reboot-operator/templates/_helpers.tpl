@@ -23,6 +23,8 @@ flag of the programs' --help is here and in values.yaml, with the same default.
   (list "drainDelay" "drain-delay" "0s" "value")
   (list "rebootDelay" "reboot-delay" "0s" "value")
   (list "forceReboot" "force-reboot" false "value")
+  (list "drainAttempts" "drain-attempts" "" "value")
+  (list "maxBlockedNodes" "max-blocked-nodes" "" "value")
   (list "drainPodSelector" "drain-pod-selector" "" "value")
   (list "checkDisruptionBudgets" "check-disruption-budgets" true "value")
   (list "agentSelector" "agent-selector" "app.kubernetes.io/name=reboot-agent" "value")
@@ -207,6 +209,9 @@ refuses them at start (the schema checks each alone). Takes the controller's fla
 {{- end -}}
 {{- if and .giveUpAfter (lt $ms.giveUpAfter $ms.rebootTimeout) -}}
   {{- fail (printf "controller.flags.giveUpAfter %s is shorter than controller.flags.rebootTimeout %s: a node would be given up before it is even overdue; give giveUpAfter at least rebootTimeout" .giveUpAfter .rebootTimeout) -}}
+{{- end -}}
+{{- if and (toString .maxBlockedNodes | trim) (not (toString .drainAttempts | trim)) -}}
+  {{- fail (printf "controller.flags.maxBlockedNodes %v needs controller.flags.drainAttempts: without it no node is ever set aside; give drainAttempts (such as 3) or leave maxBlockedNodes empty" .maxBlockedNodes) -}}
 {{- end -}}
 {{- if lt $ms.leaderElectionLeaseDuration 1000 -}}
   {{- fail "controller.flags.leaderElectionLeaseDuration must be at least 1s" -}}

@@ -78,6 +78,8 @@ struct Tracked {
     /// `--force-reboot`: the drain timed out with these pods still on the node, and the node
     /// is rebooted anyway.
     forced: Option<usize>,
+    /// The drain timed out (and failed): the pods still on the node, each with why.
+    blocking: Vec<String>,
     task: Option<JoinHandle<()>>,
 }
 
@@ -235,6 +237,7 @@ impl DrainTracker {
             evicted: None,
             unconfirmed: 0,
             forced: None,
+            blocking: Vec::new(),
             task: Some(task),
         };
         if let Some(old) = self.grants.insert(grant.to_owned(), tracked) {
@@ -267,7 +270,10 @@ impl DrainTracker {
                 DrainOutcome::TimedOut { blocking, .. } if forced => {
                     tracked.forced = Some(blocking.len());
                 }
-                DrainOutcome::TimedOut { .. } | DrainOutcome::Superseded => {}
+                DrainOutcome::TimedOut { blocking, .. } => {
+                    tracked.blocking = blocking_list(blocking);
+                }
+                DrainOutcome::Superseded => {}
             }
             let first =
                 state == DrainState::Drained && !self.drained_since.contains_key(&done.grant);
@@ -309,6 +315,13 @@ impl DrainTracker {
         format!("slot granted and {drained}{unconfirmed}: reboot-now set")
     }
 
+    /// The pods that kept the failed drain of `grant` from finishing, each with why.
+    pub fn blocking(&self, grant: &str) -> &[String] {
+        self.grants
+            .get(grant)
+            .map_or(&[], |t| t.blocking.as_slice())
+    }
+
     /// Forgets the drain of `grant` (the node was uncordoned meanwhile: pods may be back).
     pub fn restart(&mut self, grant: &str) {
         if let Some(task) = self.grants.remove(grant).and_then(|t| t.task) {
@@ -347,6 +360,14 @@ impl DrainTracker {
     pub fn forget_retries(&mut self, node: &str) {
         self.retries.remove(node);
     }
+}
+
+/// The pods a drain left, as Events and records name them: `namespace/name: why`.
+pub fn blocking_list(blocking: &std::collections::BTreeMap<String, String>) -> Vec<String> {
+    blocking
+        .iter()
+        .map(|(pod, why)| format!("{pod}: {why}"))
+        .collect()
 }
 
 /// Pure: a drain's state as it applies to the node at `node_version` (see

@@ -110,6 +110,7 @@ pub fn node_write(s: &Server, k: usize, i: usize, before: &Value, after: &Value)
         annotation(before, "reboot-grant").is_none() && annotation(after, "reboot-grant").is_some();
     let recordoned = facts(after).unschedulable && !facts(before).unschedulable;
     let promoted = promoted(before, after);
+    drain_failures_counted(s, i, before, after);
     if claimed {
         assert!(!opted_out(before), "n{i} claimed a grant while opted out");
         assert!(!given_up, "n{i} claimed a grant while being given up");
@@ -143,6 +144,34 @@ pub fn node_write(s: &Server, k: usize, i: usize, before: &Value, after: &Value)
         );
     }
     budget_held(s);
+}
+
+/// A failed drain is counted once, as its grant is given back; a node set aside
+/// (`--drain-attempts`) is never claimed again until its count is removed.
+fn drain_failures_counted(s: &Server, i: usize, before: &Value, after: &Value) {
+    use common::drain_failures::DrainFailures;
+    let key = common::keys::REBOOT_DRAIN_FAILURES;
+    let (was, is) = (annotation(before, key), annotation(after, key));
+    let count = |v: &Option<String>| v.as_deref().and_then(DrainFailures::read).map(|f| f.count);
+    if is != was && is.is_some() {
+        assert_eq!(
+            count(&is),
+            Some(count(&was).unwrap_or(0) + 1),
+            "n{i}: {key} went from {was:?} to {is:?}, not one more failed drain"
+        );
+        assert!(
+            annotation(before, "reboot-grant").is_some()
+                && annotation(after, "reboot-grant").is_none(),
+            "n{i}: a failed drain counted without its grant given back in the same write"
+        );
+    }
+    let claimed =
+        annotation(before, "reboot-grant").is_none() && annotation(after, "reboot-grant").is_some();
+    assert!(
+        !(claimed && DrainFailures::sets_aside(was.as_deref(), s.set_aside.attempts)),
+        "n{i} claimed a grant while set aside ({key}={was:?}, --drain-attempts {:?})",
+        s.set_aside.attempts
+    );
 }
 
 /// `reboot-now` comes no sooner after the claim (the cordon) than the delays: with the drain,

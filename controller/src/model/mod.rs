@@ -16,6 +16,7 @@ mod pools;
 mod server;
 
 use crate::{
+    args::Args,
     cache::{
         nodes::{Indexing, NodeFeed, Overlay},
         pool::PoolSelector,
@@ -40,6 +41,7 @@ use crate::{
 };
 use common::MaxUnavailable;
 use controller_core::{
+    decide::SetAside,
     schedule::Schedule,
     scheduled_budget::Budgets,
     window::{Window, Windows},
@@ -327,6 +329,8 @@ struct Setup {
     /// A blackout over the first 20 minutes of each opening of the window, and a scheduled
     /// budget of 1 over the next 20 (the wall clock starts outside both).
     schedules: bool,
+    /// `--drain-attempts` and `--max-blocked-nodes`.
+    set_aside: SetAside,
     soaking: Vec<usize>,
     not_ready: Vec<bool>,
     kubelets: Vec<Kubelet>,
@@ -372,6 +376,7 @@ impl Model {
         server.finish_after_window = setup.finish_after_window;
         server.zone_budget = setup.zone_budget;
         server.concurrency = setup.concurrency;
+        server.set_aside = setup.set_aside;
         server.min_ready_ms = setup.min_ready_ms;
         server.drain_delay_ms = setup.drain_delay_ms;
         server.reboot_delay_ms = setup.reboot_delay_ms;
@@ -523,6 +528,7 @@ impl Model {
             budgets: parts.budgets,
             zone_budget: args.map_or(setup.zone_budget, |a| a.max_unavailable_per_zone),
             concurrency: args.map_or(setup.concurrency, |a| a.concurrency),
+            set_aside: args.map_or(setup.set_aside, Args::set_aside),
             drains: DrainTracker::new(drainer, Arc::new(Notify::new())),
             nodes: replica.store.clone(),
             index: parts.index,
@@ -689,6 +695,7 @@ fn scripted(replicas: usize, max_unavailable: u32, drain: bool) -> Setup {
         drain_delay_ms: 0,
         reboot_delay_ms: 0,
         schedules: false,
+        set_aside: SetAside::default(),
         soaking: Vec::new(),
         not_ready: vec![false; NODES],
         kubelets: vec![server::Kubelet::Healthy; NODES],
@@ -1044,6 +1051,7 @@ fn a_released_soak_brought_back_by_a_recreated_ledger_takes_no_node_down() {
         drain_delay_ms: 0,
         reboot_delay_ms: 0,
         schedules: false,
+        set_aside: SetAside::default(),
         soaking: vec![1],
         not_ready: vec![false; NODES],
         kubelets: vec![
@@ -1133,6 +1141,7 @@ fn a_node_given_up_by_give_up_after_is_not_expected_to_complete_its_request() {
         drain_delay_ms: 0,
         reboot_delay_ms: 0,
         schedules: false,
+        set_aside: SetAside::default(),
         soaking: vec![],
         not_ready: vec![false, false, false, true, false, false],
         kubelets: vec![Healthy, Healthy, Healthy, Wedged, Healthy, Healthy],

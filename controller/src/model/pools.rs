@@ -11,6 +11,7 @@ use super::{Model, PoolParts, Replica, Setup, server::PoolTruth, server::Running
 use crate::{args::Args, pools};
 use clap::Parser;
 use common::pool::RebootPool;
+use controller_core::decide::SetAside;
 use k8s_openapi::apimachinery::pkg::{apis::meta::v1::Time, util::intstr::IntOrString};
 use serde_json::{Value, json};
 
@@ -87,6 +88,7 @@ impl Model {
             reboot_delay_ms: 0,
             // The pools' windows are their specs'.
             schedules: false,
+            set_aside: SetAside::default(),
             ..setup.clone()
         };
         let replicas = setup.replicas;

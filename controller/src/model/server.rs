@@ -11,6 +11,7 @@ use common::{
     ledger::{PAUSED_ANNOTATION, SLOTS_ANNOTATION, Slot, slots_json, slots_of},
 };
 use controller_core::{
+    decide::SetAside,
     scheduled_budget::{Budgets, ScheduledBudget},
     window::Windows,
 };
@@ -96,6 +97,8 @@ pub struct Server {
     pub zone_budget: Option<MaxUnavailable>,
     /// `--concurrency`.
     pub concurrency: Option<MaxUnavailable>,
+    /// `--drain-attempts` and `--max-blocked-nodes`.
+    pub set_aside: SetAside,
     pub drain_enabled: bool,
     pub finish_after_window: bool,
     pub min_ready_ms: u64,
@@ -246,6 +249,7 @@ impl Server {
             scheduled_budgets: budgets.scheduled,
             zone_budget: None,
             concurrency: None,
+            set_aside: SetAside::default(),
             drain_enabled: true,
             finish_after_window: true,
             min_ready_ms: 0,

@@ -6,6 +6,7 @@ use super::{
     server::{Disturbance, Kubelet, Workload, annotation, facts, keys},
 };
 use common::{MaxUnavailable, Phase, Request, Transition};
+use controller_core::decide::SetAside;
 use proptest::prelude::*;
 use serde_json::json;
 
@@ -229,6 +230,15 @@ pub fn setup() -> impl Strategy<Value = Setup> {
     // A give-up past the reboot timeout (30 s here), in the reach of a case's steps.
     let give_up_after =
         proptest::option::weighted(0.3, prop_oneof![Just(30_000u64), Just(60_000u64)]);
+    // A node is set aside after one or two failed drains, and the pool stalls sometimes.
+    let set_aside = (
+        proptest::option::weighted(0.3, 1..=2u32),
+        proptest::option::weighted(0.5, 0..=1usize),
+    )
+        .prop_map(|(attempts, most)| SetAside {
+            attempts,
+            most: most.filter(|_| attempts.is_some()),
+        });
     (
         1..=3usize,
         budget,
@@ -236,7 +246,7 @@ pub fn setup() -> impl Strategy<Value = Setup> {
         proptest::bool::weighted(0.5),
         (zone_budget, concurrency, give_up_after),
         prop_oneof![Just(0u64), Just(25_000u64)],
-        (delay(), delay(), proptest::bool::weighted(0.3)),
+        (delay(), delay(), proptest::bool::weighted(0.3), set_aside),
         proptest::collection::vec(0..NODES, 0..3),
         proptest::collection::vec(proptest::bool::weighted(0.15), NODES),
         proptest::collection::vec(kubelet(), NODES),
@@ -249,7 +259,7 @@ pub fn setup() -> impl Strategy<Value = Setup> {
                 finish_after_window,
                 (zone_budget, concurrency, give_up_after_ms),
                 min_ready_ms,
-                (drain_delay_ms, reboot_delay_ms, schedules),
+                (drain_delay_ms, reboot_delay_ms, schedules, set_aside),
                 soaking,
                 not_ready,
                 kubelets,
@@ -265,6 +275,7 @@ pub fn setup() -> impl Strategy<Value = Setup> {
                 drain_delay_ms,
                 reboot_delay_ms,
                 schedules,
+                set_aside,
                 soaking,
                 not_ready,
                 kubelets,

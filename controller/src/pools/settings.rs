@@ -37,6 +37,7 @@ pub fn pool_args(base: &Args, name: &str, spec: &RebootPoolSpec) -> Result<Args,
     read_budgets(&mut args, spec, &mut read);
     read_schedule(&mut args, spec, &mut read);
     read_drain(&mut args, spec, &mut read);
+    read_set_aside(&mut args, spec, &mut read);
     read_gates(&mut args, spec, &mut read);
     read_marks(&mut args, spec, &mut read);
     if problems.is_empty()
@@ -78,6 +79,8 @@ fn with_default_policy(base: &Args) -> Result<Args, Vec<String>> {
     args.min_ready_seconds = defaults.min_ready_seconds;
     args.reboot_timeout = defaults.reboot_timeout;
     args.give_up_after = defaults.give_up_after;
+    args.drain_attempts = defaults.drain_attempts;
+    args.max_blocked_nodes = defaults.max_blocked_nodes;
     args.drain = defaults.drain;
     args.drain_timeout = defaults.drain_timeout;
     args.drain_grace_period = defaults.drain_grace_period;
@@ -157,6 +160,27 @@ fn read_schedule(args: &mut Args, spec: &RebootPoolSpec, read: &mut Read<'_>) {
         read(
             "giveUpAfter",
             args::parse_duration(after).map(|d| args.give_up_after = Some(d)),
+        );
+    }
+}
+
+fn read_set_aside(args: &mut Args, spec: &RebootPoolSpec, read: &mut Read<'_>) {
+    if let Some(attempts) = spec.drain_attempts {
+        read(
+            "drainAttempts",
+            args::parse_drain_attempts(&attempts.to_string())
+                .map(|a| args.drain_attempts = Some(a)),
+        );
+    }
+    if let Some(most) = spec.max_blocked_nodes {
+        let most = match (u32::try_from(most), spec.drain_attempts) {
+            (Err(_), _) => Err("cannot be negative".to_owned()),
+            (Ok(_), None) => Err("needs drainAttempts: without it no node is set aside".to_owned()),
+            (Ok(most), Some(_)) => Ok(most),
+        };
+        read(
+            "maxBlockedNodes",
+            most.map(|m| args.max_blocked_nodes = Some(m)),
         );
     }
 }

@@ -53,6 +53,7 @@ impl Shell {
         self.announce_foreign(decision, by_name);
         self.announce_unknown_format(decision, by_name);
         self.announce_opted_out(decision, by_name);
+        self.announce_set_aside(decision, by_name);
         self.announce_unexpected(decision, by_name);
         self.announce_rollout(decision, *scheduled, gates);
     }
@@ -321,6 +322,49 @@ impl Shell {
         }
     }
 
+    /// A node set aside after failed drains: a Warning once per episode, naming what blocked
+    /// its last drain and how to try it again, and the metric.
+    pub(super) fn announce_set_aside(
+        &mut self,
+        decision: &Decision,
+        nodes: &HashMap<&str, &Arc<Node>>,
+    ) {
+        self.metrics
+            .set_aside_nodes
+            .set(decision.set_aside.len() as i64);
+        for name in &decision.set_aside {
+            let reason = Reason::SetAside;
+            let Some(node) = nodes
+                .get(name.as_str())
+                .filter(|_| self.said.first_wait(name, reason.as_str()))
+            else {
+                continue;
+            };
+            let key = &self.keys.drain_failures;
+            let recorded = (node.metadata.annotations.as_ref())
+                .and_then(|a| a.get(key))
+                .cloned()
+                .unwrap_or_default();
+            let failures = common::drain_failures::DrainFailures::read(&recorded);
+            let what = match &failures {
+                Some(f) if f.blocking.is_empty() => format!("its drain failed {} time(s)", f.count),
+                Some(f) => format!(
+                    "its drain failed {} time(s), the last blocked by {}",
+                    f.count, f.blocking
+                ),
+                None => format!("{key}={recorded:?} is not a count of failed drains"),
+            };
+            let note = format!(
+                "{NOTE_REQUESTED_BUT}set aside: {what} (--drain-attempts {}). It keeps its \
+                 request and is not cordoned; the rest of the pool goes on. Once what blocks \
+                 the drain is fixed, try it again: kubectl annotate node {name} {key}-",
+                self.set_aside.attempts.unwrap_or_default()
+            );
+            tracing::warn!(node = %name, "{note}");
+            self.events.publish(node, reason, note);
+        }
+    }
+
     /// A Warning on each node whose value typed by hand the round read otherwise than it is
     /// written (an opt-out that is not `true`, a give-up that says no), once per value and
     /// episode: how it was read, and what to write instead.
@@ -343,6 +387,15 @@ impl Shell {
                          removing the label (kubectl label node {name} {key}-) or with \
                          {key}=false",
                         key = self.keys.disabled
+                    ),
+                ),
+                Unexpected::DrainFailures(typed) => (
+                    Reason::UnexpectedDrainFailuresValue,
+                    format!(
+                        "{key}={typed:?} is not a count of failed drains: read as set aside \
+                         (--drain-attempts), so the node is not granted while it is there. To \
+                         try the node again: kubectl annotate node {name} {key}-",
+                        key = self.keys.drain_failures
                     ),
                 ),
                 Unexpected::Abandon(typed) => (
@@ -376,6 +429,19 @@ impl Shell {
         let pool_event = match (self.schedule.waiting_event(scheduled, now), &gates.pool) {
             (Some(event), _) => Some(event),
             (None, Some(hold)) => hold.event.clone(),
+            (None, None) if decision.stalled => Some((
+                Reason::Stalled,
+                format!(
+                    "{NOTE_REQUESTED}waiting: the pool is stalled, {} node(s) are set aside after \
+                     failed drains ({}), more than --max-blocked-nodes {}; no new reboot starts \
+                     until an administrator fixes what blocks their drains and removes their \
+                     {}, or gives them up",
+                    decision.set_aside.len(),
+                    decision.set_aside.join(", "),
+                    self.set_aside.most.unwrap_or_default(),
+                    self.keys.drain_failures
+                ),
+            )),
             (None, None) if !decision.overdue.is_empty() => Some((
                 Reason::Requested,
                 format!(

@@ -39,6 +39,7 @@ impl Shell {
             blocked: round.blocked,
             reboot: None,
             min_ready: self.schedule.min_ready,
+            set_aside: self.set_aside,
             now,
             now_ms: round.now,
         });

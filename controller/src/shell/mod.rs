@@ -21,7 +21,7 @@ use crate::{
 };
 use common::{AnnotationKeys, MaxUnavailable, NodeFacts, Phase, RebootMarks, Request, Transition};
 use controller_core::{
-    decide::{Decision, Fence, Hold, Round},
+    decide::{Decision, Fence, Hold, Round, SetAside},
     effects,
     node_view::NodeView,
     schedule::Schedule,
@@ -48,6 +48,8 @@ pub struct ShellParts {
     pub zone_budget: Option<MaxUnavailable>,
     /// `--concurrency`.
     pub concurrency: Option<MaxUnavailable>,
+    /// `--drain-attempts` and `--max-blocked-nodes`.
+    pub set_aside: SetAside,
     pub drains: DrainTracker,
     pub nodes: Store<Node>,
     pub index: SharedIndex,
@@ -96,6 +98,7 @@ pub struct Shell {
     budgets: Budgets,
     zone_budget: Option<MaxUnavailable>,
     concurrency: Option<MaxUnavailable>,
+    set_aside: SetAside,
     drains: DrainTracker,
     nodes: Store<Node>,
     index: SharedIndex,
@@ -193,6 +196,7 @@ impl Shell {
             budgets: parts.budgets,
             zone_budget: parts.zone_budget,
             concurrency: parts.concurrency,
+            set_aside: parts.set_aside,
             drains: parts.drains,
             nodes: parts.nodes,
             index: parts.index,
@@ -330,6 +334,7 @@ impl Shell {
             delays: self.schedule.delays(),
             blocked,
             preflight: &read.preflight.held,
+            set_aside: self.set_aside,
         }
     }
 
@@ -393,8 +398,14 @@ impl Shell {
         let round = self
             .look_at
             .map(|at| Duration::from_millis(at.saturating_sub(now)));
-        let window = self.schedule.until_next_change(self.clock.now());
-        round.into_iter().chain(window).min()
+        let now = self.clock.now();
+        let window = self.schedule.until_next_change(now);
+        // A scheduled budget that starts or ends changes what the next round may grant.
+        let budget = self
+            .budgets
+            .next_change(now)
+            .and_then(|at| Duration::try_from(at.duration_since(now)).ok());
+        round.into_iter().chain(window).chain(budget).min()
     }
 
     /// The model test's check of the incremental round: deciding on the nodes in the protocol

@@ -6,7 +6,10 @@ use super::Shell;
 use crate::{
     cache::{memory::ViewInputs, nodes, sightings},
     cluster::events::Reason,
-    drain::{DrainOutcome, tracker::Finished},
+    drain::{
+        DrainOutcome,
+        tracker::{Finished, blocking_list},
+    },
     gates::{GateReading, preflight::PreflightReading},
     notify::Kind,
 };
@@ -18,10 +21,7 @@ use controller_core::{
 };
 use k8s_openapi::api::core::v1::Node;
 use kube::runtime::reflector::ObjectRef;
-use std::{
-    collections::{BTreeMap, HashMap},
-    sync::Arc,
-};
+use std::{collections::HashMap, sync::Arc};
 
 /// What a round read, for the decision and for what it says.
 pub(super) struct Reading {
@@ -213,7 +213,8 @@ impl Shell {
                     self.metrics.reboot_failed("drain_timeout");
                     tracing::warn!(node = %name, blocking = ?pods, "drain timed out; giving the slot back");
                     let note = format!(
-                        "drain timed out; node uncordoned and slot released, retried later; blocked by {}",
+                        "drain timed out; node uncordoned and slot released, {}; blocked by {}",
+                        self.retry_words(&node),
                         pods.join("; ")
                     );
                     self.events.publish(&node, Reason::DrainBlocked, note);
@@ -234,11 +235,23 @@ impl Shell {
 }
 
 /// Each pod still on a node whose drain timed out, with why.
-fn blocking_list(blocking: &BTreeMap<String, String>) -> Vec<String> {
-    blocking
-        .iter()
-        .map(|(pod, why)| format!("{pod}: {why}"))
-        .collect()
+impl Shell {
+    /// What follows a failed drain of `node`: a retry, or, at its last attempt
+    /// (`--drain-attempts`), being set aside.
+    fn retry_words(&self, node: &Node) -> String {
+        let Some(attempts) = self.set_aside.attempts else {
+            return "retried later".to_owned();
+        };
+        let recorded = (node.metadata.annotations.as_ref())
+            .and_then(|a| a.get(&self.keys.drain_failures))
+            .map(String::as_str);
+        let failed = common::drain_failures::DrainFailures::next(recorded, &[]).count;
+        if failed >= attempts {
+            format!("failed drain {failed} of --drain-attempts {attempts}: set aside")
+        } else {
+            format!("retried later (failed drain {failed} of --drain-attempts {attempts})")
+        }
+    }
 }
 
 /// Whether the node of that name, among `nodes`, carries the grant (for [`Sightings::look`]).

@@ -128,6 +128,17 @@ impl Shell {
         };
         let facts = NodeFacts::from_node(&node);
         let t = Transition::new(&self.keys).with_marks(&self.marks);
+        if let NodeAction::Release {
+            reason: ReleaseReason::DrainFailed,
+            ..
+        } = &action
+        {
+            // Counted on the node, fenced by its grant: once per grant whichever replica
+            // writes it, and kept across restarts for --drain-attempts.
+            let grant = facts.protocol(&self.keys).grant.unwrap_or_default();
+            let patch = t.release_failed_drain(&facts, self.drains.blocking(&grant));
+            return Prepared::Write(action, patch);
+        }
         if let Some(patch) = effects::node_patch(&action, &facts, &t, &self.clock.now().to_string())
         {
             return Prepared::Write(action, patch);

@@ -38,6 +38,7 @@ fn settings(windows: &[&str]) -> Settings {
         zone_budget: None,
         concurrency: None,
         min_ready: Duration::ZERO,
+        set_aside: Default::default(),
         reboot: Some(Duration::from_secs(20 * 60)),
     }
 }
@@ -199,10 +200,18 @@ fn a_reboot_pools_plan_takes_its_spec_and_leaves_the_overlapping_nodes_out() {
 fn the_plan_takes_the_specs_settings() {
     let s = Settings::of_spec(
         &spec(json!({"windows": ["Sat 01:00-05:00 UTC"], "concurrency": 2,
-            "maxUnavailablePerZone": "50%", "minReadySeconds": 30})),
+            "maxUnavailablePerZone": "50%", "minReadySeconds": 30,
+            "drainAttempts": 3, "maxBlockedNodes": 1})),
         None,
     )
     .unwrap();
+    assert_eq!(
+        s.set_aside,
+        SetAside {
+            attempts: Some(3),
+            most: Some(1)
+        }
+    );
     assert_eq!(s.windows.open.len(), 1);
     assert_eq!(s.concurrency, Some(MaxUnavailable::Count(2)));
     assert_eq!(s.zone_budget, Some(MaxUnavailable::Percent(50)));

@@ -234,6 +234,8 @@ pub enum Unexpected {
     OptOut(String),
     /// A `reboot-abandon` that reads as no: not a give-up.
     Abandon(String),
+    /// A `reboot-drain-failures` that is not a count: read as set aside (`--drain-attempts`).
+    DrainFailures(String),
 }
 
 /// What one round decided.
@@ -259,6 +261,12 @@ pub struct Decision {
     /// Requested nodes of the pool that are opted out (`reboot-disabled`, any value but
     /// `false`).
     pub opted_out: Vec<String>,
+    /// Requested nodes of the pool set aside after failed drains (`--drain-attempts`): not
+    /// granted until an administrator removes their `reboot-drain-failures`.
+    pub set_aside: Vec<String>,
+    /// More nodes of the pool are set aside than `--max-blocked-nodes`: nothing new is
+    /// granted; reboots under way go on.
+    pub stalled: bool,
     /// Values typed by hand on nodes of the pool that are not what the protocol expects, and
     /// how they were read.
     pub unexpected: Vec<(String, Unexpected)>,
@@ -343,6 +351,37 @@ pub struct Round<'a> {
     pub give_up_after: u64,
     /// `--drain-delay` and `--reboot-delay`.
     pub delays: Delays,
+    /// `--drain-attempts` and `--max-blocked-nodes`.
+    pub set_aside: SetAside,
+}
+
+/// Nodes whose drain keeps failing (`--drain-attempts`, `--max-blocked-nodes`): set aside
+/// rather than retried for ever, and the pool stopped once too many are.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SetAside {
+    /// `--drain-attempts`: a requested node whose drains failed this many times
+    /// (`reboot-drain-failures`) is not granted again until an administrator removes that
+    /// record. `None`: retried for ever.
+    pub attempts: Option<u32>,
+    /// `--max-blocked-nodes`: with more nodes of the pool set aside than this, no new slot is
+    /// granted (the pool is stalled); reboots under way go on. `None`: no limit.
+    pub most: Option<usize>,
+}
+
+impl SetAside {
+    /// Whether a requested node is set aside: its failed drains reached the attempts, or their
+    /// record cannot be read (edited by hand: that does less).
+    pub fn sets_aside(&self, view: &NodeView) -> bool {
+        common::drain_failures::DrainFailures::sets_aside(
+            view.state.drain_failures.as_deref(),
+            self.attempts,
+        )
+    }
+
+    /// Whether this many nodes set aside stall the pool.
+    pub fn stalls(&self, set_aside: usize) -> bool {
+        self.most.is_some_and(|most| set_aside > most)
+    }
 }
 
 /// Waits between the steps of a granted node, in milliseconds (the unit of `clock`). A node
@@ -408,6 +447,14 @@ impl<'a> Round<'a> {
             }
             if let Some(value) = &view.state.abandon_declined {
                 let value = Unexpected::Abandon(value.clone());
+                decision.unexpected.push((node.to_owned(), value));
+            }
+            if let Some(value) = &view.state.drain_failures
+                && self.set_aside.attempts.is_some()
+                && view.state.request == Request::Needed
+                && common::drain_failures::DrainFailures::read(value).is_none()
+            {
+                let value = Unexpected::DrainFailures(value.clone());
                 decision.unexpected.push((node.to_owned(), value));
             }
         }
@@ -718,11 +765,13 @@ impl<'a> Round<'a> {
             Request::Needed if view.opt_out.opts_out() && view.state.tainted.is_some() => {
                 decision.act(NodeAction::Untaint(node))
             }
-            // Ours to undo: a cordon, labels or a taint left on a node whose request is gone.
+            // Ours to undo: a cordon, labels, a taint or the count of failed drains left on a
+            // node whose request is gone.
             Request::Absent
                 if view.state.cordoned_by_operator
                     || view.state.labelled.is_some()
-                    || view.state.tainted.is_some() =>
+                    || view.state.tainted.is_some()
+                    || view.state.drain_failures.is_some() =>
             {
                 decision.act(NodeAction::Release {
                     node,
@@ -761,10 +810,17 @@ impl<'a> Round<'a> {
             .filter(|v| v.opt_out.opts_out() && v.in_pool && v.state.request == Request::Needed)
             .map(|v| v.name().to_owned())
             .collect();
+        decision.set_aside = self
+            .nodes
+            .iter()
+            .filter(|v| self.is_requested(v) && self.set_aside.sets_aside(v))
+            .map(|v| v.name().to_owned())
+            .collect();
+        decision.stalled = self.set_aside.stalls(decision.set_aside.len());
         let candidates = self.candidates(&slots);
         // A failing node stops the rollout, free slots or not: a bad kernel must not spread.
         let failing = !decision.not_ready_after_reboot.is_empty() || !decision.overdue.is_empty();
-        if self.fence.hold().is_some() || failing {
+        if self.fence.hold().is_some() || failing || decision.stalled {
             decision.waiting = candidates.iter().map(|v| v.name().to_owned()).collect();
             return;
         }
@@ -848,15 +904,24 @@ impl<'a> Round<'a> {
     }
 
     fn is_candidate(&self, view: &NodeView, slots: &Holders) -> bool {
-        view.in_pool
-            && !view.opt_out.opts_out()
-            && view.state.request == Request::Needed
-            && view.state.abandon.is_none()
+        self.is_requested(view)
+            && !self.set_aside.sets_aside(view)
             && view.state.grant.is_none()
             && !slots.contains_key(view.name())
             && !view.state.reboot_under_way()
             && view.state.unknown_format().is_none()
             && view.not_before.is_none_or(|t| t <= self.now)
+    }
+}
+
+impl Round<'_> {
+    /// A request of the pool that may be granted as far as the administrator's marks say: not
+    /// opted out, not given up.
+    fn is_requested(&self, view: &NodeView) -> bool {
+        view.in_pool
+            && !view.opt_out.opts_out()
+            && view.state.request == Request::Needed
+            && view.state.abandon.is_none()
     }
 }
 
@@ -880,3 +945,6 @@ mod abandon_tests;
 
 #[cfg(test)]
 mod opt_out_tests;
+
+#[cfg(test)]
+mod set_aside_tests;

@@ -106,6 +106,7 @@ pub(crate) fn base_round<'a>(nodes: &'a [NodeView], ledger: &'a Ledger) -> Round
         delays: Delays::default(),
         blocked: &NO_NODES,
         preflight: &NO_PREFLIGHT,
+        set_aside: SetAside::default(),
     }
 }
 

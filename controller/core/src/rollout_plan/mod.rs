@@ -11,7 +11,7 @@
 //! withdrawn change it.
 
 use crate::{
-    decide::{Fence, NodeView, Round},
+    decide::{Fence, NodeView, Round, SetAside},
     ledger::{Grant, Ledger, LedgerChange},
     pool_index::PoolCounts,
     scheduled_budget::{Budgets, ScheduledBudget},
@@ -58,6 +58,12 @@ pub enum Wait {
     FailingNode,
     /// Labelled `reboot-disabled=true`: never rebooted.
     OptedOut,
+    /// Its drains failed `--drain-attempts` times: set aside until an administrator removes
+    /// its `reboot-drain-failures`.
+    SetAside,
+    /// More nodes are set aside than `--max-blocked-nodes`: nothing starts until an
+    /// administrator looks at them.
+    Stalled,
     /// No window opens within four years.
     WindowNeverOpens,
 }
@@ -77,6 +83,8 @@ impl Wait {
             Self::BlockingPod => "blocking pod",
             Self::FailingNode => "a node is failing",
             Self::OptedOut => "opted out",
+            Self::SetAside => "set aside after failed drains",
+            Self::Stalled => "stalled: too many nodes set aside",
             Self::WindowNeverOpens => "no window opens",
         }
     }
@@ -111,6 +119,8 @@ pub struct PlanInput<'a> {
     pub reboot: Option<Duration>,
     /// `--min-ready-seconds`.
     pub min_ready: Duration,
+    /// `--drain-attempts` and `--max-blocked-nodes`: the nodes set aside are left out.
+    pub set_aside: SetAside,
     pub now: Timestamp,
     /// The decision core's `now` (its own unit, milliseconds) at `now`.
     pub now_ms: u64,
@@ -409,6 +419,7 @@ impl<'a> Simulation<'a> {
             delays: Default::default(),
             // Pre-flight holds are the controller's to see: a plan cannot tell them ahead.
             preflight: &BTreeMap::new(),
+            set_aside: self.input.set_aside,
         }
         .decide()
     }
@@ -532,6 +543,10 @@ impl<'a> Simulation<'a> {
             let opted_out = self.view(&name).is_some_and(|v| v.opt_out.opts_out());
             let why = if opted_out {
                 Wait::OptedOut
+            } else if decision.set_aside.contains(&name) {
+                Wait::SetAside
+            } else if decision.stalled {
+                Wait::Stalled
             } else if decision.zone_unknown.contains(&name) {
                 Wait::NoZoneLabel
             } else if decision.blocked.contains(&name) {

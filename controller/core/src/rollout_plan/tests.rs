@@ -67,6 +67,7 @@ impl Setup {
             blocked: &self.blocked,
             reboot: Some(20 * MIN),
             min_ready: Duration::ZERO,
+            set_aside: Default::default(),
             now: at(now),
             now_ms: 0,
         }
@@ -332,4 +333,37 @@ fn without_a_reboot_length_a_wave_behind_a_reboot_under_way_has_no_start() {
     assert_eq!(names(&plan.waves[0]), ["a"]);
     assert_eq!(plan.waves[0].start, None, "{plan:#?}");
     assert_eq!(plan.under_way[0].frees_at, None);
+}
+
+/// A node set aside after failed drains is left out of the waves, with why; past
+/// `--max-blocked-nodes` nothing is planned at all.
+#[test]
+fn nodes_set_aside_are_left_out_and_too_many_stall_the_plan() {
+    let setup = Setup::new(&[]);
+    let mut nodes = requested(&["a", "b", "c"]);
+    nodes[0].state.drain_failures = Some("2; blocked by shop/db-0: PDB".into());
+    let set_aside = |most| SetAside {
+        attempts: Some(2),
+        most,
+    };
+    let plan = plan(PlanInput {
+        set_aside: set_aside(None),
+        ..setup.input(nodes.clone(), 1, "2026-11-24T10:00:00Z")
+    });
+    let planned: Vec<&str> = plan.waves.iter().flat_map(names).collect();
+    assert_eq!(planned, ["b", "c"]);
+    assert_eq!(plan.left, [("a".to_owned(), Wait::SetAside)]);
+    let stalled = super::plan(PlanInput {
+        set_aside: set_aside(Some(0)),
+        ..setup.input(nodes, 1, "2026-11-24T10:00:00Z")
+    });
+    assert!(stalled.waves.is_empty(), "{stalled:?}");
+    assert_eq!(
+        stalled.left,
+        [
+            ("a".to_owned(), Wait::SetAside),
+            ("b".to_owned(), Wait::Stalled),
+            ("c".to_owned(), Wait::Stalled)
+        ]
+    );
 }

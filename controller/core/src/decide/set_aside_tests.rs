@@ -1,0 +1,168 @@
+//! Table tests of nodes whose drain keeps failing (`--drain-attempts`, `--max-blocked-nodes`):
+//! set aside at the attempts and never before, the rest of the pool granted instead, the pool
+//! stalled past the limit, a count typed by hand read as set aside, and the count forgotten
+//! once the request is gone.
+
+use super::tests::{annotate, base_round, granted, node_json, view};
+use super::*;
+
+const KEY: &str = "reboot-drain-failures";
+
+fn requested(name: &str, failures: Option<&str>) -> NodeView {
+    let mut obj = node_json(name, true);
+    annotate(&mut obj, "reboot-needed", "true");
+    if let Some(value) = failures {
+        annotate(&mut obj, KEY, value);
+    }
+    view(&obj)
+}
+
+fn with(attempts: Option<u32>, most: Option<usize>) -> SetAside {
+    SetAside { attempts, most }
+}
+
+#[test]
+fn a_node_is_set_aside_at_its_attempts_and_the_next_one_goes_instead() {
+    // (recorded, attempts, set aside)
+    let table: [(Option<&str>, Option<u32>, bool); 7] = [
+        (None, Some(1), false),
+        (Some("1; blocked by shop/db-0: PDB"), Some(2), false),
+        (Some("2; blocked by shop/db-0: PDB"), Some(2), true),
+        (Some("5"), Some(3), true),
+        // Without --drain-attempts, a failing drain is retried for ever.
+        (Some("9"), None, false),
+        // Typed by hand: read as set aside, which does less.
+        (Some("yes"), Some(3), true),
+        (Some(""), Some(3), true),
+    ];
+    let ledger = Ledger::default();
+    for (recorded, attempts, set_aside) in table {
+        // `a` asked first, so it is granted first unless it is set aside.
+        let mut first = requested("a", recorded);
+        first.requested_at = Some(1);
+        let mut second = requested("b", None);
+        second.requested_at = Some(2);
+        let nodes = [first, second];
+        let d = Round {
+            set_aside: with(attempts, None),
+            ..base_round(&nodes, &ledger)
+        }
+        .decide();
+        let case = format!("{recorded:?} with {attempts:?}: {d:?}");
+        assert_eq!(granted(&d), [if set_aside { "b" } else { "a" }], "{case}");
+        assert_eq!(
+            d.set_aside,
+            if set_aside { vec!["a"] } else { vec![] },
+            "{case}"
+        );
+        assert!(!d.stalled, "{case}");
+        let typed = recorded.filter(|r| set_aside && r.parse::<u32>().is_err() && !r.contains(';'));
+        let unexpected: Vec<(String, Unexpected)> = typed
+            .map(|t| ("a".to_owned(), Unexpected::DrainFailures(t.to_owned())))
+            .into_iter()
+            .collect();
+        assert_eq!(d.unexpected, unexpected, "{case}");
+    }
+}
+
+#[test]
+fn more_nodes_set_aside_than_the_limit_stall_the_pool_and_reboots_under_way_go_on() {
+    let nodes = [
+        requested("a", Some("1")),
+        requested("b", Some("1")),
+        requested("c", None),
+    ];
+    let ledger = Ledger::default();
+    // (most, stalled): two set aside.
+    for (most, stalled) in [
+        (None, false),
+        (Some(2), false),
+        (Some(1), true),
+        (Some(0), true),
+    ] {
+        let d = Round {
+            set_aside: with(Some(1), most),
+            budget: 3,
+            ..base_round(&nodes, &ledger)
+        }
+        .decide();
+        assert_eq!(d.stalled, stalled, "{most:?}: {d:?}");
+        assert_eq!(d.set_aside, ["a", "b"], "{most:?}");
+        if stalled {
+            assert!(granted(&d).is_empty(), "{most:?}: {d:?}");
+            assert_eq!(d.waiting, ["c"], "{most:?}");
+        } else {
+            assert_eq!(granted(&d), ["c"], "{most:?}");
+        }
+    }
+}
+
+#[test]
+fn the_count_goes_with_the_request_and_stays_while_it_stands() {
+    let ledger = Ledger::default();
+    let mut withdrawn = node_json("n", true);
+    annotate(&mut withdrawn, KEY, "2; blocked by shop/db-0: PDB");
+    let nodes = [view(&withdrawn)];
+    let d = Round {
+        set_aside: with(Some(2), None),
+        ..base_round(&nodes, &ledger)
+    }
+    .decide();
+    assert_eq!(
+        d.node_actions,
+        [NodeAction::Release {
+            node: "n".into(),
+            reason: ReleaseReason::Cancelled
+        }],
+        "{d:?}"
+    );
+    assert!(d.set_aside.is_empty() && d.unexpected.is_empty(), "{d:?}");
+    // Standing and set aside: nothing is written to it.
+    let nodes = [requested("n", Some("2"))];
+    let d = Round {
+        set_aside: with(Some(2), None),
+        ..base_round(&nodes, &ledger)
+    }
+    .decide();
+    assert!(d.node_actions.is_empty(), "{d:?}");
+}
+
+/// The patch the release of a failed drain writes counts it, with what blocked it; the
+/// completion and a withdrawn request remove the count.
+#[test]
+fn a_failed_drain_is_counted_in_its_release_and_forgotten_at_completion() {
+    let keys = common::AnnotationKeys::default();
+    let t = common::Transition::new(&keys);
+    let mut obj = node_json("n", true);
+    annotate(&mut obj, "reboot-needed", "true");
+    annotate(&mut obj, "reboot-grant", "g-n");
+    annotate(&mut obj, KEY, "1");
+    let facts = super::tests::facts(&obj);
+    let patch = t.release_failed_drain(&facts, &["shop/db-0: PDB".to_owned()]);
+    let mut after = obj.clone();
+    json_patch::patch(&mut after, &patch).expect("the patch applies");
+    assert_eq!(
+        after["metadata"]["annotations"][KEY],
+        "2; blocked by shop/db-0: PDB"
+    );
+    assert!(
+        after["metadata"]["annotations"]
+            .get("reboot-grant")
+            .is_none()
+    );
+    assert_eq!(after["metadata"]["annotations"]["reboot-needed"], "true");
+    // Withdrawn: the release forgets the count.
+    let mut withdrawn = after.clone();
+    withdrawn["metadata"]["annotations"]
+        .as_object_mut()
+        .unwrap()
+        .remove("reboot-needed");
+    let patch = t
+        .release(&super::tests::facts(&withdrawn))
+        .expect("a count to forget");
+    json_patch::patch(&mut withdrawn, &patch).expect("the patch applies");
+    assert!(
+        withdrawn["metadata"]["annotations"].get(KEY).is_none(),
+        "{withdrawn}"
+    );
+}

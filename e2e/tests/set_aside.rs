@@ -1,0 +1,156 @@
+//! Undrainable nodes set aside (docs/src/scheduling.md, "Undrainable nodes"), end to end on a
+//! control plane with the controller-manager (so PodDisruptionBudgets are real) and real
+//! agents: a node whose drain a budget at 0 keeps failing is set aside after
+//! `--drain-attempts` and the rest of the pool finishes; past `--max-blocked-nodes` the pool
+//! stalls until the administrator tries the node again.
+
+use common::ControllerReason;
+use e2e::{
+    BudgetWatch, apply, kubectl, node, pod_that_blocks_the_drain_of, protocol_annotations,
+    request_reboot, wait_for_event, wait_until, wait_until_the_budget_allows_no_disruption,
+};
+use std::time::Duration;
+
+const ROLLOUT: Duration = Duration::from_secs(240);
+/// Grants the node though a PodDisruptionBudget at 0 covers one of its pods: the drain starts,
+/// and fails.
+const NO_PDB_CHECK: &str = "--check-disruption-budgets=false";
+const KEY: &str = "reboot-drain-failures";
+
+fn failures(n: &k8s_openapi::api::core::v1::Node) -> Option<String> {
+    n.metadata.annotations.as_ref()?.get(KEY).cloned()
+}
+
+fn cordoned(n: &k8s_openapi::api::core::v1::Node) -> bool {
+    n.spec.as_ref().and_then(|s| s.unschedulable) == Some(true)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_node_whose_drain_keeps_failing_is_set_aside_and_the_rest_finish() {
+    let args = [
+        "--drain-timeout",
+        "4s",
+        "--drain-attempts",
+        "2",
+        NO_PDB_CHECK,
+    ];
+    let sb = e2e::sandbox_with_pods(3, "1", &args).await;
+    apply(&sb.control_plane, &pod_that_blocks_the_drain_of("sim-1"));
+    wait_until_the_budget_allows_no_disruption(&sb.control_plane).await;
+    let watch = BudgetWatch::start(sb.client.clone(), 1).await;
+    request_reboot(&sb.control_plane, "sim-1");
+    wait_for_event(
+        &sb.client,
+        "sim-1",
+        ControllerReason::DrainBlocked,
+        &["default/precious", "failed drain 1 of --drain-attempts 2"],
+        Some(&watch),
+    )
+    .await;
+    request_reboot(&sb.control_plane, "sim-2");
+    request_reboot(&sb.control_plane, "sim-3");
+    wait_for_event(
+        &sb.client,
+        "sim-1",
+        ControllerReason::SetAside,
+        &[
+            "default/precious",
+            "kubectl annotate node sim-1 reboot-drain-failures-",
+        ],
+        Some(&watch),
+    )
+    .await;
+    wait_until(
+        "sim-2 and sim-3 rebooted",
+        ROLLOUT,
+        Some(&watch),
+        || async { sb.fleet.reboots("sim-2") == 1 && sb.fleet.reboots("sim-3") == 1 },
+    )
+    .await;
+    let sim1 = node(&sb.client, "sim-1").await;
+    assert!(!cordoned(&sim1), "a set-aside node is uncordoned");
+    let recorded = failures(&sim1).unwrap_or_default();
+    assert!(
+        recorded.starts_with("2; blocked by default/precious"),
+        "{KEY}={recorded:?}"
+    );
+    assert_eq!(
+        protocol_annotations(&sim1),
+        [KEY, "reboot-needed"],
+        "the request and the count are kept, nothing else"
+    );
+    assert_eq!(sb.fleet.reboots("sim-1"), 0, "sim-1 was rebooted");
+    let gauge = e2e::scrape::controller_metric(&sb, "node_reboot_set_aside_nodes").await;
+    assert_eq!(gauge, Some(1.0), "the gauge counts sim-1");
+
+    // The administrator makes the pod movable and tries the node again: it is rebooted, and
+    // its completion leaves no count behind.
+    kubectl(&sb.control_plane, &["delete", "pdb", "never-disrupt"]);
+    kubectl(
+        &sb.control_plane,
+        &["annotate", "node", "sim-1", &format!("{KEY}-")],
+    );
+    wait_until(
+        "sim-1 rebooted once tried again",
+        ROLLOUT,
+        Some(&watch),
+        || async {
+            sb.fleet.reboots("sim-1") == 1
+                && protocol_annotations(&node(&sb.client, "sim-1").await).is_empty()
+        },
+    )
+    .await;
+    watch.check().unwrap();
+    sb.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn more_nodes_set_aside_than_allowed_stall_the_pool_until_one_is_tried_again() {
+    let args = [
+        "--drain-timeout",
+        "4s",
+        "--drain-attempts",
+        "1",
+        "--max-blocked-nodes",
+        "0",
+        NO_PDB_CHECK,
+    ];
+    let sb = e2e::sandbox_with_pods(2, "1", &args).await;
+    apply(&sb.control_plane, &pod_that_blocks_the_drain_of("sim-1"));
+    wait_until_the_budget_allows_no_disruption(&sb.control_plane).await;
+    let watch = BudgetWatch::start(sb.client.clone(), 1).await;
+    request_reboot(&sb.control_plane, "sim-1");
+    wait_for_event(
+        &sb.client,
+        "sim-1",
+        ControllerReason::SetAside,
+        &["default/precious"],
+        Some(&watch),
+    )
+    .await;
+    request_reboot(&sb.control_plane, "sim-2");
+    wait_for_event(
+        &sb.client,
+        "sim-2",
+        ControllerReason::Stalled,
+        &["sim-1", "--max-blocked-nodes 0"],
+        Some(&watch),
+    )
+    .await;
+    let sim2 = node(&sb.client, "sim-2").await;
+    assert!(!cordoned(&sim2), "a stalled pool grants nothing");
+    assert_eq!(sb.fleet.reboots("sim-2"), 0);
+
+    // Tried again with the pod movable: the pool is no longer stalled, and both finish.
+    kubectl(&sb.control_plane, &["delete", "pdb", "never-disrupt"]);
+    kubectl(
+        &sb.control_plane,
+        &["annotate", "node", "sim-1", &format!("{KEY}-")],
+    );
+    wait_until("both rebooted", ROLLOUT, Some(&watch), || async {
+        sb.fleet.reboots("sim-1") == 1 && sb.fleet.reboots("sim-2") == 1
+    })
+    .await;
+    watch.check().unwrap();
+    sb.stop().await;
+}

@@ -44,6 +44,11 @@ pub const REBOOT_PROTOCOL_VERSION: &str = "reboot-protocol-version";
 /// back, removed when the node completes a reboot or its request goes. With `--drain-attempts`,
 /// a node that failed that many times is set aside until an administrator removes this.
 pub const REBOOT_DRAIN_FAILURES: &str = "reboot-drain-failures";
+/// The autoscalers' annotations against scale-down (`crate::marks::SCALE_DOWN_PROTECTION`) that
+/// the controller put on the node at its claim, as `key,key`: removed as recorded when the node
+/// is back or given back. A key the node already had is the administrator's: neither set nor
+/// recorded, never removed.
+pub const REBOOT_PROTECTED: &str = "reboot-protected";
 
 /// Who asked for the last reboot and why, when it was not an administrator: written with
 /// `reboot-needed` by an agent that found its node's reboot sentinel
@@ -75,7 +80,7 @@ pub const AGENT_MAY_CHANGE: [&str; 7] = [
 
 /// The controller's alone: the grant keys, so no agent can forge a slot, and the cordon marker
 /// and completion time, so no agent can mark an administrator's cordon as the operator's.
-pub const CONTROLLER_ONLY: [&str; 9] = [
+pub const CONTROLLER_ONLY: [&str; 10] = [
     REBOOT_CORDONED,
     REBOOT_LAST_COMPLETED,
     REBOOT_GRANT,
@@ -85,6 +90,7 @@ pub const CONTROLLER_ONLY: [&str; 9] = [
     REBOOT_TAINTED,
     REBOOT_PROTOCOL_VERSION,
     REBOOT_DRAIN_FAILURES,
+    REBOOT_PROTECTED,
 ];
 
 /// The administrator's alone: no agent may give its own node up (it would free its slot while
@@ -92,8 +98,8 @@ pub const CONTROLLER_ONLY: [&str; 9] = [
 pub const ADMINISTRATOR_ONLY: [&str; 1] = [REBOOT_ABANDON];
 
 /// Every key, for documentation: the agent's, the controller's, then the administrator's.
-pub const ALL: [&str; 17] = {
-    let mut all = [""; 17];
+pub const ALL: [&str; 18] = {
+    let mut all = [""; 18];
     let mut i = 0;
     let controllers = AGENT_MAY_CHANGE.len() + CONTROLLER_ONLY.len();
     while i < all.len() {
@@ -137,6 +143,7 @@ pub struct AnnotationKeys {
     pub tainted: String,
     pub protocol_version: String,
     pub drain_failures: String,
+    pub protected: String,
     pub requested_by: String,
     pub sentinel: String,
     pub abandon: String,
@@ -181,6 +188,7 @@ impl AnnotationKeys {
             tainted: key(REBOOT_TAINTED),
             protocol_version: key(REBOOT_PROTOCOL_VERSION),
             drain_failures: key(REBOOT_DRAIN_FAILURES),
+            protected: key(REBOOT_PROTECTED),
             requested_by: key(REBOOT_REQUESTED_BY),
             sentinel: key(REBOOT_SENTINEL),
             abandon: key(REBOOT_ABANDON),
@@ -189,7 +197,7 @@ impl AnnotationKeys {
     }
 
     /// Every annotation key in use, in the order of [`ALL`].
-    pub fn all(&self) -> [&str; 17] {
+    pub fn all(&self) -> [&str; 18] {
         [
             &self.needed,
             &self.now,
@@ -207,6 +215,7 @@ impl AnnotationKeys {
             &self.tainted,
             &self.protocol_version,
             &self.drain_failures,
+            &self.protected,
             &self.abandon,
         ]
     }

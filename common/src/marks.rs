@@ -10,6 +10,32 @@ use thiserror::Error;
 /// The effect of the waiting taint: advice to the scheduler, never an eviction.
 pub const PREFER_NO_SCHEDULE: &str = "PreferNoSchedule";
 
+/// The annotations that keep cluster-autoscaler and Karpenter from removing a node, with the
+/// value that does: put on a node from its claim until it is back or given back, so that no
+/// autoscaler picks a cordoned, drained node mid-reboot as empty and deletes it.
+pub const SCALE_DOWN_PROTECTION: [(&str, &str); 2] = [
+    (
+        "cluster-autoscaler.kubernetes.io/scale-down-disabled",
+        "true",
+    ),
+    ("karpenter.sh/do-not-disrupt", "true"),
+];
+
+/// The record of the protection set (`reboot-protected`): the keys, comma-separated.
+pub fn protection_record<'a>(keys: impl IntoIterator<Item = &'a str>) -> String {
+    keys.into_iter().collect::<Vec<_>>().join(",")
+}
+
+/// The keys a protection record names, of those the operator sets (a key edited into the
+/// record by hand is not the operator's to remove).
+pub fn recorded_protection(record: &str) -> Vec<(&'static str, &'static str)> {
+    let named: Vec<&str> = record.split(',').map(str::trim).collect();
+    SCALE_DOWN_PROTECTION
+        .into_iter()
+        .filter(|(key, _)| named.contains(key))
+        .collect()
+}
+
 /// The labels and the taint the controller sets around a reboot (all off by default).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RebootMarks {

@@ -291,6 +291,39 @@ impl<'a> Transition<'a> {
             .unwrap_or_default()
     }
 
+    /// At a claim: the autoscalers' annotations against scale-down that the node does not
+    /// have, and the record of those set. A key already there, whatever its value, is the
+    /// administrator's: left as it is, not recorded.
+    fn protect_from_scale_down(&self, node: &NodeFacts, mut ops: Ops) -> Ops {
+        let mut set = Vec::new();
+        for (key, value) in marks::SCALE_DOWN_PROTECTION {
+            if !node.annotations.contains_key(key) {
+                ops = ops.set_annotation(key, value);
+                set.push(key);
+            }
+        }
+        if set.is_empty() {
+            return ops;
+        }
+        ops.set_annotation(&self.keys.protected, &marks::protection_record(set))
+    }
+
+    /// The node is back or given back: the annotations its record says the operator set go,
+    /// each only while it still has the operator's value (one somebody changed since is theirs
+    /// now), and the record with them.
+    fn unprotect(&self, node: &NodeFacts, mut ops: Ops) -> Ops {
+        let Some(record) = node.protocol(self.keys).protected else {
+            return ops;
+        };
+        for (key, value) in marks::recorded_protection(&record) {
+            if node.annotations.get(key).map(String::as_str) == Some(value) {
+                ops = ops.test_annotation(key, value).remove_annotation(key);
+            }
+        }
+        ops.test_annotation(&self.keys.protected, &record)
+            .remove_annotation(&self.keys.protected)
+    }
+
     /// Our waiting taint goes (with its marker), if the node has it.
     fn remove_waiting_taint(&self, node: &NodeFacts, mut ops: Ops) -> Ops {
         let Some(record) = node.protocol(self.keys).tainted else {
@@ -410,6 +443,7 @@ impl<'a> Transition<'a> {
             .set_annotation(&self.keys.grant, grant)
             .set_annotation(&self.keys.protocol_version, &crate::format::current());
         let ops = self.set_pre_labels(node, self.cordon_ops(node, ops));
+        let ops = self.protect_from_scale_down(node, ops);
         if promote {
             self.promote_ops(ops, now).build()
         } else {
@@ -547,6 +581,7 @@ impl<'a> Transition<'a> {
         ops = self.remove_pre_labels(node, ops, &recorded, &self.marks.post_reboot_labels);
         ops = self.set_post_labels(node, ops, &recorded);
         ops = self.remove_waiting_taint(node, ops);
+        ops = self.unprotect(node, ops);
         self.uncordon_ops(node, ops).build()
     }
 
@@ -580,6 +615,7 @@ impl<'a> Transition<'a> {
             && state.grant.is_none()
             && state.approved_at.is_none()
             && state.labelled.is_none()
+            && state.protected.is_none()
             && !untaint
             && !forget_failures
         {
@@ -599,6 +635,7 @@ impl<'a> Transition<'a> {
         if forget_failures {
             ops = ops.remove_annotation(&self.keys.drain_failures);
         }
+        ops = self.unprotect(node, ops);
         Some(self.uncordon_ops(node, ops))
     }
     /// Controller, an administrator gives the node up (`reboot-abandon`): clears every key of
@@ -629,6 +666,7 @@ impl<'a> Transition<'a> {
         }
         ops = self.remove_pre_labels(node, ops, &self.recorded_labels(node), &BTreeMap::new());
         ops = self.remove_waiting_taint(node, ops);
+        ops = self.unprotect(node, ops);
         Some(self.uncordon_ops(node, ops).build())
     }
 
@@ -692,9 +730,69 @@ mod tests {
             obj,
             json!({"metadata": {"resourceVersion": "42", "annotations": {
                 "reboot-now": "true", "reboot-cordoned": "true", "reboot-grant": "g1",
-                "reboot-protocol-version": "1", "reboot-approved-at": "t0"}},
+                "reboot-protocol-version": "1", "reboot-approved-at": "t0",
+                "cluster-autoscaler.kubernetes.io/scale-down-disabled": "true",
+                "karpenter.sh/do-not-disrupt": "true",
+                "reboot-protected":
+                    "cluster-autoscaler.kubernetes.io/scale-down-disabled,karpenter.sh/do-not-disrupt"}},
                 "spec": {"unschedulable": true}})
         );
+    }
+
+    /// From the claim until the node is back or given back it carries the autoscalers'
+    /// annotations against scale-down; one the administrator set (any value) is theirs: not
+    /// set, not recorded, not removed. One of ours somebody changed since stays theirs.
+    #[test]
+    fn the_scale_down_protection_is_ours_only_where_we_set_it() {
+        let keys = AnnotationKeys::default();
+        let t = Transition::new(&keys);
+        const CA: &str = "cluster-autoscaler.kubernetes.io/scale-down-disabled";
+        const KARPENTER: &str = "karpenter.sh/do-not-disrupt";
+        let annotations = |obj: &Value| obj["metadata"]["annotations"].clone();
+        for ending in ["complete", "release", "abandon"] {
+            // The administrator's own Karpenter annotation, typed `True`.
+            let mut obj = json!({"metadata": {"resourceVersion": "42", "annotations": {
+                "reboot-needed": "true", KARPENTER: "True"}}, "spec": {}});
+            let facts = crate::test_util::facts_of_json(&obj);
+            apply(&mut obj, &t.claim(&facts, "g1", "42", false, "t0")).unwrap();
+            let claimed = annotations(&obj);
+            assert_eq!(claimed[CA], "true", "{ending}");
+            assert_eq!(claimed[KARPENTER], "True", "{ending}: the administrator's");
+            assert_eq!(claimed["reboot-protected"], CA, "{ending}");
+            let facts = crate::test_util::facts_of_json(&obj);
+            let patch = match ending {
+                "complete" => {
+                    obj["metadata"]["annotations"]["reboot-done"] = "true".into();
+                    let facts = crate::test_util::facts_of_json(&obj);
+                    t.complete(&facts, Some("g1"), "t1")
+                }
+                "release" => t.release(&facts).expect("a grant to give back"),
+                _ => {
+                    obj["metadata"]["annotations"]["reboot-abandon"] = "x".into();
+                    let facts = crate::test_util::facts_of_json(&obj);
+                    t.abandon(&facts).expect("a protocol to clear")
+                }
+            };
+            apply(&mut obj, &patch).unwrap();
+            let after = annotations(&obj);
+            assert!(after.get(CA).is_none(), "{ending}: ours removed: {after}");
+            assert!(after.get("reboot-protected").is_none(), "{ending}: {after}");
+            assert_eq!(
+                after[KARPENTER], "True",
+                "{ending}: the administrator's kept"
+            );
+        }
+        // Ours, changed by somebody since (`false`): theirs now, it stays.
+        let mut obj = json!({"metadata": {"resourceVersion": "42", "annotations": {
+            "reboot-needed": "true"}}, "spec": {}});
+        let facts = crate::test_util::facts_of_json(&obj);
+        apply(&mut obj, &t.claim(&facts, "g1", "42", false, "t0")).unwrap();
+        obj["metadata"]["annotations"][CA] = "false".into();
+        let facts = crate::test_util::facts_of_json(&obj);
+        apply(&mut obj, &t.release(&facts).unwrap()).unwrap();
+        let after = annotations(&obj);
+        assert_eq!(after[CA], "false", "{after}");
+        assert!(after.get(KARPENTER).is_none() && after.get("reboot-protected").is_none());
     }
 
     /// The format version goes with the grant: a node back at rest, or given back, carries

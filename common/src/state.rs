@@ -55,6 +55,9 @@ pub struct ProtocolState {
     /// A `reboot-abandon` whose value reads as no (`false`, `no`, `0`): it gives nothing up,
     /// and the controller says so in a Warning. The administrator's to remove.
     pub abandon_declined: Option<String>,
+    /// The autoscalers' annotations the controller set at the claim (`reboot-protected`), as
+    /// recorded.
+    pub protected: Option<String>,
     /// The failed drains of the standing request (`reboot-drain-failures`), as written
     /// (see [`crate::drain_failures`]).
     pub drain_failures: Option<String>,
@@ -101,6 +104,7 @@ impl ProtocolState {
             abandon: abandon.clone().filter(|_| !declined),
             abandon_declined: abandon.filter(|_| declined),
             drain_failures: annotations.get(&keys.drain_failures).cloned(),
+            protected: annotations.get(&keys.protected).cloned(),
             format: annotations.get(&keys.protocol_version).cloned(),
         }
     }
@@ -115,6 +119,7 @@ impl ProtocolState {
             || self.approved_at.is_some()
             || self.labelled.is_some()
             || self.tainted.is_some()
+            || self.protected.is_some()
     }
 
     /// The annotations are in a format this build does not know (a newer operator wrote them):

@@ -22,6 +22,7 @@ pub fn in_protocol(state: &ProtocolState) -> bool {
         || state.cordoned_by_operator
         || state.labelled.is_some()
         || state.tainted.is_some()
+        || state.protected.is_some()
         || state.abandon.is_some()
         || state.abandon_declined.is_some()
         || state.format.is_some()

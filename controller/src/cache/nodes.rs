@@ -51,7 +51,12 @@ impl KeptLabels {
         Self {
             keys: labels,
             zone: zone_label.to_owned(),
-            annotations: keys.all().iter().map(|k| (*k).to_owned()).collect(),
+            // The autoscalers' annotations too: a claim must see one the administrator set,
+            // which it leaves as it is.
+            annotations: (keys.all().into_iter())
+                .chain(common::marks::SCALE_DOWN_PROTECTION.map(|(key, _)| key))
+                .map(str::to_owned)
+                .collect(),
         }
     }
 

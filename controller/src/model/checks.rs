@@ -111,6 +111,7 @@ pub fn node_write(s: &Server, k: usize, i: usize, before: &Value, after: &Value)
     let recordoned = facts(after).unschedulable && !facts(before).unschedulable;
     let promoted = promoted(before, after);
     drain_failures_counted(s, i, before, after);
+    protected_from_scale_down(i, before, after);
     if claimed {
         assert!(!opted_out(before), "n{i} claimed a grant while opted out");
         assert!(!given_up, "n{i} claimed a grant while being given up");
@@ -144,6 +145,38 @@ pub fn node_write(s: &Server, k: usize, i: usize, before: &Value, after: &Value)
         );
     }
     budget_held(s);
+}
+
+/// From its claim until it is back or given back, a node carries the autoscalers' annotations
+/// against scale-down, and none is left once its grant is gone.
+fn protected_from_scale_down(i: usize, before: &Value, after: &Value) {
+    let record = common::keys::REBOOT_PROTECTED;
+    if annotation(after, "reboot-grant").is_some() || now_set(after) {
+        for (key, value) in common::marks::SCALE_DOWN_PROTECTION {
+            assert_eq!(
+                annotation(after, key).as_deref(),
+                Some(value),
+                "n{i} in its reboot without {key}"
+            );
+        }
+    }
+    let gave_back = annotation(before, "reboot-grant").is_some()
+        && annotation(after, "reboot-grant").is_none()
+        && !now_set(after)
+        && annotation(after, "reboot-in-progress").is_none()
+        && annotation(after, "reboot-done").is_none();
+    if gave_back {
+        for key in common::marks::SCALE_DOWN_PROTECTION
+            .map(|(k, _)| k)
+            .iter()
+            .chain([&record])
+        {
+            assert!(
+                annotation(after, key).is_none(),
+                "n{i} given back or done with {key} left on it"
+            );
+        }
+    }
 }
 
 /// A failed drain is counted once, as its grant is given back; a node set aside

@@ -974,6 +974,63 @@ fn an_administrators_label_of_a_mark_key_is_never_changed_or_removed() {
     assert!(s.boots.iter().take(3).all(|&b| b == 1), "{:?}", s.boots);
 }
 
+/// A drain that fails `--drain-attempts` times sets its node aside: counted on the node with
+/// what blocked it, never claimed again, the next request granted instead; the stall past
+/// `--max-blocked-nodes` 0 holds that request until the count is removed by hand.
+#[test]
+fn a_node_whose_drain_keeps_failing_is_set_aside_and_stalls_the_pool_past_the_limit() {
+    use world::Step::*;
+    for most in [None, Some(0)] {
+        let mut setup = scripted(2, 1, true);
+        setup.set_aside = SetAside {
+            attempts: Some(1),
+            most,
+        };
+        let mut model = Model::new(&setup);
+        let fail = DrainEnds {
+            replica: 0,
+            node: 0,
+            ok: false,
+        };
+        let round = [SyncAll(0), Round(0)];
+        let claim_and_drain = [round.clone(), round.clone(), round.clone()].concat();
+        let give_back = [round.clone(), round.clone()].concat();
+        let steps = [vec![Request(0)], claim_and_drain, vec![fail], give_back].concat();
+        for step in &steps {
+            model.apply(step);
+        }
+        let count = model
+            .s()
+            .node(0)
+            .and_then(|n| annotation(n, "reboot-drain-failures"));
+        assert_eq!(count.as_deref(), Some("1; blocked by default/pod-0: model"));
+        model.apply(&Request(1));
+        for _ in 0..40 {
+            model.tick(10 * STEP_MS);
+            model.apply(&SyncAll(0));
+            model.apply(&Round(0));
+            for i in 0..2 {
+                model.apply(&DrainEnds {
+                    replica: 0,
+                    node: i,
+                    ok: true,
+                });
+                model.apply(&Agent(i));
+                model.apply(&Kubelet(i));
+            }
+        }
+        let s = model.s();
+        assert_eq!(s.boots[0], 0, "n0 set aside, never rebooted");
+        assert_eq!(
+            s.boots[1],
+            u32::from(most.is_none()),
+            "n1 rebooted unless stalled"
+        );
+        drop(s);
+        model.settle();
+    }
+}
+
 /// Found by the property test: n5 soaking from the start, the ledger deleted and recreated,
 /// then n5 requested, seen so by replica 1, opted out, and replica 1's round.
 #[test]

@@ -592,8 +592,22 @@ impl Model {
     /// A request that is never granted, rightly: out of the pool, opted out, or without a
     /// zone label while zone budgets are on.
     fn waits_for_good(&self, s: &super::server::Server, i: usize) -> bool {
+        let set_aside = |n: &serde_json::Value| {
+            let count = annotation(n, common::keys::REBOOT_DRAIN_FAILURES);
+            common::drain_failures::DrainFailures::sets_aside(
+                count.as_deref(),
+                s.set_aside.attempts,
+            )
+        };
+        // More set aside than --max-blocked-nodes: the pool grants nothing until an
+        // administrator acts.
+        let aside = (0..NODES)
+            .filter(|&j| s.in_pool(j) && s.node(j).is_some_and(set_aside))
+            .count();
         !s.in_pool(i)
             || s.node(i).is_some_and(checks::opted_out)
+            || s.node(i).is_some_and(set_aside)
+            || s.set_aside.stalls(aside)
             || (s.zone_budget.is_some() && s.zone(i).is_none())
     }
 

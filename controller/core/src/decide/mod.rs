@@ -771,6 +771,7 @@ impl<'a> Round<'a> {
                 if view.state.cordoned_by_operator
                     || view.state.labelled.is_some()
                     || view.state.tainted.is_some()
+                    || view.state.protected.is_some()
                     || view.state.drain_failures.is_some() =>
             {
                 decision.act(NodeAction::Release {

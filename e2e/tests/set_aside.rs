@@ -9,6 +9,7 @@ use e2e::{
     BudgetWatch, apply, kubectl, node, pod_that_blocks_the_drain_of, protocol_annotations,
     request_reboot, wait_for_event, wait_until, wait_until_the_budget_allows_no_disruption,
 };
+use nodesim::sandbox::Sandbox;
 use std::time::Duration;
 
 const ROLLOUT: Duration = Duration::from_secs(240);
@@ -25,20 +26,21 @@ fn cordoned(n: &k8s_openapi::api::core::v1::Node) -> bool {
     n.spec.as_ref().and_then(|s| s.unschedulable) == Some(true)
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn a_node_whose_drain_keeps_failing_is_set_aside_and_the_rest_finish() {
-    let args = [
-        "--drain-timeout",
-        "4s",
-        "--drain-attempts",
-        "2",
-        NO_PDB_CHECK,
-    ];
-    let sb = e2e::sandbox_with_pods(3, "1", &args).await;
+/// `nodes` nodes with a budget of one and `set_aside` (the set-aside flags), drains that time
+/// out after 4 s, and a PodDisruptionBudget at 0 on a pod of sim-1, whose reboot is requested.
+async fn sim_1_undrainable(nodes: usize, set_aside: &[&str]) -> (Sandbox, BudgetWatch) {
+    let args = [&["--drain-timeout", "4s", NO_PDB_CHECK][..], set_aside].concat();
+    let sb = e2e::sandbox_with_pods(nodes, "1", &args).await;
     apply(&sb.control_plane, &pod_that_blocks_the_drain_of("sim-1"));
     wait_until_the_budget_allows_no_disruption(&sb.control_plane).await;
     let watch = BudgetWatch::start(sb.client.clone(), 1).await;
     request_reboot(&sb.control_plane, "sim-1");
+    (sb, watch)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_node_whose_drain_keeps_failing_is_set_aside_and_the_rest_finish() {
+    let (sb, watch) = sim_1_undrainable(3, &["--drain-attempts", "2"]).await;
     wait_for_event(
         &sb.client,
         "sim-1",
@@ -106,20 +108,8 @@ async fn a_node_whose_drain_keeps_failing_is_set_aside_and_the_rest_finish() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn more_nodes_set_aside_than_allowed_stall_the_pool_until_one_is_tried_again() {
-    let args = [
-        "--drain-timeout",
-        "4s",
-        "--drain-attempts",
-        "1",
-        "--max-blocked-nodes",
-        "0",
-        NO_PDB_CHECK,
-    ];
-    let sb = e2e::sandbox_with_pods(2, "1", &args).await;
-    apply(&sb.control_plane, &pod_that_blocks_the_drain_of("sim-1"));
-    wait_until_the_budget_allows_no_disruption(&sb.control_plane).await;
-    let watch = BudgetWatch::start(sb.client.clone(), 1).await;
-    request_reboot(&sb.control_plane, "sim-1");
+    let set_aside = ["--drain-attempts", "1", "--max-blocked-nodes", "0"];
+    let (sb, watch) = sim_1_undrainable(2, &set_aside).await;
     wait_for_event(
         &sb.client,
         "sim-1",

@@ -132,9 +132,9 @@ pub struct Args {
     /// Set a node aside once this many drains of its request have failed (timed out): it keeps
     /// its request but is not granted again, uncordoned, with a Warning (`SetAside`) naming the
     /// pods that blocked it, and the rest of the pool goes on. The count is kept on the node
-    /// (`reboot-drain-failures`); remove it to try the node again. A reboot completed or a
-    /// request withdrawn clears it. Unset: a failing drain is retried for ever (after 30 s,
-    /// growing to 15 minutes).
+    /// (`reboot-drain-failures`, written only while this is set); remove it to try the node
+    /// again. A reboot completed or a request withdrawn clears it. Unset: a failing drain is
+    /// retried for ever (after 30 s, growing to 15 minutes).
     #[arg(long, env = "DRAIN_ATTEMPTS", value_parser = parse_drain_attempts)]
     pub drain_attempts: Option<u32>,
 

@@ -234,7 +234,6 @@ impl Shell {
     }
 }
 
-/// Each pod still on a node whose drain timed out, with why.
 impl Shell {
     /// What follows a failed drain of `node`: a retry, or, at its last attempt
     /// (`--drain-attempts`), being set aside.

@@ -132,9 +132,11 @@ impl Shell {
             reason: ReleaseReason::DrainFailed,
             ..
         } = &action
+            && self.set_aside.attempts.is_some()
         {
             // Counted on the node, fenced by its grant: once per grant whichever replica
-            // writes it, and kept across restarts for --drain-attempts.
+            // writes it, and kept across restarts. Only with --drain-attempts: without it
+            // nothing reads the count, and turning it on later starts from none.
             let grant = facts.protocol(&self.keys).grant.unwrap_or_default();
             let patch = t.release_failed_drain(&facts, self.drains.blocking(&grant));
             return Prepared::Write(action, patch);

@@ -5,6 +5,7 @@
 //! stalls until the administrator tries the node again.
 
 use common::ControllerReason;
+use e2e::rollout::{all_back_in, back};
 use e2e::{
     BudgetWatch, apply, kubectl, node, pod_that_blocks_the_drain_of, protocol_annotations,
     request_reboot, wait_for_event, wait_until, wait_until_the_budget_allows_no_disruption,
@@ -96,10 +97,7 @@ async fn a_node_whose_drain_keeps_failing_is_set_aside_and_the_rest_finish() {
         "sim-1 rebooted once tried again",
         ROLLOUT,
         Some(&watch),
-        || async {
-            sb.fleet.reboots("sim-1") == 1
-                && protocol_annotations(&node(&sb.client, "sim-1").await).is_empty()
-        },
+        || back(&sb, "sim-1", 1),
     )
     .await;
     watch.check().unwrap();
@@ -137,8 +135,8 @@ async fn more_nodes_set_aside_than_allowed_stall_the_pool_until_one_is_tried_aga
         &sb.control_plane,
         &["annotate", "node", "sim-1", &format!("{KEY}-")],
     );
-    wait_until("both rebooted", ROLLOUT, Some(&watch), || async {
-        sb.fleet.reboots("sim-1") == 1 && sb.fleet.reboots("sim-2") == 1
+    wait_until("both rebooted", ROLLOUT, Some(&watch), || {
+        all_back_in(&sb.fleet, &sb.client, &["sim-1", "sim-2"], 1)
     })
     .await;
     watch.check().unwrap();

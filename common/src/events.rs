@@ -101,7 +101,7 @@ reasons! {
         UnknownFormat, UnexpectedPauseValue, NotReadyAfterReboot, RebootOverdue,
         ZoneLabelMissing, NoAgent, PrometheusUnreachable, LabelKept, UnexpectedOptOutValue,
         UnexpectedAbandonValue, PreflightUnanswered, GaveUp, InvalidSpec, PoolOverlap, SetAside,
-        Stalled, UnexpectedDrainFailuresValue,
+        Stalled, UnexpectedDrainFailuresValue, RolloutFailure, UnexpectedRolloutValue,
     ],
     Requested,
     Draining,
@@ -190,6 +190,14 @@ reasons! {
     /// A requested node's `reboot-drain-failures` is not a count (edited by hand): read as set
     /// aside.
     UnexpectedDrainFailuresValue,
+    /// A node of the rollout failed (its drain timed out, its reboot is overdue or unproven,
+    /// it is NotReady after it): counted against `--max-failures`; a canary's stalls the pool.
+    RolloutFailure,
+    /// The ledger Lease's rollout record cannot be read (edited by hand): the pool is read as
+    /// stalled until `kubectl reboot resume`.
+    UnexpectedRolloutValue,
+    /// The canaries of a rollout completed and soaked: the rest of it starts.
+    CanaryPassed,
 }
 
 reasons! {
@@ -275,6 +283,9 @@ mod tests {
                 "SetAside",
                 "Stalled",
                 "UnexpectedDrainFailuresValue",
+                "RolloutFailure",
+                "UnexpectedRolloutValue",
+                "CanaryPassed",
             ]
         );
         let agent: Vec<_> = AgentReason::ALL.iter().map(|r| r.as_str()).collect();
@@ -354,6 +365,8 @@ mod tests {
                 "SetAside",
                 "Stalled",
                 "UnexpectedDrainFailuresValue",
+                "RolloutFailure",
+                "UnexpectedRolloutValue",
             ]
         );
         assert!(!AgentReason::Rebooting.is_warning());

@@ -15,6 +15,7 @@ pub mod marks;
 pub mod opt_out;
 pub mod patch;
 pub mod pool;
+pub mod rollout;
 pub mod state;
 // The unit tests of every crate write their Nodes with it (`test-util` in [dev-dependencies]).
 #[cfg(any(test, feature = "test-util"))]

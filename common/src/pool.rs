@@ -53,6 +53,9 @@ pub mod reason {
     pub const WAITING: &str = "Waiting";
     pub const PAUSED: &str = "Paused";
     pub const OVERDUE: &str = "NodeOverdue";
+    /// A failed canary, more failures than `maxFailures`, or more nodes set aside than
+    /// `maxBlockedNodes`: nothing new starts until `kubectl reboot resume --pool`.
+    pub const ROLLOUT_STALLED: &str = "RolloutStalled";
     pub const OVERLAP: &str = "Overlap";
     pub const DELETING: &str = "Deleting";
 }
@@ -142,6 +145,26 @@ pub struct RebootPoolSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = Rule::new("self >= 0").message("maxBlockedNodes cannot be negative"))]
     pub max_blocked_nodes: Option<i64>,
+    /// The first this many nodes of each rollout go alone; the rest wait until they have
+    /// completed and soaked for `canarySoak`. A canary that fails stalls the pool until
+    /// `kubectl reboot resume --pool`. Default 0: no canary.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self >= 0").message("canary cannot be negative"))]
+    pub canary: Option<i64>,
+    /// How long a canary is Ready after its reboot before the rest start. Default `0s`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self.matches('^([0-9]+(ms|s|m|h))+$')").message("canarySoak must be a duration such as \"30m\""))]
+    pub canary_soak: Option<String>,
+    /// Waves that grow: the nodes in the protocol start at 1 (twice `canary` after a canary)
+    /// and double after each wave completes; a failure drops them back to 1. Default false.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waves: Option<bool>,
+    /// With more of a rollout's nodes failed than this (a number, or a percentage of the
+    /// rollout's nodes such as `"10%"`), the pool is stalled until `kubectl reboot resume
+    /// --pool`. Unset: no limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("type(self) == int ? self >= 0 : self.matches('^[0-9]+%$')").message("maxFailures must be a number of nodes (0 or more) or a percentage such as \"10%\""))]
+    pub max_failures: Option<IntOrString>,
     /// Grants nothing new while true; reboots under way finish. `kubectl reboot pause --pool`.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub paused: bool,

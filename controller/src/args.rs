@@ -2,10 +2,11 @@
 
 use crate::{cache::pool::PoolSelector, cluster::leader::Timing, gates::blocking_pods::Scope};
 use clap::{CommandFactory, Parser};
-use common::{AnnotationKeys, MaxUnavailable};
+use common::{AnnotationKeys, MaxUnavailable, rollout::MaxFailures};
 use controller_core::{
     alerts::{AlertFilter, FilterMode},
     decide::SetAside,
+    rollout::RolloutRules,
     scheduled_budget::{Budgets, ScheduledBudget},
     window::{Period, Window, Windows},
 };
@@ -145,6 +146,35 @@ pub struct Args {
     #[arg(long, env = "MAX_BLOCKED_NODES", requires = "drain_attempts", allow_hyphen_values = true,
           value_parser = parse_max_blocked_nodes)]
     pub max_blocked_nodes: Option<u32>,
+
+    /// The first this many nodes of each rollout (a rollout begins when requests come to a
+    /// pool with no node in the protocol) go alone, within the budgets: the rest wait until
+    /// they have completed and soaked for --canary-soak. A canary that fails (its drain times
+    /// out, it is overdue, its reboot is unproven, it is NotReady after it) stalls the pool
+    /// until `kubectl reboot resume`. 0: no canary.
+    #[arg(long, env = "CANARY", default_value_t = 0, value_parser = parse_canary)]
+    pub canary: u32,
+
+    /// How long a canary is Ready after its reboot before the rest of the rollout starts (its
+    /// slot is held meanwhile, as --min-ready-seconds holds it; the longer of the two applies).
+    #[arg(long, env = "CANARY_SOAK", default_value = "0s", allow_hyphen_values = true,
+          value_parser = parse_duration_or_zero)]
+    pub canary_soak: Duration,
+
+    /// Waves that grow: the nodes of a rollout in the protocol start at 1 (twice --canary
+    /// after a canary) and double each time a wave has completed, up to the budgets; a
+    /// failure drops them back to 1.
+    #[arg(long, env = "WAVES", default_value_t = false, action = clap::ArgAction::Set,
+          num_args = 0..=1, default_missing_value = "true")]
+    pub waves: bool,
+
+    /// The failure budget of a rollout: with more of its nodes failed than this (a drain that
+    /// timed out, a reboot overdue or unproven, a node NotReady after its reboot), the pool is
+    /// stalled: nothing new starts, reboots under way finish, and a `Stalled` Warning says why
+    /// until `kubectl reboot resume`. A count (`0`: stop at the first failure) or a percentage
+    /// of the rollout's nodes (`10%`, rounded down). Unset: no limit.
+    #[arg(long, env = "MAX_FAILURES", allow_hyphen_values = true, value_parser = parse_max_failures)]
+    pub max_failures: Option<MaxFailures>,
 
     /// Label selector: evict only matching pods (default: every pod but DaemonSet and mirror pods).
     #[arg(long, env = "DRAIN_POD_SELECTOR", value_parser = parse_drain_pod_selector)]
@@ -602,6 +632,16 @@ impl Args {
         }
     }
 
+    /// `--canary`, `--canary-soak`, `--waves` and `--max-failures`.
+    pub fn rollout_rules(&self) -> RolloutRules {
+        RolloutRules {
+            canary: self.canary,
+            canary_soak: u64::try_from(self.canary_soak.as_millis()).unwrap_or(u64::MAX),
+            waves: self.waves,
+            max_failures: self.max_failures,
+        }
+    }
+
     /// This replica's name: `--leader-election-identity` (POD_NAME), else `<hostname>_<pid>`.
     pub fn identity(&self) -> String {
         self.leader_election_identity
@@ -629,6 +669,18 @@ pub(crate) fn parse_drain_attempts(value: &str) -> Result<u32, String> {
              node aside, 1 or more (such as 3), or leave the flag out to retry for ever"
         )),
     }
+}
+
+pub(crate) fn parse_canary(value: &str) -> Result<u32, String> {
+    value.trim().parse::<u32>().map_err(|_| {
+        format!(
+            "{value:?} is not a number of nodes: give how many nodes of each rollout go first              and alone (such as 1), or 0 for no canary"
+        )
+    })
+}
+
+pub(crate) fn parse_max_failures(value: &str) -> Result<MaxFailures, String> {
+    value.parse().map_err(|e: common::rollout::MaxFailuresError| e.to_string())
 }
 
 pub(crate) fn parse_max_blocked_nodes(value: &str) -> Result<u32, String> {

@@ -170,6 +170,9 @@ pub struct Metrics {
     pub held_grants: Gauge,
     pub opted_out_requests: Gauge,
     pub set_aside_nodes: Gauge,
+    pub rollout_failures: Family<ReasonLabels, Counter>,
+    pub rollout_stalled: Gauge,
+    pub rollout_stage_nodes: Gauge,
     pub gates_open: Family<GateLabels, Gauge>,
     pub blocked_nodes: Gauge,
     pub preflight_held: Family<CheckLabels, Gauge>,
@@ -209,6 +212,9 @@ impl Metrics {
             held_grants: Gauge::default(),
             opted_out_requests: Gauge::default(),
             set_aside_nodes: Gauge::default(),
+            rollout_failures: Family::default(),
+            rollout_stalled: Gauge::default(),
+            rollout_stage_nodes: Gauge::default(),
             gates_open: Family::default(),
             blocked_nodes: Gauge::default(),
             preflight_held: Family::default(),
@@ -357,6 +363,26 @@ impl Metrics {
             m.set_aside_nodes,
         );
         registry.register(
+            "rollout_failures",
+            "Failures of the pool's rollouts, by reason (drain_timeout, reboot_timeout, unproven, \
+             not_ready_after_reboot), each node counted once per grant; past --max-failures, or \
+             one of a canary, the pool is stalled",
+            m.rollout_failures,
+        );
+        registry.register(
+            "rollout_stalled",
+            "1 while the pool is stalled (a failed canary, more failures than --max-failures, \
+             more nodes set aside than --max-blocked-nodes): nothing new starts until an \
+             administrator acts",
+            m.rollout_stalled,
+        );
+        registry.register(
+            "rollout_stage_nodes",
+            "How many nodes the rollout's stage lets into the protocol at once (the canary, or \
+             the current wave with --waves); 0 without one",
+            m.rollout_stage_nodes,
+        );
+        registry.register(
             "gate_open",
             "Health gates configured, by gate (alerts, blocking_pods): 1 open, 0 holding new reboots",
             m.gates_open,
@@ -481,6 +507,14 @@ impl Metrics {
                 check: check.into(),
             })
             .set(i64::from(unanswered));
+    }
+
+    pub fn rollout_failure(&self, reason: &str) {
+        self.rollout_failures
+            .get_or_create(&ReasonLabels {
+                reason: reason.into(),
+            })
+            .inc();
     }
 
     pub fn reboot_failed(&self, reason: &str) {

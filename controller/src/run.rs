@@ -539,6 +539,7 @@ impl Context {
             zone_budget: args.max_unavailable_per_zone,
             concurrency: args.concurrency,
             set_aside: args.set_aside(),
+            rollout_rules: args.rollout_rules(),
             ledger,
             ledger_store: pool.ledger_store.clone(),
             ledger_watch: pool.ledger_watch.clone(),

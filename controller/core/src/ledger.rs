@@ -6,6 +6,7 @@
 
 pub use common::ledger::Slot;
 use common::ledger::ledger_of_grant;
+use common::rollout::RolloutRecord;
 use std::collections::BTreeMap;
 
 /// The slots as last read from or written to the API server.
@@ -20,6 +21,12 @@ pub struct Ledger {
     /// An administrator paused new grants ([`common::ledger::PAUSED_ANNOTATION`]). Part of
     /// the ledger object, so a grant decided before the pause fails its compare-and-swap.
     pub paused: bool,
+    /// The rollout under way ([`common::rollout::ROLLOUT_ANNOTATION`]); `None` between
+    /// rollouts. Part of the ledger object, so a grant decided on an older record fails.
+    pub rollout: Option<RolloutRecord>,
+    /// The rollout record is there but cannot be read: the pool is stalled (read as the
+    /// worst), never written over, until `kubectl reboot resume` writes a good one.
+    pub rollout_unreadable: Option<String>,
     /// The ledger's format version as found, when this build does not know it (a newer
     /// operator wrote it): its slots are not read, and no round grants, releases or drives
     /// anything until an operator that knows it takes over.
@@ -104,16 +111,28 @@ impl Grant {
     }
 }
 
-/// A change to the ledger decided in one round: releases, then grants, applied together.
+/// A change to the ledger decided in one round: releases, then grants, applied together,
+/// with the rollout's record.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct LedgerChange {
     pub grant: Vec<Grant>,
     pub release: Vec<String>,
+    /// The rollout's record to write with them; `None`: unchanged.
+    pub rollout: Option<RolloutChange>,
+}
+
+/// A change to the rollout's record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RolloutChange {
+    /// Write this record.
+    Write(RolloutRecord),
+    /// The rollout is over: remove the record.
+    End,
 }
 
 impl LedgerChange {
     pub fn is_empty(&self) -> bool {
-        self.grant.is_empty() && self.release.is_empty()
+        self.grant.is_empty() && self.release.is_empty() && self.rollout.is_none()
     }
 
     /// The nodes holding a slot after this change, each with the zone its slot was granted

@@ -15,6 +15,7 @@ pub mod effects;
 pub mod ledger;
 pub mod node_view;
 pub mod pool_index;
+pub mod rollout;
 pub mod rollout_plan;
 pub mod schedule;
 pub mod scheduled_budget;

@@ -8,7 +8,8 @@ use common::ledger::{
     FORMAT_ANNOTATION, PAUSED_ANNOTATION, Pause, SLOTS_ANNOTATION, Slot, format_of, slots_json,
     slots_of,
 };
-use controller_core::ledger::Ledger;
+use common::rollout::{ROLLOUT_ANNOTATION, rollout_json, rollout_of};
+use controller_core::ledger::{Ledger, RolloutChange};
 use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::{Api, Client, Resource, api::ObjectMeta, runtime::watcher};
@@ -70,12 +71,18 @@ fn read(id: &str, lease: &Lease) -> ReadLedger {
         Err(error) => (BTreeMap::new(), Some(error.to_string())),
     };
     let pause = Pause::of(lease.metadata.annotations.as_ref());
+    let (rollout, rollout_unreadable) = match rollout_of(annotations) {
+        Ok(rollout) => (rollout, None),
+        Err(error) => (None, Some(error.to_string())),
+    };
     ReadLedger {
         ledger: Ledger {
             id: id.to_owned(),
             resource_version: lease.metadata.resource_version.clone(),
             slots,
             paused: pause.pauses(),
+            rollout,
+            rollout_unreadable,
             unknown_format,
         },
         damage,
@@ -94,6 +101,9 @@ pub fn recreated_annotations(last: &Ledger) -> BTreeMap<String, String> {
     ]);
     if last.paused {
         annotations.insert(PAUSED_ANNOTATION.to_owned(), "true".to_owned());
+    }
+    if let Some(rollout) = &last.rollout {
+        annotations.insert(ROLLOUT_ANNOTATION.to_owned(), rollout_json(rollout));
     }
     annotations
 }
@@ -322,19 +332,30 @@ impl LedgerStore {
         )
     }
 
-    /// Replaces the slots if nobody changed the Lease since `current` was read. A merge patch
-    /// that carries the resourceVersion is refused with a conflict otherwise.
+    /// Replaces the slots, and the rollout's record when it changed, if nobody changed the
+    /// Lease since `current` was read. A merge patch that carries the resourceVersion is
+    /// refused with a conflict otherwise.
     pub async fn swap(
         &self,
         current: &Ledger,
         slots: &BTreeMap<String, Slot>,
+        rollout: Option<&RolloutChange>,
     ) -> Result<Ledger, LedgerError> {
+        let mut annotations = json!({
+            SLOTS_ANNOTATION: slots_json(slots),
+            FORMAT_ANNOTATION: common::format::current(),
+        });
+        match rollout {
+            Some(RolloutChange::Write(record)) => {
+                annotations[ROLLOUT_ANNOTATION] = rollout_json(record).into();
+            }
+            // A merge patch removes a key set to null.
+            Some(RolloutChange::End) => annotations[ROLLOUT_ANNOTATION] = serde_json::Value::Null,
+            None => {}
+        }
         let patch = json!({"metadata": {
             "resourceVersion": current.resource_version,
-            "annotations": {
-                SLOTS_ANNOTATION: slots_json(slots),
-                FORMAT_ANNOTATION: common::format::current(),
-            },
+            "annotations": annotations,
         }});
         match self.api.merge(&self.name, patch).await {
             Ok(written) => Ok(read(&self.id(), &written).ledger),

@@ -38,6 +38,7 @@ pub fn pool_args(base: &Args, name: &str, spec: &RebootPoolSpec) -> Result<Args,
     read_schedule(&mut args, spec, &mut read);
     read_drain(&mut args, spec, &mut read);
     read_set_aside(&mut args, spec, &mut read);
+    read_rollout_rules(&mut args, spec, &mut read);
     read_gates(&mut args, spec, &mut read);
     read_marks(&mut args, spec, &mut read);
     if problems.is_empty()
@@ -81,6 +82,10 @@ fn with_default_policy(base: &Args) -> Result<Args, Vec<String>> {
     args.give_up_after = defaults.give_up_after;
     args.drain_attempts = defaults.drain_attempts;
     args.max_blocked_nodes = defaults.max_blocked_nodes;
+    args.canary = defaults.canary;
+    args.canary_soak = defaults.canary_soak;
+    args.waves = defaults.waves;
+    args.max_failures = defaults.max_failures;
     args.drain = defaults.drain;
     args.drain_timeout = defaults.drain_timeout;
     args.drain_grace_period = defaults.drain_grace_period;
@@ -181,6 +186,36 @@ fn read_set_aside(args: &mut Args, spec: &RebootPoolSpec, read: &mut Read<'_>) {
         read(
             "maxBlockedNodes",
             most.map(|m| args.max_blocked_nodes = Some(m)),
+        );
+    }
+}
+
+fn read_rollout_rules(args: &mut Args, spec: &RebootPoolSpec, read: &mut Read<'_>) {
+    if let Some(canary) = spec.canary {
+        read(
+            "canary",
+            u32::try_from(canary)
+                .map(|c| args.canary = c)
+                .map_err(|_| "cannot be negative".to_owned()),
+        );
+    }
+    if let Some(soak) = &spec.canary_soak {
+        read(
+            "canarySoak",
+            args::parse_duration_or_zero(soak).map(|d| args.canary_soak = d),
+        );
+    }
+    if let Some(waves) = spec.waves {
+        args.waves = waves;
+    }
+    if let Some(most) = &spec.max_failures {
+        let text = match most {
+            IntOrString::Int(n) => n.to_string(),
+            IntOrString::String(s) => s.clone(),
+        };
+        read(
+            "maxFailures",
+            args::parse_max_failures(&text).map(|m| args.max_failures = Some(m)),
         );
     }
 }

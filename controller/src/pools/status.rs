@@ -67,6 +67,7 @@ pub fn running(
         seen.facts.held.clone()
     };
     let overdue = !seen.facts.overdue.is_empty();
+    let stalled = seen.facts.stalled.is_some();
     let busy = rebooting > 0 || waiting > 0;
     let mut conditions = vec![
         condition_of(
@@ -91,9 +92,11 @@ pub fn running(
         ),
         condition_of(
             condition::STALLED,
-            overdue,
+            overdue || stalled,
             if overdue {
                 reason::OVERDUE
+            } else if stalled {
+                reason::ROLLOUT_STALLED
             } else {
                 reason::IDLE
             },
@@ -330,6 +333,12 @@ mod tests {
         assert_eq!(status_of(&late, "Stalled"), "True");
         assert_eq!(status_of(&late, "NodeOverdue"), "True");
         assert!(late.held.unwrap().contains("n1"));
+        let mut failed = seen(3, 0, &[]);
+        failed.facts.stalled = Some("the canary n1 failed".into());
+        let stalled = running(Some(3), &failed, vec![], false, false, &[], &now());
+        assert_eq!(status_of(&stalled, "Stalled"), "True");
+        let condition = stalled.conditions.iter().find(|c| c.type_ == "Stalled").unwrap();
+        assert_eq!(condition.reason, "RolloutStalled");
     }
 
     #[test]

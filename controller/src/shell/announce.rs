@@ -54,6 +54,7 @@ impl Shell {
         self.announce_unknown_format(decision, by_name);
         self.announce_opted_out(decision, by_name);
         self.announce_set_aside(decision, by_name);
+        self.announce_rollout_rules(decision, by_name);
         self.announce_unexpected(decision, by_name);
         self.announce_rollout(decision, *scheduled, gates);
     }
@@ -429,19 +430,10 @@ impl Shell {
         let pool_event = match (self.schedule.waiting_event(scheduled, now), &gates.pool) {
             (Some(event), _) => Some(event),
             (None, Some(hold)) => hold.event.clone(),
-            (None, None) if decision.stalled => Some((
-                Reason::Stalled,
-                format!(
-                    "{NOTE_REQUESTED}waiting: the pool is stalled, {} node(s) are set aside after \
-                     failed drains ({}), more than --max-blocked-nodes {}; no new reboot starts \
-                     until an administrator fixes what blocks their drains and removes their \
-                     {}, or gives them up",
-                    decision.set_aside.len(),
-                    decision.set_aside.join(", "),
-                    self.set_aside.most.unwrap_or_default(),
-                    self.keys.drain_failures
-                ),
-            )),
+            (None, None) if decision.stalled.is_some() => decision
+                .stalled
+                .as_ref()
+                .map(|stall| (Reason::Stalled, self.stalled_note(stall, decision))),
             (None, None) if !decision.overdue.is_empty() => Some((
                 Reason::Requested,
                 format!(
@@ -503,6 +495,8 @@ impl Shell {
                 self.concurrency.map(|c| c.to_string()).unwrap_or_default()
             );
             Some((Reason::Requested, note))
+        } else if decision.stage_full.contains(name) {
+            Some((Reason::Requested, self.stage_note(decision.stage)))
         } else if decision.zone_full.contains(name) {
             let note = format!(
                 "{NOTE_REQUESTED}waiting for a slot in its zone \
@@ -558,6 +552,10 @@ impl Shell {
         let why = match scheduled {
             _ if decision.waiting.is_empty() => None,
             Some(Hold::Paused) => Some(("paused", "the pool is paused".to_owned())),
+            _ if decision.stalled.is_some() => decision
+                .stalled
+                .as_ref()
+                .map(|stall| (stall.as_str(), format!("the pool is stalled, {}", stall.describe()))),
             Some(Hold::OutsideWindow) => {
                 let (reason, why) = self.schedule.closed_event(self.clock.now(), "");
                 let kind = match reason {
@@ -569,6 +567,7 @@ impl Shell {
             _ => gate_note().map(|note| ("gate", note)),
         };
         self.pool_facts.held = why.as_ref().map(|(_, words)| words.clone());
+        self.pool_facts.stalled = decision.stalled.as_ref().map(|s| s.describe());
         if let Some(reason) = self.rollout.held(why.as_ref().map(|(reason, _)| *reason))
             && let Some((_, words)) = &why
         {

@@ -40,6 +40,7 @@ impl Shell {
             reboot: None,
             min_ready: self.schedule.min_ready,
             set_aside: self.set_aside,
+            rollout: self.rollout_rules,
             now,
             now_ms: round.now,
         });

@@ -43,6 +43,8 @@ pub(super) struct LedgerCopy {
     deletion_seen: bool,
     /// The unexpected `reboot-paused` value last warned about.
     warned_pause: Option<String>,
+    /// Why the rollout record could not be read, as last warned about.
+    warned_rollout: Option<String>,
     /// The unknown ledger format last warned about.
     warned_format: Option<String>,
     store: LedgerStore,
@@ -67,6 +69,7 @@ impl LedgerCopy {
             reread_for: None,
             deletion_seen: false,
             warned_pause: None,
+            warned_rollout: None,
             warned_format: None,
             store,
             watch,
@@ -80,6 +83,11 @@ impl LedgerCopy {
     /// The ledger as last read or written.
     pub(super) fn current(&self) -> &Ledger {
         &self.ledger
+    }
+
+    /// The ledger Lease, for Events about the pool's rollout.
+    pub(super) fn reference(&self) -> k8s_openapi::api::core::v1::ObjectReference {
+        self.store.reference()
     }
 
     /// Whether the copy is damaged: it is rebuilt from the nodes before any new grant.
@@ -143,6 +151,21 @@ impl LedgerCopy {
                 );
             }
             self.warned_pause = read.unexpected_pause;
+        }
+        if read.ledger.rollout_unreadable != self.warned_rollout {
+            if let Some(why) = &read.ledger.rollout_unreadable {
+                let note = format!(
+                    "{why}: the pool is read as stalled (no new reboot starts) while a rollout \
+                     rule is on; do not edit it by hand"
+                );
+                tracing::warn!("{note}");
+                self.events.publish_about(
+                    self.store.reference(),
+                    Reason::UnexpectedRolloutValue,
+                    note,
+                );
+            }
+            self.warned_rollout.clone_from(&read.ledger.rollout_unreadable);
         }
         self.damage = read.damage;
         self.ledger = read.ledger;
@@ -317,7 +340,8 @@ impl LedgerCopy {
         let slots = decision.ledger.apply(&self.ledger.slots, now, || {
             common::ledger::grant_id(&id, &new_grant_id())
         });
-        self.ledger = self.store.swap(&self.ledger, &slots).await?;
+        let rollout = decision.ledger.rollout.as_ref();
+        self.ledger = self.store.swap(&self.ledger, &slots, rollout).await?;
         self.damage = None;
         Ok(())
     }
@@ -408,7 +432,9 @@ impl Shell {
         nodes: &HashMap<&str, &Arc<Node>>,
     ) -> Result<(), LedgerError> {
         let now = self.clock.now().to_string();
+        let before = self.ledger.current().rollout.clone();
         self.ledger.write(decision, &now).await?;
+        self.announce_rollout_written(before.as_ref(), decision);
         let ledger = self.ledger.current();
         self.drains
             .retain(|grant| ledger.slots.values().any(|s| s.grant == grant));

@@ -22,6 +22,7 @@ use crate::{
 use common::{AnnotationKeys, MaxUnavailable, NodeFacts, Phase, RebootMarks, Request, Transition};
 use controller_core::{
     decide::{Decision, Fence, Hold, Round, SetAside},
+    rollout::RolloutRules,
     effects,
     node_view::NodeView,
     schedule::Schedule,
@@ -50,6 +51,8 @@ pub struct ShellParts {
     pub concurrency: Option<MaxUnavailable>,
     /// `--drain-attempts` and `--max-blocked-nodes`.
     pub set_aside: SetAside,
+    /// `--canary`, `--canary-soak`, `--waves` and `--max-failures`.
+    pub rollout_rules: RolloutRules,
     pub drains: DrainTracker,
     pub nodes: Store<Node>,
     pub index: SharedIndex,
@@ -86,6 +89,9 @@ pub struct PoolFacts {
     pub held: Option<String>,
     /// The nodes whose reboot is overdue.
     pub overdue: Vec<String>,
+    /// Why the pool is stalled (a failed canary, too many failures, too many nodes set aside),
+    /// if it is.
+    pub stalled: Option<String>,
 }
 
 /// One leading replica's rounds: decide, write, and remember what was written.
@@ -99,6 +105,7 @@ pub struct Shell {
     zone_budget: Option<MaxUnavailable>,
     concurrency: Option<MaxUnavailable>,
     set_aside: SetAside,
+    rollout_rules: RolloutRules,
     drains: DrainTracker,
     nodes: Store<Node>,
     index: SharedIndex,
@@ -180,6 +187,7 @@ mod dry_plan;
 mod format;
 mod ledger;
 mod read;
+mod rollout_rules;
 
 use announce::Said;
 use ledger::LedgerCopy;
@@ -197,6 +205,7 @@ impl Shell {
             zone_budget: parts.zone_budget,
             concurrency: parts.concurrency,
             set_aside: parts.set_aside,
+            rollout_rules: parts.rollout_rules,
             drains: parts.drains,
             nodes: parts.nodes,
             index: parts.index,
@@ -335,6 +344,7 @@ impl Shell {
             blocked,
             preflight: &read.preflight.held,
             set_aside: self.set_aside,
+            rollout: self.rollout_rules,
         }
     }
 

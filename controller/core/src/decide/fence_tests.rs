@@ -60,7 +60,7 @@ pub(super) fn node_at(stage: Stage) -> (NodeView, Ledger) {
         resource_version: Some("7".into()),
         slots: [("n".to_owned(), slot)].into(),
         paused: false,
-        unknown_format: None,
+        ..Ledger::default()
     };
     (view, ledger)
 }

@@ -19,6 +19,8 @@
 use crate::budget::{Admission, Holders, Usage};
 use crate::ledger::{Grant, Ledger, LedgerChange, Owner, Slot};
 use crate::pool_index::PoolCounts;
+use crate::rollout::{RolloutRules, Stage, Stall};
+use common::rollout::FailureKind;
 use common::{Phase, Request, ledger::version_is_newer};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -264,9 +266,18 @@ pub struct Decision {
     /// Requested nodes of the pool set aside after failed drains (`--drain-attempts`): not
     /// granted until an administrator removes their `reboot-drain-failures`.
     pub set_aside: Vec<String>,
-    /// More nodes of the pool are set aside than `--max-blocked-nodes`: nothing new is
-    /// granted; reboots under way go on.
-    pub stalled: bool,
+    /// Why the pool is stalled, if it is: more nodes set aside than `--max-blocked-nodes`, a
+    /// failed canary, more failures than `--max-failures`. Nothing new is granted until an
+    /// administrator acts; reboots under way go on.
+    pub stalled: Option<Stall>,
+    /// Failures of the rollout first seen this round (`--canary`, `--waves`,
+    /// `--max-failures`), recorded with the ledger's change.
+    pub rollout_failures: Vec<(String, FailureKind)>,
+    /// The stage of the rollout that limits its nodes in the protocol now (`--canary`,
+    /// `--waves`), if any.
+    pub stage: Option<Stage>,
+    /// Waiting nodes the budgets had room for but not the stage.
+    pub stage_full: BTreeSet<String>,
     /// Values typed by hand on nodes of the pool that are not what the protocol expects, and
     /// how they were read.
     pub unexpected: Vec<(String, Unexpected)>,
@@ -353,6 +364,8 @@ pub struct Round<'a> {
     pub delays: Delays,
     /// `--drain-attempts` and `--max-blocked-nodes`.
     pub set_aside: SetAside,
+    /// `--canary`, `--canary-soak`, `--waves` and `--max-failures`.
+    pub rollout: RolloutRules,
 }
 
 /// Nodes whose drain keeps failing (`--drain-attempts`, `--max-blocked-nodes`): set aside
@@ -817,14 +830,18 @@ impl<'a> Round<'a> {
             .filter(|v| self.is_requested(v) && self.set_aside.sets_aside(v))
             .map(|v| v.name().to_owned())
             .collect();
-        decision.stalled = self.set_aside.stalls(decision.set_aside.len());
+        let mut record = self.rollout_record(decision);
         let candidates = self.candidates(&slots);
+        decision.stalled = self.stall(decision, record.as_ref(), &slots, &candidates);
         // A failing node stops the rollout, free slots or not: a bad kernel must not spread.
         let failing = !decision.not_ready_after_reboot.is_empty() || !decision.overdue.is_empty();
-        if self.fence.hold().is_some() || failing || decision.stalled {
+        if self.fence.hold().is_some() || failing || decision.stalled.is_some() {
             decision.waiting = candidates.iter().map(|v| v.name().to_owned()).collect();
+            self.close_rollout(record, decision);
             return;
         }
+        let room = record.as_ref().and_then(|r| self.rollout.room(r));
+        decision.stage = room.map(|(stage, _)| stage);
         let mut usage = Usage::count(
             self.nodes,
             self.others,
@@ -850,6 +867,10 @@ impl<'a> Round<'a> {
                     decision.concurrency_full.insert(view.name().to_owned());
                     decision.waiting.push(view.name().to_owned());
                 }
+                Admission::Granted if room.is_some_and(|(_, most)| in_protocol >= most) => {
+                    decision.stage_full.insert(view.name().to_owned());
+                    decision.waiting.push(view.name().to_owned());
+                }
                 Admission::Granted => {
                     in_protocol += 1;
                     usage.take(view);
@@ -870,6 +891,11 @@ impl<'a> Round<'a> {
                 Admission::PoolFull => decision.waiting.push(view.name().to_owned()),
             }
         }
+        if let Some(record) = &mut record {
+            let granted = decision.ledger.grant.iter().filter(|g| g.adopted.is_none());
+            self.rollout.granted(record, granted.map(|g| g.node.as_str()));
+        }
+        self.close_rollout(record, decision);
     }
 
     /// Requested nodes of the pool without a slot, oldest request first.
@@ -883,12 +909,20 @@ impl<'a> Round<'a> {
         candidates
     }
 
-    /// Whether a completed node has been Ready for `min_ready` (at once without a soak).
+    /// Whether a completed node has been Ready for its soak (`min_ready`, and `--canary-soak`
+    /// for a canary; at once without one).
     fn soaked(&self, view: &NodeView) -> bool {
-        self.min_ready == 0
+        let soak = self.soak(view);
+        soak == 0
             || view
                 .ready_since
-                .is_some_and(|since| self.now >= since.saturating_add(self.min_ready))
+                .is_some_and(|since| self.now >= since.saturating_add(soak))
+    }
+
+    /// The soak of a completed node: `min_ready`, at least `--canary-soak` for a canary.
+    pub(crate) fn soak(&self, view: &NodeView) -> u64 {
+        self.rollout
+            .soak(self.ledger.rollout.as_ref(), view.name(), self.min_ready)
     }
 
     fn window_stops_claims(&self) -> bool {
@@ -929,6 +963,9 @@ impl Round<'_> {
 // When a round next needs to look: with access to the round's own predicates.
 mod next_look;
 
+// The rollout's rules, as a round applies them.
+mod rollout;
+
 #[cfg(test)]
 pub(crate) mod tests;
 
@@ -949,3 +986,6 @@ mod opt_out_tests;
 
 #[cfg(test)]
 mod set_aside_tests;
+
+#[cfg(test)]
+mod rollout_tests;

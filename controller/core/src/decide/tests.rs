@@ -67,7 +67,7 @@ pub(super) fn ledger_of(names: &[&str]) -> Ledger {
             })
             .collect(),
         paused: false,
-        unknown_format: None,
+        ..Ledger::default()
     }
 }
 
@@ -107,6 +107,7 @@ pub(crate) fn base_round<'a>(nodes: &'a [NodeView], ledger: &'a Ledger) -> Round
         blocked: &NO_NODES,
         preflight: &NO_PREFLIGHT,
         set_aside: SetAside::default(),
+        rollout: RolloutRules::default(),
     }
 }
 

@@ -12,7 +12,8 @@
 
 use crate::{
     decide::{Fence, NodeView, Round, SetAside},
-    ledger::{Grant, Ledger, LedgerChange},
+    ledger::{Grant, Ledger, LedgerChange, RolloutChange},
+    rollout::RolloutRules,
     pool_index::PoolCounts,
     scheduled_budget::{Budgets, ScheduledBudget},
     window::Windows,
@@ -61,9 +62,13 @@ pub enum Wait {
     /// Its drains failed `--drain-attempts` times: set aside until an administrator removes
     /// its `reboot-drain-failures`.
     SetAside,
-    /// More nodes are set aside than `--max-blocked-nodes`: nothing starts until an
-    /// administrator looks at them.
+    /// The pool is stalled (too many nodes set aside, a failed canary, too many failures):
+    /// nothing starts until an administrator looks at it.
     Stalled,
+    /// The canaries (`--canary`) go alone: the rest wait until they have completed and soaked.
+    Canary,
+    /// The current wave (`--waves`) is full: the next, twice its size, starts once it is done.
+    Wave,
     /// No window opens within four years.
     WindowNeverOpens,
 }
@@ -84,7 +89,9 @@ impl Wait {
             Self::FailingNode => "a node is failing",
             Self::OptedOut => "opted out",
             Self::SetAside => "set aside after failed drains",
-            Self::Stalled => "stalled: too many nodes set aside",
+            Self::Stalled => "stalled",
+            Self::Canary => "after the canary",
+            Self::Wave => "next wave",
             Self::WindowNeverOpens => "no window opens",
         }
     }
@@ -121,6 +128,9 @@ pub struct PlanInput<'a> {
     pub min_ready: Duration,
     /// `--drain-attempts` and `--max-blocked-nodes`: the nodes set aside are left out.
     pub set_aside: SetAside,
+    /// `--canary`, `--canary-soak`, `--waves`, `--max-failures`: the canaries go first and
+    /// alone, each soaked for `canary_soak` (in milliseconds); the waves grow.
+    pub rollout: RolloutRules,
     pub now: Timestamp,
     /// The decision core's `now` (its own unit, milliseconds) at `now`.
     pub now_ms: u64,
@@ -372,6 +382,11 @@ impl<'a> Simulation<'a> {
                 Wait::ZoneFull
             } else if decision.concurrency_full.contains(name) {
                 Wait::ConcurrencyFull
+            } else if decision.stage_full.contains(name) {
+                match decision.stage {
+                    Some(crate::rollout::Stage::Canary { .. }) => Wait::Canary,
+                    _ => Wait::Wave,
+                }
             } else if decision.zone_unknown.contains(name) {
                 Wait::NoZoneLabel
             } else if decision.blocked.contains(name) {
@@ -382,6 +397,11 @@ impl<'a> Simulation<'a> {
                 Wait::BudgetFull
             };
             self.note(name, why);
+        }
+        match decision.ledger.rollout {
+            Some(RolloutChange::Write(record)) => self.ledger.rollout = Some(record),
+            Some(RolloutChange::End) => self.ledger.rollout = None,
+            None => {}
         }
         decision
             .ledger
@@ -420,15 +440,27 @@ impl<'a> Simulation<'a> {
             // Pre-flight holds are the controller's to see: a plan cannot tell them ahead.
             preflight: &BTreeMap::new(),
             set_aside: self.input.set_aside,
+            rollout: self.input.rollout,
         }
         .decide()
     }
 
     fn add_wave(&mut self, t: Timestamp, granted: Vec<Grant>) {
-        let frees_at = t.checked_add(self.hold).unwrap_or(t);
+        let canaries = self.ledger.rollout.as_ref().map(|r| &r.canaries);
+        let canary = granted
+            .iter()
+            .any(|g| canaries.is_some_and(|c| c.contains(&g.node)));
+        // A canary soaks for `--canary-soak` at least; only when the reboot's length is known.
+        let soak = Duration::from_millis(self.input.rollout.canary_soak)
+            .saturating_sub(self.input.min_ready);
+        let hold = match (canary, self.input.reboot) {
+            (true, Some(_)) => self.hold + soak,
+            _ => self.hold,
+        };
+        let frees_at = t.checked_add(hold).unwrap_or(t);
         let change = LedgerChange {
             grant: granted.clone(),
-            release: Vec::new(),
+            ..LedgerChange::default()
         };
         let id = self.ledger.id.clone();
         let grants = &mut self.grants;
@@ -489,6 +521,9 @@ impl<'a> Simulation<'a> {
             self.untimed_free |= self.input.reboot.is_none();
             self.busy.remove(&name);
             self.ledger.slots.remove(&name);
+            if let Some(record) = &mut self.ledger.rollout {
+                self.input.rollout.released(record, &name, true);
+            }
             if let Some(view) = self.input.nodes.iter_mut().find(|v| v.name() == name) {
                 finished(view);
             }
@@ -545,7 +580,7 @@ impl<'a> Simulation<'a> {
                 Wait::OptedOut
             } else if decision.set_aside.contains(&name) {
                 Wait::SetAside
-            } else if decision.stalled {
+            } else if decision.stalled.is_some() {
                 Wait::Stalled
             } else if decision.zone_unknown.contains(&name) {
                 Wait::NoZoneLabel

@@ -68,6 +68,7 @@ impl Setup {
             reboot: Some(20 * MIN),
             min_ready: Duration::ZERO,
             set_aside: Default::default(),
+            rollout: Default::default(),
             now: at(now),
             now_ms: 0,
         }

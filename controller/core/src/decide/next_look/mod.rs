@@ -39,7 +39,7 @@ impl Round<'_> {
     fn soak_ends(&self, view: &NodeView) -> Option<u64> {
         let slot = self.ledger.slots.get(view.name())?;
         let completed = view.state.last_grant.as_deref() == Some(slot.grant.as_str());
-        let end = view.ready_since?.saturating_add(self.min_ready);
+        let end = view.ready_since?.saturating_add(self.soak(view));
         let turns =
             end > self.now && !self.soaked(view) && Round { now: end, ..*self }.soaked(view);
         (completed && turns).then(|| end - self.now)

@@ -1,0 +1,235 @@
+//! Table tests of the rollout's rules as a round applies them: the canary goes alone and soaks,
+//! a failed canary or too many failures stall the pool, the waves grow, the record is written
+//! with the ledger's change and removed at the rollout's end, and nothing is kept while every
+//! rule is off.
+
+use super::tests::{annotate, base_round, claimed, granted, ledger_of, node_json, told_to_reboot, view};
+use super::*;
+use crate::ledger::RolloutChange;
+use common::rollout::{MaxFailures, RolloutRecord};
+
+fn requested(names: &[&str]) -> Vec<NodeView> {
+    names
+        .iter()
+        .enumerate()
+        .map(|(i, name)| {
+            let mut obj = node_json(name, true);
+            annotate(&mut obj, "reboot-needed", "true");
+            let mut v = view(&obj);
+            v.requested_at = Some(i as u64);
+            v
+        })
+        .collect()
+}
+
+fn canary(n: u32, soak: u64) -> RolloutRules {
+    RolloutRules {
+        canary: n,
+        canary_soak: soak,
+        ..RolloutRules::default()
+    }
+}
+
+fn written(d: &Decision) -> RolloutRecord {
+    match &d.ledger.rollout {
+        Some(RolloutChange::Write(record)) => record.clone(),
+        other => panic!("no record written: {other:?} in {d:?}"),
+    }
+}
+
+/// `done` completed grant g-done (it carries reboot-last-grant), Ready since `ready_since`.
+fn completed(ready: bool, ready_since: Option<u64>) -> NodeView {
+    let mut obj = node_json("done", ready);
+    annotate(&mut obj, "reboot-last-grant", "g-done");
+    obj["metadata"]["resourceVersion"] = "5".into();
+    let mut v = view(&obj);
+    v.ready_since = ready_since;
+    v
+}
+
+fn ledger_with(record: RolloutRecord) -> Ledger {
+    let mut ledger = ledger_of(&["done"]);
+    ledger.slots.get_mut("done").unwrap().grant = "g-done".into();
+    ledger.rollout = Some(record);
+    ledger
+}
+
+fn canary_done_holds() -> RolloutRecord {
+    RolloutRecord {
+        canaries: ["done".to_owned()].into(),
+        ..RolloutRecord::default()
+    }
+}
+
+#[test]
+fn the_canary_goes_alone_and_is_recorded_with_its_grant() {
+    let nodes = requested(&["a", "b", "c"]);
+    let ledger = Ledger::default();
+    let d = Round {
+        budget: 3,
+        rollout: canary(1, 0),
+        ..base_round(&nodes, &ledger)
+    }
+    .decide();
+    assert_eq!(granted(&d), ["a"], "{d:?}");
+    assert_eq!(d.waiting, ["b", "c"]);
+    assert_eq!(d.stage_full, BTreeSet::from(["b".into(), "c".into()]));
+    assert_eq!(d.stage, Some(Stage::Canary { size: 1 }));
+    assert_eq!(written(&d).canaries, BTreeSet::from(["a".to_owned()]));
+}
+
+#[test]
+fn without_a_rule_no_record_is_kept() {
+    let nodes = requested(&["a", "b"]);
+    let ledger = Ledger::default();
+    let d = Round {
+        budget: 3,
+        ..base_round(&nodes, &ledger)
+    }
+    .decide();
+    assert_eq!(granted(&d), ["a", "b"]);
+    assert_eq!(d.ledger.rollout, None);
+}
+
+#[test]
+fn the_rest_wait_for_the_canarys_soak_then_go_up_to_the_budget() {
+    let wants = requested(&["b", "c"]);
+    let ledger = ledger_with(canary_done_holds());
+    let decide_at = |now: u64| {
+        let nodes = [vec![completed(true, Some(100))], wants.clone()].concat();
+        Round {
+            budget: 3,
+            now,
+            min_ready: 10,
+            rollout: canary(1, 50),
+            ..base_round(&nodes, &ledger)
+        }
+        .decide()
+    };
+    let d = decide_at(140);
+    assert!(d.ledger.release.is_empty(), "40 of 50 soaked: {d:?}");
+    assert!(granted(&d).is_empty(), "the canary goes alone: {d:?}");
+    let d = decide_at(150);
+    assert_eq!(d.ledger.release, ["done"], "soaked: {d:?}");
+    assert_eq!(granted(&d), ["b", "c"], "the stage is over");
+    let record = written(&d);
+    assert_eq!((record.completed, record.canaries_completed), (1, 1));
+    assert!(record.canaries.is_empty());
+}
+
+#[test]
+fn a_canary_not_ready_after_its_reboot_stalls_the_pool_until_resumed() {
+    let wants = requested(&["b"]);
+    let nodes = [vec![completed(false, None)], wants].concat();
+    let ledger = ledger_with(canary_done_holds());
+    let round = |ledger: &Ledger| {
+        Round {
+            budget: 3,
+            min_ready: 10,
+            rollout: canary(1, 50),
+            ..base_round(&nodes, ledger)
+        }
+        .decide()
+    };
+    let d = round(&ledger);
+    let failure = FailureKind::NotReadyAfterReboot;
+    assert_eq!(d.rollout_failures, [("done".to_owned(), failure)]);
+    assert_eq!(
+        d.stalled,
+        Some(Stall::CanaryFailed {
+            node: "done".into(),
+            kind: failure
+        })
+    );
+    assert!(granted(&d).is_empty());
+    // Written, the same failure is not new; resumed, it no longer stalls.
+    let failed = ledger_with(written(&d));
+    let d = round(&failed);
+    assert!(d.rollout_failures.is_empty() && d.stalled.is_some(), "{d:?}");
+    assert_eq!(d.ledger.rollout, None, "nothing new to write");
+    let resumed = ledger_with(written(&round(&ledger)).resumed());
+    let d = round(&resumed);
+    assert_eq!(d.stalled, None, "{d:?}");
+}
+
+#[test]
+fn failures_past_max_failures_stall_the_pool() {
+    // `a` does not come back within the reboot timeout; b and c wait.
+    let mut a = node_json("a", false);
+    claimed(&mut a, "g-a");
+    annotate(&mut a, "reboot-now", "true");
+    let nodes = told_to_reboot(&a);
+    let ledger = ledger_of(&["a"]);
+    for (most, stalled) in [(0, true), (1, false)] {
+        let d = Round {
+            budget: 3,
+            clock: 2000,
+            reboot_timeout: 600,
+            rollout: RolloutRules {
+                max_failures: Some(MaxFailures::Count(most)),
+                ..RolloutRules::default()
+            },
+            ..base_round(&nodes, &ledger)
+        }
+        .decide();
+        assert_eq!(d.overdue, ["a"]);
+        assert_eq!(
+            d.rollout_failures,
+            [("a".to_owned(), FailureKind::RebootTimeout)]
+        );
+        let expected = stalled.then_some(Stall::TooManyFailures { failed: 1, most: 0 });
+        assert_eq!(d.stalled, expected, "{most}: {d:?}");
+        assert!(written(&d).failures.contains_key("a"));
+    }
+}
+
+#[test]
+fn the_waves_grow_with_each_completed_one() {
+    let wants = requested(&["b", "c", "d"]);
+    let rules = RolloutRules {
+        waves: true,
+        ..RolloutRules::default()
+    };
+    let ledger = ledger_with(RolloutRecord::default());
+    let nodes = [vec![completed(true, Some(0))], wants].concat();
+    let d = Round {
+        budget: 5,
+        rollout: rules,
+        ..base_round(&nodes, &ledger)
+    }
+    .decide();
+    assert_eq!(d.ledger.release, ["done"]);
+    assert_eq!(granted(&d), ["b", "c"], "the second wave is two: {d:?}");
+    assert_eq!(d.stage, Some(Stage::Wave { size: 2 }));
+    assert_eq!(written(&d).wave, Some(2));
+}
+
+#[test]
+fn the_record_is_removed_once_nothing_holds_or_waits() {
+    let ledger = ledger_with(canary_done_holds());
+    let nodes = [completed(true, Some(0))];
+    let d = Round {
+        rollout: canary(1, 0),
+        ..base_round(&nodes, &ledger)
+    }
+    .decide();
+    assert_eq!(d.ledger.release, ["done"]);
+    assert_eq!(d.ledger.rollout, Some(RolloutChange::End));
+}
+
+#[test]
+fn a_record_that_cannot_be_read_stalls_the_pool_and_is_not_written_over() {
+    let nodes = requested(&["a"]);
+    let ledger = Ledger {
+        rollout_unreadable: Some("not JSON".into()),
+        ..Ledger::default()
+    };
+    let d = Round {
+        rollout: canary(1, 0),
+        ..base_round(&nodes, &ledger)
+    }
+    .decide();
+    assert_eq!(d.stalled, Some(Stall::Unreadable("not JSON".into())));
+    assert!(granted(&d).is_empty());
+    assert_eq!(d.ledger.rollout, None);
+}

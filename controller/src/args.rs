@@ -152,7 +152,8 @@ pub struct Args {
     /// they have completed and soaked for --canary-soak. A canary that fails (its drain times
     /// out, it is overdue, its reboot is unproven, it is NotReady after it) stalls the pool
     /// until `kubectl reboot resume`. 0: no canary.
-    #[arg(long, env = "CANARY", default_value_t = 0, value_parser = parse_canary)]
+    #[arg(long, env = "CANARY", default_value_t = 0, allow_negative_numbers = true,
+          value_parser = parse_canary)]
     pub canary: u32,
 
     /// How long a canary is Ready after its reboot before the rest of the rollout starts (its
@@ -674,13 +675,16 @@ pub(crate) fn parse_drain_attempts(value: &str) -> Result<u32, String> {
 pub(crate) fn parse_canary(value: &str) -> Result<u32, String> {
     value.trim().parse::<u32>().map_err(|_| {
         format!(
-            "{value:?} is not a number of nodes: give how many nodes of each rollout go first              and alone (such as 1), or 0 for no canary"
+            "{value:?} is not a number of nodes: give how many nodes of each rollout go first \
+             and alone (such as 1), or 0 for no canary"
         )
     })
 }
 
 pub(crate) fn parse_max_failures(value: &str) -> Result<MaxFailures, String> {
-    value.parse().map_err(|e: common::rollout::MaxFailuresError| e.to_string())
+    value
+        .parse()
+        .map_err(|e: common::rollout::MaxFailuresError| e.to_string())
 }
 
 pub(crate) fn parse_max_blocked_nodes(value: &str) -> Result<u32, String> {

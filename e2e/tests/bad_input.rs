@@ -236,6 +236,39 @@ fn bad_drain_attempts_stop_the_controller_at_start_with_the_fix() {
 }
 
 #[test]
+fn bad_rollout_rules_stop_the_controller_at_start_with_the_fix() {
+    for (args, says) in [
+        (
+            &["--canary", "-1"][..],
+            &["\"-1\" is not a number of nodes", "or 0 for no canary"][..],
+        ),
+        (
+            &["--canary", "x"][..],
+            &["\"x\" is not a number of nodes", "(such as 1)"][..],
+        ),
+        (
+            &["--canary-soak", "soon"][..],
+            &["invalid duration \"soon\"", "such as `30s`"][..],
+        ),
+        (
+            &["--max-failures", "101%"][..],
+            &["cannot exceed 100%", "for example `10%`"][..],
+        ),
+        (
+            &["--max-failures", "x"][..],
+            &["not a number", "for example `0`"][..],
+        ),
+        (
+            &["--max-failures", "-1"][..],
+            &["it is negative", "for example `0`"][..],
+        ),
+        (&["--waves", "sometimes"][..], &["--waves", "true"][..]),
+    ] {
+        refused_at_start(args, says);
+    }
+}
+
+#[test]
 fn bad_health_gates_stop_the_controller_at_start() {
     for (args, why) in [
         (

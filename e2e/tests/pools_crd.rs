@@ -68,6 +68,10 @@ fn every_field() -> Value {
         "minReadySeconds": 300,
         "rebootTimeout": "45m",
         "giveUpAfter": "2h",
+        "canary": 1,
+        "canarySoak": "1h30m",
+        "waves": true,
+        "maxFailures": "10%",
         "paused": true,
         "drain": {
             "enabled": true, "timeout": "20m", "gracePeriod": "30s",
@@ -216,6 +220,27 @@ async fn a_bad_pool_is_refused_with_a_message_naming_the_field() {
             "spec.drain.delay",
             "drain.delay must be a duration",
         ),
+        (
+            json!({"canary": -1}),
+            "spec.canary",
+            "canary cannot be negative",
+        ),
+        (
+            json!({"canarySoak": "soon"}),
+            "spec.canarySoak",
+            "canarySoak must be a duration such as \"30m\"",
+        ),
+        (
+            json!({"maxFailures": -1}),
+            "spec.maxFailures",
+            "maxFailures must be a number of nodes (0 or more) or a percentage",
+        ),
+        (
+            json!({"maxFailures": "x"}),
+            "spec.maxFailures",
+            "maxFailures must be a number of nodes (0 or more) or a percentage",
+        ),
+        (json!({"waves": "yes"}), ".spec.waves", "expected boolean"),
         (json!({"paused": "yes"}), ".spec.paused", "expected boolean"),
     ];
     let mut problems = Vec::new();

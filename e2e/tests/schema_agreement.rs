@@ -257,6 +257,21 @@ fn cases_of(section: &str, key: &str) -> Option<Vec<Value>> {
         }
         // Alone, refused on both sides (it needs drainAttempts); with it, in `combinations`.
         ("controller", "maxBlockedNodes") => counts(),
+        ("controller", "canary") => {
+            let mut cases = counts();
+            cases.extend([json!(4_294_967_295_u64), json!(4_294_967_296_u64)]);
+            cases
+        }
+        ("controller", "canarySoak") => durations(),
+        ("controller", "waves") => booleans(),
+        ("controller", "maxFailures") => {
+            let mut cases = vec![json!(-1), json!(0), json!(2), json!(4_294_967_296_u64)];
+            cases.extend(strings(&[
+                "", " ", "0", "3", " 2 ", "-1", "x", "2.5", "0%", "10%", " 25% ", "100%", "0100%",
+                "101%", "110%", "%", "10 %", "1e3",
+            ]));
+            cases
+        }
         ("controller", "rebootWindow") => vec![
             json!([]),
             json!(["Mon-Fri 22:00-06:00"]),
@@ -384,6 +399,12 @@ fn combinations() -> Vec<(&'static str, &'static str, Value)> {
         ("controller", "maxBlockedNodes", set_aside(json!(2))),
         ("controller", "maxBlockedNodes", set_aside(json!("2"))),
         ("controller", "maxBlockedNodes", set_aside(json!(-1))),
+        (
+            "controller",
+            "canary",
+            json!({"controller": {"flags": {
+                "canary": 1, "canarySoak": "30m", "waves": true, "maxFailures": "10%"}}}),
+        ),
         (
             "agent",
             "rebootSentinelFile",

@@ -196,7 +196,11 @@ fn read_rollout_rules(args: &mut Args, spec: &RebootPoolSpec, read: &mut Read<'_
             "canary",
             u32::try_from(canary)
                 .map(|c| args.canary = c)
-                .map_err(|_| "cannot be negative".to_owned()),
+                .map_err(|_| match canary {
+                    ..0 => "cannot be negative".to_owned(),
+                    _ => "is too large: give how many nodes go first and alone (such as 1)"
+                        .to_owned(),
+                }),
         );
     }
     if let Some(soak) = &spec.canary_soak {
@@ -417,6 +421,98 @@ mod tests {
             args.reboot_delay.as_secs(),
             10,
             "a setting a pool has no field for stays the process's"
+        );
+    }
+
+    #[test]
+    fn a_pool_reads_its_rollout_rules() {
+        use common::rollout::MaxFailures;
+        let args = pool_args(
+            &base(),
+            "a",
+            &spec(serde_json::json!({
+                "canary": 2,
+                "canarySoak": "1h30m",
+                "waves": true,
+                "maxFailures": "10%",
+            })),
+        )
+        .unwrap();
+        assert_eq!(args.canary, 2);
+        assert_eq!(args.canary_soak.as_secs(), 90 * 60);
+        assert!(args.waves);
+        assert_eq!(args.max_failures, Some(MaxFailures::Percent(10)));
+        let rules = args.rollout_rules();
+        assert_eq!(
+            (rules.canary, rules.canary_soak, rules.waves),
+            (2, 90 * 60 * 1000, true)
+        );
+        let args = pool_args(
+            &base(),
+            "a",
+            &spec(serde_json::json!({"maxFailures": 0, "canarySoak": "0s"})),
+        )
+        .unwrap();
+        assert_eq!(args.max_failures, Some(MaxFailures::Count(0)));
+        assert!(args.canary_soak.is_zero());
+    }
+
+    #[test]
+    fn rollout_rules_left_out_are_the_flags_defaults_not_the_flags_pools_values() {
+        let started = Args::parse_from([
+            "reboot-controller",
+            "--canary=3",
+            "--canary-soak=1h",
+            "--waves",
+            "--max-failures=2",
+        ]);
+        assert_eq!(
+            (
+                started.canary,
+                started.waves,
+                started.max_failures.is_some()
+            ),
+            (3, true, true),
+            "the flags' pool has them"
+        );
+        let args = pool_args(&started, "a", &RebootPoolSpec::default()).unwrap();
+        assert_eq!(args.canary, 0);
+        assert!(args.canary_soak.is_zero());
+        assert!(!args.waves);
+        assert_eq!(args.max_failures, None);
+    }
+
+    #[test]
+    fn bad_rollout_rules_name_their_fields() {
+        for (field, value, says) in [
+            (
+                "maxFailures",
+                serde_json::json!("101%"),
+                "cannot exceed 100%",
+            ),
+            ("maxFailures", serde_json::json!("x"), "it is not a number"),
+            ("maxFailures", serde_json::json!(-1), "it is negative"),
+            ("canary", serde_json::json!(-1), "cannot be negative"),
+            ("canarySoak", serde_json::json!("soon"), "such as `30s`"),
+        ] {
+            let problems =
+                pool_args(&base(), "a", &spec(serde_json::json!({ field: value }))).unwrap_err();
+            assert_eq!(problems.len(), 1, "{field} {value}: {problems:?}");
+            let prefix = format!("spec.{field}: ");
+            assert!(
+                problems[0].starts_with(&prefix) && problems[0].contains(says),
+                "{field} {value}: {problems:?}"
+            );
+        }
+        let problems = pool_args(
+            &base(),
+            "a",
+            &spec(serde_json::json!({"maxFailures": "101%"})),
+        )
+        .unwrap_err();
+        assert!(
+            problems[0].contains("for example `10%`"),
+            "the fix, as the flag's: {problems:?}"
         );
     }
 

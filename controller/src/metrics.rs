@@ -610,7 +610,7 @@ mod tests {
                 .map(|n| (n.to_owned(), slot()))
                 .collect(),
             paused: false,
-            unknown_format: None,
+            ..Ledger::default()
         };
         // The rest of the pool, as the index counts it: 10 idle nodes, 3 of them NotReady.
         let mut others = PoolCounts::default();

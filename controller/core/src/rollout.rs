@@ -277,7 +277,10 @@ mod tests {
         rules.granted(&mut record, ["a"].into_iter());
         let failure = [seen("a", GRANT, FailureKind::NotReadyAfterReboot)];
         assert_eq!(rules.failed(&mut record, &failure).len(), 1);
-        assert!(rules.failed(&mut record, &failure).is_empty(), "seen before");
+        assert!(
+            rules.failed(&mut record, &failure).is_empty(),
+            "seen before"
+        );
         assert_eq!(
             rules.stall(&record, 10),
             Some(Stall::CanaryFailed {

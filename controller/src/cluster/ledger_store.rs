@@ -506,10 +506,15 @@ mod tests {
             resource_version: Some("9".into()),
             slots: BTreeMap::from([("soaking".to_owned(), slot)]),
             paused: true,
-            unknown_format: None,
+            rollout: Some(common::rollout::RolloutRecord {
+                completed: 2,
+                ..Default::default()
+            }),
+            ..Ledger::default()
         };
         let annotations = recreated_annotations(&last);
         assert_eq!(slots_of(Some(&annotations)).unwrap(), last.slots);
+        assert_eq!(rollout_of(Some(&annotations)), Ok(last.rollout.clone()));
         assert!(Pause::of(Some(&annotations)).pauses());
         let resumed = Ledger {
             paused: false,

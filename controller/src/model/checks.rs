@@ -659,3 +659,60 @@ pub fn pool_ledger_write(
     );
     s.pool_budget_at_grant.insert(ledger.to_owned(), budget);
 }
+
+/// The rollout's rules hold at every grant, whichever replica writes it: nothing new while the
+/// record the grant was decided on says a canary failed, or more nodes failed than
+/// `--max-failures` (a count in the model); never more slots than the stage leaves room for by
+/// the record written with the grant; every node granted in the canary stage recorded as a
+/// canary (so that its soak is held and its failure stalls the pool).
+pub fn rollout_rules_kept(
+    s: &Server,
+    before: &std::collections::BTreeMap<String, common::ledger::Slot>,
+    record_before: Option<&common::rollout::RolloutRecord>,
+) {
+    let rules = s.rollout;
+    if !rules.is_on() {
+        return;
+    }
+    let after = s.slots();
+    let granted: Vec<&String> = after
+        .iter()
+        .filter(|(node, slot)| before.get(*node).is_none_or(|b| b.grant != slot.grant))
+        .filter(|(_, slot)| !s.ever_carried.contains(&slot.grant))
+        .map(|(node, _)| node)
+        .collect();
+    if granted.is_empty() {
+        return;
+    }
+    let record = s
+        .rollout_record()
+        .expect("a grant under rollout rules is written with the rollout's record");
+    if let Some(before) = record_before {
+        assert!(
+            rules.canary == 0 || before.failed_canary().is_none(),
+            "granted {granted:?} after a canary failed: {before:?}"
+        );
+        if let Some(common::rollout::MaxFailures::Count(most)) = rules.max_failures {
+            let failed = before.counted_failures().count();
+            assert!(
+                failed <= most as usize,
+                "granted {granted:?} with {failed} failures, past --max-failures {most}"
+            );
+        }
+    }
+    if let Some((stage, room)) = rules.room(&record) {
+        assert!(
+            after.len() <= room,
+            "granted {granted:?}: {} slots in the {stage:?} with room for {room}: {record:?}",
+            after.len()
+        );
+    }
+    if record.canaries_completed < rules.canary {
+        for node in &granted {
+            assert!(
+                record.canaries.contains(*node),
+                "{node} granted in the canary stage and not recorded as a canary: {record:?}"
+            );
+        }
+    }
+}

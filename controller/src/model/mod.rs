@@ -42,6 +42,7 @@ use crate::{
 use common::MaxUnavailable;
 use controller_core::{
     decide::SetAside,
+    rollout::RolloutRules,
     schedule::Schedule,
     scheduled_budget::Budgets,
     window::{Window, Windows},
@@ -331,6 +332,8 @@ struct Setup {
     schedules: bool,
     /// `--drain-attempts` and `--max-blocked-nodes`.
     set_aside: SetAside,
+    /// `--canary`, `--canary-soak`, `--waves` and `--max-failures`.
+    rollout: RolloutRules,
     soaking: Vec<usize>,
     not_ready: Vec<bool>,
     kubelets: Vec<Kubelet>,
@@ -377,6 +380,7 @@ impl Model {
         server.zone_budget = setup.zone_budget;
         server.concurrency = setup.concurrency;
         server.set_aside = setup.set_aside;
+        server.rollout = setup.rollout;
         server.min_ready_ms = setup.min_ready_ms;
         server.drain_delay_ms = setup.drain_delay_ms;
         server.reboot_delay_ms = setup.reboot_delay_ms;
@@ -529,6 +533,7 @@ impl Model {
             zone_budget: args.map_or(setup.zone_budget, |a| a.max_unavailable_per_zone),
             concurrency: args.map_or(setup.concurrency, |a| a.concurrency),
             set_aside: args.map_or(setup.set_aside, Args::set_aside),
+            rollout_rules: args.map_or(setup.rollout, Args::rollout_rules),
             drains: DrainTracker::new(drainer, Arc::new(Notify::new())),
             nodes: replica.store.clone(),
             index: parts.index,
@@ -696,6 +701,7 @@ fn scripted(replicas: usize, max_unavailable: u32, drain: bool) -> Setup {
         reboot_delay_ms: 0,
         schedules: false,
         set_aside: SetAside::default(),
+        rollout: RolloutRules::default(),
         soaking: Vec::new(),
         not_ready: vec![false; NODES],
         kubelets: vec![server::Kubelet::Healthy; NODES],
@@ -1031,6 +1037,78 @@ fn a_node_whose_drain_keeps_failing_is_set_aside_and_stalls_the_pool_past_the_li
     }
 }
 
+/// The canary goes alone, whichever of two replicas decides: with `--canary 1` and a budget
+/// of 2, n1 waits while n0 reboots. n0 comes back NotReady (a bad kernel): past the reboot
+/// timeout it is counted as the canary's failure and the pool is stalled, so n1 is never
+/// rebooted, even once n0 is mended, until the failures are forgiven (`kubectl reboot resume`
+/// writes the record resumed). Without a canary, n1 goes beside n0 at once.
+#[test]
+fn a_canary_that_comes_back_not_ready_stalls_the_pool_until_resumed() {
+    use world::Step::*;
+    for canary in [0, 1] {
+        let mut setup = scripted(2, 2, false);
+        setup.rollout = RolloutRules {
+            canary,
+            max_failures: Some(common::rollout::MaxFailures::Count(1)),
+            ..RolloutRules::default()
+        };
+        setup.kubelets[0] = server::Kubelet::BackNotReady;
+        let mut model = Model::new(&setup);
+        let rounds = |model: &mut Model| {
+            for k in 0..2 {
+                model.apply(&SyncAll(k));
+                model.apply(&Round(k));
+            }
+        };
+        model.apply(&Request(0));
+        rounds(&mut model);
+        model.apply(&Request(1));
+        rounds(&mut model);
+        let granted = |model: &Model, i: usize| {
+            model
+                .s()
+                .node(i)
+                .and_then(|n| annotation(n, "reboot-grant"))
+                .is_some()
+        };
+        assert!(granted(&model, 0));
+        assert_eq!(granted(&model, 1), canary == 0, "canary {canary}");
+        model.apply(&Agent(0));
+        model.apply(&Kubelet(0));
+        for _ in 0..10 {
+            model.tick(10 * STEP_MS);
+            rounds(&mut model);
+            model.apply(&Agent(1));
+            model.apply(&Kubelet(1));
+        }
+        let record = model.s().rollout_record().expect("a rollout under way");
+        if canary == 0 {
+            assert_eq!(model.s().boots[1], 1, "n1 went beside n0");
+            continue;
+        }
+        let failure = &record.failures["n0"];
+        assert!(failure.canary, "{record:?}");
+        assert_eq!(model.s().boots[1], 0, "n1 never went: {record:?}");
+        // Mended, n0 completes; the pool stays stalled until the failure is forgiven.
+        model.apply(&KubeletTurns(0, server::Kubelet::Healthy));
+        for _ in 0..10 {
+            model.tick(10 * STEP_MS);
+            rounds(&mut model);
+            model.apply(&Kubelet(0));
+        }
+        assert!(!granted(&model, 1), "stalled until resumed");
+        model.s().write_rollout(&record.resumed());
+        for _ in 0..10 {
+            model.tick(10 * STEP_MS);
+            rounds(&mut model);
+            model.apply(&Agent(1));
+            model.apply(&Kubelet(1));
+        }
+        assert_eq!(model.s().boots[1], 1, "resumed, n1 went");
+        model.settle();
+    }
+}
+
 /// Found by the property test: n5 soaking from the start, the ledger deleted and recreated,
 /// then n5 requested, seen so by replica 1, opted out, and replica 1's round.
 #[test]
@@ -1109,6 +1187,7 @@ fn a_released_soak_brought_back_by_a_recreated_ledger_takes_no_node_down() {
         reboot_delay_ms: 0,
         schedules: false,
         set_aside: SetAside::default(),
+        rollout: RolloutRules::default(),
         soaking: vec![1],
         not_ready: vec![false; NODES],
         kubelets: vec![
@@ -1199,6 +1278,7 @@ fn a_node_given_up_by_give_up_after_is_not_expected_to_complete_its_request() {
         reboot_delay_ms: 0,
         schedules: false,
         set_aside: SetAside::default(),
+        rollout: RolloutRules::default(),
         soaking: vec![],
         not_ready: vec![false, false, false, true, false, false],
         kubelets: vec![Healthy, Healthy, Healthy, Wedged, Healthy, Healthy],

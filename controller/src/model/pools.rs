@@ -89,6 +89,7 @@ impl Model {
             // The pools' windows are their specs'.
             schedules: false,
             set_aside: SetAside::default(),
+            rollout: controller_core::rollout::RolloutRules::default(),
             ..setup.clone()
         };
         let replicas = setup.replicas;

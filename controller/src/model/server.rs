@@ -12,6 +12,7 @@ use common::{
 };
 use controller_core::{
     decide::SetAside,
+    rollout::RolloutRules,
     scheduled_budget::{Budgets, ScheduledBudget},
     window::Windows,
 };
@@ -99,6 +100,8 @@ pub struct Server {
     pub concurrency: Option<MaxUnavailable>,
     /// `--drain-attempts` and `--max-blocked-nodes`.
     pub set_aside: SetAside,
+    /// `--canary`, `--canary-soak`, `--waves` and `--max-failures`.
+    pub rollout: RolloutRules,
     pub drain_enabled: bool,
     pub finish_after_window: bool,
     pub min_ready_ms: u64,
@@ -250,6 +253,7 @@ impl Server {
             zone_budget: None,
             concurrency: None,
             set_aside: SetAside::default(),
+            rollout: RolloutRules::default(),
             drain_enabled: true,
             finish_after_window: true,
             min_ready_ms: 0,
@@ -672,6 +676,7 @@ impl Server {
             return Err(error(409, "Conflict"));
         }
         let before = self.slots();
+        let rollout_before = self.rollout_record();
         let mut next = current;
         json_patch::merge(&mut next, patch);
         self.revision += 1;
@@ -686,7 +691,17 @@ impl Server {
         self.released
             .extend(released.map(|slot| slot.grant.clone()));
         checks::ledger_write(self, k, &before);
+        checks::rollout_rules_kept(self, &before, rollout_before.as_ref());
         Ok(lease_of(&next))
+    }
+
+    /// The rollout's record on the ledger Lease, as the truth has it (`None`: none, or one
+    /// that does not read).
+    pub fn rollout_record(&self) -> Option<common::rollout::RolloutRecord> {
+        let annotations = self.lease.as_ref()?["metadata"]["annotations"].clone();
+        let annotations: std::collections::BTreeMap<String, String> =
+            serde_json::from_value(annotations).ok()?;
+        common::rollout::rollout_of(Some(&annotations)).ok()?
     }
 
     fn saw_lease(&mut self, k: usize) {
@@ -712,6 +727,25 @@ impl Server {
         });
         if was != self.paused() {
             self.pause_changed = self.revision;
+        }
+    }
+
+    /// The rollout's record as `kubectl reboot resume` writes it.
+    pub fn write_rollout(&mut self, record: &common::rollout::RolloutRecord) {
+        self.change_lease(|annotations| {
+            annotations.insert(
+                common::rollout::ROLLOUT_ANNOTATION.to_owned(),
+                common::rollout::rollout_json(record).into(),
+            );
+        });
+    }
+
+    /// `kubectl reboot resume`: the rollout's failures forgiven, when there is one to forgive.
+    pub fn resume_rollout(&mut self) {
+        if let Some(record) = self.rollout_record()
+            && record.counted_failures().next().is_some()
+        {
+            self.write_rollout(&record.resumed());
         }
     }
 

@@ -6,7 +6,7 @@ use super::{
     server::{Disturbance, Kubelet, Workload, annotation, facts, keys},
 };
 use common::{MaxUnavailable, Phase, Request, Transition};
-use controller_core::decide::SetAside;
+use controller_core::{decide::SetAside, rollout::RolloutRules};
 use proptest::prelude::*;
 use serde_json::json;
 
@@ -239,6 +239,28 @@ pub fn setup() -> impl Strategy<Value = Setup> {
             attempts,
             most: most.filter(|_| attempts.is_some()),
         });
+    // A canary of one or two (soaked 20 s or not), waves, a failure budget of 0 or 1: on in
+    // 30 % of the cases.
+    let rollout = proptest::option::weighted(
+        0.3,
+        (
+            0..=2u32,
+            prop_oneof![Just(0u64), Just(20_000u64)],
+            proptest::bool::ANY,
+            proptest::option::of(0..=1u32),
+        ),
+    )
+    .prop_map(|rules| {
+        rules.map_or_else(
+            RolloutRules::default,
+            |(canary, canary_soak, waves, most)| RolloutRules {
+                canary,
+                canary_soak,
+                waves,
+                max_failures: most.map(common::rollout::MaxFailures::Count),
+            },
+        )
+    });
     (
         1..=3usize,
         budget,
@@ -247,6 +269,7 @@ pub fn setup() -> impl Strategy<Value = Setup> {
         (zone_budget, concurrency, give_up_after),
         prop_oneof![Just(0u64), Just(25_000u64)],
         (delay(), delay(), proptest::bool::weighted(0.3), set_aside),
+        rollout,
         proptest::collection::vec(0..NODES, 0..3),
         proptest::collection::vec(proptest::bool::weighted(0.15), NODES),
         proptest::collection::vec(kubelet(), NODES),
@@ -260,6 +283,7 @@ pub fn setup() -> impl Strategy<Value = Setup> {
                 (zone_budget, concurrency, give_up_after_ms),
                 min_ready_ms,
                 (drain_delay_ms, reboot_delay_ms, schedules, set_aside),
+                rollout,
                 soaking,
                 not_ready,
                 kubelets,
@@ -276,6 +300,7 @@ pub fn setup() -> impl Strategy<Value = Setup> {
                 reboot_delay_ms,
                 schedules,
                 set_aside,
+                rollout,
                 soaking,
                 not_ready,
                 kubelets,
@@ -672,10 +697,12 @@ impl Model {
         self.s().given_up.clear();
         for _ in 0..60 * NODES {
             self.tick(10 * STEP_MS);
-            // A ledger recreated from a paused copy keeps the pause: resumed again.
+            // A ledger recreated from a paused copy keeps the pause: resumed again. A stalled
+            // rollout is resumed as `kubectl reboot resume` does: its failures forgiven.
             if self.s().paused() {
                 self.s().type_pause(None);
             }
+            self.s().resume_rollout();
             for k in 0..self.replicas.len() {
                 self.apply(&Step::SyncAll(k));
                 self.apply(&Step::Round(k));

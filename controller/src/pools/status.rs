@@ -292,6 +292,7 @@ mod tests {
             facts: PoolFacts {
                 held: None,
                 overdue: overdue.iter().map(|s| (*s).to_owned()).collect(),
+                stalled: None,
             },
             ..Seen::default()
         }
@@ -337,7 +338,11 @@ mod tests {
         failed.facts.stalled = Some("the canary n1 failed".into());
         let stalled = running(Some(3), &failed, vec![], false, false, &[], &now());
         assert_eq!(status_of(&stalled, "Stalled"), "True");
-        let condition = stalled.conditions.iter().find(|c| c.type_ == "Stalled").unwrap();
+        let condition = stalled
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "Stalled")
+            .unwrap();
         assert_eq!(condition.reason, "RolloutStalled");
     }
 

@@ -552,10 +552,12 @@ impl Shell {
         let why = match scheduled {
             _ if decision.waiting.is_empty() => None,
             Some(Hold::Paused) => Some(("paused", "the pool is paused".to_owned())),
-            _ if decision.stalled.is_some() => decision
-                .stalled
-                .as_ref()
-                .map(|stall| (stall.as_str(), format!("the pool is stalled, {}", stall.describe()))),
+            _ if decision.stalled.is_some() => decision.stalled.as_ref().map(|stall| {
+                (
+                    stall.as_str(),
+                    format!("the pool is stalled, {}", stall.describe()),
+                )
+            }),
             Some(Hold::OutsideWindow) => {
                 let (reason, why) = self.schedule.closed_event(self.clock.now(), "");
                 let kind = match reason {

@@ -165,7 +165,8 @@ impl LedgerCopy {
                     note,
                 );
             }
-            self.warned_rollout.clone_from(&read.ledger.rollout_unreadable);
+            self.warned_rollout
+                .clone_from(&read.ledger.rollout_unreadable);
         }
         self.damage = read.damage;
         self.ledger = read.ledger;

@@ -22,9 +22,9 @@ use crate::{
 use common::{AnnotationKeys, MaxUnavailable, NodeFacts, Phase, RebootMarks, Request, Transition};
 use controller_core::{
     decide::{Decision, Fence, Hold, Round, SetAside},
-    rollout::RolloutRules,
     effects,
     node_view::NodeView,
+    rollout::RolloutRules,
     schedule::Schedule,
     scheduled_budget::Budgets,
 };
@@ -312,6 +312,8 @@ impl Shell {
         );
         if self.ledger.is_damaged() {
             effects::rebuild_only(&mut decision);
+            // A rebuild decides nothing of the rollout: its record stays as it is.
+            decision.ledger.rollout = None;
         }
         (decision, rollout)
     }

@@ -38,10 +38,9 @@ impl Shell {
                  `{}`",
                 self.resume_command()
             ),
-            Stall::Unreadable(_) => format!(
-                "`{}` writes a good rollout record",
-                self.resume_command()
-            ),
+            Stall::Unreadable(_) => {
+                format!("`{}` writes a good rollout record", self.resume_command())
+            }
         };
         format!(
             "{NOTE_REQUESTED}waiting: the pool is stalled, {}; no new reboot starts until {lift}. \

@@ -50,6 +50,8 @@ impl Shell {
         if self.fence_now().0.hold().is_some() {
             effects::drop_new_grants(&mut decision);
         }
+        // The rollout's record counts what is released and granted now, not what was dropped.
+        decision.settle_rollout(self.rollout_rules, self.ledger.current());
         let wrote_ledger = match self.write_slots(&decision, by_name).await {
             ControlFlow::Continue(wrote) => wrote,
             ControlFlow::Break(again) => return again,

@@ -278,6 +278,9 @@ pub struct Decision {
     pub stage: Option<Stage>,
     /// Waiting nodes the budgets had room for but not the stage.
     pub stage_full: BTreeSet<String>,
+    /// The rollout's record as the round started from it, with the failures it saw, before
+    /// its releases and grants ([`Decision::settle_rollout`]). `None`: no record is kept.
+    pub rollout_base: Option<common::rollout::RolloutRecord>,
     /// Values typed by hand on nodes of the pool that are not what the protocol expects, and
     /// how they were read.
     pub unexpected: Vec<(String, Unexpected)>,
@@ -830,14 +833,14 @@ impl<'a> Round<'a> {
             .filter(|v| self.is_requested(v) && self.set_aside.sets_aside(v))
             .map(|v| v.name().to_owned())
             .collect();
-        let mut record = self.rollout_record(decision);
+        let record = self.rollout_record(decision);
         let candidates = self.candidates(&slots);
         decision.stalled = self.stall(decision, record.as_ref(), &slots, &candidates);
         // A failing node stops the rollout, free slots or not: a bad kernel must not spread.
         let failing = !decision.not_ready_after_reboot.is_empty() || !decision.overdue.is_empty();
         if self.fence.hold().is_some() || failing || decision.stalled.is_some() {
             decision.waiting = candidates.iter().map(|v| v.name().to_owned()).collect();
-            self.close_rollout(record, decision);
+            decision.settle_rollout(self.rollout, self.ledger);
             return;
         }
         let room = record.as_ref().and_then(|r| self.rollout.room(r));
@@ -891,11 +894,7 @@ impl<'a> Round<'a> {
                 Admission::PoolFull => decision.waiting.push(view.name().to_owned()),
             }
         }
-        if let Some(record) = &mut record {
-            let granted = decision.ledger.grant.iter().filter(|g| g.adopted.is_none());
-            self.rollout.granted(record, granted.map(|g| g.node.as_str()));
-        }
-        self.close_rollout(record, decision);
+        decision.settle_rollout(self.rollout, self.ledger);
     }
 
     /// Requested nodes of the pool without a slot, oldest request first.

@@ -10,23 +10,22 @@ use common::rollout::{FailureKind, RolloutRecord};
 impl Round<'_> {
     /// The rollout's record after what this round saw, while a rule is on (a record left from
     /// when one was is kept, untouched, until the rollout ends). `None` without a record to
-    /// keep, or with one that cannot be read (never written over).
+    /// keep, or with one that cannot be read (never written over). The record before the
+    /// round's releases and grants is kept in the decision, for [`Decision::settle_rollout`].
     pub(super) fn rollout_record(&self, decision: &mut Decision) -> Option<RolloutRecord> {
         if self.ledger.rollout_unreadable.is_some() {
             return None;
         }
-        let mut record = self.ledger.rollout.clone();
-        if !self.rollout.is_on() {
-            return record;
+        let mut base = self.ledger.rollout.clone();
+        if self.rollout.is_on() {
+            let current = base.get_or_insert_with(RolloutRecord::default);
+            let seen = self.failures_seen(decision);
+            decision.rollout_failures = self.rollout.failed(current, &seen);
         }
-        let current = record.get_or_insert_with(RolloutRecord::default);
-        let seen = self.failures_seen(decision);
-        decision.rollout_failures = self.rollout.failed(current, &seen);
-        for (node, reason) in &decision.release_reasons {
-            let completed = *reason == ReleaseReason::Completed;
-            self.rollout.released(current, node, completed);
-        }
-        record
+        decision.rollout_base.clone_from(&base);
+        let mut record = base?;
+        released(self.rollout, &mut record, decision);
+        Some(record)
     }
 
     /// The failures this round sees, each with the grant it happened under: a drain given
@@ -50,7 +49,8 @@ impl Round<'_> {
             .filter(|(_, reason)| *reason == ReleaseReason::DrainFailed)
             .map(|(node, _)| (node.as_str(), FailureKind::DrainTimeout));
         let overdue = decision.overdue.iter().map(|node| {
-            let ready = by_name(node).is_some_and(|v| v.facts.readiness == common::Readiness::Ready);
+            let ready =
+                by_name(node).is_some_and(|v| v.facts.readiness == common::Readiness::Ready);
             let kind = if ready {
                 FailureKind::Unproven
             } else {
@@ -98,16 +98,36 @@ impl Round<'_> {
             })
         })
     }
+}
 
-    /// Writes the record with the ledger's change when it changed, and removes it once the
-    /// rollout is over: no node of the pool holds a slot or waits for one.
-    pub(super) fn close_rollout(&self, record: Option<RolloutRecord>, decision: &mut Decision) {
-        let Some(record) = record else {
+/// Takes the decision's released slots into the record (while a rule is on).
+fn released(rules: RolloutRules, record: &mut RolloutRecord, decision: &Decision) {
+    if !rules.is_on() {
+        return;
+    }
+    for (node, reason) in &decision.release_reasons {
+        rules.released(record, node, *reason == ReleaseReason::Completed);
+    }
+}
+
+impl Decision {
+    /// The rollout's record to write with the ledger's change, from the record the round
+    /// started from (with its failures) and what the decision releases and grants now: the
+    /// round sets it, and the shell sets it again once it has dropped a release or a grant
+    /// (a soak found NotReady on a fresh read, a fence that closed). Written when it changed;
+    /// removed once the rollout is over: no node of the pool holds a slot or waits for one.
+    pub fn settle_rollout(&mut self, rules: RolloutRules, ledger: &crate::ledger::Ledger) {
+        let Some(mut record) = self.rollout_base.clone() else {
+            self.ledger.rollout = None;
             return;
         };
-        let over = decision.waiting.is_empty()
-            && decision.ledger.holders_after(&self.ledger.slots).is_empty();
-        decision.ledger.rollout = match (over, &self.ledger.rollout) {
+        released(rules, &mut record, self);
+        if rules.is_on() {
+            let granted = self.ledger.grant.iter().filter(|g| g.adopted.is_none());
+            rules.granted(&mut record, granted.map(|g| g.node.as_str()));
+        }
+        let over = self.waiting.is_empty() && self.ledger.holders_after(&ledger.slots).is_empty();
+        self.ledger.rollout = match (over, &ledger.rollout) {
             (true, Some(_)) => Some(RolloutChange::End),
             (true, None) => None,
             (false, current) if current.as_ref() == Some(&record) => None,

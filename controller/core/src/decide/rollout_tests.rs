@@ -3,7 +3,9 @@
 //! with the ledger's change and removed at the rollout's end, and nothing is kept while every
 //! rule is off.
 
-use super::tests::{annotate, base_round, claimed, granted, ledger_of, node_json, told_to_reboot, view};
+use super::tests::{
+    annotate, base_round, claimed, granted, ledger_of, node_json, told_to_reboot, view,
+};
 use super::*;
 use crate::ledger::RolloutChange;
 use common::rollout::{MaxFailures, RolloutRecord};
@@ -145,7 +147,10 @@ fn a_canary_not_ready_after_its_reboot_stalls_the_pool_until_resumed() {
     // Written, the same failure is not new; resumed, it no longer stalls.
     let failed = ledger_with(written(&d));
     let d = round(&failed);
-    assert!(d.rollout_failures.is_empty() && d.stalled.is_some(), "{d:?}");
+    assert!(
+        d.rollout_failures.is_empty() && d.stalled.is_some(),
+        "{d:?}"
+    );
     assert_eq!(d.ledger.rollout, None, "nothing new to write");
     let resumed = ledger_with(written(&round(&ledger)).resumed());
     let d = round(&resumed);
@@ -232,4 +237,22 @@ fn a_record_that_cannot_be_read_stalls_the_pool_and_is_not_written_over() {
     assert_eq!(d.stalled, Some(Stall::Unreadable("not JSON".into())));
     assert!(granted(&d).is_empty());
     assert_eq!(d.ledger.rollout, None);
+}
+
+#[test]
+fn a_release_the_shell_keeps_back_is_not_counted_as_completed() {
+    // The canary soaked as the cache saw it, but a fresh read finds it NotReady: the shell
+    // keeps its slot (and drops the round's grants), and the record must not count it.
+    let nodes = [vec![completed(true, Some(0))], requested(&["b"])].concat();
+    let ledger = ledger_with(canary_done_holds());
+    let mut d = Round {
+        budget: 3,
+        rollout: canary(1, 0),
+        ..base_round(&nodes, &ledger)
+    }
+    .decide();
+    assert_eq!(written(&d).canaries_completed, 1, "{d:?}");
+    crate::effects::keep_soaking(&mut d, "done");
+    d.settle_rollout(canary(1, 0), &ledger);
+    assert_eq!(d.ledger.rollout, None, "nothing changed: {d:?}");
 }

@@ -13,8 +13,8 @@
 use crate::{
     decide::{Fence, NodeView, Round, SetAside},
     ledger::{Grant, Ledger, LedgerChange, RolloutChange},
-    rollout::RolloutRules,
     pool_index::PoolCounts,
+    rollout::RolloutRules,
     scheduled_budget::{Budgets, ScheduledBudget},
     window::Windows,
 };

@@ -45,6 +45,7 @@ mod publish;
 mod quickstart;
 mod reboot_pools;
 mod relabel;
+mod rollout_rules;
 mod schedule;
 mod schema_agreement;
 mod security;

@@ -1,11 +1,16 @@
 //! `request`, `cancel`, `pause`, `resume`: what the docs tell an administrator to do by
 //! hand, done so that a concurrent change fails the write instead of being overwritten.
+//! `resume` also forgives the rollout's failures that stalled the pool (its record on the
+//! ledger Lease).
 //! Deciding the patch is pure; the I/O reads the object, writes, and on a failed `test`
 //! (the object changed meanwhile) reads it again and decides again.
 
 use crate::error::{Error, is_not_found, is_stale};
 use common::{
-    AnnotationKeys, NodeFacts, Phase, Request, ledger::PAUSED_ANNOTATION, pool::RebootPool,
+    AnnotationKeys, NodeFacts, Phase, Request,
+    ledger::PAUSED_ANNOTATION,
+    pool::RebootPool,
+    rollout::{ROLLOUT_ANNOTATION, RolloutRecord, rollout_json, rollout_of},
 };
 use json_patch::{
     AddOperation, Patch, PatchOperation, RemoveOperation, TestOperation,
@@ -17,6 +22,7 @@ use kube::{
     api::{Patch as KubePatch, PatchParams},
 };
 use serde_json::{Value, json};
+use std::collections::BTreeMap;
 
 /// How often a write is decided again after the object changed under it.
 pub(crate) const ATTEMPTS: usize = 5;
@@ -317,6 +323,124 @@ pub async fn set_paused(
     }
 }
 
+/// What `resume` does to the rollout's record on the ledger Lease.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Forgive {
+    /// No record (no rollout under way, or no rule on), or no failure that counts.
+    Nothing,
+    /// Write this record; `said` tells the administrator what it changes.
+    Write { record: RolloutRecord, said: String },
+}
+
+/// The rollout's record after `resume`, decided on the ledger Lease's annotations as read:
+/// every failure that counts forgiven, the canary stage and the waves started over
+/// ([`RolloutRecord::resumed`]); a record that does not read (edited by hand), which the
+/// controller reads as a stall, replaced with an empty one. A record without a failure that
+/// counts is left as it is: a resume after a plain pause does not send the canaries again.
+pub fn forgive(annotations: Option<&BTreeMap<String, String>>) -> Forgive {
+    let record = match rollout_of(annotations) {
+        Ok(None) => return Forgive::Nothing,
+        Ok(Some(record)) => record,
+        Err(_) => {
+            return Forgive::Write {
+                record: RolloutRecord::default(),
+                said: format!(
+                    "replaced the rollout record ({ROLLOUT_ANNOTATION}), which did not read \
+                     (edited by hand?), with an empty one: the controller no longer reads the \
+                     pool as stalled for it, and the rollout's counts start over"
+                ),
+            };
+        }
+    };
+    let failed: Vec<String> = record
+        .counted_failures()
+        .map(|(node, f)| format!("{node}: {}", f.kind.describe()))
+        .collect();
+    if failed.is_empty() {
+        return Forgive::Nothing;
+    }
+    let mut said = format!(
+        "forgave {} failure(s) of the rollout ({})",
+        failed.len(),
+        failed.join("; ")
+    );
+    // The record shows a canary stage when one ran (canaries granted, passed, or failed).
+    let canary = record.canaries_completed > 0
+        || !record.canaries.is_empty()
+        || record.failures.values().any(|f| f.canary);
+    if canary {
+        said.push_str("; the canary stage starts over");
+    }
+    if record.wave.is_some() {
+        said.push_str("; the waves start small again");
+    }
+    Forgive::Write {
+        record: record.resumed(),
+        said,
+    }
+}
+
+/// The merge patch that writes `record` on the ledger Lease only if nobody changed the Lease
+/// since it was read at `version` (else 409 Conflict): the controller's compare-and-swap of
+/// its slots and record must not be overwritten.
+pub fn forgive_patch(version: Option<&str>, record: &RolloutRecord) -> Value {
+    json!({"metadata": {
+        "resourceVersion": version,
+        "annotations": {ROLLOUT_ANNOTATION: rollout_json(record)},
+    }})
+}
+
+/// What a RebootPool's `resume --pool` needs to forgive its rollout's failures.
+const POOL_LEASE_NEEDS: &str = "get and patch on the RebootPool's ledger Lease \
+    node-reboot-pool-<name> in the operator's namespace (the node-reboot-admin Role names only \
+    node-reboot-operator-slots: add the pool's Lease to its resourceNames)";
+
+/// `resume`'s second part: forgives the failures of the rollout recorded on the ledger Lease
+/// `namespace/name` (the flags' pool's, or with `pool` a RebootPool's), re-reading and
+/// deciding again when the Lease changed under the write. What was done, or `None` when
+/// there was nothing to forgive (no Lease, no record, no failure that counts).
+pub async fn forgive_rollout(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    pool: bool,
+) -> Result<Option<String>, Error> {
+    let needs = if pool { POOL_LEASE_NEEDS } else { LEASE_NEEDS };
+    let api: Api<Lease> = Api::namespaced(client.clone(), namespace);
+    let what = format!("the ledger Lease {namespace}/{name}");
+    for _ in 0..ATTEMPTS {
+        let lease = api.get_opt(name).await.map_err(Error::api(
+            format!("cannot read {what}"),
+            "resume",
+            needs,
+        ))?;
+        let Some(lease) = lease else {
+            return Ok(None);
+        };
+        let (record, said) = match forgive(lease.metadata.annotations.as_ref()) {
+            Forgive::Nothing => return Ok(None),
+            Forgive::Write { record, said } => (record, said),
+        };
+        let patch = forgive_patch(lease.metadata.resource_version.as_deref(), &record);
+        match api
+            .patch(name, &PatchParams::default(), &KubePatch::Merge(&patch))
+            .await
+        {
+            Ok(_) => return Ok(Some(said)),
+            // The controller wrote meanwhile: read again, decide again.
+            Err(kube::Error::Api(status)) if status.is_conflict() => {}
+            Err(e) if is_not_found(&e) => return Ok(None),
+            Err(e) => {
+                return Err(Error::api(format!("cannot change {what}"), "resume", needs)(e));
+            }
+        }
+    }
+    Err(Error::TooLate(format!(
+        "{what} kept changing while the rollout's failures were being forgiven ({ATTEMPTS} \
+         attempts); run `kubectl reboot resume` again"
+    )))
+}
+
 const POOL_NEEDS: &str = "get and patch on rebootpools (the node-reboot-admin ClusterRole)";
 
 /// `pause --pool` and `resume --pool`: `spec.paused` of the RebootPool, set (or cleared) with
@@ -379,7 +503,11 @@ pub async fn set_pool_paused(client: &Client, pool: &str, pause: bool) -> Result
 #[cfg(test)]
 mod tests {
     use super::*;
-    use common::test_util::NodeBuilder;
+    use common::{
+        rollout::{Failure, FailureKind},
+        test_util::NodeBuilder,
+    };
+    use std::collections::BTreeSet;
 
     /// A Ready node `n1` at version 42 with these annotations.
     fn node(annotations: &[(&str, &str)]) -> NodeFacts {
@@ -488,6 +616,130 @@ mod tests {
         let mut taken = json!({"metadata": {"annotations": {"reboot-in-progress": "true",
             "reboot-boot-id": "b1"}}});
         assert!(apply(&mut taken, &patch).is_err());
+    }
+
+    fn failure(kind: FailureKind, canary: bool, forgiven: bool) -> Failure {
+        Failure {
+            grant: "ns/l/g1".into(),
+            kind,
+            canary,
+            forgiven,
+        }
+    }
+
+    fn annotations(rollout: &str) -> BTreeMap<String, String> {
+        BTreeMap::from([
+            (ROLLOUT_ANNOTATION.to_owned(), rollout.to_owned()),
+            (PAUSED_ANNOTATION.to_owned(), "true".to_owned()),
+        ])
+    }
+
+    #[test]
+    fn resume_forgives_the_failures_that_count_and_starts_the_canary_over() {
+        let mut record = RolloutRecord {
+            completed: 2,
+            canaries: BTreeSet::from(["n4".to_owned()]),
+            ..RolloutRecord::default()
+        };
+        let failures = [
+            ("n1", failure(FailureKind::DrainTimeout, true, false)),
+            ("n2", failure(FailureKind::RebootTimeout, false, false)),
+            ("n3", failure(FailureKind::Unproven, false, true)),
+        ];
+        for (node, f) in failures {
+            record.failures.insert(node.into(), f);
+        }
+        let Forgive::Write {
+            record: written,
+            said,
+        } = forgive(Some(&annotations(&rollout_json(&record))))
+        else {
+            panic!("a write")
+        };
+        assert_eq!(written, record.resumed());
+        assert_eq!(written.counted_failures().count(), 0);
+        assert_eq!(
+            said,
+            "forgave 2 failure(s) of the rollout (n1: its drain timed out; n2: it was not back \
+             within --reboot-timeout); the canary stage starts over"
+        );
+    }
+
+    #[test]
+    fn waves_without_a_canary_start_small_again() {
+        let mut record = RolloutRecord {
+            wave: Some(4),
+            wave_completed: 1,
+            ..RolloutRecord::default()
+        };
+        record.failures.insert(
+            "n1".into(),
+            failure(FailureKind::NotReadyAfterReboot, false, false),
+        );
+        let Forgive::Write {
+            record: written,
+            said,
+        } = forgive(Some(&annotations(&rollout_json(&record))))
+        else {
+            panic!("a write")
+        };
+        assert_eq!((written.wave, written.wave_completed), (None, 0));
+        assert_eq!(
+            said,
+            "forgave 1 failure(s) of the rollout (n1: it went NotReady after its reboot); the \
+             waves start small again"
+        );
+    }
+
+    #[test]
+    fn nothing_to_forgive_leaves_the_record_and_its_canary_stage_as_they_are() {
+        assert_eq!(forgive(None), Forgive::Nothing);
+        let paused_only = BTreeMap::from([(PAUSED_ANNOTATION.to_owned(), "true".to_owned())]);
+        assert_eq!(forgive(Some(&paused_only)), Forgive::Nothing);
+        // Passed its canary, one failure forgiven already: a resume after a plain pause must
+        // not send the canaries again.
+        let mut passed = RolloutRecord {
+            canaries_completed: 1,
+            wave: Some(2),
+            ..RolloutRecord::default()
+        };
+        passed
+            .failures
+            .insert("n1".into(), failure(FailureKind::DrainTimeout, true, true));
+        assert_eq!(
+            forgive(Some(&annotations(&rollout_json(&passed)))),
+            Forgive::Nothing
+        );
+    }
+
+    #[test]
+    fn a_record_that_does_not_read_is_replaced_with_an_empty_one() {
+        let Forgive::Write { record, said } = forgive(Some(&annotations("{\"completed\": -1")))
+        else {
+            panic!("a write")
+        };
+        assert_eq!(record, RolloutRecord::default());
+        assert!(said.starts_with("replaced the rollout record"), "{said}");
+    }
+
+    #[test]
+    fn the_forgiving_patch_writes_the_record_only_at_the_version_read() {
+        let mut record = RolloutRecord::default();
+        record
+            .failures
+            .insert("n1".into(), failure(FailureKind::DrainTimeout, false, true));
+        let patch = forgive_patch(Some("42"), &record);
+        assert_eq!(patch["metadata"]["resourceVersion"], "42");
+        let mut lease = json!({"metadata": {"resourceVersion": "42", "annotations": {
+            "node-reboot-operator/slots": "{}", ROLLOUT_ANNOTATION: "{}"}}});
+        json_patch::merge(&mut lease, &patch);
+        let annotations: BTreeMap<String, String> =
+            serde_json::from_value(lease["metadata"]["annotations"].clone()).unwrap();
+        assert_eq!(rollout_of(Some(&annotations)), Ok(Some(record)));
+        assert_eq!(
+            annotations["node-reboot-operator/slots"], "{}",
+            "the rest kept"
+        );
     }
 
     #[test]

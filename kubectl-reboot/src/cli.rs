@@ -79,7 +79,11 @@ pub enum Command {
     /// `--pool`, `spec.paused: true` on that RebootPool); reboots under way finish.
     Pause(PoolArgs),
     /// Resumes the pool (removes `reboot-paused` from the ledger Lease; with `--pool`, sets
-    /// `spec.paused: false` on that RebootPool).
+    /// `spec.paused: false` on that RebootPool), and lifts a stall of its rollout: the failures
+    /// recorded on its ledger Lease (a failed canary, more than `--max-failures`) are forgiven,
+    /// and the canary stage and the waves start over. Look at the failed nodes first (`kubectl
+    /// reboot status`): give each up or mend it. A rollout record edited by hand is replaced
+    /// with an empty one.
     Resume(PoolArgs),
     /// Prints a running kured's settings as this operator's chart values (`> values.yaml`);
     /// with `--cleanup`, once kured is removed, takes kured's leftovers off the nodes.

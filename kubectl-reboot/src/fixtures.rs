@@ -57,6 +57,8 @@ pub fn pool(nodes: Vec<NodeInput>, slots: &[(&str, Slot)], paused: bool, budget:
                 .collect(),
             paused,
             damage: None,
+            rollout: None,
+            rollout_unreadable: None,
         },
         budget: BudgetInput {
             flag: Some(MaxUnavailable::Count(budget)),

@@ -43,6 +43,12 @@ pub struct LedgerInput {
     pub paused: bool,
     /// Why its slots annotation could not be read.
     pub damage: Option<String>,
+    /// The rollout under way (`node-reboot-operator/rollout`), when the controller keeps one
+    /// (a rollout rule is on); `None` between rollouts.
+    pub rollout: Option<common::rollout::RolloutRecord>,
+    /// Why the rollout annotation could not be read (edited by hand): the controller reads
+    /// the pool as stalled until `kubectl reboot resume` writes a good one.
+    pub rollout_unreadable: Option<String>,
 }
 
 /// What is known of the budget besides the ledger.

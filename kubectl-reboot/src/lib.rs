@@ -75,6 +75,19 @@ pub async fn run(cli: Cli) -> Result<(), Error> {
                 }
             };
             say(&done);
+            // Resuming also forgives the rollout's failures that stalled the pool.
+            if !pause {
+                let ledger = match &args.pool {
+                    Some(pool) => common::pool::ledger_name(pool),
+                    None => global.ledger_name.clone(),
+                };
+                let pool = args.pool.is_some();
+                if let Some(forgiven) =
+                    actions::forgive_rollout(&client, &global.namespace, &ledger, pool).await?
+                {
+                    say(&forgiven);
+                }
+            }
             Ok(())
         }
         Command::MigrateFromKured(args) => migrate_from_kured(&client, args).await,
@@ -271,8 +284,10 @@ async fn plan(client: &Client, global: &Global, args: &PlanArgs) -> Result<(), E
             zone_budget: args.max_unavailable_per_zone,
             concurrency: args.concurrency,
             min_ready: std::time::Duration::from_secs(args.min_ready_seconds),
-            // The controller's --drain-attempts is not the plugin's to know.
+            // The controller's --drain-attempts is not the plugin's to know, nor its
+            // --canary, --waves and --max-failures (a stall it says holds the plan).
             set_aside: Default::default(),
+            rollout: Default::default(),
             reboot: args.reboot_duration,
         },
     };

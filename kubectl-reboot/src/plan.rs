@@ -10,16 +10,19 @@ use crate::{
     status::{self, State},
     wait::WaitReason,
 };
-use common::{AnnotationKeys, MaxUnavailable, events::CONTROLLER, pool::RebootPoolSpec};
+use common::{
+    AnnotationKeys, MaxUnavailable, events::CONTROLLER, pool::RebootPoolSpec, rollout::MaxFailures,
+};
 use controller_core::{
     decide::{DrainState, NodeView, SetAside},
     ledger::Ledger,
     pool_index::PoolCounts,
+    rollout::RolloutRules,
     rollout_plan::{self, PlanInput, RolloutPlan, Wait},
     scheduled_budget::ScheduledBudget,
     window::Windows,
 };
-use k8s_openapi::jiff::Timestamp;
+use k8s_openapi::{apimachinery::pkg::util::intstr::IntOrString, jiff::Timestamp};
 use serde::Serialize;
 use std::{collections::BTreeSet, time::Duration};
 
@@ -43,6 +46,9 @@ pub struct Settings {
     pub min_ready: Duration,
     /// A RebootPool's `drainAttempts` and `maxBlockedNodes`: the nodes set aside are left out.
     pub set_aside: SetAside,
+    /// A RebootPool's `canary`, `canarySoak` (in milliseconds), `waves` and `maxFailures`: the
+    /// canaries go first and alone, the waves grow.
+    pub rollout: RolloutRules,
     /// `--reboot-duration`: a reboot's length, instead of the history's.
     pub reboot: Option<Duration>,
 }
@@ -70,9 +76,50 @@ impl Settings {
                 attempts: spec.drain_attempts.and_then(|a| u32::try_from(a).ok()),
                 most: spec.max_blocked_nodes.and_then(|m| usize::try_from(m).ok()),
             },
+            rollout: rollout_rules(spec)?,
             reboot,
         })
     }
+}
+
+/// A RebootPool's rollout rules, as the controller reads them (controller/src/pools/settings.rs).
+fn rollout_rules(spec: &RebootPoolSpec) -> Result<RolloutRules, String> {
+    let canary = match spec.canary {
+        None => 0,
+        Some(c) => u32::try_from(c).map_err(|_| format!("its canary {c} cannot be negative"))?,
+    };
+    let canary_soak = match &spec.canary_soak {
+        None => std::time::Duration::ZERO,
+        Some(soak) => duration_or_zero(soak).map_err(|e| format!("its canarySoak: {e}"))?,
+    };
+    let max_failures = match &spec.max_failures {
+        None => None,
+        Some(most) => {
+            let text = match most {
+                IntOrString::Int(n) => n.to_string(),
+                IntOrString::String(s) => s.clone(),
+            };
+            let read: MaxFailures = text
+                .parse()
+                .map_err(|e: common::rollout::MaxFailuresError| format!("its maxFailures: {e}"))?;
+            Some(read)
+        }
+    };
+    Ok(RolloutRules {
+        canary,
+        canary_soak: u64::try_from(canary_soak.as_millis()).unwrap_or(u64::MAX),
+        waves: spec.waves.unwrap_or(false),
+        max_failures,
+    })
+}
+
+/// A duration, or zero (`0s`, `0`), as the controller reads `canarySoak`.
+fn duration_or_zero(value: &str) -> Result<Duration, String> {
+    let zero = value.trim().trim_end_matches(['s', 'm', 'h']);
+    if !zero.is_empty() && zero.chars().all(|c| c == '0') {
+        return Ok(Duration::ZERO);
+    }
+    common::duration::parse_duration(value).map_err(|e| e.to_string())
 }
 
 /// Each of `texts` read as a `what` of the spec.
@@ -156,6 +203,15 @@ pub struct SettingsUsed {
     pub reboot_seconds: Option<f64>,
     /// `flag` (`--reboot-duration`), `events`, `metrics` or `none`.
     pub reboot_from: &'static str,
+    /// A RebootPool's `canary`: the first this many nodes of a rollout go alone; 0: none.
+    pub canary: u32,
+    /// Its `canarySoak`, in seconds: how long a canary is Ready before the rest start.
+    pub canary_soak_seconds: u64,
+    /// Its `waves`: the nodes in the protocol start at 1 (twice `canary` after a canary) and
+    /// double after each wave.
+    pub waves: bool,
+    /// Its `maxFailures`; `null`: no limit.
+    pub max_failures: Option<String>,
 }
 
 /// The whole plan: the `-o json` document.
@@ -170,6 +226,9 @@ pub struct Plan {
     pub settings: SettingsUsed,
     /// Why the nodes are in this order, in words.
     pub order: String,
+    /// The rollout under way as the controller records it, in words (the canaries done, the
+    /// wave, the failures); `null` between rollouts.
+    pub rollout: Option<String>,
     /// What holds every wave now, until someone acts (`paused`, `gate closed`, `a node is
     /// failing`), if anything.
     pub held_by: Option<&'static str>,
@@ -242,6 +301,7 @@ pub fn plan(
         reboot,
         min_ready: settings.min_ready,
         set_aside: settings.set_aside,
+        rollout: settings.rollout,
         now,
         now_ms: millis(now),
     });
@@ -265,8 +325,13 @@ pub fn plan(
             min_ready_seconds: settings.min_ready.as_secs(),
             reboot_seconds: reboot.map(|r| r.as_secs_f64()),
             reboot_from,
+            canary: settings.rollout.canary,
+            canary_soak_seconds: settings.rollout.canary_soak / 1000,
+            waves: settings.rollout.waves,
+            max_failures: settings.rollout.max_failures.map(|m| m.to_string()),
         },
         order: ORDER.to_owned(),
+        rollout: status.pool.rollout.as_ref().map(|r| r.summary.clone()),
         held_by: planned.held.map(Wait::as_str),
         under_way: planned
             .under_way
@@ -389,6 +454,9 @@ fn hold(input: &PoolInput, status: &status::Status, notes: &mut Vec<String>) -> 
         Some(WaitReason::RebootOverdue | WaitReason::NotReadyAfterReboot) => {
             Some(Wait::FailingNode)
         }
+        // Stalled as the controller said, whether or not the rules are known here (the flags'
+        // pool's `--canary` and `--max-failures` are not the plugin's to know).
+        Some(WaitReason::Stalled) => Some(Wait::Stalled),
         _ if !gates_closed.is_empty() || gate_event => Some(Wait::GateClosed),
         _ => None,
     }
@@ -455,8 +523,18 @@ fn left_detail(why: Wait) -> String {
              reboot-drain-failures is removed"
         }
         Wait::Stalled => {
-            "more nodes are set aside than maxBlockedNodes: nothing starts until an administrator \
-             tries them again or gives them up"
+            "the pool is stalled (a failed canary, more failed nodes than maxFailures, more nodes \
+             set aside than maxBlockedNodes, or a rollout record that does not read): nothing \
+             starts until an administrator acts; `kubectl reboot status` says why, and \
+             `kubectl reboot resume` forgives the rollout's failures once they are looked at"
+        }
+        Wait::Canary => {
+            "the first nodes of the rollout (canary) go alone: it starts once they have \
+             completed and soaked (canarySoak)"
+        }
+        Wait::Wave => {
+            "the current wave (waves) is full: it starts in the next, twice as large, once this \
+             one has completed"
         }
         Wait::BudgetFull
         | Wait::ZoneFull
@@ -528,6 +606,10 @@ fn ledger(input: &PoolInput) -> Ledger {
         resource_version: input.ledger.version.clone(),
         slots: input.ledger.slots.clone(),
         paused: input.ledger.paused,
+        // The canaries done, the wave under way and the failures, as the controller counts
+        // them.
+        rollout: input.ledger.rollout.clone(),
+        rollout_unreadable: input.ledger.rollout_unreadable.clone(),
         // A ledger in a format this plugin does not know is read as damaged (no slots).
         unknown_format: None,
     }

@@ -61,6 +61,9 @@ pub fn text(plan: &Plan) -> String {
         String::new()
     };
     let _ = writeln!(out, "Reboot:   {reboot}{soak}");
+    if let Some(rollout) = rollout(plan) {
+        let _ = writeln!(out, "Rollout:  {rollout}");
+    }
     let _ = writeln!(out, "Order:    {}", plan.order);
     if let Some(held) = plan.held_by {
         let _ = writeln!(out, "Held:     {held}: no wave starts until that changes");
@@ -114,6 +117,29 @@ pub fn text(plan: &Plan) -> String {
         let _ = writeln!(out, "warning: {warning}");
     }
     out
+}
+
+/// The rollout's rules and where the rollout under way stands, if either.
+fn rollout(plan: &Plan) -> Option<String> {
+    let s = &plan.settings;
+    let mut rules = Vec::new();
+    if s.canary > 0 {
+        let soak = match s.canary_soak_seconds {
+            0 => String::new(),
+            soak => format!(", soaked {} (canarySoak)", human(soak as i64)),
+        };
+        rules.push(format!("the first {} alone (canary){soak}", s.canary));
+    }
+    if s.waves {
+        rules.push("waves that double (waves)".to_owned());
+    }
+    if let Some(most) = &s.max_failures {
+        rules.push(format!("stalls past {most} failed (maxFailures)"));
+    }
+    if let Some(now) = &plan.rollout {
+        rules.push(format!("under way: {now}"));
+    }
+    (!rules.is_empty()).then(|| rules.join("; "))
 }
 
 fn wave_line(wave: &WavePlan, now: Option<Timestamp>) -> String {

@@ -332,12 +332,14 @@ async fn ledger(client: &Client, global: &Global, name: &str) -> Result<LedgerIn
     Ok(ledger_of(name.to_owned(), &lease))
 }
 
-/// What the ledger Lease says: its slots (none, with the reason, when they cannot be read)
-/// and the pause.
+/// What the ledger Lease says: its slots (none, with the reason, when they cannot be read),
+/// the pause and the rollout's record.
 fn ledger_of(name: String, lease: &Lease) -> LedgerInput {
     let annotations = lease.metadata.annotations.as_ref();
     let format = annotations.and_then(|a| a.get(common::ledger::FORMAT_ANNOTATION));
-    let (slots, damage) = match common::format::check(format.map(String::as_str)) {
+    let checked = common::format::check(format.map(String::as_str));
+    let format_known = checked.is_ok();
+    let (slots, damage) = match checked {
         // A newer operator's ledger is not read as this version's: its slots may mean
         // something else.
         Err(unknown) => (
@@ -349,6 +351,12 @@ fn ledger_of(name: String, lease: &Lease) -> LedgerInput {
             Err(error) => (BTreeMap::new(), Some(error.to_string())),
         },
     };
+    // Nor its rollout record.
+    let (rollout, rollout_unreadable) = match common::rollout::rollout_of(annotations) {
+        _ if !format_known => (None, None),
+        Ok(rollout) => (rollout, None),
+        Err(error) => (None, Some(error.to_string())),
+    };
     LedgerInput {
         name,
         version: lease.metadata.resource_version.clone(),
@@ -356,6 +364,8 @@ fn ledger_of(name: String, lease: &Lease) -> LedgerInput {
         slots,
         paused: common::ledger::is_paused(annotations),
         damage,
+        rollout,
+        rollout_unreadable,
     }
 }
 
@@ -475,6 +485,36 @@ mod tests {
             "{damage}"
         );
         assert!(newer.slots.is_empty());
+    }
+
+    #[test]
+    fn the_rollout_record_is_read_with_the_slots_and_one_that_does_not_read_is_said() {
+        use common::rollout::ROLLOUT_ANNOTATION;
+        let lease = |format: &str, rollout: &str| -> Lease {
+            serde_json::from_value(json!({"metadata": {"name": "slots", "annotations": {
+                common::ledger::FORMAT_ANNOTATION: format,
+                common::ledger::SLOTS_ANNOTATION: "{}",
+                ROLLOUT_ANNOTATION: rollout,
+            }}}))
+            .unwrap()
+        };
+        let read = ledger_of(
+            "ns/slots".into(),
+            &lease("1", r#"{"completed":3,"wave":4}"#),
+        );
+        let record = read.rollout.expect("a record");
+        assert_eq!((record.completed, record.wave), (3, Some(4)));
+        assert_eq!(read.rollout_unreadable, None);
+        let typed = ledger_of("ns/slots".into(), &lease("1", "{"));
+        assert_eq!(typed.rollout, None);
+        assert!(
+            typed
+                .rollout_unreadable
+                .is_some_and(|why| why.contains("kubectl reboot resume")),
+        );
+        // A newer operator's record may mean something else: not read.
+        let newer = ledger_of("ns/slots".into(), &lease("2", r#"{"completed":3}"#));
+        assert_eq!((newer.rollout, newer.rollout_unreadable), (None, None));
     }
 
     #[test]

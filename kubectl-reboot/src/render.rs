@@ -60,6 +60,9 @@ fn one(status: &Status, others: bool) -> String {
         let each: Vec<String> = zones.iter().map(|(z, n)| format!("{z} {n}")).collect();
         let _ = writeln!(out, "         per zone: {}", each.join(", "));
     }
+    if let Some(rollout) = &pool.rollout {
+        let _ = writeln!(out, "Rollout: {}", rollout.summary);
+    }
     let _ = writeln!(out, "Queue:   {}", status.estimate.summary);
     let _ = writeln!(out);
     let rows: Vec<[String; 5]> = status.nodes.iter().map(row).collect();

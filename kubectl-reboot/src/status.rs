@@ -8,7 +8,8 @@ use crate::input::{LedgerInput, NodeEvent, NodeInput, PoolInput};
 use crate::wait::WaitReason;
 use common::{
     AnnotationKeys, ControllerReason as Controller, Phase, ProtocolState, Readiness, Request,
-    events::{CONTROLLER, NOTE_HELD, NOTE_REQUESTED, NOTE_REQUESTED_BUT},
+    events::{CONTROLLER, NOTE_HELD},
+    rollout::RolloutRecord,
 };
 use k8s_openapi::jiff::Timestamp;
 use serde::Serialize;
@@ -170,6 +171,21 @@ pub struct Pool {
     pub ledger: String,
     pub ledger_found: bool,
     pub paused: bool,
+    /// The rollout under way as the controller records it on the ledger Lease (while a
+    /// rollout rule is on: `--canary`, `--waves`, `--max-failures`); `null` between rollouts.
+    pub rollout: Option<Rollout>,
+}
+
+/// The rollout under way: the controller's record (`node-reboot-operator/rollout`), and it
+/// in words.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Rollout {
+    #[serde(flatten)]
+    pub record: RolloutRecord,
+    /// One line for people: `3 completed, canary passed, wave of 4, 1 failure (n2: its drain
+    /// timed out)`.
+    pub summary: String,
 }
 
 /// The whole status: the `-o json` document.
@@ -229,6 +245,7 @@ pub fn status(input: &PoolInput, keys: &AnnotationKeys, now: Timestamp) -> Statu
         sick: sick.first().map(String::as_str),
         late: late.first().map(String::as_str),
         budget_full,
+        canary: canary_of(input),
         now,
     };
     let mut nodes: Vec<NodeStatus> = input.nodes.iter().map(|n| context.node(n)).collect();
@@ -279,6 +296,11 @@ pub fn status(input: &PoolInput, keys: &AnnotationKeys, now: Timestamp) -> Statu
     if let Some(damage) = &input.ledger.damage {
         warnings.push(format!("the ledger is damaged: {damage}"));
     }
+    if let Some(why) = &input.ledger.rollout_unreadable {
+        warnings.push(format!(
+            "{why}; meanwhile the controller reads the pool as stalled while a rollout rule is on"
+        ));
+    }
     if let (Some(url), Some(error)) = (&input.budget.metrics_url, &input.budget.metrics_error) {
         warnings.push(format!(
             "cannot read the controller's metrics at {url}: {error}"
@@ -295,6 +317,10 @@ pub fn status(input: &PoolInput, keys: &AnnotationKeys, now: Timestamp) -> Statu
             ledger: input.ledger.name.clone(),
             ledger_found: input.ledger.found,
             paused: input.ledger.paused,
+            rollout: input.ledger.rollout.as_ref().map(|record| Rollout {
+                summary: rollout_summary(record, canary_of(input)),
+                record: record.clone(),
+            }),
         },
         budget,
         estimate,
@@ -302,6 +328,55 @@ pub fn status(input: &PoolInput, keys: &AnnotationKeys, now: Timestamp) -> Statu
         warnings,
         pools: Vec::new(),
     }
+}
+
+/// A RebootPool's `canary`, from its spec; `None` for the flags' pool (the controller's
+/// `--canary` is not the plugin's to know).
+fn canary_of(input: &PoolInput) -> Option<u32> {
+    let canary = input.spec.as_ref()?.canary?;
+    u32::try_from(canary).ok()
+}
+
+/// The rollout's record in words; `canary`: the pool's `--canary`, when known (a RebootPool's
+/// spec says it, the controller's flags are not the plugin's to know).
+pub fn rollout_summary(record: &RolloutRecord, canary: Option<u32>) -> String {
+    let mut parts = vec![format!("{} completed", record.completed)];
+    let under_way = (!record.canaries.is_empty()).then(|| {
+        let names: Vec<&str> = record.canaries.iter().map(String::as_str).collect();
+        format!("{} under way", names.join(", "))
+    });
+    let done = record.canaries_completed;
+    match (canary.filter(|c| *c > 0), under_way) {
+        (Some(c), _) if done >= c => parts.push("canary passed".to_owned()),
+        (Some(c), None) => parts.push(format!("canary {done} of {c}")),
+        (Some(c), Some(nodes)) => parts.push(format!("canary {done} of {c} ({nodes})")),
+        (None, Some(nodes)) => parts.push(format!("canary {nodes}")),
+        (None, None) if done > 0 => parts.push(format!("{done} canary node(s) passed")),
+        (None, None) => {}
+    }
+    if let Some(size) = record.wave {
+        parts.push(match record.wave_completed {
+            0 => format!("wave of {size}"),
+            done => format!("wave of {size} ({done} completed)"),
+        });
+    }
+    let failed: Vec<String> = record
+        .counted_failures()
+        .map(|(node, f)| format!("{node}: {}", f.kind.describe()))
+        .collect();
+    if !failed.is_empty() {
+        parts.push(format!(
+            "{} failure{} ({})",
+            failed.len(),
+            if failed.len() == 1 { "" } else { "s" },
+            failed.join("; ")
+        ));
+    }
+    let forgiven = record.failures.values().filter(|f| f.forgiven).count();
+    if forgiven > 0 {
+        parts.push(format!("{forgiven} forgiven"));
+    }
+    parts.join(", ")
 }
 
 /// What holds the whole pool, if anything: the pause, a failing node (past its reboot
@@ -500,6 +575,8 @@ struct Context<'a> {
     /// A node told to reboot that did not complete within `--reboot-timeout`: the pool holds.
     late: Option<&'a str>,
     budget_full: bool,
+    /// The pool's `canary`, when known (a RebootPool's spec).
+    canary: Option<u32>,
     now: Timestamp,
 }
 
@@ -525,15 +602,6 @@ fn event_ref(e: &NodeEvent) -> EventRef {
         message: e.message.clone(),
         time: e.time.to_string(),
     }
-}
-
-/// A controller's waiting note without the words every one of them starts with.
-fn short_note(message: &str) -> &str {
-    let message = message.trim();
-    message
-        .strip_prefix(NOTE_REQUESTED)
-        .or_else(|| message.strip_prefix(NOTE_REQUESTED_BUT))
-        .unwrap_or(message)
 }
 
 impl Context<'_> {
@@ -788,15 +856,28 @@ impl Context<'_> {
         let reason = if self.ledger.paused {
             WaitReason::Paused
         } else {
-            match last.and_then(|e| WaitReason::of_event(&e.reason)) {
+            match last.and_then(|e| WaitReason::of_event(&e.reason, &e.message)) {
                 Some(WaitReason::Paused) | None => return,
                 Some(reason) => reason,
             }
         };
-        let event = last.filter(|e| WaitReason::of_event(&e.reason) == Some(reason));
+        let event = last.filter(|e| WaitReason::of_event(&e.reason, &e.message) == Some(reason));
         status.reason = Some(reason);
         status.event = event.map(event_ref).or(status.event.take());
         status.detail = format!("{}; held: {}", status.detail, reason.as_str());
+    }
+
+    /// Whether a wait for a stage of the rollout is over, as the ledger's record says: no
+    /// rollout under way, or the canary passed (its size known from a RebootPool's spec).
+    fn stage_over(&self, reason: WaitReason) -> bool {
+        let known = self.ledger.found && self.ledger.rollout_unreadable.is_none();
+        match (reason, &self.ledger.rollout) {
+            (WaitReason::AfterCanary | WaitReason::NextWave, None) => known,
+            (WaitReason::AfterCanary, Some(record)) => self
+                .canary
+                .is_some_and(|canary| record.canaries_completed >= canary),
+            _ => false,
+        }
     }
 
     /// A request without a slot: why it waits, from what is known now (the label, as
@@ -825,6 +906,9 @@ impl Context<'_> {
                 Controller::NoAgent.as_str(),
                 Controller::DisruptionBudget.as_str(),
                 Controller::NodeBeingRemoved.as_str(),
+                Controller::SetAside.as_str(),
+                Controller::UnexpectedDrainFailuresValue.as_str(),
+                Controller::Stalled.as_str(),
                 // Not reasons to wait, but they end a wait: an Event before them is old.
                 Controller::Draining.as_str(),
                 Controller::RebootApproved.as_str(),
@@ -833,7 +917,7 @@ impl Context<'_> {
             ],
             None,
         );
-        let from_event = last.and_then(|e| Some((WaitReason::of_event(&e.reason)?, e)));
+        let from_event = last.and_then(|e| Some((WaitReason::of_event(&e.reason, &e.message)?, e)));
         // What is known now outranks an Event that may be from an earlier wait.
         let (reason, event) = match from_event {
             _ if opted_out.is_some() => (Some(WaitReason::OptedOut), None),
@@ -842,6 +926,9 @@ impl Context<'_> {
             // The pool holds for the late node whatever slot is free.
             _ if self.late.is_some() => (Some(WaitReason::RebootOverdue), None),
             Some((WaitReason::Paused | WaitReason::OptedOut, _)) | None => (None, None),
+            // The controller says a wait once per Event reason, and the canary's, the wave's and
+            // the budget's are all `Requested`: one the ledger's record says is over is old.
+            Some((reason, _)) if self.stage_over(reason) => (None, None),
             Some((reason, event)) => (Some(reason), Some(event)),
         };
         let (reason, event) = match reason {
@@ -853,7 +940,9 @@ impl Context<'_> {
         };
         // The Event of the reason when it agrees (the pause's, the label's).
         let event = event.or_else(|| {
-            last.filter(|e| reason.is_some() && WaitReason::of_event(&e.reason) == reason)
+            last.filter(|e| {
+                reason.is_some() && WaitReason::of_event(&e.reason, &e.message) == reason
+            })
         });
         status.state = if reason.is_some() {
             State::Waiting
@@ -863,7 +952,7 @@ impl Context<'_> {
         status.reason = reason;
         status.event = event.map(event_ref);
         let why = match (reason, event) {
-            (Some(reason), Some(e)) => format!("{}: {}", reason.as_str(), short_note(&e.message)),
+            (Some(reason), Some(e)) => reason.detail(&e.message),
             (Some(WaitReason::OptedOut), None) => format!(
                 "{}: labelled {}, never rebooted while the label is there",
                 WaitReason::OptedOut.as_str(),

@@ -2,7 +2,11 @@
 
 use super::*;
 use crate::fixtures::{self, at, event, node_input};
-use common::{events::ControllerReason, test_util::NodeBuilder};
+use common::{
+    events::ControllerReason,
+    rollout::{Failure, FailureKind, RolloutRecord},
+    test_util::NodeBuilder,
+};
 use serde_json::json;
 
 const NOW: &str = "2026-11-24T21:00:00Z";
@@ -39,6 +43,7 @@ fn settings(windows: &[&str]) -> Settings {
         concurrency: None,
         min_ready: Duration::ZERO,
         set_aside: Default::default(),
+        rollout: Default::default(),
         reboot: Some(Duration::from_secs(20 * 60)),
     }
 }
@@ -201,10 +206,36 @@ fn the_plan_takes_the_specs_settings() {
     let s = Settings::of_spec(
         &spec(json!({"windows": ["Sat 01:00-05:00 UTC"], "concurrency": 2,
             "maxUnavailablePerZone": "50%", "minReadySeconds": 30,
-            "drainAttempts": 3, "maxBlockedNodes": 1})),
+            "drainAttempts": 3, "maxBlockedNodes": 1,
+            "canary": 2, "canarySoak": "1h30m", "waves": true, "maxFailures": "10%"})),
         None,
     )
     .unwrap();
+    assert_eq!(
+        s.rollout,
+        RolloutRules {
+            canary: 2,
+            canary_soak: 90 * 60 * 1000,
+            waves: true,
+            max_failures: Some(common::rollout::MaxFailures::Percent(10)),
+        }
+    );
+    let counted = Settings::of_spec(&spec(json!({"maxFailures": 0, "canarySoak": "0s"})), None)
+        .unwrap()
+        .rollout;
+    assert_eq!(
+        (counted.max_failures, counted.canary_soak, counted.canary),
+        (Some(common::rollout::MaxFailures::Count(0)), 0, 0)
+    );
+    assert_eq!(
+        Settings::of_spec(&spec(json!({})), None).unwrap().rollout,
+        RolloutRules::default(),
+        "off by default"
+    );
+    let err = Settings::of_spec(&spec(json!({"maxFailures": "101%"})), None).unwrap_err();
+    assert!(err.contains("maxFailures") && err.contains("101%"), "{err}");
+    let err = Settings::of_spec(&spec(json!({"canarySoak": "soon"})), None).unwrap_err();
+    assert!(err.contains("canarySoak") && err.contains("soon"), "{err}");
     assert_eq!(
         s.set_aside,
         SetAside {
@@ -224,4 +255,164 @@ fn the_plan_takes_the_specs_settings() {
 
 fn spec(value: serde_json::Value) -> common::pool::RebootPoolSpec {
     serde_json::from_value(value).unwrap()
+}
+
+/// Four requests in one zone, in the order `a`, `b`, `c`, `d`, with `--max-unavailable` 3.
+fn four_requests() -> PoolInput {
+    let nodes = ["a", "b", "c", "d"]
+        .iter()
+        .enumerate()
+        .map(|(i, n)| node(n, "z1", Some(&format!("2026-11-24T20:0{i}:00Z"))))
+        .collect();
+    let mut input = pool(nodes, false);
+    input.budget.flag = Some(MaxUnavailable::Count(3));
+    input
+}
+
+fn with_rules(rollout: RolloutRules) -> Settings {
+    Settings {
+        rollout,
+        ..settings(&[])
+    }
+}
+
+#[test]
+fn the_canary_goes_alone_and_soaks_and_the_rest_come_after() {
+    let keys = AnnotationKeys::default();
+    let rules = RolloutRules {
+        canary: 1,
+        canary_soak: 30 * 60 * 1000,
+        ..RolloutRules::default()
+    };
+    let plan = plan(&four_requests(), &keys, &with_rules(rules), at(NOW)).unwrap();
+    // The budget has room for three, the canary stage for one.
+    assert_eq!(wave_nodes(&plan), [vec!["a"], vec!["b", "c", "d"]]);
+    assert_eq!(plan.waves[1].nodes[0].waited_for, ["after the canary"]);
+    // Its reboot (20m), then its soak (30m): the rest start once it has soaked.
+    assert_eq!(plan.waves[0].start.as_deref(), Some(NOW));
+    assert_eq!(plan.waves[1].start.as_deref(), Some("2026-11-24T21:50:00Z"));
+    assert_eq!(plan.settings.canary, 1);
+    assert_eq!(plan.settings.canary_soak_seconds, 1800);
+    let text = crate::plan_render::text(&plan);
+    assert!(
+        text.contains("Rollout:  the first 1 alone (canary), soaked 30m (canarySoak)"),
+        "{text}"
+    );
+    assert!(text.contains("waited: after the canary"), "{text}");
+    // Without the rule, one wave takes the budget's three.
+    let plain = super::plan(&four_requests(), &keys, &settings(&[]), at(NOW)).unwrap();
+    assert_eq!(wave_nodes(&plain), [vec!["a", "b", "c"], vec!["d"]]);
+    assert!(!crate::plan_render::text(&plain).contains("Rollout:"));
+}
+
+#[test]
+fn waves_grow_one_two_four_within_the_budget() {
+    let keys = AnnotationKeys::default();
+    let nodes = ["a", "b", "c", "d", "e", "f", "g", "h"]
+        .iter()
+        .enumerate()
+        .map(|(i, n)| node(n, "z1", Some(&format!("2026-11-24T20:0{i}:00Z"))))
+        .collect();
+    let mut input = pool(nodes, false);
+    input.budget.flag = Some(MaxUnavailable::Count(10));
+    let rules = RolloutRules {
+        waves: true,
+        ..RolloutRules::default()
+    };
+    let plan = plan(&input, &keys, &with_rules(rules), at(NOW)).unwrap();
+    let sizes: Vec<usize> = plan.waves.iter().map(|w| w.nodes.len()).collect();
+    assert_eq!(sizes, [1, 2, 4, 1], "{:?}", wave_nodes(&plan));
+    assert_eq!(plan.waves[1].nodes[0].waited_for, ["next wave"]);
+    assert!(plan.settings.waves);
+    assert!(
+        crate::plan_render::text(&plan).contains("Rollout:  waves that double (waves)"),
+        "{}",
+        crate::plan_render::text(&plan)
+    );
+}
+
+/// A rollout record on the ledger, as the controller writes it.
+fn recorded(input: &mut PoolInput, record: RolloutRecord) {
+    input.ledger.rollout = Some(record);
+}
+
+#[test]
+fn a_canary_already_passed_is_not_sent_again_and_a_failed_one_stalls_the_plan() {
+    let keys = AnnotationKeys::default();
+    let rules = RolloutRules {
+        canary: 1,
+        ..RolloutRules::default()
+    };
+    let mut passed = four_requests();
+    recorded(
+        &mut passed,
+        RolloutRecord {
+            completed: 1,
+            canaries_completed: 1,
+            ..RolloutRecord::default()
+        },
+    );
+    let plan = plan(&passed, &keys, &with_rules(rules), at(NOW)).unwrap();
+    assert_eq!(wave_nodes(&plan), [vec!["a", "b", "c"], vec!["d"]]);
+    assert_eq!(
+        plan.rollout.as_deref(),
+        Some("1 completed, 1 canary node(s) passed")
+    );
+    let text = crate::plan_render::text(&plan);
+    assert!(
+        text.contains("Rollout:  the first 1 alone (canary); under way: 1 completed"),
+        "{text}"
+    );
+
+    let mut failed = four_requests();
+    let mut record = RolloutRecord::default();
+    record.failures.insert(
+        "z".into(),
+        Failure {
+            grant: "ns/l/g1".into(),
+            kind: FailureKind::DrainTimeout,
+            canary: true,
+            forgiven: false,
+        },
+    );
+    recorded(&mut failed, record.clone());
+    let plan = super::plan(&failed, &keys, &with_rules(rules), at(NOW)).unwrap();
+    assert!(plan.waves.is_empty(), "{:?}", wave_nodes(&plan));
+    assert_eq!(plan.left.len(), 4);
+    let left = &plan.left[0];
+    assert_eq!(left.reason, "stalled");
+    assert!(
+        left.detail.contains("kubectl reboot resume"),
+        "{}",
+        left.detail
+    );
+    // Forgiven (`kubectl reboot resume`), it no longer counts: the canary goes again.
+    recorded(&mut failed, record.resumed());
+    let plan = super::plan(&failed, &keys, &with_rules(rules), at(NOW)).unwrap();
+    assert_eq!(wave_nodes(&plan), [vec!["a"], vec!["b", "c", "d"]]);
+}
+
+#[test]
+fn a_stall_the_controller_said_holds_every_wave_even_without_its_rules() {
+    // The flags' pool: the plugin does not know the controller's --max-failures, but every
+    // waiting node's latest Event says the pool is stalled.
+    let keys = AnnotationKeys::default();
+    let mut input = four_requests();
+    for n in &mut input.nodes {
+        n.events.push(event(
+            ControllerReason::Stalled.as_str(),
+            CONTROLLER,
+            "2026-11-24T20:30:00Z",
+            "reboot requested; waiting: the pool is stalled, 2 node(s) of the rollout failed, \
+             more than --max-failures allows (1); no new reboot starts until ...",
+        ));
+    }
+    let plan = plan(&input, &keys, &settings(&[]), at(NOW)).unwrap();
+    assert_eq!(plan.held_by, Some("stalled"));
+    assert!(plan.waves.is_empty());
+    assert!(
+        plan.left.iter().all(|l| l.reason == "stalled"),
+        "{:?}",
+        plan.left
+    );
 }

@@ -79,6 +79,9 @@ fn each_waiting_reason_comes_from_the_controllers_latest_event() {
         ("DrainBlocked", WaitReason::DrainTimedOut),
         ("NoAgent", WaitReason::NoAgent),
         ("DisruptionBudget", WaitReason::DisruptionBudget),
+        ("SetAside", WaitReason::SetAside),
+        ("UnexpectedDrainFailuresValue", WaitReason::SetAside),
+        ("Stalled", WaitReason::Stalled),
     ];
     for (reason, expected) in cases {
         let n = with_events(
@@ -836,4 +839,196 @@ fn every_pool_is_the_flags_pools_document_with_each_reboot_pool_in_it() {
     let one = every_pool(&crate::input::Pools::One(gpu), &keys, at(NOW));
     assert_eq!(one.pool.name.as_deref(), Some("gpu"));
     assert!(one.pools.is_empty());
+}
+
+const CANARY_STALL: &str = "reboot requested; waiting: the pool is stalled, the canary n1 failed: \
+    its drain timed out; no new reboot starts until an administrator has looked at the failed \
+    nodes (give up or mend each) and runs `kubectl reboot resume`. Reboots under way finish";
+
+#[test]
+fn a_stalled_pool_says_why_on_each_waiting_node_and_holds_the_estimate() {
+    let stalled = |name| {
+        with_events(
+            node(name, &[NEEDED]),
+            &[
+                event(
+                    "Requested",
+                    CONTROLLER,
+                    "2026-01-01T09:50:00Z",
+                    "reboot requested; x",
+                ),
+                event("Stalled", CONTROLLER, "2026-01-01T09:59:00Z", CANARY_STALL),
+            ],
+        )
+    };
+    let s = classify(&pool(vec![stalled("a"), stalled("b")], &[], false));
+    for name in ["a", "b"] {
+        let n = of(&s, name);
+        assert_eq!(
+            (n.state, n.reason),
+            (State::Waiting, Some(WaitReason::Stalled))
+        );
+        assert!(
+            n.detail
+                .starts_with("stalled: the canary n1 failed: its drain timed out; no new reboot"),
+            "{}",
+            n.detail
+        );
+        assert!(n.detail.contains("`kubectl reboot resume`"), "{}", n.detail);
+        assert_eq!(n.event.as_ref().unwrap().reason, "Stalled");
+    }
+    assert_eq!(s.estimate.held_by, Some(WaitReason::Stalled));
+    let json = serde_json::to_value(&s).unwrap();
+    assert_eq!(json["nodes"][0]["reason"], "stalled");
+}
+
+#[test]
+fn nodes_the_canary_or_the_wave_keeps_out_say_so() {
+    let waiting = |name, note: &str| {
+        with_events(
+            node(name, &[NEEDED]),
+            &[event("Requested", CONTROLLER, "2026-01-01T09:59:00Z", note)],
+        )
+    };
+    let canary = "reboot requested; waiting for the canary: the first 1 node(s) of the rollout \
+        go alone until they have completed and soaked (--canary, --canary-soak)";
+    let wave = "reboot requested; waiting for the next wave: this one holds 2 node(s) and the \
+        next, twice as many, starts once it has completed (--waves)";
+    let mut input = pool(
+        vec![
+            waiting("a", canary),
+            waiting("b", wave),
+            waiting("c", "reboot requested; waiting for a slot"),
+        ],
+        &[],
+        false,
+    );
+    input.ledger.rollout = Some(common::rollout::RolloutRecord::default());
+    let s = classify(&input);
+    let a = of(&s, "a");
+    assert_eq!(a.reason, Some(WaitReason::AfterCanary));
+    assert_eq!(
+        a.detail,
+        "waiting for the canary: the first 1 node(s) of the rollout go alone until they have \
+         completed and soaked (--canary, --canary-soak)"
+    );
+    let b = of(&s, "b");
+    assert_eq!(b.reason, Some(WaitReason::NextWave));
+    assert!(
+        b.detail
+            .starts_with("waiting for the next wave: this one holds 2"),
+        "{}",
+        b.detail
+    );
+    assert_eq!(of(&s, "c").reason, Some(WaitReason::BudgetFull));
+    let json = serde_json::to_value(&s).unwrap();
+    let reasons: Vec<&serde_json::Value> = json["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| &n["reason"])
+        .collect();
+    assert_eq!(reasons, ["after-canary", "next-wave", "budget-full"]);
+
+    // The controller says `Requested` once per wait, whatever the stage: a wait for the canary
+    // that the record says passed is old, as is any stage's without a rollout under way.
+    input.name = Some("gpu".into());
+    input.spec = Some(serde_json::from_value(serde_json::json!({"canary": 1})).unwrap());
+    input.ledger.rollout = Some(common::rollout::RolloutRecord {
+        canaries_completed: 1,
+        wave: Some(2),
+        ..Default::default()
+    });
+    let s = classify(&input);
+    assert_eq!(of(&s, "a").state, State::Requested, "{:?}", of(&s, "a"));
+    assert_eq!(of(&s, "b").reason, Some(WaitReason::NextWave));
+    input.ledger.rollout = None;
+    let s = classify(&input);
+    assert_eq!(of(&s, "a").state, State::Requested);
+    assert_eq!(of(&s, "b").state, State::Requested);
+}
+
+fn failure(kind: common::rollout::FailureKind, forgiven: bool) -> common::rollout::Failure {
+    common::rollout::Failure {
+        grant: "ns/l/g1".into(),
+        kind,
+        canary: false,
+        forgiven,
+    }
+}
+
+#[test]
+fn the_rollout_under_way_is_one_line_of_the_pools_header() {
+    use common::rollout::{FailureKind, RolloutRecord};
+    let mut record = RolloutRecord {
+        completed: 3,
+        canaries_completed: 1,
+        wave: Some(4),
+        ..RolloutRecord::default()
+    };
+    record
+        .failures
+        .insert("n2".into(), failure(FailureKind::DrainTimeout, false));
+    record
+        .failures
+        .insert("n3".into(), failure(FailureKind::Unproven, true));
+    let mut input = pool(vec![node("a", &[])], &[], false);
+    input.name = Some("gpu".into());
+    input.spec = Some(serde_json::from_value(serde_json::json!({"canary": 1})).unwrap());
+    input.ledger.rollout = Some(record.clone());
+    let s = classify(&input);
+    let rollout = s.pool.rollout.as_ref().expect("a rollout under way");
+    assert_eq!(
+        rollout.summary,
+        "3 completed, canary passed, wave of 4, 1 failure (n2: its drain timed out), 1 forgiven"
+    );
+    let text = crate::render::text(&s);
+    assert!(
+        text.contains("\nRollout: 3 completed, canary passed, wave of 4, 1 failure"),
+        "{text}"
+    );
+    let json = serde_json::to_value(&s).unwrap();
+    assert_eq!(json["pool"]["rollout"]["completed"], 3);
+    assert_eq!(json["pool"]["rollout"]["wave"], 4);
+    assert_eq!(
+        json["pool"]["rollout"]["failures"]["n2"]["kind"],
+        "drain-timeout"
+    );
+    assert_eq!(json["pool"]["rollout"]["summary"], rollout.summary.as_str());
+
+    // The canary stage under way: of how many when the spec says, its nodes either way.
+    let canary = RolloutRecord {
+        canaries: ["n1".to_owned()].into(),
+        ..RolloutRecord::default()
+    };
+    input.ledger.rollout = Some(canary.clone());
+    input.spec = Some(serde_json::from_value(serde_json::json!({"canary": 2})).unwrap());
+    let s = classify(&input);
+    assert_eq!(
+        s.pool.rollout.unwrap().summary,
+        "0 completed, canary 0 of 2 (n1 under way)"
+    );
+    input.spec = None;
+    input.name = None;
+    let s = classify(&input);
+    assert_eq!(
+        s.pool.rollout.unwrap().summary,
+        "0 completed, canary n1 under way"
+    );
+
+    // Between rollouts, no line; a record that does not read is a warning.
+    input.ledger.rollout = None;
+    let s = classify(&input);
+    assert_eq!(s.pool.rollout, None);
+    assert!(!crate::render::text(&s).contains("Rollout:"));
+    assert!(s.warnings.is_empty(), "{:?}", s.warnings);
+    input.ledger.rollout_unreadable = Some("the rollout annotation is not a record".into());
+    let s = classify(&input);
+    assert!(
+        s.warnings
+            .iter()
+            .any(|w| w.contains("not a record") && w.contains("stalled")),
+        "{:?}",
+        s.warnings
+    );
 }

@@ -169,6 +169,15 @@ pub struct Args {
           num_args = 0..=1, default_missing_value = "true")]
     pub waves: bool,
 
+    /// With --reboot-window: how long a reboot takes, from its grant to its completion, before
+    /// the pool has a history (then the larger of this and the 90th percentile of its last 20
+    /// reboots, as this controller measured them). A node whose reboot would not end before
+    /// the window closes (or a blackout starts) is not started: it waits for the next window,
+    /// so that a strict window (--finish-after-window=false) never leaves a node drained and
+    /// parked. Unset: a reboot starts whenever the window is open.
+    #[arg(long, env = "REBOOT_ESTIMATE", allow_hyphen_values = true, value_parser = parse_duration)]
+    pub reboot_estimate: Option<Duration>,
+
     /// The failure budget of a rollout: with more of its nodes failed than this (a drain that
     /// timed out, a reboot overdue or unproven, a node NotReady after its reboot), the pool is
     /// stalled: nothing new starts, reboots under way finish, and a `Stalled` Warning says why

@@ -552,6 +552,7 @@ impl Context {
                 give_up_after: args.give_up_after,
                 drain_delay: args.drain_delay,
                 reboot_delay: args.reboot_delay,
+                reboot_estimate: args.reboot_estimate,
             },
             gates: Gates::new(pool.blocking_pods.clone(), self.alert_checks(args)),
             preflight: self.preflight.clone(),

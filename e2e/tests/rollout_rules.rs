@@ -1,11 +1,13 @@
 //! Rollouts that protect themselves (docs/src/scheduling.md, "Canary, waves and a failure
 //! budget"), end to end on the real control plane with real agents: a canary that comes back
 //! NotReady stalls the pool, which stays stalled once the canary is mended until `kubectl
-//! reboot resume`; and waves that grow keep the first wave to one node.
+//! reboot resume`; waves that grow keep the first wave to one node; and a reboot that would
+//! not end before its window closes (`--reboot-estimate`) is not started.
 
 use common::ControllerReason;
 use e2e::rollout::touched;
 use e2e::{BudgetWatch, has_event, node, request_reboot, scrape::controller_metric, wait_until};
+use k8s_openapi::jiff::Timestamp;
 use nodesim::sandbox::{Sandbox, SandboxConfig};
 use std::time::Duration;
 
@@ -167,6 +169,46 @@ async fn waves_that_grow_start_with_one_node() {
         names.iter().all(|n| sb.fleet.reboots(n) == 1)
     })
     .await;
+    watch.check().unwrap();
+    sb.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_reboot_that_would_not_fit_before_the_window_closes_waits_for_the_next_one() {
+    // A window open from a minute ago until five minutes from now, every day (UTC), and
+    // reboots estimated at ten minutes: none fits, so none starts.
+    let now = Timestamp::now().as_second();
+    let open = Timestamp::from_second(now - 60).expect("a time");
+    let close = Timestamp::from_second(now + 300).expect("a time");
+    let window = e2e::daily_window(open, close);
+    let config = SandboxConfig::with_nodes(2)
+        .max_unavailable("2")
+        .reboot_duration(Duration::from_secs(1))
+        .controller_args(["--reboot-window", &window, "--reboot-estimate", "10m"]);
+    let sb = e2e::sandbox_without_pods(config).await;
+    let client = sb.client.clone();
+    let watch = BudgetWatch::start(client.clone(), 2).await;
+    request_reboot(&sb.control_plane, "sim-1");
+    wait_until(
+        "sim-1 is told a reboot would not fit before the window closes",
+        PATIENCE,
+        Some(&watch),
+        || async {
+            let words = [
+                "waiting for the next window",
+                "about 10 min (--reboot-estimate)",
+            ];
+            has_event(&client, "sim-1", ControllerReason::Requested, &words).await
+        },
+    )
+    .await;
+    // A grant decided meanwhile would show by now (rounds run on every change, and every 5 s).
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    assert_eq!(
+        touched(&sb, "sim-1").await,
+        None,
+        "started though it does not fit"
+    );
     watch.check().unwrap();
     sb.stop().await;
 }

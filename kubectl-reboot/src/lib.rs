@@ -288,6 +288,7 @@ async fn plan(client: &Client, global: &Global, args: &PlanArgs) -> Result<(), E
             // --canary, --waves and --max-failures (a stall it says holds the plan).
             set_aside: Default::default(),
             rollout: Default::default(),
+            reboot_estimate: None,
             reboot: args.reboot_duration,
         },
     };

@@ -49,6 +49,9 @@ pub struct Settings {
     /// A RebootPool's `canary`, `canarySoak` (in milliseconds), `waves` and `maxFailures`: the
     /// canaries go first and alone, the waves grow.
     pub rollout: RolloutRules,
+    /// A RebootPool's `rebootEstimate`: a wave starts only if a reboot ends before the window
+    /// closes.
+    pub reboot_estimate: Option<Duration>,
     /// `--reboot-duration`: a reboot's length, instead of the history's.
     pub reboot: Option<Duration>,
 }
@@ -77,6 +80,7 @@ impl Settings {
                 most: spec.max_blocked_nodes.and_then(|m| usize::try_from(m).ok()),
             },
             rollout: rollout_rules(spec)?,
+            reboot_estimate: None,
             reboot,
         })
     }
@@ -302,6 +306,7 @@ pub fn plan(
         min_ready: settings.min_ready,
         set_aside: settings.set_aside,
         rollout: settings.rollout,
+        reboot_estimate: settings.reboot_estimate,
         now,
         now_ms: millis(now),
     });
@@ -535,6 +540,10 @@ fn left_detail(why: Wait) -> String {
         Wait::Wave => {
             "the current wave (waves) is full: it starts in the next, twice as large, once this \
              one has completed"
+        }
+        Wait::WindowFit => {
+            "no window within 60 openings is long enough for a reboot (rebootEstimate, or the \
+             pool's typical reboot): lengthen the window or lower the estimate"
         }
         Wait::BudgetFull
         | Wait::ZoneFull

@@ -22,6 +22,10 @@ pub struct Schedule {
     pub drain_delay: Duration,
     /// `--reboot-delay`: from the drain's end to `reboot-now`.
     pub reboot_delay: Duration,
+    /// `--reboot-estimate`: how long a reboot takes, grant to completion, before the pool has
+    /// a history; with windows, a reboot that would not end before the window closes is not
+    /// started. `None`: no such check.
+    pub reboot_estimate: Option<Duration>,
 }
 
 impl Schedule {
@@ -121,6 +125,7 @@ mod tests {
             give_up_after: None,
             drain_delay: Duration::ZERO,
             reboot_delay: Duration::ZERO,
+            reboot_estimate: None,
         };
         let monday_noon = at("2026-11-23T12:00:00Z");
         let open = |t: Timestamp| schedule.windows.is_open(t);

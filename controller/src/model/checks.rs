@@ -322,6 +322,18 @@ pub fn ledger_write(
         fences.window_open,
         "granted {granted:?} outside the windows"
     );
+    // `--reboot-estimate`: a reboot granted ends before the window closes, as the round saw
+    // the clock (the estimate is the least the controller asks for).
+    if let Some(estimate) = s.reboot_estimate_ms
+        && let Some(closes) = s.windows.closes_at(fences.wall)
+    {
+        let left = closes.duration_since(fences.wall).as_millis();
+        assert!(
+            left >= i128::from(estimate),
+            "granted {granted:?} with {left} ms left in the window, under --reboot-estimate \
+             {estimate} ms"
+        );
+    }
     assert!(
         !fences.unhealthy,
         "granted {granted:?} while a health gate was closed"

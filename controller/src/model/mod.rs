@@ -334,6 +334,8 @@ struct Setup {
     set_aside: SetAside,
     /// `--canary`, `--canary-soak`, `--waves` and `--max-failures`.
     rollout: RolloutRules,
+    /// `--reboot-estimate`.
+    reboot_estimate_ms: Option<u64>,
     soaking: Vec<usize>,
     not_ready: Vec<bool>,
     kubelets: Vec<Kubelet>,
@@ -381,6 +383,7 @@ impl Model {
         server.concurrency = setup.concurrency;
         server.set_aside = setup.set_aside;
         server.rollout = setup.rollout;
+        server.reboot_estimate_ms = setup.reboot_estimate_ms;
         server.min_ready_ms = setup.min_ready_ms;
         server.drain_delay_ms = setup.drain_delay_ms;
         server.reboot_delay_ms = setup.reboot_delay_ms;
@@ -513,6 +516,7 @@ impl Model {
                 give_up_after: args.give_up_after,
                 drain_delay: args.drain_delay,
                 reboot_delay: args.reboot_delay,
+                reboot_estimate: args.reboot_estimate,
             },
             None => Schedule {
                 windows: windows(setup),
@@ -522,6 +526,7 @@ impl Model {
                 give_up_after: setup.give_up_after_ms.map(Duration::from_millis),
                 drain_delay: Duration::from_millis(setup.drain_delay_ms),
                 reboot_delay: Duration::from_millis(setup.reboot_delay_ms),
+                reboot_estimate: setup.reboot_estimate_ms.map(Duration::from_millis),
             },
         };
         let shell = Shell::new(ShellParts {
@@ -702,6 +707,7 @@ fn scripted(replicas: usize, max_unavailable: u32, drain: bool) -> Setup {
         schedules: false,
         set_aside: SetAside::default(),
         rollout: RolloutRules::default(),
+        reboot_estimate_ms: None,
         soaking: Vec::new(),
         not_ready: vec![false; NODES],
         kubelets: vec![server::Kubelet::Healthy; NODES],
@@ -1188,6 +1194,7 @@ fn a_released_soak_brought_back_by_a_recreated_ledger_takes_no_node_down() {
         schedules: false,
         set_aside: SetAside::default(),
         rollout: RolloutRules::default(),
+        reboot_estimate_ms: None,
         soaking: vec![1],
         not_ready: vec![false; NODES],
         kubelets: vec![
@@ -1279,6 +1286,7 @@ fn a_node_given_up_by_give_up_after_is_not_expected_to_complete_its_request() {
         schedules: false,
         set_aside: SetAside::default(),
         rollout: RolloutRules::default(),
+        reboot_estimate_ms: None,
         soaking: vec![],
         not_ready: vec![false, false, false, true, false, false],
         kubelets: vec![Healthy, Healthy, Healthy, Wedged, Healthy, Healthy],

@@ -90,6 +90,7 @@ impl Model {
             schedules: false,
             set_aside: SetAside::default(),
             rollout: controller_core::rollout::RolloutRules::default(),
+            reboot_estimate_ms: None,
             ..setup.clone()
         };
         let replicas = setup.replicas;

@@ -102,6 +102,8 @@ pub struct Server {
     pub set_aside: SetAside,
     /// `--canary`, `--canary-soak`, `--waves` and `--max-failures`.
     pub rollout: RolloutRules,
+    /// `--reboot-estimate`.
+    pub reboot_estimate_ms: Option<u64>,
     pub drain_enabled: bool,
     pub finish_after_window: bool,
     pub min_ready_ms: u64,
@@ -254,6 +256,7 @@ impl Server {
             concurrency: None,
             set_aside: SetAside::default(),
             rollout: RolloutRules::default(),
+            reboot_estimate_ms: None,
             drain_enabled: true,
             finish_after_window: true,
             min_ready_ms: 0,

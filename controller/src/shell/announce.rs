@@ -430,6 +430,10 @@ impl Shell {
         let pool_event = match (self.schedule.waiting_event(scheduled, now), &gates.pool) {
             (Some(event), _) => Some(event),
             (None, Some(hold)) => hold.event.clone(),
+            (None, None) if decision.too_late_in_window.is_some() => decision
+                .too_late_in_window
+                .as_ref()
+                .map(|fit| (Reason::Requested, self.too_late_note(fit))),
             (None, None) if decision.stalled.is_some() => decision
                 .stalled
                 .as_ref()
@@ -455,9 +459,19 @@ impl Shell {
             let Some((reason, note)) = event else {
                 continue;
             };
+            // Said again when the wait changes within one reason: after the canary, the wave,
+            // and the window's fit are all `Requested`.
+            let key = match reason {
+                Reason::Requested if decision.stage_full.contains(name) => match decision.stage {
+                    Some(controller_core::rollout::Stage::Canary { .. }) => "Requested/canary",
+                    _ => "Requested/wave",
+                },
+                Reason::Requested if decision.too_late_in_window.is_some() => "Requested/fit",
+                _ => reason.as_str(),
+            };
             if let Some(node) = nodes
                 .get(name.as_str())
-                .filter(|_| self.said.first_wait(name, reason.as_str()))
+                .filter(|_| self.said.first_wait(name, key))
             {
                 tracing::info!(node = %name, "{note}");
                 self.events.publish(node, reason, note);

@@ -41,6 +41,7 @@ impl Shell {
             min_ready: self.schedule.min_ready,
             set_aside: self.set_aside,
             rollout: self.rollout_rules,
+            reboot_estimate: self.schedule.reboot_estimate,
             now,
             now_ms: round.now,
         });

@@ -434,7 +434,17 @@ impl Shell {
     ) -> Result<(), LedgerError> {
         let now = self.clock.now().to_string();
         let before = self.ledger.current().rollout.clone();
+        let granted_at: HashMap<String, String> = (decision.release_reasons.iter())
+            .filter(|(_, reason)| *reason == ReleaseReason::Completed)
+            .filter_map(|(node, _)| {
+                let slot = self.ledger.current().slots.get(node)?;
+                Some((node.clone(), slot.granted_at.clone()))
+            })
+            .collect();
         self.ledger.write(decision, &now).await?;
+        for at in granted_at.values() {
+            self.measure_reboot(at);
+        }
         self.announce_rollout_written(before.as_ref(), decision);
         let ledger = self.ledger.current();
         self.drains

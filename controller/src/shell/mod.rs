@@ -138,6 +138,8 @@ pub struct Shell {
     pool_paused: PoolPause,
     reports_gauges: bool,
     pool_facts: PoolFacts,
+    /// The pool's last reboots, grant to completion (`--reboot-estimate`).
+    reboot_lengths: window_fit::RebootLengths,
 }
 
 /// A pool's own pause, beside the ledger's: its `spec.paused`, fixed for a run of the pools (a
@@ -188,6 +190,7 @@ mod format;
 mod ledger;
 mod read;
 mod rollout_rules;
+mod window_fit;
 
 use announce::Said;
 use ledger::LedgerCopy;
@@ -235,6 +238,7 @@ impl Shell {
             pool_paused: parts.pool_paused,
             reports_gauges: parts.reports_gauges,
             pool_facts: PoolFacts::default(),
+            reboot_lengths: window_fit::RebootLengths::default(),
             seen: Seen::new(),
         };
         shell.rollout = Rollout::taken_over(!shell.ledger.current().slots.is_empty());
@@ -347,6 +351,7 @@ impl Shell {
             preflight: &read.preflight.held,
             set_aside: self.set_aside,
             rollout: self.rollout_rules,
+            window_fit: self.window_fit(),
         }
     }
 

@@ -44,6 +44,7 @@ fn settings(windows: &[&str]) -> Settings {
         min_ready: Duration::ZERO,
         set_aside: Default::default(),
         rollout: Default::default(),
+        reboot_estimate: None,
         reboot: Some(Duration::from_secs(20 * 60)),
     }
 }

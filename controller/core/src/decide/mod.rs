@@ -278,6 +278,9 @@ pub struct Decision {
     pub stage: Option<Stage>,
     /// Waiting nodes the budgets had room for but not the stage.
     pub stage_full: BTreeSet<String>,
+    /// A reboot started now would not end before the window closes (`--reboot-estimate`):
+    /// nothing new is granted until the next window.
+    pub too_late_in_window: Option<WindowFit>,
     /// The rollout's record as the round started from it, with the failures it saw, before
     /// its releases and grants ([`Decision::settle_rollout`]). `None`: no record is kept.
     pub rollout_base: Option<common::rollout::RolloutRecord>,
@@ -369,6 +372,26 @@ pub struct Round<'a> {
     pub set_aside: SetAside,
     /// `--canary`, `--canary-soak`, `--waves` and `--max-failures`.
     pub rollout: RolloutRules,
+    /// `--reboot-estimate`, while a window is open: a reboot that would not fit before it
+    /// closes is not started. `None`: no fit is asked for, or nothing closes.
+    pub window_fit: Option<WindowFit>,
+}
+
+/// The time a reboot needs and the time the open window has left (`--reboot-estimate`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WindowFit {
+    /// When (as `clock`) the open windows close, or a blackout starts.
+    pub closes_at: u64,
+    /// A reboot's expected length, grant to completion, in milliseconds: the larger of
+    /// `--reboot-estimate` and a high percentile of the pool's recent reboots.
+    pub needs: u64,
+}
+
+impl WindowFit {
+    /// Whether a reboot started at `clock` ends before the window closes.
+    pub fn fits(&self, clock: u64) -> bool {
+        clock.saturating_add(self.needs) <= self.closes_at
+    }
 }
 
 /// Nodes whose drain keeps failing (`--drain-attempts`, `--max-blocked-nodes`): set aside
@@ -838,7 +861,9 @@ impl<'a> Round<'a> {
         decision.stalled = self.stall(decision, record.as_ref(), &slots, &candidates);
         // A failing node stops the rollout, free slots or not: a bad kernel must not spread.
         let failing = !decision.not_ready_after_reboot.is_empty() || !decision.overdue.is_empty();
-        if self.fence.hold().is_some() || failing || decision.stalled.is_some() {
+        decision.too_late_in_window = self.window_fit.filter(|fit| !fit.fits(self.clock));
+        let late = decision.too_late_in_window.is_some();
+        if self.fence.hold().is_some() || failing || decision.stalled.is_some() || late {
             decision.waiting = candidates.iter().map(|v| v.name().to_owned()).collect();
             decision.settle_rollout(self.rollout, self.ledger);
             return;

@@ -256,3 +256,26 @@ fn a_release_the_shell_keeps_back_is_not_counted_as_completed() {
     d.settle_rollout(canary(1, 0), &ledger);
     assert_eq!(d.ledger.rollout, None, "nothing changed: {d:?}");
 }
+
+#[test]
+fn a_reboot_that_would_not_fit_before_the_window_closes_is_not_started() {
+    let nodes = requested(&["a"]);
+    let ledger = Ledger::default();
+    // (clock, granted): the window closes at 10 000 and a reboot needs 3 000.
+    for (clock, fits) in [(7_000, true), (7_001, false)] {
+        let d = Round {
+            clock,
+            window_fit: Some(WindowFit {
+                closes_at: 10_000,
+                needs: 3_000,
+            }),
+            ..base_round(&nodes, &ledger)
+        }
+        .decide();
+        assert_eq!(!granted(&d).is_empty(), fits, "{clock}: {d:?}");
+        assert_eq!(d.too_late_in_window.is_some(), !fits, "{clock}");
+        if !fits {
+            assert_eq!(d.waiting, ["a"]);
+        }
+    }
+}

@@ -108,6 +108,7 @@ pub(crate) fn base_round<'a>(nodes: &'a [NodeView], ledger: &'a Ledger) -> Round
         preflight: &NO_PREFLIGHT,
         set_aside: SetAside::default(),
         rollout: RolloutRules::default(),
+        window_fit: None,
     }
 }
 

@@ -29,6 +29,11 @@ use std::{
 /// clock to a slot coming free or a window opening), so that a bug cannot loop forever.
 const MAX_ROUNDS: usize = 100_000;
 
+/// Window openings in a row too short for a reboot, after which none is expected to fit: the
+/// windows repeat by the week (a cron window may vary more), and a plan does not look years
+/// ahead for one that fits.
+const UNFIT_OPENINGS: usize = 60;
+
 /// Why a node is not in an earlier wave, or in none.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Wait {
@@ -67,6 +72,8 @@ pub enum Wait {
     Stalled,
     /// The canaries (`--canary`) go alone: the rest wait until they have completed and soaked.
     Canary,
+    /// A reboot would not end before the window closes (`--reboot-estimate`): the next window.
+    WindowFit,
     /// The current wave (`--waves`) is full: the next, twice its size, starts once it is done.
     Wave,
     /// No window opens within four years.
@@ -91,6 +98,7 @@ impl Wait {
             Self::SetAside => "set aside after failed drains",
             Self::Stalled => "stalled",
             Self::Canary => "after the canary",
+            Self::WindowFit => "does not fit in the window",
             Self::Wave => "next wave",
             Self::WindowNeverOpens => "no window opens",
         }
@@ -131,6 +139,9 @@ pub struct PlanInput<'a> {
     /// `--canary`, `--canary-soak`, `--waves`, `--max-failures`: the canaries go first and
     /// alone, each soaked for `canary_soak` (in milliseconds); the waves grow.
     pub rollout: RolloutRules,
+    /// `--reboot-estimate`: with windows, a wave starts only if a reboot (the larger of this
+    /// and `reboot`) ends before the window closes.
+    pub reboot_estimate: Option<Duration>,
     pub now: Timestamp,
     /// The decision core's `now` (its own unit, milliseconds) at `now`.
     pub now_ms: u64,
@@ -279,6 +290,8 @@ impl<'a> Simulation<'a> {
 
     fn run(mut self) -> RolloutPlan {
         let mut t = self.input.now;
+        // Openings in a row where a reboot does not fit (`--reboot-estimate`).
+        let mut unfit = 0;
         for _ in 0..MAX_ROUNDS {
             self.free_slots(t);
             if let Some(hold) = self.input.held {
@@ -302,8 +315,22 @@ impl<'a> Simulation<'a> {
                     }
                 }
             }
+            match self.too_late_in_window(t) {
+                Some(Some(next)) if unfit < UNFIT_OPENINGS => {
+                    unfit += 1;
+                    self.note_all(Wait::WindowFit);
+                    t = next;
+                    continue;
+                }
+                Some(_) => {
+                    self.leave_waiting(Wait::WindowFit);
+                    break;
+                }
+                None => {}
+            }
             let granted = self.round(t);
             if !granted.is_empty() {
+                unfit = 0;
                 self.add_wave(t, granted);
             }
             // The next moment something changes: a slot comes free, the window closes and
@@ -337,6 +364,21 @@ impl<'a> Simulation<'a> {
             .max();
         self.plan.left.sort();
         self.plan
+    }
+
+    /// With `--reboot-estimate`, when the window open at `t` has too little time left for a
+    /// reboot: the next opening after it closes (`None` inside: none within four years).
+    fn too_late_in_window(&self, t: Timestamp) -> Option<Option<Timestamp>> {
+        let estimate = self.input.reboot_estimate?;
+        let needs = self.input.reboot.map_or(estimate, |r| r.max(estimate));
+        let windows = self.input.windows;
+        let closes = windows.closes_at(t)?;
+        let fits = t.checked_add(needs).is_ok_and(|end| end <= closes);
+        if fits {
+            return None;
+        }
+        // Waiting at least until it closes: then the next opening, which may fit.
+        Some(windows.next_opening(closes).filter(|next| *next > t))
     }
 
     /// When the first request now kept back after a failed drain may be granted again.
@@ -441,6 +483,8 @@ impl<'a> Simulation<'a> {
             preflight: &BTreeMap::new(),
             set_aside: self.input.set_aside,
             rollout: self.input.rollout,
+            // The windows are the simulation's own: it moves its clock to their openings.
+            window_fit: None,
         }
         .decide()
     }

@@ -69,6 +69,7 @@ impl Setup {
             min_ready: Duration::ZERO,
             set_aside: Default::default(),
             rollout: Default::default(),
+            reboot_estimate: None,
             now: at(now),
             now_ms: 0,
         }
@@ -367,4 +368,24 @@ fn nodes_set_aside_are_left_out_and_too_many_stall_the_plan() {
             ("c".to_owned(), Wait::Stalled)
         ]
     );
+}
+
+#[test]
+fn a_wave_that_would_not_fit_before_the_window_closes_waits_for_the_next_opening() {
+    // 2026-11-23 is a Monday. The window is 22:00-23:00 daily, reboots take 20 minutes.
+    let setup = Setup::new(&["daily 22:00-23:00 UTC"]);
+    let plan = |estimate: u32, now: &str| {
+        super::plan(PlanInput {
+            reboot_estimate: Some(estimate * MIN),
+            ..setup.input(requested(&["a"]), 1, now)
+        })
+    };
+    let fits = plan(30, "2026-11-23T22:20:00Z");
+    assert_eq!(starts(&fits), ["2026-11-23T22:20:00Z"]);
+    let late = plan(30, "2026-11-23T22:40:00Z");
+    assert_eq!(starts(&late), ["2026-11-24T22:00:00Z"], "{late:?}");
+    assert_eq!(late.waves[0].nodes[0].waited, [Wait::WindowFit]);
+    let never = plan(90, "2026-11-23T22:40:00Z");
+    assert!(never.waves.is_empty(), "{never:?}");
+    assert_eq!(never.left, [("a".to_owned(), Wait::WindowFit)]);
 }

@@ -56,3 +56,25 @@ fn the_first_change_of_any_window_counts_and_no_window_never_changes() {
         None
     );
 }
+
+#[test]
+fn an_open_window_closes_at_the_end_of_every_window_it_runs_into() {
+    // Two windows that overlap close at the later end; a blackout starting first closes them.
+    let w = windows(&["Mon 22:00-23:00 UTC", "Mon 22:30-23:30 UTC"]);
+    assert_eq!(
+        w.closes_at(at("2026-11-23T22:10:00Z")),
+        Some(at("2026-11-23T23:30:00Z"))
+    );
+    assert_eq!(w.closes_at(at("2026-11-23T12:00:00Z")), None, "closed now");
+    let blackout: Period = "2026-11-23T22:45..2026-11-24T00:00".parse().unwrap();
+    let w = w.with_blackouts(vec![blackout]);
+    assert_eq!(
+        w.closes_at(at("2026-11-23T22:10:00Z")),
+        Some(at("2026-11-23T22:45:00Z"))
+    );
+    assert_eq!(
+        Windows::new(vec![]).closes_at(at("2026-11-23T12:00:00Z")),
+        None,
+        "always open"
+    );
+}

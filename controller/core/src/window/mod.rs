@@ -433,6 +433,23 @@ impl Windows {
         None
     }
 
+    /// When the windows open at `now` close (or a blackout starts): the end of the time a
+    /// reboot started now has. `None` while closed, or when nothing closes within
+    /// [`MAX_BLACKOUT_STEPS`] changes (no windows and no blackouts: never).
+    pub fn closes_at(&self, now: Timestamp) -> Option<Timestamp> {
+        if !self.is_open(now) {
+            return None;
+        }
+        let mut t = now;
+        for _ in 0..MAX_BLACKOUT_STEPS {
+            t = self.next_change(t)?;
+            if !self.is_open(t) {
+                return Some(t);
+            }
+        }
+        None
+    }
+
     /// After `now`, the first moment a window or a blackout starts or ends: whether new grants
     /// may be made (and, with `--finish-after-window=false`, whether grants may go on) can
     /// change only then. `None` without windows and blackouts.

@@ -800,8 +800,12 @@ impl<'a> Round<'a> {
                     decision.act(NodeAction::Untaint(node));
                 }
             }
-            // Opted out: it is never granted, so it waits for nothing either.
-            Request::Needed if view.opt_out.opts_out() && view.state.tainted.is_some() => {
+            // Opted out, or set aside after failed drains: it is not granted, so it waits for
+            // nothing either (until an administrator tries it again).
+            Request::Needed
+                if (view.opt_out.opts_out() || self.set_aside.sets_aside(view))
+                    && view.state.tainted.is_some() =>
+            {
                 decision.act(NodeAction::Untaint(node))
             }
             // Ours to undo: a cordon, labels, a taint or the count of failed drains left on a

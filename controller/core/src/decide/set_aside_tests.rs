@@ -166,3 +166,22 @@ fn a_failed_drain_is_counted_in_its_release_and_forgotten_at_completion() {
         "{withdrawn}"
     );
 }
+
+#[test]
+fn a_node_set_aside_loses_the_waiting_taint_the_operator_put_on_it() {
+    let ledger = Ledger::default();
+    let mut obj = node_json("a", true);
+    annotate(&mut obj, "reboot-needed", "true");
+    annotate(&mut obj, KEY, "2; blocked by shop/db-0: PDB");
+    annotate(&mut obj, "reboot-tainted", "reboot-pending ns/slots");
+    let nodes = [view(&obj)];
+    for (attempts, untainted) in [(Some(2), true), (Some(3), false)] {
+        let d = Round {
+            set_aside: with(attempts, None),
+            ..base_round(&nodes, &ledger)
+        }
+        .decide();
+        let untaint = d.node_actions.contains(&NodeAction::Untaint("a".into()));
+        assert_eq!(untaint, untainted, "{attempts:?}: {d:?}");
+    }
+}

@@ -23,6 +23,24 @@ pub struct MaxUnavailableError {
     why: &'static str,
 }
 
+/// A whole number or a percentage (`3`, `25%`, blanks around ignored): the number and whether
+/// it is a percentage, or why it is neither.
+pub(crate) fn count_or_percent(value: &str) -> Result<(u32, bool), &'static str> {
+    let trimmed = value.trim();
+    let (digits, percent) = match trimmed.strip_suffix('%') {
+        Some(digits) => (digits, true),
+        None => (trimmed, false),
+    };
+    if digits.starts_with('-') {
+        return Err("it is negative");
+    }
+    if digits.is_empty() || !digits.chars().all(|c| c.is_ascii_digit()) {
+        return Err("it is not a number");
+    }
+    let number = digits.parse().map_err(|_| "it is too large")?;
+    Ok((number, percent))
+}
+
 impl FromStr for MaxUnavailable {
     type Err = MaxUnavailableError;
 
@@ -31,19 +49,7 @@ impl FromStr for MaxUnavailable {
             value: value.to_owned(),
             why,
         };
-        let trimmed = value.trim();
-        let (digits, percent) = match trimmed.strip_suffix('%') {
-            Some(digits) => (digits, true),
-            None => (trimmed, false),
-        };
-        if digits.starts_with('-') {
-            return Err(fail("it is negative"));
-        }
-        if digits.is_empty() || !digits.chars().all(|c| c.is_ascii_digit()) {
-            return Err(fail("it is not a number"));
-        }
-        let number: u32 = digits.parse().map_err(|_| fail("it is too large"))?;
-        match (number, percent) {
+        match count_or_percent(value).map_err(fail)? {
             (0, _) => Err(fail("a budget of 0 would never reboot anything")),
             (101.., true) => Err(fail("a percentage cannot exceed 100%")),
             (n, true) => Ok(Self::Percent(n)),

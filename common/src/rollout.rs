@@ -169,19 +169,7 @@ impl FromStr for MaxFailures {
             value: value.to_owned(),
             why,
         };
-        let trimmed = value.trim();
-        let (digits, percent) = match trimmed.strip_suffix('%') {
-            Some(digits) => (digits, true),
-            None => (trimmed, false),
-        };
-        if digits.starts_with('-') {
-            return Err(fail("it is negative"));
-        }
-        if digits.is_empty() || !digits.chars().all(|c| c.is_ascii_digit()) {
-            return Err(fail("it is not a number"));
-        }
-        let number: u32 = digits.parse().map_err(|_| fail("it is too large"))?;
-        match (number, percent) {
+        match crate::budget::count_or_percent(value).map_err(fail)? {
             (101.., true) => Err(fail("a percentage cannot exceed 100%")),
             (n, true) => Ok(Self::Percent(n)),
             (n, false) => Ok(Self::Count(n)),

@@ -120,6 +120,14 @@ pub struct RebootPoolSpec {
     /// Whether a reboot under way may finish after its window closes. Default true.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finish_after_window: Option<bool>,
+    /// With `windows`: how long a reboot takes, from its grant to its completion, until the
+    /// pool has a history (then the larger of this and the 90th percentile of its last 20
+    /// reboots). A reboot that would not end before its window closes (or a blackout starts)
+    /// is not started: it waits for the next window. Unset: a reboot starts whenever the
+    /// window is open.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self.matches('^([0-9]+(ms|s|m|h))+$') && duration(self) > duration('0s')").message("rebootEstimate must be a positive duration such as \"45m\""))]
+    pub reboot_estimate: Option<String>,
     /// How long a rebooted node must stay Ready before its slot frees (the soak). Default 0.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = Rule::new("self >= 0").message("minReadySeconds cannot be negative"))]

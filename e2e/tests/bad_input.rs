@@ -269,6 +269,20 @@ fn bad_rollout_rules_stop_the_controller_at_start_with_the_fix() {
 }
 
 #[test]
+fn a_bad_reboot_estimate_stops_the_controller_at_start_with_the_fix() {
+    for (value, why) in [
+        ("soon", "invalid duration \"soon\""),
+        ("0s", "it must be longer than zero"),
+        ("-5m", "it is negative"),
+    ] {
+        refused_at_start(
+            &["--reboot-estimate", value],
+            &["--reboot-estimate", why, "such as `30s`"],
+        );
+    }
+}
+
+#[test]
 fn bad_health_gates_stop_the_controller_at_start() {
     for (args, why) in [
         (

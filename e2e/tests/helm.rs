@@ -422,6 +422,7 @@ fn sample_values() -> Value {
             "canary": 2,
             "canarySoak": "30m",
             "waves": true,
+            "rebootEstimate": "45m",
             "maxFailures": "10%",
             "drainPodSelector": "drain=yes",
             "checkDisruptionBudgets": false,

@@ -65,6 +65,7 @@ fn every_field() -> Value {
         "zoneLabel": "example.com/zone",
         "windows": ["mon-fri 22:00-06:00 Europe/Berlin", "0 22 * * 1-5 8h Europe/Berlin"],
         "finishAfterWindow": false,
+        "rebootEstimate": "45m",
         "minReadySeconds": 300,
         "rebootTimeout": "45m",
         "giveUpAfter": "2h",
@@ -194,6 +195,21 @@ async fn a_bad_pool_is_refused_with_a_message_naming_the_field() {
             json!({"rebootTimeout": "0s"}),
             "spec.rebootTimeout",
             "rebootTimeout must be a positive duration such as \"30m\"",
+        ),
+        (
+            json!({"rebootEstimate": "soon"}),
+            "spec.rebootEstimate",
+            "rebootEstimate must be a positive duration such as \"45m\"",
+        ),
+        (
+            json!({"rebootEstimate": "0s"}),
+            "spec.rebootEstimate",
+            "rebootEstimate must be a positive duration such as \"45m\"",
+        ),
+        (
+            json!({"rebootEstimate": "-5m"}),
+            "spec.rebootEstimate",
+            "rebootEstimate must be a positive duration such as \"45m\"",
         ),
         (
             json!({"giveUpAfter": "-1h"}),

@@ -264,6 +264,11 @@ fn cases_of(section: &str, key: &str) -> Option<Vec<Value>> {
         }
         ("controller", "canarySoak") => durations(),
         ("controller", "waves") => booleans(),
+        ("controller", "rebootEstimate") => {
+            let mut cases = durations();
+            cases.extend(strings(&[" 45m ", "0s0m", "1h-5m", "soon"]));
+            cases
+        }
         ("controller", "maxFailures") => {
             let mut cases = vec![json!(-1), json!(0), json!(2), json!(4_294_967_296_u64)];
             cases.extend(strings(&[
@@ -404,6 +409,13 @@ fn combinations() -> Vec<(&'static str, &'static str, Value)> {
             "canary",
             json!({"controller": {"flags": {
                 "canary": 1, "canarySoak": "30m", "waves": true, "maxFailures": "10%"}}}),
+        ),
+        (
+            "controller",
+            "rebootEstimate",
+            json!({"controller": {"flags": {
+                "rebootEstimate": "45m", "rebootWindow": ["Mon-Fri 22:00-06:00 Europe/Berlin"],
+                "finishAfterWindow": false}}}),
         ),
         (
             "agent",

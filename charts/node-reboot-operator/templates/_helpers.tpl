@@ -28,6 +28,7 @@ flag of the programs' --help is here and in values.yaml, with the same default.
   (list "canary" "canary" 0 "value")
   (list "canarySoak" "canary-soak" "0s" "value")
   (list "waves" "waves" false "value")
+  (list "rebootEstimate" "reboot-estimate" "" "value")
   (list "maxFailures" "max-failures" "" "value")
   (list "drainPodSelector" "drain-pod-selector" "" "value")
   (list "checkDisruptionBudgets" "check-disruption-budgets" true "value")

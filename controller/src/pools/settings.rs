@@ -77,6 +77,7 @@ fn with_default_policy(base: &Args) -> Result<Args, Vec<String>> {
     args.reboot_blackouts = defaults.reboot_blackouts;
     args.scheduled_budgets = defaults.scheduled_budgets;
     args.finish_after_window = defaults.finish_after_window;
+    args.reboot_estimate = defaults.reboot_estimate;
     args.min_ready_seconds = defaults.min_ready_seconds;
     args.reboot_timeout = defaults.reboot_timeout;
     args.give_up_after = defaults.give_up_after;
@@ -146,6 +147,12 @@ fn read_schedule(args: &mut Args, spec: &RebootPoolSpec, read: &mut Read<'_>) {
     }
     if let Some(finish) = spec.finish_after_window {
         args.finish_after_window = finish;
+    }
+    if let Some(estimate) = &spec.reboot_estimate {
+        read(
+            "rebootEstimate",
+            args::parse_duration(estimate).map(|d| args.reboot_estimate = Some(d)),
+        );
     }
     if let Some(seconds) = spec.min_ready_seconds {
         read(
@@ -514,6 +521,55 @@ mod tests {
             problems[0].contains("for example `10%`"),
             "the fix, as the flag's: {problems:?}"
         );
+    }
+
+    #[test]
+    fn a_pool_reads_its_reboot_estimate() {
+        use std::time::Duration;
+        let args = pool_args(
+            &base(),
+            "a",
+            &spec(serde_json::json!({
+                "windows": ["mon-fri 22:00-06:00 UTC"],
+                "rebootEstimate": "1h30m",
+            })),
+        )
+        .unwrap();
+        assert_eq!(args.reboot_estimate, Some(Duration::from_secs(90 * 60)));
+        let args = pool_args(&base(), "a", &spec(serde_json::json!({}))).unwrap();
+        assert_eq!(args.reboot_estimate, None, "unset: off");
+    }
+
+    #[test]
+    fn a_reboot_estimate_left_out_is_the_flags_default_not_the_flags_pools_value() {
+        let started = Args::parse_from(["reboot-controller", "--reboot-estimate=2h"]);
+        assert!(started.reboot_estimate.is_some(), "the flags' pool has it");
+        let args = pool_args(&started, "a", &RebootPoolSpec::default()).unwrap();
+        assert_eq!(args.reboot_estimate, None);
+    }
+
+    #[test]
+    fn a_bad_reboot_estimate_names_its_field() {
+        for (value, says) in [
+            ("soon", "invalid duration \"soon\""),
+            ("0s", "it must be longer than zero"),
+            ("-5m", "it is negative"),
+            ("", "it is empty"),
+        ] {
+            let problems = pool_args(
+                &base(),
+                "a",
+                &spec(serde_json::json!({ "rebootEstimate": value })),
+            )
+            .unwrap_err();
+            assert_eq!(problems.len(), 1, "{value:?}: {problems:?}");
+            assert!(
+                problems[0].starts_with("spec.rebootEstimate: ")
+                    && problems[0].contains(says)
+                    && problems[0].contains("such as `30s`"),
+                "{value:?}: {problems:?}"
+            );
+        }
     }
 
     #[test]

@@ -16,6 +16,15 @@ pub const AGENT: &str = "reboot-agent";
 pub const NOTE_REQUESTED: &str = "reboot requested; ";
 /// How the controller's note on a requested node that is never rebooted (opted out) begins.
 pub const NOTE_REQUESTED_BUT: &str = "reboot requested, but ";
+/// How the controller's `Requested` note goes on, after [`NOTE_REQUESTED`], on a node that
+/// the rollout's canary keeps out (`--canary`).
+pub const WAITING_FOR_CANARY: &str = "waiting for the canary";
+/// ... on a node that the current wave keeps out (`--waves`).
+pub const WAITING_FOR_WAVE: &str = "waiting for the next wave";
+/// ... on a node whose reboot would not end before the window closes (`--reboot-estimate`).
+pub const WAITING_FOR_FIT: &str = "waiting for the next window";
+/// How the controller's `Stalled` note goes on, after [`NOTE_REQUESTED`], before why.
+pub const WAITING_STALLED: &str = "waiting: the pool is stalled, ";
 /// How the controller's note on a granted node that a fence holds begins.
 pub const NOTE_HELD: &str = "slot granted, held: ";
 

@@ -80,7 +80,14 @@ impl Settings {
                 most: spec.max_blocked_nodes.and_then(|m| usize::try_from(m).ok()),
             },
             rollout: rollout_rules(spec)?,
-            reboot_estimate: None,
+            reboot_estimate: spec
+                .reboot_estimate
+                .as_deref()
+                .map(|e| {
+                    common::duration::parse_duration(e)
+                        .map_err(|why| format!("its rebootEstimate: {why}"))
+                })
+                .transpose()?,
             reboot,
         })
     }

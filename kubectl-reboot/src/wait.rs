@@ -1,19 +1,12 @@
 //! Why a requested node waits, as `kubectl reboot status` names it, and the controller's
 //! Events that tell it.
 
+pub use common::events::{WAITING_FOR_CANARY, WAITING_FOR_FIT, WAITING_FOR_WAVE};
 use common::{
     ControllerReason,
-    events::{NOTE_REQUESTED, NOTE_REQUESTED_BUT},
+    events::{NOTE_REQUESTED, NOTE_REQUESTED_BUT, WAITING_STALLED as STALLED},
 };
 use serde::Serialize;
-
-/// How the controller's `Requested` note on a node that the canary keeps out begins, after
-/// [`NOTE_REQUESTED`] (controller/src/shell/rollout_rules.rs, `stage_note`).
-pub const WAITING_FOR_CANARY: &str = "waiting for the canary";
-/// How its note on a node that the current wave (`--waves`) keeps out begins.
-pub const WAITING_FOR_WAVE: &str = "waiting for the next wave";
-/// How its `Stalled` note begins, before why (`stalled_note`).
-pub const STALLED: &str = "waiting: the pool is stalled, ";
 
 /// Why a requested node waits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -69,6 +62,9 @@ pub enum WaitReason {
     /// The current wave (`--waves`) is full: the next, twice its size, starts once it has
     /// completed (`Requested`, its note "waiting for the next wave").
     NextWave,
+    /// A reboot would not end before the window closes (`--reboot-estimate`): it waits for
+    /// the next window (`Requested`, its note "waiting for the next window").
+    WindowFit,
     /// Two or more RebootPools select it: none of them grants it until their selectors no
     /// longer overlap.
     Overlap,
@@ -97,6 +93,7 @@ impl WaitReason {
             Self::Stalled => "stalled",
             Self::AfterCanary => WAITING_FOR_CANARY,
             Self::NextWave => WAITING_FOR_WAVE,
+            Self::WindowFit => WAITING_FOR_FIT,
             Self::Overlap => "in two pools",
         }
     }
@@ -108,6 +105,7 @@ impl WaitReason {
         Some(match reason.parse().ok()? {
             R::Requested if short_note(note).starts_with(WAITING_FOR_CANARY) => Self::AfterCanary,
             R::Requested if short_note(note).starts_with(WAITING_FOR_WAVE) => Self::NextWave,
+            R::Requested if short_note(note).starts_with(WAITING_FOR_FIT) => Self::WindowFit,
             R::Requested => Self::BudgetFull,
             R::ZoneBudgetFull => Self::ZoneBudgetFull,
             R::ZoneLabelMissing => Self::NoZoneLabel,
@@ -140,7 +138,9 @@ impl WaitReason {
                 None if note.is_empty() => self.as_str().to_owned(),
                 None => format!("{}: {note}", self.as_str()),
             },
-            Self::AfterCanary | Self::NextWave if note.starts_with(self.as_str()) => {
+            Self::AfterCanary | Self::NextWave | Self::WindowFit
+                if note.starts_with(self.as_str()) =>
+            {
                 note.to_owned()
             }
             // "reboot requested, but set aside: its drain failed 3 time(s), ..."
@@ -154,6 +154,7 @@ impl WaitReason {
         matches!(
             self,
             Self::OutsideWindow
+                | Self::WindowFit
                 | Self::Blackout
                 | Self::Paused
                 | Self::AlertsFiring
@@ -193,6 +194,9 @@ mod tests {
     const WAVE_WAIT: &str = "reboot requested; waiting for the next wave: this one holds 2 \
         node(s) and the next, twice as many, starts once it has completed (--waves)";
     const SLOT_WAIT: &str = "reboot requested; waiting for a slot (max-unavailable 1 of 4 nodes)";
+    const FIT_WAIT: &str = "reboot requested; waiting for the next window: a reboot takes about \
+        20 min (--reboot-estimate) and the window closes in 12 min, so one started now would not \
+        end in it";
 
     #[test]
     fn each_event_row_reads_as_its_reason() {
@@ -211,6 +215,7 @@ mod tests {
             ("Stalled", CANARY_STALL, Some(WaitReason::Stalled)),
             ("Requested", CANARY_WAIT, Some(WaitReason::AfterCanary)),
             ("Requested", WAVE_WAIT, Some(WaitReason::NextWave)),
+            ("Requested", FIT_WAIT, Some(WaitReason::WindowFit)),
             ("Requested", SLOT_WAIT, Some(WaitReason::BudgetFull)),
             // Only the note's start says the stage: words further on do not.
             (

@@ -4,7 +4,11 @@
 
 use super::Shell;
 use crate::cluster::events::Reason;
-use common::{events::NOTE_REQUESTED, pool::LEDGER_PREFIX, rollout::RolloutRecord};
+use common::{
+    events::{NOTE_REQUESTED, WAITING_FOR_CANARY, WAITING_FOR_WAVE, WAITING_STALLED},
+    pool::LEDGER_PREFIX,
+    rollout::RolloutRecord,
+};
 use controller_core::{
     decide::Decision,
     ledger::RolloutChange,
@@ -43,8 +47,8 @@ impl Shell {
             }
         };
         format!(
-            "{NOTE_REQUESTED}waiting: the pool is stalled, {}; no new reboot starts until {lift}. \
-             Reboots under way finish",
+            "{NOTE_REQUESTED}{WAITING_STALLED}{}; no new reboot starts until {lift}. Reboots \
+             under way finish",
             stall.describe()
         )
     }
@@ -53,12 +57,12 @@ impl Shell {
     pub(super) fn stage_note(&self, stage: Option<Stage>) -> String {
         match stage {
             Some(Stage::Canary { size }) => format!(
-                "{NOTE_REQUESTED}waiting for the canary: the first {size} node(s) of the rollout \
-                 go alone until they have completed and soaked (--canary, --canary-soak)"
+                "{NOTE_REQUESTED}{WAITING_FOR_CANARY}: the first {size} node(s) of the rollout go \
+                 alone until they have completed and soaked (--canary, --canary-soak)"
             ),
             Some(Stage::Wave { size }) => format!(
-                "{NOTE_REQUESTED}waiting for the next wave: this one holds {size} node(s) and the \
-                 next, twice as many, starts once it has completed (--waves)"
+                "{NOTE_REQUESTED}{WAITING_FOR_WAVE}: this one holds {size} node(s) and the next, \
+                 twice as many, starts once it has completed (--waves)"
             ),
             None => format!("{NOTE_REQUESTED}waiting for a slot"),
         }

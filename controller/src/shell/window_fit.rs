@@ -75,9 +75,10 @@ impl Shell {
             _ => "--reboot-estimate".to_owned(),
         };
         format!(
-            "{}waiting for the next window: a reboot takes about {} min ({measured}) and the \
-             window closes in {} min, so one started now would not end in it",
+            "{}{}: a reboot takes about {} min ({measured}) and the window closes in {} min, so \
+             one started now would not end in it",
             common::events::NOTE_REQUESTED,
+            common::events::WAITING_FOR_FIT,
             minutes(fit.needs),
             minutes(left)
         )

@@ -237,6 +237,11 @@ fn the_plan_takes_the_specs_settings() {
     assert!(err.contains("maxFailures") && err.contains("101%"), "{err}");
     let err = Settings::of_spec(&spec(json!({"canarySoak": "soon"})), None).unwrap_err();
     assert!(err.contains("canarySoak") && err.contains("soon"), "{err}");
+    let estimate = Settings::of_spec(&spec(json!({"rebootEstimate": "45m"})), None).unwrap();
+    assert_eq!(estimate.reboot_estimate, Some(Duration::from_secs(45 * 60)));
+    assert_eq!(s.reboot_estimate, None, "none unless the spec has one");
+    let err = Settings::of_spec(&spec(json!({"rebootEstimate": "soon"})), None).unwrap_err();
+    assert!(err.contains("rebootEstimate"), "{err}");
     assert_eq!(
         s.set_aside,
         SetAside {

@@ -281,6 +281,9 @@ pub struct Decision {
     /// A reboot started now would not end before the window closes (`--reboot-estimate`):
     /// nothing new is granted until the next window.
     pub too_late_in_window: Option<WindowFit>,
+    /// A request of the pool stands that is not set aside, granted or not (one waiting out
+    /// its retry after a failed drain too): the rollout is not over.
+    pub requests_standing: bool,
     /// The rollout's record as the round started from it, with the failures it saw, before
     /// its releases and grants ([`Decision::settle_rollout`]). `None`: no record is kept.
     pub rollout_base: Option<common::rollout::RolloutRecord>,

@@ -23,6 +23,10 @@ impl Round<'_> {
             decision.rollout_failures = self.rollout.failed(current, &seen);
         }
         decision.rollout_base.clone_from(&base);
+        decision.requests_standing = self
+            .nodes
+            .iter()
+            .any(|v| self.is_requested(v) && !self.set_aside.sets_aside(v));
         let mut record = base?;
         released(self.rollout, &mut record, decision);
         Some(record)
@@ -115,7 +119,9 @@ impl Decision {
     /// started from (with its failures) and what the decision releases and grants now: the
     /// round sets it, and the shell sets it again once it has dropped a release or a grant
     /// (a soak found NotReady on a fresh read, a fence that closed). Written when it changed;
-    /// removed once the rollout is over: no node of the pool holds a slot or waits for one.
+    /// removed once the rollout is over: no node of the pool holds a slot, and no request
+    /// stands but those set aside (one waiting out its retry after a failed drain keeps the
+    /// rollout, and its failure, open).
     pub fn settle_rollout(&mut self, rules: RolloutRules, ledger: &crate::ledger::Ledger) {
         let Some(mut record) = self.rollout_base.clone() else {
             self.ledger.rollout = None;
@@ -126,7 +132,7 @@ impl Decision {
             let granted = self.ledger.grant.iter().filter(|g| g.adopted.is_none());
             rules.granted(&mut record, granted.map(|g| g.node.as_str()));
         }
-        let over = self.waiting.is_empty() && self.ledger.holders_after(&ledger.slots).is_empty();
+        let over = !self.requests_standing && self.ledger.holders_after(&ledger.slots).is_empty();
         self.ledger.rollout = match (over, &ledger.rollout) {
             (true, Some(_)) => Some(RolloutChange::End),
             (true, None) => None,

@@ -279,3 +279,34 @@ fn a_reboot_that_would_not_fit_before_the_window_closes_is_not_started() {
         }
     }
 }
+
+#[test]
+fn a_failed_drain_waiting_out_its_retry_keeps_the_rollout_and_its_failure() {
+    // `n` failed its drain: its slot is released and it waits 5 before it may go again. It is
+    // the pool's only request, and no candidate meanwhile: the rollout is not over.
+    let mut released = node_json("n", true);
+    annotate(&mut released, "reboot-needed", "true");
+    released["metadata"]["resourceVersion"] = "3".into();
+    let mut n = view(&released);
+    n.drain = DrainState::Failed;
+    n.not_before = Some(5);
+    let nodes = [n];
+    let ledger = ledger_of(&["n"]);
+    let rules = RolloutRules {
+        max_failures: Some(MaxFailures::Count(0)),
+        ..RolloutRules::default()
+    };
+    let d = Round {
+        drain_enabled: true,
+        rollout: rules,
+        ..base_round(&nodes, &ledger)
+    }
+    .decide();
+    assert_eq!(
+        d.release_reasons,
+        [("n".to_owned(), ReleaseReason::DrainFailed)]
+    );
+    assert!(d.waiting.is_empty(), "no candidate: {d:?}");
+    assert!(written(&d).failures.contains_key("n"), "{d:?}");
+    assert!(d.stalled.is_some(), "{d:?}");
+}

@@ -627,8 +627,9 @@ pub fn pool_ledger_write(
         .iter()
         .position(|p| p.ledger() == ledger)
         .expect("a pool of the model");
+    // As the pool's own shell knows the node: one pool's read is not another's knowledge.
     let seen = |i: usize, what: &dyn Fn(&Value) -> bool| -> bool {
-        s.seen_copy(k, i).is_some_and(|c| what(&c)) && s.node(i).is_some_and(what)
+        s.seen_copy_by_pool(k, ledger, i).is_some_and(|c| what(&c)) && s.node(i).is_some_and(what)
     };
     for node in &granted {
         let i = index(node);

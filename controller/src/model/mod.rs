@@ -592,10 +592,12 @@ impl Model {
             s.disturbance = disturbance;
         }
         for pool in &mut self.replicas[k].pools {
+            lock(&self.server).shell = Some(pool.ledger.clone());
             self.runtime.block_on(pool.shell.round());
             pool.events.take();
         }
         let mut s = self.s();
+        s.shell = None;
         s.round = None;
         s.disturbance = None;
     }

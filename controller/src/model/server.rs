@@ -145,6 +145,11 @@ pub struct Server {
     pub views: Vec<Store<Node>>,
     /// By replica: each node as it last read or wrote it, at which revision.
     pub reads: Vec<BTreeMap<usize, (u64, Option<Value>)>>,
+    /// The same, by replica and the ledger of the pool whose round read it: each pool's shell
+    /// keeps its own reads, so one pool's read is not what another pool of the replica knows.
+    pub shell_reads: BTreeMap<(usize, String), BTreeMap<usize, (u64, Option<Value>)>>,
+    /// The ledger of the pool whose round runs now, if any.
+    pub shell: Option<String>,
     /// Every grant id a node has carried.
     pub ever_carried: BTreeSet<String>,
     /// What the replicas' gates read: the alerts, and by replica the blocking pods' watch.
@@ -282,6 +287,8 @@ impl Server {
             views: Vec::new(),
             ever_carried: BTreeSet::new(),
             reads: vec![BTreeMap::new(); 3],
+            shell_reads: BTreeMap::new(),
+            shell: None,
             alerts: watch::channel(alert_reading(false)).0,
             pod_watches: Vec::new(),
             pools: Vec::new(),
@@ -551,12 +558,32 @@ impl Server {
     /// Replica `k` got node `i` as it is now (a read, or a write's answer).
     fn took(&mut self, k: usize, i: usize) {
         let copy = (self.revision, self.node(i).cloned());
+        if let Some(ledger) = self.shell.clone() {
+            let reads = self.shell_reads.entry((k, ledger)).or_default();
+            reads.insert(i, copy.clone());
+        }
         self.reads[k].insert(i, copy);
     }
 
     /// Node `i` as replica `k` knows it: the newer of its cache's copy and what it last read
     /// or wrote itself (`None`: it has none, or read it deleted).
     pub fn seen_copy(&self, k: usize, i: usize) -> Option<Value> {
+        self.copy_with_reads(k, i, self.reads[k].get(&i))
+    }
+
+    /// Node `i` as the shell of the pool of `ledger` in replica `k` knows it: its replica's
+    /// cache, or what that shell last read or wrote itself.
+    pub fn seen_copy_by_pool(&self, k: usize, ledger: &str, i: usize) -> Option<Value> {
+        let reads = self.shell_reads.get(&(k, ledger.to_owned()));
+        self.copy_with_reads(k, i, reads.and_then(|r| r.get(&i)))
+    }
+
+    fn copy_with_reads(
+        &self,
+        k: usize,
+        i: usize,
+        read: Option<&(u64, Option<Value>)>,
+    ) -> Option<Value> {
         let cached = self.views[k]
             .get(&ObjectRef::new(&format!("n{i}")))
             .map(|n| serde_json::to_value(&*n).unwrap_or_default());
@@ -566,7 +593,7 @@ impl Server {
                 .and_then(|v| v.parse::<u64>().ok())
                 .unwrap_or(0)
         };
-        match self.reads[k].get(&i) {
+        match read {
             Some((at, read)) if cached.as_ref().is_none_or(|c| version(c) <= *at) => read.clone(),
             _ => cached,
         }

@@ -47,6 +47,10 @@ pub enum Kubelet {
     Wedged,
 }
 
+/// What one reader got of each node, by index: the revision of the read and the node (`None`:
+/// read deleted).
+pub type Reads = BTreeMap<usize, (u64, Option<Value>)>;
+
 /// The workload pod of a node.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Workload {
@@ -144,10 +148,10 @@ pub struct Server {
     /// By replica: its node cache, as the checks of its writes read it.
     pub views: Vec<Store<Node>>,
     /// By replica: each node as it last read or wrote it, at which revision.
-    pub reads: Vec<BTreeMap<usize, (u64, Option<Value>)>>,
+    pub reads: Vec<Reads>,
     /// The same, by replica and the ledger of the pool whose round read it: each pool's shell
     /// keeps its own reads, so one pool's read is not what another pool of the replica knows.
-    pub shell_reads: BTreeMap<(usize, String), BTreeMap<usize, (u64, Option<Value>)>>,
+    pub shell_reads: BTreeMap<(usize, String), Reads>,
     /// The ledger of the pool whose round runs now, if any.
     pub shell: Option<String>,
     /// Every grant id a node has carried.

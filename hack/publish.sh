@@ -59,11 +59,12 @@ fi
 # Why a tool failed, in the words of the fix; $1 says what was being done, $2 what it printed.
 explain() {
   local what=$1 said=$2 fix
+  # A network error first: its message names the address, whose port may hold "401" or "403".
   case $said in
-    *unauthorized*|*401*|*"authentication required"*|*denied*|*403*)
-      fix="the registry $host refused the credentials${REGISTRY_USERNAME:+ of $REGISTRY_USERNAME}: check REGISTRY_USERNAME and REGISTRY_PASSWORD (a token that may push packages)" ;;
     *"connection refused"*|*"no such host"*|*"i/o timeout"*|*"network is unreachable"*|*"no route to host"*|*"server misbehaving"*|*"context deadline exceeded"*)
       fix="cannot reach the registry $host: check REGISTRY (host[:port]/path) and that the registry is up" ;;
+    *unauthorized*|*Unauthorized*|*"401 "*|*"authentication required"*|*denied*|*forbidden*|*Forbidden*|*"403 "*)
+      fix="the registry $host refused the credentials${REGISTRY_USERNAME:+ of $REGISTRY_USERNAME}: check REGISTRY_USERNAME and REGISTRY_PASSWORD (a token that may push packages)" ;;
     *x509*|*certificate*)
       fix="the certificate of $host is not trusted: set REGISTRY_CA_FILE to the PEM of its CA" ;;
     *) fix="see what it said above" ;;

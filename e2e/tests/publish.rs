@@ -229,11 +229,12 @@ async fn an_unreachable_registry_fails_naming_the_registry_to_check() {
     let registry = Registry::start().await.unwrap_or_else(|e| panic!("{e}"));
     let dir = tempfile::tempdir().expect("temp dir");
     let dist = dist(dir.path());
-    // A loopback port that nothing listens on.
-    let closed = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port();
+    // A loopback port that nothing listens on, whose number holds "401": the error names it,
+    // and must still read as the network's, not as a refused login (a port such as 40167 once
+    // did).
+    let closed = (40100..40200)
+        .find(|port| std::net::TcpListener::bind(("127.0.0.1", *port)).is_ok())
+        .expect("a free port from 40100 to 40199");
     let path = format!("127.0.0.1:{closed}/node-reboot-operator");
     let out = publish(
         &dist,

@@ -634,6 +634,14 @@ mod tests {
         ])
     }
 
+    /// What `resume` writes over `record`, and what it says: it must write.
+    fn forgiven(record: &RolloutRecord) -> (RolloutRecord, String) {
+        match forgive(Some(&annotations(&rollout_json(record)))) {
+            Forgive::Write { record, said } => (record, said),
+            _ => panic!("a write"),
+        }
+    }
+
     #[test]
     fn resume_forgives_the_failures_that_count_and_starts_the_canary_over() {
         let mut record = RolloutRecord {
@@ -649,13 +657,7 @@ mod tests {
         for (node, f) in failures {
             record.failures.insert(node.into(), f);
         }
-        let Forgive::Write {
-            record: written,
-            said,
-        } = forgive(Some(&annotations(&rollout_json(&record))))
-        else {
-            panic!("a write")
-        };
+        let (written, said) = forgiven(&record);
         assert_eq!(written, record.resumed());
         assert_eq!(written.counted_failures().count(), 0);
         assert_eq!(
@@ -676,13 +678,7 @@ mod tests {
             "n1".into(),
             failure(FailureKind::NotReadyAfterReboot, false, false),
         );
-        let Forgive::Write {
-            record: written,
-            said,
-        } = forgive(Some(&annotations(&rollout_json(&record))))
-        else {
-            panic!("a write")
-        };
+        let (written, said) = forgiven(&record);
         assert_eq!((written.wave, written.wave_completed), (None, 0));
         assert_eq!(
             said,

@@ -589,22 +589,30 @@ impl<'a> Transition<'a> {
     /// the node back as it was, dropping `grant` (the node's, when `None`). `None` when there
     /// is nothing to undo.
     pub fn release(&self, node: &NodeFacts) -> Option<Patch> {
-        self.release_ops(node).map(Ops::build)
+        self.release_ops(node, false).map(Ops::build)
     }
 
     /// Controller, the drain of the node's grant failed: give it back as [`Self::release`]
     /// does, and count the failure in `reboot-drain-failures` with the pods that blocked it
-    /// (`blocking`, each with why), all while the node is as it was read.
-    pub fn release_failed_drain(&self, node: &NodeFacts, blocking: &[String]) -> Patch {
+    /// (`blocking`, each with why), all while the node is as it was read. With `keep_cordon_at`
+    /// (`--drain-attempts` with `--keep-set-aside-cordoned`), a count that reaches it sets the
+    /// node aside cordoned: the operator's cordon and its marker stay.
+    pub fn release_failed_drain(
+        &self,
+        node: &NodeFacts,
+        blocking: &[String],
+        keep_cordon_at: Option<u32>,
+    ) -> Patch {
         let recorded = node.protocol(self.keys).drain_failures;
         let failures = crate::drain_failures::DrainFailures::next(recorded.as_deref(), blocking);
-        self.release_ops(node)
+        let keep_cordon = keep_cordon_at.is_some_and(|at| failures.count >= at);
+        self.release_ops(node, keep_cordon)
             .unwrap_or_else(|| Ops::on(node).test_unchanged(node))
             .set_annotation(&self.keys.drain_failures, &failures.to_value())
             .build()
     }
 
-    fn release_ops(&self, node: &NodeFacts) -> Option<Ops> {
+    fn release_ops(&self, node: &NodeFacts, keep_cordon: bool) -> Option<Ops> {
         let state = node.protocol(self.keys);
         // A node whose request stands waits again: its waiting taint, and the count of its
         // failed drains, stay.
@@ -636,6 +644,9 @@ impl<'a> Transition<'a> {
             ops = ops.remove_annotation(&self.keys.drain_failures);
         }
         ops = self.unprotect(node, ops);
+        if keep_cordon {
+            return Some(ops);
+        }
         Some(self.uncordon_ops(node, ops))
     }
     /// Controller, an administrator gives the node up (`reboot-abandon`): clears every key of

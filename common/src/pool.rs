@@ -153,6 +153,10 @@ pub struct RebootPoolSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = Rule::new("self >= 0").message("maxBlockedNodes cannot be negative"))]
     pub max_blocked_nodes: Option<i64>,
+    /// A node set aside stays cordoned instead of being uncordoned; cordoned, it counts against
+    /// the budgets. Needs `drainAttempts`. Default false.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keep_set_aside_cordoned: Option<bool>,
     /// The first this many nodes of each rollout go alone; the rest wait until they have
     /// completed and soaked for `canarySoak`. A canary that fails stalls the pool until
     /// `kubectl reboot resume --pool`. Default 0: no canary.

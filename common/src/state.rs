@@ -265,11 +265,15 @@ impl NodeFacts {
 /// Invariant 1 (docs/src/design.md), the one rule every count of the budget uses: a node is
 /// unavailable when it is not Ready, cordoned, in the reboot protocol, or holding a slot.
 /// A node whose annotations are in a format this build does not know counts as unavailable:
-/// what they say cannot be read, so it may be anywhere in a reboot.
+/// what they say cannot be read, so it may be anywhere in a reboot. So does one that carries
+/// the operator's cordon marker though an administrator uncordoned it (a node set aside and
+/// kept cordoned): until the operator has taken its marker off, the node may be read
+/// cordoned elsewhere, and counting it does less.
 pub fn unavailable(facts: &NodeFacts, state: &ProtocolState, holds_slot: bool) -> bool {
     facts.unavailable_by_itself()
         || state.reboot_under_way()
         || state.grant.is_some()
+        || state.cordoned_by_operator
         || holds_slot
         || state.unknown_format().is_some()
 }

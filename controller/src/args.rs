@@ -147,6 +147,16 @@ pub struct Args {
           value_parser = parse_max_blocked_nodes)]
     pub max_blocked_nodes: Option<u32>,
 
+    /// With --drain-attempts: a node set aside keeps the operator's cordon, so that nothing is
+    /// scheduled back onto it while the drain is looked into (AKS's `undrainableNodeBehavior:
+    /// Cordon`). Cordoned, it counts against --max-unavailable: with a budget of 1, one node
+    /// set aside holds the pool. Trying it again (removing `reboot-drain-failures`) keeps it
+    /// cordoned until its next turn; withdrawing its request or `kubectl uncordon` ends it.
+    /// Off: a node set aside is uncordoned.
+    #[arg(long, env = "KEEP_SET_ASIDE_CORDONED", default_value_t = false, action = clap::ArgAction::Set,
+          num_args = 0..=1, default_missing_value = "true")]
+    pub keep_set_aside_cordoned: bool,
+
     /// The first this many nodes of each rollout (a rollout begins when requests come to a
     /// pool with no node in the protocol) go alone, within the budgets: the rest wait until
     /// they have completed and soaked for --canary-soak. A canary that fails (its drain times
@@ -576,6 +586,13 @@ impl Args {
             );
             return Err(error(ArgumentConflict, message));
         }
+        if self.keep_set_aside_cordoned && self.drain_attempts.is_none() {
+            let message = "--keep-set-aside-cordoned needs --drain-attempts: without it no node \
+                           is ever set aside; give --drain-attempts (such as 3) or leave \
+                           --keep-set-aside-cordoned off"
+                .to_owned();
+            return Err(error(ArgumentConflict, message));
+        }
         // Read here rather than by a value parser: clap's own error would show the value, and
         // a webhook URL is a secret.
         self.notify.targets = crate::notify::target::parse_all(&self.notify.notify_urls)
@@ -639,6 +656,7 @@ impl Args {
             most: self
                 .max_blocked_nodes
                 .map(|most| usize::try_from(most).unwrap_or(usize::MAX)),
+            keep_cordoned: self.keep_set_aside_cordoned,
         }
     }
 

@@ -227,6 +227,10 @@ fn bad_drain_attempts_stop_the_controller_at_start_with_the_fix() {
         ),
         (&["--max-blocked-nodes", "2"][..], "--drain-attempts"),
         (
+            &["--keep-set-aside-cordoned"][..],
+            "--keep-set-aside-cordoned needs --drain-attempts",
+        ),
+        (
             &["--drain-attempts", "3", "--max-blocked-nodes", "-1"][..],
             "0 or more (such as 2)",
         ),

@@ -419,6 +419,7 @@ fn sample_values() -> Value {
             "forceReboot": true,
             "drainAttempts": 3,
             "maxBlockedNodes": 2,
+            "keepSetAsideCordoned": true,
             "canary": 2,
             "canarySoak": "30m",
             "waves": true,

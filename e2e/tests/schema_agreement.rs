@@ -257,6 +257,8 @@ fn cases_of(section: &str, key: &str) -> Option<Vec<Value>> {
         }
         // Alone, refused on both sides (it needs drainAttempts); with it, in `combinations`.
         ("controller", "maxBlockedNodes") => counts(),
+        // Alone, `true` is refused on both sides (it needs drainAttempts).
+        ("controller", "keepSetAsideCordoned") => booleans(),
         ("controller", "canary") => {
             let mut cases = counts();
             cases.extend([json!(4_294_967_295_u64), json!(4_294_967_296_u64)]);
@@ -404,6 +406,11 @@ fn combinations() -> Vec<(&'static str, &'static str, Value)> {
         ("controller", "maxBlockedNodes", set_aside(json!(2))),
         ("controller", "maxBlockedNodes", set_aside(json!("2"))),
         ("controller", "maxBlockedNodes", set_aside(json!(-1))),
+        (
+            "controller",
+            "keepSetAsideCordoned",
+            json!({"controller": {"flags": {"drainAttempts": 3, "keepSetAsideCordoned": true}}}),
+        ),
         (
             "controller",
             "canary",

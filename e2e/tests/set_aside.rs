@@ -2,7 +2,8 @@
 //! control plane with the controller-manager (so PodDisruptionBudgets are real) and real
 //! agents: a node whose drain a budget at 0 keeps failing is set aside after
 //! `--drain-attempts` and the rest of the pool finishes; past `--max-blocked-nodes` the pool
-//! stalls until the administrator tries the node again.
+//! stalls until the administrator tries the node again; with `--keep-set-aside-cordoned` it
+//! stays cordoned, holds the budget, and is uncordoned by its reboot once tried again.
 
 use common::ControllerReason;
 use e2e::rollout::{all_back_in, back};
@@ -130,6 +131,60 @@ async fn more_nodes_set_aside_than_allowed_stall_the_pool_until_one_is_tried_aga
     assert_eq!(sb.fleet.reboots("sim-2"), 0);
 
     // Tried again with the pod movable: the pool is no longer stalled, and both finish.
+    kubectl(&sb.control_plane, &["delete", "pdb", "never-disrupt"]);
+    kubectl(
+        &sb.control_plane,
+        &["annotate", "node", "sim-1", &format!("{KEY}-")],
+    );
+    wait_until("both rebooted", ROLLOUT, Some(&watch), || {
+        all_back_in(&sb.fleet, &sb.client, &["sim-1", "sim-2"], 1)
+    })
+    .await;
+    watch.check().unwrap();
+    sb.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_node_set_aside_kept_cordoned_holds_the_budget_until_tried_again() {
+    let set_aside = ["--drain-attempts", "1", "--keep-set-aside-cordoned"];
+    let (sb, watch) = sim_1_undrainable(2, &set_aside).await;
+    wait_for_event(
+        &sb.client,
+        "sim-1",
+        ControllerReason::SetAside,
+        &[
+            "default/precious",
+            "stays cordoned",
+            "counting against the budget",
+        ],
+        Some(&watch),
+    )
+    .await;
+    let sim1 = node(&sb.client, "sim-1").await;
+    assert!(cordoned(&sim1), "kept cordoned once set aside");
+    assert_eq!(
+        protocol_annotations(&sim1),
+        ["reboot-cordoned", KEY, "reboot-needed"],
+        "the operator's cordon, the request and the count, nothing else"
+    );
+
+    // With a budget of 1, the cordon kept is the one unavailable node: sim-2 waits (the
+    // budget watch fails the test if it is cordoned meanwhile).
+    request_reboot(&sb.control_plane, "sim-2");
+    wait_for_event(
+        &sb.client,
+        "sim-2",
+        ControllerReason::Requested,
+        &["waiting for a slot (max-unavailable 1 of 2 nodes)"],
+        Some(&watch),
+    )
+    .await;
+    assert!(cordoned(&node(&sb.client, "sim-1").await), "still cordoned");
+    assert_eq!(sb.fleet.reboots("sim-2"), 0);
+
+    // Tried again with the pod movable: sim-1 goes on from its cordon, and its completion
+    // removes the cordon it kept (back: Ready, uncordoned, nothing of the protocol left);
+    // then sim-2 goes.
     kubectl(&sb.control_plane, &["delete", "pdb", "never-disrupt"]);
     kubectl(
         &sb.control_plane,

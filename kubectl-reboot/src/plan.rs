@@ -78,6 +78,7 @@ impl Settings {
             set_aside: SetAside {
                 attempts: spec.drain_attempts.and_then(|a| u32::try_from(a).ok()),
                 most: spec.max_blocked_nodes.and_then(|m| usize::try_from(m).ok()),
+                keep_cordoned: spec.keep_set_aside_cordoned.unwrap_or(false),
             },
             rollout: rollout_rules(spec)?,
             reboot_estimate: spec

@@ -25,6 +25,7 @@ flag of the programs' --help is here and in values.yaml, with the same default.
   (list "forceReboot" "force-reboot" false "value")
   (list "drainAttempts" "drain-attempts" "" "value")
   (list "maxBlockedNodes" "max-blocked-nodes" "" "value")
+  (list "keepSetAsideCordoned" "keep-set-aside-cordoned" false "value")
   (list "canary" "canary" 0 "value")
   (list "canarySoak" "canary-soak" "0s" "value")
   (list "waves" "waves" false "value")
@@ -217,6 +218,9 @@ refuses them at start (the schema checks each alone). Takes the controller's fla
 {{- end -}}
 {{- if and (toString .maxBlockedNodes | trim) (not (toString .drainAttempts | trim)) -}}
   {{- fail (printf "controller.flags.maxBlockedNodes %v needs controller.flags.drainAttempts: without it no node is ever set aside; give drainAttempts (such as 3) or leave maxBlockedNodes empty" .maxBlockedNodes) -}}
+{{- end -}}
+{{- if and .keepSetAsideCordoned (not (toString .drainAttempts | trim)) -}}
+  {{- fail "controller.flags.keepSetAsideCordoned needs controller.flags.drainAttempts: without it no node is ever set aside; give drainAttempts (such as 3) or leave keepSetAsideCordoned false" -}}
 {{- end -}}
 {{- if lt $ms.leaderElectionLeaseDuration 1000 -}}
   {{- fail "controller.flags.leaderElectionLeaseDuration must be at least 1s" -}}

@@ -198,6 +198,7 @@ fn drain_failures_counted(s: &Server, i: usize, before: &Value, after: &Value) {
             "n{i}: a failed drain counted without its grant given back in the same write"
         );
     }
+    cordon_of_set_aside_kept(s, i, before, after);
     let claimed =
         annotation(before, "reboot-grant").is_none() && annotation(after, "reboot-grant").is_some();
     assert!(
@@ -205,6 +206,40 @@ fn drain_failures_counted(s: &Server, i: usize, before: &Value, after: &Value) {
         "n{i} claimed a grant while set aside ({key}={was:?}, --drain-attempts {:?})",
         s.set_aside.attempts
     );
+}
+
+/// A node set aside by the release of its failed drain keeps the operator's cordon exactly
+/// when `--keep-set-aside-cordoned` is on; then no write of the operator's removes it while the
+/// node stays set aside with its request standing (only an administrator's uncordon, retry,
+/// withdrawal or give-up ends it).
+fn cordon_of_set_aside_kept(s: &Server, i: usize, before: &Value, after: &Value) {
+    use common::drain_failures::DrainFailures;
+    let keep = s.set_aside.keep_cordoned;
+    let ours =
+        |o: &Value| facts(o).unschedulable && facts(o).protocol(&keys()).cordoned_by_operator;
+    let set_aside = |o: &Value| {
+        let state = facts(o).protocol(&keys());
+        state.request == common::Request::Needed
+            && state.abandon.is_none()
+            && DrainFailures::sets_aside(state.drain_failures.as_deref(), s.set_aside.attempts)
+    };
+    let counted = annotation(before, common::keys::REBOOT_DRAIN_FAILURES)
+        != annotation(after, common::keys::REBOOT_DRAIN_FAILURES)
+        && annotation(after, common::keys::REBOOT_DRAIN_FAILURES).is_some();
+    if counted && set_aside(after) && ours(before) {
+        assert_eq!(
+            ours(after),
+            keep,
+            "n{i} set aside: the operator's cordon kept is {}, with --keep-set-aside-cordoned {keep}",
+            ours(after)
+        );
+    }
+    if keep && set_aside(before) && ours(before) && annotation(before, "reboot-grant").is_none() {
+        assert!(
+            ours(after),
+            "n{i} set aside and kept cordoned, uncordoned by the operator: {after:#}"
+        );
+    }
 }
 
 /// `reboot-now` comes no sooner after the claim (the cordon) than the delays: with the drain,

@@ -55,7 +55,7 @@ use k8s_openapi::{
 use kube::runtime::{reflector, reflector::Store, watcher};
 use proptest::prelude::*;
 use serde_json::Value;
-use server::{Disturbance, Fences, Kubelet, Server, Workload, annotation, keys};
+use server::{Disturbance, Fences, Kubelet, Server, Workload, annotation, facts, keys};
 use std::{
     collections::BTreeMap,
     sync::{Arc, Mutex, MutexGuard},
@@ -994,11 +994,12 @@ fn an_administrators_label_of_a_mark_key_is_never_changed_or_removed() {
 #[test]
 fn a_node_whose_drain_keeps_failing_is_set_aside_and_stalls_the_pool_past_the_limit() {
     use world::Step::*;
-    for most in [None, Some(0)] {
+    for (most, keep_cordoned) in [(None, false), (Some(0), false), (None, true)] {
         let mut setup = scripted(2, 1, true);
         setup.set_aside = SetAside {
             attempts: Some(1),
             most,
+            keep_cordoned,
         };
         let mut model = Model::new(&setup);
         let fail = DrainEnds {
@@ -1035,11 +1036,15 @@ fn a_node_whose_drain_keeps_failing_is_set_aside_and_stalls_the_pool_past_the_li
         }
         let s = model.s();
         assert_eq!(s.boots[0], 0, "n0 set aside, never rebooted");
+        // Kept cordoned, n0 holds the budget of 1 as a stall would.
         assert_eq!(
             s.boots[1],
-            u32::from(most.is_none()),
-            "n1 rebooted unless stalled"
+            u32::from(most.is_none() && !keep_cordoned),
+            "n1 rebooted unless stalled or the budget is held"
         );
+        let n0 = facts(s.node(0).expect("n0"));
+        assert_eq!(n0.unschedulable, keep_cordoned, "n0's cordon: {n0:?}");
+        assert_eq!(n0.protocol(&keys()).cordoned_by_operator, keep_cordoned);
         drop(s);
         model.settle();
     }

@@ -783,6 +783,29 @@ impl Server {
         }
     }
 
+    /// An administrator lifts the cordon the operator kept on the nodes it set aside
+    /// (`--keep-set-aside-cordoned`), as `kubectl uncordon` does: each keeps its request, set
+    /// aside, and no longer holds the budget.
+    pub fn uncordon_set_aside(&mut self) {
+        for i in 0..self.nodes.len() {
+            let kept = self.node(i).is_some_and(|n| {
+                let f = facts(n);
+                let state = f.protocol(&keys());
+                f.unschedulable
+                    && state.cordoned_by_operator
+                    && state.grant.is_none()
+                    && common::drain_failures::DrainFailures::sets_aside(
+                        state.drain_failures.as_deref(),
+                        self.set_aside.attempts,
+                    )
+            });
+            if let Some(node) = self.node_mut(i).filter(|_| kept) {
+                node["spec"]["unschedulable"] = false.into();
+                self.bump(i);
+            }
+        }
+    }
+
     /// The slots annotation overwritten by hand with what no controller can read.
     pub fn damage_lease(&mut self) {
         self.change_lease(|annotations| {

@@ -231,13 +231,16 @@ pub fn setup() -> impl Strategy<Value = Setup> {
     let give_up_after =
         proptest::option::weighted(0.3, prop_oneof![Just(30_000u64), Just(60_000u64)]);
     // A node is set aside after one or two failed drains, and the pool stalls sometimes.
+    // Half of them keep the operator's cordon.
     let set_aside = (
         proptest::option::weighted(0.3, 1..=2u32),
         proptest::option::weighted(0.5, 0..=1usize),
+        proptest::bool::ANY,
     )
-        .prop_map(|(attempts, most)| SetAside {
+        .prop_map(|(attempts, most, keep_cordoned)| SetAside {
             attempts,
             most: most.filter(|_| attempts.is_some()),
+            keep_cordoned: keep_cordoned && attempts.is_some(),
         });
     // A canary of one or two (soaked 20 s or not), waves, a failure budget of 0 or 1: on in
     // 30 % of the cases.
@@ -707,6 +710,7 @@ impl Model {
                 self.s().type_pause(None);
             }
             self.s().resume_rollout();
+            self.s().uncordon_set_aside();
             for k in 0..self.replicas.len() {
                 self.apply(&Step::SyncAll(k));
                 self.apply(&Step::Round(k));

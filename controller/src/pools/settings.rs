@@ -83,6 +83,7 @@ fn with_default_policy(base: &Args) -> Result<Args, Vec<String>> {
     args.give_up_after = defaults.give_up_after;
     args.drain_attempts = defaults.drain_attempts;
     args.max_blocked_nodes = defaults.max_blocked_nodes;
+    args.keep_set_aside_cordoned = defaults.keep_set_aside_cordoned;
     args.canary = defaults.canary;
     args.canary_soak = defaults.canary_soak;
     args.waves = defaults.waves;
@@ -193,6 +194,16 @@ fn read_set_aside(args: &mut Args, spec: &RebootPoolSpec, read: &mut Read<'_>) {
         read(
             "maxBlockedNodes",
             most.map(|m| args.max_blocked_nodes = Some(m)),
+        );
+    }
+    if let Some(keep) = spec.keep_set_aside_cordoned {
+        let keep = match (keep, spec.drain_attempts) {
+            (true, None) => Err("needs drainAttempts: without it no node is set aside".to_owned()),
+            (keep, _) => Ok(keep),
+        };
+        read(
+            "keepSetAsideCordoned",
+            keep.map(|k| args.keep_set_aside_cordoned = k),
         );
     }
 }
@@ -462,6 +473,33 @@ mod tests {
         .unwrap();
         assert_eq!(args.max_failures, Some(MaxFailures::Count(0)));
         assert!(args.canary_soak.is_zero());
+    }
+
+    #[test]
+    fn a_pool_keeps_its_nodes_set_aside_cordoned_only_with_drain_attempts() {
+        let read = |fields| pool_args(&base(), "a", &spec(fields));
+        let args =
+            read(serde_json::json!({"drainAttempts": 2, "keepSetAsideCordoned": true})).unwrap();
+        assert!(args.set_aside().keep_cordoned);
+        assert_eq!(args.set_aside().keep_cordon_at(), Some(2));
+        let problems = read(serde_json::json!({"keepSetAsideCordoned": true})).unwrap_err();
+        assert_eq!(
+            problems,
+            ["spec.keepSetAsideCordoned: needs drainAttempts: without it no node is set aside"]
+        );
+        let off = read(serde_json::json!({"keepSetAsideCordoned": false})).unwrap();
+        assert!(!off.set_aside().keep_cordoned);
+        let started = Args::parse_from([
+            "reboot-controller",
+            "--drain-attempts=2",
+            "--keep-set-aside-cordoned",
+        ]);
+        assert!(started.set_aside().keep_cordoned, "the flags' pool has it");
+        let inherited = pool_args(&started, "a", &RebootPoolSpec::default()).unwrap();
+        assert!(
+            !inherited.set_aside().keep_cordoned,
+            "a pool does not inherit it"
+        );
     }
 
     #[test]

@@ -355,10 +355,15 @@ impl Shell {
                 ),
                 None => format!("{key}={recorded:?} is not a count of failed drains"),
             };
+            let cordon = if self.set_aside.keep_cordoned {
+                "stays cordoned (--keep-set-aside-cordoned), counting against the budget"
+            } else {
+                "is not cordoned"
+            };
             let note = format!(
                 "{NOTE_REQUESTED_BUT}set aside: {what} (--drain-attempts {}). It keeps its \
-                 request and is not cordoned; the rest of the pool goes on. Once what blocks \
-                 the drain is fixed, try it again: kubectl annotate node {name} {key}-",
+                 request and {cordon}; the rest of the pool goes on. Once what blocks the \
+                 drain is fixed, try it again: kubectl annotate node {name} {key}-",
                 self.set_aside.attempts.unwrap_or_default()
             );
             tracing::warn!(node = %name, "{note}");

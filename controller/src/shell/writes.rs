@@ -140,7 +140,8 @@ impl Shell {
             // writes it, and kept across restarts. Only with --drain-attempts: without it
             // nothing reads the count, and turning it on later starts from none.
             let grant = facts.protocol(&self.keys).grant.unwrap_or_default();
-            let patch = t.release_failed_drain(&facts, self.drains.blocking(&grant));
+            let blocking = self.drains.blocking(&grant);
+            let patch = t.release_failed_drain(&facts, blocking, self.set_aside.keep_cordon_at());
             return Prepared::Write(action, patch);
         }
         if let Some(patch) = effects::node_patch(&action, &facts, &t, &self.clock.now().to_string())

@@ -246,7 +246,8 @@ fn the_plan_takes_the_specs_settings() {
         s.set_aside,
         SetAside {
             attempts: Some(3),
-            most: Some(1)
+            most: Some(1),
+            keep_cordoned: false,
         }
     );
     assert_eq!(s.windows.open.len(), 1);

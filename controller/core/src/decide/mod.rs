@@ -408,6 +408,10 @@ pub struct SetAside {
     /// `--max-blocked-nodes`: with more nodes of the pool set aside than this, no new slot is
     /// granted (the pool is stalled); reboots under way go on. `None`: no limit.
     pub most: Option<usize>,
+    /// `--keep-set-aside-cordoned`: a node set aside keeps the operator's cordon (it stays out
+    /// of scheduling, and so counts against the budgets) until an administrator tries it again,
+    /// withdraws its request or uncordons it. `false`: it is uncordoned.
+    pub keep_cordoned: bool,
 }
 
 impl SetAside {
@@ -418,6 +422,22 @@ impl SetAside {
             view.state.drain_failures.as_deref(),
             self.attempts,
         )
+    }
+
+    /// Whether the node keeps the operator's cordon though it holds no grant: set aside with
+    /// its request standing, still cordoned, and `--keep-set-aside-cordoned`.
+    pub fn keeps_cordon(&self, view: &NodeView) -> bool {
+        self.keep_cordoned
+            && view.state.request == Request::Needed
+            && view.state.cordoned_by_operator
+            && view.facts.unschedulable
+            && self.sets_aside(view)
+    }
+
+    /// The count of failed drains at which a release keeps the operator's cordon: the attempts,
+    /// with `--keep-set-aside-cordoned`.
+    pub fn keep_cordon_at(&self) -> Option<u32> {
+        self.attempts.filter(|_| self.keep_cordoned)
     }
 
     /// Whether this many nodes set aside stall the pool.
@@ -675,8 +695,9 @@ impl<'a> Round<'a> {
             decision.act(NodeAction::Refetch(node));
             return;
         }
-        if view.state.cordoned_by_operator {
-            // Our cordon without a grant (left by a version before grants): undo it first.
+        if view.state.cordoned_by_operator && !self.set_aside.keeps_cordon(view) {
+            // Our cordon without a grant (left by a version before grants, or a node set aside
+            // that no longer keeps it): undo it first.
             let reason = ReleaseReason::Cancelled;
             decision.act(NodeAction::Release { node, reason });
             return;
@@ -802,6 +823,19 @@ impl<'a> Round<'a> {
                 if view.state.tainted.is_some() {
                     decision.act(NodeAction::Untaint(node));
                 }
+            }
+            // Set aside with the operator's cordon it does not keep (the setting is off, or an
+            // administrator uncordoned it and the marker stayed): the cordon goes, the request
+            // and its count stay.
+            Request::Needed
+                if self.set_aside.sets_aside(view)
+                    && view.state.cordoned_by_operator
+                    && !self.set_aside.keeps_cordon(view) =>
+            {
+                decision.act(NodeAction::Release {
+                    node,
+                    reason: ReleaseReason::Cancelled,
+                })
             }
             // Opted out, or set aside after failed drains: it is not granted, so it waits for
             // nothing either (until an administrator tries it again).

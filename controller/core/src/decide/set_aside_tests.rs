@@ -3,8 +3,9 @@
 //! stalled past the limit, a count typed by hand read as set aside, and the count forgotten
 //! once the request is gone.
 
-use super::tests::{annotate, base_round, granted, node_json, view};
+use super::tests::{annotate, base_round, granted, ledger_of, node_json, view};
 use super::*;
+use serde_json::Value;
 
 const KEY: &str = "reboot-drain-failures";
 
@@ -18,7 +19,11 @@ fn requested(name: &str, failures: Option<&str>) -> NodeView {
 }
 
 fn with(attempts: Option<u32>, most: Option<usize>) -> SetAside {
-    SetAside { attempts, most }
+    SetAside {
+        attempts,
+        most,
+        keep_cordoned: false,
+    }
 }
 
 #[test]
@@ -138,7 +143,7 @@ fn a_failed_drain_is_counted_in_its_release_and_forgotten_at_completion() {
     annotate(&mut obj, "reboot-grant", "g-n");
     annotate(&mut obj, KEY, "1");
     let facts = super::tests::facts(&obj);
-    let patch = t.release_failed_drain(&facts, &["shop/db-0: PDB".to_owned()]);
+    let patch = t.release_failed_drain(&facts, &["shop/db-0: PDB".to_owned()], None);
     let mut after = obj.clone();
     json_patch::patch(&mut after, &patch).expect("the patch applies");
     assert_eq!(
@@ -184,4 +189,126 @@ fn a_node_set_aside_loses_the_waiting_taint_the_operator_put_on_it() {
         let untaint = d.node_actions.contains(&NodeAction::Untaint("a".into()));
         assert_eq!(untaint, untainted, "{attempts:?}: {d:?}");
     }
+}
+
+/// A node set aside as `--drain-attempts` has it, kept cordoned by the operator or not.
+fn set_aside_cordoned(name: &str, unschedulable: bool) -> Value {
+    let mut obj = node_json(name, true);
+    obj["spec"]["unschedulable"] = unschedulable.into();
+    annotate(&mut obj, "reboot-needed", "true");
+    annotate(&mut obj, "reboot-cordoned", "true");
+    annotate(&mut obj, KEY, "2; blocked by shop/db-0: PDB");
+    obj["metadata"]["resourceVersion"] = "3".into();
+    obj
+}
+
+fn keeping(keep_cordoned: bool) -> SetAside {
+    SetAside {
+        keep_cordoned,
+        ..with(Some(2), None)
+    }
+}
+
+/// `--keep-set-aside-cordoned`: the operator's cordon stays on a node set aside, whether its
+/// slot is still in the ledger (the release was written, the ledger not yet) or not; off, or
+/// once an administrator uncordoned it (the marker left behind), the cordon goes and the
+/// request and its count stay.
+#[test]
+fn a_node_set_aside_keeps_the_operators_cordon_only_with_the_setting_and_while_cordoned() {
+    let release = NodeAction::Release {
+        node: "a".into(),
+        reason: ReleaseReason::Cancelled,
+    };
+    // (keep, still cordoned, the cordon undone)
+    for (keep, unschedulable, undone) in [
+        (true, true, false),
+        (false, true, true),
+        (true, false, true),
+    ] {
+        let nodes = [view(&set_aside_cordoned("a", unschedulable))];
+        for ledger in [Ledger::default(), ledger_of(&["a"])] {
+            let d = Round {
+                set_aside: keeping(keep),
+                ..base_round(&nodes, &ledger)
+            }
+            .decide();
+            let case = format!("keep {keep}, cordoned {unschedulable}, slots {ledger:?}: {d:?}");
+            assert_eq!(d.node_actions.contains(&release), undone, "{case}");
+            assert_eq!(d.set_aside, ["a"], "{case}");
+            assert!(granted(&d).is_empty(), "{case}");
+            if ledger.slots.is_empty() {
+                assert!(d.ledger.release.is_empty(), "{case}");
+            } else if !undone {
+                // The slot goes; the cordon stays, and counts as the node's own.
+                assert_eq!(d.ledger.release, ["a"], "{case}");
+            }
+        }
+    }
+}
+
+/// Kept cordoned, a node set aside counts against the budget: with a budget of 1 nothing else
+/// starts; with 2 the next node goes.
+#[test]
+fn a_node_kept_cordoned_counts_against_the_budget() {
+    let ledger = Ledger::default();
+    let mut next = requested("b", None);
+    next.requested_at = Some(2);
+    let nodes = [view(&set_aside_cordoned("a", true)), next];
+    for (budget, granted_b) in [(1, false), (2, true)] {
+        let d = Round {
+            set_aside: keeping(true),
+            budget,
+            ..base_round(&nodes, &ledger)
+        }
+        .decide();
+        assert_eq!(granted(&d) == ["b"], granted_b, "budget {budget}: {d:?}");
+    }
+}
+
+/// The release of the failed drain that sets a node aside keeps the operator's cordon and its
+/// marker with the setting, and only at the attempts; a node tried again and claimed keeps
+/// the marker, so its completion uncordons it.
+#[test]
+fn the_release_that_sets_a_node_aside_keeps_the_cordon_and_the_claim_keeps_the_marker() {
+    let keys = common::AnnotationKeys::default();
+    let t = common::Transition::new(&keys);
+    let mut obj = node_json("n", true);
+    obj["spec"]["unschedulable"] = true.into();
+    annotate(&mut obj, "reboot-needed", "true");
+    annotate(&mut obj, "reboot-grant", "g-n");
+    annotate(&mut obj, "reboot-cordoned", "true");
+    // (recorded before, keep the cordon at, kept)
+    for (recorded, keep_at, kept) in [
+        (Some("1"), Some(2), true),
+        (None, Some(2), false),
+        (Some("1"), None, false),
+    ] {
+        let mut before = obj.clone();
+        if let Some(count) = recorded {
+            annotate(&mut before, KEY, count);
+        }
+        let patch = t.release_failed_drain(&super::tests::facts(&before), &[], keep_at);
+        let mut after = before.clone();
+        json_patch::patch(&mut after, &patch).expect("the patch applies");
+        let case = format!("{recorded:?} at {keep_at:?}: {after:#}");
+        assert_eq!(after["spec"]["unschedulable"], kept, "{case}");
+        let marker = after["metadata"]["annotations"].get("reboot-cordoned");
+        assert_eq!(marker.is_some(), kept, "{case}");
+        assert!(
+            after["metadata"]["annotations"]
+                .get("reboot-grant")
+                .is_none(),
+            "{case}"
+        );
+    }
+    // Tried again: the count removed, the node claimed while still cordoned by us.
+    let mut tried = set_aside_cordoned("n", true);
+    tried["metadata"]["annotations"]
+        .as_object_mut()
+        .unwrap()
+        .remove(KEY);
+    let patch = t.claim(&super::tests::facts(&tried), "g-n2", "3", false, "now");
+    json_patch::patch(&mut tried, &patch).expect("the claim applies");
+    assert_eq!(tried["metadata"]["annotations"]["reboot-cordoned"], "true");
+    assert_eq!(tried["spec"]["unschedulable"], true);
 }

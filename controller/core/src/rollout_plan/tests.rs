@@ -347,6 +347,7 @@ fn nodes_set_aside_are_left_out_and_too_many_stall_the_plan() {
     let set_aside = |most| SetAside {
         attempts: Some(2),
         most,
+        keep_cordoned: false,
     };
     let plan = plan(PlanInput {
         set_aside: set_aside(None),

@@ -553,6 +553,7 @@ impl Context {
                 drain_delay: args.drain_delay,
                 reboot_delay: args.reboot_delay,
                 reboot_estimate: args.reboot_estimate,
+                drain_timeout: args.drain.then_some(args.drain_timeout),
             },
             gates: Gates::new(pool.blocking_pods.clone(), self.alert_checks(args)),
             preflight: self.preflight.clone(),

@@ -26,6 +26,8 @@ pub struct Schedule {
     /// a history; with windows, a reboot that would not end before the window closes is not
     /// started. `None`: no such check.
     pub reboot_estimate: Option<Duration>,
+    /// `--drain-timeout` with the drain on: how long a drain may take before it fails.
+    pub drain_timeout: Option<Duration>,
 }
 
 impl Schedule {
@@ -36,6 +38,21 @@ impl Schedule {
             drain: ms(self.drain_delay),
             reboot: ms(self.reboot_delay),
         }
+    }
+
+    /// The longest a reboot that went well may take from its grant to the release of its slot:
+    /// the drain's timeout, both delays, the reboot timeout and the soak. A longer one was
+    /// overdue or NotReady in its soak: a failure, not a length to plan windows with.
+    pub fn longest_reboot(&self) -> Duration {
+        [
+            self.drain_timeout.unwrap_or_default(),
+            self.drain_delay,
+            self.reboot_delay,
+            self.reboot_timeout,
+            self.min_ready,
+        ]
+        .into_iter()
+        .fold(Duration::ZERO, Duration::saturating_add)
     }
 
     /// Why no new grant may be made, if so. A pause outranks a closed window: it is the one
@@ -126,7 +143,9 @@ mod tests {
             drain_delay: Duration::ZERO,
             reboot_delay: Duration::ZERO,
             reboot_estimate: None,
+            drain_timeout: Some(Duration::from_secs(900)),
         };
+        assert_eq!(schedule.longest_reboot(), Duration::from_secs(2700));
         let monday_noon = at("2026-11-23T12:00:00Z");
         let open = |t: Timestamp| schedule.windows.is_open(t);
         assert_eq!(

@@ -517,6 +517,7 @@ impl Model {
                 drain_delay: args.drain_delay,
                 reboot_delay: args.reboot_delay,
                 reboot_estimate: args.reboot_estimate,
+                drain_timeout: args.drain.then_some(args.drain_timeout),
             },
             None => Schedule {
                 windows: windows(setup),
@@ -527,6 +528,8 @@ impl Model {
                 drain_delay: Duration::from_millis(setup.drain_delay_ms),
                 reboot_delay: Duration::from_millis(setup.reboot_delay_ms),
                 reboot_estimate: setup.reboot_estimate_ms.map(Duration::from_millis),
+                // The model's drains end by its steps; the flag's default bounds their length.
+                drain_timeout: setup.drain_enabled.then_some(Duration::from_secs(15 * 60)),
             },
         };
         let shell = Shell::new(ShellParts {

@@ -60,8 +60,19 @@ impl Shell {
         let Ok(granted) = granted_at.parse::<k8s_openapi::jiff::Timestamp>() else {
             return;
         };
-        let ms = self.clock.now().duration_since(granted).as_millis();
-        if let Ok(ms) = u64::try_from(ms) {
+        let took = self.clock.now().duration_since(granted);
+        // Overdue or NotReady in its soak (or held across a window's close): a failure, not
+        // a length. Counted, one such reboot would keep every later one from fitting.
+        let longest = self.schedule.longest_reboot();
+        if took.as_secs_f64() > longest.as_secs_f64() {
+            tracing::debug!(
+                ?took,
+                ?longest,
+                "a reboot longer than it may take is not measured"
+            );
+            return;
+        }
+        if let Ok(ms) = u64::try_from(took.as_millis()) {
             self.reboot_lengths.record(ms);
         }
     }

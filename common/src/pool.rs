@@ -175,8 +175,14 @@ pub struct RebootPoolSpec {
     /// rollout's nodes such as `"10%"`), the pool is stalled until `kubectl reboot resume
     /// --pool`. Unset: no limit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[x_kube(validation = Rule::new("type(self) == int ? self >= 0 : self.matches('^[0-9]+%$')").message("maxFailures must be a number of nodes (0 or more) or a percentage such as \"10%\""))]
+    #[x_kube(validation = Rule::new("type(self) == int ? self >= 0 : self.matches('^0*([0-9]{1,2}|100)%$')").message("maxFailures must be a number of nodes (0 or more) or a percentage such as \"10%\", at most 100%"))]
     pub max_failures: Option<IntOrString>,
+    /// Set by `kubectl reboot resume --pool` to the time it ran (RFC 3339): the rollout's
+    /// failures counted before it are forgiven, and the canary stage and the waves start over,
+    /// as `kubectl reboot resume` does for the flags' pool.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self.matches('^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}([.][0-9]+)?(Z|[+-][0-9]{2}:[0-9]{2})$')").message("resumedAt must be an RFC 3339 time such as \"2026-12-03T07:40:00Z\""))]
+    pub resumed_at: Option<String>,
     /// Grants nothing new while true; reboots under way finish. `kubectl reboot pause --pool`.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub paused: bool,
@@ -352,6 +358,14 @@ pub fn pools_of<'p>(labels: &BTreeMap<String, String>, pools: &'p [RebootPool]) 
         .filter(|pool| selects(pool, labels))
         .map(|pool| pool.metadata.name.as_deref().unwrap_or_default())
         .collect()
+}
+
+/// A RebootPool's `spec.resumedAt` as Unix milliseconds, or why it is not a time.
+pub fn resumed_at_millis(value: &str) -> Result<u64, String> {
+    let at: k8s_openapi::jiff::Timestamp = value.trim().parse().map_err(|e| {
+        format!("{value:?} is not an RFC 3339 time such as \"2026-12-03T07:40:00Z\" ({e})")
+    })?;
+    u64::try_from(at.as_millisecond()).map_err(|_| format!("{value:?} is before 1970"))
 }
 
 #[cfg(test)]

@@ -64,6 +64,10 @@ pub struct Failure {
     /// An administrator resumed the pool since (`kubectl reboot resume`): no longer counted.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub forgiven: bool,
+    /// When it was counted, in Unix milliseconds: a RebootPool's `spec.resumedAt` forgives
+    /// the failures counted before it. Absent in records written before it was kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub at: Option<u64>,
 }
 
 /// The rollout under way, as recorded on the ledger Lease.
@@ -104,9 +108,26 @@ impl RolloutRecord {
     /// The record after `kubectl reboot resume`: every failure forgiven, and the canary stage
     /// and the waves started over, since whatever failed may fail again.
     pub fn resumed(&self) -> Self {
+        self.resumed_where(|_| true)
+    }
+
+    /// The record after a RebootPool's `spec.resumedAt` (Unix milliseconds): the failures
+    /// counted before it (or at a time not recorded) forgiven, and the stage started over as
+    /// [`Self::resumed`] does. `None` when no counted failure is that old: a resume that
+    /// forgives nothing leaves the rollout as it is, and one already taken in changes nothing.
+    pub fn resumed_at(&self, resumed_at: u64) -> Option<Self> {
+        let before = |f: &Failure| f.at.is_none_or(|at| at < resumed_at);
+        self.counted_failures()
+            .any(|(_, f)| before(f))
+            .then(|| self.resumed_where(before))
+    }
+
+    fn resumed_where(&self, forgive: impl Fn(&Failure) -> bool) -> Self {
         let mut next = self.clone();
         for failure in next.failures.values_mut() {
-            failure.forgiven = true;
+            if forgive(failure) {
+                failure.forgiven = true;
+            }
         }
         next.canaries_completed = 0;
         next.wave = None;
@@ -119,7 +140,8 @@ impl RolloutRecord {
 #[derive(Debug, Error, PartialEq, Eq)]
 #[error(
     "the rollout annotation {ROLLOUT_ANNOTATION} is not a rollout record ({0}); `kubectl reboot \
-     resume` writes a good one"
+     resume` writes a good one on the flags' pool's Lease, and a RebootPool's is removed with \
+     `kubectl annotate lease -n <namespace> node-reboot-pool-<name> {ROLLOUT_ANNOTATION}-`"
 )]
 pub struct RolloutFormatError(String);
 
@@ -206,6 +228,7 @@ mod tests {
             kind: FailureKind::RebootTimeout,
             canary,
             forgiven: false,
+            at: Some(1_000),
         }
     }
 
@@ -247,6 +270,31 @@ mod tests {
         assert_eq!(resumed.failures.len(), 1, "kept, as history");
         assert_eq!((resumed.canaries_completed, resumed.wave), (0, None));
         assert_eq!(resumed.completed, 5);
+    }
+
+    /// `spec.resumedAt` forgives the failures counted before it, and those of a record
+    /// written before their time was kept; none that old, and nothing changes.
+    #[test]
+    fn resumed_at_forgives_only_the_failures_counted_before_it() {
+        let mut record = RolloutRecord {
+            wave: Some(4),
+            ..RolloutRecord::default()
+        };
+        record.failures.insert("old".into(), failure(false)); // at 1000
+        let mut late = failure(false);
+        late.at = Some(5_000);
+        record.failures.insert("late".into(), late);
+        let mut unknown = failure(false);
+        unknown.at = None;
+        assert_eq!(record.resumed_at(1_000), None, "none before 1000");
+        let resumed = record.resumed_at(2_000).expect("old is forgiven");
+        let counted: Vec<&String> = resumed.counted_failures().map(|(n, _)| n).collect();
+        assert_eq!(counted, ["late"]);
+        assert_eq!(resumed.wave, None, "the waves start over");
+        assert_eq!(resumed.resumed_at(2_000), None, "taken in once");
+        let mut legacy = RolloutRecord::default();
+        legacy.failures.insert("x".into(), unknown);
+        assert!(legacy.resumed_at(1).is_some(), "a failure of unknown time");
     }
 
     #[test]

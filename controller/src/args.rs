@@ -196,6 +196,11 @@ pub struct Args {
     #[arg(long, env = "MAX_FAILURES", allow_hyphen_values = true, value_parser = parse_max_failures)]
     pub max_failures: Option<MaxFailures>,
 
+    /// A RebootPool's `spec.resumedAt` (Unix milliseconds); no flag: the flags' pool is
+    /// resumed on its Lease by `kubectl reboot resume`.
+    #[arg(skip)]
+    pub resumed_at: Option<u64>,
+
     /// Label selector: evict only matching pods (default: every pod but DaemonSet and mirror pods).
     #[arg(long, env = "DRAIN_POD_SELECTOR", value_parser = parse_drain_pod_selector)]
     pub drain_pod_selector: Option<String>,
@@ -667,6 +672,7 @@ impl Args {
             canary_soak: u64::try_from(self.canary_soak.as_millis()).unwrap_or(u64::MAX),
             waves: self.waves,
             max_failures: self.max_failures,
+            resumed_at: self.resumed_at,
         }
     }
 

@@ -79,6 +79,7 @@ fn every_field() -> Value {
         "waves": true,
         "maxFailures": "10%",
         "paused": true,
+        "resumedAt": "2026-12-03T07:40:00.000Z",
         "drain": {
             "enabled": true, "timeout": "20m", "gracePeriod": "30s",
             "podSelector": "app!=critical", "delay": "1m", "forceReboot": false,
@@ -261,8 +262,23 @@ async fn a_bad_pool_is_refused_with_a_message_naming_the_field() {
             "spec.maxFailures",
             "maxFailures must be a number of nodes (0 or more) or a percentage",
         ),
+        (
+            json!({"maxFailures": "101%"}),
+            "spec.maxFailures",
+            "a percentage such as \"10%\", at most 100%",
+        ),
         (json!({"waves": "yes"}), ".spec.waves", "expected boolean"),
         (json!({"paused": "yes"}), ".spec.paused", "expected boolean"),
+        (
+            json!({"resumedAt": "yesterday"}),
+            "spec.resumedAt",
+            "resumedAt must be an RFC 3339 time such as \"2026-12-03T07:40:00Z\"",
+        ),
+        (
+            json!({"keepSetAsideCordoned": "yes"}),
+            ".spec.keepSetAsideCordoned",
+            "expected boolean",
+        ),
     ];
     let mut problems = Vec::new();
     for (n, (spec, field, message)) in cases.iter().enumerate() {

@@ -24,7 +24,11 @@ use std::time::Duration;
 
 /// A sandbox (which installs the chart's RebootPool CRD) whose nodes carry `pool=<name>` as
 /// given, its controller started with `controller_args`.
-async fn sandbox(pools: &[(&str, usize)], unlabelled: usize, controller_args: &[&str]) -> Sandbox {
+pub(crate) async fn sandbox(
+    pools: &[(&str, usize)],
+    unlabelled: usize,
+    controller_args: &[&str],
+) -> Sandbox {
     let nodes = pools.iter().map(|(_, n)| n).sum::<usize>() + unlabelled;
     let config = SandboxConfig::with_nodes(nodes)
         .reboot_duration(Duration::from_secs(1))
@@ -62,7 +66,7 @@ async fn assert_nothing_of_ours_left(client: &Client, name: &str) {
     assert!(left.is_empty(), "{name} keeps {left:?}");
 }
 
-async fn create_pool(client: &Client, name: &str, spec: serde_json::Value) {
+pub(crate) async fn create_pool(client: &Client, name: &str, spec: serde_json::Value) {
     let pool = RebootPool::new(name, serde_json::from_value(spec).expect("a pool spec"));
     Api::<RebootPool>::all(client.clone())
         .create(&PostParams::default(), &pool)
@@ -70,7 +74,7 @@ async fn create_pool(client: &Client, name: &str, spec: serde_json::Value) {
         .expect("the pool is created");
 }
 
-async fn pool(client: &Client, name: &str) -> Option<RebootPool> {
+pub(crate) async fn pool(client: &Client, name: &str) -> Option<RebootPool> {
     Api::<RebootPool>::all(client.clone())
         .get_opt(name)
         .await

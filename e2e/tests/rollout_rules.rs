@@ -1,8 +1,9 @@
 //! Rollouts that protect themselves (docs/src/scheduling.md, "Canary, waves and a failure
 //! budget"), end to end on the real control plane with real agents: a canary that comes back
 //! NotReady stalls the pool, which stays stalled once the canary is mended until `kubectl
-//! reboot resume`; waves that grow keep the first wave to one node; and a reboot that would
-//! not end before its window closes (`--reboot-estimate`) is not started.
+//! reboot resume`; a RebootPool's stall is lifted by `kubectl reboot resume --pool` with the
+//! docs' admin roles alone; waves that grow keep the first wave to one node; and a reboot that
+//! would not end before its window closes (`--reboot-estimate`) is not started.
 
 use common::ControllerReason;
 use e2e::rollout::touched;
@@ -130,6 +131,72 @@ async fn a_canary_that_comes_back_not_ready_stalls_the_pool_until_resumed() {
         controller_metric(&sb, "node_reboot_rollout_stalled").await,
         Some(0.0)
     );
+    watch.check().unwrap();
+    sb.stop().await;
+}
+
+/// A RebootPool stalled by its failed canary: `kubectl reboot resume --pool` as the docs'
+/// `node-reboot-admin` (which may patch RebootPools but not read the pool's Lease) writes
+/// `spec.resumedAt`, and the controller forgives the failure in its own write of the Lease.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pool_stalled_by_its_canary_is_resumed_with_the_admin_role_alone() {
+    let spec = serde_json::json!({
+        "nodeSelector": {"matchLabels": {"pool": "gpu"}},
+        "maxUnavailable": 2,
+        "canary": 1,
+        "rebootTimeout": "10s",
+    });
+    let sb = crate::reboot_pools::sandbox(&[("gpu", 2)], 0, &["--default-pool=false"]).await;
+    let client = sb.client.clone();
+    crate::reboot_pools::create_pool(&client, "gpu", spec).await;
+    let users = crate::kubectl_plugin::users(&sb.control_plane);
+    sb.fleet.bad_kernel("sim-1", true);
+    let watch = BudgetWatch::start(client.clone(), 2).await;
+    request_reboot(&sb.control_plane, "sim-1");
+    wait_until(
+        "sim-1, the canary, is granted",
+        PATIENCE,
+        Some(&watch),
+        || async { touched(&sb, "sim-1").await.is_some() },
+    )
+    .await;
+    request_reboot(&sb.control_plane, "sim-2");
+    wait_until(
+        "the canary's failure stalls the pool",
+        PATIENCE,
+        Some(&watch),
+        || async {
+            has_event(
+                &client,
+                "sim-2",
+                ControllerReason::Stalled,
+                &["the canary sim-1 failed"],
+            )
+            .await
+        },
+    )
+    .await;
+    sb.fleet.bad_kernel("sim-1", false);
+    sb.fleet.set_ready("sim-1", true).await;
+    wait_until("sim-1 completes", PATIENCE, Some(&watch), || async {
+        e2e::protocol_annotations(&node(&client, "sim-1").await).is_empty()
+    })
+    .await;
+    assert_eq!(sb.fleet.reboots("sim-2"), 0, "rebooted while stalled");
+
+    let said = users.admin.ok(&["reboot", "resume", "--pool", "gpu"]);
+    assert!(said.contains("spec.resumedAt"), "{said}");
+    let resumed = crate::reboot_pools::pool(&client, "gpu")
+        .await
+        .expect("gpu");
+    assert!(resumed.spec.resumed_at.is_some(), "{:?}", resumed.spec);
+    wait_until(
+        "sim-2 is rebooted once resumed",
+        PATIENCE,
+        Some(&watch),
+        || async { sb.fleet.reboots("sim-2") == 1 },
+    )
+    .await;
     watch.check().unwrap();
     sb.stop().await;
 }

@@ -390,22 +390,17 @@ pub fn forgive_patch(version: Option<&str>, record: &RolloutRecord) -> Value {
     }})
 }
 
-/// What a RebootPool's `resume --pool` needs to forgive its rollout's failures.
-const POOL_LEASE_NEEDS: &str = "get and patch on the RebootPool's ledger Lease \
-    node-reboot-pool-<name> in the operator's namespace (the node-reboot-admin Role names only \
-    node-reboot-operator-slots: add the pool's Lease to its resourceNames)";
-
-/// `resume`'s second part: forgives the failures of the rollout recorded on the ledger Lease
-/// `namespace/name` (the flags' pool's, or with `pool` a RebootPool's), re-reading and
-/// deciding again when the Lease changed under the write. What was done, or `None` when
-/// there was nothing to forgive (no Lease, no record, no failure that counts).
+/// `resume`'s second part: forgives the failures of the rollout recorded on the flags' pool's
+/// ledger Lease `namespace/name`, re-reading and deciding again when the Lease changed under
+/// the write. What was done, or `None` when there was nothing to forgive (no Lease, no
+/// record, no failure that counts). A RebootPool's are forgiven by its controller instead
+/// ([`resume_pool`]).
 pub async fn forgive_rollout(
     client: &Client,
     namespace: &str,
     name: &str,
-    pool: bool,
 ) -> Result<Option<String>, Error> {
-    let needs = if pool { POOL_LEASE_NEEDS } else { LEASE_NEEDS };
+    let needs = LEASE_NEEDS;
     let api: Api<Lease> = Api::namespaced(client.clone(), namespace);
     let what = format!("the ledger Lease {namespace}/{name}");
     for _ in 0..ATTEMPTS {
@@ -443,9 +438,81 @@ pub async fn forgive_rollout(
 
 const POOL_NEEDS: &str = "get and patch on rebootpools (the node-reboot-admin ClusterRole)";
 
+/// What `resume --pool` asks of the pool's controller, from its ledger Lease as far as the
+/// caller may read it (the node-reboot-admin Role does not name the pools' Leases).
+#[derive(Debug, Clone, PartialEq)]
+pub enum PoolForgive {
+    /// No failure counts: `spec.resumedAt` is not written.
+    Nothing,
+    /// Failures count, as `said`; `spec.resumedAt` after the last of them.
+    Failures { said: String, after: Option<u64> },
+    /// The Lease could not be read: `spec.resumedAt` is written, in case.
+    Unknown,
+}
+
+impl PoolForgive {
+    /// From the pool's ledger Lease annotations as read.
+    pub fn of(annotations: Option<&BTreeMap<String, String>>) -> Self {
+        match forgive(annotations) {
+            Forgive::Nothing => Self::Nothing,
+            Forgive::Write { said, .. } => Self::Failures {
+                after: rollout_of(annotations)
+                    .ok()
+                    .flatten()
+                    .and_then(|r| r.counted_failures().filter_map(|(_, f)| f.at).max()),
+                said: said.replacen("forgave", "forgives", 1),
+            },
+        }
+    }
+
+    /// The `spec.resumedAt` to write at `now` (Unix milliseconds), if any: after every
+    /// counted failure even when this machine's clock is behind the controller's.
+    pub fn resumed_at(&self, now: i64) -> Option<String> {
+        let after = match self {
+            Self::Nothing => return None,
+            Self::Failures { after, .. } => after.and_then(|a| i64::try_from(a).ok()),
+            Self::Unknown => None,
+        };
+        let at = after.map_or(now, |a| now.max(a.saturating_add(1)));
+        let at = k8s_openapi::jiff::Timestamp::from_millisecond(at).ok()?;
+        Some(format!("{at:.3}"))
+    }
+}
+
+/// `resume --pool`: `spec.paused: false` on the RebootPool and, while its rollout has
+/// failures that count, `spec.resumedAt`, which has its controller forgive them (in its own
+/// compare-and-swap of the pool's Lease) and start the canary stage and the waves over; one
+/// merge patch, with the rights of the node-reboot-admin ClusterRole alone.
+pub async fn resume_pool(client: &Client, namespace: &str, pool: &str) -> Result<String, Error> {
+    let leases: Api<Lease> = Api::namespaced(client.clone(), namespace);
+    let forgive = match leases.get_opt(&common::pool::ledger_name(pool)).await {
+        Ok(lease) => PoolForgive::of(lease.as_ref().and_then(|l| l.metadata.annotations.as_ref())),
+        Err(_) => PoolForgive::Unknown,
+    };
+    let now = k8s_openapi::jiff::Timestamp::now().as_millisecond();
+    set_pool_paused(client, pool, false, forgive.resumed_at(now).as_deref())
+        .await
+        .map(|done| match forgive {
+            PoolForgive::Failures { said, .. } => {
+                format!("{done}; at its next round the controller {said}")
+            }
+            PoolForgive::Unknown => format!(
+                "{done}; at its next round the controller forgives the rollout's failures \
+                 counted before spec.resumedAt, if any"
+            ),
+            PoolForgive::Nothing => done,
+        })
+}
+
 /// `pause --pool` and `resume --pool`: `spec.paused` of the RebootPool, set (or cleared) with
-/// a merge patch; what was done, or that there was nothing to do.
-pub async fn set_pool_paused(client: &Client, pool: &str, pause: bool) -> Result<String, Error> {
+/// a merge patch, and with `resumed_at` its `spec.resumedAt`; what was done, or that there was
+/// nothing to do.
+pub async fn set_pool_paused(
+    client: &Client,
+    pool: &str,
+    pause: bool,
+    resumed_at: Option<&str>,
+) -> Result<String, Error> {
     let command = if pause { "pause" } else { "resume" };
     let api: Api<RebootPool> = Api::all(client.clone());
     let what = format!("the RebootPool {pool}");
@@ -476,12 +543,17 @@ pub async fn set_pool_paused(client: &Client, pool: &str, pause: bool) -> Result
         };
         return Err(unknown(known));
     };
-    match (pause, found.spec.paused) {
-        (true, true) => return Ok(format!("already paused (spec.paused on {what})")),
-        (false, false) => return Ok(format!("not paused (spec.paused is false on {what})")),
+    match (pause, found.spec.paused, resumed_at) {
+        (true, true, _) => return Ok(format!("already paused (spec.paused on {what})")),
+        (false, false, None) => {
+            return Ok(format!("not paused (spec.paused is false on {what})"));
+        }
         _ => {}
     }
-    let patch = json!({"spec": {"paused": pause}});
+    let patch = match resumed_at {
+        Some(at) => json!({"spec": {"paused": pause, "resumedAt": at}}),
+        None => json!({"spec": {"paused": pause}}),
+    };
     match api
         .patch(pool, &PatchParams::default(), &KubePatch::Merge(&patch))
         .await
@@ -490,7 +562,10 @@ pub async fn set_pool_paused(client: &Client, pool: &str, pause: bool) -> Result
             "paused: no new reboot starts in the RebootPool {pool} (spec.paused: true); reboots \
              under way finish. `kubectl reboot resume --pool {pool}` resumes"
         )),
-        Ok(_) => Ok(format!("resumed (spec.paused: false on {what})")),
+        Ok(_) => Ok(match resumed_at {
+            Some(at) => format!("resumed (spec.paused: false, spec.resumedAt: {at} on {what})"),
+            None => format!("resumed (spec.paused: false on {what})"),
+        }),
         Err(e) if is_not_found(&e) => Err(unknown(Vec::new())),
         Err(e) => Err(Error::api(
             format!("cannot change {what}"),
@@ -624,7 +699,40 @@ mod tests {
             kind,
             canary,
             forgiven,
+            at: None,
         }
+    }
+
+    /// `resume --pool` writes `spec.resumedAt` only while failures count (or it cannot tell),
+    /// after the last of them even on a clock behind the controller's.
+    #[test]
+    fn resume_pool_asks_for_forgiveness_after_the_last_counted_failure() {
+        let mut record = RolloutRecord::default();
+        let mut late = failure(FailureKind::NotReadyAfterReboot, true, false);
+        late.at = Some(1_700_000_000_000);
+        record.failures.insert("a".into(), late);
+        let text = rollout_json(&record);
+        let forgive = PoolForgive::of(Some(&annotations(&text)));
+        let PoolForgive::Failures { said, after } = &forgive else {
+            panic!("{forgive:?}");
+        };
+        assert!(said.starts_with("forgives 1 failure"), "{said}");
+        assert_eq!(*after, Some(1_700_000_000_000));
+        let behind = forgive.resumed_at(1_600_000_000_000).expect("written");
+        assert_eq!(behind, "2023-11-14T22:13:20.001Z");
+        let ahead = forgive.resumed_at(1_800_000_000_000).expect("written");
+        assert_eq!(ahead, "2027-01-15T08:00:00.000Z");
+        for at in [&behind, &ahead] {
+            let read = common::pool::resumed_at_millis(at).expect("the controller reads it");
+            assert!(record.resumed_at(read).is_some(), "{at} forgives it");
+        }
+        let forgiven = rollout_json(&record.resumed());
+        assert_eq!(
+            PoolForgive::of(Some(&annotations(&forgiven))),
+            PoolForgive::Nothing
+        );
+        assert_eq!(PoolForgive::Nothing.resumed_at(1), None);
+        assert!(PoolForgive::Unknown.resumed_at(1_600_000_000_000).is_some());
     }
 
     fn annotations(rollout: &str) -> BTreeMap<String, String> {

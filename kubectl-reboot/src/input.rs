@@ -47,7 +47,8 @@ pub struct LedgerInput {
     /// (a rollout rule is on); `None` between rollouts.
     pub rollout: Option<common::rollout::RolloutRecord>,
     /// Why the rollout annotation could not be read (edited by hand): the controller reads
-    /// the pool as stalled until `kubectl reboot resume` writes a good one.
+    /// the pool as stalled until `kubectl reboot resume` writes a good one (a RebootPool's is
+    /// removed by hand).
     pub rollout_unreadable: Option<String>,
 }
 

@@ -67,25 +67,22 @@ pub async fn run(cli: Cli) -> Result<(), Error> {
         }
         Command::Pause(args) | Command::Resume(args) => {
             let pause = matches!(cli.command, Command::Pause(_));
-            let done = match &args.pool {
-                Some(pool) => actions::set_pool_paused(&client, pool, pause).await?,
-                None => {
-                    actions::set_paused(&client, &global.namespace, &global.ledger_name, pause)
-                        .await?
+            let (namespace, ledger) = (&global.namespace, &global.ledger_name);
+            match &args.pool {
+                Some(pool) if pause => {
+                    say(&actions::set_pool_paused(&client, pool, true, None).await?)
                 }
-            };
-            say(&done);
-            // Resuming also forgives the rollout's failures that stalled the pool.
-            if !pause {
-                let ledger = match &args.pool {
-                    Some(pool) => common::pool::ledger_name(pool),
-                    None => global.ledger_name.clone(),
-                };
-                let pool = args.pool.is_some();
-                if let Some(forgiven) =
-                    actions::forgive_rollout(&client, &global.namespace, &ledger, pool).await?
-                {
-                    say(&forgiven);
+                // Its controller forgives the rollout's failures, asked by the pool's spec.
+                Some(pool) => say(&actions::resume_pool(&client, namespace, pool).await?),
+                None => {
+                    say(&actions::set_paused(&client, namespace, ledger, pause).await?);
+                    // Resuming also forgives the rollout's failures that stalled the pool.
+                    if !pause
+                        && let Some(forgiven) =
+                            actions::forgive_rollout(&client, namespace, ledger).await?
+                    {
+                        say(&forgiven);
+                    }
                 }
             }
             Ok(())

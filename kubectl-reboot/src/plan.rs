@@ -122,6 +122,12 @@ fn rollout_rules(spec: &RebootPoolSpec) -> Result<RolloutRules, String> {
         canary_soak: u64::try_from(canary_soak.as_millis()).unwrap_or(u64::MAX),
         waves: spec.waves.unwrap_or(false),
         max_failures,
+        resumed_at: spec
+            .resumed_at
+            .as_deref()
+            .map(common::pool::resumed_at_millis)
+            .transpose()
+            .map_err(|e| format!("its resumedAt: {e}"))?,
     })
 }
 

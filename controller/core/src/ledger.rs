@@ -25,7 +25,8 @@ pub struct Ledger {
     /// rollouts. Part of the ledger object, so a grant decided on an older record fails.
     pub rollout: Option<RolloutRecord>,
     /// The rollout record is there but cannot be read: the pool is stalled (read as the
-    /// worst), never written over, until `kubectl reboot resume` writes a good one.
+    /// worst), never written over, until `kubectl reboot resume` writes a good one (a
+    /// RebootPool's is removed by hand).
     pub rollout_unreadable: Option<String>,
     /// The ledger's format version as found, when this build does not know it (a newer
     /// operator wrote it): its slots are not read, and no round grants, releases or drives

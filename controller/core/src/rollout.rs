@@ -20,6 +20,9 @@ pub struct RolloutRules {
     pub waves: bool,
     /// `--max-failures`: more failed nodes than this stop the pool. `None`: no limit.
     pub max_failures: Option<MaxFailures>,
+    /// A RebootPool's `spec.resumedAt`, in Unix milliseconds: the failures counted before it
+    /// are forgiven, as `kubectl reboot resume` forgives them on the flags' pool's Lease.
+    pub resumed_at: Option<u64>,
 }
 
 /// Why nothing new is granted in the pool until an administrator acts.
@@ -90,10 +93,12 @@ impl RolloutRules {
 
     /// Takes in the failures seen this round (node, grant, kind): a failure of a grant already
     /// recorded is not new. Returns the new ones.
+    /// `clock` (Unix milliseconds) is recorded as when each was counted.
     pub fn failed(
         &self,
         record: &mut RolloutRecord,
         seen: &[(String, String, FailureKind)],
+        clock: u64,
     ) -> Vec<(String, FailureKind)> {
         let mut new = Vec::new();
         for (node, grant, kind) in seen {
@@ -106,6 +111,7 @@ impl RolloutRules {
                 kind: *kind,
                 canary,
                 forgiven: false,
+                at: Some(clock),
             };
             record.failures.insert(node.clone(), failure);
             if self.waves {
@@ -249,7 +255,11 @@ mod tests {
         assert_eq!(rules.room(&record), Some((Stage::Wave { size: 2 }, 1)));
         rules.released(&mut record, "c", true);
         assert_eq!(rules.room(&record), Some((Stage::Wave { size: 4 }, 4)));
-        rules.failed(&mut record, &[seen("d", GRANT, FailureKind::DrainTimeout)]);
+        rules.failed(
+            &mut record,
+            &[seen("d", GRANT, FailureKind::DrainTimeout)],
+            0,
+        );
         assert_eq!(rules.room(&record), Some((Stage::Wave { size: 1 }, 1)));
     }
 
@@ -276,9 +286,9 @@ mod tests {
         let mut record = RolloutRecord::default();
         rules.granted(&mut record, ["a"].into_iter());
         let failure = [seen("a", GRANT, FailureKind::NotReadyAfterReboot)];
-        assert_eq!(rules.failed(&mut record, &failure).len(), 1);
+        assert_eq!(rules.failed(&mut record, &failure, 0).len(), 1);
         assert!(
-            rules.failed(&mut record, &failure).is_empty(),
+            rules.failed(&mut record, &failure, 0).is_empty(),
             "seen before"
         );
         assert_eq!(
@@ -290,10 +300,10 @@ mod tests {
         );
         // Resumed, the same failure stays forgiven; the next grant's counts again.
         record = record.resumed();
-        assert!(rules.failed(&mut record, &failure).is_empty());
+        assert!(rules.failed(&mut record, &failure, 0).is_empty());
         assert_eq!(rules.stall(&record, 10), None);
         let again = [seen("a", "ns/l/g2", FailureKind::RebootTimeout)];
-        assert_eq!(rules.failed(&mut record, &again).len(), 1);
+        assert_eq!(rules.failed(&mut record, &again, 0).len(), 1);
     }
 
     #[test]
@@ -303,9 +313,13 @@ mod tests {
             ..RolloutRules::default()
         };
         let mut record = RolloutRecord::default();
-        rules.failed(&mut record, &[seen("a", GRANT, FailureKind::DrainTimeout)]);
+        rules.failed(
+            &mut record,
+            &[seen("a", GRANT, FailureKind::DrainTimeout)],
+            0,
+        );
         assert_eq!(rules.stall(&record, 10), None, "one is allowed");
-        rules.failed(&mut record, &[seen("b", GRANT, FailureKind::Unproven)]);
+        rules.failed(&mut record, &[seen("b", GRANT, FailureKind::Unproven)], 0);
         assert_eq!(
             rules.stall(&record, 10),
             Some(Stall::TooManyFailures { failed: 2, most: 1 })
@@ -325,7 +339,11 @@ mod tests {
             ..RolloutRecord::default()
         };
         let rules = RolloutRules::default();
-        rules.failed(&mut record, &[seen("a", GRANT, FailureKind::DrainTimeout)]);
+        rules.failed(
+            &mut record,
+            &[seen("a", GRANT, FailureKind::DrainTimeout)],
+            0,
+        );
         assert_eq!(
             RolloutRules::rollout_nodes(&record, ["a", "b"].into_iter()),
             5

@@ -261,6 +261,7 @@ pub fn setup() -> impl Strategy<Value = Setup> {
                 canary_soak,
                 waves,
                 max_failures: most.map(common::rollout::MaxFailures::Count),
+                resumed_at: None,
             },
         )
     });

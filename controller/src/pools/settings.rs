@@ -88,6 +88,7 @@ fn with_default_policy(base: &Args) -> Result<Args, Vec<String>> {
     args.canary_soak = defaults.canary_soak;
     args.waves = defaults.waves;
     args.max_failures = defaults.max_failures;
+    args.resumed_at = None;
     args.drain = defaults.drain;
     args.drain_timeout = defaults.drain_timeout;
     args.drain_grace_period = defaults.drain_grace_period;
@@ -238,6 +239,12 @@ fn read_rollout_rules(args: &mut Args, spec: &RebootPoolSpec, read: &mut Read<'_
         read(
             "maxFailures",
             args::parse_max_failures(&text).map(|m| args.max_failures = Some(m)),
+        );
+    }
+    if let Some(at) = &spec.resumed_at {
+        read(
+            "resumedAt",
+            common::pool::resumed_at_millis(at).map(|t| args.resumed_at = Some(t)),
         );
     }
 }
@@ -500,6 +507,20 @@ mod tests {
             !inherited.set_aside().keep_cordoned,
             "a pool does not inherit it"
         );
+    }
+
+    #[test]
+    fn a_pools_resumed_at_reaches_its_rollout_rules_and_a_bad_one_names_its_field() {
+        let read = |at: &str| pool_args(&base(), "a", &spec(serde_json::json!({"resumedAt": at})));
+        let args = read("2026-12-03T07:40:00.5Z").unwrap();
+        assert_eq!(args.rollout_rules().resumed_at, Some(1_796_283_600_500));
+        let problems = read("yesterday").unwrap_err();
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert!(
+            problems[0].starts_with("spec.resumedAt: \"yesterday\" is not an RFC 3339 time"),
+            "{problems:?}"
+        );
+        assert_eq!(base().rollout_rules().resumed_at, None, "no flag has it");
     }
 
     #[test]

@@ -7,7 +7,7 @@ use crate::cluster::events::Reason;
 use common::{
     events::{NOTE_REQUESTED, WAITING_FOR_CANARY, WAITING_FOR_WAVE, WAITING_STALLED},
     pool::LEDGER_PREFIX,
-    rollout::RolloutRecord,
+    rollout::{ROLLOUT_ANNOTATION, RolloutRecord},
 };
 use controller_core::{
     decide::Decision,
@@ -28,6 +28,20 @@ impl Shell {
         }
     }
 
+    /// What lifts the stall of a rollout record that does not read: `kubectl reboot resume`
+    /// writes a good one on the flags' pool's Lease; a RebootPool's is removed by hand (its
+    /// `resume --pool` reaches the controller only, which never writes over it).
+    fn unreadable_lift(&self) -> String {
+        let id = &self.ledger.current().id;
+        match (id.split_once('/'), self.resume_command().contains("--pool")) {
+            (Some((namespace, lease)), true) => format!(
+                "an administrator removes it: `kubectl annotate lease -n {namespace} {lease} \
+                 {ROLLOUT_ANNOTATION}-`"
+            ),
+            _ => format!("`{}` writes a good rollout record", self.resume_command()),
+        }
+    }
+
     /// The waiting nodes' note while the pool is stalled: why, and what lifts it.
     pub(super) fn stalled_note(&self, stall: &Stall, decision: &Decision) -> String {
         let lift = match stall {
@@ -42,9 +56,7 @@ impl Shell {
                  `{}`",
                 self.resume_command()
             ),
-            Stall::Unreadable(_) => {
-                format!("`{}` writes a good rollout record", self.resume_command())
-            }
+            Stall::Unreadable(_) => self.unreadable_lift(),
         };
         format!(
             "{NOTE_REQUESTED}{WAITING_STALLED}{}; no new reboot starts until {lift}. Reboots \

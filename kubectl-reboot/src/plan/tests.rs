@@ -219,6 +219,7 @@ fn the_plan_takes_the_specs_settings() {
             canary_soak: 90 * 60 * 1000,
             waves: true,
             max_failures: Some(common::rollout::MaxFailures::Percent(10)),
+            resumed_at: None,
         }
     );
     let counted = Settings::of_spec(&spec(json!({"maxFailures": 0, "canarySoak": "0s"})), None)
@@ -380,6 +381,7 @@ fn a_canary_already_passed_is_not_sent_again_and_a_failed_one_stalls_the_plan() 
             kind: FailureKind::DrainTimeout,
             canary: true,
             forgiven: false,
+            at: None,
         },
     );
     recorded(&mut failed, record.clone());

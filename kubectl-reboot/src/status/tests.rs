@@ -954,6 +954,7 @@ fn failure(kind: common::rollout::FailureKind, forgiven: bool) -> common::rollou
         kind,
         canary: false,
         forgiven,
+        at: None,
     }
 }
 

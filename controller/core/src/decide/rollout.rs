@@ -19,8 +19,12 @@ impl Round<'_> {
         let mut base = self.ledger.rollout.clone();
         if self.rollout.is_on() {
             let current = base.get_or_insert_with(RolloutRecord::default);
+            // Resumed by the pool's spec first: the failures seen now are not forgiven by it.
+            if let Some(resumed) = self.rollout.resumed_at.and_then(|t| current.resumed_at(t)) {
+                *current = resumed;
+            }
             let seen = self.failures_seen(decision);
-            decision.rollout_failures = self.rollout.failed(current, &seen);
+            decision.rollout_failures = self.rollout.failed(current, &seen, self.clock);
         }
         decision.rollout_base.clone_from(&base);
         decision.requests_standing = self

@@ -157,6 +157,45 @@ fn a_canary_not_ready_after_its_reboot_stalls_the_pool_until_resumed() {
     assert_eq!(d.stalled, None, "{d:?}");
 }
 
+/// A RebootPool's `spec.resumedAt` forgives, in the round's own write, the failures counted
+/// before it, and only those: one counted at or after it still stalls the pool.
+#[test]
+fn a_pools_resumed_at_forgives_the_failures_counted_before_it() {
+    let wants = requested(&["b"]);
+    let nodes = [vec![completed(false, None)], wants].concat();
+    let round = |ledger: &Ledger, resumed_at| {
+        Round {
+            budget: 3,
+            min_ready: 10,
+            clock: 1_000,
+            rollout: RolloutRules {
+                resumed_at,
+                ..canary(1, 50)
+            },
+            ..base_round(&nodes, ledger)
+        }
+        .decide()
+    };
+    let failed = written(&round(&ledger_with(canary_done_holds()), None));
+    assert_eq!(failed.failures["done"].at, Some(1_000), "{failed:?}");
+    let failed = ledger_with(failed);
+    for (resumed_at, stalled) in [(None, true), (Some(1_000), true), (Some(1_001), false)] {
+        let d = round(&failed, resumed_at);
+        assert_eq!(d.stalled.is_some(), stalled, "{resumed_at:?}: {d:?}");
+        if stalled {
+            assert_eq!(d.ledger.rollout, None, "{resumed_at:?}: nothing to write");
+        } else {
+            let record = written(&d);
+            assert!(record.failures["done"].forgiven, "{record:?}");
+            assert!(d.rollout_failures.is_empty(), "the same failure is not new");
+            // Taken in, the same resumedAt changes nothing more.
+            let again = round(&ledger_with(record), resumed_at);
+            assert_eq!(again.stalled, None, "{again:?}");
+            assert_eq!(again.ledger.rollout, None, "{again:?}");
+        }
+    }
+}
+
 #[test]
 fn failures_past_max_failures_stall_the_pool() {
     // `a` does not come back within the reboot timeout; b and c wait.

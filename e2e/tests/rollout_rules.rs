@@ -41,6 +41,22 @@ async fn granted_nodes(sb: &Sandbox, names: &[&str]) -> Vec<String> {
     granted
 }
 
+/// sim-1, whose kernel will not come back Ready, is requested and granted as the canary; the
+/// budget watch of `budget` nodes runs from before its request.
+async fn canary_sim_1_granted_with_a_bad_kernel(sb: &Sandbox, budget: usize) -> BudgetWatch {
+    sb.fleet.bad_kernel("sim-1", true);
+    let watch = BudgetWatch::start(sb.client.clone(), budget).await;
+    request_reboot(&sb.control_plane, "sim-1");
+    wait_until(
+        "sim-1, the canary, is granted",
+        PATIENCE,
+        Some(&watch),
+        || async { touched(sb, "sim-1").await.is_some() },
+    )
+    .await;
+    watch
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_canary_that_comes_back_not_ready_stalls_the_pool_until_resumed() {
     let config = SandboxConfig::with_nodes(3)
@@ -49,16 +65,7 @@ async fn a_canary_that_comes_back_not_ready_stalls_the_pool_until_resumed() {
         .controller_args(["--canary", "1", "--reboot-timeout", "10s"]);
     let sb = e2e::sandbox_without_pods(config).await;
     let client = sb.client.clone();
-    sb.fleet.bad_kernel("sim-1", true);
-    let watch = BudgetWatch::start(client.clone(), 3).await;
-    request_reboot(&sb.control_plane, "sim-1");
-    wait_until(
-        "sim-1, the canary, is granted",
-        PATIENCE,
-        Some(&watch),
-        || async { touched(&sb, "sim-1").await.is_some() },
-    )
-    .await;
+    let watch = canary_sim_1_granted_with_a_bad_kernel(&sb, 3).await;
     request_reboot(&sb.control_plane, "sim-2");
     request_reboot(&sb.control_plane, "sim-3");
     wait_until(
@@ -150,16 +157,7 @@ async fn a_pool_stalled_by_its_canary_is_resumed_with_the_admin_role_alone() {
     let client = sb.client.clone();
     crate::reboot_pools::create_pool(&client, "gpu", spec).await;
     let users = crate::kubectl_plugin::users(&sb.control_plane);
-    sb.fleet.bad_kernel("sim-1", true);
-    let watch = BudgetWatch::start(client.clone(), 2).await;
-    request_reboot(&sb.control_plane, "sim-1");
-    wait_until(
-        "sim-1, the canary, is granted",
-        PATIENCE,
-        Some(&watch),
-        || async { touched(&sb, "sim-1").await.is_some() },
-    )
-    .await;
+    let watch = canary_sim_1_granted_with_a_bad_kernel(&sb, 2).await;
     request_reboot(&sb.control_plane, "sim-2");
     wait_until(
         "the canary's failure stalls the pool",

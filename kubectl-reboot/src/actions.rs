@@ -352,6 +352,11 @@ pub fn forgive(annotations: Option<&BTreeMap<String, String>>) -> Forgive {
             };
         }
     };
+    forgive_record(&record)
+}
+
+/// [`forgive`] of a record that reads.
+fn forgive_record(record: &RolloutRecord) -> Forgive {
     let failed: Vec<String> = record
         .counted_failures()
         .map(|(node, f)| format!("{node}: {}", f.kind.describe()))
@@ -448,18 +453,23 @@ pub enum PoolForgive {
     Failures { said: String, after: Option<u64> },
     /// The Lease could not be read: `spec.resumedAt` is written, in case.
     Unknown,
+    /// The record does not read: the controller never writes over it, so it is removed by
+    /// hand (`resume --pool` says how); `spec.resumedAt` would change nothing.
+    Unreadable,
 }
 
 impl PoolForgive {
     /// From the pool's ledger Lease annotations as read.
     pub fn of(annotations: Option<&BTreeMap<String, String>>) -> Self {
-        match forgive(annotations) {
+        let record = match rollout_of(annotations) {
+            Err(_) => return Self::Unreadable,
+            Ok(None) => return Self::Nothing,
+            Ok(Some(record)) => record,
+        };
+        match forgive_record(&record) {
             Forgive::Nothing => Self::Nothing,
             Forgive::Write { said, .. } => Self::Failures {
-                after: rollout_of(annotations)
-                    .ok()
-                    .flatten()
-                    .and_then(|r| r.counted_failures().filter_map(|(_, f)| f.at).max()),
+                after: record.counted_failures().filter_map(|(_, f)| f.at).max(),
                 said: said.replacen("forgave", "forgives", 1),
             },
         }
@@ -469,7 +479,7 @@ impl PoolForgive {
     /// counted failure even when this machine's clock is behind the controller's.
     pub fn resumed_at(&self, now: i64) -> Option<String> {
         let after = match self {
-            Self::Nothing => return None,
+            Self::Nothing | Self::Unreadable => return None,
             Self::Failures { after, .. } => after.and_then(|a| i64::try_from(a).ok()),
             Self::Unknown => None,
         };
@@ -499,6 +509,12 @@ pub async fn resume_pool(client: &Client, namespace: &str, pool: &str) -> Result
             PoolForgive::Unknown => format!(
                 "{done}; at its next round the controller forgives the rollout's failures \
                  counted before spec.resumedAt, if any"
+            ),
+            PoolForgive::Unreadable => format!(
+                "{done}; its rollout record ({ROLLOUT_ANNOTATION}) does not read (edited by \
+                 hand?) and holds the pool stalled: remove it with `kubectl annotate lease -n \
+                 {namespace} {} {ROLLOUT_ANNOTATION}-`",
+                common::pool::ledger_name(pool)
             ),
             PoolForgive::Nothing => done,
         })
@@ -732,6 +748,9 @@ mod tests {
             PoolForgive::Nothing
         );
         assert_eq!(PoolForgive::Nothing.resumed_at(1), None);
+        let damaged = PoolForgive::of(Some(&annotations("{not json")));
+        assert_eq!(damaged, PoolForgive::Unreadable, "not promised as forgiven");
+        assert_eq!(damaged.resumed_at(1), None);
         assert!(PoolForgive::Unknown.resumed_at(1_600_000_000_000).is_some());
     }
 

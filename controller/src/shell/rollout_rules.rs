@@ -18,11 +18,19 @@ use k8s_openapi::api::core::v1::Node;
 use std::{collections::HashMap, sync::Arc};
 
 impl Shell {
+    /// The ledger's namespace and Lease, and the RebootPool it belongs to (`None`: the flags'
+    /// pool).
+    fn ledger_place(&self) -> (Option<&str>, &str, Option<&str>) {
+        let id = &self.ledger.current().id;
+        let (namespace, lease) = id
+            .rsplit_once('/')
+            .map_or((None, id.as_str()), |(ns, name)| (Some(ns), name));
+        (namespace, lease, lease.strip_prefix(LEDGER_PREFIX))
+    }
+
     /// The command that lifts a stall of this pool.
     fn resume_command(&self) -> String {
-        let id = &self.ledger.current().id;
-        let lease = id.rsplit_once('/').map_or(id.as_str(), |(_, name)| name);
-        match lease.strip_prefix(LEDGER_PREFIX) {
+        match self.ledger_place().2 {
             Some(pool) => format!("kubectl reboot resume --pool {pool}"),
             None => "kubectl reboot resume".to_owned(),
         }
@@ -32,9 +40,8 @@ impl Shell {
     /// writes a good one on the flags' pool's Lease; a RebootPool's is removed by hand (its
     /// `resume --pool` reaches the controller only, which never writes over it).
     fn unreadable_lift(&self) -> String {
-        let id = &self.ledger.current().id;
-        match (id.split_once('/'), self.resume_command().contains("--pool")) {
-            (Some((namespace, lease)), true) => format!(
+        match self.ledger_place() {
+            (Some(namespace), lease, Some(_)) => format!(
                 "an administrator removes it: `kubectl annotate lease -n {namespace} {lease} \
                  {ROLLOUT_ANNOTATION}-`"
             ),

@@ -295,14 +295,19 @@ pub fn plan(
         .collect();
     let ledger = ledger(input);
     let others = PoolCounts::default();
-    // A node that two RebootPools select is granted by neither: no wave takes it.
-    let (overlapping, planned_nodes): (Vec<&NodeInput>, Vec<&NodeInput>) = input
+    // A node that two RebootPools select is granted by neither: no wave takes it, yet it
+    // counts against this pool's budgets while it is unavailable, as the controller counts it.
+    let shared =
+        |n: &NodeInput| !n.overlap.is_empty() && !input.ledger.slots.contains_key(&n.facts.name);
+    let overlapping: Vec<&NodeInput> = input.nodes.iter().filter(|n| shared(n)).collect();
+    let views: Vec<NodeView> = input
         .nodes
         .iter()
-        .partition(|n| !n.overlap.is_empty() && !input.ledger.slots.contains_key(&n.facts.name));
-    let views: Vec<NodeView> = planned_nodes
-        .into_iter()
-        .map(|n| view(n, keys, &settings.zone_label))
+        .map(|n| NodeView {
+            in_pool: !shared(n),
+            shared: shared(n),
+            ..view(n, keys, &settings.zone_label)
+        })
         .collect();
     let planned = rollout_plan::plan(PlanInput {
         nodes: views,
@@ -654,6 +659,7 @@ fn view(node: &NodeInput, keys: &AnnotationKeys, zone_label: &str) -> NodeView {
     NodeView {
         state,
         in_pool: node.in_pool,
+        shared: false,
         requested_at,
         not_before: None,
         drain: DrainState::NotStarted,

@@ -48,7 +48,7 @@ pub struct Usage<'a> {
 impl<'a> Usage<'a> {
     /// Counts `nodes` (with the slot holders `slots`) and `others` (the rest of the pool,
     /// none of which holds a slot) against the budgets. A node outside the pool counts only
-    /// while it holds a slot. An unavailable node counts in the zone its label says; a slot
+    /// while it holds a slot; one that another pool selects too counts in both. An unavailable node counts in the zone its label says; a slot
     /// holder also in the zone its slot was granted in (a relabel does not move a slot out of
     /// its zone), and in every zone when that is not known.
     pub fn count(
@@ -74,7 +74,7 @@ impl<'a> Usage<'a> {
         for view in nodes {
             let slot = slots.get(view.name());
             let holds = slot.is_some();
-            let counts = if view.in_pool {
+            let counts = if view.counted() {
                 *usage.zone_size.entry(view.zone.as_deref()).or_default() += 1;
                 common::unavailable(&view.facts, &view.state, holds)
             } else {

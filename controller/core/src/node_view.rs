@@ -23,6 +23,9 @@ pub struct NodeView {
     /// Selected by `--node-selector`. A node outside the pool is acted on only while it holds
     /// one of this pool's slots.
     pub in_pool: bool,
+    /// Selected by another pool too: granted by neither, counted by both while it is
+    /// unavailable (in the pool's budget and its zone's).
+    pub shared: bool,
     /// When this controller first saw the request (any monotonic unit); oldest goes first.
     pub requested_at: Option<u64>,
     /// A node whose drain failed is not granted again before this time.
@@ -58,6 +61,12 @@ pub struct NodeView {
 impl NodeView {
     pub fn name(&self) -> &str {
         &self.facts.name
+    }
+
+    /// Whether the node counts against the pool's budgets: its own, or shared with another
+    /// pool.
+    pub fn counted(&self) -> bool {
+        self.in_pool || self.shared
     }
 
     pub(crate) fn version(&self) -> Option<&str> {

@@ -35,6 +35,8 @@ pub struct Entry {
     /// report that changes none (see `nodes::decision_facts`).
     pub print: u64,
     pub in_pool: bool,
+    /// Selected by another pool too: granted by neither, counted by both.
+    pub shared: bool,
     pub zone: Option<String>,
     /// NotReady or cordoned (invariant 1 of docs/src/design.md without the protocol's part).
     pub unavailable_by_itself: bool,
@@ -48,6 +50,7 @@ impl Entry {
         Self {
             print,
             in_pool: pool.in_pool,
+            shared: pool.shared,
             zone: pool.zone,
             unavailable_by_itself: facts.unavailable_by_itself(),
             in_protocol: in_protocol(state),
@@ -56,11 +59,21 @@ impl Entry {
     }
 }
 
-/// Where a node stands in the pool: selected by `--node-selector` or not, and its zone.
+/// Where a node stands in the pool: selected by `--node-selector` or not, also selected by
+/// another pool (then it is not the pool's, yet counted by it), and its zone.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Placement {
     pub in_pool: bool,
+    pub shared: bool,
     pub zone: Option<String>,
+}
+
+impl Entry {
+    /// Whether the node counts against the pool's budgets: its own, or shared with another
+    /// pool (each counts it).
+    pub fn counted(&self) -> bool {
+        self.in_pool || self.shared
+    }
 }
 
 /// One zone's nodes in the pool, and how many of them are unavailable by themselves.
@@ -88,7 +101,7 @@ impl PoolCounts {
     }
 
     fn add(&mut self, entry: &Entry) {
-        if entry.in_pool {
+        if entry.counted() {
             let zone = self.zones.entry(entry.zone.clone()).or_default();
             zone.size += 1;
             zone.unavailable += usize::from(entry.unavailable_by_itself);
@@ -96,7 +109,7 @@ impl PoolCounts {
     }
 
     fn remove(&mut self, entry: &Entry) {
-        if !entry.in_pool {
+        if !entry.counted() {
             return;
         }
         if let Some(zone) = self.zones.get_mut(&entry.zone) {
@@ -195,6 +208,24 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
+    /// A node that a peer pool selects too counts in this pool's totals and zone, as the pool's
+    /// own nodes do, though it is not the pool's.
+    #[test]
+    fn a_shared_node_is_counted_with_the_pools_own() {
+        let mut index = PoolIndex::default();
+        let shared = Entry {
+            shared: true,
+            ..entry(1, true, false, false)
+        };
+        put(&mut index, "cp-1", &shared);
+        put(&mut index, "cp-2", &entry(1, false, false, true));
+        put(&mut index, "w-1", &entry(1, true, false, false));
+        assert_eq!(index.totals().nodes(), 2);
+        assert_eq!(index.totals().unavailable(), 1, "the shared node, not w-1");
+        index.remove("cp-1");
+        assert_eq!(index.totals().unavailable(), 0);
+    }
+
     fn entry(zone: u8, unavailable: bool, in_protocol: bool, in_pool: bool) -> Entry {
         Entry {
             print: u64::from(zone) * 8
@@ -202,6 +233,7 @@ mod tests {
                 + u64::from(in_protocol) * 2
                 + u64::from(in_pool),
             in_pool,
+            shared: false,
             zone: (zone > 0).then(|| format!("z{zone}")),
             unavailable_by_itself: unavailable,
             in_protocol,

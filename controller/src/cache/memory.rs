@@ -138,6 +138,7 @@ impl Memory {
                         .map(|grant| drains.state(grant, facts.resource_version.as_deref()))
                         .unwrap_or_default(),
                     in_pool: overlay.in_pool(node),
+                    shared: overlay.shared(node),
                     zone: overlay.zone_of(node),
                     opt_out: keys.opt_out(node.metadata.labels.as_ref()),
                     ready_since,

@@ -136,6 +136,11 @@ pub fn trim(node: &mut Node, kept: &KeptLabels) {
     });
 }
 
+fn labels_of(node: &Node) -> &std::collections::BTreeMap<String, String> {
+    static EMPTY: std::collections::BTreeMap<String, String> = std::collections::BTreeMap::new();
+    node.metadata.labels.as_ref().unwrap_or(&EMPTY)
+}
+
 /// The index shared by the node watch (which writes it) and the rounds (which read it).
 pub type SharedIndex = Arc<Mutex<PoolIndex>>;
 
@@ -166,9 +171,13 @@ impl Indexing {
 
     /// Whether the node belongs to the pool, from the labels its trimmed copy keeps.
     pub fn in_pool(&self, node: &Node) -> bool {
-        let empty = Default::default();
-        self.pool
-            .matches(node.metadata.labels.as_ref().unwrap_or(&empty))
+        self.pool.matches(labels_of(node))
+    }
+
+    /// Whether another pool selects the node too: then it counts here, and neither grants it.
+    pub fn shared(&self, node: &Node) -> bool {
+        let labels = labels_of(node);
+        self.pool.counts(labels) && self.pool.shared_with_a_peer(labels)
     }
 
     /// The node's zone (`--zone-label`).
@@ -186,6 +195,7 @@ impl Indexing {
         let state = facts.protocol(&self.keys);
         let placement = Placement {
             in_pool: self.in_pool(node),
+            shared: self.shared(node),
             zone: self.zone_of(node),
         };
         Entry::new(print, &facts, &state, placement)
@@ -386,7 +396,9 @@ pub fn pool_summary(
     keys: &AnnotationKeys,
 ) -> PoolSummary {
     let (nodes, others) = gather(store, index, overlay, ledger.slots.keys());
-    let pool: Vec<Arc<Node>> = nodes.into_iter().filter(|n| overlay.in_pool(n)).collect();
+    let pool: Vec<Arc<Node>> = (nodes.into_iter())
+        .filter(|n| overlay.in_pool(n) || overlay.shared(n))
+        .collect();
     PoolSummary::of(&pool, &others, ledger, keys)
 }
 
@@ -587,6 +599,11 @@ impl Overlay {
     /// Whether the node belongs to the pool, from the labels its trimmed copy keeps.
     pub fn in_pool(&self, node: &Node) -> bool {
         self.indexing.in_pool(node)
+    }
+
+    /// Whether another pool selects the node too (counted here, granted by neither).
+    pub fn shared(&self, node: &Node) -> bool {
+        self.indexing.shared(node)
     }
 
     /// The node's zone (`--zone-label`).

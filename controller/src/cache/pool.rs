@@ -12,10 +12,14 @@ pub struct PoolSelector {
     text: Option<String>,
     selector: Selector,
     keys: BTreeSet<String>,
-    /// The selectors of the other pools: a node one of them selects is not this pool's (a
-    /// node that two `RebootPool`s select belongs to neither, and the flags' pool takes only
-    /// the nodes no `RebootPool` selects).
+    /// Selectors whose nodes are not this pool's at all (the flags' pool takes only the nodes
+    /// no `RebootPool` selects; a deleted pool selects none).
     excluded: Vec<Selector>,
+    /// The selectors of the other `RebootPool`s: a node one of them selects too is granted by
+    /// neither, yet counts against the budget of each while it is unavailable (a second
+    /// control-plane node must not go down because the first is also labelled into a zone's
+    /// pool).
+    shared: Vec<Selector>,
 }
 
 impl PoolSelector {
@@ -32,6 +36,7 @@ impl PoolSelector {
             selector: expressions.into_iter().collect(),
             keys,
             excluded: Vec::new(),
+            shared: Vec::new(),
         })
     }
 
@@ -48,10 +53,12 @@ impl PoolSelector {
             selector,
             keys,
             excluded: Vec::new(),
+            shared: Vec::new(),
         }
     }
 
-    /// This pool without the nodes that any of `others` selects.
+    /// This pool without the nodes that any of `others` selects: they are neither granted
+    /// nor counted here.
     #[must_use]
     pub fn excluding<'a>(mut self, others: impl IntoIterator<Item = &'a PoolSelector>) -> Self {
         for other in others {
@@ -61,8 +68,31 @@ impl PoolSelector {
         self
     }
 
+    /// This pool beside `peers`: a node one of them selects too is granted by neither, and
+    /// counted by both.
+    #[must_use]
+    pub fn sharing<'a>(mut self, peers: impl IntoIterator<Item = &'a PoolSelector>) -> Self {
+        for peer in peers {
+            self.keys.extend(peer.keys.iter().cloned());
+            self.shared.push(peer.selector.clone());
+        }
+        self
+    }
+
+    /// Whether the node is this pool's: it may be granted here.
     pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+        self.counts(labels) && !self.shared_with_a_peer(labels)
+    }
+
+    /// Whether the node counts against this pool's budgets: it is the pool's, or one that a
+    /// peer selects too.
+    pub fn counts(&self, labels: &BTreeMap<String, String>) -> bool {
         self.selects(labels) && !self.excluded.iter().any(|other| other.matches(labels))
+    }
+
+    /// Whether the node counts here but is granted by no pool: a peer selects it too.
+    pub fn shared_with_a_peer(&self, labels: &BTreeMap<String, String>) -> bool {
+        self.shared.iter().any(|peer| peer.matches(labels))
     }
 
     /// Whether the selector itself selects the node, other pools aside.
@@ -252,5 +282,29 @@ mod tests {
         let rest = PoolSelector::parse("").unwrap().excluding([&gpu, &spot]);
         assert!(rest.matches(&labels(&[("pool", "web")])));
         assert!(!rest.matches(&labels(&[("pool", "gpu")])));
+        assert!(
+            !rest.counts(&labels(&[("pool", "gpu")])),
+            "an excluded node is not counted either"
+        );
+    }
+
+    #[test]
+    fn a_node_a_peer_selects_too_counts_here_but_is_not_granted_here() {
+        let cp = PoolSelector::parse("role=cp").unwrap();
+        let zone_a = PoolSelector::parse("zone=a").unwrap();
+        let shared = cp.clone().sharing([&zone_a]);
+        let both = labels(&[("role", "cp"), ("zone", "a")]);
+        assert!(!shared.matches(&both), "granted by neither");
+        assert!(shared.counts(&both), "counted by both");
+        assert!(shared.shared_with_a_peer(&both));
+        let alone = labels(&[("role", "cp")]);
+        assert!(shared.matches(&alone) && shared.counts(&alone));
+        assert!(!shared.shared_with_a_peer(&alone));
+        assert!(
+            !shared.counts(&labels(&[("zone", "a")])),
+            "the peer's own node"
+        );
+        let keys: Vec<&str> = shared.keys().iter().map(String::as_str).collect();
+        assert_eq!(keys, ["role", "zone"], "the peers' keys are kept too");
     }
 }

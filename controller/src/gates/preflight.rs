@@ -932,6 +932,7 @@ mod tests {
             state: facts.protocol(&common::AnnotationKeys::default()),
             facts,
             in_pool: true,
+            shared: false,
             requested_at: Some(0),
             not_before: None,
             drain: controller_core::decide::DrainState::NotStarted,

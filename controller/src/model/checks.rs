@@ -694,8 +694,10 @@ pub fn pool_ledger_write(
         .filter(|n| s.node(index(n)).is_some())
         .cloned()
         .collect();
+    // Every node the pool's own selector selects counts while it is unavailable, whether or not
+    // another pool selects it too (then it is granted by neither, and counted by both).
     for i in 0..NODES {
-        if seen(i, &|n| s.pool_of_copy(n) == Some(p)) && seen(i, &unavailable) {
+        if seen(i, &|n| s.pools[p].selects(n)) && seen(i, &unavailable) {
             counted.insert(format!("n{i}"));
         }
     }

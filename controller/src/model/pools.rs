@@ -371,6 +371,29 @@ mod tests {
         assert_eq!(model.s().boots[1], 0, "the deleted pool granted n1");
     }
 
+    /// The sandbox's report: n0 is in pool a (budget 1) and also labelled into pool c, and an
+    /// administrator cordons it; a reboot asked for n1, a's own node, waits until n0 is
+    /// uncordoned. Before, n0 counted against neither pool and n1 was granted at once.
+    #[test]
+    fn a_cordoned_node_two_pools_select_holds_both_budgets() {
+        let mut model = Model::with_pools(&scripted(2, 1, true), &[1, 1, 1]);
+        for step in [Tier { node: 0, gpu: true }, AdminCordon(0), Request(1), Request(5)] {
+            model.apply(&step);
+        }
+        for _ in 0..4 {
+            for k in 0..2 {
+                model.apply(&SyncAll(k));
+                model.apply(&Round(k));
+            }
+        }
+        assert!(granted(&model, 1).is_none(), "n1 granted while n0, in a and c, is cordoned");
+        assert!(granted(&model, 5).is_none(), "n5 granted while n0, in a and c, is cordoned");
+        model.settle();
+        assert_eq!(model.s().boots[1], 1, "n1 rebooted once n0 was uncordoned");
+        assert_eq!(model.s().boots[5], 1, "n5 rebooted once n0 was uncordoned");
+        assert_eq!(model.s().boots[0], 0, "n0, in a and c, was rebooted");
+    }
+
     /// A node two pools select (pool=a and tier=gpu) is granted by neither; c's own node is.
     #[test]
     fn a_node_two_pools_select_is_granted_by_neither() {

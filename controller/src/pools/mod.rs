@@ -54,7 +54,7 @@ pub struct Plan {
 
 /// Pure: the pools to run from the `RebootPool` objects as listed, over the flags.
 ///
-/// A node two `RebootPool`s select is in neither; the flags' pool has the nodes that
+/// A node two `RebootPool`s select is granted by neither and counted by both; the flags' pool has the nodes that
 /// `--node-selector` selects and no `RebootPool` does. A pool whose spec is invalid runs
 /// nothing, but its selector still keeps its nodes out of the others (a selector that cannot
 /// be read, every node): a value the controller cannot use makes it do less, never more.
@@ -80,12 +80,12 @@ pub fn plan(base: &Args, objects: &[RebootPool]) -> Plan {
     for (name, (args, pool)) in &read {
         match args {
             Ok(args) => {
-                let others = selectors
+                let peers = selectors
                     .iter()
                     .filter(|(other, _)| *other != name)
                     .map(|(_, s)| s);
                 let mut args = args.clone();
-                args.node_selector = args.node_selector.clone().excluding(others);
+                args.node_selector = args.node_selector.clone().sharing(peers);
                 let deleting = pool.metadata.deletion_timestamp.is_some();
                 if deleting {
                     // A deleted pool has no node left: it grants nothing new, takes the nodes
@@ -205,9 +205,21 @@ mod tests {
         let plan = plan(&base, &objects);
         assert_eq!(member(&plan, &labels(&[("pool", "gpu")])), ["gpu"]);
         assert_eq!(member(&plan, &labels(&[("spot", "")])), ["spot"]);
+        let both = labels(&[("pool", "gpu"), ("spot", "")]);
         assert!(
-            member(&plan, &labels(&[("pool", "gpu"), ("spot", "")])).is_empty(),
+            member(&plan, &both).is_empty(),
             "a node two pools select is in neither"
+        );
+        let counting: Vec<&str> = plan
+            .pools
+            .iter()
+            .filter(|p| p.args.node_selector.counts(&both))
+            .map(PoolConfig::label)
+            .collect();
+        assert_eq!(
+            counting,
+            ["gpu", "spot"],
+            "and counts in both, not in the flags' pool"
         );
         assert_eq!(member(&plan, &labels(&[("pool", "web")])), ["default"]);
     }

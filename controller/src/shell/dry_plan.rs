@@ -24,7 +24,7 @@ impl Shell {
             None
         };
         let now = self.clock.now();
-        let pool_size = round.nodes.iter().filter(|v| v.in_pool).count() + round.others.nodes();
+        let pool_size = round.nodes.iter().filter(|v| v.counted()).count() + round.others.nodes();
         let plan = rollout_plan::plan(PlanInput {
             nodes: round.nodes.to_vec(),
             others: round.others,

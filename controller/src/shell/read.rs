@@ -58,7 +58,7 @@ impl Shell {
         // does not have may be of a node deleted since the read, and counting it would raise
         // the budget above what the pool allows.
         let cached = |v: &&NodeView| self.nodes.get(&ObjectRef::new(v.name())).is_some();
-        let pool = views.iter().filter(|v| v.in_pool).filter(cached).count() + others.nodes();
+        let pool = views.iter().filter(|v| v.counted()).filter(cached).count() + others.nodes();
         let budget = self.budgets.at(pool, self.clock.now()).budget;
         let (scheduled, window_open) = self.hold_now();
         let gates = self.gates.read(&self.metrics);

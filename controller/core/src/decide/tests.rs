@@ -30,6 +30,7 @@ pub(crate) fn view_of(facts: NodeFacts) -> NodeView {
         opt_out: keys.opt_out(Some(&facts.labels)),
         facts,
         in_pool: true,
+        shared: false,
         zone: None,
         ready_since: Some(0),
         requested_at: None,
@@ -1246,4 +1247,52 @@ fn concurrency_limits_the_operators_own_reboots_below_the_budget() {
     let d = round(&held, Some(1));
     assert!(granted(&d).is_empty());
     assert_eq!(d.waiting, ["a", "b", "c"]);
+}
+
+/// A node that another pool selects too is granted by neither, yet while an administrator's
+/// cordon makes it unavailable it counts against this pool's budget (and its zone's): with a
+/// budget of 1, the pool's own requested node waits. Before, it counted against no pool, and a
+/// second control-plane node was granted while the first was down.
+#[test]
+fn a_node_another_pool_selects_too_counts_against_this_pools_budgets() {
+    let cordoned = NodeBuilder::new("cp-1").ready(true).unschedulable(true);
+    let shared = NodeView {
+        in_pool: false,
+        shared: true,
+        zone: Some("a".into()),
+        ..view_of(cordoned.facts())
+    };
+    let waiting = requested_in("cp-2", Some("b"), 1);
+    let nodes = [shared.clone(), waiting.clone()];
+    let d = decide(&nodes, &Ledger::default(), 1, false);
+    assert!(
+        granted(&d).is_empty(),
+        "granted {:?} beside a cordoned shared node",
+        granted(&d)
+    );
+    assert!(granted(&decide(&nodes, &Ledger::default(), 2, false)) == ["cp-2"]);
+    // Its zone's budget too.
+    let zoned = [shared.clone(), requested_in("cp-3", Some("a"), 1)];
+    assert!(granted(&decide_zoned(&zoned, &Ledger::default(), 4)).is_empty());
+    // Requested itself, it is granted by neither pool.
+    let mut asked = node_json("cp-1", true);
+    annotate(&mut asked, "reboot-needed", "true");
+    let asked = NodeView {
+        in_pool: false,
+        shared: true,
+        requested_at: Some(0),
+        ..view(&asked)
+    };
+    assert!(granted(&decide(&[asked], &Ledger::default(), 3, false)).is_empty());
+    // Counted in the pool's counts of nodes outside the protocol as well.
+    let not_ours = NodeView {
+        shared: false,
+        ..shared
+    };
+    let d = decide(&[not_ours, waiting], &Ledger::default(), 1, false);
+    assert_eq!(
+        granted(&d),
+        ["cp-2"],
+        "a node no peer shares and outside the pool is not counted"
+    );
 }

@@ -1,5 +1,7 @@
 //! `--max-unavailable`: how many nodes of the pool may be unavailable at once, as a count
-//! (`3`) or a percentage of the pool (`25%`), like a Deployment's `maxUnavailable`.
+//! (`3`) or a percentage of the pool (`25%`), like a Deployment's `maxUnavailable`. `0` (or
+//! `0%`) holds every new reboot, as a PodDisruptionBudget's or a MachineConfigPool's does: the
+//! reboots under way finish.
 
 use std::{fmt, str::FromStr};
 use thiserror::Error;
@@ -8,15 +10,15 @@ use thiserror::Error;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MaxUnavailable {
     Count(u32),
-    /// Percent of the pool, 1 to 100.
+    /// Percent of the pool, 0 to 100.
     Percent(u32),
 }
 
 /// A `--max-unavailable` value that is not a budget.
 #[derive(Debug, Error, PartialEq, Eq)]
 #[error(
-    "invalid --max-unavailable {value:?}: {why}; use a whole number of nodes of at least 1 \
-     (for example `2`) or a percentage of the pool from 1% to 100% (for example `25%`)"
+    "invalid --max-unavailable {value:?}: {why}; use a whole number of nodes (for example `2`) \
+     or a percentage of the pool up to 100% (for example `25%`); 0 holds every new reboot"
 )]
 pub struct MaxUnavailableError {
     value: String,
@@ -50,7 +52,6 @@ impl FromStr for MaxUnavailable {
             why,
         };
         match count_or_percent(value).map_err(fail)? {
-            (0, _) => Err(fail("a budget of 0 would never reboot anything")),
             (101.., true) => Err(fail("a percentage cannot exceed 100%")),
             (n, true) => Ok(Self::Percent(n)),
             (n, false) => Ok(Self::Count(n)),
@@ -68,12 +69,25 @@ impl fmt::Display for MaxUnavailable {
 }
 
 impl MaxUnavailable {
+    /// A RebootPool's budget field as its spec gives it (`2`, `"25%"`): read as the flag
+    /// reads its value, so that the controller and the plugin agree on every value.
+    pub fn from_spec(
+        value: &k8s_openapi::apimachinery::pkg::util::intstr::IntOrString,
+    ) -> Result<Self, MaxUnavailableError> {
+        use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+        match value {
+            IntOrString::Int(n) => n.to_string().parse(),
+            IntOrString::String(text) => text.parse(),
+        }
+    }
+
     /// The number of nodes that may be unavailable in a pool of `pool_size` nodes. A
     /// percentage rounds down, as a Deployment's does, but never below 1 so that a small pool
-    /// still makes progress.
+    /// still makes progress; `0%` is 0, as `0` is: no new reboot.
     pub fn resolve(self, pool_size: usize) -> usize {
         match self {
             Self::Count(n) => n as usize,
+            Self::Percent(0) => 0,
             Self::Percent(p) => (pool_size * p as usize / 100).max(1),
         }
     }
@@ -91,10 +105,16 @@ mod tests {
     }
 
     #[test]
+    fn zero_holds_every_new_reboot() {
+        assert_eq!("0".parse(), Ok(MaxUnavailable::Count(0)));
+        assert_eq!("0%".parse(), Ok(MaxUnavailable::Percent(0)));
+        assert_eq!(MaxUnavailable::Count(0).resolve(10), 0);
+        assert_eq!(MaxUnavailable::Percent(0).resolve(10), 0);
+    }
+
+    #[test]
     fn bad_values_name_the_problem_and_the_fix() {
         for (bad, why) in [
-            ("0", "never reboot"),
-            ("0%", "never reboot"),
             ("-1", "negative"),
             ("abc", "not a number"),
             ("150%", "exceed 100%"),

@@ -87,17 +87,17 @@ pub struct RebootPoolSpec {
     pub node_selector: LabelSelector,
     /// How many of the pool's nodes may be unavailable at once (NotReady, cordoned, or in the
     /// protocol): a number (`2`) or a percentage of the pool (`"25%"`, rounded down, at least
-    /// 1). Default 1.
+    /// 1). `0` holds every new reboot; those under way finish. Default 1.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[x_kube(validation = Rule::new("type(self) == int ? self >= 0 : self.matches('^[0-9]+%$')").message("maxUnavailable must be a number of nodes (0 or more) or a percentage such as \"25%\""))]
+    #[x_kube(validation = Rule::new("type(self) == int ? self >= 0 : self.matches('^0*([0-9]{1,2}|100)%$')").message("maxUnavailable must be a number of nodes (0 or more) or a percentage up to 100% such as \"25%\""))]
     pub max_unavailable: Option<IntOrString>,
     /// The same budget per zone (`zoneLabel`'s value); unset, zones are not counted apart.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[x_kube(validation = Rule::new("type(self) == int ? self >= 0 : self.matches('^[0-9]+%$')").message("maxUnavailablePerZone must be a number of nodes (0 or more) or a percentage such as \"25%\""))]
+    #[x_kube(validation = Rule::new("type(self) == int ? self >= 0 : self.matches('^0*([0-9]{1,2}|100)%$')").message("maxUnavailablePerZone must be a number of nodes (0 or more) or a percentage up to 100% such as \"25%\""))]
     pub max_unavailable_per_zone: Option<IntOrString>,
     /// How many nodes may be in the protocol at once, below `maxUnavailable`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[x_kube(validation = Rule::new("type(self) == int ? self >= 1 : self.matches('^[0-9]+%$')").message("concurrency must be a number of nodes (1 or more) or a percentage such as \"25%\""))]
+    #[x_kube(validation = Rule::new("type(self) == int ? self >= 0 : self.matches('^0*([0-9]{1,2}|100)%$')").message("concurrency must be a number of nodes (0 or more) or a percentage up to 100% such as \"25%\""))]
     pub concurrency: Option<IntOrString>,
     /// The label that names a node's zone. Default `topology.kubernetes.io/zone`.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -21,7 +21,8 @@ use std::time::Duration;
 #[command(name = "reboot-controller", version)]
 pub struct Args {
     /// How many nodes of the pool may be unavailable at once: a number (`2`) or a
-    /// percentage of the pool (`25%`, rounded down, at least 1).
+    /// percentage of the pool (`25%`, rounded down, at least 1). `0` holds every new reboot;
+    /// the reboots under way finish.
     #[arg(long, env = "MAX_UNAVAILABLE", default_value = "1", allow_negative_numbers = true, value_parser = parse_max_unavailable)]
     pub max_unavailable: MaxUnavailable,
 
@@ -662,6 +663,7 @@ impl Args {
                 .max_blocked_nodes
                 .map(|most| usize::try_from(most).unwrap_or(usize::MAX)),
             keep_cordoned: self.keep_set_aside_cordoned,
+            retiring: false,
         }
     }
 

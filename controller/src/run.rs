@@ -262,7 +262,7 @@ impl Context {
         let owned: Vec<_> = listed.objects.iter().map(|p| (**p).clone()).collect();
         let plan = pools::plan(&self.args, &owned);
         for invalid in &plan.invalid {
-            tracing::warn!(pool = %invalid.name, problems = ?invalid.problems, "RebootPool refused: its spec is invalid; it grants nothing");
+            tracing::warn!(pool = %invalid.name, problems = ?invalid.problems, "RebootPool spec invalid: it grants no new reboot and finishes the nodes it holds");
         }
         let indexings = plan.pools.iter().map(|p| p.args.indexing()).collect();
         let began = Instant::now();
@@ -538,7 +538,7 @@ impl Context {
             overlay: Overlay::new(args.indexing()),
             zone_budget: args.max_unavailable_per_zone,
             concurrency: args.concurrency,
-            set_aside: args.set_aside(),
+            set_aside: pool.config.set_aside(),
             rollout_rules: args.rollout_rules(),
             ledger,
             ledger_store: pool.ledger_store.clone(),

@@ -110,7 +110,6 @@ fn a_give_up_shorter_than_the_reboot_timeout_stops_the_controller_at_start() {
 #[test]
 fn bad_budgets_stop_the_controller_at_start() {
     for (value, why) in [
-        ("0", "would never reboot anything"),
         ("-1", "negative"),
         ("abc", "not a number"),
         ("150%", "cannot exceed 100%"),

@@ -410,7 +410,7 @@ mod tests {
         assert!(parse(&["status", "--interval", "0s"]).is_err());
         let err = parse(&["plan", "--reboot-window", "Mon 25:00-26:00"]).unwrap_err();
         assert!(err.to_string().contains("DAYS HH:MM-HH:MM"), "{err}");
-        let err = parse(&["plan", "--max-unavailable-per-zone", "0"]).unwrap_err();
+        let err = parse(&["plan", "--max-unavailable-per-zone", "150%"]).unwrap_err();
         assert!(
             err.to_string().contains("max-unavailable-per-zone"),
             "{err}"

@@ -70,7 +70,7 @@ impl Settings {
             concurrency: spec
                 .concurrency
                 .as_ref()
-                .map(|c| pool_spec::limit("concurrency", c, 1))
+                .map(|c| pool_spec::limit("concurrency", c))
                 .transpose()?,
             min_ready: Duration::from_secs(
                 spec.min_ready_seconds.unwrap_or(0).max(0).unsigned_abs(),
@@ -79,6 +79,7 @@ impl Settings {
                 attempts: spec.drain_attempts.and_then(|a| u32::try_from(a).ok()),
                 most: spec.max_blocked_nodes.and_then(|m| usize::try_from(m).ok()),
                 keep_cordoned: spec.keep_set_aside_cordoned.unwrap_or(false),
+                retiring: false,
             },
             rollout: rollout_rules(spec)?,
             reboot_estimate: spec

@@ -27,12 +27,12 @@ pub fn budget(spec: &RebootPoolSpec) -> SpecBudget {
             .max_unavailable
             .as_ref()
             .map_or(Ok(MaxUnavailable::Count(1)), |v| {
-                limit("maxUnavailable", v, 0)
+                limit("maxUnavailable", v)
             }),
         per_zone: spec
             .max_unavailable_per_zone
             .as_ref()
-            .map(|v| limit("maxUnavailablePerZone", v, 0)),
+            .map(|v| limit("maxUnavailablePerZone", v)),
         zone_label: zone_label(spec),
     }
 }
@@ -44,21 +44,15 @@ pub(crate) fn zone_label(spec: &RebootPoolSpec) -> String {
         .unwrap_or_else(|| ZONE_LABEL.to_owned())
 }
 
-/// A number of nodes (at least `least`) or a percentage, as a budget.
-pub(crate) fn limit(
-    field: &str,
-    value: &IntOrString,
-    least: i32,
-) -> Result<MaxUnavailable, String> {
-    match value {
-        IntOrString::Int(n) if *n >= least => Ok(MaxUnavailable::Count(n.unsigned_abs())),
-        IntOrString::Int(n) => Err(format!(
-            "{field} {n} is below {least}: give a number of nodes or a percentage such as \"25%\""
-        )),
-        IntOrString::String(text) => text
-            .parse()
-            .map_err(|e| format!("{field} {text:?} cannot be read: {e}")),
-    }
+/// A number of nodes or a percentage, as a budget: read as the controller reads it.
+pub(crate) fn limit(field: &str, value: &IntOrString) -> Result<MaxUnavailable, String> {
+    MaxUnavailable::from_spec(value).map_err(|e| {
+        let shown = match value {
+            IntOrString::Int(n) => n.to_string(),
+            IntOrString::String(text) => format!("{text:?}"),
+        };
+        format!("{field} {shown} cannot be read: {e}")
+    })
 }
 
 /// The pool's `nodeSelector` as a label selector string (empty: every node).

@@ -654,8 +654,8 @@ pub fn pool_ledger_write(
             panic!("replica {k} granted {granted:?} in {ledger}, not a pool it runs")
         });
     assert!(
-        !running.paused && !running.deleted,
-        "replica {k} granted {granted:?} in {ledger}, which it runs paused or deleted"
+        !running.paused && !running.deleted && !running.invalid,
+        "replica {k} granted {granted:?} in {ledger}, which it runs paused, deleted or invalid"
     );
     let p = s
         .pools

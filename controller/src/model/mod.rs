@@ -310,6 +310,8 @@ struct PoolParts {
     indexing: Indexing,
     budgets: Budgets,
     paused: bool,
+    /// A deleted pool's: it takes its kept cordons off (`SetAside::retiring`).
+    retiring: bool,
 }
 
 /// What a case is made of, drawn by proptest.
@@ -425,6 +427,7 @@ impl Model {
             indexing,
             budgets: budgets(setup),
             paused: false,
+            retiring: false,
         };
         let pool = self.pool_shell(&replica, setup, parts, None);
         replica.pools.push(pool);
@@ -540,7 +543,10 @@ impl Model {
             budgets: parts.budgets,
             zone_budget: args.map_or(setup.zone_budget, |a| a.max_unavailable_per_zone),
             concurrency: args.map_or(setup.concurrency, |a| a.concurrency),
-            set_aside: args.map_or(setup.set_aside, Args::set_aside),
+            set_aside: SetAside {
+                retiring: parts.retiring,
+                ..args.map_or(setup.set_aside, Args::set_aside)
+            },
             rollout_rules: args.map_or(setup.rollout, Args::rollout_rules),
             drains: DrainTracker::new(drainer, Arc::new(Notify::new())),
             nodes: replica.store.clone(),
@@ -1003,6 +1009,7 @@ fn a_node_whose_drain_keeps_failing_is_set_aside_and_stalls_the_pool_past_the_li
             attempts: Some(1),
             most,
             keep_cordoned,
+            retiring: false,
         };
         let mut model = Model::new(&setup);
         let fail = DrainEnds {

@@ -40,6 +40,7 @@ fn truth(p: usize, budget: u32) -> PoolTruth {
         value,
         budget,
         deleted: false,
+        invalid: false,
     }
 }
 
@@ -119,7 +120,12 @@ impl Model {
     /// (listed afresh) and one round per pool of the plan, with the ledgers read again.
     fn pool_replica(&self, k: usize) -> Replica {
         let plan = pools::plan(&base_args(), &self.objects);
-        assert!(plan.invalid.is_empty(), "invalid pools: {:?}", plan.invalid);
+        let invalid: Vec<String> = plan.invalid.iter().map(|i| i.name.clone()).collect();
+        let broken: Vec<String> = (self.s().pools.iter())
+            .filter(|p| p.invalid)
+            .map(|p| p.name.clone())
+            .collect();
+        assert_eq!(invalid, broken, "the pools the plan finds invalid");
         let indexings = plan.pools.iter().map(|p| p.args.indexing()).collect();
         let (store, indexes, feed) = self.node_feed(k, indexings);
         let mut replica = self.bare_replica(k, store, feed);
@@ -130,6 +136,7 @@ impl Model {
                 indexing: config.args.indexing(),
                 budgets: config.args.budgets(),
                 paused: config.paused,
+                retiring: config.deleting,
             };
             let pool = self.pool_shell(&replica, &self.setup, parts, Some(&config.args));
             replica.pools.push(pool);
@@ -145,6 +152,7 @@ impl Model {
                 budget: common::MaxUnavailable::Count(p.budget),
                 paused: false,
                 deleted: p.deleted,
+                invalid: p.invalid,
             })
             .collect();
         s.running[k] = running;
@@ -169,6 +177,27 @@ impl Model {
         object.spec.max_unavailable = Some(IntOrString::Int(i32::try_from(budget).unwrap_or(1)));
         object.metadata.generation = object.metadata.generation.map(|g| g + 1);
         self.s().pools[p].budget = budget;
+    }
+
+    /// The administrator mistypes the time zone of pool `p`'s window (`broken`), a value the
+    /// API server accepts, or puts it right again.
+    pub(super) fn break_pool(&mut self, p: usize, broken: bool) {
+        let Some(object) = self.objects.get_mut(p) else {
+            return;
+        };
+        let zone = if broken { "UTC/Typo" } else { "UTC" };
+        object.spec.windows = vec![format!("Mon-Sun 00:00-12:00 {zone}")];
+        object.metadata.generation = object.metadata.generation.map(|g| g + 1);
+        self.s().pools[p].invalid = broken;
+    }
+
+    /// Every pool put right: what an administrator does before a rollout can end.
+    pub(super) fn fix_pools(&mut self) {
+        for p in 0..self.objects.len() {
+            if self.s().pools[p].invalid {
+                self.break_pool(p, false);
+            }
+        }
     }
 
     /// The administrator deletes pool `p`: its finalizer keeps it while its nodes finish.
@@ -371,13 +400,108 @@ mod tests {
         assert_eq!(model.s().boots[1], 0, "the deleted pool granted n1");
     }
 
+    /// Pool a's window given a mistyped time zone while it reboots n0 with n1 waiting: n0
+    /// finishes (its uncordon and completion too), n1 is not granted while the spec is
+    /// invalid, and is once it is put right. Before, the invalid pool ran nothing and n0 kept
+    /// its grant and cordon for ever.
+    #[test]
+    fn a_pool_made_invalid_mid_rollout_finishes_its_node_and_grants_nothing_new() {
+        let mut model = Model::with_pools(&scripted(2, 1, true), &[1, 1]);
+        for step in [Request(0), Request(1), SyncAll(0), Round(0), Round(0)] {
+            model.apply(&step);
+        }
+        assert!(granted(&model, 0).is_some(), "n0 granted");
+        model.apply(&BreakPool {
+            pool: 0,
+            broken: true,
+        });
+        for _ in 0..40 {
+            model.tick(10 * super::super::STEP_MS);
+            for k in 0..2 {
+                model.apply(&SyncPools(k));
+                model.apply(&SyncAll(k));
+                model.apply(&Round(k));
+            }
+            for k in 0..2 {
+                model.apply(&DrainEnds {
+                    replica: k,
+                    node: 0,
+                    ok: true,
+                });
+            }
+            model.apply(&Agent(0));
+            model.apply(&Kubelet(0));
+        }
+        let n0 = model.s().node(0).cloned().expect("n0");
+        assert_eq!(model.s().boots[0], 1, "n0's reboot under way finished: {n0:#}");
+        assert!(granted(&model, 0).is_none(), "n0 keeps its grant: {n0:#}");
+        assert_eq!(n0["spec"]["unschedulable"], serde_json::json!(false), "{n0:#}");
+        assert!(granted(&model, 1).is_none(), "the invalid pool granted n1");
+        model.settle();
+        assert_eq!(model.s().boots[1], 1, "n1 rebooted once the pool was put right");
+    }
+
+    /// Pool a keeps n0 cordoned after its drain failed (`drainAttempts: 1`,
+    /// `keepSetAsideCordoned`), then is deleted: its last rounds take its cordon off n0, whose
+    /// request and record of failed drains stay. Before, n0 stayed cordoned for good.
+    #[test]
+    fn a_pool_deleted_with_a_node_it_kept_cordoned_uncordons_it() {
+        let mut model = Model::with_pools(&scripted(2, 1, true), &[1, 1]);
+        model.objects[0].spec.drain_attempts = Some(1);
+        model.objects[0].spec.keep_set_aside_cordoned = Some(true);
+        model.objects[0].metadata.generation = Some(2);
+        model.apply(&SyncPools(0));
+        model.apply(&SyncPools(1));
+        for step in [Request(0), SyncAll(0), Round(0), Round(0), Round(0)] {
+            model.apply(&step);
+        }
+        model.apply(&DrainEnds {
+            replica: 0,
+            node: 0,
+            ok: false,
+        });
+        for step in [SyncAll(0), Round(0), SyncAll(0), Round(0)] {
+            model.apply(&step);
+        }
+        let kept = |model: &Model| {
+            let n0 = model.s().node(0).cloned().expect("n0");
+            (
+                n0["spec"]["unschedulable"] == serde_json::json!(true),
+                annotation(&n0, "reboot-cordoned").is_some(),
+            )
+        };
+        assert_eq!(
+            kept(&model),
+            (true, true),
+            "n0 set aside, kept cordoned: {:#}",
+            model.s().node(0).cloned().expect("n0")
+        );
+        model.apply(&DeletePool(0));
+        for _ in 0..3 {
+            for k in 0..2 {
+                model.apply(&SyncPools(k));
+                model.apply(&SyncAll(k));
+                model.apply(&Round(k));
+            }
+        }
+        assert_eq!(kept(&model), (false, false), "the deleted pool's cordon stayed on n0");
+        let n0 = model.s().node(0).cloned().expect("n0");
+        assert!(annotation(&n0, "reboot-needed").is_some(), "{n0:#}");
+        assert!(annotation(&n0, "reboot-drain-failures").is_some(), "{n0:#}");
+    }
+
     /// The sandbox's report: n0 is in pool a (budget 1) and also labelled into pool c, and an
     /// administrator cordons it; a reboot asked for n1, a's own node, waits until n0 is
     /// uncordoned. Before, n0 counted against neither pool and n1 was granted at once.
     #[test]
     fn a_cordoned_node_two_pools_select_holds_both_budgets() {
         let mut model = Model::with_pools(&scripted(2, 1, true), &[1, 1, 1]);
-        for step in [Tier { node: 0, gpu: true }, AdminCordon(0), Request(1), Request(5)] {
+        for step in [
+            Tier { node: 0, gpu: true },
+            AdminCordon(0),
+            Request(1),
+            Request(5),
+        ] {
             model.apply(&step);
         }
         for _ in 0..4 {
@@ -386,8 +510,14 @@ mod tests {
                 model.apply(&Round(k));
             }
         }
-        assert!(granted(&model, 1).is_none(), "n1 granted while n0, in a and c, is cordoned");
-        assert!(granted(&model, 5).is_none(), "n5 granted while n0, in a and c, is cordoned");
+        assert!(
+            granted(&model, 1).is_none(),
+            "n1 granted while n0, in a and c, is cordoned"
+        );
+        assert!(
+            granted(&model, 5).is_none(),
+            "n5 granted while n0, in a and c, is cordoned"
+        );
         model.settle();
         assert_eq!(model.s().boots[1], 1, "n1 rebooted once n0 was uncordoned");
         assert_eq!(model.s().boots[5], 1, "n5 rebooted once n0 was uncordoned");

@@ -178,6 +178,9 @@ pub struct PoolTruth {
     pub value: &'static str,
     pub budget: u32,
     pub deleted: bool,
+    /// Its spec edited to a value the API server accepts and the controller cannot use (a
+    /// window's time zone mistyped): it grants nothing new and finishes what it holds.
+    pub invalid: bool,
 }
 
 impl PoolTruth {
@@ -199,6 +202,8 @@ pub struct RunningPool {
     pub paused: bool,
     /// Deleted: nothing granted, and its granted nodes go on to the end.
     pub deleted: bool,
+    /// Its spec invalid: as deleted.
+    pub invalid: bool,
 }
 
 pub fn keys() -> AnnotationKeys {

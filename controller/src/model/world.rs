@@ -90,6 +90,11 @@ pub enum Step {
         gpu: bool,
     },
     DeletePool(usize),
+    /// A pool's window given a mistyped time zone (`broken`), or put right.
+    BreakPool {
+        pool: usize,
+        broken: bool,
+    },
 }
 
 fn kubelet() -> impl Strategy<Value = Kubelet> {
@@ -195,6 +200,8 @@ pub fn pool_step() -> impl Strategy<Value = Step> {
         2 => (n.clone(), 0..3usize).prop_map(|(node, pool)| Step::MovePool { node, pool }),
         1 => (n, proptest::bool::weighted(0.5)).prop_map(|(node, gpu)| Step::Tier { node, gpu }),
         1 => (0..3usize).prop_map(Step::DeletePool),
+        1 => (0..3usize, proptest::bool::ANY)
+            .prop_map(|(pool, broken)| Step::BreakPool { pool, broken }),
     ]
 }
 
@@ -241,6 +248,7 @@ pub fn setup() -> impl Strategy<Value = Setup> {
             attempts,
             most: most.filter(|_| attempts.is_some()),
             keep_cordoned: keep_cordoned && attempts.is_some(),
+            retiring: false,
         });
     // A canary of one or two (soaked 20 s or not), waves, a failure budget of 0 or 1: on in
     // 30 % of the cases.
@@ -416,6 +424,7 @@ impl Model {
                 self.label(node, "tier", Some(if gpu { "gpu" } else { "web" }));
             }
             Step::DeletePool(p) => self.delete_pool(p),
+            Step::BreakPool { pool, broken } => self.break_pool(pool, broken),
         }
         self.after_step();
     }
@@ -648,6 +657,7 @@ impl Model {
     /// lifted, watches caught up, drains finish): every standing request must end in exactly
     /// one proven reboot, and nothing may be left in the protocol.
     pub(super) fn settle(&mut self) {
+        self.fix_pools();
         for k in 0..self.replicas.len() {
             self.sync_pools(k);
         }

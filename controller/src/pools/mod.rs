@@ -36,6 +36,14 @@ impl PoolConfig {
     pub fn label(&self) -> &str {
         self.name.as_deref().unwrap_or("default")
     }
+
+    /// Its set-aside nodes' settings; a deleted pool takes the cordons it kept off.
+    pub fn set_aside(&self) -> controller_core::decide::SetAside {
+        controller_core::decide::SetAside {
+            retiring: self.deleting,
+            ..self.args.set_aside()
+        }
+    }
 }
 
 /// A `RebootPool` whose spec the controller refuses, with every problem found.
@@ -54,21 +62,26 @@ pub struct Plan {
 
 /// Pure: the pools to run from the `RebootPool` objects as listed, over the flags.
 ///
-/// A node two `RebootPool`s select is granted by neither and counted by both; the flags' pool has the nodes that
-/// `--node-selector` selects and no `RebootPool` does. A pool whose spec is invalid runs
-/// nothing, but its selector still keeps its nodes out of the others (a selector that cannot
-/// be read, every node): a value the controller cannot use makes it do less, never more.
+/// A node two `RebootPool`s select is granted by neither and counted by both; the flags' pool
+/// has the nodes that `--node-selector` selects and no `RebootPool` does.
+///
+/// A pool whose spec is invalid (a value the API server accepts and the controller cannot use)
+/// still runs, as a deleted one does: it grants nothing new and carries every node that holds
+/// its slot to the end, with each unreadable field at its default; its selector still keeps
+/// its nodes out of the others (a selector that cannot be read, every node). A value the
+/// controller cannot use makes it do less, never more.
 pub fn plan(base: &Args, objects: &[RebootPool]) -> Plan {
-    let mut read: BTreeMap<String, (Result<Args, Vec<String>>, &RebootPool)> = BTreeMap::new();
+    let mut read: BTreeMap<String, (Result<(Args, Vec<String>), Vec<String>>, &RebootPool)> =
+        BTreeMap::new();
     for pool in objects {
         let name = pool.name_any();
         read.insert(
             name.clone(),
-            (settings::pool_args(base, &name, &pool.spec), pool),
+            (settings::read_pool(base, &name, &pool.spec), pool),
         );
     }
     // A selector that cannot be read selects every node (as `common::pool::selects` reads
-    // it): its pool runs nothing, and keeps every node from the others until it is fixed.
+    // it): its pool grants nothing, and keeps every node from the others until it is fixed.
     let selectors: BTreeMap<&str, PoolSelector> = read
         .iter()
         .map(|(name, (_, pool))| {
@@ -77,37 +90,40 @@ pub fn plan(base: &Args, objects: &[RebootPool]) -> Plan {
         })
         .collect();
     let mut plan = Plan::default();
-    for (name, (args, pool)) in &read {
-        match args {
-            Ok(args) => {
-                let peers = selectors
-                    .iter()
-                    .filter(|(other, _)| *other != name)
-                    .map(|(_, s)| s);
-                let mut args = args.clone();
-                args.node_selector = args.node_selector.clone().sharing(peers);
-                let deleting = pool.metadata.deletion_timestamp.is_some();
-                if deleting {
-                    // A deleted pool has no node left: it grants nothing new, takes the nodes
-                    // it granted to the end (as any pool does a node that left it), and takes
-                    // its waiting taint off the nodes that waited in it. A pause would hold
-                    // its granted nodes where they stand, and the pool would never finish.
-                    // Its selector still keeps its nodes out of the other pools.
-                    args.node_selector = args.node_selector.excluding([&PoolSelector::default()]);
-                }
-                plan.pools.push(PoolConfig {
-                    name: Some(name.clone()),
-                    args,
-                    paused: pool.spec.paused,
-                    needs_finalizer: !base.dry_run,
-                    deleting,
-                });
-            }
-            Err(problems) => plan.invalid.push(InvalidPool {
+    for (name, (settings, pool)) in &read {
+        let (args, problems) = match settings {
+            Ok((args, problems)) => (Some(args), problems),
+            Err(problems) => (None, problems),
+        };
+        if !problems.is_empty() {
+            plan.invalid.push(InvalidPool {
                 name: name.clone(),
                 problems: problems.clone(),
-            }),
+            });
         }
+        let Some(args) = args else { continue };
+        let peers = selectors
+            .iter()
+            .filter(|(other, _)| *other != name)
+            .map(|(_, s)| s);
+        let mut args = args.clone();
+        args.node_selector = args.node_selector.clone().sharing(peers);
+        let deleting = pool.metadata.deletion_timestamp.is_some();
+        let invalid = !problems.is_empty();
+        if deleting || invalid {
+            // No node left to grant: it takes the nodes it granted to the end (as any pool
+            // does a node that left it), and its waiting taint off the nodes that waited in
+            // it. Its nodes still count here, as shared ones do, so that a deleted pool finds
+            // the cordons it kept; its selector still keeps them out of the other pools.
+            args.node_selector = args.node_selector.sharing([&PoolSelector::default()]);
+        }
+        plan.pools.push(PoolConfig {
+            name: Some(name.clone()),
+            args,
+            paused: pool.spec.paused,
+            needs_finalizer: !base.dry_run,
+            deleting,
+        });
     }
     if base.default_pool {
         let mut args = base.clone();
@@ -224,17 +240,61 @@ mod tests {
         assert_eq!(member(&plan, &labels(&[("pool", "web")])), ["default"]);
     }
 
+    /// An invalid pool runs to finish what it holds: it grants nothing new (no node is its
+    /// member), keeps its nodes from the others, and keeps the fields it could read.
     #[test]
-    fn an_invalid_pool_runs_nothing_but_keeps_its_nodes() {
+    fn an_invalid_pool_grants_nothing_but_runs_and_keeps_its_nodes() {
         let base = Args::parse_from(["reboot-controller"]);
         let objects = [pool(
             "gpu",
-            serde_json::json!({"nodeSelector": {"matchLabels": {"pool": "gpu"}}, "windows": ["never"]}),
+            serde_json::json!({"nodeSelector": {"matchLabels": {"pool": "gpu"}},
+                "windows": ["never"], "drain": {"timeout": "1h"}}),
         )];
         let plan = plan(&base, &objects);
         assert_eq!(plan.invalid.len(), 1);
         assert!(plan.invalid[0].problems[0].starts_with("spec.windows[0]"));
         assert!(member(&plan, &labels(&[("pool", "gpu")])).is_empty());
+        let gpu = plan
+            .pools
+            .iter()
+            .find(|p| p.label() == "gpu")
+            .expect("it runs");
+        assert_eq!(gpu.args.ledger_name, "node-reboot-pool-gpu");
+        assert_eq!(gpu.args.drain_timeout, std::time::Duration::from_secs(3600));
+        assert!(
+            gpu.args.reboot_windows.is_empty(),
+            "the unreadable window is left out"
+        );
+    }
+
+    /// Fields that do not fit together: the whole policy is the defaults', so that the pool
+    /// still runs to finish its nodes.
+    #[test]
+    fn an_invalid_combination_runs_the_pool_on_the_defaults() {
+        let base = Args::parse_from(["reboot-controller"]);
+        let objects = [pool(
+            "a",
+            serde_json::json!({"rebootTimeout": "2h", "giveUpAfter": "1h", "drain": {"timeout": "1h"}}),
+        )];
+        let plan = plan(&base, &objects);
+        assert_eq!(plan.invalid.len(), 1, "{:?}", plan.invalid);
+        let a = plan
+            .pools
+            .iter()
+            .find(|p| p.label() == "a")
+            .expect("it runs");
+        assert!(plan.invalid[0].problems[0].contains("shorter than"));
+        assert_eq!(a.args.give_up_after, base.give_up_after);
+        assert_ne!(a.args.drain_timeout, std::time::Duration::from_secs(3600));
+    }
+
+    /// A name too long for its ledger Lease cannot run: it never held a slot.
+    #[test]
+    fn a_pool_without_a_ledger_name_does_not_run() {
+        let base = Args::parse_from(["reboot-controller", "--default-pool=false"]);
+        let plan = plan(&base, &[pool(&"a".repeat(300), serde_json::json!({}))]);
+        assert_eq!(plan.invalid.len(), 1);
+        assert!(plan.pools.is_empty());
     }
 
     #[test]

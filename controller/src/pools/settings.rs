@@ -13,17 +13,27 @@ use common::{
 };
 use k8s_openapi::apimachinery::pkg::{apis::meta::v1::LabelSelector, util::intstr::IntOrString};
 
-/// Reads `spec` over `base`: the settings of the pool `name`, or every problem found (each
-/// naming the field), for the pool's `InvalidSpec` condition.
-pub fn pool_args(base: &Args, name: &str, spec: &RebootPoolSpec) -> Result<Args, Vec<String>> {
+/// Reads `spec` over `base`: the settings of the pool `name`, with every problem found (each
+/// naming the field, for the pool's `InvalidSpec` condition). A field that cannot be read keeps
+/// its default, and where the fields do not fit together the whole policy is the defaults':
+/// enough for an invalid pool to carry the nodes it holds to the end, which is all it does.
+/// `Err` only where the pool cannot run at all: its ledger Lease cannot be named, so it never
+/// held a slot.
+pub fn read_pool(
+    base: &Args,
+    name: &str,
+    spec: &RebootPoolSpec,
+) -> Result<(Args, Vec<String>), Vec<String>> {
     let mut problems = Vec::new();
     let mut args = with_default_policy(base)?;
     // The Lease's name is the pool's with a prefix: a name too long for it cannot run.
     match args::parse_lease_name(&ledger_name(name)) {
         Ok(lease) => args.ledger_name = lease,
-        Err(why) => problems.push(format!(
-            "metadata.name: too long for its ledger Lease: {why}"
-        )),
+        Err(why) => {
+            return Err(vec![format!(
+                "metadata.name: too long for its ledger Lease: {why}"
+            )]);
+        }
     }
     let mut read = |field: &str, result: Result<(), String>| {
         if let Err(why) = result {
@@ -34,6 +44,7 @@ pub fn pool_args(base: &Args, name: &str, spec: &RebootPoolSpec) -> Result<Args,
         "nodeSelector",
         selector_of(&spec.node_selector).map(|s| args.node_selector = s),
     );
+    let defaults = args.clone();
     read_budgets(&mut args, spec, &mut read);
     read_schedule(&mut args, spec, &mut read);
     read_drain(&mut args, spec, &mut read);
@@ -41,11 +52,20 @@ pub fn pool_args(base: &Args, name: &str, spec: &RebootPoolSpec) -> Result<Args,
     read_rollout_rules(&mut args, spec, &mut read);
     read_gates(&mut args, spec, &mut read);
     read_marks(&mut args, spec, &mut read);
-    if problems.is_empty()
-        && let Err(error) = args.check()
-    {
-        problems.push(strip_clap(&error.to_string()));
+    if let Err(error) = args.check() {
+        if problems.is_empty() {
+            problems.push(strip_clap(&error.to_string()));
+        }
+        args = defaults;
     }
+    Ok((args, problems))
+}
+
+/// The settings of a valid pool, or every problem of an invalid one (the tests' view of
+/// [`read_pool`]).
+#[cfg(test)]
+pub fn pool_args(base: &Args, name: &str, spec: &RebootPoolSpec) -> Result<Args, Vec<String>> {
+    let (args, problems) = read_pool(base, name, spec)?;
     if problems.is_empty() {
         Ok(args)
     } else {
@@ -334,10 +354,7 @@ fn read_marks(args: &mut Args, spec: &RebootPoolSpec, read: &mut Read<'_>) {
 
 /// An int or a percentage, as `--max-unavailable` reads it.
 fn budget(value: &IntOrString) -> Result<MaxUnavailable, String> {
-    match value {
-        IntOrString::Int(n) => args::parse_max_unavailable(&n.to_string()),
-        IntOrString::String(text) => args::parse_max_unavailable(text),
-    }
+    MaxUnavailable::from_spec(value).map_err(|e| e.to_string())
 }
 
 /// A label selector as a Deployment's `selector`, read into the pool's selector as the

@@ -158,7 +158,10 @@ pub fn invalid(
     previous: &[Condition],
     now: &Time,
 ) -> RebootPoolStatus {
-    let message = format!("the spec is invalid: {}", problems.join("; "));
+    let message = format!(
+        "the spec is invalid, so no new reboot starts (the nodes it holds finish): {}",
+        problems.join("; ")
+    );
     let conditions = vec![
         condition_of(
             condition::READY,

@@ -302,8 +302,8 @@ fn finished(view: &RunningView<'_>, name: &str) -> bool {
         .iter()
         .find(|p| p.config.name.as_deref() == Some(name))
     else {
-        // An invalid spec runs nothing, so it granted nothing under this spec; what an earlier
-        // spec granted is found by the nodes' grants.
+        // A pool whose ledger cannot be named never ran, so it granted nothing under this
+        // name; what an earlier spec granted is found by the nodes' grants.
         let ledger = common::ledger::ledger_id(view.namespace, &common::pool::ledger_name(name));
         return no_grant_of(view.store, &ledger, view.keys);
     };
@@ -311,6 +311,17 @@ fn finished(view: &RunningView<'_>, name: &str) -> bool {
     ledger.ledger.resource_version.is_some()
         && ledger.ledger.slots.is_empty()
         && no_grant_of(view.store, &pool.ledger_store.id(), view.keys)
+        && no_cordon_kept_by(view.store, pool.config, view.keys)
+}
+
+/// Whether no node the deleted pool selects carries our cordon without a grant: a node it set
+/// aside and kept cordoned, which its last rounds uncordon (`SetAside::retiring`).
+fn no_cordon_kept_by(store: &Store<Node>, config: &PoolConfig, keys: &AnnotationKeys) -> bool {
+    let indexing = config.args.indexing();
+    store.state().iter().all(|node| {
+        let state = NodeFacts::from_node(node).protocol(keys);
+        !(indexing.shared(node) && state.cordoned_by_operator && state.grant.is_none())
+    })
 }
 
 fn no_grant_of(store: &Store<Node>, ledger: &str, keys: &AnnotationKeys) -> bool {
@@ -339,7 +350,8 @@ fn warn_once(
         let key = format!("invalid/{name}/{:?}", object.metadata.generation);
         if said.insert(key) {
             let note = format!(
-                "RebootPool {name} grants nothing: {}; fix its spec",
+                "RebootPool {name} grants no new reboot, and finishes the nodes it holds: {}; \
+                 fix its spec",
                 invalid.problems.join("; ")
             );
             events.publish_about(object.object_ref(&()), ControllerReason::InvalidSpec, note);

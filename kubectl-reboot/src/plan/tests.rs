@@ -249,6 +249,7 @@ fn the_plan_takes_the_specs_settings() {
             attempts: Some(3),
             most: Some(1),
             keep_cordoned: false,
+            retiring: false,
         }
     );
     assert_eq!(s.windows.open.len(), 1);
@@ -257,8 +258,10 @@ fn the_plan_takes_the_specs_settings() {
     assert_eq!(s.min_ready, Duration::from_secs(30));
     let err = Settings::of_spec(&spec(json!({"windows": ["someday"]})), None).unwrap_err();
     assert!(err.contains("\"someday\""), "{err}");
-    let err = Settings::of_spec(&spec(json!({"concurrency": 0})), None).unwrap_err();
-    assert!(err.contains("concurrency 0"), "{err}");
+    let held = Settings::of_spec(&spec(json!({"concurrency": 0})), None).expect("0 holds");
+    assert_eq!(held.concurrency, Some(MaxUnavailable::Count(0)));
+    let err = Settings::of_spec(&spec(json!({"concurrency": -1})), None).unwrap_err();
+    assert!(err.contains("concurrency -1"), "{err}");
 }
 
 fn spec(value: serde_json::Value) -> common::pool::RebootPoolSpec {

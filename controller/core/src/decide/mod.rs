@@ -412,6 +412,10 @@ pub struct SetAside {
     /// of scheduling, and so counts against the budgets) until an administrator tries it again,
     /// withdraws its request or uncordons it. `false`: it is uncordoned.
     pub keep_cordoned: bool,
+    /// The pool is deleted: its cordon, which it kept on the nodes it set aside, goes from
+    /// every node it still selects that holds no grant; the request and its record of failed
+    /// drains stay, for the pool that selects the node next.
+    pub retiring: bool,
 }
 
 impl SetAside {
@@ -786,6 +790,15 @@ impl<'a> Round<'a> {
         }
         if view.in_pool {
             self.outside_the_protocol(view, decision);
+        } else if self.set_aside.retiring
+            && view.shared
+            && view.state.cordoned_by_operator
+            && view.state.grant.is_none()
+        {
+            decision.act(NodeAction::Release {
+                node,
+                reason: ReleaseReason::Cancelled,
+            });
         } else if self.tainted_by_us(view) {
             // It left the pool while it waited: it waits for nothing of ours any more.
             decision.act(NodeAction::Untaint(node));

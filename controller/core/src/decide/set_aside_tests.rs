@@ -23,6 +23,7 @@ fn with(attempts: Option<u32>, most: Option<usize>) -> SetAside {
         attempts,
         most,
         keep_cordoned: false,
+        retiring: false,
     }
 }
 
@@ -311,4 +312,38 @@ fn the_release_that_sets_a_node_aside_keeps_the_cordon_and_the_claim_keeps_the_m
     json_patch::patch(&mut tried, &patch).expect("the claim applies");
     assert_eq!(tried["metadata"]["annotations"]["reboot-cordoned"], "true");
     assert_eq!(tried["spec"]["unschedulable"], true);
+}
+
+/// A deleted pool (`retiring`) takes its kept cordon off a node it still selects (shared, as
+/// a deleted pool's nodes are) and holds no grant; a pool that is not deleted, or a node that
+/// is not its, keeps it.
+#[test]
+fn a_deleted_pool_takes_the_cordon_it_kept_off_its_nodes() {
+    let release = NodeAction::Release {
+        node: "a".into(),
+        reason: ReleaseReason::Cancelled,
+    };
+    // (retiring, selected by the pool, the cordon undone)
+    for (retiring, selected, undone) in [
+        (true, true, true),
+        (false, true, false),
+        (true, false, false),
+    ] {
+        let mut node = view(&set_aside_cordoned("a", true));
+        node.in_pool = false;
+        node.shared = selected;
+        let nodes = [node];
+        let ledger = Ledger::default();
+        let d = Round {
+            set_aside: SetAside {
+                retiring,
+                ..keeping(true)
+            },
+            ..base_round(&nodes, &ledger)
+        }
+        .decide();
+        let case = format!("retiring {retiring}, selected {selected}: {d:?}");
+        assert_eq!(d.node_actions.contains(&release), undone, "{case}");
+        assert!(granted(&d).is_empty(), "{case}");
+    }
 }

@@ -348,6 +348,7 @@ fn nodes_set_aside_are_left_out_and_too_many_stall_the_plan() {
         attempts: Some(2),
         most,
         keep_cordoned: false,
+        retiring: false,
     };
     let plan = plan(PlanInput {
         set_aside: set_aside(None),

@@ -114,6 +114,15 @@ impl NodeAgent {
                 debug!("nothing to do");
                 return Ok(Outcome::Settled { written: None });
             }
+            AgentAction::FinishReboot { .. }
+                if facts.boot_id.as_deref().map(str::trim) != Some(boot_id.as_str()) =>
+            {
+                // The admission policy takes reboot-done only with the boot the kubelet
+                // reports (so that a stolen token cannot prove a made-up one): wait for the
+                // kubelet's report of this boot, whose update of the node wakes us again.
+                debug!(%boot_id, kubelet = ?facts.boot_id, "proven; waiting for the kubelet to report this boot");
+                return Ok(Outcome::Settled { written: None });
+            }
             AgentAction::FinishReboot { recorded_boot_id } => {
                 let written = self
                     .write(transition.finish_reboot(facts, Some(&recorded_boot_id), boot_id))

@@ -77,6 +77,14 @@ impl MaxUnavailable {
         use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
         match value {
             IntOrString::Int(n) => n.to_string().parse(),
+            // As a Deployment's: a string is a percentage, written without blanks.
+            IntOrString::String(text) if text.trim() != text || !text.ends_with('%') => {
+                Err(MaxUnavailableError {
+                    value: text.clone(),
+                    why: "a string must be a percentage such as \"25%\" (a number of nodes is \
+                          written as a number)",
+                })
+            }
             IntOrString::String(text) => text.parse(),
         }
     }
@@ -102,6 +110,21 @@ mod tests {
         assert_eq!("3".parse(), Ok(MaxUnavailable::Count(3)));
         assert_eq!("25%".parse(), Ok(MaxUnavailable::Percent(25)));
         assert_eq!("100%".parse(), Ok(MaxUnavailable::Percent(100)));
+    }
+
+    #[test]
+    fn a_specs_string_is_a_percentage() {
+        use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+        let read = |v| MaxUnavailable::from_spec(&v);
+        assert_eq!(read(IntOrString::Int(2)), Ok(MaxUnavailable::Count(2)));
+        assert_eq!(
+            read(IntOrString::String("25%".into())),
+            Ok(MaxUnavailable::Percent(25))
+        );
+        for bad in ["25", " 25%", "25% "] {
+            let err = read(IntOrString::String(bad.into())).unwrap_err();
+            assert!(err.to_string().contains("a percentage"), "{bad}: {err}");
+        }
     }
 
     #[test]

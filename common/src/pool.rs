@@ -101,6 +101,7 @@ pub struct RebootPoolSpec {
     pub concurrency: Option<IntOrString>,
     /// The label that names a node's zone. Default `topology.kubernetes.io/zone`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("size(self) > 0").message("zoneLabel must be a label key such as \"topology.kubernetes.io/zone\"; leave it out for that default"))]
     pub zone_label: Option<String>,
     /// When a reboot may start, each as `--reboot-window` takes it: days and hours in a time
     /// zone (`mon-fri 22:00-06:00 Europe/Berlin`) or a cron schedule and a duration
@@ -161,7 +162,7 @@ pub struct RebootPoolSpec {
     /// completed and soaked for `canarySoak`. A canary that fails stalls the pool until
     /// `kubectl reboot resume --pool`. Default 0: no canary.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[x_kube(validation = Rule::new("self >= 0").message("canary cannot be negative"))]
+    #[x_kube(validation = Rule::new("self >= 0 && self <= 4294967295").message("canary must be a number of nodes from 0 to 4294967295"))]
     pub canary: Option<i64>,
     /// How long a canary is Ready after its reboot before the rest start. Default `0s`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -333,6 +334,11 @@ pub fn node_selector(selector: &LabelSelector) -> Result<Selector, String> {
         match &expression {
             Expression::In(k, values) | Expression::NotIn(k, values) => {
                 selector_key(k)?;
+                if values.is_empty() {
+                    return Err(format!(
+                        "the expression on {k:?} has no values: In and NotIn need at least one"
+                    ));
+                }
                 values
                     .iter()
                     .try_for_each(|v| selector_value(v).map(drop))?;

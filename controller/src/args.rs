@@ -67,8 +67,8 @@ pub struct Args {
     pub namespace: String,
 
     /// Name of the Lease that records which nodes of the flags' pool hold a slot (each
-    /// `RebootPool`'s is `node-reboot-pool-<name>`). Two controller Deployments need different
-    /// ledgers.
+    /// `RebootPool`'s is `node-reboot-pool-<name>`, so a name starting `node-reboot-pool-` is
+    /// refused). Two controller Deployments need different ledgers.
     #[arg(long, env = "LEDGER_NAME", default_value = common::ledger::LEDGER_NAME,
           value_parser = parse_lease_name)]
     pub ledger_name: String,
@@ -564,10 +564,25 @@ impl Args {
 
     /// [`Args::check`], or exits with code 2 and clap's usage message.
     pub fn checked(mut self) -> Self {
-        if let Err(error) = self.check() {
+        if let Err(error) = self.check().and_then(|()| self.check_flags_ledger()) {
             error.exit();
         }
         self
+    }
+
+    /// The flags' ledger is not a RebootPool's (`node-reboot-pool-<pool>`): two pools
+    /// granting from one Lease would each count only their own nodes against it.
+    fn check_flags_ledger(&self) -> Result<(), clap::Error> {
+        let Some(pool) = self.ledger_name.strip_prefix(common::pool::LEDGER_PREFIX) else {
+            return Ok(());
+        };
+        let message = format!(
+            "--ledger-name {} is the ledger of the RebootPool {pool:?} ({}<pool>): give the \
+             flags' pool a name of its own, such as the default node-reboot-operator-slots",
+            self.ledger_name,
+            common::pool::LEDGER_PREFIX
+        );
+        Err(Self::command().error(clap::error::ErrorKind::ArgumentConflict, message))
     }
 
     /// Checks what no single flag's parser can: flags that contradict each other, and the

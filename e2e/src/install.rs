@@ -489,6 +489,21 @@ pub async fn check_an_agent_may_change_only_the_protocol_annotations_of_its_own_
         json_patch_of::step(transition.record_boot_id(&facts().await, "boot-1")),
     )
     .await;
+    // Back from the reboot: reboot-done carries the boot the kubelet reports now, no other
+    // (a stolen token cannot prove a made-up boot and stall the pool on it).
+    let status = merge(json!({"status": {"nodeInfo": {"bootID": "boot-2"}}}));
+    admin_nodes
+        .patch_status("node-a", &PatchParams::default(), &status)
+        .await
+        .expect("the kubelet's status");
+    refused(
+        "report the reboot done with a boot id the kubelet does not report",
+        agent_annotates(json!({"reboot-in-progress": null,
+                    "reboot-done": "true", "reboot-boot-id": "boot-made-up"}))
+        .await,
+        403,
+        "only as its protocol steps do",
+    );
     agent_step(
         "prove the reboot",
         json_patch_of::step(transition.finish_reboot(&facts().await, Some("boot-1"), "boot-2")),

@@ -108,6 +108,17 @@ fn a_give_up_shorter_than_the_reboot_timeout_stops_the_controller_at_start() {
 }
 
 #[test]
+fn a_pools_ledger_as_the_flags_ledger_stops_the_controller_at_start() {
+    refused_at_start(
+        &["--ledger-name=node-reboot-pool-gpu"],
+        &[
+            "is the ledger of the RebootPool \"gpu\"",
+            "a name of its own",
+        ],
+    );
+}
+
+#[test]
 fn bad_budgets_stop_the_controller_at_start() {
     for (value, why) in [
         ("-1", "negative"),

@@ -59,6 +59,7 @@ fn cases() -> Vec<Case> {
             json!("0100%"),
             json!("abc"),
             json!("25"),
+            json!(" 25% "),
         ]
     };
     add("maxUnavailable", budgets());
@@ -249,7 +250,6 @@ const PLUGIN_READS: &[&str] = &[
     "maxUnavailable",
     "maxUnavailablePerZone",
     "concurrency",
-    "zoneLabel",
     "windows",
     "blackouts",
     "scheduledBudgets",

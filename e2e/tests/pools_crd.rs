@@ -228,9 +228,9 @@ async fn a_bad_pool_is_refused_with_a_message_naming_the_field() {
             "minReadySeconds cannot be negative",
         ),
         (
-            json!({"concurrency": 0}),
+            json!({"concurrency": "150%"}),
             "spec.concurrency",
-            "concurrency must be a number of nodes (1 or more) or a percentage",
+            "concurrency must be a number of nodes (0 or more) or a percentage up to 100%",
         ),
         (
             json!({"drain": {"timeout": "a while"}}),
@@ -245,7 +245,7 @@ async fn a_bad_pool_is_refused_with_a_message_naming_the_field() {
         (
             json!({"canary": -1}),
             "spec.canary",
-            "canary cannot be negative",
+            "canary must be a number of nodes from 0 to 4294967295",
         ),
         (
             json!({"canarySoak": "soon"}),

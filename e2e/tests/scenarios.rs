@@ -37,6 +37,7 @@ mod notify;
 mod notify_services;
 mod operability;
 mod opt_out;
+mod pool_agreement;
 mod pools_crd;
 mod preflight;
 mod protocol;

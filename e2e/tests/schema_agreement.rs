@@ -221,7 +221,12 @@ fn cases_of(section: &str, key: &str) -> Option<Vec<Value>> {
         ("controller", "nodeSelector" | "agentSelector" | "drainPodSelector") => selectors(),
         ("controller", "zoneLabel") => label_keys(),
         ("controller", "namespace") => strings(&["", "ledgers", "Bad_NS", "a.b", "-a"]),
-        ("controller", "ledgerName" | "leaderElectionLeaseName") => object_names(),
+        ("controller", "ledgerName") => {
+            let mut cases = object_names();
+            cases.push(json!("node-reboot-pool-gpu"));
+            cases
+        }
+        ("controller", "leaderElectionLeaseName") => object_names(),
         (
             "controller",
             "drain"

@@ -73,11 +73,11 @@ impl Settings {
                 .map(|c| pool_spec::limit("concurrency", c))
                 .transpose()?,
             min_ready: Duration::from_secs(
-                spec.min_ready_seconds.unwrap_or(0).max(0).unsigned_abs(),
+                count("minReadySeconds", spec.min_ready_seconds, 0)?.unwrap_or(0),
             ),
             set_aside: SetAside {
-                attempts: spec.drain_attempts.and_then(|a| u32::try_from(a).ok()),
-                most: spec.max_blocked_nodes.and_then(|m| usize::try_from(m).ok()),
+                attempts: count("drainAttempts", spec.drain_attempts, 1)?,
+                most: count("maxBlockedNodes", spec.max_blocked_nodes, 0)?,
                 keep_cordoned: spec.keep_set_aside_cordoned.unwrap_or(false),
                 retiring: false,
             },
@@ -95,11 +95,27 @@ impl Settings {
     }
 }
 
+/// A count of the spec, at least `least`, as the controller reads it (and the CRD checks it).
+fn count<T: TryFrom<i64>>(
+    field: &str,
+    value: Option<i64>,
+    least: i64,
+) -> Result<Option<T>, String> {
+    value
+        .map(|n| {
+            if n < least {
+                return Err(format!("its {field} {n} is below {least}"));
+            }
+            T::try_from(n).map_err(|_| format!("its {field} {n} is too large"))
+        })
+        .transpose()
+}
+
 /// A RebootPool's rollout rules, as the controller reads them (controller/src/pools/settings.rs).
 fn rollout_rules(spec: &RebootPoolSpec) -> Result<RolloutRules, String> {
     let canary = match spec.canary {
         None => 0,
-        Some(c) => u32::try_from(c).map_err(|_| format!("its canary {c} cannot be negative"))?,
+        Some(c) => count::<u32>("canary", Some(c), 0)?.unwrap_or(0),
     };
     let canary_soak = match &spec.canary_soak {
         None => std::time::Duration::ZERO,

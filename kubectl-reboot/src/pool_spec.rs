@@ -26,9 +26,7 @@ pub fn budget(spec: &RebootPoolSpec) -> SpecBudget {
         max_unavailable: spec
             .max_unavailable
             .as_ref()
-            .map_or(Ok(MaxUnavailable::Count(1)), |v| {
-                limit("maxUnavailable", v)
-            }),
+            .map_or(Ok(MaxUnavailable::Count(1)), |v| limit("maxUnavailable", v)),
         per_zone: spec
             .max_unavailable_per_zone
             .as_ref()

@@ -6,12 +6,16 @@
 
 use crate::proxy::ProxyConnector;
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
+use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
 use hyper::StatusCode;
 use hyper_rustls::HttpsConnector;
 use hyper_util::{client::legacy::Client, rt::TokioExecutor};
 
 pub type HttpClient = Client<HttpsConnector<ProxyConnector>, Full<Bytes>>;
+
+/// The most of an answer that is read (Prometheus, Alertmanager, a webhook): a broken or
+/// hostile server cannot grow the program's memory past it.
+pub const ANSWER_LIMIT: usize = 16 * 1024 * 1024;
 
 /// A client for http and https URLs, through the proxy the environment names (see
 /// [`crate::proxy`]). Without CA certificates https URLs fail (and it says so in the log),
@@ -67,11 +71,52 @@ pub async fn send(
         .await
         .map_err(|e| crate::error_chain(&e))?;
     let status = response.status();
-    let body = response
-        .into_body()
+    let body = Limited::new(response.into_body(), ANSWER_LIMIT)
         .collect()
         .await
-        .map_err(|e| e.to_string())?
+        .map_err(|e| {
+            if e.downcast_ref::<LengthLimitError>().is_some() {
+                format!(
+                    "HTTP {status}: the answer is larger than {} MiB, more than is read; is \
+                     this the right URL?",
+                    ANSWER_LIMIT >> 20
+                )
+            } else {
+                e.to_string()
+            }
+        })?
         .to_bytes();
     Ok((status, body))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// A server that answers with more than the limit: the read stops there, with an error
+    /// that says so, instead of holding it all.
+    #[tokio::test]
+    async fn an_answer_past_the_limit_is_an_error_not_memory() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            let (mut stream, _) = listener.accept().await.unwrap();
+            let mut request = [0u8; 1024];
+            let _ = stream.read(&mut request).await;
+            let size = ANSWER_LIMIT + 1024;
+            let head = format!("HTTP/1.1 200 OK\r\ncontent-length: {size}\r\n\r\n");
+            let _ = stream.write_all(head.as_bytes()).await;
+            let chunk = vec![b'x'; 64 * 1024];
+            for _ in 0..=(size / chunk.len()) {
+                if stream.write_all(&chunk).await.is_err() {
+                    return;
+                }
+            }
+        });
+        let error = get(&http_client(), &format!("http://{address}/"))
+            .await
+            .unwrap_err();
+        assert!(error.contains("larger than 16 MiB"), "{error}");
+    }
 }

@@ -433,12 +433,24 @@ mod tests {
             model.apply(&Kubelet(0));
         }
         let n0 = model.s().node(0).cloned().expect("n0");
-        assert_eq!(model.s().boots[0], 1, "n0's reboot under way finished: {n0:#}");
+        assert_eq!(
+            model.s().boots[0],
+            1,
+            "n0's reboot under way finished: {n0:#}"
+        );
         assert!(granted(&model, 0).is_none(), "n0 keeps its grant: {n0:#}");
-        assert_eq!(n0["spec"]["unschedulable"], serde_json::json!(false), "{n0:#}");
+        assert_eq!(
+            n0["spec"]["unschedulable"],
+            serde_json::json!(false),
+            "{n0:#}"
+        );
         assert!(granted(&model, 1).is_none(), "the invalid pool granted n1");
         model.settle();
-        assert_eq!(model.s().boots[1], 1, "n1 rebooted once the pool was put right");
+        assert_eq!(
+            model.s().boots[1],
+            1,
+            "n1 rebooted once the pool was put right"
+        );
     }
 
     /// Pool a keeps n0 cordoned after its drain failed (`drainAttempts: 1`,
@@ -484,7 +496,11 @@ mod tests {
                 model.apply(&Round(k));
             }
         }
-        assert_eq!(kept(&model), (false, false), "the deleted pool's cordon stayed on n0");
+        assert_eq!(
+            kept(&model),
+            (false, false),
+            "the deleted pool's cordon stayed on n0"
+        );
         let n0 = model.s().node(0).cloned().expect("n0");
         assert!(annotation(&n0, "reboot-needed").is_some(), "{n0:#}");
         assert!(annotation(&n0, "reboot-drain-failures").is_some(), "{n0:#}");

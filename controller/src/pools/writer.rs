@@ -336,6 +336,23 @@ fn no_grant_of(store: &Store<Node>, ledger: &str, keys: &AnnotationKeys) -> bool
     })
 }
 
+/// What to say of a `spec.resumedAt` ahead of the controller's clock (written from a machine
+/// whose clock is ahead): it forgives nothing until the clock reaches it.
+fn resumed_ahead(object: &RebootPool, now: k8s_openapi::jiff::Timestamp) -> Option<String> {
+    let text = object.spec.resumed_at.as_deref()?;
+    let at = common::pool::resumed_at_millis(text).ok()?;
+    let now = u64::try_from(now.as_millisecond()).unwrap_or(0);
+    let ahead = at.checked_sub(now).filter(|ms| *ms > 0)?;
+    Some(format!(
+        "RebootPool {}'s spec.resumedAt {text} is {} ahead of the controller's clock: it \
+         forgives no failure until then; set it to the time now (`kubectl reboot resume --pool \
+         {}` does) or fix the clock that wrote it",
+        object.name_any(),
+        common::duration::duration_text(std::time::Duration::from_millis(ahead)),
+        object.name_any()
+    ))
+}
+
 /// A Warning on an invalid spec (once per generation) and on each node two pools select (once
 /// per node and pools).
 fn warn_once(
@@ -357,6 +374,12 @@ fn warn_once(
             events.publish_about(object.object_ref(&()), ControllerReason::InvalidSpec, note);
         }
     }
+    if let Some(note) = resumed_ahead(object, k8s_openapi::jiff::Timestamp::now()) {
+        let key = format!("resumed-ahead/{name}/{:?}", object.metadata.generation);
+        if said.insert(key) {
+            events.publish_about(object.object_ref(&()), ControllerReason::InvalidSpec, note);
+        }
+    }
     for overlap in overlaps.get(&name).into_iter().flatten() {
         let key = format!(
             "overlap/{}/{name}/{}",
@@ -373,5 +396,27 @@ fn warn_once(
             );
             events.publish(&node, ControllerReason::PoolOverlap, note);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_resumed_at_ahead_of_the_clock_is_said_and_one_behind_is_not() {
+        let pool = |at: &str| {
+            let spec = serde_json::from_value(serde_json::json!({"resumedAt": at})).unwrap();
+            RebootPool::new("gpu", spec)
+        };
+        let now: k8s_openapi::jiff::Timestamp = "2026-12-07T12:00:00Z".parse().unwrap();
+        let note = resumed_ahead(&pool("2026-12-07T13:30:00Z"), now).expect("ahead");
+        assert!(
+            note.contains("1h 30m ahead") || note.contains("1h30m ahead"),
+            "{note}"
+        );
+        assert!(note.contains("kubectl reboot resume --pool gpu"), "{note}");
+        assert_eq!(resumed_ahead(&pool("2026-12-07T11:00:00Z"), now), None);
+        assert_eq!(resumed_ahead(&pool("2026-12-07T12:00:00Z"), now), None);
     }
 }

@@ -20,7 +20,10 @@ impl Round<'_> {
         if self.rollout.is_on() {
             let current = base.get_or_insert_with(RolloutRecord::default);
             // Resumed by the pool's spec first: the failures seen now are not forgiven by it.
-            if let Some(resumed) = self.rollout.resumed_at.and_then(|t| current.resumed_at(t)) {
+            // A time ahead of our clock forgives nothing until it is reached: else every
+            // failure counted meanwhile would be forgiven as it happens.
+            let resumed_at = self.rollout.resumed_at.filter(|at| *at <= self.clock);
+            if let Some(resumed) = resumed_at.and_then(|t| current.resumed_at(t)) {
                 *current = resumed;
             }
             let seen = self.failures_seen(decision);

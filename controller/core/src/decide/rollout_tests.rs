@@ -158,16 +158,18 @@ fn a_canary_not_ready_after_its_reboot_stalls_the_pool_until_resumed() {
 }
 
 /// A RebootPool's `spec.resumedAt` forgives, in the round's own write, the failures counted
-/// before it, and only those: one counted at or after it still stalls the pool.
+/// before it, and only those: one counted at or after it still stalls the pool. A time ahead
+/// of the controller's clock forgives nothing until the clock reaches it (else it would
+/// forgive every failure counted meanwhile).
 #[test]
 fn a_pools_resumed_at_forgives_the_failures_counted_before_it() {
     let wants = requested(&["b"]);
     let nodes = [vec![completed(false, None)], wants].concat();
-    let round = |ledger: &Ledger, resumed_at| {
+    let round_at = |ledger: &Ledger, resumed_at, clock| {
         Round {
             budget: 3,
             min_ready: 10,
-            clock: 1_000,
+            clock,
             rollout: RolloutRules {
                 resumed_at,
                 ..canary(1, 50)
@@ -176,9 +178,19 @@ fn a_pools_resumed_at_forgives_the_failures_counted_before_it() {
         }
         .decide()
     };
-    let failed = written(&round(&ledger_with(canary_done_holds()), None));
+    let round = |ledger: &Ledger, resumed_at| round_at(ledger, resumed_at, 2_000);
+    let failed = written(&round_at(&ledger_with(canary_done_holds()), None, 1_000));
     assert_eq!(failed.failures["done"].at, Some(1_000), "{failed:?}");
     let failed = ledger_with(failed);
+    let ahead = round(&failed, Some(5_000));
+    assert!(
+        ahead.stalled.is_some(),
+        "a resumedAt ahead of the clock: {ahead:?}"
+    );
+    assert!(
+        round_at(&failed, Some(5_000), 5_000).stalled.is_none(),
+        "forgiven once the clock reaches it"
+    );
     for (resumed_at, stalled) in [(None, true), (Some(1_000), true), (Some(1_001), false)] {
         let d = round(&failed, resumed_at);
         assert_eq!(d.stalled.is_some(), stalled, "{resumed_at:?}: {d:?}");

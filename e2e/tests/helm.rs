@@ -857,7 +857,7 @@ fn a_typo_or_a_wrong_type_is_refused_by_the_schema_with_a_clear_message() {
             "at '/controller/replicas': got string, want integer",
         ),
         (
-            "controller.flags.maxUnavailable=0",
+            "controller.flags.maxUnavailable=-1",
             "at '/controller/flags/maxUnavailable'",
         ),
         (

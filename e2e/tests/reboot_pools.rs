@@ -651,3 +651,159 @@ async fn pools_applied_server_side_show_their_health_as_kstatus_reads_it() {
     watch.check().expect("budget held");
     sb.stop().await;
 }
+
+/// The sandbox's report: three control-plane nodes under a pool `cp` with a budget of 1, the
+/// first also labelled into a zone's pool `za`, and cordoned by hand. A reboot asked for a
+/// second `cp` node waits: the cordoned node counts against `cp`'s budget though `cp` does not
+/// grant it. (Before, it counted against neither pool, and sim-2 was granted at once: two of
+/// three control-plane nodes down under a budget of 1.) The controller has looked: `cp`'s
+/// status counts the cordoned node and the waiting one.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_cordoned_node_two_pools_select_counts_against_both_budgets() {
+    let sb = sandbox(&[("cp", 3)], 0, &["--default-pool=false"]).await;
+    create_pool(
+        &sb.client,
+        "cp",
+        serde_json::json!({"nodeSelector": {"matchLabels": {"pool": "cp"}}, "maxUnavailable": 1}),
+    )
+    .await;
+    create_pool(
+        &sb.client,
+        "za",
+        serde_json::json!({"nodeSelector": {"matchLabels": {"zone": "a"}}, "maxUnavailable": 1}),
+    )
+    .await;
+    label_node(&sb.control_plane, "sim-1", "zone=a");
+    kubectl(&sb.control_plane, &["cordon", "sim-1"]);
+    let watch = BudgetWatch::start(sb.client.clone(), 1).await;
+    request_reboot(&sb.control_plane, "sim-2");
+    wait_until(
+        "cp's status counts sim-1 unavailable and sim-2 waiting",
+        Duration::from_secs(60),
+        Some(&watch),
+        || async {
+            pool(&sb.client, "cp")
+                .await
+                .and_then(|p| p.status)
+                .is_some_and(|s| s.unavailable == 1 && s.waiting == 1)
+        },
+    )
+    .await;
+    assert!(
+        !protocol_annotations(&node(&sb.client, "sim-2").await)
+            .iter()
+            .any(|k| k == "reboot-grant"),
+        "sim-2 granted while sim-1, in cp and za, is cordoned"
+    );
+    kubectl(&sb.control_plane, &["uncordon", "sim-1"]);
+    wait_until(
+        "sim-2 is rebooted once sim-1 is uncordoned",
+        ROLLOUT,
+        Some(&watch),
+        || back(&sb, "sim-2", 1),
+    )
+    .await;
+    watch.check().expect("budget held");
+    sb.stop().await;
+}
+
+/// A pool's window given a mistyped time zone while it reboots a node (a soak keeps that node
+/// in the protocol): the pool says why (Stalled, InvalidSpec, the field named), finishes that
+/// node (rebooted once, uncordoned, its grant gone) and starts no other; put right, it goes on.
+/// (Before, the invalid pool ran nothing: its node kept its grant and cordon for ever.)
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pool_made_invalid_mid_rollout_finishes_its_node_and_starts_no_other() {
+    let sb = sandbox(&[("a", 2)], 0, &["--default-pool=false"]).await;
+    create_pool(
+        &sb.client,
+        "a",
+        serde_json::json!({"nodeSelector": {"matchLabels": {"pool": "a"}}, "minReadySeconds": 10}),
+    )
+    .await;
+    let watch = BudgetWatch::start(sb.client.clone(), 1).await;
+    e2e::every_node::request(&sb.control_plane);
+    let granted = e2e::eventually("a node is granted", ROLLOUT, Some(&watch), || async {
+        for name in ["sim-1", "sim-2"] {
+            if protocol_annotations(&node(&sb.client, name).await)
+                .iter()
+                .any(|k| k == "reboot-grant")
+            {
+                return Some(name);
+            }
+        }
+        None
+    })
+    .await;
+    let other = if granted == "sim-1" { "sim-2" } else { "sim-1" };
+    kubectl(
+        &sb.control_plane,
+        &[
+            "patch",
+            "rebootpool",
+            "a",
+            "--type=merge",
+            "-p",
+            r#"{"spec": {"windows": ["Mon-Sun 00:00-24:00 Mars/Olympus"]}}"#,
+        ],
+    );
+    wait_until(
+        "the pool is Stalled with InvalidSpec naming spec.windows",
+        Duration::from_secs(60),
+        Some(&watch),
+        || async {
+            pool(&sb.client, "a").await.is_some_and(|p| {
+                condition(&p, "Stalled").as_deref() == Some("True")
+                    && p.status.as_ref().is_some_and(|s| {
+                        s.conditions.iter().any(|c| {
+                            c.reason == "InvalidSpec" && c.message.contains("spec.windows[0]")
+                        })
+                    })
+            })
+        },
+    )
+    .await;
+    wait_until(
+        "the granted node is finished",
+        ROLLOUT,
+        Some(&watch),
+        || async {
+            let n = node(&sb.client, granted).await;
+            sb.fleet.reboots(granted) == 1
+                && !protocol_annotations(&n).iter().any(|k| k == "reboot-grant")
+                && n.spec.as_ref().and_then(|s| s.unschedulable) != Some(true)
+        },
+    )
+    .await;
+    assert_nothing_of_ours_left(&sb.client, granted).await;
+    assert_eq!(
+        sb.fleet.reboots(other),
+        0,
+        "the invalid pool started {other}"
+    );
+    assert!(
+        !protocol_annotations(&node(&sb.client, other).await)
+            .iter()
+            .any(|k| k == "reboot-grant"),
+        "the invalid pool granted {other}"
+    );
+    kubectl(
+        &sb.control_plane,
+        &[
+            "patch",
+            "rebootpool",
+            "a",
+            "--type=merge",
+            "-p",
+            r#"{"spec": {"windows": null}}"#,
+        ],
+    );
+    wait_until(
+        "put right, the pool reboots the other node",
+        ROLLOUT,
+        Some(&watch),
+        || back(&sb, other, 1),
+    )
+    .await;
+    watch.check().expect("budget held");
+    sb.stop().await;
+}

@@ -142,12 +142,14 @@ pub fn pod_from_template(
     .to_string()
 }
 
-/// `kubectl create --dry-run=server -f -` of `pod`: whether the API server admitted it, and
-/// what it said.
-pub fn server_dry_run(cp: &ControlPlane, pod: &str) -> (bool, String) {
+/// `kubectl create --dry-run=server <extra> -f -` of `objects`, whatever it answers (it goes
+/// on past each object it refuses, and names it).
+pub fn create_dry_run(cp: &ControlPlane, extra: &[&str], objects: &str) -> std::process::Output {
     let mut child = cp
         .kubectl()
-        .args(["create", "--dry-run=server", "-f", "-"])
+        .args(["create", "--dry-run=server"])
+        .args(extra)
+        .args(["-f", "-"])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -157,9 +159,32 @@ pub fn server_dry_run(cp: &ControlPlane, pod: &str) -> (bool, String) {
         .stdin
         .take()
         .expect("stdin")
-        .write_all(pod.as_bytes())
+        .write_all(objects.as_bytes())
         .expect("kubectl reads stdin");
-    let out = child.wait_with_output().expect("kubectl finishes");
+    child.wait_with_output().expect("kubectl finishes")
+}
+
+/// `helm template` of the chart's templates/pools.yaml alone, with the values file `values`.
+pub fn template_pools(home: &std::path::Path, values: &std::path::Path) -> std::process::Output {
+    helm(home)
+        .args(["template", "node-reboot-operator"])
+        .arg(chart_dir())
+        .args([
+            "--namespace",
+            NS,
+            "--show-only",
+            "templates/pools.yaml",
+            "-f",
+        ])
+        .arg(values)
+        .output()
+        .expect("helm runs")
+}
+
+/// `kubectl create --dry-run=server -f -` of `pod`: whether the API server admitted it, and
+/// what it said.
+pub fn server_dry_run(cp: &ControlPlane, pod: &str) -> (bool, String) {
+    let out = create_dry_run(cp, &[], pod);
     let said = format!(
         "{}{}",
         String::from_utf8_lossy(&out.stdout),

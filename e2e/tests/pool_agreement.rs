@@ -9,7 +9,7 @@
 //! (it grants nothing new and finishes what it holds, with the reason on its status).
 
 use clap::Parser;
-use e2e::install::{NS, chart_dir, control_plane, helm};
+use e2e::install::{chart_dir, control_plane};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 
@@ -296,41 +296,14 @@ fn chart_renders(home: &std::path::Path, index: usize, spec: &Value) -> Option<S
     pool["name"] = json!(format!("c{index}"));
     let values = home.join(format!("case-{index}.json"));
     std::fs::write(&values, json!({"pools": [pool]}).to_string()).expect("values file");
-    let out = helm(home)
-        .args(["template", "node-reboot-operator"])
-        .arg(chart_dir())
-        .args([
-            "--namespace",
-            NS,
-            "--show-only",
-            "templates/pools.yaml",
-            "-f",
-        ])
-        .arg(&values)
-        .output()
-        .expect("helm runs");
+    let out = e2e::install::template_pools(home, &values);
     (!out.status.success()).then(|| String::from_utf8_lossy(&out.stderr).into_owned())
 }
 
 /// `kubectl create --dry-run=server` of `list`: what it printed of the objects it accepted,
 /// and of those it refused (it goes on past each).
 fn dry_run(cp: &testenv::ControlPlane, list: &str) -> (String, String) {
-    use std::io::Write;
-    let mut child = cp
-        .kubectl()
-        .args(["create", "--dry-run=server", "-o", "name", "-f", "-"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("kubectl runs");
-    child
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(list.as_bytes())
-        .expect("the list written");
-    let out = child.wait_with_output().expect("kubectl ends");
+    let out = e2e::install::create_dry_run(cp, &["-o", "name"], list);
     (
         String::from_utf8_lossy(&out.stdout).into_owned(),
         String::from_utf8_lossy(&out.stderr).into_owned(),

@@ -357,19 +357,7 @@ async fn the_example_pools_of_the_docs_manifests_and_chart_are_accepted() {
     let home = scratch("chart");
     let values = home.join("pools.yaml");
     std::fs::write(&values, docs_example("pools:")).expect("values file");
-    let mut template = helm(&home);
-    template
-        .args(["template", "node-reboot-operator"])
-        .arg(chart_dir())
-        .args([
-            "--namespace",
-            NS,
-            "--show-only",
-            "templates/pools.yaml",
-            "-f",
-        ])
-        .arg(&values);
-    let out = template.output().expect("helm runs");
+    let out = e2e::install::template_pools(&home, &values);
     assert!(
         out.status.success(),
         "helm template: {}",

@@ -81,6 +81,39 @@ pub(crate) async fn pool(client: &Client, name: &str) -> Option<RebootPool> {
         .expect("pools can be read")
 }
 
+/// A pool `a` of `nodes` nodes, a budget of 1 and a soak of `soak` seconds, each node asked
+/// to reboot: the sandbox, its budget's watch, and the first node granted.
+async fn soaking_pool_rebooting(nodes: usize, soak: u64) -> (Sandbox, BudgetWatch, String) {
+    let sb = sandbox(&[("a", nodes)], 0, &["--default-pool=false"]).await;
+    create_pool(
+        &sb.client,
+        "a",
+        serde_json::json!({"nodeSelector": {"matchLabels": {"pool": "a"}}, "minReadySeconds": soak}),
+    )
+    .await;
+    let watch = BudgetWatch::start(sb.client.clone(), 1).await;
+    e2e::every_node::request(&sb.control_plane);
+    let granted = first_granted(&sb, &watch, nodes).await;
+    (sb, watch, granted)
+}
+
+/// The first of sim-1 to sim-`nodes` to be granted, once one is.
+async fn first_granted(sb: &Sandbox, watch: &BudgetWatch, nodes: usize) -> String {
+    e2e::eventually("a node is granted", ROLLOUT, Some(watch), || async {
+        for i in 1..=nodes {
+            let name = format!("sim-{i}");
+            if protocol_annotations(&node(&sb.client, &name).await)
+                .iter()
+                .any(|k| k == "reboot-grant")
+            {
+                return Some(name);
+            }
+        }
+        None
+    })
+    .await
+}
+
 fn condition(pool: &RebootPool, kind: &str) -> Option<String> {
     pool.status
         .as_ref()?
@@ -214,29 +247,8 @@ async fn a_node_two_pools_select_is_rebooted_by_neither_until_they_part() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_pool_deleted_mid_rollout_finishes_its_reboots_and_leaves_nothing() {
-    let sb = sandbox(&[("a", 3)], 0, &["--default-pool=false"]).await;
     // A soak keeps the first node in the protocol long enough to delete the pool under it.
-    create_pool(
-        &sb.client,
-        "a",
-        serde_json::json!({"nodeSelector": {"matchLabels": {"pool": "a"}}, "minReadySeconds": 5}),
-    )
-    .await;
-    let watch = BudgetWatch::start(sb.client.clone(), 1).await;
-    e2e::every_node::request(&sb.control_plane);
-    let granted = e2e::eventually("a node is granted", ROLLOUT, Some(&watch), || async {
-        for i in 1..=3 {
-            let name = format!("sim-{i}");
-            if protocol_annotations(&node(&sb.client, &name).await)
-                .iter()
-                .any(|k| k == "reboot-grant")
-            {
-                return Some(name);
-            }
-        }
-        None
-    })
-    .await;
+    let (sb, watch, granted) = soaking_pool_rebooting(3, 5).await;
     // The nodes not started yet when the pool is deleted must stay so.
     let untouched: Vec<String> = (1..=3)
         .map(|i| format!("sim-{i}"))
@@ -713,28 +725,9 @@ async fn a_cordoned_node_two_pools_select_counts_against_both_budgets() {
 /// (Before, the invalid pool ran nothing: its node kept its grant and cordon for ever.)
 #[tokio::test(flavor = "multi_thread")]
 async fn a_pool_made_invalid_mid_rollout_finishes_its_node_and_starts_no_other() {
-    let sb = sandbox(&[("a", 2)], 0, &["--default-pool=false"]).await;
-    create_pool(
-        &sb.client,
-        "a",
-        serde_json::json!({"nodeSelector": {"matchLabels": {"pool": "a"}}, "minReadySeconds": 10}),
-    )
-    .await;
-    let watch = BudgetWatch::start(sb.client.clone(), 1).await;
-    e2e::every_node::request(&sb.control_plane);
-    let granted = e2e::eventually("a node is granted", ROLLOUT, Some(&watch), || async {
-        for name in ["sim-1", "sim-2"] {
-            if protocol_annotations(&node(&sb.client, name).await)
-                .iter()
-                .any(|k| k == "reboot-grant")
-            {
-                return Some(name);
-            }
-        }
-        None
-    })
-    .await;
+    let (sb, watch, granted) = soaking_pool_rebooting(2, 10).await;
     let other = if granted == "sim-1" { "sim-2" } else { "sim-1" };
+    let (granted, other) = (granted.as_str(), other);
     kubectl(
         &sb.control_plane,
         &[

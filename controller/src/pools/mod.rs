@@ -71,8 +71,7 @@ pub struct Plan {
 /// its nodes out of the others (a selector that cannot be read, every node). A value the
 /// controller cannot use makes it do less, never more.
 pub fn plan(base: &Args, objects: &[RebootPool]) -> Plan {
-    let mut read: BTreeMap<String, (Result<(Args, Vec<String>), Vec<String>>, &RebootPool)> =
-        BTreeMap::new();
+    let mut read: BTreeMap<String, (settings::PoolReading, &RebootPool)> = BTreeMap::new();
     for pool in objects {
         let name = pool.name_any();
         read.insert(

@@ -13,17 +13,16 @@ use common::{
 };
 use k8s_openapi::apimachinery::pkg::{apis::meta::v1::LabelSelector, util::intstr::IntOrString};
 
+/// A pool's settings with the problems found in its spec, or why it cannot run at all.
+pub type PoolReading = Result<(Args, Vec<String>), Vec<String>>;
+
 /// Reads `spec` over `base`: the settings of the pool `name`, with every problem found (each
 /// naming the field, for the pool's `InvalidSpec` condition). A field that cannot be read keeps
 /// its default, and where the fields do not fit together the whole policy is the defaults':
 /// enough for an invalid pool to carry the nodes it holds to the end, which is all it does.
 /// `Err` only where the pool cannot run at all: its ledger Lease cannot be named, so it never
 /// held a slot.
-pub fn read_pool(
-    base: &Args,
-    name: &str,
-    spec: &RebootPoolSpec,
-) -> Result<(Args, Vec<String>), Vec<String>> {
+pub fn read_pool(base: &Args, name: &str, spec: &RebootPoolSpec) -> PoolReading {
     let mut problems = Vec::new();
     let mut args = with_default_policy(base)?;
     // The Lease's name is the pool's with a prefix: a name too long for it cannot run.

@@ -221,7 +221,11 @@ async fn tier(tier: Tier) {
     let rollout = Instant::now();
     let timelines = follow_the_rollout(&observer, &client, &fleet, &rebooted, 1).await;
     let makespan = rollout.elapsed();
-    print_figures("command", &timelines, rollout, makespan);
+    let pool_of_node = pools
+        .iter()
+        .flat_map(|(pool, nodes)| nodes.iter().map(|n| ((*n).to_owned(), (*pool).to_owned())))
+        .collect();
+    print_figures("command", &timelines, &pool_of_node, rollout, makespan);
     eprintln!(
         "node-e2e: rollout of {} nodes finished in {}",
         rebooted.len(),
@@ -287,7 +291,13 @@ async fn tier(tier: Tier) {
         eprintln!("node-e2e: reboot-needed=true on {node} (method {method})");
         let started = Instant::now();
         let timelines = follow_the_rollout(&observer, &client, &fleet, &[node], 2).await;
-        print_figures(method, &timelines, started, started.elapsed());
+        print_figures(
+            method,
+            &timelines,
+            &BTreeMap::new(),
+            started,
+            started.elapsed(),
+        );
         assert_eq!(
             fleet.vm(node).kernel_starts(),
             3,
@@ -609,11 +619,12 @@ async fn follow_the_rollout(
 fn print_figures(
     method: &str,
     timelines: &BTreeMap<String, Timeline>,
+    pools: &BTreeMap<String, String>,
     requested: Instant,
     makespan: Duration,
 ) {
     let prefix = format!("node-e2e: figures ({method}):");
-    for line in figures::report(&prefix, timelines, requested, makespan) {
+    for line in figures::report(&prefix, timelines, pools, requested, makespan) {
         eprintln!("{line}");
     }
 }

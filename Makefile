@@ -10,8 +10,12 @@ all: build
 
 # The local control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler,
 # kubectl) built from Kubernetes' own Go modules into testenv/bin; skipped when up to date.
+# Each phase of `make test` runs under hack/phase.sh, which records its time and whether it
+# came from a cache; `make test` ends with their table (hack/phase-table.sh).
+PHASE = hack/phase.sh $@ --
+
 testenv:
-	@testenv/hack/build.sh
+	@$(PHASE) testenv/hack/build.sh
 
 # The release binaries of the images, fully static (glibc linked in), built with the very
 # command of Dockerfile.agent and Dockerfile.controller, into target/<arch>-unknown-linux-gnu/
@@ -29,14 +33,14 @@ CROSS_RUSTFLAGS := CARGO_TARGET_$(shell echo $(CROSS_ARCH) | tr a-z A-Z)_UNKNOWN
 # The images' two for both architectures in one cargo run, so that one's slow final link
 # overlaps the other's compiling.
 static: cross-tools
-	$(CROSS_LINKER) RUSTFLAGS='-C target-feature=+crt-static' $(CARGO) build --release --locked --target $(STATIC_TARGET) --target $(CROSS_ARCH)-unknown-linux-gnu -p agent -p controller
-	RUSTFLAGS='-C target-feature=+crt-static' $(CARGO) build --release --locked --target $(STATIC_TARGET) -p vm-node-reporter -p kubectl-reboot
-	$(CROSS_LINKER) $(CROSS_RUSTFLAGS) $(WINDOWS_LINKER) $(CARGO) build --release --locked --target $(CROSS_ARCH)-unknown-linux-gnu --target $(WINDOWS_TARGET) -p kubectl-reboot
+	$(PHASE) env $(CROSS_LINKER) RUSTFLAGS='-C target-feature=+crt-static' $(CARGO) build --release --locked --target $(STATIC_TARGET) --target $(CROSS_ARCH)-unknown-linux-gnu -p agent -p controller
+	$(PHASE) env RUSTFLAGS='-C target-feature=+crt-static' $(CARGO) build --release --locked --target $(STATIC_TARGET) -p vm-node-reporter -p kubectl-reboot
+	$(PHASE) env $(CROSS_LINKER) $(CROSS_RUSTFLAGS) $(WINDOWS_LINKER) $(CARGO) build --release --locked --target $(CROSS_ARCH)-unknown-linux-gnu --target $(WINDOWS_TARGET) -p kubectl-reboot
 
 # Rust's standard library for the other architecture, Debian's cross toolchain, and QEMU's
 # user mode registered with binfmt_misc (for test-arm64), when missing.
 cross-tools:
-	@hack/install-cross.sh
+	@$(PHASE) hack/install-cross.sh
 
 # The agent's process-level tests against the arm64 binary of its image, under QEMU's user
 # mode (hack/test-arm64.sh). Part of `make test`.
@@ -54,7 +58,7 @@ test-arm64: static
 # pause (compiled with gcc) and Debian's busybox-static are cached in
 # ${XDG_CACHE_HOME:-$HOME/.cache}/node-reboot-operator.
 images: static
-	$(CARGO) run --quiet --locked -p oci-images -- $(ARGS)
+	$(PHASE) $(CARGO) run --quiet --locked -p oci-images -- $(ARGS)
 
 # The chart of a release: target/chart/node-reboot-operator-<version>.tgz, its version and
 # appVersion the workspace's, its values.yaml pinning reboot-controller and reboot-agent by
@@ -64,7 +68,7 @@ images: static
 # CHART_ARGS go to the packager (`--help`); ARGS would reach `make images` too.
 CHART_ARGS ?=
 chart: testenv images
-	$(CARGO) run --quiet --locked -p chart-package -- $(CHART_ARGS)
+	$(PHASE) $(CARGO) run --quiet --locked -p chart-package -- $(CHART_ARGS)
 
 # Pushes the release of `make release` (target/dist/<version>/) to REGISTRY and signs it
 # (hack/publish.sh): both images' whole indexes (platforms and SBOM attestations) by oras as
@@ -88,7 +92,7 @@ publish: testenv
 # RELEASE_ARGS go to the assembler (`cargo run -p release-dist -- assemble --help`).
 RELEASE_ARGS ?=
 release: static images chart
-	$(CARGO) run --quiet --locked -p release-dist -- assemble $(RELEASE_ARGS)
+	$(PHASE) $(CARGO) run --quiet --locked -p release-dist -- assemble $(RELEASE_ARGS)
 
 build: static
 	$(CARGO) build --workspace --all-targets --locked
@@ -100,22 +104,22 @@ build: static
 # (licenses, bans, sources: offline; `make deny` checks advisories too, which fetches
 # RustSec's database), and actionlint (testenv/bin, from its Go module) the GitHub workflows.
 lint: deny-tools testenv
-	$(CARGO) fmt --all -- --check
-	python3 hack/module-cycles.py
-	python3 hack/architecture-names.py
+	$(PHASE) $(CARGO) fmt --all -- --check
+	$(PHASE) python3 hack/module-cycles.py
+	$(PHASE) python3 hack/architecture-names.py
 	@# cargo-deny reads every package of Cargo.lock, each platform's (windows-sys too): a fresh
 	@# machine's builds have not fetched them all when lint runs beside them.
-	$(CARGO) fetch --locked
-	$(CARGO_DENY) deny --offline --locked check --hide-inclusion-graph licenses bans sources
-	testenv/bin/actionlint .github/workflows/*.yml
-	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
+	$(PHASE) $(CARGO) fetch --locked
+	$(PHASE) $(CARGO_DENY) deny --offline --locked check --hide-inclusion-graph licenses bans sources
+	$(PHASE) testenv/bin/actionlint .github/workflows/*.yml
+	$(PHASE) $(CARGO) clippy --workspace --all-targets --locked -- -D warnings
 
 # cargo-deny from the Rust crate registry, pinned, built once into
 # $NRO_CACHE/cargo-deny-<version>/ (hack/install-cargo-deny.sh).
 CARGO_DENY_VERSION := 0.20.2
 CARGO_DENY ?= $(NRO_CACHE)/cargo-deny-$(CARGO_DENY_VERSION)/bin/cargo-deny
 deny-tools:
-	@CARGO_DENY_VERSION=$(CARGO_DENY_VERSION) CARGO_DENY_ROOT=$(NRO_CACHE)/cargo-deny-$(CARGO_DENY_VERSION) hack/install-cargo-deny.sh
+	@$(PHASE) env CARGO_DENY_VERSION=$(CARGO_DENY_VERSION) CARGO_DENY_ROOT=$(NRO_CACHE)/cargo-deny-$(CARGO_DENY_VERSION) hack/install-cargo-deny.sh
 
 # Every check of deny.toml, RustSec's advisories included (they need the network: the CI
 # workflow runs it).
@@ -124,7 +128,7 @@ deny: deny-tools
 
 # The debug binaries that the end-to-end tests, the sandbox and the demo run as processes.
 bins:
-	$(CARGO) build --workspace --bins --locked
+	$(PHASE) $(CARGO) build --workspace --bins --locked
 
 # Every test; the two VM tiers last (the agent as a service, then real nodes with the chart),
 # with their progress on the terminal. Each runs even when one before it fails, and any
@@ -135,10 +139,11 @@ bins:
 test: test-inputs
 	@status=0; \
 	$(MAKE) --no-print-directory node-image & image=$$!; \
-	hack/test-binaries.sh || status=1; \
-	hack/test-arm64.sh || status=1; \
+	hack/phase.sh test-workspace -- hack/test-binaries.sh || status=1; \
+	hack/phase.sh test-arm64 -- hack/test-arm64.sh || status=1; \
 	wait $$image || status=1; \
-	$(CARGO) test --locked -p vmtest --no-fail-fast --lib --test vm_e2e --test node_e2e -- --nocapture || status=1; \
+	hack/phase.sh test-vm-tiers -- $(CARGO) test --locked -p vmtest --no-fail-fast --lib --test vm_e2e --test node_e2e -- --nocapture || status=1; \
+	hack/phase-table.sh; \
 	exit $$status
 
 # Fuzzing (hack/fuzz.sh): every cargo-fuzz target of fuzz/ for FUZZ_SECONDS each (default
@@ -181,6 +186,7 @@ test-oldest-k8s: testenv-oldest-k8s bins
 # they never test a release older than the code.
 BUILD_JOBS ?= 8
 test-inputs:
+	@rm -rf target/ci-phases
 	@$(MAKE) --no-print-directory vm-tools
 	@$(MAKE) --no-print-directory cross-tools
 	@$(MAKE) --no-print-directory faketime-tools
@@ -189,16 +195,16 @@ test-inputs:
 # libfaketime from Debian's packages, when missing: the clock-skew tests
 # (e2e/tests/clock_skew.rs) run controllers whose wall clock is minutes off.
 faketime-tools:
-	@hack/install-faketime.sh
+	@$(PHASE) hack/install-faketime.sh
 
 # The VM tier's host tools (QEMU, debootstrap, socat) from Debian's packages, when missing.
 vm-tools:
-	@vm/image/install-tools.sh
+	@$(PHASE) vm/image/install-tools.sh
 
 # The guests' Debian base image, built once (about a minute) and cached in
 # ~/.cache/node-reboot-operator/vm-image/.
 vm-image: vm-tools
-	@vm/image/build.sh
+	@$(PHASE) vm/image/build.sh
 
 # Real reboots: Debian VMs under QEMU with the static agent, the controller on the host
 # (docs/src/development.md, "Real reboots in virtual machines"). VM_ACCEL=kvm where /dev/kvm
@@ -209,7 +215,7 @@ vm-e2e: testenv static bins vm-image
 # The real nodes' disk image (kubelet, containerd, runc, CNI, D-Bus, logind, AppArmor), built
 # once (3-5 minutes) and cached under ~/.cache/node-reboot-operator/node-image/.
 node-image: testenv vm-tools
-	@vm/node/image/build.sh
+	@$(PHASE) vm/node/image/build.sh
 
 # Real nodes: three guests join the local control plane, the release of `make release` is
 # published to a local registry (`make publish`), verified with cosign and installed from it
@@ -272,7 +278,7 @@ MDBOOK ?= $(NRO_CACHE)/mdbook-$(MDBOOK_VERSION)/bin/mdbook
 export MDBOOK
 
 docs-tools:
-	@MDBOOK_VERSION=$(MDBOOK_VERSION) MDBOOK_ROOT=$(NRO_CACHE)/mdbook-$(MDBOOK_VERSION) hack/install-mdbook.sh
+	@$(PHASE) env MDBOOK_VERSION=$(MDBOOK_VERSION) MDBOOK_ROOT=$(NRO_CACHE)/mdbook-$(MDBOOK_VERSION) hack/install-mdbook.sh
 
 docs: docs-tools
 	@$(MDBOOK) build docs

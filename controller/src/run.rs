@@ -562,7 +562,7 @@ impl Context {
             dry_run: args.dry_run,
             notifier: self.notifier.clone(),
             sightings: pool.sightings.clone(),
-            pool_paused: self.pool_pause(&pool.config),
+            pool_paused: self.pool_pause(running, &pool.config),
             reports_gauges: pool.config.name.is_none(),
         });
         let mut wait = Duration::ZERO;
@@ -599,18 +599,30 @@ impl Context {
         }
     }
 
-    /// The pool's own pause: its spec's, and while its object lacks the finalizer, read from
-    /// the RebootPool watch at each round.
-    fn pool_pause(&self, config: &PoolConfig) -> PoolPause {
-        let Some(name) = config.name.clone().filter(|_| config.needs_finalizer) else {
+    /// The pool's own pause: its spec's, and, read at each round, while its object lacks the
+    /// finalizer (from the RebootPool watch) or while the flags' pool is paused
+    /// (`kubectl reboot pause` without `--pool`: the stop button holds every pool).
+    fn pool_pause(&self, running: &Running, config: &PoolConfig) -> PoolPause {
+        let Some(name) = config.name.clone() else {
             return PoolPause::fixed(config.paused);
         };
+        let stop_button = running
+            .pools
+            .iter()
+            .find(|p| p.config.name.is_none())
+            .map(|flags| flags.ledger_watch.clone());
         let objects = self.pool_objects.clone();
+        let needs_finalizer = config.needs_finalizer;
         PoolPause::until_fenced(config.paused, move || {
-            objects
-                .borrow()
-                .as_ref()
-                .is_some_and(|listed| pools::fenced(&listed.objects, &name))
+            let fenced = !needs_finalizer
+                || objects
+                    .borrow()
+                    .as_ref()
+                    .is_some_and(|listed| pools::fenced(&listed.objects, &name));
+            fenced
+                && !stop_button
+                    .as_ref()
+                    .is_some_and(|flags| flags.borrow().ledger.paused)
         })
     }
 

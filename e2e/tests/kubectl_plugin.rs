@@ -235,6 +235,7 @@ async fn the_plugin_on_path_shows_why_nodes_wait_and_drives_a_rollout_with_plain
     // Paused, then every node requested with the plugin; one request cancelled and made again.
     let paused = admin.ok(&["reboot", "pause"]);
     assert!(paused.starts_with("paused"), "{paused}");
+    assert!(paused.contains("every RebootPool"), "{paused}");
     // The read-only user may not request, and is told why.
     let refused = viewer.run(&["reboot", "request", &names[0]]);
     assert!(!refused.status.success(), "a viewer requested a reboot");

@@ -800,3 +800,71 @@ async fn a_pool_made_invalid_mid_rollout_finishes_its_node_and_starts_no_other()
     watch.check().expect("budget held");
     sb.stop().await;
 }
+
+/// `kubectl reboot pause` without `--pool`, the stop button of the docs, holds every pool: a
+/// RebootPool's node asked to reboot waits (the pool's status counts it waiting, so the
+/// controller has looked), and `kubectl reboot resume` lets it go.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_flags_pause_holds_every_rebootpool() {
+    let sb = sandbox(&[("a", 1)], 0, &[]).await;
+    create_pool(
+        &sb.client,
+        "a",
+        serde_json::json!({"nodeSelector": {"matchLabels": {"pool": "a"}}}),
+    )
+    .await;
+    wait_until(
+        "the flags' pool's ledger is there",
+        Duration::from_secs(60),
+        None,
+        || async {
+            let leases = kubectl(&sb.control_plane, &["get", "lease", "-A", "-o", "name"]);
+            leases.contains(common::ledger::LEDGER_NAME)
+        },
+    )
+    .await;
+    let plugin = |args: &[&str]| {
+        let binary = nodesim::workspace_binary("kubectl-reboot").unwrap_or_else(|e| panic!("{e}"));
+        let out = std::process::Command::new(binary)
+            .args(args)
+            .env("KUBECONFIG", sb.control_plane.kubeconfig_path())
+            .output()
+            .expect("kubectl-reboot runs");
+        let said = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "kubectl reboot {args:?}: {said}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        said
+    };
+    let said = plugin(&["pause"]);
+    assert!(said.contains("every RebootPool"), "{said}");
+    let watch = BudgetWatch::start(sb.client.clone(), 1).await;
+    request_reboot(&sb.control_plane, "sim-1");
+    wait_until(
+        "pool a counts sim-1 waiting",
+        Duration::from_secs(60),
+        Some(&watch),
+        || async {
+            pool(&sb.client, "a")
+                .await
+                .and_then(|p| p.status)
+                .is_some_and(|s| s.waiting == 1)
+        },
+    )
+    .await;
+    assert!(
+        !protocol_annotations(&node(&sb.client, "sim-1").await)
+            .iter()
+            .any(|k| k == "reboot-grant"),
+        "pool a granted sim-1 while the flags' pool is paused"
+    );
+    plugin(&["resume"]);
+    wait_until("resumed, sim-1 is rebooted", ROLLOUT, Some(&watch), || {
+        back(&sb, "sim-1", 1)
+    })
+    .await;
+    watch.check().expect("budget held");
+    sb.stop().await;
+}

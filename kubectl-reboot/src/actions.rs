@@ -307,8 +307,9 @@ pub async fn set_paused(
         .await
     {
         Ok(_) if pause => Ok(format!(
-            "paused: no new reboot starts in this pool ({PAUSED_ANNOTATION}=true on {what}); \
-             reboots under way finish. `kubectl reboot resume` resumes"
+            "paused: no new reboot starts in any pool, the flags' pool and every RebootPool \
+             ({PAUSED_ANNOTATION}=true on {what}); reboots under way finish. \
+             `kubectl reboot resume` resumes"
         )),
         Ok(_) => Ok(format!("resumed ({PAUSED_ANNOTATION} removed from {what})")),
         Err(e) if is_not_found(&e) => Err(Error::NoLedger {

@@ -75,8 +75,9 @@ pub enum Command {
     /// the protocol's annotations and records who and why in a `RebootAbandoned` Event. An
     /// error for a node that is not in the reboot protocol.
     Abandon(AbandonArgs),
-    /// Pauses the pool: no new reboot starts (`reboot-paused=true` on the ledger Lease; with
-    /// `--pool`, `spec.paused: true` on that RebootPool); reboots under way finish.
+    /// Pauses: no new reboot starts in any pool (`reboot-paused=true` on the flags' pool's
+    /// ledger Lease, which holds every RebootPool too); with `--pool`, in that RebootPool alone
+    /// (`spec.paused: true`). Reboots under way finish.
     Pause(PoolArgs),
     /// Resumes the pool (removes `reboot-paused` from the ledger Lease; with `--pool`, sets
     /// `spec.paused: false` on that RebootPool), and lifts a stall of its rollout: the failures

@@ -144,7 +144,7 @@ pub struct Shell {
 
 /// A pool's own pause, beside the ledger's: its `spec.paused`, fixed for a run of the pools (a
 /// change of the spec starts them again), and, read at each round, whether the pool object
-/// lacks its finalizer. Nothing is granted before the finalizer is there, so that a pool
+/// lacks its finalizer or the flags' pool is paused (the stop button of every pool). Nothing is granted before the finalizer is there, so that a pool
 /// deleted after a grant waits for it; reading it live spares every pool a restart, and the
 /// node cache a list of every node, when the controller adds it.
 #[derive(Clone)]
@@ -162,7 +162,8 @@ impl PoolPause {
         }
     }
 
-    /// `spec`, and paused too while `fenced` says the finalizer is not there.
+    /// `spec`, and paused too while `fenced` says no (the finalizer is not there, or the flags'
+    /// pool is paused).
     pub fn until_fenced(spec: bool, fenced: impl Fn() -> bool + Send + Sync + 'static) -> Self {
         Self {
             spec,

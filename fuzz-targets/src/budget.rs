@@ -1,8 +1,8 @@
 use common::MaxUnavailable;
 
 /// `--max-unavailable` and `--max-unavailable-per-zone`: a parsed budget is written back as
-/// it parses, and resolved against a pool it allows at least one node and, as a percentage,
-/// never more than the pool holds.
+/// it parses, and resolved against a pool it allows at least one node unless it is 0 or 0%
+/// (which hold every new reboot) and, as a percentage, never more than the pool holds.
 pub fn budget(data: &[u8]) {
     let Some(text) = crate::text(data) else {
         return;
@@ -19,7 +19,15 @@ pub fn budget(data: &[u8]) {
         .chain(data.iter().map(|b| usize::from(*b)))
     {
         let allowed = budget.resolve(pool);
-        assert!(allowed >= 1, "{budget} of {pool} nodes allows none");
+        let holds = matches!(
+            budget,
+            MaxUnavailable::Count(0) | MaxUnavailable::Percent(0)
+        );
+        assert_eq!(
+            allowed == 0,
+            holds,
+            "{budget} of {pool} nodes allows {allowed}"
+        );
         match budget {
             MaxUnavailable::Count(n) => assert_eq!(allowed, n as usize, "{budget} of {pool}"),
             MaxUnavailable::Percent(_) => {

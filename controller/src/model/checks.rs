@@ -131,8 +131,10 @@ pub fn node_write(s: &Server, k: usize, i: usize, before: &Value, after: &Value)
         let what = format!(
             "n{i} moved further (claimed {claimed}, cordoned {recordoned}, reboot-now {promoted})"
         );
-        // A claim needs the window open; once claimed, `--finish-after-window` decides.
-        let window_open = s.window_open() || (!claimed && s.finish_after_window);
+        // A claim needs the window open; once claimed, `--finish-after-window` decides (set
+        // for a pool whose windows cannot be read, which finishes what it claimed).
+        let finish = s.finish_after_window || runs_invalid(s, k, after);
+        let window_open = s.window_open() || (!claimed && finish);
         assert!(window_open, "{what} outside the windows");
         assert!(!s.unhealthy, "{what} while a health gate was closed");
         assert!(
@@ -550,6 +552,13 @@ fn grant_ledger(node: &Value) -> Option<String> {
     ledger_of(annotation(node, "reboot-grant"))
 }
 
+/// Whether replica `k` runs the pool of the grant `node` carries with a spec it cannot read
+/// (the model's invalid pools have a window whose time zone is mistyped).
+fn runs_invalid(s: &Server, k: usize, node: &Value) -> bool {
+    grant_ledger(node)
+        .is_some_and(|ledger| s.running[k].iter().any(|p| p.ledger == ledger && p.invalid))
+}
+
 /// With several pools, a node write by replica `k`: a node never goes from one ledger's grant
 /// to another's, and a pool that replica runs paused moves none of its nodes further (a
 /// deleted one takes them to the end); a node two pools select is never claimed.
@@ -562,6 +571,10 @@ fn pool_node_write(s: &Server, k: usize, i: usize, before: &Value, after: &Value
         assert!(
             s.selecting(before) < 2,
             "n{i} claimed a grant of {now:?} while two pools select it"
+        );
+        assert!(
+            !runs_invalid(s, k, after),
+            "n{i} claimed a grant of {now:?} by replica {k}, which runs that pool invalid"
         );
     }
     if moved && let Some(ledger) = &now {

@@ -453,6 +453,49 @@ mod tests {
         );
     }
 
+    /// Pool b grants n3 (its slot taken, n3 not yet claimed), then its window's time zone is
+    /// mistyped and the window closes: the invalid pool does not claim n3 on a guess of its
+    /// windows, even once the model's window opens again; once the spec is put right, n3
+    /// reboots. Before, the invalid pool read its windows as "always open" and cordoned n3 and
+    /// set reboot-now outside the window.
+    #[test]
+    fn a_grant_an_invalid_pool_holds_unclaimed_waits_until_the_spec_is_fixed() {
+        let mut model = Model::with_pools(&scripted(1, 1, false), &[1, 1]);
+        let steps = [
+            Request(3),
+            SyncNode {
+                replica: 0,
+                node: 3,
+            },
+            BreakPool {
+                pool: 1,
+                broken: true,
+            },
+            Round(0),
+        ];
+        for step in steps {
+            model.apply(&step);
+        }
+        assert!(
+            model.s().ledgers["node-reboot-pool-b"]
+                .to_string()
+                .contains("n3"),
+            "pool b took n3's slot before it read its new spec"
+        );
+        for step in [
+            Window(false),
+            SyncPools(0),
+            Round(0),
+            Window(true),
+            Round(0),
+        ] {
+            model.apply(&step);
+        }
+        assert!(granted(&model, 3).is_none(), "the invalid pool claimed n3");
+        model.settle();
+        assert_eq!(model.s().boots[3], 1, "n3 rebooted once the pool was fixed");
+    }
+
     /// Pool a keeps n0 cordoned after its drain failed (`drainAttempts: 1`,
     /// `keepSetAsideCordoned`), then is deleted: its last rounds take its cordon off n0, whose
     /// request and record of failed drains stay. Before, n0 stayed cordoned for good.

@@ -285,6 +285,46 @@ mod tests {
         assert!(plan.invalid[0].problems[0].contains("shorter than"));
         assert_eq!(a.args.give_up_after, base.give_up_after);
         assert_ne!(a.args.drain_timeout, std::time::Duration::from_secs(3600));
+        assert_closed_for_good(&a.args);
+    }
+
+    /// Windows that are not the spec's are never open (no claim on a guess of them), and the
+    /// nodes already claimed finish as after a window.
+    fn assert_closed_for_good(args: &Args) {
+        let windows = args.windows();
+        let now = jiff::Timestamp::now();
+        assert!(!windows.is_open(now), "{windows}");
+        assert_eq!(windows.next_opening(now), None);
+        assert!(args.finish_after_window);
+    }
+
+    /// A window that cannot be read closes the pool's schedule; a readable one is kept as
+    /// written, with its `finishAfterWindow`.
+    #[test]
+    fn an_unreadable_window_closes_the_pool_for_good() {
+        let base = Args::parse_from(["reboot-controller"]);
+        let broken = pool(
+            "a",
+            serde_json::json!({
+                "windows": ["Mon-Sun 00:00-24:00 Mars/Olympus"],
+                "finishAfterWindow": false,
+            }),
+        );
+        let plan_of = |object| plan(&base, &[object]).pools.remove(0);
+        assert_closed_for_good(&plan_of(broken).args);
+        let readable = pool(
+            "a",
+            serde_json::json!({
+                "windows": ["Mon-Sun 00:00-24:00 UTC"],
+                "finishAfterWindow": false,
+                "drain": {"podSelector": "=="},
+            }),
+        );
+        let plan = plan(&base, std::slice::from_ref(&readable));
+        assert_eq!(plan.invalid.len(), 1, "the pod selector is refused");
+        let args = &plan.pools[0].args;
+        assert!(args.windows().is_open(jiff::Timestamp::now()));
+        assert!(!args.finish_after_window);
     }
 
     /// A name too long for its ledger Lease cannot run: it never held a slot.

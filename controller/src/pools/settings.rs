@@ -11,6 +11,7 @@ use common::{
     MaxUnavailable,
     pool::{RebootPoolSpec, ledger_name},
 };
+use controller_core::window::Period;
 use k8s_openapi::apimachinery::pkg::{apis::meta::v1::LabelSelector, util::intstr::IntOrString};
 
 /// A pool's settings with the problems found in its spec, or why it cannot run at all.
@@ -20,6 +21,8 @@ pub type PoolReading = Result<(Args, Vec<String>), Vec<String>>;
 /// naming the field, for the pool's `InvalidSpec` condition). A field that cannot be read keeps
 /// its default, and where the fields do not fit together the whole policy is the defaults':
 /// enough for an invalid pool to carry the nodes it holds to the end, which is all it does.
+/// Windows that are not the spec's are closed (see [`close_schedule`]): a claim must not
+/// start outside a window the administrator set.
 /// `Err` only where the pool cannot run at all: its ledger Lease cannot be named, so it never
 /// held a slot.
 pub fn read_pool(base: &Args, name: &str, spec: &RebootPoolSpec) -> PoolReading {
@@ -56,8 +59,18 @@ pub fn read_pool(base: &Args, name: &str, spec: &RebootPoolSpec) -> PoolReading 
             problems.push(strip_clap(&error.to_string()));
         }
         args = defaults;
+        close_schedule(&mut args);
     }
     Ok((args, problems))
+}
+
+/// The schedule of a pool whose windows are not the spec's (one cannot be read, or the whole
+/// policy is the defaults'): closed for good, so that no claim starts on a guess of them, and
+/// finishing after the window, so that every node already claimed goes on to its end.
+fn close_schedule(args: &mut Args) {
+    let unknown = "the windows or blackouts of an invalid spec (fix the spec)";
+    args.reboot_blackouts.push(Period::always(unknown));
+    args.finish_after_window = true;
 }
 
 /// The settings of a valid pool, or every problem of an invalid one (the tests' view of
@@ -148,16 +161,21 @@ fn read_budgets(args: &mut Args, spec: &RebootPoolSpec, read: &mut Read<'_>) {
 }
 
 fn read_schedule(args: &mut Args, spec: &RebootPoolSpec, read: &mut Read<'_>) {
+    let mut unreadable = false;
     for (i, window) in spec.windows.iter().enumerate() {
+        let window = args::parse_window(window);
+        unreadable |= window.is_err();
         read(
             &format!("windows[{i}]"),
-            args::parse_window(window).map(|w| args.reboot_windows.push(w)),
+            window.map(|w| args.reboot_windows.push(w)),
         );
     }
     for (i, blackout) in spec.blackouts.iter().enumerate() {
+        let blackout = args::parse_period(blackout);
+        unreadable |= blackout.is_err();
         read(
             &format!("blackouts[{i}]"),
-            args::parse_period(blackout).map(|b| args.reboot_blackouts.push(b)),
+            blackout.map(|b| args.reboot_blackouts.push(b)),
         );
     }
     for (i, budget) in spec.scheduled_budgets.iter().enumerate() {
@@ -168,6 +186,9 @@ fn read_schedule(args: &mut Args, spec: &RebootPoolSpec, read: &mut Read<'_>) {
     }
     if let Some(finish) = spec.finish_after_window {
         args.finish_after_window = finish;
+    }
+    if unreadable {
+        close_schedule(args);
     }
     if let Some(estimate) = &spec.reboot_estimate {
         read(

@@ -33,6 +33,8 @@ enum Rule {
     Range { from: Timestamp, until: Timestamp },
     /// Recurring: whenever this window is open.
     Recurring(Window),
+    /// Always: what stands for a schedule that cannot be read.
+    Always,
 }
 
 impl PartialEq for Period {
@@ -120,11 +122,21 @@ fn instant(text: &str, zone: &TimeZone, end: End) -> Result<Timestamp, String> {
 }
 
 impl Period {
+    /// A period that is always under way, named `text`: the blackout that stands for windows
+    /// or blackouts that cannot be read, so that nothing new starts on a guess of them.
+    pub fn always(text: &str) -> Period {
+        Period {
+            text: text.to_owned(),
+            rule: Rule::Always,
+        }
+    }
+
     /// Whether it is under way at `now`.
     pub fn is_active(&self, now: Timestamp) -> bool {
         match &self.rule {
             Rule::Range { from, until } => *from <= now && now < *until,
             Rule::Recurring(window) => window.is_open(now),
+            Rule::Always => true,
         }
     }
 
@@ -134,6 +146,7 @@ impl Period {
             Rule::Range { from, .. } if now < *from => Some(*from),
             Rule::Range { until, .. } => (now < *until).then_some(*until),
             Rule::Recurring(window) => window.next_change(now),
+            Rule::Always => None,
         }
     }
 }
@@ -178,6 +191,17 @@ mod tests {
         let utc = period("2026-12-24T17:00:00Z..2026-12-27T05:00:00Z Europe/Berlin");
         assert!(utc.is_active(at("2026-12-24T17:00:00Z")));
         assert!(!utc.is_active(at("2026-12-27T05:00:00Z")));
+    }
+
+    #[test]
+    fn always_is_under_way_for_good() {
+        let b = Period::always("the spec's windows cannot be read");
+        assert!(b.is_active(Timestamp::MIN) && b.is_active(Timestamp::MAX));
+        assert_eq!(b.next_change(at("2026-12-01T00:00:00Z")), None);
+        let windows = super::super::Windows::default().with_blackouts(vec![b]);
+        let now = at("2026-12-01T00:00:00Z");
+        assert!(!windows.is_open(now));
+        assert_eq!(windows.next_opening(now), None, "never opens");
     }
 
     #[test]

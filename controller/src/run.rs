@@ -34,10 +34,11 @@ use crate::{
     metrics::Metrics,
     notify::{self, Notifier},
     pools::{self, PoolConfig, status::Seen, watch::Listed},
-    shell::{PoolPause, Shell, ShellParts},
+    shell::{FreshPause, PoolPause, Shell, ShellParts},
 };
 use anyhow::Context as _;
-use common::{ControllerReason, NodeFacts};
+use common::{ControllerReason, NodeFacts, pool::RebootPool};
+use futures::FutureExt as _;
 use controller_core::{ledger::Ledger, schedule::Schedule};
 use k8s_openapi::api::core::v1::Node;
 use kube::{
@@ -613,17 +614,18 @@ impl Context {
             .map(|flags| flags.ledger_watch.clone());
         let objects = self.pool_objects.clone();
         let needs_finalizer = config.needs_finalizer;
+        let fresh = fresh_pause(Api::all(self.client.clone()), name.clone());
         PoolPause::until_fenced(config.paused, move || {
-            let fenced = !needs_finalizer
-                || objects
-                    .borrow()
-                    .as_ref()
-                    .is_some_and(|listed| pools::fenced(&listed.objects, &name));
+            let listed = objects.borrow();
+            let listed = listed.as_ref().map(|l| l.objects.as_slice());
+            let fenced = !needs_finalizer || listed.is_some_and(|l| pools::fenced(l, &name));
             fenced
+                && !listed.is_some_and(|l| pools::spec_paused(l, &name))
                 && !stop_button
                     .as_ref()
                     .is_some_and(|flags| flags.borrow().ledger.paused)
         })
+        .read_fresh(fresh)
     }
 
     /// The alert checks of this term as leader for a pool; they stop when the term's shell is
@@ -874,4 +876,26 @@ mod tests {
             "a moment already past does not spin"
         );
     }
+}
+
+/// `spec.paused` of the pool `name` read from the API server (a quorum read): a pool that is
+/// gone is not paused; one that cannot be read holds its granted nodes this round.
+fn fresh_pause(api: Api<RebootPool>, name: String) -> FreshPause {
+    Arc::new(move || {
+        let (api, name) = (api.clone(), name.clone());
+        async move {
+            match api.get_opt(&name).await {
+                Ok(found) => found.is_some_and(|pool| pool.spec.paused),
+                Err(error) => {
+                    tracing::warn!(
+                        pool = %name, %error,
+                        "cannot read the pool's spec.paused: its granted nodes wait where they \
+                         stand this round"
+                    );
+                    true
+                }
+            }
+        }
+        .boxed()
+    })
 }

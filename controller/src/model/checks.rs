@@ -555,8 +555,20 @@ fn grant_ledger(node: &Value) -> Option<String> {
 /// Whether replica `k` runs the pool of the grant `node` carries with a spec it cannot read
 /// (the model's invalid pools have a window whose time zone is mistyped).
 fn runs_invalid(s: &Server, k: usize, node: &Value) -> bool {
-    grant_ledger(node)
+    annotation(node, "reboot-grant").is_some_and(|grant| runs_invalid_for(s, k, &grant))
+}
+
+/// Whether replica `k` runs the pool of `grant` with a spec it cannot read: such a pool
+/// finishes what it claimed whatever its windows.
+pub(super) fn runs_invalid_for(s: &Server, k: usize, grant: &str) -> bool {
+    ledger_of(Some(grant.to_owned()))
         .is_some_and(|ledger| s.running[k].iter().any(|p| p.ledger == ledger && p.invalid))
+}
+
+/// Whether the pool of `grant` has `spec.paused` on the API server.
+pub(super) fn pool_paused_for(s: &Server, grant: &str) -> bool {
+    ledger_of(Some(grant.to_owned()))
+        .is_some_and(|ledger| s.pools.iter().any(|p| p.ledger() == ledger && p.paused))
 }
 
 /// With several pools, a node write by replica `k`: a node never goes from one ledger's grant
@@ -581,10 +593,12 @@ fn pool_node_write(s: &Server, k: usize, i: usize, before: &Value, after: &Value
         let paused = s.running[k]
             .iter()
             .find(|p| &p.ledger == ledger)
-            .is_none_or(|p| p.paused);
+            .is_none_or(|p| p.paused)
+            || s.pools.iter().any(|p| &p.ledger() == ledger && p.paused);
         assert!(
             !paused,
-            "n{i} moved further by replica {k} in {ledger}, which it runs paused or not at all"
+            "n{i} moved further by replica {k} in {ledger}, which is paused (as it runs it or on \
+             the API server) or which it does not run"
         );
     }
 }

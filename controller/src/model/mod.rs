@@ -182,9 +182,15 @@ impl Drain for Drains {
         {
             // Starting a drain moves a granted node further: the fences must let it.
             let mut s = lock(&self.api.server);
+            let finish = s.finish_after_window
+                || checks::runs_invalid_for(&s, self.api.replica, &grant);
             assert!(
-                s.window_open() || s.finish_after_window,
+                s.window_open() || finish,
                 "drain of {name} started outside the windows"
+            );
+            assert!(
+                !checks::pool_paused_for(&s, &grant),
+                "drain of {name} started while its pool's spec.paused is set"
             );
             assert!(
                 !s.unhealthy,
@@ -564,7 +570,8 @@ impl Model {
             dry_run: false,
             notifier: crate::notify::Notifier::off(),
             sightings: crate::cache::sightings::Sightings::default(),
-            pool_paused: crate::shell::PoolPause::fixed(parts.paused),
+            pool_paused: crate::shell::PoolPause::fixed(parts.paused)
+                .read_fresh(self.fresh_pause(&parts.ledger)),
             reports_gauges: args.is_none(),
         });
         PoolShell {
@@ -575,6 +582,16 @@ impl Model {
             listed: true,
             events: captured,
         }
+    }
+
+    /// A pool's `spec.paused` as the model's API server has it (the flags' pool has none).
+    fn fresh_pause(&self, ledger: &str) -> crate::shell::FreshPause {
+        let (server, ledger) = (self.server.clone(), ledger.to_owned());
+        Arc::new(move || {
+            let s = lock(&server);
+            let paused = s.pools.iter().any(|p| p.ledger() == ledger && p.paused);
+            Box::pin(std::future::ready(paused))
+        })
     }
 
     fn s(&self) -> MutexGuard<'_, Server> {

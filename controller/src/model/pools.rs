@@ -41,6 +41,7 @@ fn truth(p: usize, budget: u32) -> PoolTruth {
         budget,
         deleted: false,
         invalid: false,
+        paused: false,
     }
 }
 
@@ -150,7 +151,7 @@ impl Model {
             .map(|p| RunningPool {
                 ledger: p.ledger(),
                 budget: common::MaxUnavailable::Count(p.budget),
-                paused: false,
+                paused: p.paused,
                 deleted: p.deleted,
                 invalid: p.invalid,
             })
@@ -191,11 +192,24 @@ impl Model {
         self.s().pools[p].invalid = broken;
     }
 
-    /// Every pool put right: what an administrator does before a rollout can end.
+    /// The administrator sets or clears pool `p`'s `spec.paused`.
+    pub(super) fn pause_pool(&mut self, p: usize, paused: bool) {
+        let Some(object) = self.objects.get_mut(p) else {
+            return;
+        };
+        object.spec.paused = paused;
+        object.metadata.generation = object.metadata.generation.map(|g| g + 1);
+        self.s().pools[p].paused = paused;
+    }
+
+    /// Every pool put right and resumed: what an administrator does before a rollout can end.
     pub(super) fn fix_pools(&mut self) {
         for p in 0..self.objects.len() {
             if self.s().pools[p].invalid {
                 self.break_pool(p, false);
+            }
+            if self.s().pools[p].paused {
+                self.pause_pool(p, false);
             }
         }
     }
@@ -494,6 +508,28 @@ mod tests {
         assert!(granted(&model, 3).is_none(), "the invalid pool claimed n3");
         model.settle();
         assert_eq!(model.s().boots[3], 1, "n3 rebooted once the pool was fixed");
+    }
+
+    /// Pool a's `spec.paused` set while a replica still runs it unpaused (its watch has not
+    /// delivered the edit): the replica's round takes n0's slot on its stale plan, yet claims
+    /// nothing, since it reads the pause from the API server before it cordons. Once resumed,
+    /// n0 reboots. Before, the pause was read once per run of the pools and n0 was cordoned.
+    #[test]
+    fn a_pause_that_races_a_grant_holds_the_claim() {
+        let mut model = Model::with_pools(&scripted(1, 1, false), &[1, 1]);
+        for step in [Request(0), SyncAll(0)] {
+            model.apply(&step);
+        }
+        model.apply(&PausePool {
+            pool: 0,
+            paused: true,
+        });
+        for step in [Round(0), Round(0), SyncAll(0), Round(0)] {
+            model.apply(&step);
+        }
+        assert!(granted(&model, 0).is_none(), "n0 claimed under a pause");
+        model.settle();
+        assert_eq!(model.s().boots[0], 1, "n0 rebooted once resumed");
     }
 
     /// Pool a keeps n0 cordoned after its drain failed (`drainAttempts: 1`,

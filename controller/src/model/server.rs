@@ -181,6 +181,8 @@ pub struct PoolTruth {
     /// Its spec edited to a value the API server accepts and the controller cannot use (a
     /// window's time zone mistyped): it grants nothing new and finishes what it holds.
     pub invalid: bool,
+    /// `spec.paused` on the API server: no replica takes a node of it further.
+    pub paused: bool,
 }
 
 impl PoolTruth {

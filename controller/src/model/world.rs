@@ -95,6 +95,12 @@ pub enum Step {
         pool: usize,
         broken: bool,
     },
+    /// A pool's `spec.paused` set or cleared on the API server: the replicas see it at once
+    /// in their reads just before a write, in their plans only once they sync their pools.
+    PausePool {
+        pool: usize,
+        paused: bool,
+    },
 }
 
 fn kubelet() -> impl Strategy<Value = Kubelet> {
@@ -202,6 +208,8 @@ pub fn pool_step() -> impl Strategy<Value = Step> {
         1 => (0..3usize).prop_map(Step::DeletePool),
         1 => (0..3usize, proptest::bool::ANY)
             .prop_map(|(pool, broken)| Step::BreakPool { pool, broken }),
+        1 => (0..3usize, proptest::bool::ANY)
+            .prop_map(|(pool, paused)| Step::PausePool { pool, paused }),
     ]
 }
 
@@ -425,6 +433,7 @@ impl Model {
             }
             Step::DeletePool(p) => self.delete_pool(p),
             Step::BreakPool { pool, broken } => self.break_pool(pool, broken),
+            Step::PausePool { pool, paused } => self.pause_pool(pool, paused),
         }
         self.after_step();
     }

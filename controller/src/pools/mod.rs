@@ -170,6 +170,13 @@ pub fn fenced(objects: &[Arc<RebootPool>], name: &str) -> bool {
         .any(|p| p.metadata.name.as_deref() == Some(name) && has_finalizer(p))
 }
 
+/// Whether the pool `name` among `objects` (as last listed) has `spec.paused`.
+pub fn spec_paused(objects: &[Arc<RebootPool>], name: &str) -> bool {
+    objects
+        .iter()
+        .any(|p| p.metadata.name.as_deref() == Some(name) && p.spec.paused)
+}
+
 fn has_finalizer(pool: &RebootPool) -> bool {
     pool.finalizers()
         .iter()

@@ -28,6 +28,7 @@ use controller_core::{
     schedule::Schedule,
     scheduled_budget::Budgets,
 };
+use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::Node;
 use kube::runtime::reflector::Store;
 use std::{
@@ -151,7 +152,11 @@ pub struct Shell {
 pub struct PoolPause {
     spec: bool,
     fenced: Option<Arc<dyn Fn() -> bool + Send + Sync>>,
+    fresh: Option<FreshPause>,
 }
+
+/// `spec.paused` of a RebootPool as the API server has it now (true when it cannot tell).
+pub type FreshPause = Arc<dyn Fn() -> BoxFuture<'static, bool> + Send + Sync>;
 
 impl PoolPause {
     /// A pause that is as given for the whole run (the flags' pool, the model's pools).
@@ -159,6 +164,7 @@ impl PoolPause {
         Self {
             spec: paused,
             fenced: None,
+            fresh: None,
         }
     }
 
@@ -168,12 +174,34 @@ impl PoolPause {
         Self {
             spec,
             fenced: Some(Arc::new(fenced)),
+            fresh: None,
+        }
+    }
+
+    /// Reads `spec.paused` from the API server just before a granted node is taken further,
+    /// so that a pause written before that read holds it: the pool's pause is not on its
+    /// ledger, so the ledger's compare-and-swap cannot be the one to see it.
+    pub fn read_fresh(self, fresh: FreshPause) -> Self {
+        Self {
+            fresh: Some(fresh),
+            ..self
         }
     }
 
     /// Whether the pool is paused now.
     pub fn now(&self) -> bool {
         self.spec || self.fenced.as_ref().is_some_and(|fenced| !fenced())
+    }
+
+    /// Whether the pool is paused now, its spec read from the API server where it can be.
+    pub async fn now_fresh(&self) -> bool {
+        if self.now() {
+            return true;
+        }
+        match &self.fresh {
+            Some(fresh) => fresh().await,
+            None => false,
+        }
     }
 }
 

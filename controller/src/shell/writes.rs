@@ -71,8 +71,12 @@ impl Shell {
         }
         // Each step that takes a granted node further is checked against the pause, the window
         // and the gates as they are now, not as the round began: this round (or the replica
-        // that wrote the grant) may have decided on an older reading.
-        let (fence, gates) = self.fence_now();
+        // that wrote the grant) may have decided on an older reading. A RebootPool's pause is
+        // read from the API server then.
+        let moves_further = decision.node_actions.iter().any(NodeAction::is_fenced);
+        let paused_now = moves_further && self.pool_paused.now_fresh().await;
+        let (mut fence, gates) = self.fence_now();
+        fence.paused |= paused_now;
         let (actions, held) = effects::fence_actions(
             &mut decision,
             fence,

@@ -122,13 +122,10 @@ impl Fence {
         blocked: bool,
         finish_after_window: bool,
     ) -> Option<Hold> {
-        let claim = match action {
-            NodeAction::Claim { .. } => true,
-            NodeAction::Recordon { .. }
-            | NodeAction::StartDrain { .. }
-            | NodeAction::Promote { .. } => false,
-            _ => return None,
-        };
+        if !action.is_fenced() {
+            return None;
+        }
+        let claim = matches!(action, NodeAction::Claim { .. });
         // Once claimed, a closed window holds only with `--finish-after-window=false`.
         let window_open = self.window_open || (!claim && finish_after_window);
         Fence {
@@ -209,6 +206,19 @@ pub enum NodeAction {
 }
 
 impl NodeAction {
+    /// Whether it takes a granted node further (the claim's cordon, a re-cordon, the drain's
+    /// start, `reboot-now`): the steps a fence holds. Completing, giving back and re-reading
+    /// always go on, and so does a reboot already told to go.
+    pub fn is_fenced(&self) -> bool {
+        matches!(
+            self,
+            Self::Claim { .. }
+                | Self::Recordon { .. }
+                | Self::StartDrain { .. }
+                | Self::Promote { .. }
+        )
+    }
+
     pub fn node(&self) -> &str {
         match self {
             Self::Claim { node, .. }

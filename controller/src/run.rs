@@ -38,8 +38,8 @@ use crate::{
 };
 use anyhow::Context as _;
 use common::{ControllerReason, NodeFacts, pool::RebootPool};
-use futures::FutureExt as _;
 use controller_core::{ledger::Ledger, schedule::Schedule};
+use futures::FutureExt as _;
 use k8s_openapi::api::core::v1::Node;
 use kube::{
     Api, Client,
@@ -851,6 +851,28 @@ async fn check_selector(client: &Client, selector: Option<&str>) -> anyhow::Resu
     }
 }
 
+/// `spec.paused` of the pool `name` read from the API server (a quorum read): a pool that is
+/// gone is not paused; one that cannot be read holds its granted nodes this round.
+fn fresh_pause(api: Api<RebootPool>, name: String) -> FreshPause {
+    Arc::new(move || {
+        let (api, name) = (api.clone(), name.clone());
+        async move {
+            match api.get_opt(&name).await {
+                Ok(found) => found.is_some_and(|pool| pool.spec.paused),
+                Err(error) => {
+                    tracing::warn!(
+                        pool = %name, %error,
+                        "cannot read the pool's spec.paused: its granted nodes wait where they \
+                         stand this round"
+                    );
+                    true
+                }
+            }
+        }
+        .boxed()
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -876,26 +898,4 @@ mod tests {
             "a moment already past does not spin"
         );
     }
-}
-
-/// `spec.paused` of the pool `name` read from the API server (a quorum read): a pool that is
-/// gone is not paused; one that cannot be read holds its granted nodes this round.
-fn fresh_pause(api: Api<RebootPool>, name: String) -> FreshPause {
-    Arc::new(move || {
-        let (api, name) = (api.clone(), name.clone());
-        async move {
-            match api.get_opt(&name).await {
-                Ok(found) => found.is_some_and(|pool| pool.spec.paused),
-                Err(error) => {
-                    tracing::warn!(
-                        pool = %name, %error,
-                        "cannot read the pool's spec.paused: its granted nodes wait where they \
-                         stand this round"
-                    );
-                    true
-                }
-            }
-        }
-        .boxed()
-    })
 }

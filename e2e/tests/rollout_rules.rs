@@ -182,12 +182,31 @@ async fn a_pool_stalled_by_its_canary_is_resumed_with_the_admin_role_alone() {
     .await;
     assert_eq!(sb.fleet.reboots("sim-2"), 0, "rebooted while stalled");
 
-    let said = users.admin.ok(&["reboot", "resume", "--pool", "gpu"]);
-    assert!(said.contains("spec.resumedAt"), "{said}");
+    // The admin's machine's clock is an hour ahead: the plugin writes the API server's time,
+    // or the controller would forgive nothing for an hour.
+    let resume = users
+        .admin
+        .command(&["reboot", "resume", "--pool", "gpu"])
+        .envs(e2e::faketime::skewed("+1h"))
+        .output()
+        .expect("kubectl runs");
+    let said = String::from_utf8_lossy(&resume.stdout);
+    assert!(
+        resume.status.success() && said.contains("spec.resumedAt"),
+        "{said}{}",
+        String::from_utf8_lossy(&resume.stderr)
+    );
     let resumed = crate::reboot_pools::pool(&client, "gpu")
         .await
         .expect("gpu");
-    assert!(resumed.spec.resumed_at.is_some(), "{:?}", resumed.spec);
+    let at: Timestamp = (resumed.spec.resumed_at.as_deref())
+        .and_then(|at| at.parse().ok())
+        .unwrap_or_else(|| panic!("no spec.resumedAt: {:?}", resumed.spec));
+    let ahead = at.duration_since(Timestamp::now());
+    assert!(
+        ahead < k8s_openapi::jiff::SignedDuration::from_mins(5),
+        "spec.resumedAt {at} is the admin's clock, {ahead:?} ahead of the API server's"
+    );
     wait_until(
         "sim-2 is rebooted once resumed",
         PATIENCE,

@@ -500,7 +500,7 @@ pub async fn resume_pool(client: &Client, namespace: &str, pool: &str) -> Result
         Ok(lease) => PoolForgive::of(lease.as_ref().and_then(|l| l.metadata.annotations.as_ref())),
         Err(_) => PoolForgive::Unknown,
     };
-    let now = k8s_openapi::jiff::Timestamp::now().as_millisecond();
+    let now = server_now(client).await;
     set_pool_paused(client, pool, false, forgive.resumed_at(now).as_deref())
         .await
         .map(|done| match forgive {
@@ -519,6 +519,27 @@ pub async fn resume_pool(client: &Client, namespace: &str, pool: &str) -> Result
             ),
             PoolForgive::Nothing => done,
         })
+}
+
+/// The API server's clock (in milliseconds), from the `Date` of its answer to `GET /version`
+/// (whole seconds, so at most a second behind it): `spec.resumedAt` is compared with the
+/// controller's clock, which this machine's may be far from. This machine's clock where the
+/// answer has no date.
+async fn server_now(client: &Client) -> i64 {
+    use k8s_openapi::jiff::{Timestamp, fmt::rfc2822};
+    let local = Timestamp::now().as_millisecond();
+    let Ok(request) = http::Request::get("/version").body(kube::client::Body::empty()) else {
+        return local;
+    };
+    let Ok(answer) = client.send(request).await else {
+        return local;
+    };
+    answer
+        .headers()
+        .get(http::header::DATE)
+        .and_then(|date| date.to_str().ok())
+        .and_then(|date| rfc2822::parse(date).ok())
+        .map_or(local, |at| at.timestamp().as_millisecond())
 }
 
 /// `pause --pool` and `resume --pool`: `spec.paused` of the RebootPool, set (or cleared) with

@@ -182,8 +182,8 @@ impl Drain for Drains {
         {
             // Starting a drain moves a granted node further: the fences must let it.
             let mut s = lock(&self.api.server);
-            let finish = s.finish_after_window
-                || checks::runs_invalid_for(&s, self.api.replica, &grant);
+            let finish =
+                s.finish_after_window || checks::runs_invalid_for(&s, self.api.replica, &grant);
             assert!(
                 s.window_open() || finish,
                 "drain of {name} started outside the windows"

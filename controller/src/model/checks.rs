@@ -328,13 +328,16 @@ pub fn ledger_write(
     }
     // A soak ends on a fresh read of its node: a node that crashed stays Ready in a cache for
     // a while, and another replica's copy may lag. Released, a soaking node is Ready now,
-    // unless an administrator gave it up.
+    // unless an administrator gave it up. A canary soaks under `--canary-soak` alone too.
+    let canaries = s.rollout_record().map(|r| r.canaries).unwrap_or_default();
+    let soaks =
+        |node: &str| s.min_ready_ms > 0 || (s.rollout.canary_soak > 0 && canaries.contains(node));
     for (node, slot) in before {
         let soaking = s.node(index(node)).is_some_and(|n| {
             let state = facts(n).protocol(&keys());
             state.last_grant.as_deref() == Some(slot.grant.as_str()) && state.abandon.is_none()
         });
-        if s.min_ready_ms > 0 && soaking && !after.contains_key(node) {
+        if soaks(node) && soaking && !after.contains_key(node) {
             assert!(
                 s.ready(index(node)),
                 "{node} released from its soak while NotReady"

@@ -1149,6 +1149,39 @@ fn a_canary_that_comes_back_not_ready_stalls_the_pool_until_resumed() {
     }
 }
 
+/// A canary soaking under `--canary-soak` alone (no `--min-ready-seconds`) that crashes as
+/// its soak ends: the replica's cache still has it Ready, yet its slot is released only on a
+/// fresh read, which finds it NotReady, so n1 is not granted beside it under a budget of 1.
+/// Before, only `--min-ready-seconds` had the release read the node again.
+#[test]
+fn a_canary_that_crashes_as_its_soak_ends_keeps_its_slot() {
+    use world::Step::*;
+    let mut setup = scripted(1, 1, false);
+    setup.rollout = RolloutRules {
+        canary: 1,
+        canary_soak: 20_000,
+        ..RolloutRules::default()
+    };
+    let mut model = Model::new(&setup);
+    for step in [Request(0), Request(1), SyncAll(0), Round(0), Round(0)] {
+        model.apply(&step);
+    }
+    model.apply(&Agent(0));
+    model.apply(&Kubelet(0));
+    for _ in 0..3 {
+        model.apply(&SyncAll(0));
+        model.apply(&Round(0));
+    }
+    model.tick(30 * STEP_MS);
+    model.apply(&Flap(0));
+    model.apply(&Round(0));
+    let released = !model.s().slots().contains_key("n0");
+    assert!(!released, "the canary's slot released while NotReady");
+    model.apply(&Flap(0));
+    model.settle();
+    assert_eq!(model.s().boots[1], 1, "n1 rebooted after the canary");
+}
+
 /// Found by the property test: n5 soaking from the start, the ledger deleted and recreated,
 /// then n5 requested, seen so by replica 1, opted out, and replica 1's round.
 #[test]

@@ -458,7 +458,8 @@ impl Shell {
         }
     }
 
-    /// A slot is released after the soak only on a fresh read of the node: a node that crashed
+    /// A slot is released after the soak (`--min-ready-seconds`, or a canary's `canarySoak`)
+    /// only on a fresh read of the node: a node that crashed
     /// stays Ready in the cache for the node monitor's grace period, and another replica's copy
     /// may lag. Not Ready (or not readable) now, or cordoned now where the copy the round
     /// decided on was not (the round would have granted its slot away while it stays
@@ -471,10 +472,16 @@ impl Shell {
         decision: &mut Decision,
         decided_on: &HashMap<&str, &Arc<Node>>,
     ) {
-        if self.schedule.min_ready.is_zero() {
-            return;
-        }
-        for (name, reason) in effects::to_confirm(decision) {
+        // A node without a soak (no `--min-ready-seconds`, not a canary under `canarySoak`) is
+        // released on the round's copy, as the completion the kubelet proved.
+        let min_ready = u64::from(!self.schedule.min_ready.is_zero());
+        let record = self.ledger.current().rollout.clone();
+        let soaks = |name: &str| self.rollout_rules.soak(record.as_ref(), name, min_ready) > 0;
+        let to_confirm: Vec<_> = effects::to_confirm(decision)
+            .into_iter()
+            .filter(|(name, _)| soaks(name))
+            .collect();
+        for (name, reason) in to_confirm {
             let settled = match self.api.get(&name).await {
                 Ok(Some(node)) => {
                     let now = NodeFacts::from_node(&node);

@@ -691,7 +691,8 @@ impl Context {
 
     fn say_ledger_recreated_at_start(&self, pool: &PoolRun, carried_by: &[String]) {
         self.metrics.ledger_recreated.inc();
-        let note = pool.ledger_store.recreated_at_start_note(carried_by);
+        let name = pool.config.name.as_deref();
+        let note = pool.ledger_store.recreated_at_start_note(carried_by, name);
         tracing::warn!("{note}");
         self.events.publish_about(
             pool.ledger_store.reference(),

@@ -137,8 +137,12 @@ pub async fn rollout_completes(sb: &Sandbox, watch: &BudgetWatch) {
 
 /// The Events about the ledger Lease, as `(type, reason, message)`.
 pub async fn ledger_events(client: &kube::Client) -> Vec<(String, String, String)> {
-    let params =
-        kube::api::ListParams::default().fields(&format!("involvedObject.name={LEDGER_NAME}"));
+    ledger_events_of(client, LEDGER_NAME).await
+}
+
+/// The Events about the ledger Lease `name` (a RebootPool's: `node-reboot-pool-<pool>`).
+pub async fn ledger_events_of(client: &kube::Client, name: &str) -> Vec<(String, String, String)> {
+    let params = kube::api::ListParams::default().fields(&format!("involvedObject.name={name}"));
     Api::<k8s_openapi::api::core::v1::Event>::namespaced(client.clone(), OPERATOR_NAMESPACE)
         .list(&params)
         .await

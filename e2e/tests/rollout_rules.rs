@@ -296,3 +296,93 @@ async fn a_reboot_that_would_not_fit_before_the_window_closes_waits_for_the_next
     watch.check().unwrap();
     sb.stop().await;
 }
+
+/// A RebootPool's ledger Lease deleted while no controller runs: the controller that starts
+/// recreates it paused (sim-1's soak cannot be known), and its Warning names
+/// `kubectl reboot resume --pool gpu`, which the docs' `node-reboot-admin` (no right on the
+/// Lease) runs: the controller lifts the pause in its own write of the Lease, and sim-2 goes.
+/// Before, the Warning named the flags' pool's resume, and no command the admin may run lifted
+/// the pool's Lease's pause.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pool_ledger_recreated_paused_is_resumed_with_the_admin_role_alone() {
+    let spec = serde_json::json!({
+        "nodeSelector": {"matchLabels": {"pool": "gpu"}},
+        "maxUnavailable": 1,
+        "minReadySeconds": 600,
+    });
+    let mut sb = crate::reboot_pools::sandbox(&[("gpu", 2)], 0, &["--default-pool=false"]).await;
+    let client = sb.client.clone();
+    crate::reboot_pools::create_pool(&client, "gpu", spec).await;
+    let users = crate::kubectl_plugin::users(&sb.control_plane);
+    let watch = BudgetWatch::start(client.clone(), 1).await;
+    let ledger = common::pool::ledger_name("gpu");
+    request_reboot(&sb.control_plane, "sim-1");
+    wait_until(
+        "sim-1 rebooted, in its soak",
+        PATIENCE,
+        Some(&watch),
+        || async {
+            let left = e2e::protocol_annotations(&node(&client, "sim-1").await);
+            sb.fleet.reboots("sim-1") == 1 && !left.iter().any(|k| k.ends_with("reboot-grant"))
+        },
+    )
+    .await;
+    for controller in &mut sb.controllers {
+        controller.kill().await;
+    }
+    let leases: kube::Api<k8s_openapi::api::coordination::v1::Lease> =
+        kube::Api::namespaced(client.clone(), common::ledger::OPERATOR_NAMESPACE);
+    leases
+        .delete(&ledger, &Default::default())
+        .await
+        .expect("delete the pool's ledger Lease");
+    request_reboot(&sb.control_plane, "sim-2");
+    sb.start_controller(&["--default-pool=false"])
+        .expect("start a controller again");
+    let warning = e2e::eventually(
+        "a Warning on the pool's Lease says it was recreated paused",
+        PATIENCE,
+        Some(&watch),
+        || async {
+            let events = e2e::rollout::ledger_events_of(&client, &ledger).await;
+            events
+                .into_iter()
+                .find(|(kind, reason, _)| {
+                    kind == "Warning" && reason == ControllerReason::LedgerRecreated.as_str()
+                })
+                .map(|(_, _, message)| message)
+        },
+    )
+    .await;
+    assert!(
+        warning.contains("PAUSED") && warning.contains("kubectl reboot resume --pool gpu"),
+        "{warning}"
+    );
+    assert_eq!(
+        sb.fleet.reboots("sim-2"),
+        0,
+        "sim-2 rebooted under the pause"
+    );
+
+    let said = users.admin.ok(&["reboot", "resume", "--pool", "gpu"]);
+    assert!(said.contains("spec.resumedAt"), "{said}");
+    wait_until(
+        "the pool's Lease is no longer paused",
+        PATIENCE,
+        Some(&watch),
+        || async {
+            let lease = leases.get(&ledger).await.expect("the pool's Lease");
+            !common::ledger::is_paused(lease.metadata.annotations.as_ref())
+        },
+    )
+    .await;
+    wait_until(
+        "sim-2 is rebooted once resumed",
+        PATIENCE,
+        Some(&watch),
+        || async { sb.fleet.reboots("sim-2") == 1 },
+    )
+    .await;
+    watch.check().unwrap();
+    sb.stop().await;
+}

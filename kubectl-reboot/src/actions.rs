@@ -454,6 +454,9 @@ pub enum PoolForgive {
     Failures { said: String, after: Option<u64> },
     /// The Lease could not be read: `spec.resumedAt` is written, in case.
     Unknown,
+    /// The Lease is paused (recreated so by the controller, its soaks unknown): the
+    /// controller lifts that pause at a `spec.resumedAt` after the Lease's creation.
+    Paused,
     /// The record does not read: the controller never writes over it, so it is removed by
     /// hand (`resume --pool` says how); `spec.resumedAt` would change nothing.
     Unreadable,
@@ -462,6 +465,9 @@ pub enum PoolForgive {
 impl PoolForgive {
     /// From the pool's ledger Lease annotations as read.
     pub fn of(annotations: Option<&BTreeMap<String, String>>) -> Self {
+        if common::ledger::is_paused(annotations) {
+            return Self::Paused;
+        }
         let record = match rollout_of(annotations) {
             Err(_) => return Self::Unreadable,
             Ok(None) => return Self::Nothing,
@@ -482,7 +488,7 @@ impl PoolForgive {
         let after = match self {
             Self::Nothing | Self::Unreadable => return None,
             Self::Failures { after, .. } => after.and_then(|a| i64::try_from(a).ok()),
-            Self::Unknown => None,
+            Self::Unknown | Self::Paused => None,
         };
         let at = after.map_or(now, |a| now.max(a.saturating_add(1)));
         let at = k8s_openapi::jiff::Timestamp::from_millisecond(at).ok()?;
@@ -509,7 +515,14 @@ pub async fn resume_pool(client: &Client, namespace: &str, pool: &str) -> Result
             }
             PoolForgive::Unknown => format!(
                 "{done}; at its next round the controller forgives the rollout's failures \
-                 counted before spec.resumedAt, if any"
+                 counted before spec.resumedAt, if any, and lifts the pause its ledger Lease \
+                 was recreated with, if it was"
+            ),
+            PoolForgive::Paused => format!(
+                "{done}; at its next round the controller lifts the pause its ledger Lease \
+                 {} was recreated with, and forgives the rollout's failures counted before \
+                 spec.resumedAt",
+                common::pool::ledger_name(pool)
             ),
             PoolForgive::Unreadable => format!(
                 "{done}; its rollout record ({ROLLOUT_ANNOTATION}) does not read (edited by \
@@ -741,8 +754,8 @@ mod tests {
         }
     }
 
-    /// `resume --pool` writes `spec.resumedAt` only while failures count (or it cannot tell),
-    /// after the last of them even on a clock behind the controller's.
+    /// `resume --pool` writes `spec.resumedAt` only while failures count, its Lease is paused
+    /// (or it cannot tell), after the last failure even on a clock behind the controller's.
     #[test]
     fn resume_pool_asks_for_forgiveness_after_the_last_counted_failure() {
         let mut record = RolloutRecord::default();
@@ -750,7 +763,7 @@ mod tests {
         late.at = Some(1_700_000_000_000);
         record.failures.insert("a".into(), late);
         let text = rollout_json(&record);
-        let forgive = PoolForgive::of(Some(&annotations(&text)));
+        let forgive = PoolForgive::of(Some(&unpaused(&text)));
         let PoolForgive::Failures { said, after } = &forgive else {
             panic!("{forgive:?}");
         };
@@ -766,14 +779,22 @@ mod tests {
         }
         let forgiven = rollout_json(&record.resumed());
         assert_eq!(
-            PoolForgive::of(Some(&annotations(&forgiven))),
+            PoolForgive::of(Some(&unpaused(&forgiven))),
             PoolForgive::Nothing
         );
         assert_eq!(PoolForgive::Nothing.resumed_at(1), None);
-        let damaged = PoolForgive::of(Some(&annotations("{not json")));
+        let damaged = PoolForgive::of(Some(&unpaused("{not json")));
         assert_eq!(damaged, PoolForgive::Unreadable, "not promised as forgiven");
         assert_eq!(damaged.resumed_at(1), None);
         assert!(PoolForgive::Unknown.resumed_at(1_600_000_000_000).is_some());
+        // A Lease recreated paused: resumedAt is written, which lifts that pause.
+        let paused = PoolForgive::of(Some(&annotations(&forgiven)));
+        assert_eq!(paused, PoolForgive::Paused);
+        assert!(paused.resumed_at(1_600_000_000_000).is_some());
+    }
+
+    fn unpaused(rollout: &str) -> BTreeMap<String, String> {
+        BTreeMap::from([(ROLLOUT_ANNOTATION.to_owned(), rollout.to_owned())])
     }
 
     fn annotations(rollout: &str) -> BTreeMap<String, String> {

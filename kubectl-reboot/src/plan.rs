@@ -657,6 +657,8 @@ fn ledger(input: &PoolInput) -> Ledger {
         rollout_unreadable: input.ledger.rollout_unreadable.clone(),
         // A ledger in a format this plugin does not know is read as damaged (no slots).
         unknown_format: None,
+        // A pause is planned as it stands, not as a resume the controller has yet to see.
+        created_at: None,
     }
 }
 

@@ -32,6 +32,9 @@ pub struct Ledger {
     /// operator wrote it): its slots are not read, and no round grants, releases or drives
     /// anything until an operator that knows it takes over.
     pub unknown_format: Option<String>,
+    /// When its Lease was created (Unix milliseconds, the API server's clock): a RebootPool's
+    /// `spec.resumedAt` after it lifts the pause its ledger was recreated with.
+    pub created_at: Option<u64>,
 }
 
 impl Ledger {
@@ -120,6 +123,9 @@ pub struct LedgerChange {
     pub release: Vec<String>,
     /// The rollout's record to write with them; `None`: unchanged.
     pub rollout: Option<RolloutChange>,
+    /// The ledger's pause to remove with them: the pause a RebootPool's ledger was recreated
+    /// with, which its `spec.resumedAt` lifts.
+    pub unpause: bool,
 }
 
 /// A change to the rollout's record.
@@ -133,7 +139,7 @@ pub enum RolloutChange {
 
 impl LedgerChange {
     pub fn is_empty(&self) -> bool {
-        self.grant.is_empty() && self.release.is_empty() && self.rollout.is_none()
+        self.grant.is_empty() && self.release.is_empty() && self.rollout.is_none() && !self.unpause
     }
 
     /// The nodes holding a slot after this change, each with the zone its slot was granted

@@ -84,6 +84,8 @@ fn read(id: &str, lease: &Lease) -> ReadLedger {
             rollout,
             rollout_unreadable,
             unknown_format,
+            created_at: (lease.metadata.creation_timestamp.as_ref())
+                .and_then(|t| u64::try_from(t.0.as_millisecond()).ok()),
         },
         damage,
         unexpected_pause: pause.unexpected().map(str::to_owned),
@@ -318,21 +320,36 @@ impl LedgerStore {
 
     /// The Warning of a ledger [`load`](Self::load) recreated paused at start: a few of the
     /// nodes by name and how many in all, so that the note stays within an Event's size.
-    pub fn recreated_at_start_note(&self, carried_by: &[String]) -> String {
+    /// `pool` names the RebootPool whose ledger it is (`None`: the flags' pool), whose resume
+    /// is `kubectl reboot resume --pool`, with the admin role alone.
+    pub fn recreated_at_start_note(&self, carried_by: &[String], pool: Option<&str>) -> String {
         let carried_by = a_few_of(carried_by);
+        let (resume, soak, pause) = match pool {
+            Some(pool) => (
+                format!("kubectl reboot resume --pool {pool}"),
+                "minReadySeconds",
+                format!("kubectl reboot pause --pool {pool}"),
+            ),
+            None => (
+                "kubectl reboot resume".to_owned(),
+                "--min-ready-seconds",
+                "kubectl reboot pause".to_owned(),
+            ),
+        };
         format!(
             "the slot ledger Lease {} was missing at start although {} carry its grants: it \
              was deleted while no controller ran. Recreated PAUSED, since its pause and the \
              soaks under way cannot be known: reboots already told to go finish, nothing else \
-             moves. Check `kubectl reboot status` and resume with `kubectl reboot resume` once \
-             the nodes that rebooted last have soaked (--min-ready-seconds). Do not delete it; \
-             to stop new reboots, pause instead (kubectl reboot pause)",
+             moves. Check `kubectl reboot status` and resume with `{resume}` once the nodes \
+             that rebooted last have soaked ({soak}). Do not delete it; to stop new reboots, \
+             pause instead ({pause})",
             self.id(),
             carried_by
         )
     }
 
-    /// Replaces the slots, and the rollout's record when it changed, if nobody changed the
+    /// Replaces the slots, the rollout's record when it changed, and removes the pause with
+    /// `unpause`, if nobody changed the
     /// Lease since `current` was read. A merge patch that carries the resourceVersion is
     /// refused with a conflict otherwise.
     pub async fn swap(
@@ -340,11 +357,15 @@ impl LedgerStore {
         current: &Ledger,
         slots: &BTreeMap<String, Slot>,
         rollout: Option<&RolloutChange>,
+        unpause: bool,
     ) -> Result<Ledger, LedgerError> {
         let mut annotations = json!({
             SLOTS_ANNOTATION: slots_json(slots),
             FORMAT_ANNOTATION: common::format::current(),
         });
+        if unpause {
+            annotations[PAUSED_ANNOTATION] = serde_json::Value::Null;
+        }
         match rollout {
             Some(RolloutChange::Write(record)) => {
                 annotations[ROLLOUT_ANNOTATION] = rollout_json(record).into();

@@ -342,7 +342,11 @@ impl LedgerCopy {
             common::ledger::grant_id(&id, &new_grant_id())
         });
         let rollout = decision.ledger.rollout.as_ref();
-        self.ledger = self.store.swap(&self.ledger, &slots, rollout).await?;
+        let unpause = decision.ledger.unpause;
+        self.ledger = self
+            .store
+            .swap(&self.ledger, &slots, rollout, unpause)
+            .await?;
         self.damage = None;
         Ok(())
     }

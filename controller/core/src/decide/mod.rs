@@ -501,11 +501,22 @@ impl<'a> Round<'a> {
             .map(|v| v.name().to_owned())
             .collect();
         self.grant_slots(&mut decision);
+        decision.ledger.unpause = self.resumed_since_created();
         let actions = std::mem::take(&mut decision.node_actions);
         (decision.node_actions, decision.held) =
             self.fence
                 .hold_back(actions, self.blocked, self.finish_after_window);
         decision
+    }
+
+    /// Whether a RebootPool's `spec.resumedAt` (reached by our clock) is later than its
+    /// ledger's creation while the ledger is paused: the pause it was recreated with (its
+    /// soaks could not be known) is lifted by the administrator's resume, which needs no right
+    /// on the Lease.
+    fn resumed_since_created(&self) -> bool {
+        let resumed = self.rollout.resumed_at.filter(|at| *at <= self.clock);
+        self.ledger.paused
+            && matches!((resumed, self.ledger.created_at), (Some(at), Some(created)) if at > created)
     }
 
     /// The values typed by hand on the pool's nodes (and ours) that the round read otherwise

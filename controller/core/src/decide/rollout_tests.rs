@@ -361,3 +361,40 @@ fn a_failed_drain_waiting_out_its_retry_keeps_the_rollout_and_its_failure() {
     assert!(written(&d).failures.contains_key("n"), "{d:?}");
     assert!(d.stalled.is_some(), "{d:?}");
 }
+
+/// A RebootPool's ledger recreated paused (its Lease created at 1 000): a `spec.resumedAt`
+/// after that creation, once the clock reaches it, lifts the pause in the round's own write;
+/// one before it (an older resume), one ahead of the clock, or a ledger not paused, does not.
+#[test]
+fn a_pools_resumed_at_after_its_ledger_was_recreated_lifts_its_pause() {
+    let nodes = requested(&["b"]);
+    let mut ledger = ledger_of(&[]);
+    ledger.paused = true;
+    ledger.created_at = Some(1_000);
+    let unpause = |ledger: &Ledger, resumed_at| {
+        Round {
+            clock: 2_000,
+            rollout: RolloutRules {
+                resumed_at,
+                ..RolloutRules::default()
+            },
+            fence: Fence {
+                paused: ledger.paused,
+                ..super::tests::OPEN
+            },
+            ..base_round(&nodes, ledger)
+        }
+        .decide()
+        .ledger
+        .unpause
+    };
+    assert!(unpause(&ledger, Some(1_500)));
+    for before_or_ahead in [None, Some(900), Some(1_000), Some(2_500)] {
+        assert!(!unpause(&ledger, before_or_ahead), "{before_or_ahead:?}");
+    }
+    let not_paused = Ledger {
+        paused: false,
+        ..ledger.clone()
+    };
+    assert!(!unpause(&not_paused, Some(1_500)));
+}

@@ -60,6 +60,8 @@ fn spec(p: usize, budget: u32, setup: &Setup) -> Value {
         "minReadySeconds": setup.min_ready_ms / 1000,
         "rebootTimeout": "30s",
         "drain": {"enabled": setup.drain_enabled},
+        "drainAttempts": setup.set_aside.attempts,
+        "keepSetAsideCordoned": setup.set_aside.keep_cordoned,
         "marks": {
             "preRebootNodeLabels": {"rebooting": "true"},
             "postRebootNodeLabels": {"rebooted": "true"},
@@ -78,7 +80,8 @@ fn object(p: usize, budget: u32, setup: &Setup) -> RebootPool {
 
 impl Model {
     /// A model running one `RebootPool` per budget (two or three): pool `a` has n0 to n2, `b`
-    /// n3 and n4, `c` n5. Settings other than the budgets are the setup's; no soak at the
+    /// n3 and n4, `c` n5. Settings other than the budgets are the setup's (the set-aside rules
+    /// in every pool's spec, so that a pool deleted may hold cordons it kept); no soak at the
     /// start, no zone budget, no delays.
     pub(super) fn with_pools(setup: &Setup, budgets: &[u32]) -> Self {
         let setup = Setup {
@@ -90,7 +93,12 @@ impl Model {
             reboot_delay_ms: 0,
             // The pools' windows are their specs'.
             schedules: false,
-            set_aside: SetAside::default(),
+            // Each pool sets aside as the setup says (a stall counts each pool's own nodes,
+            // which the model's single count does not follow: none).
+            set_aside: SetAside {
+                most: None,
+                ..setup.set_aside
+            },
             rollout: controller_core::rollout::RolloutRules::default(),
             reboot_estimate_ms: None,
             ..setup.clone()

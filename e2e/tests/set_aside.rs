@@ -193,3 +193,63 @@ async fn a_node_set_aside_kept_cordoned_holds_the_budget_until_tried_again() {
     // then sim-2 goes.
     try_sim_1_again_and_finish(sb, watch).await;
 }
+
+/// A RebootPool with `drainAttempts: 1` and `keepSetAsideCordoned` sets sim-1 aside cordoned
+/// (a budget at 0 blocks its drain), then is deleted: its last rounds take its cordon off
+/// sim-1 before the finalizer goes, and sim-1's request and record of failed drains stay for
+/// the pool that selects it next. Before, the finalizer counted a cordon only with a grant and
+/// sim-1 stayed cordoned for good.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pool_deleted_with_a_node_it_kept_cordoned_uncordons_it() {
+    let sb = e2e::sandbox_with_pods(2, "1", &[NO_PDB_CHECK, "--default-pool=false"]).await;
+    for name in ["sim-1", "sim-2"] {
+        e2e::label_node(&sb.control_plane, name, "pool=gpu");
+    }
+    let spec = serde_json::json!({
+        "nodeSelector": {"matchLabels": {"pool": "gpu"}},
+        "maxUnavailable": 1,
+        "drainAttempts": 1,
+        "keepSetAsideCordoned": true,
+        "drain": {"timeout": "4s"},
+    });
+    crate::reboot_pools::create_pool(&sb.client, "gpu", spec).await;
+    apply(&sb.control_plane, &pod_that_blocks_the_drain_of("sim-1"));
+    wait_until_the_budget_allows_no_disruption(&sb.control_plane).await;
+    let watch = BudgetWatch::start(sb.client.clone(), 1).await;
+    request_reboot(&sb.control_plane, "sim-1");
+    wait_for_event(
+        &sb.client,
+        "sim-1",
+        ControllerReason::SetAside,
+        &["default/precious"],
+        Some(&watch),
+    )
+    .await;
+    assert!(
+        cordoned(&node(&sb.client, "sim-1").await),
+        "kept cordoned while set aside"
+    );
+
+    kubectl(
+        &sb.control_plane,
+        &["delete", "rebootpool", "gpu", "--wait=false"],
+    );
+    wait_until(
+        "the pool's deletion completes",
+        ROLLOUT,
+        Some(&watch),
+        || async { crate::reboot_pools::pool(&sb.client, "gpu").await.is_none() },
+    )
+    .await;
+    // Its finalizer went only once its cordon was off.
+    let sim1 = node(&sb.client, "sim-1").await;
+    assert!(!cordoned(&sim1), "sim-1 left cordoned by a deleted pool");
+    assert_eq!(
+        protocol_annotations(&sim1),
+        [KEY, "reboot-needed"],
+        "the request and the count stay, nothing else"
+    );
+    assert_eq!(sb.fleet.reboots("sim-1"), 0, "sim-1 was rebooted");
+    watch.check().unwrap();
+    sb.stop().await;
+}

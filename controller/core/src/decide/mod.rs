@@ -509,14 +509,15 @@ impl<'a> Round<'a> {
         decision
     }
 
-    /// Whether a RebootPool's `spec.resumedAt` (reached by our clock) is later than its
+    /// Whether a RebootPool's `spec.resumedAt` (reached by our clock) is no earlier than its
     /// ledger's creation while the ledger is paused: the pause it was recreated with (its
     /// soaks could not be known) is lifted by the administrator's resume, which needs no right
-    /// on the Lease.
+    /// on the Lease. Both are the API server's whole seconds: a resume in the second of the
+    /// creation counts.
     fn resumed_since_created(&self) -> bool {
         let resumed = self.rollout.resumed_at.filter(|at| *at <= self.clock);
         self.ledger.paused
-            && matches!((resumed, self.ledger.created_at), (Some(at), Some(created)) if at > created)
+            && matches!((resumed, self.ledger.created_at), (Some(at), Some(created)) if at >= created)
     }
 
     /// The values typed by hand on the pool's nodes (and ours) that the round read otherwise

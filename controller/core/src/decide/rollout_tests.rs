@@ -389,7 +389,11 @@ fn a_pools_resumed_at_after_its_ledger_was_recreated_lifts_its_pause() {
         .unpause
     };
     assert!(unpause(&ledger, Some(1_500)));
-    for before_or_ahead in [None, Some(900), Some(1_000), Some(2_500)] {
+    assert!(
+        unpause(&ledger, Some(1_000)),
+        "in the second of the creation"
+    );
+    for before_or_ahead in [None, Some(900), Some(2_500)] {
         assert!(!unpause(&ledger, before_or_ahead), "{before_or_ahead:?}");
     }
     let not_paused = Ledger {

@@ -162,6 +162,7 @@ pub struct Metrics {
     pub leader: Gauge,
     pub ledger_damaged: Counter,
     pub ledger_recreated: Counter,
+    pub rounds: Counter,
     pub paused: Gauge,
     pub window_open: Gauge,
     pub window_next_open: Gauge,
@@ -204,6 +205,7 @@ impl Metrics {
             leader: Gauge::default(),
             ledger_damaged: Counter::default(),
             ledger_recreated: Counter::default(),
+            rounds: Counter::default(),
             paused: Gauge::default(),
             window_open: Gauge::default(),
             window_next_open: Gauge::default(),
@@ -290,6 +292,12 @@ impl Metrics {
             "ledger_recreated",
             "Times the slot ledger Lease was found deleted and recreated from the leader's last copy",
             m.ledger_recreated.clone(),
+        );
+        registry.register(
+            "rounds",
+            "Rounds of decisions this replica completed as the leader, every pool's: a test (or an \
+             administrator) that sees it grow knows the controller looked again",
+            m.rounds.clone(),
         );
         registry.register(
             "drain_timeouts",

@@ -576,7 +576,11 @@ impl Context {
             // Each write usually enables the next step (grant -> cordon -> promote): keep
             // going while rounds make progress, then wait for the next change.
             for _ in 0..100 {
-                if !shell.round().await {
+                let again = shell.round().await;
+                if shell.is_leading() {
+                    self.metrics.rounds.inc();
+                }
+                if !again {
                     break;
                 }
             }

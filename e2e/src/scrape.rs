@@ -106,3 +106,37 @@ pub async fn controller_metric(sb: &nodesim::sandbox::Sandbox, series: &str) -> 
         .expect("the controller's metrics address");
     metric(&scrape(address).await, series)
 }
+
+/// The rounds the controllers of `sb` have completed as the leader, summed over those that
+/// answer (a controller killed by the test does not).
+pub async fn controller_rounds(sb: &nodesim::sandbox::Sandbox) -> f64 {
+    let mut rounds = 0.0;
+    for controller in &sb.controllers {
+        let Some(address) = controller.metrics_address() else {
+            continue;
+        };
+        if let Some((200, body)) = get(address, "/metrics").await {
+            rounds += metric(&body, "node_reboot_rounds_total").unwrap_or_default();
+        }
+    }
+    rounds
+}
+
+/// Waits until the controllers of `sb` have completed `more` rounds as the leader after this
+/// call, checking `budget` meanwhile: a check that nothing happened, made then, means that the
+/// controller looked again after the change and decided so, not that a sleep ran out on a
+/// slow machine. Two rounds at least: one under way at the call may have read the state
+/// before it.
+pub async fn after_rounds(
+    sb: &nodesim::sandbox::Sandbox,
+    more: u32,
+    budget: Option<&crate::BudgetWatch>,
+) {
+    let more = f64::from(more.max(2));
+    let from = controller_rounds(sb).await;
+    let what = format!("the controller completes {more} more rounds (from {from})");
+    crate::wait_until(&what, Duration::from_secs(120), budget, || async {
+        controller_rounds(sb).await >= from + more
+    })
+    .await;
+}

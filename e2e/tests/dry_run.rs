@@ -86,8 +86,8 @@ async fn a_dry_run_rollout_changes_no_node_and_no_lease_and_names_the_nodes_it_w
         }
     }
     assert!(published >= 2, "the dry run published no Event");
-    // Give a controller that did write the time to show it, then compare.
-    tokio::time::sleep(Duration::from_secs(10)).await;
+    // Give a controller that did write the rounds to do so, then compare.
+    e2e::scrape::after_rounds(&sb, 3, None).await;
     assert_eq!(
         nodes_as_written(&nodes).await,
         requested,

@@ -64,8 +64,9 @@ async fn a_pause_typed_as_true_with_a_capital_pauses_and_a_warning_says_how_it_w
         outcome, None,
         "sim-1 was granted while reboot-paused=True is on the ledger"
     );
-    // A grant decided from a copy of the ledger read before the pause would show by now.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // A grant decided from a copy of the ledger read before the pause would show by now: the
+    // controller has looked again since.
+    e2e::scrape::after_rounds(&sb, 2, None).await;
     assert_eq!(touched(&sb, "sim-1").await, None, "granted while paused");
     let slots = slots_of(
         ledger(&client)
@@ -399,8 +400,8 @@ async fn a_node_back_not_ready_past_the_reboot_timeout_stops_the_rollout_until_i
         },
     )
     .await;
-    // A grant decided meanwhile would show by now (rounds run on every change, and every 5 s).
-    tokio::time::sleep(Duration::from_secs(6)).await;
+    // The controller looked again since: a grant it decided would show by now.
+    e2e::scrape::after_rounds(&sb, 2, None).await;
     for name in ["sim-2", "sim-3"] {
         assert_eq!(
             touched(&sb, name).await,

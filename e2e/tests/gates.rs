@@ -23,8 +23,6 @@ use std::{collections::BTreeSet, time::Duration};
 use testenv::{Alertmanager, Prometheus, rules};
 
 const ALERT: &str = "E2EMaintenanceBlocker";
-/// Long enough for several checks (one a second) to have held: nothing may start meanwhile.
-const HELD: Duration = Duration::from_secs(8);
 
 async fn sandbox(nodes: usize, reboot_secs: u64, controller_args: &[&str]) -> Sandbox {
     let config = SandboxConfig::with_nodes(nodes)
@@ -76,8 +74,8 @@ async fn started(sb: &Sandbox, client: &Client) -> BTreeSet<String> {
     names
 }
 
-/// Once a gate closed: the nodes under way finish, and for `HELD` after that no other node
-/// is granted, cordoned or rebooted; each of them got a `reason` Event naming `words`.
+/// Once a gate closed: the nodes under way finish, and for two rounds of the controller after
+/// that no other node is granted, cordoned or rebooted; each of them got a `reason` Event naming `words`.
 /// Returns the nodes that started before the gate closed.
 async fn holds_at_the_nodes_under_way(
     sb: &Sandbox,
@@ -101,7 +99,7 @@ async fn holds_at_the_nodes_under_way(
         },
     )
     .await;
-    tokio::time::sleep(HELD).await;
+    e2e::scrape::after_rounds(sb, 2, Some(watch)).await;
     watch
         .check()
         .unwrap_or_else(|violation| panic!("{violation}"));
@@ -232,7 +230,7 @@ async fn an_alertmanager_silence_lets_the_rollout_go_on_while_the_alert_fires() 
     let watch = BudgetWatch::start(client.clone(), 1).await;
     let (holds, patience) = (ControllerReason::AlertsFiring, Duration::from_secs(60));
     every_node::request_and_wait_for_event(&sb, holds, &[ALERT], patience, Some(&watch)).await;
-    tokio::time::sleep(HELD).await;
+    e2e::scrape::after_rounds(&sb, 2, Some(&watch)).await;
     assert!(
         started(&sb, &client).await.is_empty(),
         "a reboot started while the alert fired"
@@ -384,7 +382,7 @@ async fn with_cluster_scope_a_blocking_pod_anywhere_holds_every_node_until_it_fi
     let (holds, patience) = (ControllerReason::BlockingPod, Duration::from_secs(240));
     let backup = ["default/backup"];
     every_node::wait_for_event(&client, &names, holds, &backup, patience, Some(&watch)).await;
-    tokio::time::sleep(HELD).await;
+    e2e::scrape::after_rounds(&sb, 2, Some(&watch)).await;
     watch
         .check()
         .unwrap_or_else(|violation| panic!("{violation}"));
@@ -483,7 +481,7 @@ async fn an_alert_firing_mid_drain_as_the_window_closes_holds_the_node_to_the_ne
         },
     )
     .await;
-    tokio::time::sleep(HELD).await;
+    e2e::scrape::after_rounds(&sb, 2, Some(&watch)).await;
     let state = e2e::NodeState::of(&e2e::node(&client, "sim-1").await);
     assert!(
         !state.unschedulable && state.annotations == ["reboot-needed"],

@@ -118,8 +118,8 @@ async fn a_canary_that_comes_back_not_ready_stalls_the_pool_until_resumed() {
         e2e::protocol_annotations(&node(&client, "sim-1").await).is_empty()
     })
     .await;
-    // A grant decided meanwhile would show by now (rounds run on every change, and every 5 s).
-    tokio::time::sleep(Duration::from_secs(6)).await;
+    // The controller looked again since: a grant it decided would show by now.
+    e2e::scrape::after_rounds(&sb, 2, Some(&watch)).await;
     assert_eq!(
         granted_nodes(&sb, &["sim-2", "sim-3"]).await,
         Vec::<String>::new(),
@@ -286,8 +286,8 @@ async fn a_reboot_that_would_not_fit_before_the_window_closes_waits_for_the_next
         },
     )
     .await;
-    // A grant decided meanwhile would show by now (rounds run on every change, and every 5 s).
-    tokio::time::sleep(Duration::from_secs(6)).await;
+    // The controller looked again since: a grant it decided would show by now.
+    e2e::scrape::after_rounds(&sb, 2, Some(&watch)).await;
     assert_eq!(
         touched(&sb, "sim-1").await,
         None,

@@ -436,6 +436,11 @@ impl Shell {
         self.failed
     }
 
+    /// Whether this replica leads: only a leader's rounds decide anything.
+    pub fn is_leading(&self) -> bool {
+        self.leadership.is_leading()
+    }
+
     /// How long until a round must look again though nothing else changes: the earliest of
     /// what the last round said (a soak ends, a drain may be retried, a reboot becomes overdue)
     /// and the next opening or closing of a window.

@@ -207,15 +207,7 @@ async fn a_pool_stalled_by_its_canary_is_resumed_with_the_admin_role_alone() {
         ahead < k8s_openapi::jiff::SignedDuration::from_mins(5),
         "spec.resumedAt {at} is the admin's clock, {ahead:?} ahead of the API server's"
     );
-    wait_until(
-        "sim-2 is rebooted once resumed",
-        PATIENCE,
-        Some(&watch),
-        || async { sb.fleet.reboots("sim-2") == 1 },
-    )
-    .await;
-    watch.check().unwrap();
-    sb.stop().await;
+    sim_2_rebooted_once_resumed(sb, &watch).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -376,10 +368,15 @@ async fn a_pool_ledger_recreated_paused_is_resumed_with_the_admin_role_alone() {
         },
     )
     .await;
+    sim_2_rebooted_once_resumed(sb, &watch).await;
+}
+
+/// Resumed, the pool reboots sim-2, within the budget; the sandbox is stopped.
+async fn sim_2_rebooted_once_resumed(sb: Sandbox, watch: &BudgetWatch) {
     wait_until(
         "sim-2 is rebooted once resumed",
         PATIENCE,
-        Some(&watch),
+        Some(watch),
         || async { sb.fleet.reboots("sim-2") == 1 },
     )
     .await;

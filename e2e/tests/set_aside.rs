@@ -33,11 +33,18 @@ fn cordoned(n: &k8s_openapi::api::core::v1::Node) -> bool {
 async fn sim_1_undrainable(nodes: usize, set_aside: &[&str]) -> (Sandbox, BudgetWatch) {
     let args = [&["--drain-timeout", "4s", NO_PDB_CHECK][..], set_aside].concat();
     let sb = e2e::sandbox_with_pods(nodes, "1", &args).await;
+    let watch = request_undrainable_sim_1(&sb).await;
+    (sb, watch)
+}
+
+/// A PodDisruptionBudget at 0 on a pod of sim-1, whose reboot is then requested; the budget's
+/// watch, started before the request.
+async fn request_undrainable_sim_1(sb: &Sandbox) -> BudgetWatch {
     apply(&sb.control_plane, &pod_that_blocks_the_drain_of("sim-1"));
     wait_until_the_budget_allows_no_disruption(&sb.control_plane).await;
     let watch = BudgetWatch::start(sb.client.clone(), 1).await;
     request_reboot(&sb.control_plane, "sim-1");
-    (sb, watch)
+    watch
 }
 
 /// The administrator makes sim-1's pod movable and tries it again: sim-1 and sim-2 are both
@@ -213,10 +220,7 @@ async fn a_pool_deleted_with_a_node_it_kept_cordoned_uncordons_it() {
         "drain": {"timeout": "4s"},
     });
     crate::reboot_pools::create_pool(&sb.client, "gpu", spec).await;
-    apply(&sb.control_plane, &pod_that_blocks_the_drain_of("sim-1"));
-    wait_until_the_budget_allows_no_disruption(&sb.control_plane).await;
-    let watch = BudgetWatch::start(sb.client.clone(), 1).await;
-    request_reboot(&sb.control_plane, "sim-1");
+    let watch = request_undrainable_sim_1(&sb).await;
     wait_for_event(
         &sb.client,
         "sim-1",

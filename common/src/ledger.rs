@@ -41,6 +41,10 @@ pub fn format_of(
 /// an empty value included. Only an absent annotation or `false` (surrounding blanks and case
 /// aside: `False` says what `false` says) lets new reboots start.
 pub const PAUSED_ANNOTATION: &str = "reboot-paused";
+/// Set with [`PAUSED_ANNOTATION`] by a controller that created the ledger paused because it was
+/// missing while nodes carried its grants: only that pause, never one typed by hand, is lifted
+/// by a RebootPool's `spec.resumedAt`.
+pub const RECREATED_PAUSED_ANNOTATION: &str = "node-reboot-operator/recreated-paused";
 
 /// How the ledger's `reboot-paused` annotation reads.
 #[derive(Debug, Clone, PartialEq, Eq)]

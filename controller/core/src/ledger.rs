@@ -32,8 +32,9 @@ pub struct Ledger {
     /// operator wrote it): its slots are not read, and no round grants, releases or drives
     /// anything until an operator that knows it takes over.
     pub unknown_format: Option<String>,
-    /// When its Lease was created (Unix milliseconds, the API server's clock): a RebootPool's
-    /// `spec.resumedAt` after it lifts the pause its ledger was recreated with.
+    /// When its Lease was created (Unix milliseconds, the API server's clock), while it carries
+    /// the pause a controller created it with (none for a pause typed by hand): a RebootPool's
+    /// `spec.resumedAt` from then on lifts that pause.
     pub created_at: Option<u64>,
 }
 

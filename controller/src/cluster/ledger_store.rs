@@ -5,8 +5,8 @@
 
 use crate::{cluster::api::LeaseApi, metrics::Metrics};
 use common::ledger::{
-    FORMAT_ANNOTATION, PAUSED_ANNOTATION, Pause, SLOTS_ANNOTATION, Slot, format_of, slots_json,
-    slots_of,
+    FORMAT_ANNOTATION, PAUSED_ANNOTATION, Pause, RECREATED_PAUSED_ANNOTATION, SLOTS_ANNOTATION,
+    Slot, format_of, slots_json, slots_of,
 };
 use common::rollout::{ROLLOUT_ANNOTATION, rollout_json, rollout_of};
 use controller_core::ledger::{Ledger, RolloutChange};
@@ -84,7 +84,11 @@ fn read(id: &str, lease: &Lease) -> ReadLedger {
             rollout,
             rollout_unreadable,
             unknown_format,
+            // Only for the pause a controller created the Lease with.
             created_at: (lease.metadata.creation_timestamp.as_ref())
+                .filter(|_| {
+                    annotations.is_some_and(|a| a.contains_key(RECREATED_PAUSED_ANNOTATION))
+                })
                 .and_then(|t| u64::try_from(t.0.as_millisecond()).ok()),
         },
         damage,
@@ -301,10 +305,14 @@ impl LedgerStore {
             paused: !carried_by.is_empty(),
             ..Ledger::default()
         };
+        let mut annotations = recreated_annotations(&missing);
+        if missing.paused {
+            annotations.insert(RECREATED_PAUSED_ANNOTATION.to_owned(), "true".to_owned());
+        }
         let lease = Lease {
             metadata: ObjectMeta {
                 name: Some(self.name.clone()),
-                annotations: Some(recreated_annotations(&missing)),
+                annotations: Some(annotations),
                 ..ObjectMeta::default()
             },
             spec: None,
@@ -365,6 +373,7 @@ impl LedgerStore {
         });
         if unpause {
             annotations[PAUSED_ANNOTATION] = serde_json::Value::Null;
+            annotations[RECREATED_PAUSED_ANNOTATION] = serde_json::Value::Null;
         }
         match rollout {
             Some(RolloutChange::Write(record)) => {
@@ -501,6 +510,31 @@ mod tests {
         // What this build writes says its format.
         let written = recreated_annotations(&today.ledger);
         assert_eq!(written[FORMAT_ANNOTATION], common::format::current());
+    }
+
+    /// Only the pause a controller created the Lease with can be lifted by a pool's resume: a
+    /// pause typed by hand carries no creation time to compare with.
+    #[test]
+    fn only_a_pause_of_the_recreation_carries_its_creation_time() {
+        let mut lease = lease("1", "{}");
+        lease.metadata.creation_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                "2026-12-07T10:00:00Z".parse().unwrap(),
+            ));
+        let annotations = lease.metadata.annotations.as_mut().unwrap();
+        annotations.insert(PAUSED_ANNOTATION.to_owned(), "true".to_owned());
+        assert_eq!(
+            read("ns/l", &lease).ledger.created_at,
+            None,
+            "typed by hand"
+        );
+        let annotations = lease.metadata.annotations.as_mut().unwrap();
+        annotations.insert(RECREATED_PAUSED_ANNOTATION.to_owned(), "true".to_owned());
+        let ledger = read("ns/l", &lease).ledger;
+        assert!(
+            ledger.paused && ledger.created_at == Some(1_796_637_600_000),
+            "{ledger:?}"
+        );
     }
 
     #[test]
